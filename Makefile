@@ -1,0 +1,75 @@
+# lensd build. `make` builds build/libcore.a and build/lensd; `make test`
+# runs every tests/test_*.c binary plus the HTTP integration tests;
+# `make test-asan` does the same with AddressSanitizer + UBSan.
+# Sources are found by wildcard: adding a file to core/, api/ or server/ needs
+# no edit here.
+
+BUILD ?= build
+CC ?= cc
+PKGS := libmicrohttpd jansson libutf8proc libcurl
+OPT ?= -O2 -march=native
+CFLAGS ?= $(OPT) -g
+CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -MMD -MP \
+          -I. -I/usr/include/x86_64-linux-gnu/openblas-pthread
+LDLIBS := -ljansson -lutf8proc -llapacke -lopenblas -lm -lpthread
+SERVER_LIBS := -lmicrohttpd
+TEST_LIBS := -lcurl
+
+CORE_SRC := $(wildcard core/*.c)
+APP_SRC := $(wildcard api/*.c) $(filter-out server/main.c,$(wildcard server/*.c))
+TEST_SRC := $(wildcard tests/test_*.c)
+
+CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
+APP_OBJ := $(APP_SRC:%.c=$(BUILD)/%.o)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+
+all: $(BUILD)/lensd $(BUILD)/libcore.a
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libcore.a: $(CORE_OBJ)
+	$(AR) rcs $@ $^
+
+$(BUILD)/libapp.a: $(APP_OBJ)
+	$(AR) rcs $@ $^
+
+$(BUILD)/lensd: $(BUILD)/server/main.o $(BUILD)/libapp.a $(BUILD)/libcore.a
+	$(CC) $(CFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libapp.a $(BUILD)/libcore.a
+	$(CC) $(CFLAGS) -o $@ $^ $(TEST_LIBS) $(SERVER_LIBS) $(LDLIBS)
+
+# Debian packages the build, the tests and `make run` need (installs them
+# when root, prints the apt-get line otherwise).
+deps:
+	@scripts/deps.sh build
+
+test: deps
+	$(MAKE) all $(TEST_BIN)
+	@BUILD=$(BUILD) scripts/run-tests.sh $(TEST_BIN)
+
+test-asan:
+	$(MAKE) test BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
+
+models/demo-bert/config.json models/demo-gpt2/config.json: | $(BUILD)/lensd
+	scripts/demo-models.sh $(BUILD)/lensd
+
+run: deps all models/demo-bert/config.json models/demo-gpt2/config.json
+	$(BUILD)/lensd serve --listen $${LENSD_LISTEN:-127.0.0.1:8080} \
+	    --model demo-bert=models/demo-bert --model demo-gpt2=models/demo-gpt2
+
+bench: deps all
+	@scripts/deps.sh bench
+	bench/run.sh $(BUILD)/lensd
+
+clean:
+	rm -rf build build-asan
+
+.PHONY: all deps test test-asan run bench clean
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# Benchmark drivers: bench/NAME.c -> $(BUILD)/bench/NAME, linked with libcore.
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libcore.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)

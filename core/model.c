@@ -1,0 +1,186 @@
+/* model.c - loading BERT / GPT-2 checkpoints and running their forward pass.
+ *
+ * Loading binds every HF tensor name to a named pointer in lens_params after
+ * checking its shape (lens_weights_get); nothing is copied for F32 files.
+ * The forward pass works on packed rows: the N tokens of all sequences of a
+ * batch go through every linear map as one GEMM, attention runs per sequence,
+ * so padding is never computed.
+ *
+ * BERT block (post-LN):  a = LN(x + Attn(x));      x' = LN(a + FFN(a))
+ * GPT-2 block (pre-LN):  a = x + Attn(LN1(x));     x' = a + FFN(LN2(a))
+ * with Attn(x) = concat_h softmax(q_h k_h^T / sqrt(DK)) v_h  W_O + b_O. */
+#include "model.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+
+/* ---------------------------------------------------------------- loading */
+
+typedef struct {
+    lens_weights *w;
+    const char *prefix; /* "bert." / "transformer." / "" */
+    size_t n_params;
+    lens_err *err;
+} binder;
+
+static const float *bind(binder *b, int ndim, int64_t d0, int64_t d1, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* The tensor named prefix + fmt, with shape [d0] or [d0][d1]; NULL on error. */
+static const float *bind(binder *b, int ndim, int64_t d0, int64_t d1, const char *fmt, ...)
+{
+    char name[256];
+    int n = snprintf(name, sizeof name, "%s", b->prefix);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name + n, sizeof name - (size_t)n, fmt, ap);
+    va_end(ap);
+    int64_t shape[2] = {d0, d1};
+    const float *p = lens_weights_get(b->w, name, ndim, shape, b->err);
+    if (p) b->n_params += (size_t)(d0 * (ndim == 2 ? d1 : 1));
+    return p;
+}
+
+/* HF nn.Linear: weight [out][in], bias [out]. */
+static int bind_linear(binder *b, lens_linear *lin, int in, int out, const char *name)
+{
+    lin->w = bind(b, 2, out, in, "%s.weight", name);
+    lin->b = lin->w ? bind(b, 1, out, 0, "%s.bias", name) : NULL;
+    lin->in = in, lin->out = out, lin->ld = in, lin->w_in_out = 0;
+    return lin->w && lin->b ? 0 : -1;
+}
+
+/* GPT-2 Conv1D: weight [in][out], bias [out]. */
+static int bind_conv1d(binder *b, lens_linear *lin, int in, int out, const char *name)
+{
+    lin->w = bind(b, 2, in, out, "%s.weight", name);
+    lin->b = lin->w ? bind(b, 1, out, 0, "%s.bias", name) : NULL;
+    lin->in = in, lin->out = out, lin->ld = out, lin->w_in_out = 1;
+    return lin->w && lin->b ? 0 : -1;
+}
+
+static int bind_layernorm(binder *b, lens_layernorm *ln, int C, const char *name)
+{
+    ln->w = bind(b, 1, C, 0, "%s.weight", name);
+    ln->b = ln->w ? bind(b, 1, C, 0, "%s.bias", name) : NULL;
+    return ln->w && ln->b ? 0 : -1;
+}
+
+static int bind_bert(binder *b, const lens_config *c, lens_params *p)
+{
+    const int C = c->d_model, QK = c->n_heads * c->d_head_k, VO = c->n_heads * c->d_head_v;
+    b->prefix = lens_weights_has(b->w, "bert.embeddings.word_embeddings.weight") ? "bert." : "";
+    p->tok_emb = bind(b, 2, c->vocab_size, C, "embeddings.word_embeddings.weight");
+    p->pos_emb = p->tok_emb ? bind(b, 2, c->max_positions, C, "embeddings.position_embeddings.weight") : NULL;
+    p->type_emb = p->pos_emb ? bind(b, 2, c->type_vocab_size, C, "embeddings.token_type_embeddings.weight") : NULL;
+    if (!p->type_emb || bind_layernorm(b, &p->ln_emb, C, "embeddings.LayerNorm")) return -1;
+    for (int l = 0; l < c->n_layers; l++) {
+        lens_block *blk = &p->blocks[l];
+        char at[96], name[128];
+        snprintf(at, sizeof at, "encoder.layer.%d", l);
+#define NAME(suffix) (snprintf(name, sizeof name, "%s.%s", at, suffix), name)
+        if (bind_linear(b, &blk->q, C, QK, NAME("attention.self.query")) ||
+            bind_linear(b, &blk->k, C, QK, NAME("attention.self.key")) ||
+            bind_linear(b, &blk->v, C, VO, NAME("attention.self.value")) ||
+            bind_linear(b, &blk->attn_out, VO, C, NAME("attention.output.dense")) ||
+            bind_layernorm(b, &blk->ln_attn, C, NAME("attention.output.LayerNorm")) ||
+            bind_linear(b, &blk->ff_in, C, c->d_ff, NAME("intermediate.dense")) ||
+            bind_linear(b, &blk->ff_out, c->d_ff, C, NAME("output.dense")) ||
+            bind_layernorm(b, &blk->ln_ff, C, NAME("output.LayerNorm")))
+            return -1;
+#undef NAME
+    }
+    if (c->task == LENS_TASK_CLASSIFICATION) {
+        if (bind_linear(b, &p->pooler, C, C, "pooler.dense")) return -1;
+        b->prefix = "";
+        return bind_linear(b, &p->classifier, C, c->n_labels, "classifier");
+    }
+    if (c->task == LENS_TASK_MASKED_LM) {
+        b->prefix = "cls.predictions.";
+        if (bind_linear(b, &p->mlm_transform, C, C, "transform.dense") ||
+            bind_layernorm(b, &p->mlm_ln, C, "transform.LayerNorm"))
+            return -1;
+        p->mlm_bias = bind(b, 1, c->vocab_size, 0, "bias");
+        return p->mlm_bias ? 0 : -1;
+    }
+    return 0;
+}
+
+static int bind_gpt2(binder *b, const lens_config *c, lens_params *p)
+{
+    const int C = c->d_model;
+    b->prefix = lens_weights_has(b->w, "transformer.wte.weight") ? "transformer." : "";
+    p->tok_emb = bind(b, 2, c->vocab_size, C, "wte.weight");
+    p->pos_emb = p->tok_emb ? bind(b, 2, c->max_positions, C, "wpe.weight") : NULL;
+    if (!p->pos_emb) return -1;
+    for (int l = 0; l < c->n_layers; l++) {
+        lens_block *blk = &p->blocks[l];
+        char name[128];
+#define NAME(suffix) (snprintf(name, sizeof name, "h.%d.%s", l, suffix), name)
+        lens_linear qkv;
+        if (bind_layernorm(b, &blk->ln_attn, C, NAME("ln_1")) ||
+            bind_conv1d(b, &qkv, C, 3 * C, NAME("attn.c_attn")) ||
+            bind_conv1d(b, &blk->attn_out, C, C, NAME("attn.c_proj")) ||
+            bind_layernorm(b, &blk->ln_ff, C, NAME("ln_2")) ||
+            bind_conv1d(b, &blk->ff_in, C, c->d_ff, NAME("mlp.c_fc")) ||
+            bind_conv1d(b, &blk->ff_out, c->d_ff, C, NAME("mlp.c_proj")))
+            return -1;
+#undef NAME
+        /* c_attn is [C][3C] = [W_q | W_k | W_v]: three views with row stride 3C */
+        lens_linear *views[3] = {&blk->q, &blk->k, &blk->v};
+        for (int i = 0; i < 3; i++) {
+            *views[i] = qkv;
+            views[i]->w = qkv.w + i * C;
+            views[i]->b = qkv.b + i * C;
+            views[i]->out = C;
+        }
+    }
+    return bind_layernorm(b, &p->ln_final, C, "ln_f");
+}
+
+lens_model *lens_model_load(const char *dir, lens_err *err)
+{
+    lens_model *m = calloc(1, sizeof *m);
+    char path[4096];
+    if (!m) {
+        lens_fail(err, LENS_ENOMEM, "out of memory");
+        return NULL;
+    }
+    m->dir = strdup(dir);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (!m->dir || lens_config_load(path, &m->cfg, err)) goto fail;
+    m->p.blocks = calloc((size_t)m->cfg.n_layers, sizeof *m->p.blocks);
+    if (!m->p.blocks) {
+        lens_fail(err, LENS_ENOMEM, "out of memory");
+        goto fail;
+    }
+    if (!(m->weights = lens_weights_open(dir, err))) goto fail;
+    binder b = {.w = m->weights, .err = err};
+    if ((m->cfg.arch == LENS_ARCH_BERT ? bind_bert : bind_gpt2)(&b, &m->cfg, &m->p)) goto fail;
+    m->n_params = b.n_params;
+    if (!(m->tok = lens_tokenizer_load(dir, err))) goto fail;
+    if (lens_tokenizer_vocab_size(m->tok) > m->cfg.vocab_size) {
+        lens_fail(err, LENS_EFORMAT, "%s: tokenizer has %d tokens but the model's vocab_size is %d", dir,
+                  lens_tokenizer_vocab_size(m->tok), m->cfg.vocab_size);
+        goto fail;
+    }
+    return m;
+fail:
+    lens_model_free(m);
+    return NULL;
+}
+
+void lens_model_free(lens_model *m)
+{
+    if (!m) return;
+    lens_tokenizer_free(m->tok);
+    lens_weights_close(m->weights);
+    free(m->p.blocks);
+    lens_config_free(&m->cfg);
+    free(m->dir);
+    free(m);
+}

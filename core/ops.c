@@ -1,0 +1,100 @@
+/* ops.c - forward operations (see ops.h for shapes). */
+#include "ops.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+void lens_linear_forward(float *out, const float *inp, const lens_linear *lin, int N)
+{
+    for (int n = 0; n < N; n++) {
+        float *row = out + (size_t)n * lin->out;
+        if (lin->b) memcpy(row, lin->b, sizeof(float) * lin->out);
+        else memset(row, 0, sizeof(float) * lin->out);
+    }
+    /* Linear: out = inp W^T with W [OC][IC]; Conv1D: out = inp W with W [IC][OC] */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, lin->w_in_out ? CblasNoTrans : CblasTrans,
+                N, lin->out, lin->in, 1.0f, inp, lin->in, lin->w, lin->ld, 1.0f, out, lin->out);
+}
+
+void lens_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                            const lens_layernorm *ln, int N, int C, float eps)
+{
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *y = out + (size_t)n * C;
+        /* two passes in double: PyTorch's LayerNorm uses a numerically
+         * careful (Welford) variance; a one-pass float sum would not match */
+        double sum = 0;
+        for (int i = 0; i < C; i++) sum += x[i];
+        double m = sum / C, var = 0;
+        for (int i = 0; i < C; i++) {
+            double d = x[i] - m;
+            var += d * d;
+        }
+        float s = (float)(1.0 / sqrt(var / C + eps));
+        float mf = (float)m;
+        for (int i = 0; i < C; i++) y[i] = (x[i] - mf) * s * ln->w[i] + ln->b[i];
+        if (mean) mean[n] = mf;
+        if (rstd) rstd[n] = s;
+    }
+}
+
+void lens_gelu_forward(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * (float)M_SQRT1_2));
+}
+
+void lens_gelu_tanh_forward(float *x, size_t n)
+{
+    const float s = 0.7978845608028654f; /* sqrt(2/pi) */
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i];
+        x[i] = 0.5f * v * (1.0f + tanhf(s * (v + 0.044715f * v * v * v)));
+    }
+}
+
+void lens_tanh_forward(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) x[i] = tanhf(x[i]);
+}
+
+void lens_residual_forward(float *out, const float *inp, size_t n)
+{
+    for (size_t i = 0; i < n; i++) out[i] += inp[i];
+}
+
+void lens_softmax_forward(float *x, int rows, int cols, int causal)
+{
+    for (int r = 0; r < rows; r++) {
+        float *row = x + (size_t)r * cols;
+        int valid = causal ? r + 1 : cols;
+        float max = row[0];
+        for (int c = 1; c < valid; c++) max = row[c] > max ? row[c] : max;
+        float sum = 0;
+        for (int c = 0; c < valid; c++) {
+            row[c] = expf(row[c] - max);
+            sum += row[c];
+        }
+        float inv = 1.0f / sum;
+        for (int c = 0; c < valid; c++) row[c] *= inv;
+        for (int c = valid; c < cols; c++) row[c] = 0.0f;
+    }
+}
+
+void lens_attention_forward(float *out, float *probs, size_t probs_stride, const float *q,
+                            const float *k, const float *v, int T, int NH, int DK, int DV, int causal)
+{
+    const int qk_stride = NH * DK, v_stride = NH * DV;
+    const float scale = 1.0f / sqrtf((float)DK);
+    for (int h = 0; h < NH; h++) {
+        float *p = probs + h * probs_stride;
+        /* scores[T][T] = q_h k_h^T / sqrt(DK) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, DK, scale,
+                    q + h * DK, qk_stride, k + h * DK, qk_stride, 0.0f, p, T);
+        lens_softmax_forward(p, T, T, causal);
+        /* out_h[T][DV] = P v_h */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, DV, T, 1.0f,
+                    p, T, v + h * DV, v_stride, 0.0f, out + h * DV, v_stride);
+    }
+}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Makes sure the Debian packages lensd needs are installed.
+#   deps.sh build   compiler, libraries, test client (make, make test, make run)
+#   deps.sh bench   + PyTorch (python3-torch), wrk and node for the peers
+# As root it installs what is missing with apt-get; otherwise it prints the
+# exact apt-get line and fails.
+set -eu
+build_pkgs="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev liblapacke-dev libutf8proc-dev libcurl4-openssl-dev"
+bench_pkgs="python3-torch python3-numpy wrk nodejs npm"
+case "${1:-build}" in
+  build) want=$build_pkgs ;;
+  bench) want="$build_pkgs $bench_pkgs" ;;
+  *) echo "usage: $0 build|bench" >&2; exit 2 ;;
+esac
+missing=""
+for p in $want; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+  echo "lensd needs these Debian packages; run:" >&2
+  echo "  sudo apt-get update && sudo apt-get install -y$missing" >&2
+  exit 1
+fi
+echo "installing:$missing" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q >&2
+# shellcheck disable=SC2086
+apt-get install -y -q --no-install-recommends $missing >&2
