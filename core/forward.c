@@ -232,8 +232,8 @@ int lens_forward(const lens_model *m, const lens_batch *batch, const lens_forwar
     const unsigned keep = opts ? opts->keep : 0;
     const int C = c->d_model, L = c->n_layers;
     memset(act, 0, sizeof *act);
-    size_t N;
-    int Tmax;
+    size_t N = 0;
+    int Tmax = 0;
     if (check_batch(m, batch, &N, &Tmax, err)) return -1;
     scratch w = {0};
     if (layout(m, batch, keep, N, Tmax, act, &w)) {
