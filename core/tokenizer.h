@@ -19,7 +19,9 @@ typedef struct {
     int id;
     int start, end; /* code-point offsets into its segment's text; -1 for special tokens */
     int segment;    /* 0: text, 1: text_pair (token_type_id for BERT) */
-    int special;    /* [CLS], [SEP], ... added by the tokenizer */
+    int special;    /* [CLS], [SEP], ... added by the tokenizer. A special
+                     * token written in the text ("[MASK]", "<|endoftext|>")
+                     * gets its id as HF does, with special 0 and its span. */
 } lens_token;
 
 typedef struct lens_tokenizer lens_tokenizer;
