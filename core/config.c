@@ -161,8 +161,8 @@ int lens_config_load(const char *path, lens_config *cfg, lens_err *err)
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
-        lens_status code = jerr.position == 0 && jerr.line <= 0 ? LENS_ENOENT : LENS_EFORMAT;
-        return lens_fail(err, code, "%s: %s (line %d)", path, jerr.text, jerr.line);
+        if (jerr.line <= 0) return lens_fail(err, LENS_ENOENT, "%s: %s", path, jerr.text);
+        return lens_fail(err, LENS_EFORMAT, "%s: %s (line %d)", path, jerr.text, jerr.line);
     }
     int rc = -1;
     if (!json_is_object(root)) {
