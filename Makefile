@@ -7,7 +7,7 @@
 BUILD ?= build
 CC ?= cc
 PKGS := libmicrohttpd jansson libutf8proc libcurl
-OPT ?= -O2 -march=native
+OPT ?= -O3 -march=native
 CFLAGS ?= $(OPT) -g
 CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -MMD -MP \
           -I. -I/usr/include/x86_64-linux-gnu/openblas-pthread
