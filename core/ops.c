@@ -105,19 +105,43 @@ void lens_residual_forward(float *out, const float *inp, size_t n)
     for (size_t i = 0; i < n; i++) out[i] += inp[i];
 }
 
+/* Reductions over 16 independent lanes: C forbids reassociating a float sum,
+ * so a plain loop stays scalar; with explicit lanes the compiler vectorises. */
+#define LANES 16
+
+static float max_lanes(const float *x, int n)
+{
+    float lane[LANES], max = x[0];
+    int i = 0;
+    if (n >= LANES) {
+        for (int k = 0; k < LANES; k++) lane[k] = x[k];
+        for (i = LANES; i + LANES <= n; i += LANES)
+            for (int k = 0; k < LANES; k++) lane[k] = x[i + k] > lane[k] ? x[i + k] : lane[k];
+        for (int k = 0; k < LANES; k++) max = lane[k] > max ? lane[k] : max;
+    }
+    for (; i < n; i++) max = x[i] > max ? x[i] : max;
+    return max;
+}
+
+static float sum_lanes(const float *x, int n)
+{
+    float lane[LANES] = {0}, sum = 0;
+    int i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int k = 0; k < LANES; k++) lane[k] += x[i + k];
+    for (int k = 0; k < LANES; k++) sum += lane[k];
+    for (; i < n; i++) sum += x[i];
+    return sum;
+}
+
 void lens_softmax_forward(float *x, int rows, int cols, int causal)
 {
     for (int r = 0; r < rows; r++) {
         float *row = x + (size_t)r * cols;
-        int valid = causal ? r + 1 : cols;
-        float max = row[0];
-        for (int c = 1; c < valid; c++) max = row[c] > max ? row[c] : max;
-        float sum = 0;
-        for (int c = 0; c < valid; c++) {
-            row[c] = exp_approx(row[c] - max);
-            sum += row[c];
-        }
-        float inv = 1.0f / sum;
+        const int valid = causal ? r + 1 : cols;
+        const float max = max_lanes(row, valid);
+        for (int c = 0; c < valid; c++) row[c] = exp_approx(row[c] - max);
+        const float inv = 1.0f / sum_lanes(row, valid);
         for (int c = 0; c < valid; c++) row[c] *= inv;
         for (int c = valid; c < cols; c++) row[c] = 0.0f;
     }
