@@ -7,6 +7,8 @@
 set -eu
 build_pkgs="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev liblapacke-dev libutf8proc-dev libcurl4-openssl-dev"
 bench_pkgs="python3-torch python3-numpy wrk nodejs npm"
+# a NodeSource nodejs already ships npm and conflicts with Debian's npm package
+command -v node >/dev/null && command -v npm >/dev/null && bench_pkgs="python3-torch python3-numpy wrk"
 case "${1:-build}" in
   build) want=$build_pkgs ;;
   bench) want="$build_pkgs $bench_pkgs" ;;

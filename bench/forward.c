@@ -1,0 +1,250 @@
+/* forward.c - the lensd side of the forward-pass benchmark (bench/run.sh).
+ *
+ *   forward --mkmodel DIR [--task encoder] [--seed S]
+ *       writes a random BERT-base checkpoint (lens_mkmodel) into DIR.
+ *   forward --sgemm [--size 2048] [--threads n] [--reps R]
+ *       times cblas_sgemm on size x size matrices: the machine's ceiling.
+ *   forward --model DIR --T 128 --batch 1 --threads 2 --reps R [--warmup W]
+ *           [--seed S] [--dump FILE]
+ *       times lens_forward on S = batch sequences of T tokens packed into one
+ *       lens_batch (N = S*T rows, no padding); --dump writes the final hidden
+ *       states [N][C] as raw float32 for the correctness guard.
+ *
+ * Every mode prints one JSON line on stdout. Token ids come from xorshift32
+ * seeded with --seed, id = x mod V for each of the N tokens in packed order;
+ * bench/peer/torch_forward.py and ort_forward.mjs draw the same sequence, so
+ * all three implementations see identical inputs.
+ *
+ * FLOPs of one forward (matmuls only): 2 N P_lin + 4 T^2 C L S, with P_lin the
+ * weights of the linear maps (L (4 C^2 + 2 C d_ff)); the attention term is
+ * q k^T and P v, 2 T^2 C each, per layer and sequence. */
+#include <cblas.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "core/blas.h"
+#include "core/mkmodel.h"
+#include "core/model.h"
+
+typedef struct {
+    const char *model_dir, *mkmodel_dir, *task, *dump;
+    int sgemm, size, T, batch, threads, reps, warmup;
+    unsigned seed;
+} options;
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static long maxrss_kib(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss; /* Linux: KiB */
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median, min and max of times[n]; sorts times in place. */
+static void summarize(double *times, int n, double *median, double *min, double *max)
+{
+    qsort(times, (size_t)n, sizeof *times, cmp_double);
+    *median = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+    *min = times[0], *max = times[n - 1];
+}
+
+/* xorshift32 (Marsaglia); the peers implement the same three shifts. */
+static uint32_t xorshift32(uint32_t *state)
+{
+    uint32_t x = *state;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    return *state = x;
+}
+
+static int run_mkmodel(const options *o)
+{
+    lens_err err = {0};
+    double t0 = now_ms();
+    if (lens_mkmodel("bert", "base", o->task, o->seed, o->mkmodel_dir, &err)) {
+        fprintf(stderr, "forward: mkmodel %s: %s\n", o->mkmodel_dir, err.msg);
+        return 1;
+    }
+    printf("{\"mode\":\"mkmodel\",\"dir\":\"%s\",\"task\":\"%s\",\"ms\":%.0f}\n", o->mkmodel_dir, o->task,
+           now_ms() - t0);
+    return 0;
+}
+
+static int run_sgemm(const options *o)
+{
+    const size_t n = (size_t)o->size;
+    float *a = malloc(n * n * sizeof(float)), *b = malloc(n * n * sizeof(float)), *c = malloc(n * n * sizeof(float));
+    double *times = malloc(sizeof(double) * (size_t)o->reps);
+    if (!a || !b || !c || !times) {
+        fprintf(stderr, "forward: out of memory for sgemm %zu\n", n);
+        return 1;
+    }
+    uint32_t state = o->seed;
+    for (size_t i = 0; i < n * n; i++) {
+        a[i] = (float)xorshift32(&state) / 4294967296.0f - 0.5f;
+        b[i] = (float)xorshift32(&state) / 4294967296.0f - 0.5f;
+    }
+    lens_blas_set_threads(o->threads);
+    for (int r = -o->warmup; r < o->reps; r++) {
+        double t0 = now_ms();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, o->size, o->size, o->size, 1.0f, a, o->size, b,
+                    o->size, 0.0f, c, o->size);
+        if (r >= 0) times[r] = now_ms() - t0;
+    }
+    double med, min, max;
+    summarize(times, o->reps, &med, &min, &max);
+    double gflop = 2.0 * n * n * n * 1e-9;
+    printf("{\"impl\":\"sgemm\",\"size\":%d,\"threads\":%d,\"reps\":%d,\"ms_median\":%.3f,\"ms_min\":%.3f,"
+           "\"gflops\":%.2f,\"gflops_best\":%.2f,\"blas_core\":\"%s\",\"blas_core_source\":\"%s\"}\n",
+           o->size, o->threads, o->reps, med, min, gflop / (med * 1e-3), gflop / (min * 1e-3), lens_blas_core(),
+           lens_blas_core_source());
+    free(a), free(b), free(c), free(times);
+    return 0;
+}
+
+static int dump_final_hidden(const lens_model *m, const lens_batch *batch, const char *path)
+{
+    lens_err err = {0};
+    lens_activations act;
+    lens_forward_opts opts = {.keep = LENS_KEEP_HIDDEN};
+    if (lens_forward(m, batch, &opts, &act, &err)) {
+        fprintf(stderr, "forward: dump forward: %s\n", err.msg);
+        return -1;
+    }
+    const size_t count = (size_t)act.n_tokens * m->cfg.d_model;
+    const float *final = act.hidden + (size_t)act.n_layers * count; /* [N][C] after the last layer */
+    FILE *f = fopen(path, "wb");
+    int rc = f && fwrite(final, sizeof(float), count, f) == count ? 0 : -1;
+    if (f && fclose(f)) rc = -1;
+    if (rc) fprintf(stderr, "forward: cannot write %s\n", path);
+    lens_activations_free(&act);
+    return rc;
+}
+
+static int run_forward(const options *o)
+{
+    lens_err err = {0};
+    double t0 = now_ms();
+    lens_model *m = lens_model_load(o->model_dir, &err);
+    if (!m) {
+        fprintf(stderr, "forward: %s: %s\n", o->model_dir, err.msg);
+        return 1;
+    }
+    const double load_ms = now_ms() - t0;
+    const lens_config *c = &m->cfg;
+    if (o->T > c->max_positions) {
+        fprintf(stderr, "forward: T=%d exceeds max_positions %d\n", o->T, c->max_positions);
+        lens_model_free(m);
+        return 1;
+    }
+    const int S = o->batch, N = o->T * o->batch;
+    int *ids = malloc(sizeof(int) * (size_t)N), *lengths = malloc(sizeof(int) * (size_t)S);
+    double *times = malloc(sizeof(double) * (size_t)o->reps);
+    if (!ids || !lengths || !times) {
+        fprintf(stderr, "forward: out of memory\n");
+        return 1;
+    }
+    uint32_t state = o->seed;
+    for (int n = 0; n < N; n++) ids[n] = (int)(xorshift32(&state) % (uint32_t)c->vocab_size);
+    for (int s = 0; s < S; s++) lengths[s] = o->T;
+    const lens_batch batch = {.n_seqs = S, .lengths = lengths, .ids = ids, .type_ids = NULL};
+    const lens_forward_opts opts = {.keep = 0}; /* hidden states stay in per-call scratch */
+
+    lens_blas_set_threads(o->threads);
+    for (int r = -o->warmup; r < o->reps; r++) {
+        lens_activations act;
+        double start = now_ms();
+        if (lens_forward(m, &batch, &opts, &act, &err)) {
+            fprintf(stderr, "forward: %s\n", err.msg);
+            return 1;
+        }
+        double ms = now_ms() - start;
+        lens_activations_free(&act);
+        if (r >= 0) times[r] = ms;
+    }
+    const long rss = maxrss_kib(); /* before the dump, which keeps all L+1 hidden states */
+    double med, min, max;
+    summarize(times, o->reps, &med, &min, &max);
+    const double C = c->d_model, L = c->n_layers;
+    const double p_lin = L * (4.0 * C * C + 2.0 * C * c->d_ff);
+    const double gflop = (2.0 * N * p_lin + 4.0 * (double)o->T * o->T * C * L * S) * 1e-9;
+    if (o->dump && dump_final_hidden(m, &batch, o->dump)) return 1;
+    printf("{\"impl\":\"lensd\",\"T\":%d,\"batch\":%d,\"threads\":%d,\"reps\":%d,\"warmup\":%d,"
+           "\"ms_median\":%.3f,\"ms_min\":%.3f,\"ms_max\":%.3f,\"gflop\":%.4f,\"gflops\":%.2f,"
+           "\"load_ms\":%.1f,\"maxrss_kib\":%ld,\"blas_core\":\"%s\"}\n",
+           o->T, o->batch, o->threads, o->reps, o->warmup, med, min, max, gflop, gflop / (med * 1e-3), load_ms, rss,
+           lens_blas_core());
+    free(ids), free(lengths), free(times);
+    lens_model_free(m);
+    return 0;
+}
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: forward --model DIR [--T 128] [--batch 1] [--threads 1] [--reps 5] [--warmup 1]\n"
+            "               [--seed 42] [--dump FILE]\n"
+            "       forward --sgemm [--size 2048] [--threads 1] [--reps 5]\n"
+            "       forward --mkmodel DIR [--task encoder] [--seed 42]\n");
+}
+
+int main(int argc, char **argv)
+{
+    lens_blas_setup(argv);
+    options o = {.task = "encoder", .size = 2048, .T = 128, .batch = 1, .threads = 1, .reps = 5, .warmup = 1,
+                 .seed = 42};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--sgemm")) {
+            o.sgemm = 1;
+            continue;
+        }
+        if (!v) {
+            usage();
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "--model")) o.model_dir = v;
+        else if (!strcmp(a, "--mkmodel")) o.mkmodel_dir = v;
+        else if (!strcmp(a, "--task")) o.task = v;
+        else if (!strcmp(a, "--dump")) o.dump = v;
+        else if (!strcmp(a, "--size")) o.size = atoi(v);
+        else if (!strcmp(a, "--T")) o.T = atoi(v);
+        else if (!strcmp(a, "--batch")) o.batch = atoi(v);
+        else if (!strcmp(a, "--threads")) o.threads = atoi(v);
+        else if (!strcmp(a, "--reps")) o.reps = atoi(v);
+        else if (!strcmp(a, "--warmup")) o.warmup = atoi(v);
+        else if (!strcmp(a, "--seed")) o.seed = (unsigned)strtoul(v, NULL, 10);
+        else {
+            usage();
+            return 2;
+        }
+    }
+    if (o.seed == 0) o.seed = 1; /* xorshift32 stays at 0 forever */
+    if (o.size < 1 || o.T < 1 || o.batch < 1 || o.threads < 1 || o.reps < 1 || o.warmup < 0) {
+        usage();
+        return 2;
+    }
+    if (o.mkmodel_dir) return run_mkmodel(&o);
+    if (o.sgemm) return run_sgemm(&o);
+    if (o.model_dir) return run_forward(&o);
+    usage();
+    return 2;
+}
