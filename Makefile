@@ -68,8 +68,18 @@ clean:
 	rm -rf build build-asan
 
 .PHONY: all deps test test-asan run bench clean
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(wildcard $(BUILD)/*/*.d)
 
 # Benchmark drivers: bench/NAME.c -> $(BUILD)/bench/NAME, linked with libcore.
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libcore.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+# json_encode needs the JSON writer from libapp
+$(BUILD)/bench/json_encode: $(BUILD)/bench/json_encode.o $(BUILD)/libapp.a $(BUILD)/libcore.a
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+# wrk against /v1/forward at concurrency 1, 8, 32 (DURATION, WORKERS, TEXT from the environment)
+bench-serve: deps all
+	bench/serve.sh $(BUILD)/lensd
+
+.PHONY: bench-serve

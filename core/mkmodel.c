@@ -88,7 +88,7 @@ static void add(builder *b, const char *name, int64_t d0, int64_t d1, float fill
 
 static void add_linear(builder *b, const char *name, int out, int in, int conv1d)
 {
-    char s[256];
+    char s[320];
     snprintf(s, sizeof s, "%s.weight", name);
     add(b, s, conv1d ? in : out, conv1d ? out : in, 0, 1);
     snprintf(s, sizeof s, "%s.bias", name);
@@ -97,7 +97,7 @@ static void add_linear(builder *b, const char *name, int out, int in, int conv1d
 
 static void add_layernorm(builder *b, const char *name, int C)
 {
-    char s[256];
+    char s[320];
     snprintf(s, sizeof s, "%s.weight", name);
     add(b, s, C, 0, 1, 0);
     snprintf(s, sizeof s, "%s.bias", name);

@@ -1,0 +1,121 @@
+/* api.h - the boundary between the daemon (server/) and the endpoints (api/).
+ *
+ * api/ decodes and validates request JSON, calls core, and writes response
+ * JSON; it knows nothing of sockets or threads. The server (or the CLI) fills
+ * an api_ctx once, then for each request an api_call: the route's prepare()
+ * runs where the request arrived (the HTTP thread) and only decodes and
+ * validates; run() does the work (on the worker pool for routes marked so)
+ * and leaves status + body in call->out. The CLI calls the same two
+ * functions, which is why `lensd forward` prints what POST /v1/forward
+ * returns. */
+#ifndef LENS_API_H
+#define LENS_API_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "api/json_writer.h"
+#include "core/model.h"
+
+#define LENSD_VERSION "0.1.0"
+
+typedef struct {
+    char *name;
+    lens_model *model;
+} api_model;
+
+typedef enum { API_LOADING, API_READY, API_DRAINING } api_state;
+
+typedef struct api_ctx api_ctx;
+struct api_ctx {
+    api_model *models; /* set once every model is loaded, then read-only */
+    int n_models;
+    int max_tokens;    /* per request, after tokenization */
+    /* Hooks the server fills; the CLI leaves them NULL (= always ready, no
+     * server section in /v1/info, empty metrics). */
+    api_state (*state)(const api_ctx *ctx);
+    void (*write_metrics)(jw *out, const api_ctx *ctx);     /* Prometheus text */
+    void (*write_server_info)(jw *out, const api_ctx *ctx); /* keys inside the /v1/info object */
+    void *server;
+};
+
+struct api_route;
+
+typedef struct api_call {
+    const api_ctx *ctx;
+    const struct api_route *route;
+    char param[256];            /* the {id} of a path pattern */
+    json_t *body;               /* parsed request body (POST), owned */
+    void *req;                  /* the route's decoded request, owned */
+    void (*free_req)(void *req);
+    const volatile int *cancel; /* set when the deadline passes */
+    double t_start;             /* api_now() when the request arrived */
+    /* response */
+    int status;
+    const char *content_type;   /* default application/json */
+    jw out;
+    int retry_after;            /* seconds, 0 = no header */
+    const char *allow;          /* Allow header for 405 */
+    /* for the request log */
+    int n_tokens;
+    const char *model_name;
+} api_call;
+
+void api_call_init(api_call *c, const api_ctx *ctx, double t_start);
+void api_call_free(api_call *c);
+
+/* Monotonic clock in seconds. */
+double api_now(void);
+
+/* Writes {"error": {"code", "message", "field"}} with status into c->out
+ * (replacing anything written); returns -1. field may be NULL. */
+int api_fail(api_call *c, int status, const char *code, const char *field,
+             const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* Parse body bytes into c->body: 400 "invalid_json" for malformed JSON or
+ * invalid UTF-8, 422 when it is not an object. */
+int api_parse_body(api_call *c, const char *data, size_t len);
+
+/* ---- routes (api/routes.c) ---- */
+
+typedef int (*api_prepare_fn)(api_call *c); /* decode + validate; 0 or -1 (error written) */
+typedef void (*api_run_fn)(api_call *c);    /* compute + write the response */
+
+typedef struct api_route {
+    const char *method;
+    const char *path;       /* pattern, "{id}" matches one path segment */
+    api_prepare_fn prepare; /* NULL: nothing to decode */
+    api_run_fn run;
+    int on_pool;            /* 1: run() goes to the worker pool */
+    int json_body;          /* 1: POST with a JSON body */
+    int open;               /* 1: no API key needed (probes, metrics) */
+    int needs_models;       /* 1: 503 until models are loaded */
+    const char *summary;
+} api_route;
+
+extern const api_route api_routes[];
+extern const int api_n_routes;
+
+/* The route for method + path. When the path exists under other methods,
+ * returns NULL and writes them ("GET, POST") into allow (else allow = ""). */
+const api_route *api_route_match(const char *method, const char *path,
+                                 char *param, size_t param_size,
+                                 char *allow, size_t allow_size);
+
+/* ---- handlers ---- */
+
+void api_healthz(api_call *c);
+void api_readyz(api_call *c);
+void api_metrics(api_call *c);
+void api_info(api_call *c);
+void api_models(api_call *c);
+void api_model_get(api_call *c);
+int api_tokenize_prepare(api_call *c);
+void api_tokenize_run(api_call *c);
+int api_forward_prepare(api_call *c);
+void api_forward_run(api_call *c);
+
+/* Writes the /v1/info object; shared with `lensd info`. */
+void api_write_info(jw *out, const api_ctx *ctx);
+
+#endif

@@ -1,0 +1,364 @@
+/* json_writer.c - the growable JSON buffer, fast float formatting, base64.
+ *
+ * Owns: every byte of every response body. See json_writer.h for the float
+ * format and its error bound. The fixed-notation path turns x into the
+ * integer round(|x| * 10^p) (exact enough in double: |x| < 1e9, p <= 9 keeps
+ * it below 2^60) and prints its digits two at a time, which is what makes a
+ * 37M-float attention tensor take well under a second instead of a printf
+ * call per number. */
+#include "json_writer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char digit_pairs[] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+static const uint64_t pow10_u64[] = {
+    1ull, 10ull, 100ull, 1000ull, 10000ull, 100000ull, 1000000ull, 10000000ull,
+    100000000ull, 1000000000ull, 10000000000ull, 100000000000ull, 1000000000000ull,
+    10000000000000ull, 100000000000000ull, 1000000000000000ull,
+    10000000000000000ull, 100000000000000000ull, 1000000000000000000ull,
+    10000000000000000000ull};
+
+static const double pow10_f64[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9};
+
+void jw_init(jw *w) { memset(w, 0, sizeof *w); }
+
+void jw_free(jw *w)
+{
+    free(w->buf);
+    jw_init(w);
+}
+
+void jw_reset(jw *w)
+{
+    char *buf = w->buf;
+    size_t cap = w->cap;
+    jw_init(w);
+    w->buf = buf, w->cap = cap;
+}
+
+char *jw_take(jw *w, size_t *len)
+{
+    if (jw_reserve(w, 1)) {
+        if (len) *len = 0;
+        jw_free(w);
+        return NULL;
+    }
+    w->buf[w->len] = 0;
+    char *buf = w->buf;
+    if (len) *len = w->len;
+    jw_init(w);
+    return buf;
+}
+
+int jw_reserve(jw *w, size_t extra)
+{
+    if (w->oom) return -1;
+    if (w->len + extra + 1 <= w->cap) return 0;
+    size_t cap = w->cap ? w->cap : 256;
+    while (cap < w->len + extra + 1) cap *= 2;
+    char *buf = realloc(w->buf, cap);
+    if (!buf) {
+        w->oom = 1;
+        return -1;
+    }
+    w->buf = buf, w->cap = cap;
+    return 0;
+}
+
+void jw_raw(jw *w, const char *s, size_t n)
+{
+    if (jw_reserve(w, n)) return;
+    memcpy(w->buf + w->len, s, n);
+    w->len += n;
+}
+
+static void put(jw *w, char c)
+{
+    if (jw_reserve(w, 1)) return;
+    w->buf[w->len++] = c;
+}
+
+/* Separator before a value: ',' between array elements; nothing after a key. */
+static void before_value(jw *w)
+{
+    if (w->after_key) {
+        w->after_key = 0;
+        return;
+    }
+    if (w->count[w->depth]++ > 0) put(w, ',');
+}
+
+static void write_string(jw *w, const char *s, size_t n);
+
+void jw_key(jw *w, const char *key)
+{
+    if (w->count[w->depth]++ > 0) put(w, ',');
+    write_string(w, key, strlen(key));
+    put(w, ':');
+    w->after_key = 1;
+}
+
+static void open_container(jw *w, char open, char close)
+{
+    before_value(w);
+    put(w, open);
+    if (w->depth < JW_MAX_DEPTH) w->depth++;
+    w->count[w->depth] = 0;
+    w->close[w->depth] = close;
+}
+
+void jw_obj(jw *w) { open_container(w, '{', '}'); }
+void jw_arr(jw *w) { open_container(w, '[', ']'); }
+
+void jw_end(jw *w)
+{
+    if (w->depth == 0) return;
+    put(w, w->close[w->depth]);
+    w->depth--;
+}
+
+static const char hex_digits[] = "0123456789abcdef";
+
+void jw_strn(jw *w, const char *s, size_t n)
+{
+    before_value(w);
+    write_string(w, s, n);
+}
+
+static void write_string(jw *w, const char *s, size_t n)
+{
+    /* worst case every byte becomes \u00XX */
+    if (jw_reserve(w, 6 * n + 2)) return;
+    char *d = w->buf + w->len;
+    *d++ = '"';
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            *d++ = (char)c;
+            continue;
+        }
+        *d++ = '\\';
+        switch (c) {
+        case '"': *d++ = '"'; break;
+        case '\\': *d++ = '\\'; break;
+        case '\n': *d++ = 'n'; break;
+        case '\r': *d++ = 'r'; break;
+        case '\t': *d++ = 't'; break;
+        case '\b': *d++ = 'b'; break;
+        case '\f': *d++ = 'f'; break;
+        default:
+            *d++ = 'u', *d++ = '0', *d++ = '0';
+            *d++ = hex_digits[c >> 4], *d++ = hex_digits[c & 15];
+        }
+    }
+    *d++ = '"';
+    w->len = (size_t)(d - w->buf);
+}
+
+void jw_str(jw *w, const char *s)
+{
+    if (!s) jw_null(w);
+    else jw_strn(w, s, strlen(s));
+}
+
+/* Digits of v into d; returns the count. */
+static size_t format_u64(char *d, uint64_t v)
+{
+    char tmp[24];
+    char *end = tmp + sizeof tmp, *p = end;
+    while (v >= 100) {
+        unsigned r = (unsigned)(v % 100);
+        v /= 100;
+        p -= 2;
+        memcpy(p, digit_pairs + 2 * r, 2);
+    }
+    if (v >= 10) {
+        p -= 2;
+        memcpy(p, digit_pairs + 2 * v, 2);
+    } else {
+        *--p = (char)('0' + v);
+    }
+    size_t n = (size_t)(end - p);
+    memcpy(d, p, n);
+    return n;
+}
+
+void jw_int(jw *w, long long v)
+{
+    before_value(w);
+    if (jw_reserve(w, 24)) return;
+    char *d = w->buf + w->len;
+    uint64_t u = (uint64_t)v;
+    if (v < 0) {
+        *d++ = '-';
+        u = 0 - u;
+    }
+    d += format_u64(d, u);
+    w->len = (size_t)(d - w->buf);
+}
+
+void jw_bool(jw *w, int v)
+{
+    before_value(w);
+    if (v) jw_raw(w, "true", 4);
+    else jw_raw(w, "false", 5);
+}
+
+void jw_null(jw *w)
+{
+    before_value(w);
+    jw_raw(w, "null", 4);
+}
+
+size_t jw_format_float(char *dst, float xf, int p)
+{
+    double x = xf;
+    if (!isfinite(x)) {
+        memcpy(dst, "null", 4);
+        return 4;
+    }
+    if (p < 0) p = 0;
+    if (p > 9) p = 9;
+    double ax = fabs(x);
+    if (ax >= 1e9) return (size_t)snprintf(dst, 32, "%.*e", p, x);
+    uint64_t scaled = (uint64_t)(ax * pow10_f64[p] + 0.5);
+    if (scaled == 0) {
+        dst[0] = '0';
+        return 1;
+    }
+    char *d = dst;
+    if (x < 0) *d++ = '-';
+    uint64_t int_part = scaled / pow10_u64[p], frac = scaled % pow10_u64[p];
+    d += format_u64(d, int_part);
+    if (frac) {
+        int digits = p;
+        while (frac % 10 == 0) frac /= 10, digits--; /* drop trailing zeros */
+        *d++ = '.';
+        for (int i = digits - 1; i >= 0; i--) {
+            d[i] = (char)('0' + frac % 10);
+            frac /= 10;
+        }
+        d += digits;
+    }
+    return (size_t)(d - dst);
+}
+
+void jw_float(jw *w, double x, int precision)
+{
+    before_value(w);
+    if (jw_reserve(w, 32)) return;
+    w->len += jw_format_float(w->buf + w->len, (float)x, precision);
+}
+
+void jw_ints(jw *w, const int *v, size_t n)
+{
+    jw_arr(w);
+    for (size_t i = 0; i < n; i++) jw_int(w, v[i]);
+    jw_end(w);
+}
+
+/* Longest number: "-" + 10 integer digits + "." + 9 decimals, or %.9e (16). */
+#define JW_FLOAT_MAX 24
+
+static void floats_row(jw *w, const float *x, size_t n, int precision)
+{
+    if (jw_reserve(w, n * (JW_FLOAT_MAX + 1) + 2)) return;
+    char *d = w->buf + w->len;
+    *d++ = '[';
+    for (size_t i = 0; i < n; i++) {
+        if (i) *d++ = ',';
+        d += jw_format_float(d, x[i], precision);
+    }
+    *d++ = ']';
+    w->len = (size_t)(d - w->buf);
+}
+
+void jw_floats(jw *w, const float *x, size_t n, int precision)
+{
+    before_value(w);
+    floats_row(w, x, n, precision);
+}
+
+void jw_floats_2d(jw *w, const float *x, size_t rows, size_t cols, size_t ld, int precision)
+{
+    before_value(w);
+    put(w, '[');
+    for (size_t r = 0; r < rows; r++) {
+        if (r) put(w, ',');
+        floats_row(w, x + r * ld, cols, precision);
+    }
+    put(w, ']');
+}
+
+static const char b64_alphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+size_t jw_base64(char *dst, const unsigned char *src, size_t n)
+{
+    char *d = dst;
+    size_t i = 0;
+    for (; i + 3 <= n; i += 3) {
+        uint32_t v = (uint32_t)src[i] << 16 | (uint32_t)src[i + 1] << 8 | src[i + 2];
+        *d++ = b64_alphabet[v >> 18];
+        *d++ = b64_alphabet[(v >> 12) & 63];
+        *d++ = b64_alphabet[(v >> 6) & 63];
+        *d++ = b64_alphabet[v & 63];
+    }
+    if (n - i == 1) {
+        uint32_t v = (uint32_t)src[i] << 16;
+        *d++ = b64_alphabet[v >> 18];
+        *d++ = b64_alphabet[(v >> 12) & 63];
+        *d++ = '=', *d++ = '=';
+    } else if (n - i == 2) {
+        uint32_t v = (uint32_t)src[i] << 16 | (uint32_t)src[i + 1] << 8;
+        *d++ = b64_alphabet[v >> 18];
+        *d++ = b64_alphabet[(v >> 12) & 63];
+        *d++ = b64_alphabet[(v >> 6) & 63];
+        *d++ = '=';
+    }
+    return (size_t)(d - dst);
+}
+
+void jw_base64_tensor(jw *w, const float *x, const size_t *shape, int ndim)
+{
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    jw_obj(w);
+    jw_key(w, "dtype");
+    jw_str(w, "float32");
+    jw_key(w, "shape");
+    jw_arr(w);
+    for (int i = 0; i < ndim; i++) jw_int(w, (long long)shape[i]);
+    jw_end(w);
+    jw_key(w, "data");
+    before_value(w);
+    size_t nbytes = n * sizeof(float);
+    if (jw_reserve(w, 4 * (nbytes / 3 + 1) + 2)) return;
+    char *d = w->buf + w->len;
+    *d++ = '"';
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    d += jw_base64(d, (const unsigned char *)x, nbytes);
+#else
+    for (size_t i = 0; i < n; i += 3) {
+        unsigned char le[12];
+        size_t k = n - i < 3 ? n - i : 3;
+        for (size_t j = 0; j < k; j++) {
+            uint32_t u;
+            memcpy(&u, x + i + j, 4);
+            le[4 * j] = u & 255, le[4 * j + 1] = (u >> 8) & 255;
+            le[4 * j + 2] = (u >> 16) & 255, le[4 * j + 3] = u >> 24;
+        }
+        d += jw_base64(d, le, 4 * k);
+    }
+#endif
+    *d++ = '"';
+    w->len = (size_t)(d - w->buf);
+    jw_end(w);
+}

@@ -1,0 +1,385 @@
+/* request.c - shared request decoding, the error body, and shared response parts.
+ *
+ * Owns: api_call lifetime, api_fail (the one place the error JSON shape is
+ * written), body parsing, and the decoders of fields that many endpoints
+ * accept (model, text/text_pair/input_ids, index lists, format). Validation
+ * is strict about types of known fields (422 naming the field) and ignores
+ * unknown top-level fields, so clients may send extra keys. */
+#include "api/request.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double api_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void api_call_init(api_call *c, const api_ctx *ctx, double t_start)
+{
+    memset(c, 0, sizeof *c);
+    c->ctx = ctx;
+    c->t_start = t_start;
+    c->status = 200;
+    c->content_type = "application/json";
+    jw_init(&c->out);
+}
+
+void api_call_free(api_call *c)
+{
+    if (c->req && c->free_req) c->free_req(c->req);
+    c->req = NULL;
+    if (c->body) json_decref(c->body);
+    c->body = NULL;
+    jw_free(&c->out);
+}
+
+int api_fail(api_call *c, int status, const char *code, const char *field, const char *fmt, ...)
+{
+    char msg[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    jw_free(&c->out);
+    c->status = status;
+    c->content_type = "application/json";
+    jw *w = &c->out;
+    jw_obj(w);
+    jw_key(w, "error");
+    jw_obj(w);
+    jw_key(w, "code");
+    jw_str(w, code);
+    jw_key(w, "message");
+    jw_str(w, msg);
+    jw_key(w, "field");
+    jw_str(w, field);
+    jw_end(w);
+    jw_end(w);
+    return -1;
+}
+
+int api_parse_body(api_call *c, const char *data, size_t len)
+{
+    json_error_t jerr;
+    if (len == 0) return api_fail(c, 400, "invalid_json", NULL, "request body is empty; expected a JSON object");
+    c->body = json_loadb(data, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+    if (!c->body)
+        return api_fail(c, 400, "invalid_json", NULL, "malformed JSON at line %d column %d: %s",
+                        jerr.line, jerr.column, jerr.text);
+    if (!json_is_object(c->body))
+        return api_fail(c, 422, "invalid_request", NULL, "request body must be a JSON object");
+    return 0;
+}
+
+/* ------------------------------------------------------------ typed getters */
+
+static json_t *field_value(api_call *c, const char *field)
+{
+    json_t *v = c->body ? json_object_get(c->body, field) : NULL;
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+int api_get_string(api_call *c, const char *field, const char **s, size_t *len)
+{
+    json_t *v = field_value(c, field);
+    if (!v) return 0;
+    if (!json_is_string(v)) {
+        api_fail(c, 422, "invalid_request", field, "%s must be a string", field);
+        return -1;
+    }
+    *s = json_string_value(v);
+    if (len) *len = json_string_length(v);
+    return 1;
+}
+
+int api_get_bool(api_call *c, const char *field, int *out)
+{
+    json_t *v = field_value(c, field);
+    if (!v) return 0;
+    if (!json_is_boolean(v)) {
+        api_fail(c, 422, "invalid_request", field, "%s must be true or false", field);
+        return -1;
+    }
+    *out = json_is_true(v);
+    return 1;
+}
+
+int api_get_int(api_call *c, const char *field, long long lo, long long hi, int *out)
+{
+    json_t *v = field_value(c, field);
+    if (!v) return 0;
+    if (!json_is_integer(v)) {
+        api_fail(c, 422, "invalid_request", field, "%s must be an integer", field);
+        return -1;
+    }
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi) {
+        api_fail(c, 422, "invalid_request", field, "%s must be between %lld and %lld (got %lld)", field, lo, hi, x);
+        return -1;
+    }
+    *out = (int)x;
+    return 1;
+}
+
+/* ------------------------------------------------------------------ model */
+
+int api_decode_model(api_call *c, const api_model **out)
+{
+    const char *name = NULL;
+    size_t len = 0;
+    int r = api_get_string(c, "model", &name, &len);
+    if (r < 0) return -1;
+    const api_ctx *ctx = c->ctx;
+    if (r == 0) {
+        if (ctx->n_models == 1) {
+            *out = &ctx->models[0];
+            c->model_name = ctx->models[0].name;
+            return 0;
+        }
+        return api_fail(c, 422, "invalid_request", "model",
+                        "model is required when %d models are loaded", ctx->n_models);
+    }
+    for (int i = 0; i < ctx->n_models; i++) {
+        if (strlen(ctx->models[i].name) == len && !memcmp(ctx->models[i].name, name, len)) {
+            *out = &ctx->models[i];
+            c->model_name = ctx->models[i].name;
+            return 0;
+        }
+    }
+    return api_fail(c, 404, "model_not_found", "model", "no model named \"%.100s\" is loaded (see GET /v1/models)", name);
+}
+
+/* ------------------------------------------------------------------ input */
+
+int api_decode_input(api_call *c, const api_model *m, api_input *in)
+{
+    memset(in, 0, sizeof *in);
+    in->model = m;
+    int has_text = api_get_string(c, "text", &in->text, &in->text_len);
+    if (has_text < 0) return -1;
+    int has_pair = api_get_string(c, "text_pair", &in->pair, &in->pair_len);
+    if (has_pair < 0) return -1;
+    json_t *ids = field_value(c, "input_ids");
+    if (ids && has_text)
+        return api_fail(c, 422, "invalid_request", "input_ids", "give either text or input_ids, not both");
+    if (!ids && !has_text)
+        return api_fail(c, 422, "invalid_request", "text", "text (a non-empty string) or input_ids is required");
+    if (has_text && in->text_len == 0)
+        return api_fail(c, 422, "invalid_request", "text", "text must not be empty");
+    if (has_pair && !has_text)
+        return api_fail(c, 422, "invalid_request", "text_pair", "text_pair needs text (not input_ids)");
+    if (has_pair && m->model->cfg.arch != LENS_ARCH_BERT)
+        return api_fail(c, 422, "invalid_request", "text_pair", "text_pair is only supported by BERT models");
+    if (has_pair && in->pair_len == 0)
+        return api_fail(c, 422, "invalid_request", "text_pair", "text_pair must not be empty");
+    if (has_text && memchr(in->text, 0, in->text_len))
+        return api_fail(c, 422, "invalid_request", "text", "text must not contain NUL characters");
+    if (has_pair && memchr(in->pair, 0, in->pair_len))
+        return api_fail(c, 422, "invalid_request", "text_pair", "text_pair must not contain NUL characters");
+    if (!ids) return 0;
+
+    if (!json_is_array(ids))
+        return api_fail(c, 422, "invalid_request", "input_ids", "input_ids must be an array of integers");
+    size_t n = json_array_size(ids);
+    if (n == 0) return api_fail(c, 422, "invalid_request", "input_ids", "input_ids must not be empty");
+    const lens_config *cfg = &m->model->cfg;
+    int limit = c->ctx->max_tokens < cfg->max_positions ? c->ctx->max_tokens : cfg->max_positions;
+    if (n > (size_t)limit)
+        return api_fail(c, 413, "too_many_tokens", "input_ids", "%zu tokens; the limit is %d", n, limit);
+    in->input_ids = malloc(n * sizeof *in->input_ids);
+    if (!in->input_ids) return api_fail(c, 500, "internal", NULL, "out of memory");
+    in->n_input_ids = (int)n;
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(ids, i);
+        if (!json_is_integer(v))
+            return api_fail(c, 422, "invalid_request", "input_ids", "input_ids[%zu] is not an integer", i);
+        long long id = json_integer_value(v);
+        if (id < 0 || id >= cfg->vocab_size)
+            return api_fail(c, 422, "invalid_request", "input_ids",
+                            "input_ids[%zu] = %lld is outside the vocabulary [0, %d)", i, id, cfg->vocab_size);
+        in->input_ids[i] = (int)id;
+    }
+    return 0;
+}
+
+void api_input_free(api_input *in)
+{
+    free(in->input_ids);
+    in->input_ids = NULL;
+}
+
+/* Special tokens when ids come without text: bracketed WordPiece specials
+ * ([CLS], [SEP], [PAD], [MASK], [UNK]) and GPT-2's <|endoftext|>. */
+static int is_special_piece(const char *piece)
+{
+    if (!piece) return 0;
+    size_t n = strlen(piece);
+    if (n >= 3 && piece[0] == '[' && piece[n - 1] == ']') {
+        static const char *const names[] = {"[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]"};
+        for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+            if (!strcmp(piece, names[i])) return 1;
+    }
+    return !strcmp(piece, "<|endoftext|>");
+}
+
+int api_tokenize_input(api_call *c, const api_input *in, lens_token **toks, int *n)
+{
+    const lens_model *m = in->model->model;
+    int limit = c->ctx->max_tokens < m->cfg.max_positions ? c->ctx->max_tokens : m->cfg.max_positions;
+    *toks = NULL, *n = 0;
+    if (in->input_ids) {
+        lens_token *t = calloc((size_t)in->n_input_ids, sizeof *t);
+        if (!t) return api_fail(c, 500, "internal", NULL, "out of memory");
+        for (int i = 0; i < in->n_input_ids; i++) {
+            t[i].id = in->input_ids[i];
+            t[i].start = t[i].end = -1;
+            t[i].special = is_special_piece(lens_tokenizer_piece(m->tok, t[i].id));
+        }
+        *toks = t, *n = in->n_input_ids;
+        return 0;
+    }
+    lens_err err = {0};
+    if (lens_tokenize(m->tok, in->text, in->text_len, in->pair, in->pair ? in->pair_len : 0, toks, n, &err)) {
+        *toks = NULL, *n = 0;
+        if (err.code == LENS_EINVAL) return api_fail(c, 422, "invalid_request", "text", "%s", err.msg);
+        if (err.code == LENS_ELIMIT) return api_fail(c, 413, "too_many_tokens", "text", "%s", err.msg);
+        return api_fail(c, 500, "internal", NULL, "tokenizer failed: %s", err.msg);
+    }
+    c->n_tokens = *n;
+    if (*n > limit) {
+        int got = *n;
+        free(*toks);
+        *toks = NULL, *n = 0;
+        return api_fail(c, 413, "too_many_tokens", "text", "the text is %d tokens; the limit is %d", got, limit);
+    }
+    if (*n == 0) return api_fail(c, 422, "invalid_request", "text", "text produced no tokens");
+    return 0;
+}
+
+/* --------------------------------------------------------- index lists */
+
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+int api_decode_index_list(api_call *c, const char *field, int lo, int hi, api_index_list *out)
+{
+    memset(out, 0, sizeof *out);
+    json_t *v = field_value(c, field);
+    if (!v) {
+        int n = hi >= lo ? hi - lo + 1 : 0;
+        out->v = malloc((size_t)(n > 0 ? n : 1) * sizeof *out->v);
+        if (!out->v) return api_fail(c, 500, "internal", NULL, "out of memory");
+        for (int i = 0; i < n; i++) out->v[i] = lo + i;
+        out->n = n;
+        return 0;
+    }
+    if (!json_is_array(v))
+        return api_fail(c, 422, "invalid_request", field, "%s must be an array of integers", field);
+    size_t n = json_array_size(v);
+    if (n == 0) return api_fail(c, 422, "invalid_request", field, "%s must not be empty", field);
+    if (n > 100000) return api_fail(c, 422, "invalid_request", field, "%s has too many entries", field);
+    out->v = malloc(n * sizeof *out->v);
+    if (!out->v) return api_fail(c, 500, "internal", NULL, "out of memory");
+    out->given = 1;
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(v, i);
+        if (!json_is_integer(e))
+            return api_fail(c, 422, "invalid_request", field, "%s[%zu] is not an integer", field, i);
+        long long x = json_integer_value(e);
+        if (x < lo || x > hi)
+            return api_fail(c, 422, "invalid_request", field, "%s[%zu] = %lld is outside [%d, %d]", field, i, x, lo, hi);
+        out->v[i] = (int)x;
+    }
+    qsort(out->v, n, sizeof *out->v, cmp_int);
+    int k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (k == 0 || out->v[k - 1] != out->v[i]) out->v[k++] = out->v[i];
+    out->n = k;
+    return 0;
+}
+
+int api_index_list_has(const api_index_list *l, int v)
+{
+    for (int i = 0; i < l->n; i++)
+        if (l->v[i] == v) return 1;
+    return 0;
+}
+
+/* ----------------------------------------------------------------- format */
+
+int api_decode_format(api_call *c, api_format *f)
+{
+    f->precision = 6;
+    f->base64 = 0;
+    json_t *v = field_value(c, "format");
+    if (!v) return 0;
+    if (!json_is_object(v))
+        return api_fail(c, 422, "invalid_request", "format", "format must be an object");
+    json_t *p = json_object_get(v, "precision");
+    if (p && !json_is_null(p)) {
+        if (!json_is_integer(p) || json_integer_value(p) < 0 || json_integer_value(p) > 9)
+            return api_fail(c, 422, "invalid_request", "format.precision", "format.precision must be an integer in [0, 9]");
+        f->precision = (int)json_integer_value(p);
+    }
+    json_t *e = json_object_get(v, "encoding");
+    if (e && !json_is_null(e)) {
+        const char *s = json_is_string(e) ? json_string_value(e) : NULL;
+        if (!s || (strcmp(s, "json") && strcmp(s, "base64")))
+            return api_fail(c, 422, "invalid_request", "format.encoding", "format.encoding must be \"json\" or \"base64\"");
+        f->base64 = !strcmp(s, "base64");
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------ response parts */
+
+void api_write_tokens(jw *w, const lens_model *m, const lens_token *t, int n)
+{
+    jw_key(w, "tokens");
+    jw_arr(w);
+    for (int i = 0; i < n; i++) {
+        jw_obj(w);
+        jw_key(w, "id");
+        jw_int(w, t[i].id);
+        jw_key(w, "text");
+        jw_str(w, lens_tokenizer_piece(m->tok, t[i].id));
+        jw_key(w, "start");
+        if (t[i].special || t[i].start < 0) jw_null(w);
+        else jw_int(w, t[i].start);
+        jw_key(w, "end");
+        if (t[i].special || t[i].end < 0) jw_null(w);
+        else jw_int(w, t[i].end);
+        jw_key(w, "special");
+        jw_bool(w, t[i].special);
+        jw_key(w, "segment");
+        jw_int(w, t[i].segment);
+        jw_end(w);
+    }
+    jw_end(w);
+}
+
+void api_write_timing(api_call *c, double t_tokenize, double t_compute, double encode_start)
+{
+    double now = api_now();
+    jw *w = &c->out;
+    jw_key(w, "timing_ms");
+    jw_obj(w);
+    jw_key(w, "tokenize");
+    jw_float(w, t_tokenize * 1e3, 3);
+    jw_key(w, "compute");
+    jw_float(w, t_compute * 1e3, 3);
+    jw_key(w, "encode");
+    jw_float(w, (now - encode_start) * 1e3, 3);
+    jw_key(w, "total");
+    jw_float(w, (now - c->t_start) * 1e3, 3);
+    jw_end(w);
+}

@@ -1,0 +1,54 @@
+/* request.h - decoding the fields every analysis request shares.
+ *
+ * model, text / text_pair / input_ids, layers / heads style index lists and
+ * format; plus writing the parts every response shares (model, tokens,
+ * timing_ms). Each decoder returns 0, or -1 after api_fail() named the field.
+ * Optional fields that are absent or null take their default. */
+#ifndef LENS_API_REQUEST_H
+#define LENS_API_REQUEST_H
+
+#include "api/api.h"
+
+typedef struct {
+    const api_model *model;
+    const char *text, *pair; /* point into the request body; NULL if absent */
+    size_t text_len, pair_len;
+    int *input_ids;          /* owned; NULL when text is given */
+    int n_input_ids;
+} api_input;
+
+typedef struct {
+    int precision; /* 0..9 decimals, default 6 */
+    int base64;    /* encoding "base64" */
+} api_format;
+
+/* An index list such as layers: values in [lo, hi], sorted, deduplicated.
+ * Absent: all of [lo, hi] (given = 0). */
+typedef struct {
+    int *v;
+    int n;
+    int given;
+} api_index_list;
+
+int api_decode_model(api_call *c, const api_model **out);
+int api_decode_input(api_call *c, const api_model *m, api_input *in);
+void api_input_free(api_input *in);
+int api_decode_format(api_call *c, api_format *f);
+int api_decode_index_list(api_call *c, const char *field, int lo, int hi, api_index_list *out);
+int api_index_list_has(const api_index_list *l, int v);
+
+/* Tokenize the input (or wrap input_ids as tokens), enforcing max_tokens and
+ * the model's max_positions (413 "too_many_tokens"). *toks is malloc'd. */
+int api_tokenize_input(api_call *c, const api_input *in, lens_token **toks, int *n);
+
+/* "tokens": [{id, text, start, end, special, segment}, ...] */
+void api_write_tokens(jw *w, const lens_model *m, const lens_token *t, int n);
+/* "timing_ms": {...}; encode_start is when encoding began. */
+void api_write_timing(api_call *c, double t_tokenize, double t_compute, double encode_start);
+
+/* Optional typed getters: 0 absent/null, 1 present and right type, -1 wrong type (failed). */
+int api_get_string(api_call *c, const char *field, const char **s, size_t *len);
+int api_get_bool(api_call *c, const char *field, int *v);
+int api_get_int(api_call *c, const char *field, long long lo, long long hi, int *v);
+
+#endif

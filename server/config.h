@@ -1,0 +1,40 @@
+/* config.h - `lensd serve` settings, defined once in a table (config.c).
+ *
+ * The table drives command-line parsing, LENSD_* environment variables,
+ * `lensd serve --help` and the "workers"/"limits" part of GET /v1/info.
+ * Precedence: built-in default < environment < command line. */
+#ifndef LENSD_CONFIG_H
+#define LENSD_CONFIG_H
+
+#include <stddef.h>
+
+#include "api/json_writer.h"
+
+typedef struct {
+    char *listen;            /* HOST:PORT */
+    char **models;           /* NAME=DIR */
+    int n_models;
+    char *models_dir;
+    int workers;
+    int threads_per_worker;  /* 0 until resolved: cores / workers */
+    int queue;
+    int max_tokens;
+    long long max_body;
+    double timeout;          /* seconds */
+    char *api_key_file;
+    char *cors_origin;       /* comma-separated list, "*" for any */
+    int debug_delay_ms;      /* testing only: each pool job first sleeps this long */
+} lensd_config;
+
+/* Parse argv (after "serve") and the environment into cfg. Returns 0, 1 when
+ * --help was printed, or -1 after printing an error to stderr. */
+int lensd_config_parse(lensd_config *cfg, int argc, char **argv);
+void lensd_config_free(lensd_config *cfg);
+void lensd_config_help(const char *prog);
+
+/* "workers": .., "threads_per_worker": .., "limits": {..} (keys inside an object). */
+void lensd_config_write_info(jw *w, const lensd_config *cfg);
+
+int lensd_cores(void);
+
+#endif

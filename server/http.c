@@ -1,0 +1,603 @@
+/* http.c - libmicrohttpd glue: the request lifecycle of lensd.
+ *
+ * Owns: the MHD daemon, the per-request state (`request`, kept in MHD's
+ * per-connection pointer), and every policy applied before a handler runs:
+ * route lookup (404 / 405 + Allow), CORS preflight and headers, API keys
+ * (401), readiness (503), content type (415), body size (413, as soon as the
+ * Content-Length or the bytes received pass --max-body), queue admission
+ * (429 + Retry-After), and the per-request deadline (503 "timeout").
+ *
+ * Lifecycle (one internal polling thread with epoll, so every callback
+ * below except job_run runs on that thread):
+ *   1st call      headers only: match route, check policy; an error is
+ *                 answered at once (the body is then never read)
+ *   next calls    body bytes appended to request.body
+ *   final call    parse JSON (400), route prepare() validates (4xx);
+ *                 pool routes reserve a queue slot, suspend the connection,
+ *                 submit; other routes run inline and respond
+ *   job_run       worker thread: route run(), then resume the connection
+ *   after resume  the final call repeats and queues the finished response
+ *   completed     log line, metrics, free. */
+#include "server/http.h"
+
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api/request.h"
+#include "server/log.h"
+#include "server/metrics.h"
+#include "server/pool.h"
+
+struct server {
+    const lensd_config *cfg;
+    api_ctx ctx;
+    pool *pool;
+    struct MHD_Daemon *daemon;
+    int port;
+    atomic_int state;     /* api_state */
+    atomic_int in_flight; /* requests between first header and completion */
+    atomic_ullong next_id;
+    unsigned id_prefix;
+    char **api_keys;
+    int n_api_keys;
+    char **cors_origins;
+    int n_cors_origins, cors_any;
+};
+
+enum { PHASE_READING, PHASE_QUEUED, PHASE_RESPONDED };
+
+typedef struct request {
+    server *srv;
+    struct MHD_Connection *conn;
+    const api_route *route;
+    int route_index;
+    api_call call;
+    char method[16];
+    char path[256];
+    char request_id[80];
+    const char *cors_origin; /* value for Access-Control-Allow-Origin, or NULL */
+    char origin[256];
+    char *body;
+    size_t body_len, body_cap;
+    int phase;
+    int over_limit; /* body passed --max-body: bytes are dropped, 413 at the end */
+    int status;     /* sent status, 0 before a response */
+    int preflight;  /* OPTIONS: answer with the CORS preflight headers */
+    char allow[80]; /* Allow header value for 405 and OPTIONS */
+    pool_job job;
+} request;
+
+/* ---------------------------------------------------------------- state */
+
+static api_state ctx_state(const api_ctx *ctx)
+{
+    const server *s = ctx->server;
+    return (api_state)atomic_load(&s->state);
+}
+
+static void ctx_write_server_info(jw *w, const api_ctx *ctx)
+{
+    const server *s = ctx->server;
+    lensd_config_write_info(w, s->cfg);
+}
+
+static void ctx_write_metrics(jw *w, const api_ctx *ctx)
+{
+    server *s = ctx->server;
+    metrics_write(w);
+    char line[1024];
+    int n = snprintf(line, sizeof line,
+                     "# HELP lensd_queue_depth Requests waiting for a worker.\n"
+                     "# TYPE lensd_queue_depth gauge\n"
+                     "lensd_queue_depth %d\n"
+                     "# HELP lensd_in_flight Requests received and not yet answered.\n"
+                     "# TYPE lensd_in_flight gauge\n"
+                     "lensd_in_flight %d\n"
+                     "# HELP lensd_workers_busy Workers computing a request.\n"
+                     "# TYPE lensd_workers_busy gauge\n"
+                     "lensd_workers_busy %d\n"
+                     "# HELP lensd_ready 1 when models are loaded and work is accepted.\n"
+                     "# TYPE lensd_ready gauge\n"
+                     "lensd_ready %d\n"
+                     "# HELP lensd_model_bytes Bytes of float32 weights held per model.\n"
+                     "# TYPE lensd_model_bytes gauge\n",
+                     pool_queue_depth(s->pool), atomic_load(&s->in_flight), pool_running(s->pool),
+                     atomic_load(&s->state) == API_READY);
+    jw_raw(w, line, (size_t)n);
+    for (int i = 0; i < ctx->n_models; i++) {
+        n = snprintf(line, sizeof line, "lensd_model_bytes{model=\"%s\"} %zu\n", ctx->models[i].name,
+                     lens_weights_bytes(ctx->models[i].model->weights));
+        jw_raw(w, line, (size_t)n);
+    }
+}
+
+/* ------------------------------------------------------------- helpers */
+
+static const char *header(struct MHD_Connection *conn, const char *name)
+{
+    return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, name);
+}
+
+/* A client's X-Request-Id is echoed when it is short and plain; else a new id. */
+static void assign_request_id(request *r)
+{
+    const char *given = header(r->conn, "X-Request-Id");
+    if (given) {
+        size_t n = strlen(given);
+        int ok = n > 0 && n < 64;
+        for (size_t i = 0; ok && i < n; i++) {
+            char c = given[i];
+            ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+                 c == '_' || c == '.' || c == ':';
+        }
+        if (ok) {
+            memcpy(r->request_id, given, n + 1);
+            return;
+        }
+    }
+    unsigned long long id = atomic_fetch_add(&r->srv->next_id, 1);
+    snprintf(r->request_id, sizeof r->request_id, "%08x%08llx", r->srv->id_prefix, id);
+}
+
+static int origin_allowed(const server *s, const char *origin)
+{
+    if (!origin || !*origin) return 0;
+    if (s->cors_any) return 1;
+    for (int i = 0; i < s->n_cors_origins; i++)
+        if (!strcmp(s->cors_origins[i], origin)) return 1;
+    return 0;
+}
+
+/* Constant-time comparison, so response timing does not leak key prefixes. */
+static int key_equal(const char *a, size_t na, const char *b, size_t nb)
+{
+    unsigned char diff = na != nb;
+    for (size_t i = 0; i < na; i++) diff |= (unsigned char)(a[i] ^ b[i % (nb ? nb : 1)]);
+    return diff == 0;
+}
+
+static int authorized(const server *s, struct MHD_Connection *conn)
+{
+    if (s->n_api_keys == 0) return 1;
+    const char *auth = header(conn, "Authorization");
+    if (!auth || strncasecmp(auth, "Bearer ", 7)) return 0;
+    const char *key = auth + 7;
+    while (*key == ' ') key++;
+    size_t n = strlen(key);
+    int ok = 0;
+    for (int i = 0; i < s->n_api_keys; i++) ok |= key_equal(key, n, s->api_keys[i], strlen(s->api_keys[i]));
+    return ok;
+}
+
+static int is_json_content_type(const char *ct)
+{
+    if (!ct) return 0;
+    while (*ct == ' ') ct++;
+    if (strncasecmp(ct, "application/json", 16)) return 0;
+    char next = ct[16];
+    return next == 0 || next == ';' || next == ' ';
+}
+
+/* ------------------------------------------------------------- respond */
+
+static enum MHD_Result respond(request *r)
+{
+    api_call *c = &r->call;
+    size_t len = 0;
+    char *body = jw_take(&c->out, &len);
+    if (!body) body = strdup(""), len = 0;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    if (len || c->status != 204) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, c->content_type);
+    MHD_add_response_header(resp, "X-Request-Id", r->request_id);
+    if (c->retry_after > 0) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", c->retry_after);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, v);
+    }
+    if (c->allow) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, c->allow);
+    if (c->status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (r->cors_origin) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->cors_origin);
+        MHD_add_response_header(resp, "Access-Control-Expose-Headers", "X-Request-Id, Retry-After");
+        MHD_add_response_header(resp, "Vary", "Origin");
+        if (r->preflight) {
+            MHD_add_response_header(resp, "Access-Control-Allow-Methods", r->allow);
+            MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Content-Type, Authorization, X-Request-Id");
+            MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+        }
+    }
+    enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)c->status, resp);
+    MHD_destroy_response(resp);
+    if (ret == MHD_YES) {
+        r->status = c->status;
+        r->phase = PHASE_RESPONDED;
+    }
+    return ret;
+}
+
+/* ------------------------------------------------------------ pool jobs */
+
+static void job_run(pool_job *job)
+{
+    request *r = (request *)((char *)job - offsetof(request, job));
+    const lensd_config *cfg = r->srv->cfg;
+    for (int waited = 0; waited < cfg->debug_delay_ms && !job->cancel; waited += 10) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (job->cancel) {
+        api_fail(&r->call, 503, "timeout", NULL, "the request waited longer than the server's timeout (%g s)",
+                 cfg->timeout);
+    } else {
+        r->call.cancel = &job->cancel;
+        r->route->run(&r->call);
+    }
+    MHD_resume_connection(r->conn);
+}
+
+/* ------------------------------------------------------------ callbacks */
+
+/* Headers are in: decide whatever can be decided without the body.
+ * Returns 1 when an answer is ready in r->call. */
+static int check_headers(request *r)
+{
+    server *s = r->srv;
+    api_call *c = &r->call;
+    char allow[64];
+    const char *method = strcmp(r->method, "HEAD") ? r->method : "GET";
+
+    if (!strcmp(method, "OPTIONS")) {
+        /* CORS preflight (or a plain OPTIONS): 204 with what the path allows */
+        api_route_match("", r->path, NULL, 0, allow, sizeof allow);
+        if (!allow[0]) return api_fail(c, 404, "not_found", NULL, "no route %s", r->path), 1;
+        snprintf(r->allow, sizeof r->allow, "%s, OPTIONS", allow);
+        c->status = 204;
+        c->allow = r->allow;
+        r->preflight = 1;
+        return 1;
+    }
+    r->route = api_route_match(method, r->path, c->param, sizeof c->param, allow, sizeof allow);
+    if (!r->route) {
+        if (!allow[0]) return api_fail(c, 404, "not_found", NULL, "no route %s %s", r->method, r->path), 1;
+        snprintf(r->allow, sizeof r->allow, "%s", allow);
+        c->allow = r->allow;
+        return api_fail(c, 405, "method_not_allowed", NULL, "%s does not accept %s (allowed: %s)", r->path, r->method,
+                        allow),
+               1;
+    }
+    r->route_index = (int)(r->route - api_routes);
+    c->route = r->route;
+    if (!r->route->open && !authorized(s, r->conn))
+        return api_fail(c, 401, "unauthorized", NULL, "this route needs Authorization: Bearer <api key>"), 1;
+    api_state st = (api_state)atomic_load(&s->state);
+    if (r->route->needs_models && st == API_LOADING)
+        return api_fail(c, 503, "not_ready", NULL, "models are still loading; see /readyz"), 1;
+    if (r->route->on_pool && st == API_DRAINING)
+        return api_fail(c, 503, "shutting_down", NULL, "the server is shutting down"), 1;
+    if (r->route->json_body) {
+        if (!is_json_content_type(header(r->conn, MHD_HTTP_HEADER_CONTENT_TYPE)))
+            return api_fail(c, 415, "unsupported_media_type", NULL, "send the body as Content-Type: application/json"),
+                   1;
+        const char *cl = header(r->conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > (unsigned long long)s->cfg->max_body)
+            return api_fail(c, 413, "payload_too_large", NULL, "the body is %s bytes; the limit is %lld", cl,
+                            s->cfg->max_body),
+                   1;
+    }
+    return 0;
+}
+
+static void append_body(request *r, const char *data, size_t n)
+{
+    long long max = r->srv->cfg->max_body;
+    if (r->over_limit) return;
+    if (r->body_len + n > (size_t)max) {
+        r->over_limit = 1;
+        free(r->body);
+        r->body = NULL;
+        r->body_len = r->body_cap = 0;
+        return;
+    }
+    if (r->body_len + n > r->body_cap) {
+        size_t cap = r->body_cap ? r->body_cap : 4096;
+        while (cap < r->body_len + n) cap *= 2;
+        char *grown = realloc(r->body, cap);
+        if (!grown) {
+            r->over_limit = 1;
+            return;
+        }
+        r->body = grown, r->body_cap = cap;
+    }
+    memcpy(r->body + r->body_len, data, n);
+    r->body_len += n;
+}
+
+/* The whole body is in: validate, then run inline or hand to the pool. */
+static enum MHD_Result complete(request *r)
+{
+    server *s = r->srv;
+    api_call *c = &r->call;
+    if (r->over_limit) {
+        api_fail(c, 413, "payload_too_large", NULL, "the body is over the limit of %lld bytes", s->cfg->max_body);
+        return respond(r);
+    }
+    if (r->route->json_body && api_parse_body(c, r->body ? r->body : "", r->body_len)) return respond(r);
+    free(r->body);
+    r->body = NULL;
+    if (r->route->prepare && r->route->prepare(c)) return respond(r);
+    if (!r->route->on_pool) {
+        r->route->run(c);
+        return respond(r);
+    }
+    if (atomic_load(&s->state) == API_DRAINING) {
+        api_fail(c, 503, "shutting_down", NULL, "the server is shutting down");
+        return respond(r);
+    }
+    if (!pool_reserve(s->pool)) {
+        c->retry_after = 1;
+        api_fail(c, 429, "queue_full", NULL, "all %d workers are busy and %d requests are queued; retry later",
+                 s->cfg->workers, s->cfg->queue);
+        return respond(r);
+    }
+    r->job.fn = job_run;
+    r->job.deadline = c->t_start + s->cfg->timeout;
+    r->phase = PHASE_QUEUED;
+    MHD_suspend_connection(r->conn);
+    pool_submit(s->pool, &r->job);
+    return MHD_YES;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    (void)version;
+    server *s = cls;
+    request *r = *con_cls;
+    if (!r) {
+        r = calloc(1, sizeof *r);
+        if (!r) return MHD_NO;
+        *con_cls = r;
+        atomic_fetch_add(&s->in_flight, 1);
+        r->srv = s;
+        r->conn = conn;
+        r->route_index = -1;
+        api_call_init(&r->call, &s->ctx, api_now());
+        snprintf(r->method, sizeof r->method, "%s", method);
+        snprintf(r->path, sizeof r->path, "%s", url);
+        assign_request_id(r);
+        const char *origin = header(conn, "Origin");
+        if (origin && origin_allowed(s, origin)) {
+            snprintf(r->origin, sizeof r->origin, "%s", origin);
+            r->cors_origin = s->cors_any ? "*" : r->origin;
+        }
+        if (check_headers(r)) return respond(r);
+        return MHD_YES;
+    }
+    if (r->phase == PHASE_RESPONDED) {
+        *upload_data_size = 0; /* an early answer was sent; drop the rest */
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        append_body(r, upload_data, *upload_data_size);
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (r->phase == PHASE_QUEUED) return respond(r); /* resumed after the worker finished */
+    return complete(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)conn;
+    server *s = cls;
+    request *r = *con_cls;
+    if (!r) return;
+    *con_cls = NULL;
+    double seconds = api_now() - r->call.t_start;
+    /* 499: the client went away before an answer was sent */
+    int status = r->status ? r->status : 499;
+    metrics_record(r->route_index, status, seconds);
+    jw w;
+    log_begin(&w, status >= 500 ? "error" : status >= 400 ? "warn" : "info");
+    jw_key(&w, "request_id");
+    jw_str(&w, r->request_id);
+    jw_key(&w, "method");
+    jw_str(&w, r->method);
+    jw_key(&w, "path");
+    jw_str(&w, r->path);
+    jw_key(&w, "route");
+    jw_str(&w, r->route ? r->route->path : "unmatched");
+    jw_key(&w, "status");
+    jw_int(&w, status);
+    jw_key(&w, "ms");
+    jw_float(&w, seconds * 1e3, 3);
+    jw_key(&w, "tokens");
+    jw_int(&w, r->call.n_tokens);
+    jw_key(&w, "model");
+    jw_str(&w, r->call.model_name);
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+        jw_key(&w, "terminated");
+        jw_int(&w, (int)toe);
+    }
+    log_emit(&w);
+    api_call_free(&r->call);
+    free(r->body);
+    free(r);
+    atomic_fetch_sub(&s->in_flight, 1);
+}
+
+/* ------------------------------------------------------------ start, stop */
+
+static int load_api_keys(server *s, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        log_msg("error", "cannot read --api-key-file %s", path);
+        return -1;
+    }
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        size_t n = strcspn(line, "\r\n");
+        line[n] = 0;
+        char *key = line;
+        while (*key == ' ' || *key == '\t') key++;
+        n = strlen(key);
+        while (n && (key[n - 1] == ' ' || key[n - 1] == '\t')) key[--n] = 0;
+        if (!n || key[0] == '#') continue;
+        char **grown = realloc(s->api_keys, (size_t)(s->n_api_keys + 1) * sizeof *grown);
+        if (!grown) break;
+        s->api_keys = grown;
+        s->api_keys[s->n_api_keys++] = strdup(key);
+    }
+    fclose(f);
+    if (s->n_api_keys == 0) {
+        log_msg("error", "--api-key-file %s has no keys", path);
+        return -1;
+    }
+    return 0;
+}
+
+static void parse_cors(server *s, const char *list)
+{
+    char *copy = strdup(list), *save = NULL;
+    for (char *tok = strtok_r(copy, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+        if (!strcmp(tok, "*")) {
+            s->cors_any = 1;
+            continue;
+        }
+        char **grown = realloc(s->cors_origins, (size_t)(s->n_cors_origins + 1) * sizeof *grown);
+        if (!grown) break;
+        s->cors_origins = grown;
+        s->cors_origins[s->n_cors_origins++] = strdup(tok);
+    }
+    free(copy);
+}
+
+static void server_free(server *s)
+{
+    for (int i = 0; i < s->n_api_keys; i++) free(s->api_keys[i]);
+    free(s->api_keys);
+    for (int i = 0; i < s->n_cors_origins; i++) free(s->cors_origins[i]);
+    free(s->cors_origins);
+    free(s);
+}
+
+server *server_start(const lensd_config *cfg)
+{
+    server *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->cfg = cfg;
+    atomic_init(&s->state, API_LOADING);
+    atomic_init(&s->in_flight, 0);
+    atomic_init(&s->next_id, 1);
+    s->id_prefix = (unsigned)(time(NULL) ^ ((unsigned)getpid() << 16));
+    s->ctx.max_tokens = cfg->max_tokens;
+    s->ctx.state = ctx_state;
+    s->ctx.write_metrics = ctx_write_metrics;
+    s->ctx.write_server_info = ctx_write_server_info;
+    s->ctx.server = s;
+    if (cfg->api_key_file && load_api_keys(s, cfg->api_key_file)) goto fail;
+    if (cfg->cors_origin) parse_cors(s, cfg->cors_origin);
+
+    /* HOST:PORT, HOST may be [v6] */
+    char host[256], port[16];
+    const char *colon = strrchr(cfg->listen, ':');
+    if (!colon || (size_t)(colon - cfg->listen) >= sizeof host || strlen(colon + 1) >= sizeof port) {
+        log_msg("error", "--listen wants HOST:PORT, got \"%s\"", cfg->listen);
+        goto fail;
+    }
+    const char *h = cfg->listen;
+    size_t hn = (size_t)(colon - cfg->listen);
+    if (hn >= 2 && h[0] == '[' && h[hn - 1] == ']') h++, hn -= 2;
+    memcpy(host, h, hn);
+    host[hn] = 0;
+    snprintf(port, sizeof port, "%s", colon + 1);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+    struct addrinfo *ai = NULL;
+    int gai = getaddrinfo(hn ? host : NULL, port, &hints, &ai);
+    if (gai || !ai) {
+        log_msg("error", "--listen %s: %s", cfg->listen, gai_strerror(gai));
+        goto fail;
+    }
+
+    s->pool = pool_create(cfg->workers, cfg->queue);
+    if (!s->pool) {
+        freeaddrinfo(ai);
+        goto fail;
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
+                                 (unsigned)120, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->daemon) {
+        log_msg("error", "cannot listen on %s (address in use or not permitted?)", cfg->listen);
+        pool_destroy(s->pool);
+        goto fail;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = info ? info->port : atoi(port);
+    jw w;
+    log_begin(&w, "info");
+    jw_key(&w, "msg");
+    jw_str(&w, "listening");
+    jw_key(&w, "listen");
+    jw_str(&w, cfg->listen);
+    jw_key(&w, "port");
+    jw_int(&w, s->port);
+    jw_key(&w, "workers");
+    jw_int(&w, cfg->workers);
+    jw_key(&w, "threads_per_worker");
+    jw_int(&w, cfg->threads_per_worker);
+    log_emit(&w);
+    return s;
+fail:
+    server_free(s);
+    return NULL;
+}
+
+int server_port(const server *s) { return s->port; }
+
+void server_set_models(server *s, api_model *models, int n)
+{
+    s->ctx.models = models;
+    s->ctx.n_models = n;
+    atomic_store(&s->state, API_READY); /* seq_cst: publishes models before ready */
+    log_msg("info", "ready");
+}
+
+int server_drain(server *s, double max_wait)
+{
+    atomic_store(&s->state, API_DRAINING);
+    log_msg("info", "shutting down: refusing new work, finishing in-flight requests");
+    double until = api_now() + max_wait;
+    while (atomic_load(&s->in_flight) > 0 && api_now() < until) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return atomic_load(&s->in_flight);
+}
+
+void server_stop(server *s)
+{
+    if (!s) return;
+    /* queued jobs finish and resume their connections before the daemon stops */
+    pool_destroy(s->pool);
+    MHD_stop_daemon(s->daemon);
+    server_free(s);
+}

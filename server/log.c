@@ -1,0 +1,50 @@
+/* log.c - structured logging: one JSON object per line on stderr.
+ *
+ * Owns: the log line format. Every line has "time" (UTC, RFC 3339 with
+ * milliseconds) and "level"; request lines are built by http.c with
+ * request_id, method, path, route, status, ms, tokens, model. A line is
+ * written with one fwrite so concurrent lines never interleave. */
+#include "server/log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <time.h>
+
+void log_begin(jw *w, const char *level)
+{
+    struct timespec ts;
+    struct tm tm;
+    char stamp[64];
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    size_t n = strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(stamp + n, sizeof stamp - n, ".%03ldZ", ts.tv_nsec / 1000000);
+    jw_init(w);
+    jw_obj(w);
+    jw_key(w, "time");
+    jw_str(w, stamp);
+    jw_key(w, "level");
+    jw_str(w, level);
+}
+
+void log_emit(jw *w)
+{
+    jw_end(w);
+    jw_raw(w, "\n", 1);
+    if (!w->oom) fwrite(w->buf, 1, w->len, stderr);
+    jw_free(w);
+}
+
+void log_msg(const char *level, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    jw w;
+    log_begin(&w, level);
+    jw_key(&w, "msg");
+    jw_str(&w, msg);
+    log_emit(&w);
+}
