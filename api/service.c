@@ -119,6 +119,8 @@ static void write_model_info(jw *w, const api_model *am)
     jw_int(w, (long long)m->n_params);
     jw_key(w, "bytes");
     jw_int(w, (long long)lens_weights_bytes(m->weights));
+    jw_key(w, "random_weights");
+    jw_bool(w, cfg->random_weights);
     jw_end(w);
 }
 

@@ -178,6 +178,7 @@ int lens_config_load(const char *path, lens_config *cfg, lens_err *err)
     const char *arch = json_string_value(json_array_get(archs, 0));
     const char *fallback = !strcmp(type, "gpt2") ? "GPT2LMHeadModel" : "BertModel";
     snprintf(cfg->architecture, sizeof cfg->architecture, "%s", arch ? arch : fallback);
+    cfg->random_weights = json_is_true(json_object_get(root, "lensd_random_weights"));
     if (!strcmp(type, "bert")) rc = parse_bert(root, path, cfg, err);
     else if (!strcmp(type, "gpt2")) rc = parse_gpt2(root, path, cfg, err);
     else lens_fail(err, LENS_EFORMAT, "%s: unsupported model_type \"%s\" (bert, gpt2)", path, type);

@@ -38,6 +38,7 @@ typedef struct {
     int gelu_tanh;           /* 1: tanh approximation (gelu_new), 0: exact erf */
     int n_labels;            /* classification only, else 0 */
     char **labels;           /* id2label[n_labels], or NULL */
+    int random_weights;      /* written by lens_mkmodel ("lensd_random_weights"): not a trained model */
 } lens_config;
 
 int lens_config_load(const char *path, lens_config *cfg, lens_err *err);

@@ -158,6 +158,9 @@ int registry_load(const lensd_config *cfg, api_model **out, int *n_out)
         jw_key(&w, "ms");
         jw_float(&w, (api_now() - t0) * 1e3, 1);
         log_emit(&w);
+        if (m->cfg.random_weights)
+            log_msg("warning", "model %s has RANDOM weights (made by lensd mkmodel): its outputs mean nothing",
+                    specs[i].name);
     }
     specs_free(specs, n);
     *out = models;
