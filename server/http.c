@@ -244,6 +244,13 @@ static void job_run(pool_job *job)
         r->call.cancel = &job->cancel;
         r->route->run(&r->call);
     }
+}
+
+/* After job_run, once the pool has forgotten the job: resuming lets
+ * libmicrohttpd complete the request and free it (on_completed). */
+static void job_done(pool_job *job)
+{
+    request *r = (request *)((char *)job - offsetof(request, job));
     MHD_resume_connection(r->conn);
 }
 
@@ -352,6 +359,7 @@ static enum MHD_Result complete(request *r)
         return respond(r);
     }
     r->job.fn = job_run;
+    r->job.done = job_done;
     r->job.deadline = c->t_start + s->cfg->timeout;
     r->phase = PHASE_QUEUED;
     MHD_suspend_connection(r->conn);

@@ -53,6 +53,12 @@ static void *worker_main(void *arg)
         p->running[index] = NULL;
         p->n_running--;
         pthread_cond_broadcast(&p->idle);
+        if (job->done) {
+            /* the watchdog no longer sees the job: done() may free it */
+            pthread_mutex_unlock(&p->lock);
+            job->done(job);
+            pthread_mutex_lock(&p->lock);
+        }
     }
     pthread_mutex_unlock(&p->lock);
     return NULL;

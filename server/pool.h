@@ -9,6 +9,9 @@
 
 typedef struct pool_job {
     void (*fn)(struct pool_job *job); /* runs on a worker thread */
+    /* Called on the worker after the job has left the pool's books, so it may
+     * free the job (e.g. by resuming its connection); NULL = nothing. */
+    void (*done)(struct pool_job *job);
     double deadline;                  /* api_now() seconds; 0 = none */
     volatile int cancel;              /* set by the watchdog after the deadline */
     struct pool_job *next;
