@@ -1,0 +1,173 @@
+/* attention.c - benchmark of effective attention (core/attention.c) against
+ * the forward pass it analyses.
+ *
+ *   attention [--model DIR] [--T 128,512] [--threads 1] [--reps 3] [--seed 42]
+ *
+ * DIR defaults to build/bench-models/bert-base when it holds a checkpoint,
+ * else a random BERT-base (lens_mkmodel bert base encoder) is written to a
+ * temporary folder. For each T: the median time of lens_forward (nothing
+ * kept), of lens_attention_effective over all L x NH heads (the effective
+ * matrices and ranks: one double SVD of V per head plus two sgemms), and of
+ * lens_attention_analyze with statistics and identifiability (key-aware
+ * dimension on: over its size limit at these T, so only its check runs).
+ * Token ids: xorshift32 from --seed, as bench/forward.c. One JSON line per T;
+ * bench/peer/attention_torch.py prints the PyTorch counterpart. */
+#define _XOPEN_SOURCE 700
+#include <ftw.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/attention.h"
+#include "core/blas.h"
+#include "core/mkmodel.h"
+#include "core/model.h"
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *t, int n)
+{
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+static uint32_t xorshift32(uint32_t *s)
+{
+    uint32_t x = *s;
+    x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+    return *s = x;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static int bench_T(const lens_model *m, int T, int reps, uint32_t seed)
+{
+    const lens_config *c = &m->cfg;
+    int *ids = malloc(sizeof(int) * (size_t)T);
+    for (int t = 0; t < T; t++) ids[t] = (int)(xorshift32(&seed) % (uint32_t)c->vocab_size);
+    const lens_batch batch = {.n_seqs = 1, .lengths = &T, .ids = ids};
+    const lens_forward_opts plain = {.keep = 0};
+    const lens_forward_opts keep = {.keep = LENS_KEEP_ATTN | LENS_KEEP_VALUES | LENS_KEEP_HIDDEN};
+    double *t_fwd = malloc(sizeof(double) * reps), *t_eff = malloc(sizeof(double) * reps),
+           *t_all = malloc(sizeof(double) * reps);
+    float *eff = malloc(sizeof(float) * (size_t)T * T);
+    lens_err err = {0};
+    lens_activations act;
+    int rank_min = T, rank_max = 0;
+    for (int r = -1; r < reps; r++) {
+        double t0 = now_ms();
+        if (lens_forward(m, &batch, &plain, &act, &err)) goto fail;
+        double ms = now_ms() - t0;
+        lens_activations_free(&act);
+        if (r >= 0) t_fwd[r] = ms;
+    }
+    if (lens_forward(m, &batch, &keep, &act, &err)) goto fail;
+    const int NH = c->n_heads, DV = c->d_head_v;
+    for (int r = -1; r < reps; r++) {
+        double t0 = now_ms();
+        for (int l = 1; l <= c->n_layers; l++) {
+            const float *values = lens_act_values(m, &act, l, 0);
+            for (int h = 0; h < NH; h++) {
+                int rank;
+                if (lens_attention_effective(lens_act_attn(m, &act, l, h, 0), values + (size_t)h * DV, NH * DV, T, DV,
+                                             c->arch == LENS_ARCH_GPT2, eff, &rank, &err))
+                    goto fail;
+                rank_min = rank < rank_min ? rank : rank_min, rank_max = rank > rank_max ? rank : rank_max;
+            }
+        }
+        double ms = now_ms() - t0;
+        if (r >= 0) t_eff[r] = ms;
+    }
+    for (int r = -1; r < reps; r++) {
+        lens_attention_request req = {.ids = ids, .want_effective = 1, .head = {.key_aware = 1}};
+        lens_attention_result res;
+        double t0 = now_ms();
+        if (lens_attention_analyze(m, &act, 0, &req, &res, &err)) goto fail;
+        double ms = now_ms() - t0;
+        lens_attention_result_free(&res);
+        if (r >= 0) t_all[r] = ms;
+    }
+    lens_activations_free(&act);
+    const double fwd = median(t_fwd, reps), ef = median(t_eff, reps), all = median(t_all, reps);
+    printf("{\"impl\":\"lensd\",\"bench\":\"attention\",\"T\":%d,\"heads\":%d,\"threads\":%d,\"reps\":%d,"
+           "\"forward_ms\":%.2f,\"effective_ms\":%.2f,\"effective_over_forward\":%.4f,"
+           "\"analyze_ms\":%.2f,\"analyze_over_forward\":%.4f,\"rank_min\":%d,\"rank_max\":%d}\n",
+           T, c->n_layers * NH, lens_blas_threads(), reps, fwd, ef, ef / fwd, all, all / fwd, rank_min, rank_max);
+    free(ids), free(t_fwd), free(t_eff), free(t_all), free(eff);
+    return 0;
+fail:
+    fprintf(stderr, "attention: T=%d: %s\n", T, err.msg);
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    lens_blas_setup(argv);
+    const char *model_dir = NULL, *Ts = "128,512";
+    int threads = 1, reps = 3;
+    unsigned seed = 42;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--model")) model_dir = argv[i + 1];
+        else if (!strcmp(argv[i], "--T")) Ts = argv[i + 1];
+        else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--seed")) seed = (unsigned)strtoul(argv[i + 1], NULL, 10);
+        else {
+            fprintf(stderr, "usage: attention [--model DIR] [--T 128,512] [--threads 1] [--reps 3] [--seed 42]\n");
+            return 2;
+        }
+    }
+    if (reps < 1 || threads < 1) return 2;
+    char tmp[] = "/tmp/lens-bench-attention-XXXXXX";
+    int made = 0;
+    lens_err err = {0};
+    if (!model_dir && access("build/bench-models/bert-base/config.json", R_OK) == 0)
+        model_dir = "build/bench-models/bert-base";
+    if (!model_dir) {
+        if (!mkdtemp(tmp) || lens_mkmodel("bert", "base", "encoder", 42, tmp, &err)) {
+            fprintf(stderr, "attention: cannot write a random BERT-base: %s\n", err.msg);
+            return 1;
+        }
+        model_dir = tmp, made = 1;
+    }
+    lens_model *m = lens_model_load(model_dir, &err);
+    if (!m) {
+        fprintf(stderr, "attention: %s: %s\n", model_dir, err.msg);
+        return 1;
+    }
+    lens_blas_set_threads(threads);
+    int rc = 0;
+    for (const char *p = Ts; *p && !rc;) {
+        int T = atoi(p);
+        if (T < 1 || T > m->cfg.max_positions) {
+            fprintf(stderr, "attention: bad T %d\n", T);
+            rc = 1;
+            break;
+        }
+        rc = bench_T(m, T, reps, seed ? seed : 1);
+        p = strchr(p, ',');
+        if (!p) break;
+        p++;
+    }
+    lens_model_free(m);
+    if (made) nftw(tmp, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+    return rc;
+}
