@@ -83,3 +83,13 @@ bench-serve: deps all
 	bench/serve.sh $(BUILD)/lensd
 
 .PHONY: bench-serve
+
+# Builds the Dockerfile with buildah (no Docker engine), starts the image, checks it (slow; not in `make test`).
+image-test:
+	deploy/image-test.sh
+
+# Validates deploy/ (yamllint, kustomize, Kubernetes and Compose schemas, cross-checks, nginx -t).
+validate-deploy:
+	deploy/validate.sh
+
+.PHONY: image-test validate-deploy
