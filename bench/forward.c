@@ -7,7 +7,8 @@
  *   forward --model DIR --T 128 --batch 1 --threads 2 --reps R [--warmup W]
  *           [--seed S] [--dump FILE]
  *       times lens_forward on S = batch sequences of T tokens packed into one
- *       lens_batch (N = S*T rows, no padding); --dump writes the final hidden
+ *       lens_batch (N = S*T rows, no padding) with a lens_pool of --threads
+ *       threads (OpenBLAS at one thread); --dump writes the final hidden
  *       states [N][C] as raw float32 for the correctness guard.
  *
  * Every mode prints one JSON line on stdout. Token ids come from xorshift32
@@ -119,11 +120,11 @@ static int run_sgemm(const options *o)
     return 0;
 }
 
-static int dump_final_hidden(const lens_model *m, const lens_batch *batch, const char *path)
+static int dump_final_hidden(const lens_model *m, const lens_batch *batch, lens_pool *pool, const char *path)
 {
     lens_err err = {0};
     lens_activations act;
-    lens_forward_opts opts = {.keep = LENS_KEEP_HIDDEN};
+    lens_forward_opts opts = {.keep = LENS_KEEP_HIDDEN, .pool = pool};
     if (lens_forward(m, batch, &opts, &act, &err)) {
         fprintf(stderr, "forward: dump forward: %s\n", err.msg);
         return -1;
@@ -165,9 +166,15 @@ static int run_forward(const options *o)
     for (int n = 0; n < N; n++) ids[n] = (int)(xorshift32(&state) % (uint32_t)c->vocab_size);
     for (int s = 0; s < S; s++) lengths[s] = o->T;
     const lens_batch batch = {.n_seqs = S, .lengths = lengths, .ids = ids, .type_ids = NULL};
-    const lens_forward_opts opts = {.keep = 0}; /* hidden states stay in per-call scratch */
+    /* the forward is threaded by its pool alone (core/pool.h): OpenBLAS at 1 */
+    lens_blas_set_threads(1);
+    lens_pool *pool = o->threads > 1 ? lens_pool_create(o->threads) : NULL;
+    if (o->threads > 1 && !pool) {
+        fprintf(stderr, "forward: cannot start %d threads\n", o->threads);
+        return 1;
+    }
+    const lens_forward_opts opts = {.keep = 0, .pool = pool}; /* hidden states stay in per-call scratch */
 
-    lens_blas_set_threads(o->threads);
     for (int r = -o->warmup; r < o->reps; r++) {
         lens_activations act;
         double start = now_ms();
@@ -185,7 +192,8 @@ static int run_forward(const options *o)
     const double C = c->d_model, L = c->n_layers;
     const double p_lin = L * (4.0 * C * C + 2.0 * C * c->d_ff);
     const double gflop = (2.0 * N * p_lin + 4.0 * (double)o->T * o->T * C * L * S) * 1e-9;
-    if (o->dump && dump_final_hidden(m, &batch, o->dump)) return 1;
+    if (o->dump && dump_final_hidden(m, &batch, pool, o->dump)) return 1;
+    lens_pool_free(pool);
     printf("{\"impl\":\"lensd\",\"T\":%d,\"batch\":%d,\"threads\":%d,\"reps\":%d,\"warmup\":%d,"
            "\"ms_median\":%.3f,\"ms_min\":%.3f,\"ms_max\":%.3f,\"gflop\":%.4f,\"gflops\":%.2f,"
            "\"load_ms\":%.1f,\"maxrss_kib\":%ld,\"blas_core\":\"%s\"}\n",

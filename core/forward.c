@@ -3,12 +3,20 @@
  * Rows of all S sequences are packed into N rows, so every linear map is one
  * GEMM of N rows and no padding exists; attention runs per sequence and head.
  * Only what opts->keep asks for is stored in lens_activations; the rest lives
- * in per-call scratch, so concurrent calls on one model never share memory. */
+ * in per-call scratch, so concurrent calls on one model never share memory.
+ *
+ * Threads: everything runs through opts->pool (NULL = the caller alone).
+ * Linear maps split over output panels and row blocks (lens_gemm), attention
+ * over (sequence, head) pairs, LayerNorm / GELU / residual / softmax over row
+ * ranges; each task is single-threaded and no BLAS call is made. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm.h"
 #include "model.h"
 #include "ops.h"
+#include "pool.h"
 
 typedef struct {
     float *x;     /* [N][C] residual stream */
@@ -16,9 +24,100 @@ typedef struct {
     float *q, *k; /* [N][NH*DK] */
     float *v;     /* [N][NH*DV] when values are not kept */
     float *ctx;   /* [N][NH*DV] concatenated head outputs */
-    float *ff;    /* [N][d_ff] */
-    float *probs; /* [NH][Tmax][Tmax] when attention is not kept */
+    float *ff;    /* [N][ff_ld]: d_ff columns, rows padded off 4 KiB multiples (gemm.h) */
+    size_t ff_ld;
+    float *probs; /* [threads][Tmax][Tmax] when attention is not kept */
+    int Tmax;
+    lens_pool *pool;
 } scratch;
+
+/* ---------------------------------------------------------- row-parallel ops */
+
+/* Row ranges for elementwise work: a few per thread, each at least 8 rows. */
+static int row_tasks(lens_pool *pool, int rows)
+{
+    int n = 2 * lens_pool_threads(pool);
+    if (n > rows / 8) n = rows / 8;
+    return n > 1 ? n : 1;
+}
+
+static void task_rows(int task, int n_tasks, int rows, int *r0, int *r1)
+{
+    *r0 = (int)((long)rows * task / n_tasks);
+    *r1 = (int)((long)rows * (task + 1) / n_tasks);
+}
+
+typedef struct {
+    float *out, *mean, *rstd;
+    size_t ld;                   /* gelu: row stride of out */
+    const float *inp, *residual; /* residual may be NULL */
+    float *residual_out;         /* when set, inp + residual is also stored here (GPT-2 stream) */
+    const lens_layernorm *ln;
+    int N, C, n_tasks, gelu_tanh;
+    float eps;
+} rows_job;
+
+/* out = LN(inp + residual) on rows r0..r1 (inp += residual first, in place,
+ * as the unfused code did: out may alias inp). */
+static void add_layernorm_task(void *ctx, int task)
+{
+    const rows_job *j = ctx;
+    int r0, r1;
+    task_rows(task, j->n_tasks, j->N, &r0, &r1);
+    const size_t off = (size_t)r0 * j->C, n = (size_t)(r1 - r0) * j->C;
+    float *inp = (float *)j->inp + off;
+    if (j->residual) lens_residual_forward(inp, j->residual + off, n);
+    lens_layernorm_forward(j->out + off, j->mean ? j->mean + r0 : NULL, j->rstd ? j->rstd + r0 : NULL, inp, j->ln,
+                           r1 - r0, j->C, j->eps);
+}
+
+/* x += h then out = LN(x): the GPT-2 residual stream and the next pre-LN. */
+static void residual_layernorm_task(void *ctx, int task)
+{
+    const rows_job *j = ctx;
+    int r0, r1;
+    task_rows(task, j->n_tasks, j->N, &r0, &r1);
+    const size_t off = (size_t)r0 * j->C, n = (size_t)(r1 - r0) * j->C;
+    lens_residual_forward(j->residual_out + off, j->inp + off, n);
+    if (j->ln)
+        lens_layernorm_forward(j->out + off, j->mean ? j->mean + r0 : NULL, j->rstd ? j->rstd + r0 : NULL,
+                               j->residual_out + off, j->ln, r1 - r0, j->C, j->eps);
+}
+
+static void gelu_task(void *ctx, int task)
+{
+    const rows_job *j = ctx;
+    int r0, r1;
+    task_rows(task, j->n_tasks, j->N, &r0, &r1);
+    for (int r = r0; r < r1; r++)
+        (j->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(j->out + (size_t)r * j->ld, (size_t)j->C);
+}
+
+/* out[N][C] = LN(inp (+ residual)), out may alias inp; inp is modified when
+ * residual is given. */
+static void add_layernorm(lens_pool *pool, float *out, float *mean, float *rstd, float *inp, const float *residual,
+                          const lens_layernorm *ln, int N, int C, float eps)
+{
+    rows_job j = {.out = out, .mean = mean, .rstd = rstd, .inp = inp, .residual = residual, .ln = ln, .N = N,
+                  .C = C, .eps = eps, .n_tasks = row_tasks(pool, N)};
+    lens_pool_run(pool, j.n_tasks, add_layernorm_task, &j);
+}
+
+/* x[N][C] += h; then out = LN(x) when ln is not NULL. */
+static void residual_layernorm(lens_pool *pool, float *x, const float *h, float *out, float *mean, float *rstd,
+                               const lens_layernorm *ln, int N, int C, float eps)
+{
+    rows_job j = {.out = out, .mean = mean, .rstd = rstd, .inp = h, .residual_out = x, .ln = ln, .N = N, .C = C,
+                  .eps = eps, .n_tasks = row_tasks(pool, N)};
+    lens_pool_run(pool, j.n_tasks, residual_layernorm_task, &j);
+}
+
+/* x[N][C] (row stride ld) = GELU(x) */
+static void gelu(lens_pool *pool, float *x, size_t ld, int N, int C, int tanh_approx)
+{
+    rows_job j = {.out = x, .ld = ld, .N = N, .C = C, .gelu_tanh = tanh_approx, .n_tasks = row_tasks(pool, N)};
+    lens_pool_run(pool, j.n_tasks, gelu_task, &j);
+}
 
 static float *alloc_floats(size_t n, int *failed)
 {
@@ -71,22 +170,46 @@ static void embed(const lens_model *m, const lens_batch *b, const int *row_start
     }
 }
 
-/* ctx = per-sequence multi-head attention of q, k, v; probabilities kept in
- * act->attn for this layer or in scratch. */
+typedef struct {
+    const lens_model *m;
+    const lens_activations *act;
+    const scratch *w;
+    const float *v;
+    int layer;
+} attend_job;
+
+/* One (sequence, head) pair, as lens_attention_forward does for one head:
+ * P = softmax(q_h k_h^T / sqrt(DK)) (causal for GPT-2), ctx_h = P v_h. */
+static void attend_task(void *ctx, int task)
+{
+    const attend_job *j = ctx;
+    const lens_config *c = &j->m->cfg;
+    const lens_activations *act = j->act;
+    const int NH = c->n_heads, DK = c->d_head_k, DV = c->d_head_v, QK = NH * DK, VO = NH * DV;
+    const int s = task / NH, h = task % NH, T = act->lengths[s];
+    const size_t r = (size_t)act->row_start[s];
+    /* kept layout [L][NH][sum T*T]: heads of one sequence are attn_layer_size
+     * apart; unkept probabilities go to this thread's scratch block */
+    float *probs = act->attn ? act->attn + ((size_t)j->layer * NH + h) * act->attn_layer_size + act->attn_start[s]
+                             : j->w->probs + (size_t)lens_pool_thread_index() * j->w->Tmax * j->w->Tmax;
+    const lens_gemm_args scores = {.M = T, .N = T, .K = DK, .x = j->w->q + r * QK + h * DK, .ldx = (size_t)QK,
+                                   .w = j->w->k + r * QK + h * DK, .ld = (size_t)QK, .w_kn = 0,
+                                   .alpha = 1.0f / sqrtf((float)DK), .y = probs, .ldy = (size_t)T};
+    lens_gemm(&scores, NULL);
+    lens_softmax_forward(probs, T, T, c->arch == LENS_ARCH_GPT2);
+    const lens_gemm_args context = {.M = T, .N = DV, .K = T, .x = probs, .ldx = (size_t)T,
+                                    .w = j->v + r * VO + h * DV, .ld = (size_t)VO, .w_kn = 1, .alpha = 1.0f,
+                                    .y = j->w->ctx + r * VO + h * DV, .ldy = (size_t)VO};
+    lens_gemm(&context, NULL);
+}
+
+/* ctx = per-sequence multi-head attention of q, k, v, one task per
+ * (sequence, head); probabilities kept in act->attn for this layer or in
+ * scratch. */
 static void attend(const lens_model *m, lens_activations *act, scratch *w, const float *v, int layer)
 {
-    const lens_config *c = &m->cfg;
-    const int QK = c->n_heads * c->d_head_k, VO = c->n_heads * c->d_head_v;
-    for (int s = 0; s < act->n_seqs; s++) {
-        const int T = act->lengths[s];
-        const size_t r = (size_t)act->row_start[s];
-        /* kept layout [L][NH][sum T*T]: heads of one sequence are attn_layer_size apart */
-        float *probs = act->attn ? act->attn + (size_t)layer * c->n_heads * act->attn_layer_size + act->attn_start[s]
-                                 : w->probs;
-        size_t stride = act->attn ? act->attn_layer_size : (size_t)T * T;
-        lens_attention_forward(w->ctx + r * VO, probs, stride, w->q + r * QK, w->k + r * QK, v + r * VO, T,
-                               c->n_heads, c->d_head_k, c->d_head_v, c->arch == LENS_ARCH_GPT2);
-    }
+    attend_job j = {.m = m, .act = act, .w = w, .v = v, .layer = layer};
+    lens_pool_run(w->pool, act->n_seqs * m->cfg.n_heads, attend_task, &j);
 }
 
 static float *ln_slot(const lens_activations *act, float *stats, int slot)
@@ -100,20 +223,18 @@ static void bert_block(const lens_model *m, lens_activations *act, scratch *w, i
     const lens_block *blk = &m->p.blocks[l];
     const int N = act->n_tokens, C = c->d_model;
     float *v = act->values ? act->values + (size_t)l * N * c->n_heads * c->d_head_v : w->v;
-    lens_linear_forward(w->q, w->x, &blk->q, N);
-    lens_linear_forward(w->k, w->x, &blk->k, N);
-    lens_linear_forward(v, w->x, &blk->v, N);
+    lens_gemm_linear(w->q, w->x, &blk->q, N, w->pool);
+    lens_gemm_linear(w->k, w->x, &blk->k, N, w->pool);
+    lens_gemm_linear(v, w->x, &blk->v, N, w->pool);
     attend(m, act, w, v, l);
-    lens_linear_forward(w->h, w->ctx, &blk->attn_out, N);
-    lens_residual_forward(w->h, w->x, (size_t)N * C);
-    lens_layernorm_forward(w->x, ln_slot(act, act->ln_mean, 1 + 2 * l), ln_slot(act, act->ln_rstd, 1 + 2 * l),
-                           w->h, &blk->ln_attn, N, C, c->ln_eps);
-    lens_linear_forward(w->ff, w->x, &blk->ff_in, N);
-    (c->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(w->ff, (size_t)N * c->d_ff);
-    lens_linear_forward(w->h, w->ff, &blk->ff_out, N);
-    lens_residual_forward(w->h, w->x, (size_t)N * C);
-    lens_layernorm_forward(w->x, ln_slot(act, act->ln_mean, 2 + 2 * l), ln_slot(act, act->ln_rstd, 2 + 2 * l),
-                           w->h, &blk->ln_ff, N, C, c->ln_eps);
+    lens_gemm_linear(w->h, w->ctx, &blk->attn_out, N, w->pool);
+    add_layernorm(w->pool, w->x, ln_slot(act, act->ln_mean, 1 + 2 * l), ln_slot(act, act->ln_rstd, 1 + 2 * l), w->h,
+                  w->x, &blk->ln_attn, N, C, c->ln_eps);
+    lens_gemm_linear_ld(w->ff, w->ff_ld, w->x, (size_t)C, &blk->ff_in, N, w->pool);
+    gelu(w->pool, w->ff, w->ff_ld, N, c->d_ff, c->gelu_tanh);
+    lens_gemm_linear_ld(w->h, (size_t)C, w->ff, w->ff_ld, &blk->ff_out, N, w->pool);
+    add_layernorm(w->pool, w->x, ln_slot(act, act->ln_mean, 2 + 2 * l), ln_slot(act, act->ln_rstd, 2 + 2 * l), w->h,
+                  w->x, &blk->ln_ff, N, C, c->ln_eps);
 }
 
 static void gpt2_block(const lens_model *m, lens_activations *act, scratch *w, int l)
@@ -122,20 +243,19 @@ static void gpt2_block(const lens_model *m, lens_activations *act, scratch *w, i
     const lens_block *blk = &m->p.blocks[l];
     const int N = act->n_tokens, C = c->d_model;
     float *v = act->values ? act->values + (size_t)l * N * c->n_heads * c->d_head_v : w->v;
-    lens_layernorm_forward(w->h, ln_slot(act, act->ln_mean, 2 * l), ln_slot(act, act->ln_rstd, 2 * l), w->x,
-                           &blk->ln_attn, N, C, c->ln_eps);
-    lens_linear_forward(w->q, w->h, &blk->q, N);
-    lens_linear_forward(w->k, w->h, &blk->k, N);
-    lens_linear_forward(v, w->h, &blk->v, N);
+    add_layernorm(w->pool, w->h, ln_slot(act, act->ln_mean, 2 * l), ln_slot(act, act->ln_rstd, 2 * l), w->x, NULL,
+                  &blk->ln_attn, N, C, c->ln_eps);
+    lens_gemm_linear(w->q, w->h, &blk->q, N, w->pool);
+    lens_gemm_linear(w->k, w->h, &blk->k, N, w->pool);
+    lens_gemm_linear(v, w->h, &blk->v, N, w->pool);
     attend(m, act, w, v, l);
-    lens_linear_forward(w->h, w->ctx, &blk->attn_out, N);
-    lens_residual_forward(w->x, w->h, (size_t)N * C);
-    lens_layernorm_forward(w->h, ln_slot(act, act->ln_mean, 2 * l + 1), ln_slot(act, act->ln_rstd, 2 * l + 1),
-                           w->x, &blk->ln_ff, N, C, c->ln_eps);
-    lens_linear_forward(w->ff, w->h, &blk->ff_in, N);
-    (c->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(w->ff, (size_t)N * c->d_ff);
-    lens_linear_forward(w->h, w->ff, &blk->ff_out, N);
-    lens_residual_forward(w->x, w->h, (size_t)N * C);
+    lens_gemm_linear(w->h, w->ctx, &blk->attn_out, N, w->pool);
+    residual_layernorm(w->pool, w->x, w->h, w->h, ln_slot(act, act->ln_mean, 2 * l + 1),
+                       ln_slot(act, act->ln_rstd, 2 * l + 1), &blk->ln_ff, N, C, c->ln_eps);
+    lens_gemm_linear_ld(w->ff, w->ff_ld, w->h, (size_t)C, &blk->ff_in, N, w->pool);
+    gelu(w->pool, w->ff, w->ff_ld, N, c->d_ff, c->gelu_tanh);
+    lens_gemm_linear_ld(w->h, (size_t)C, w->ff, w->ff_ld, &blk->ff_out, N, w->pool);
+    residual_layernorm(w->pool, w->x, w->h, NULL, NULL, NULL, NULL, N, C, c->ln_eps);
 }
 
 /* Task head on the final hidden states x[N][C]. */
@@ -152,9 +272,9 @@ static int task_head(const lens_model *m, lens_activations *act, scratch *w)
         if (failed) return -1;
         for (int s = 0; s < act->n_seqs; s++)
             memcpy(w->h + (size_t)s * C, w->x + (size_t)act->row_start[s] * C, sizeof(float) * C);
-        lens_linear_forward(act->pooled, w->h, &p->pooler, act->n_seqs);
+        lens_gemm_linear(act->pooled, w->h, &p->pooler, act->n_seqs, w->pool);
         lens_tanh_forward(act->pooled, (size_t)act->n_seqs * C);
-        lens_linear_forward(act->logits, act->pooled, &p->classifier, act->n_seqs);
+        lens_gemm_linear(act->logits, act->pooled, &p->classifier, act->n_seqs, w->pool);
     } else if (c->task == LENS_TASK_MASKED_LM || c->task == LENS_TASK_CAUSAL_LM) {
         act->logits = alloc_floats((size_t)N * c->vocab_size, &failed);
         if (failed) return -1;
@@ -162,13 +282,13 @@ static int task_head(const lens_model *m, lens_activations *act, scratch *w)
         lens_linear decoder = {.w = p->tok_emb, .in = C, .out = c->vocab_size, .ld = C};
         const float *t = w->x;
         if (c->task == LENS_TASK_MASKED_LM) {
-            lens_linear_forward(w->h, w->x, &p->mlm_transform, N);
-            (c->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(w->h, (size_t)N * C);
-            lens_layernorm_forward(w->h, NULL, NULL, w->h, &p->mlm_ln, N, C, c->ln_eps);
+            lens_gemm_linear(w->h, w->x, &p->mlm_transform, N, w->pool);
+            gelu(w->pool, w->h, (size_t)C, N, C, c->gelu_tanh);
+            add_layernorm(w->pool, w->h, NULL, NULL, w->h, NULL, &p->mlm_ln, N, C, c->ln_eps);
             decoder.b = p->mlm_bias;
             t = w->h;
         }
-        lens_linear_forward(act->logits, t, &decoder, N);
+        lens_gemm_linear(act->logits, t, &decoder, N, w->pool);
     }
     return 0;
 }
@@ -208,9 +328,10 @@ static int layout(const lens_model *m, const lens_batch *b, unsigned keep, size_
     w->q = alloc_floats(N * QK, &failed);
     w->k = alloc_floats(N * QK, &failed);
     w->ctx = alloc_floats(N * VO, &failed);
-    w->ff = alloc_floats(N * c->d_ff, &failed);
+    w->ff_ld = (size_t)c->d_ff + (c->d_ff % 1024 == 0 ? 16 : 0);
+    w->ff = alloc_floats(N * w->ff_ld, &failed);
     if (!act->values) w->v = alloc_floats(N * VO, &failed);
-    if (!act->attn) w->probs = alloc_floats((size_t)c->n_heads * Tmax * Tmax, &failed);
+    if (!act->attn) w->probs = alloc_floats((size_t)lens_pool_threads(w->pool) * Tmax * Tmax, &failed);
     return failed ? -1 : 0;
 }
 
@@ -235,7 +356,7 @@ int lens_forward(const lens_model *m, const lens_batch *batch, const lens_forwar
     size_t N = 0;
     int Tmax = 0;
     if (check_batch(m, batch, &N, &Tmax, err)) return -1;
-    scratch w = {0};
+    scratch w = {.pool = opts ? opts->pool : NULL, .Tmax = Tmax};
     if (layout(m, batch, keep, N, Tmax, act, &w)) {
         lens_fail(err, LENS_ENOMEM, "out of memory for a batch of %zu tokens", N);
         goto fail;
@@ -243,8 +364,8 @@ int lens_forward(const lens_model *m, const lens_batch *batch, const lens_forwar
 
     embed(m, batch, act->row_start, w.x);
     if (c->arch == LENS_ARCH_BERT)
-        lens_layernorm_forward(w.x, ln_slot(act, act->ln_mean, 0), ln_slot(act, act->ln_rstd, 0), w.x,
-                               &m->p.ln_emb, (int)N, C, c->ln_eps);
+        add_layernorm(w.pool, w.x, ln_slot(act, act->ln_mean, 0), ln_slot(act, act->ln_rstd, 0), w.x, NULL,
+                      &m->p.ln_emb, (int)N, C, c->ln_eps);
     keep_hidden(act, w.x, 0, C);
     for (int l = 0; l < L; l++) {
         if (opts && opts->cancel && *opts->cancel) {
@@ -253,8 +374,8 @@ int lens_forward(const lens_model *m, const lens_batch *batch, const lens_forwar
         }
         (c->arch == LENS_ARCH_BERT ? bert_block : gpt2_block)(m, act, &w, l);
         if (c->arch == LENS_ARCH_GPT2 && l == L - 1)
-            lens_layernorm_forward(w.x, ln_slot(act, act->ln_mean, 2 * L), ln_slot(act, act->ln_rstd, 2 * L), w.x,
-                                   &m->p.ln_final, (int)N, C, c->ln_eps);
+            add_layernorm(w.pool, w.x, ln_slot(act, act->ln_mean, 2 * L), ln_slot(act, act->ln_rstd, 2 * L), w.x,
+                          NULL, &m->p.ln_final, (int)N, C, c->ln_eps);
         keep_hidden(act, w.x, l + 1, C);
     }
     if ((keep & LENS_KEEP_LOGITS) && task_head(m, act, &w)) {

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm.h"
 #include "ops.h"
 
 /* ---------------------------------------------------------------- loading */
@@ -142,6 +143,69 @@ static int bind_gpt2(binder *b, const lens_config *c, lens_params *p)
     return bind_layernorm(b, &p->ln_final, C, "ln_f");
 }
 
+/* ---------------------------------------------------------------- packing */
+
+/* Floats of W's storage from its first to its last element. */
+static size_t linear_extent(const lens_linear *lin)
+{
+    const size_t rows = lin->w_in_out ? (size_t)lin->in : (size_t)lin->out;
+    const size_t cols = lin->w_in_out ? (size_t)lin->out : (size_t)lin->in;
+    return (rows - 1) * (size_t)lin->ld + cols;
+}
+
+/* The linear maps of the model in load order: [L][6] block maps, then heads;
+ * entries whose weight is not bound are skipped by the callers. */
+static int model_linears(lens_model *m, lens_linear **out)
+{
+    int n = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        lens_block *blk = &m->p.blocks[l];
+        lens_linear *maps[6] = {&blk->q, &blk->k, &blk->v, &blk->attn_out, &blk->ff_in, &blk->ff_out};
+        for (int i = 0; i < 6; i++) out[n++] = maps[i];
+    }
+    out[n++] = &m->p.pooler;
+    out[n++] = &m->p.classifier;
+    out[n++] = &m->p.mlm_transform;
+    return n;
+}
+
+/* Every linear map's weight copied once into the GEMM panel layout (one
+ * 64-byte aligned allocation), so no forward call repacks weights. Each
+ * layer's mapped pages are released after its maps are packed, keeping peak
+ * RSS near the checkpoint size instead of twice it. The tied LM decoder is
+ * not packed: it is the embedding table, which must stay as is, and a second
+ * copy would cost V x C floats; the GEMM packs it panel by panel per call. */
+static int pack_weights(lens_model *m, lens_err *err)
+{
+    lens_linear **lins = malloc(sizeof *lins * ((size_t)m->cfg.n_layers * 6 + 3));
+    if (!lins) return lens_fail(err, LENS_ENOMEM, "out of memory");
+    const int n = model_linears(m, lins);
+    size_t total = 0;
+    for (int i = 0; i < n; i++)
+        if (lins[i]->w) total += (lens_gemm_packed_size(lins[i]->in, lins[i]->out) + 15) & ~(size_t)15;
+    m->packed = total ? aligned_alloc(64, total * sizeof(float)) : NULL;
+    if (total && !m->packed) {
+        free(lins);
+        return lens_fail(err, LENS_ENOMEM, "out of memory packing %zu MiB of weights", total * sizeof(float) >> 20);
+    }
+    float *dst = m->packed;
+    for (int i = 0, released = 0; i < n; i++) {
+        lens_linear *lin = lins[i];
+        if (lin->w) {
+            lens_gemm_pack(dst, lin->w, lin->in, lin->out, (size_t)lin->ld, lin->w_in_out);
+            lin->packed = dst;
+            dst += (lens_gemm_packed_size(lin->in, lin->out) + 15) & ~(size_t)15;
+        }
+        /* release only whole layers: GPT-2's q, k, v are views of one tensor */
+        if (i == n - 1 || (i + 1) % 6 == 0) {
+            for (; released <= i; released++)
+                if (lins[released]->w) lens_weights_release(m->weights, lins[released]->w, linear_extent(lins[released]));
+        }
+    }
+    free(lins);
+    return 0;
+}
+
 lens_model *lens_model_load(const char *dir, lens_err *err)
 {
     lens_model *m = calloc(1, sizeof *m);
@@ -162,6 +226,7 @@ lens_model *lens_model_load(const char *dir, lens_err *err)
     binder b = {.w = m->weights, .err = err};
     if ((m->cfg.arch == LENS_ARCH_BERT ? bind_bert : bind_gpt2)(&b, &m->cfg, &m->p)) goto fail;
     m->n_params = b.n_params;
+    if (pack_weights(m, err)) goto fail;
     if (!(m->tok = lens_tokenizer_load(dir, err))) goto fail;
     if (lens_tokenizer_vocab_size(m->tok) > m->cfg.vocab_size) {
         lens_fail(err, LENS_EFORMAT, "%s: tokenizer has %d tokens but the model's vocab_size is %d", dir,
@@ -179,6 +244,7 @@ void lens_model_free(lens_model *m)
     if (!m) return;
     lens_tokenizer_free(m->tok);
     lens_weights_close(m->weights);
+    free(m->packed);
     free(m->p.blocks);
     lens_config_free(&m->cfg);
     free(m->dir);

@@ -14,6 +14,7 @@
 #include <stddef.h>
 
 #include "err.h"
+#include "pool.h"
 #include "safetensors.h"
 #include "tokenizer.h"
 
@@ -52,6 +53,7 @@ typedef struct {
     const float *w, *b;
     int in, out, ld;
     int w_in_out; /* 1: W stored [in][out] (Conv1D), 0: [out][in] (Linear) */
+    const float *packed; /* W in lens_gemm panel layout, packed at load (owned by the model), or NULL */
 } lens_linear;
 
 typedef struct {
@@ -86,6 +88,7 @@ typedef struct lens_model {
     lens_weights *weights;
     lens_tokenizer *tok;
     size_t n_params;
+    float *packed;   /* one allocation holding every lens_linear.packed */
 } lens_model;
 
 lens_model *lens_model_load(const char *dir, lens_err *err);
@@ -110,6 +113,7 @@ typedef struct {
 typedef struct {
     unsigned keep;               /* LENS_KEEP_* bits */
     const volatile int *cancel;  /* optional: checked between layers; non-zero stops with LENS_ECANCEL */
+    lens_pool *pool;             /* threads for the pass (core/pool.h); NULL = the calling thread only */
 } lens_forward_opts;
 
 typedef struct {

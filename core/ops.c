@@ -1,5 +1,8 @@
-/* ops.c - forward operations (see ops.h for shapes). */
+/* ops.c - forward operations and their backward passes (see ops.h for shapes).
+ * Each backward quotes the forward line it inverts. */
 #include "ops.h"
+
+#include "gemm.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -8,14 +11,29 @@
 
 void lens_linear_forward(float *out, const float *inp, const lens_linear *lin, int N)
 {
-    for (int n = 0; n < N; n++) {
-        float *row = out + (size_t)n * lin->out;
-        if (lin->b) memcpy(row, lin->b, sizeof(float) * lin->out);
-        else memset(row, 0, sizeof(float) * lin->out);
+    /* Linear: out = inp W^T with W [OC][IC]; Conv1D: out = inp W with W [IC][OC];
+     * single-threaded here, forward.c passes its pool to lens_gemm_linear */
+    lens_gemm_linear(out, inp, lin, N, NULL);
+}
+
+void lens_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                          const float *inp, const lens_linear *lin, int N)
+{
+    /* forward: out[N][OC] = inp[N][IC] W (+ b) */
+    if (dinp) /* dinp += dout W, W as [OC][IC] (Linear) or dout W^T, W [IC][OC] (Conv1D) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, lin->w_in_out ? CblasTrans : CblasNoTrans, N, lin->in,
+                    lin->out, 1.0f, dout, lin->out, lin->w, lin->ld, 1.0f, dinp, lin->in);
+    if (dweight) {
+        if (lin->w_in_out) /* dW[IC][OC] += inp^T dout */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, lin->in, lin->out, N, 1.0f, inp, lin->in,
+                        dout, lin->out, 1.0f, dweight, lin->ld);
+        else /* dW[OC][IC] += dout^T inp */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, lin->out, lin->in, N, 1.0f, dout, lin->out,
+                        inp, lin->in, 1.0f, dweight, lin->ld);
     }
-    /* Linear: out = inp W^T with W [OC][IC]; Conv1D: out = inp W with W [IC][OC] */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, lin->w_in_out ? CblasNoTrans : CblasTrans,
-                N, lin->out, lin->in, 1.0f, inp, lin->in, lin->w, lin->ld, 1.0f, out, lin->out);
+    if (dbias) /* out[n] = ... + b: db += sum over rows of dout */
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < lin->out; o++) dbias[o] += dout[(size_t)n * lin->out + o];
 }
 
 void lens_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
@@ -38,6 +56,34 @@ void lens_layernorm_forward(float *out, float *mean, float *rstd, const float *i
         for (int i = 0; i < C; i++) y[i] = (x[i] - mf) * s * ln->w[i] + ln->b[i];
         if (mean) mean[n] = mf;
         if (rstd) rstd[n] = s;
+    }
+}
+
+void lens_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                             const float *inp, const float *mean, const float *rstd,
+                             const lens_layernorm *ln, int N, int C)
+{
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+        float *dx = dinp + (size_t)n * C;
+        const float m = mean[n], s = rstd[n];
+        /* forward: y[i] = (x[i] - mean) * rstd * w[i] + b[i]; with
+         * norm = (x - mean) rstd and dnorm = dy w:
+         * dx = rstd (dnorm - mean_i(dnorm) - norm mean_i(dnorm norm)) */
+        double dnorm_mean = 0, dnorm_norm_mean = 0;
+        for (int i = 0; i < C; i++) {
+            const double norm = (x[i] - m) * s, dnorm = (double)dy[i] * ln->w[i];
+            dnorm_mean += dnorm;
+            dnorm_norm_mean += dnorm * norm;
+        }
+        dnorm_mean /= C;
+        dnorm_norm_mean /= C;
+        for (int i = 0; i < C; i++) {
+            const float norm = (x[i] - m) * s, dnorm = dy[i] * ln->w[i];
+            dx[i] += s * (dnorm - (float)dnorm_mean - norm * (float)dnorm_norm_mean);
+            if (dweight) dweight[i] += norm * dy[i];
+            if (dbias) dbias[i] += dy[i];
+        }
     }
 }
 
@@ -95,14 +141,62 @@ void lens_gelu_tanh_forward(float *x, size_t n)
     }
 }
 
+/* forward: gelu(x) = x Phi(x) = 0.5 x (1 + erf(x / sqrt 2));
+ * gelu'(x) = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi) */
+static inline float gelu_grad(float x)
+{
+    const float cdf = 0.5f * (1.0f + erf_approx(x * (float)M_SQRT1_2));
+    const float pdf = 0.3989422804014327f * exp_approx(-0.5f * x * x);
+    return cdf + x * pdf;
+}
+
+/* forward: gelu(x) = 0.5 x (1 + tanh(u)), u = s (x + 0.044715 x^3);
+ * gelu'(x) = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) s (1 + 3 * 0.044715 x^2) */
+static inline float gelu_tanh_grad(float x)
+{
+    const float s = 0.7978845608028654f;
+    const float t = tanhf(s * (x + 0.044715f * x * x * x));
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * s * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+void lens_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    for (size_t i = 0; i < n; i++) dinp[i] += gelu_grad(inp[i]) * dout[i];
+}
+
+void lens_gelu_tanh_backward(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    for (size_t i = 0; i < n; i++) dinp[i] += gelu_tanh_grad(inp[i]) * dout[i];
+}
+
+void lens_gelu_backward_inplace(float *d, const float *inp, size_t n, int tanh_approx)
+{
+    if (tanh_approx)
+        for (size_t i = 0; i < n; i++) d[i] *= gelu_tanh_grad(inp[i]);
+    else
+        for (size_t i = 0; i < n; i++) d[i] *= gelu_grad(inp[i]);
+}
+
 void lens_tanh_forward(float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++) x[i] = tanhf(x[i]);
 }
 
+void lens_tanh_backward(float *dinp, const float *out, const float *dout, size_t n)
+{
+    /* forward: x[i] = tanhf(x[i]); tanh' = 1 - tanh^2 */
+    for (size_t i = 0; i < n; i++) dinp[i] += (1.0f - out[i] * out[i]) * dout[i];
+}
+
 void lens_residual_forward(float *out, const float *inp, size_t n)
 {
     for (size_t i = 0; i < n; i++) out[i] += inp[i];
+}
+
+void lens_residual_backward(float *dinp, const float *dout, size_t n)
+{
+    /* forward: out[i] += inp[i] */
+    for (size_t i = 0; i < n; i++) dinp[i] += dout[i];
 }
 
 /* Reductions over 16 independent lanes: C forbids reassociating a float sum,
@@ -147,6 +241,20 @@ void lens_softmax_forward(float *x, int rows, int cols, int causal)
     }
 }
 
+void lens_softmax_backward(float *dinp, const float *probs, const float *dout, int rows, int cols,
+                           int causal)
+{
+    for (int r = 0; r < rows; r++) {
+        const float *p = probs + (size_t)r * cols, *dp = dout + (size_t)r * cols;
+        float *dx = dinp + (size_t)r * cols;
+        const int valid = causal ? r + 1 : cols;
+        /* forward: row[c] = exp(x[c] - max) / sum; dx[c] = p[c] (dp[c] - sum_c' p[c'] dp[c']) */
+        float dot = 0;
+        for (int c = 0; c < valid; c++) dot += p[c] * dp[c];
+        for (int c = 0; c < valid; c++) dx[c] += p[c] * (dp[c] - dot);
+    }
+}
+
 void lens_attention_forward(float *out, float *probs, size_t probs_stride, const float *q,
                             const float *k, const float *v, int T, int NH, int DK, int DV, int causal)
 {
@@ -154,12 +262,72 @@ void lens_attention_forward(float *out, float *probs, size_t probs_stride, const
     const float scale = 1.0f / sqrtf((float)DK);
     for (int h = 0; h < NH; h++) {
         float *p = probs + h * probs_stride;
-        /* scores[T][T] = q_h k_h^T / sqrt(DK) */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, DK, scale,
-                    q + h * DK, qk_stride, k + h * DK, qk_stride, 0.0f, p, T);
+        /* scores[T][T] = q_h k_h^T / sqrt(DK): W = k_h^T, k_h rows are W's columns */
+        const lens_gemm_args scores = {.M = T, .N = T, .K = DK, .x = q + h * DK, .ldx = qk_stride,
+                                       .w = k + h * DK, .ld = qk_stride, .w_kn = 0, .alpha = scale,
+                                       .y = p, .ldy = T};
+        lens_gemm(&scores, NULL);
         lens_softmax_forward(p, T, T, causal);
         /* out_h[T][DV] = P v_h */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, DV, T, 1.0f,
-                    p, T, v + h * DV, v_stride, 0.0f, out + h * DV, v_stride);
+        const lens_gemm_args context = {.M = T, .N = DV, .K = T, .x = p, .ldx = T, .w = v + h * DV,
+                                        .ld = v_stride, .w_kn = 1, .alpha = 1.0f, .y = out + h * DV,
+                                        .ldy = v_stride};
+        lens_gemm(&context, NULL);
+    }
+}
+
+void lens_attention_backward(float *dq, float *dk, float *dv, float *dprobs, size_t dprobs_stride,
+                             float *dscores, const float *dout, const float *q, const float *k,
+                             const float *v, const float *probs, size_t probs_stride, int T, int NH,
+                             int DK, int DV, int causal)
+{
+    const int qk_stride = NH * DK, v_stride = NH * DV;
+    const float scale = 1.0f / sqrtf((float)DK);
+    for (int h = 0; h < NH; h++) {
+        const float *p = probs + h * probs_stride;
+        float *dp = dprobs + h * dprobs_stride;
+        /* forward: out_h = P v_h  =>  dP = dout_h v_h^T, dv_h += P^T dout_h */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, DV, 1.0f, dout + h * DV, v_stride,
+                    v + h * DV, v_stride, 0.0f, dp, T);
+        if (dv)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, DV, T, 1.0f, p, T, dout + h * DV, v_stride,
+                        1.0f, dv + h * DV, v_stride);
+        if (!dq && !dk) continue;
+        /* forward: P = softmax(scores) */
+        memset(dscores, 0, sizeof(float) * T * T);
+        lens_softmax_backward(dscores, p, dp, T, T, causal);
+        /* forward: scores = q_h k_h^T / sqrt(DK) */
+        if (dq)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, DK, T, scale, dscores, T, k + h * DK,
+                        qk_stride, 1.0f, dq + h * DK, qk_stride);
+        if (dk)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, DK, T, scale, dscores, T, q + h * DK,
+                        qk_stride, 1.0f, dk + h * DK, qk_stride);
+    }
+}
+
+void lens_embedding_forward(float *out, const int *ids, const int *type_ids, const float *tok,
+                            const float *pos, const float *type, int T, int C)
+{
+    for (int t = 0; t < T; t++) {
+        float *row = out + (size_t)t * C;
+        const float *te = tok + (size_t)ids[t] * C, *pe = pos + (size_t)t * C;
+        for (int i = 0; i < C; i++) row[i] = te[i] + pe[i];
+        if (type) {
+            const float *se = type + (size_t)(type_ids ? type_ids[t] : 0) * C;
+            for (int i = 0; i < C; i++) row[i] += se[i];
+        }
+    }
+}
+
+void lens_embedding_backward(float *dtok, float *dpos, float *dtype, const float *dout,
+                             const int *ids, const int *type_ids, int T, int C)
+{
+    for (int t = 0; t < T; t++) {
+        const float *d = dout + (size_t)t * C;
+        /* forward: row = tok[ids[t]] + pos[t] + type[type_ids[t]] */
+        if (dtok) lens_residual_backward(dtok + (size_t)ids[t] * C, d, (size_t)C);
+        if (dpos) lens_residual_backward(dpos + (size_t)t * C, d, (size_t)C);
+        if (dtype) lens_residual_backward(dtype + (size_t)(type_ids ? type_ids[t] : 0) * C, d, (size_t)C);
     }
 }

@@ -811,3 +811,17 @@ size_t lens_weights_bytes(const lens_weights *w)
 {
     return w->mapped_bytes + w->converted_bytes;
 }
+
+void lens_weights_release(lens_weights *w, const float *p, size_t n_floats)
+{
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t begin = (uintptr_t)p, end = begin + n_floats * sizeof(float);
+    for (int s = 0; s < w->n_shards; s++) {
+        const uintptr_t map = (uintptr_t)w->shards[s].map, map_end = map + w->shards[s].map_len;
+        if (!map || begin < map || end > map_end) continue;
+        /* only whole pages inside the tensor: neighbours may still be in use */
+        const uintptr_t lo = (begin + page - 1) & ~(page - 1), hi = end & ~(page - 1);
+        if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+        return;
+    }
+}

@@ -68,6 +68,13 @@ const float *lens_weights_get(lens_weights *w, const char *name, int ndim,
                               const int64_t *shape, lens_err *err);
 int lens_weights_has(const lens_weights *w, const char *name);
 
+/* Drop the pages of a tensor returned by lens_weights_get from memory when
+ * it is served from a file mapping (the page-aligned interior of
+ * p[0..n_floats), madvise MADV_DONTNEED): a model that keeps its own copy
+ * (packed GEMM weights) stops paying for both. The data stays valid and
+ * faults back in from the file if read again. No-op for converted tensors. */
+void lens_weights_release(lens_weights *w, const float *p, size_t n_floats);
+
 /* Bytes of float32 data held for the model (mapped + converted). */
 size_t lens_weights_bytes(const lens_weights *w);
 

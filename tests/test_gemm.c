@@ -1,0 +1,283 @@
+/* test_gemm.c - the thread pool and the packed SGEMM (core/pool.h,
+ * core/gemm.h), and lens_forward with a pool against lens_forward without.
+ *
+ * Pool: every task of a job runs exactly once for pools of 1..3 threads and
+ * job sizes 0..1000; runs nested inside a task (same pool or NULL) go inline;
+ * lens_pool_thread_index stays below the pool's thread count.
+ *
+ * GEMM: y = x W + b against a double-precision reference for shapes that are
+ * not multiples of the tiles (MR 12, NR 32, KC 384, MC 240), M, N or K = 1,
+ * row strides larger than the rows, both weight layouts, with and without
+ * bias, prepacked and packed-per-call W (with a scale), pools of 1 and 2
+ * threads. Tolerance per element: 2 K FLT_EPSILON (sum_k |x_k W_kn| + |b_n|),
+ * the worst-case error bound of a K-term float32 dot product (gamma_K, twice
+ * over), so a wrong element or a missed term fails while any accumulation
+ * order passes. Columns past N of y must be left untouched (masked stores).
+ *
+ * Forward: the pool only splits work between threads, never an element's
+ * arithmetic, so hidden states, attention, values and logits with a 2-thread
+ * pool must equal the single-threaded ones exactly (tolerance 0). */
+#include <float.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/gemm.h"
+#include "core/model.h"
+#include "core/pool.h"
+#include "tests/check.h"
+
+/* ---------------------------------------------------------------- pool */
+
+typedef struct {
+    atomic_int *count;
+    lens_pool *pool;
+    int threads;
+    atomic_int bad_index, inner;
+} pool_ctx;
+
+static void count_task(void *ctx, int task)
+{
+    pool_ctx *c = ctx;
+    atomic_fetch_add(&c->count[task], 1);
+    int idx = lens_pool_thread_index();
+    if (idx < 0 || idx >= c->threads) atomic_fetch_add(&c->bad_index, 1);
+}
+
+static void inner_task(void *ctx, int task)
+{
+    (void)task;
+    atomic_fetch_add(&((pool_ctx *)ctx)->inner, 1);
+}
+
+/* A task that starts jobs of its own: on the same pool and on no pool. */
+static void nesting_task(void *ctx, int task)
+{
+    pool_ctx *c = ctx;
+    atomic_fetch_add(&c->count[task], 1);
+    lens_pool_run(c->pool, 3, inner_task, c);
+    lens_pool_run(NULL, 2, inner_task, c);
+}
+
+static void test_pool(void)
+{
+    enum { MAX_TASKS = 1000 };
+    static atomic_int count[MAX_TASKS];
+    const int sizes[] = {0, 1, 2, 3, 7, 64, MAX_TASKS};
+    for (int threads = 1; threads <= 3; threads++) {
+        lens_pool *pool = lens_pool_create(threads);
+        CHECK(pool != NULL, "lens_pool_create(%d)", threads);
+        if (!pool) continue;
+        CHECK(lens_pool_threads(pool) == threads, "pool of %d reports %d threads", threads, lens_pool_threads(pool));
+        for (int rep = 0; rep < 50; rep++) {
+            for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+                const int n = sizes[s];
+                pool_ctx c = {.count = count, .pool = pool, .threads = threads};
+                for (int i = 0; i < MAX_TASKS; i++) atomic_store(&count[i], 0);
+                lens_pool_run(pool, n, count_task, &c);
+                int wrong = 0;
+                for (int i = 0; i < MAX_TASKS; i++) wrong += atomic_load(&count[i]) != (i < n);
+                if (wrong || atomic_load(&c.bad_index)) {
+                    CHECK(0, "pool %d threads, %d tasks: %d tasks not run exactly once, %d bad thread indices",
+                          threads, n, wrong, atomic_load(&c.bad_index));
+                    rep = 50;
+                    break;
+                }
+            }
+        }
+        check_passed++;
+        pool_ctx c = {.count = count, .pool = pool, .threads = threads};
+        for (int i = 0; i < MAX_TASKS; i++) atomic_store(&count[i], 0);
+        lens_pool_run(pool, 10, nesting_task, &c);
+        int wrong = 0;
+        for (int i = 0; i < 10; i++) wrong += atomic_load(&count[i]) != 1;
+        CHECK(!wrong && atomic_load(&c.inner) == 10 * 5, "nested runs in a %d-thread pool: %d outer wrong, %d inner of 50",
+              threads, wrong, atomic_load(&c.inner));
+        lens_pool_free(pool);
+    }
+    /* NULL pool: inline, in order */
+    static int order[5], pos;
+    pos = 0;
+    pool_ctx c = {.count = count, .threads = 1};
+    for (int i = 0; i < 5; i++) atomic_store(&count[i], 0);
+    lens_pool_run(NULL, 5, count_task, &c);
+    for (int i = 0; i < 5; i++) order[pos++] = atomic_load(&count[i]);
+    CHECK(order[0] == 1 && order[4] == 1 && !atomic_load(&c.bad_index), "NULL pool runs every task once");
+    lens_pool_free(NULL);
+}
+
+/* ---------------------------------------------------------------- gemm */
+
+static unsigned rng = 12345;
+static float uniform(void)
+{
+    rng = rng * 1103515245u + 12345u;
+    return (float)((rng >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+/* One case: y[M][N] (stride ldy) = x[M][K] (stride ldx) W + b. */
+static void gemm_case(int M, int N, int K, int w_kn, int with_bias, int prepack, lens_pool *pool, const char *pool_name)
+{
+    const size_t ldx = (size_t)K + (K % 3), ldy = (size_t)N + 5;
+    const size_t ld = (w_kn ? (size_t)N : (size_t)K) + (size_t)(M % 4); /* W's row stride, sometimes > its row */
+    const size_t w_rows = w_kn ? (size_t)K : (size_t)N;
+    const float alpha = prepack ? 1.0f : 0.5f;
+    float *x = malloc(sizeof(float) * M * ldx), *w = malloc(sizeof(float) * w_rows * ld);
+    float *b = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * M * ldy), *want = malloc(sizeof(float) * M * N);
+    float *got = malloc(sizeof(float) * M * N), *tol = malloc(sizeof(float) * M * N);
+    float *packed = prepack ? aligned_alloc(64, sizeof(float) * lens_gemm_packed_size(K, N)) : NULL;
+    for (size_t i = 0; i < M * ldx; i++) x[i] = uniform();
+    for (size_t i = 0; i < w_rows * ld; i++) w[i] = uniform();
+    for (int i = 0; i < N; i++) b[i] = uniform();
+    for (size_t i = 0; i < M * ldy; i++) y[i] = 1234.5f; /* sentinel */
+    if (prepack) lens_gemm_pack(packed, w, K, N, ld, w_kn);
+    const lens_gemm_args g = {.M = M, .N = N, .K = K, .x = x, .ldx = ldx, .packed = packed, .w = w, .ld = ld,
+                              .w_kn = w_kn, .alpha = alpha, .bias = with_bias ? b : NULL, .y = y, .ldy = ldy};
+    lens_gemm(&g, pool);
+    int untouched = 1;
+    for (int m = 0; m < M; m++) {
+        for (int n = 0; n < N; n++) {
+            double sum = with_bias ? b[n] : 0, mag = with_bias ? fabs(b[n]) : 0;
+            for (int k = 0; k < K; k++) {
+                const double wk = alpha * (double)(w_kn ? w[(size_t)k * ld + n] : w[(size_t)n * ld + k]);
+                sum += (double)x[(size_t)m * ldx + k] * wk;
+                mag += fabs((double)x[(size_t)m * ldx + k] * wk);
+            }
+            want[(size_t)m * N + n] = (float)sum;
+            got[(size_t)m * N + n] = y[(size_t)m * ldy + n];
+            tol[(size_t)m * N + n] = (float)(2.0 * K * FLT_EPSILON * mag + 1e-30);
+        }
+        for (size_t n = (size_t)N; n < ldy; n++) untouched &= y[(size_t)m * ldy + n] == 1234.5f;
+    }
+    int bad = 0;
+    size_t worst = 0;
+    double worst_ratio = 0;
+    for (size_t i = 0; i < (size_t)M * N; i++) {
+        const double d = fabs((double)got[i] - want[i]), r = d / tol[i];
+        if (!(d <= tol[i])) bad++;
+        if (!(r <= worst_ratio)) worst_ratio = r, worst = i;
+    }
+    CHECK(!bad && untouched,
+          "gemm M=%d N=%d K=%d %s %s %s pool %s: %d of %d elements outside 2K eps sum|xw|, worst y[%zu][%zu] got %g "
+          "want %g; columns past N %s",
+          M, N, K, w_kn ? "W[K][N]" : "W[N][K]", with_bias ? "bias" : "no bias", prepack ? "prepacked" : "per-call",
+          pool_name, bad, M * N, worst / N, worst % N, (double)got[worst], (double)want[worst],
+          untouched ? "untouched" : "WRITTEN");
+    free(x), free(w), free(b), free(y), free(want), free(got), free(tol), free(packed);
+}
+
+static void test_gemm(void)
+{
+    static const int shapes[][3] = {
+        {1, 1, 1},    {1, 33, 5},   {5, 1, 9},     {3, 7, 1},     {12, 32, 16},   {13, 31, 17},
+        {25, 65, 385}, {11, 100, 769}, {241, 40, 50}, {250, 97, 400}, {128, 64, 128}, {37, 200, 3},
+    };
+    lens_pool *one = lens_pool_create(1), *two = lens_pool_create(2);
+    struct {
+        lens_pool *pool;
+        const char *name;
+    } pools[] = {{NULL, "NULL"}, {one, "1 thread"}, {two, "2 threads"}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int w_kn = 0; w_kn <= 1; w_kn++)
+            for (int bias = 0; bias <= 1; bias++)
+                for (int prepack = 0; prepack <= 1; prepack++)
+                    for (size_t p = 0; p < sizeof pools / sizeof *pools; p++)
+                        gemm_case(shapes[s][0], shapes[s][1], shapes[s][2], w_kn, bias, prepack, pools[p].pool,
+                                  pools[p].name);
+    printf("gemm: AVX-512 kernel %s\n", lens_gemm_avx512() ? "in use" : "not available (portable kernel)");
+    lens_pool_free(one);
+    lens_pool_free(two);
+}
+
+/* ------------------------------------------------- forward with a pool */
+
+static int same(const char *what, const float *a, const float *b, size_t n)
+{
+    if (!a && !b) return 1;
+    if (!a || !b) {
+        CHECK(0, "%s kept in one run only", what);
+        return 0;
+    }
+    size_t diff = 0, first = 0;
+    for (size_t i = n; i-- > 0;)
+        if (a[i] != b[i]) diff++, first = i;
+    CHECK(diff == 0, "%s: %zu of %zu values differ with a pool, first at %zu (%g vs %g)", what, diff, n, first,
+          (double)a[first], (double)b[first]);
+    return diff == 0;
+}
+
+static void test_forward_pool(const char *shared, const char *name)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/models/%s", shared, name);
+    lens_err err = {0};
+    lens_model *m = lens_model_load(dir, &err);
+    if (!m) {
+        SKIP("%s: %s", dir, err.msg);
+        return;
+    }
+    const lens_config *c = &m->cfg;
+    const int lengths[] = {5, 17, 1, 30};
+    const int S = 4, N = 5 + 17 + 1 + 30;
+    int ids[5 + 17 + 1 + 30];
+    for (int i = 0; i < N; i++) ids[i] = (i * 7919 + 13) % c->vocab_size;
+    const lens_batch batch = {.n_seqs = S, .lengths = lengths, .ids = ids};
+    lens_pool *pool = lens_pool_create(2);
+    lens_forward_opts alone = {.keep = LENS_KEEP_HIDDEN | LENS_KEEP_ATTN | LENS_KEEP_VALUES | LENS_KEEP_LN |
+                                       LENS_KEEP_LOGITS};
+    lens_forward_opts pooled = alone;
+    pooled.pool = pool;
+    lens_activations a, b;
+    int ra = lens_forward(m, &batch, &alone, &a, &err);
+    int rb = lens_forward(m, &batch, &pooled, &b, &err);
+    CHECK(ra == 0 && rb == 0, "%s: forward failed: %s", name, err.msg);
+    if (ra == 0 && rb == 0) {
+        const size_t L = (size_t)c->n_layers, C = (size_t)c->d_model, VO = (size_t)c->n_heads * c->d_head_v;
+        char what[160];
+        snprintf(what, sizeof what, "%s hidden", name);
+        same(what, a.hidden, b.hidden, (L + 1) * N * C);
+        snprintf(what, sizeof what, "%s attention", name);
+        same(what, a.attn, b.attn, L * c->n_heads * a.attn_layer_size);
+        snprintf(what, sizeof what, "%s values", name);
+        same(what, a.values, b.values, L * N * VO);
+        snprintf(what, sizeof what, "%s LayerNorm mean", name);
+        same(what, a.ln_mean, b.ln_mean, (2 * L + 1) * N);
+        const size_t n_logits = c->task == LENS_TASK_CLASSIFICATION ? (size_t)S * c->n_labels
+                                : c->task == LENS_TASK_ENCODER      ? 0
+                                                                    : (size_t)N * c->vocab_size;
+        snprintf(what, sizeof what, "%s logits", name);
+        if (n_logits) same(what, a.logits, b.logits, n_logits);
+    }
+    if (ra == 0) lens_activations_free(&a);
+    if (rb == 0) lens_activations_free(&b);
+    /* the unkept path (probabilities in per-thread scratch) against the kept one */
+    lens_forward_opts hidden_only = {.keep = LENS_KEEP_HIDDEN, .pool = pool};
+    lens_forward_opts hidden_alone = {.keep = LENS_KEEP_HIDDEN};
+    if (lens_forward(m, &batch, &hidden_only, &a, &err) == 0) {
+        if (lens_forward(m, &batch, &hidden_alone, &b, &err) == 0) {
+            char what[160];
+            snprintf(what, sizeof what, "%s hidden, attention not kept", name);
+            same(what, a.hidden, b.hidden, (size_t)(c->n_layers + 1) * N * c->d_model);
+            lens_activations_free(&b);
+        }
+        lens_activations_free(&a);
+    }
+    lens_pool_free(pool);
+    lens_model_free(m);
+}
+
+int main(void)
+{
+    test_pool();
+    test_gemm();
+    const char *shared = check_shared_dir();
+    if (!shared) {
+        SKIP("shared checkpoints not found (../shared/models or $LENS_SHARED): forward with a pool not tested");
+    } else {
+        const char *models[] = {"bert-tiny-sst2", "bert-tiny-mlm", "gpt2-tiny-wikitext"};
+        for (int i = 0; i < 3; i++) test_forward_pool(shared, models[i]);
+    }
+    return check_done("test_gemm");
+}
