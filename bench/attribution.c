@@ -1,0 +1,137 @@
+/* attribution.c - benchmark driver: self-attention attribution (Hao et al.)
+ * over all layers of a BERT-base-shape classifier.
+ *
+ *   attribution [--model DIR] [--T 64] [--steps 20] [--threads 2] [--reps 1]
+ *               [--warmup 0] [--seed 42] [--riemann right|left]
+ *
+ * DIR defaults to build/bench-models/bert-base-cls, written once with
+ * lens_mkmodel (bert, base, classification: L12 C768 12 heads d_ff 3072,
+ * V 30522, 2 labels, seed 42) when it has no config.json. Token ids:
+ * xorshift32 from --seed, id = x mod V (bench/peer/attribution_torch.py
+ * draws the same). Times lens_attribution_run over every layer (one
+ * forward keeping hidden states, then per layer the m steps batched through
+ * the layers above and back), median of --reps; prints one JSON line with
+ * ms, peak RSS (getrusage, KiB) and the checkpoint size. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/attribution.h"
+#include "core/blas.h"
+#include "core/mkmodel.h"
+#include "core/model.h"
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static uint32_t xorshift32(uint32_t *state)
+{
+    uint32_t x = *state;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    return *state = x;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+    lens_blas_setup(argv);
+    const char *dir = "build/bench-models/bert-base-cls";
+    int T = 64, steps = 20, threads = 2, reps = 1, warmup = 0;
+    unsigned seed = 42;
+    lens_riemann riemann = LENS_RIEMANN_RIGHT;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) {
+            fprintf(stderr, "attribution: %s needs a value\n", a);
+            return 2;
+        }
+        if (!strcmp(a, "--model")) dir = v;
+        else if (!strcmp(a, "--T")) T = atoi(v);
+        else if (!strcmp(a, "--steps")) steps = atoi(v);
+        else if (!strcmp(a, "--threads")) threads = atoi(v);
+        else if (!strcmp(a, "--reps")) reps = atoi(v);
+        else if (!strcmp(a, "--warmup")) warmup = atoi(v);
+        else if (!strcmp(a, "--seed")) seed = (unsigned)strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--riemann")) riemann = !strcmp(v, "left") ? LENS_RIEMANN_LEFT : LENS_RIEMANN_RIGHT;
+        else {
+            fprintf(stderr, "usage: attribution [--model DIR] [--T 64] [--steps 20] [--threads 2] [--reps 1]\n");
+            return 2;
+        }
+        i++;
+    }
+    if (T < 1 || steps < 1 || threads < 1 || reps < 1) {
+        fprintf(stderr, "attribution: T, steps, threads and reps must be >= 1\n");
+        return 2;
+    }
+    lens_err err = {0};
+    char path[1024];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (access(path, R_OK) != 0) {
+        char cmd[1100];
+        snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+        if (system(cmd) != 0 || lens_mkmodel("bert", "base", "classification", 42, dir, &err)) {
+            fprintf(stderr, "attribution: mkmodel %s: %s\n", dir, err.msg);
+            return 1;
+        }
+    }
+    lens_model *m = lens_model_load(dir, &err);
+    if (!m) {
+        fprintf(stderr, "attribution: %s\n", err.msg);
+        return 1;
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    struct stat st;
+    const double model_mib = stat(path, &st) == 0 ? st.st_size / 1048576.0 : 0;
+    lens_blas_set_threads(threads);
+
+    int *ids = malloc(sizeof(int) * T);
+    uint32_t state = seed ? seed : 1;
+    for (int t = 0; t < T; t++) ids[t] = (int)(xorshift32(&state) % (uint32_t)m->cfg.vocab_size);
+    double *times = malloc(sizeof(double) * reps);
+    lens_attr_opts o = {.steps = steps, .riemann = riemann, .target = -1};
+    lens_attribution at = {0};
+    for (int r = -warmup; r < reps; r++) {
+        if (r > -warmup) lens_attribution_free(&at);
+        const double start = now_ms();
+        if (lens_attribution_run(m, ids, NULL, T, &o, &at, &err)) {
+            fprintf(stderr, "attribution: %s\n", err.msg);
+            return 1;
+        }
+        if (r >= 0) times[r] = now_ms() - start;
+    }
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    qsort(times, reps, sizeof *times, cmp_double);
+    double max_gap = 0;
+    for (int l = 0; l < at.n_layers; l++) {
+        const double gap = fabs(at.layers[l].attr_sum - (at.f_full - at.layers[l].f_zero));
+        max_gap = gap > max_gap ? gap : max_gap;
+    }
+    printf("{\"impl\":\"lensd\",\"T\":%d,\"steps\":%d,\"layers\":%d,\"threads\":%d,\"reps\":%d,"
+           "\"ms_median\":%.1f,\"ms_min\":%.1f,\"maxrss_kib\":%ld,\"model_mib\":%.1f,"
+           "\"target\":%d,\"f_full\":%.6f,\"attr_sum_layer1\":%.6g,\"max_completeness_gap\":%.3g,"
+           "\"blas_core\":\"%s\"}\n",
+           T, steps, at.n_layers, threads, reps, times[reps / 2], times[0], ru.ru_maxrss, model_mib, at.target,
+           at.f_full, at.layers[0].attr_sum, max_gap, lens_blas_core());
+    lens_attribution_free(&at);
+    free(ids), free(times);
+    lens_model_free(m);
+    return 0;
+}
