@@ -1,0 +1,546 @@
+/* test_decomposition.c - core/decomposition.c: identities, streaming, and
+ * agreement with the PyTorch reference.
+ *
+ *   identities  on random BERT and GPT-2 "tiny" checkpoints (lens_mkmodel, so
+ *               this part runs without ../shared): mu + pos + ctx + resid = h,
+ *               pos and ctx have zero mean, the four variance shares sum to 1;
+ *               the streamed shares, mean, pos and relative operator norms equal
+ *               those computed directly from the full tensor (the norms from
+ *               the tiled W*P x C matrices themselves, not from Gram identities).
+ *   streaming   windows added in several calls and one window per forward
+ *               give what one call with one batch gives.
+ *   api         cancellation, progress, bad arguments, texts -> windows.
+ *   reference   tests/fixtures/decomposition_<model>.json
+ *               (tests/reference/decomposition_reference.py: full tensor,
+ *               float64, torch.linalg) on the shared checkpoints, every metric,
+ *               position 0 dropped and kept. SKIP without ../shared.
+ *
+ * Tolerances, and why.
+ *   TOL_EXACT 1e-9 (relative to the data's scale): identities of the float64
+ *     decomposition of one tensor; only summation rounding.
+ *   TOL_STREAM 1e-5: the streamed statistics sum float32 products per batch
+ *     (ssyrk) and float32 context means; one batch vs many differ only by
+ *     float32 summation order.
+ *   Reference: hidden states agree with PyTorch to ~1e-5 (test_models.c),
+ *     metrics are smooth functions of them (measured: <= 1e-7 for these, see
+ *     the printed summary): shares, norms, explained ratios, cosines,
+ *     smoothness, topics atol 1e-5; stable rank, mean and pos norms rtol 1e-5;
+ *     pos_pca atol 1e-4 * max|pca| (measured 7e-6: singular vectors move by
+ *     perturbation / singular-value gap); principal angles atol 0.01 deg
+ *     (measured 3e-4; same gap argument, the 10th and 11th singular values of
+ *     16 windows are close). */
+#include <ftw.h>
+#include <jansson.h>
+#include <lapacke.h>
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/decomposition.h"
+#include "core/mkmodel.h"
+#include "core/model.h"
+#include "tests/check.h"
+
+#define TOL_EXACT 1e-9
+#define TOL_STREAM 1e-5
+#define TOL_REF 1e-5
+#define TOL_PCA 1e-4
+#define TOL_ANGLE_DEG 0.01
+
+/* ---------------------------------------------------------------- helpers */
+
+static void close_scalar(const char *what, double got, double want, double atol, double rtol)
+{
+    float g = (float)got, w = (float)want;
+    double d = fabs(got - want);
+    if (d <= atol + rtol * fabs(want)) {
+        check_passed++;
+        return;
+    }
+    check_close(what, &g, &w, 1, atol, rtol); /* prints the failure */
+    fprintf(stderr, "  (double: got %.10g want %.10g)\n", got, want);
+}
+
+static double max_abs_d(const double *x, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fabs(x[i]) > m ? fabs(x[i]) : m;
+    return m;
+}
+
+/* Largest singular value of x [rows][C] from its Gram matrix. */
+static double op_norm(const double *x, long rows, int C)
+{
+    double *g = malloc((size_t)C * C * sizeof(double)), w[C];
+    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, C, (int)rows, 1.0, x, C, 0.0, g, C);
+    LAPACKE_dsyevd(LAPACK_ROW_MAJOR, 'N', 'U', C, g, C, w);
+    free(g);
+    return sqrt(w[C - 1] > 0 ? w[C - 1] : 0);
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static lens_model *random_model(const char *arch, char *dir)
+{
+    lens_err err = {0};
+    lens_model *m = NULL;
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp failed");
+        return NULL;
+    }
+    if (lens_mkmodel(arch, "tiny", NULL, 11, dir, &err) == 0) m = lens_model_load(dir, &err);
+    CHECK(m != NULL, "%s tiny: %s", arch, err.msg);
+    return m;
+}
+
+static int *pseudo_random_windows(int W, int T, int V, unsigned seed)
+{
+    int *ids = malloc((size_t)W * T * sizeof(int));
+    unsigned x = seed;
+    for (int i = 0; i < W * T; i++) {
+        x = x * 1664525u + 1013904223u;
+        ids[i] = 1000 + (int)((x >> 8) % (unsigned)(V - 1000));
+    }
+    return ids;
+}
+
+/* ---------------------------------------------------------------- identities */
+
+/* h [W][P][C] of one layer, kept positions only. */
+static float *hidden_of(const lens_model *m, const int *ids, int W, int T, int first, int layer)
+{
+    int lengths[W];
+    for (int s = 0; s < W; s++) lengths[s] = T;
+    lens_batch b = {.n_seqs = W, .lengths = lengths, .ids = ids};
+    lens_forward_opts o = {.keep = LENS_KEEP_HIDDEN};
+    lens_activations act;
+    lens_err err = {0};
+    memset(&act, 0, sizeof act);
+    const int C = m->cfg.d_model, P = T - first;
+    float *h = malloc((size_t)W * P * C * sizeof(float));
+    int rc = lens_forward(m, &b, &o, &act, &err);
+    CHECK(rc == 0, "forward: %s", err.msg);
+    if (rc == 0)
+        for (int s = 0; s < W; s++)
+            memcpy(h + (size_t)s * P * C, lens_act_hidden(m, &act, layer, s) + (size_t)first * C,
+                   (size_t)P * C * sizeof(float));
+    lens_activations_free(&act);
+    return h;
+}
+
+static void test_identities(const lens_model *m, const char *label)
+{
+    const int W = 6, T = 12, first = 1, P = T - first, C = m->cfg.d_model;
+    int *ids = pseudo_random_windows(W, T, m->cfg.vocab_size, 3);
+    const int layers[] = {0, m->cfg.n_layers};
+    lens_decomp_opts o = {0};
+    lens_err err = {0};
+    lens_decomp *acc = lens_decomp_begin(m, T, layers, 2, &o, &err);
+    CHECK(acc != NULL, "%s: begin: %s", label, err.msg);
+    lens_decomp_result res = {0};
+    int ok = acc && lens_decomp_add(acc, ids, NULL, W, &err) == 0 && lens_decomp_finish(acc, &res, &err) == 0;
+    CHECK(ok, "%s: streaming: %s", label, err.msg);
+    for (int li = 0; ok && li < 2; li++) {
+        float *h = hidden_of(m, ids, W, T, first, layers[li]);
+        size_t n = (size_t)W * P * C;
+        double *mu = malloc(C * sizeof(double)), *pos = malloc((size_t)P * C * sizeof(double));
+        double *ctx = malloc((size_t)W * C * sizeof(double)), *resid = malloc(n * sizeof(double));
+        lens_decomp_components(h, W, P, C, mu, pos, ctx, resid);
+        double scale = 0, worst = 0;
+        for (size_t k = 0; k < n; k++) scale = fabs(h[k]) > scale ? fabs(h[k]) : scale;
+        for (int c = 0; c < W; c++)
+            for (int t = 0; t < P; t++)
+                for (int i = 0; i < C; i++) {
+                    size_t k = ((size_t)c * P + t) * C + i;
+                    double d = fabs(mu[i] + pos[(size_t)t * C + i] + ctx[(size_t)c * C + i] + resid[k] - h[k]);
+                    worst = d > worst ? d : worst;
+                }
+        CHECK(worst <= TOL_EXACT * scale, "%s layer %d: mu + pos + ctx + resid - h up to %g", label, layers[li], worst);
+        double pos_mean = 0, ctx_mean = 0, resid_t = 0, resid_c = 0;
+        for (int i = 0; i < C; i++) {
+            double sp = 0, sc = 0;
+            for (int t = 0; t < P; t++) sp += pos[(size_t)t * C + i];
+            for (int c = 0; c < W; c++) sc += ctx[(size_t)c * C + i];
+            pos_mean = fmax(pos_mean, fabs(sp / P)), ctx_mean = fmax(ctx_mean, fabs(sc / W));
+            for (int c = 0; c < W; c++) {
+                double s = 0;
+                for (int t = 0; t < P; t++) s += resid[((size_t)c * P + t) * C + i];
+                resid_t = fmax(resid_t, fabs(s));
+            }
+            for (int t = 0; t < P; t++) {
+                double s = 0;
+                for (int c = 0; c < W; c++) s += resid[((size_t)c * P + t) * C + i];
+                resid_c = fmax(resid_c, fabs(s));
+            }
+        }
+        CHECK(pos_mean <= TOL_EXACT * scale && ctx_mean <= TOL_EXACT * scale,
+              "%s layer %d: mean of pos %g, of ctx %g (want 0)", label, layers[li], pos_mean, ctx_mean);
+        CHECK(resid_t <= TOL_EXACT * scale * P && resid_c <= TOL_EXACT * scale * W,
+              "%s layer %d: resid sums over t %g, over c %g (want 0)", label, layers[li], resid_t, resid_c);
+
+        /* direct sums of squares and operator norms of the tiled matrices */
+        double ss_h = 0, ss_mean = 0, ss_pos = 0, ss_ctx = 0, ss_resid = 0;
+        double *hc = malloc(n * sizeof(double)), *tp = malloc(n * sizeof(double)), *tc = malloc(n * sizeof(double));
+        for (int c = 0; c < W; c++)
+            for (int t = 0; t < P; t++)
+                for (int i = 0; i < C; i++) {
+                    size_t k = ((size_t)c * P + t) * C + i;
+                    double p = pos[(size_t)t * C + i], x = ctx[(size_t)c * C + i];
+                    ss_h += (double)h[k] * h[k], ss_mean += mu[i] * mu[i], ss_pos += p * p, ss_ctx += x * x;
+                    ss_resid += resid[k] * resid[k];
+                    hc[k] = h[k] - mu[i], tp[k] = p, tc[k] = x;
+                }
+        const lens_decomp_layer *r = &res.layers[li];
+        double share_sum = (ss_mean + ss_pos + ss_ctx + ss_resid) / ss_h;
+        CHECK(fabs(share_sum - 1) <= TOL_EXACT, "%s layer %d: direct shares sum to %.12g", label, layers[li], share_sum);
+        double streamed_sum = r->share_mean + r->share_pos + r->share_ctx + r->share_resid;
+        CHECK(fabs(streamed_sum - 1) <= TOL_EXACT, "%s layer %d: streamed shares sum to %.12g", label, layers[li],
+              streamed_sum);
+        char what[128];
+        snprintf(what, sizeof what, "%s layer %d share_mean", label, layers[li]);
+        close_scalar(what, r->share_mean, ss_mean / ss_h, TOL_STREAM, 0);
+        snprintf(what, sizeof what, "%s layer %d share_pos", label, layers[li]);
+        close_scalar(what, r->share_pos, ss_pos / ss_h, TOL_STREAM, 0);
+        snprintf(what, sizeof what, "%s layer %d share_ctx", label, layers[li]);
+        close_scalar(what, r->share_ctx, ss_ctx / ss_h, TOL_STREAM, 0);
+        snprintf(what, sizeof what, "%s layer %d share_resid", label, layers[li]);
+        close_scalar(what, r->share_resid, ss_resid / ss_h, TOL_STREAM, 0);
+        double h_op = op_norm(hc, (long)W * P, C);
+        snprintf(what, sizeof what, "%s layer %d norm_pos (tiled matrix)", label, layers[li]);
+        close_scalar(what, r->norm_pos, op_norm(tp, (long)W * P, C) / h_op, 0, TOL_STREAM);
+        snprintf(what, sizeof what, "%s layer %d norm_ctx (tiled matrix)", label, layers[li]);
+        close_scalar(what, r->norm_ctx, op_norm(tc, (long)W * P, C) / h_op, 0, TOL_STREAM);
+        snprintf(what, sizeof what, "%s layer %d norm_resid (resid matrix)", label, layers[li]);
+        close_scalar(what, r->norm_resid, op_norm(resid, (long)W * P, C) / h_op, 0, TOL_STREAM);
+        double pos_scale = max_abs_d(pos, (size_t)P * C), worst_pos = 0, worst_mu = 0;
+        for (size_t k = 0; k < (size_t)P * C; k++) worst_pos = fmax(worst_pos, fabs(r->pos[k] - pos[k]));
+        for (int i = 0; i < C; i++) worst_mu = fmax(worst_mu, fabs(r->mean[i] - mu[i]));
+        CHECK(worst_pos <= TOL_STREAM * pos_scale && worst_mu <= TOL_STREAM * scale,
+              "%s layer %d: streamed pos differs by %g (scale %g), mean by %g", label, layers[li], worst_pos, pos_scale,
+              worst_mu);
+        free(h), free(mu), free(pos), free(ctx), free(resid), free(hc), free(tp), free(tc);
+    }
+    lens_decomp_result_free(&res);
+    lens_decomp_free(acc);
+    free(ids);
+}
+
+/* ---------------------------------------------------------------- streaming */
+
+static void compare_results(const char *label, const lens_decomp_result *a, const lens_decomp_result *b, double tol,
+                            double angle_tol)
+{
+    CHECK(a->n_layers == b->n_layers && a->n_windows == b->n_windows && a->P == b->P, "%s: result shapes differ",
+          label);
+    if (a->n_layers != b->n_layers || a->P != b->P) return;
+    char what[160];
+    for (int l = 0; l < a->n_layers; l++) {
+        const lens_decomp_layer *x = &a->layers[l], *y = &b->layers[l];
+#define SAME(field)                                                                          \
+    do {                                                                                     \
+        snprintf(what, sizeof what, "%s layer %d " #field, label, x->layer);                 \
+        close_scalar(what, x->field, y->field, tol, tol);                                    \
+    } while (0)
+        SAME(share_mean); SAME(share_pos); SAME(share_ctx); SAME(share_resid);
+        SAME(norm_pos); SAME(norm_ctx); SAME(norm_resid);
+        SAME(pos_stable_rank); SAME(pos_explained_k2); SAME(pos_explained_k10);
+        SAME(pos_explained_k2_sq); SAME(pos_explained_k10_sq); SAME(pos_smoothness);
+        SAME(max_abs_cos); SAME(mean_abs_cos); SAME(topics_within); SAME(topics_between);
+#undef SAME
+        float scale = 0;
+        for (int k = 0; k < a->P * 2; k++) scale = fmaxf(scale, fabsf(y->pos_pca[k]));
+        snprintf(what, sizeof what, "%s layer %d pos_pca", label, x->layer);
+        check_close(what, x->pos_pca, y->pos_pca, (size_t)a->P * 2, tol * scale, 0);
+        CHECK(x->n_angles == y->n_angles, "%s layer %d: %d vs %d angles", label, x->layer, x->n_angles, y->n_angles);
+        for (int k = 0; k < x->n_angles && k < y->n_angles; k++) {
+            snprintf(what, sizeof what, "%s layer %d principal_angles_deg[%d]", label, x->layer, k);
+            close_scalar(what, x->principal_angles_deg[k], y->principal_angles_deg[k], angle_tol, 0);
+        }
+    }
+}
+
+static int run(const lens_model *m, int T, const int *ids, const int *labels, int W, int n_calls, int batch_tokens,
+               int keep_first, lens_decomp_result *res)
+{
+    lens_decomp_opts o = {.batch_tokens = batch_tokens, .keep_first_position = keep_first};
+    lens_err err = {0};
+    lens_decomp *acc = lens_decomp_begin(m, T, NULL, 0, &o, &err);
+    CHECK(acc != NULL, "begin: %s", err.msg);
+    if (!acc) return -1;
+    int rc = 0, done = 0;
+    for (int c = 0; c < n_calls && rc == 0; c++) {
+        int n = c == n_calls - 1 ? W - done : (W / n_calls) - (c % 2); /* uneven calls */
+        rc = lens_decomp_add(acc, ids + (size_t)done * T, labels ? labels + done : NULL, n, &err);
+        done += n;
+    }
+    if (rc == 0) rc = lens_decomp_finish(acc, res, &err);
+    CHECK(rc == 0, "decomposition: %s", err.msg);
+    lens_decomp_free(acc);
+    return rc;
+}
+
+static void test_streaming(const lens_model *m, const char *label)
+{
+    const int W = 9, T = 10;
+    int *ids = pseudo_random_windows(W, T, m->cfg.vocab_size, 5);
+    int labels[W];
+    for (int i = 0; i < W; i++) labels[i] = i % 3;
+    lens_decomp_result one = {0}, many = {0};
+    if (run(m, T, ids, labels, W, 1, 1 << 20, 0, &one) == 0 && run(m, T, ids, labels, W, 3, T, 0, &many) == 0) {
+        char what[96];
+        snprintf(what, sizeof what, "%s streamed (3 calls, 1 window per batch) vs one batch", label);
+        compare_results(what, &many, &one, TOL_STREAM, 1e-3);
+        CHECK(one.n_layers == m->cfg.n_layers + 1 && one.n_windows == W && one.P == T - 1 && one.has_labels,
+              "%s: result says %d layers %ld windows P=%d", label, one.n_layers, one.n_windows, one.P);
+    }
+    lens_decomp_result_free(&one);
+    lens_decomp_result_free(&many);
+    free(ids);
+}
+
+/* ---------------------------------------------------------------- api */
+
+static void progress(void *user, long done, long total)
+{
+    long *seen = user;
+    seen[0]++;
+    seen[1] = done;
+    seen[2] = total;
+}
+
+static void test_api(const lens_model *m, const char *label)
+{
+    const int T = 8, W = 5;
+    int *ids = pseudo_random_windows(W, T, m->cfg.vocab_size, 9);
+    lens_err err = {0};
+    long seen[3] = {0};
+    volatile int cancel = 0;
+    lens_decomp_opts o = {.batch_tokens = 2 * T, .progress = progress, .progress_user = seen, .windows_total = W,
+                          .cancel = &cancel};
+    lens_decomp *acc = lens_decomp_begin(m, T, NULL, 0, &o, &err);
+    CHECK(acc != NULL, "%s: begin: %s", label, err.msg);
+    if (acc) {
+        CHECK(lens_decomp_add(acc, ids, NULL, W, &err) == 0, "%s: add: %s", label, err.msg);
+        CHECK(seen[0] == 3 && seen[1] == W && seen[2] == W, "%s: progress called %ld times, last %ld/%ld", label,
+              seen[0], seen[1], seen[2]);
+        int label0 = 0;
+        CHECK(lens_decomp_add(acc, ids, &label0, 1, &err) == -1 && err.code == LENS_EINVAL,
+              "%s: labels on some windows only accepted", label);
+        cancel = 1;
+        CHECK(lens_decomp_add(acc, ids, NULL, W, &err) == -1 && err.code == LENS_ECANCEL,
+              "%s: cancelled add returned %s", label, lens_status_name(err.code));
+        CHECK(lens_decomp_windows_done(acc) == W, "%s: %ld windows after cancel", label, lens_decomp_windows_done(acc));
+        lens_decomp_result res;
+        CHECK(lens_decomp_finish(acc, &res, &err) == -1 && err.code == LENS_ECANCEL, "%s: cancelled finish", label);
+        cancel = 0;
+        CHECK(lens_decomp_finish(acc, &res, &err) == 0, "%s: finish after cancel: %s", label, err.msg);
+        lens_decomp_result_free(&res);
+        lens_decomp_free(acc);
+    }
+    /* bad arguments */
+    const int bad_layer = m->cfg.n_layers + 1, dup[] = {1, 1};
+    CHECK(!lens_decomp_begin(m, T, &bad_layer, 1, NULL, &err) && err.code == LENS_EINVAL, "%s: layer %d accepted",
+          label, bad_layer);
+    CHECK(!lens_decomp_begin(m, T, dup, 2, NULL, &err) && err.code == LENS_EINVAL, "%s: duplicate layer", label);
+    CHECK(!lens_decomp_begin(m, 2, NULL, 0, NULL, &err) && err.code == LENS_EINVAL, "%s: T=2 without position 0",
+          label);
+    CHECK(!lens_decomp_begin(m, m->cfg.max_positions + 1, NULL, 0, NULL, &err) && err.code == LENS_ELIMIT,
+          "%s: T over max_positions", label);
+    lens_decomp_opts causal = {.causal = 1};
+    lens_decomp *c = lens_decomp_begin(m, T, NULL, 0, &causal, &err);
+    if (m->cfg.arch == LENS_ARCH_BERT)
+        CHECK(!c && err.code == LENS_EINVAL && strstr(err.msg, "not supported"), "%s: causal BERT: %s", label, err.msg);
+    else
+        CHECK(c != NULL, "%s: causal GPT-2 refused: %s", label, err.msg);
+    lens_decomp_free(c);
+    acc = lens_decomp_begin(m, T, NULL, 0, NULL, &err);
+    lens_decomp_result res;
+    CHECK(acc && lens_decomp_add(acc, ids, NULL, 1, &err) == 0 && lens_decomp_finish(acc, &res, &err) == -1 &&
+              err.code == LENS_EINVAL,
+          "%s: one window accepted", label);
+    lens_decomp_free(acc);
+    free(ids);
+}
+
+/* Windows from texts: tokens of each text without specials, concatenated per
+ * label run, cut into windows of T; tails dropped. */
+static void test_windows_from_texts(const lens_model *m, const char *label)
+{
+    const char *texts[] = {"The quick brown fox jumps over the lazy dog.", "Pack my box with five dozen liquor jugs.",
+                           "Sphinx of black quartz, judge my vow.", "How vexingly quick daft zebras jump!"};
+    const int labels[] = {0, 0, 1, 1}, n = 4, T = 5;
+    lens_err err = {0};
+    int expect[512], n_expect = 0, run_start = 0, want_labels[64], n_want = 0;
+    for (int i = 0; i < n; i++) {
+        if (i > 0 && labels[i] != labels[i - 1]) {
+            n_expect = run_start + (n_expect - run_start) / T * T;
+            run_start = n_expect;
+        }
+        lens_token *toks;
+        int nt;
+        if (lens_tokenize(m->tok, texts[i], strlen(texts[i]), NULL, 0, &toks, &nt, &err) != 0) continue;
+        for (int k = 0; k < nt; k++)
+            if (!toks[k].special && n_expect < 512) expect[n_expect++] = toks[k].id;
+        free(toks);
+        for (int w = (n_want ? n_want : 0); w < n_expect / T; w++) want_labels[n_want++] = labels[i];
+    }
+    n_expect = run_start + (n_expect - run_start) / T * T;
+    int *ids = NULL, *wl = NULL, W = 0;
+    int rc = lens_decomp_windows_from_texts(m->tok, texts, NULL, labels, n, T, &ids, &wl, &W, &err);
+    CHECK(rc == 0 && W == n_expect / T, "%s: %d windows (want %d): %s", label, W, n_expect / T, err.msg);
+    if (rc == 0 && W == n_expect / T) {
+        CHECK(memcmp(ids, expect, (size_t)W * T * sizeof(int)) == 0, "%s: window ids differ", label);
+        CHECK(memcmp(wl, want_labels, (size_t)W * sizeof(int)) == 0, "%s: window labels differ", label);
+    }
+    free(ids), free(wl);
+    rc = lens_decomp_windows_from_texts(m->tok, texts, NULL, NULL, n, 3, &ids, &wl, &W, &err);
+    CHECK(rc == 0 && wl == NULL && W > 0, "%s: windows without labels: %s", label, err.msg);
+    free(ids);
+}
+
+/* ---------------------------------------------------------------- reference */
+
+static double num(const json_t *o, const char *key)
+{
+    const json_t *v = json_object_get(o, key);
+    CHECK(json_is_number(v), "fixture: %s missing", key);
+    return json_number_value(v);
+}
+
+static void test_reference(const char *shared, const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "tests/fixtures/decomposition_%s.json", name);
+    json_error_t jerr;
+    json_t *fx = json_load_file(path, 0, &jerr);
+    CHECK(fx != NULL, "%s: %s", path, jerr.text);
+    if (!fx) return;
+    snprintf(path, sizeof path, "%s/models/%s", shared, name);
+    lens_err err = {0};
+    lens_model *m = lens_model_load(path, &err);
+    CHECK(m != NULL, "%s: %s", path, err.msg);
+    const int T = (int)json_integer_value(json_object_get(fx, "T"));
+    const json_t *jw = json_object_get(fx, "windows"), *jl = json_object_get(fx, "labels");
+    const int W = (int)json_array_size(jw);
+    int *ids = malloc((size_t)W * T * sizeof(int)), *labels = malloc((size_t)W * sizeof(int));
+    for (int w = 0; w < W; w++) {
+        labels[w] = (int)json_integer_value(json_array_get(jl, (size_t)w));
+        for (int t = 0; t < T; t++)
+            ids[(size_t)w * T + t] = (int)json_integer_value(json_array_get(json_array_get(jw, (size_t)w), (size_t)t));
+    }
+    const json_t *variants = json_object_get(fx, "variants");
+    for (size_t v = 0; m && v < json_array_size(variants); v++) {
+        const json_t *var = json_array_get(variants, v);
+        int drop = json_is_true(json_object_get(var, "drop_first_position"));
+        lens_decomp_result res = {0};
+        if (run(m, T, ids, labels, W, 3, 2 * T, !drop, &res) != 0) continue;
+        const json_t *layers = json_object_get(var, "layers");
+        CHECK((size_t)res.n_layers == json_array_size(layers), "%s: %d layers vs %zu", name, res.n_layers,
+              json_array_size(layers));
+        double worst[8] = {0}; /* shares, norms, ratios, cos, smooth+topics, pca, angles, rank/norms (rel) */
+        char what[160];
+        for (int l = 0; l < res.n_layers && (size_t)l < json_array_size(layers); l++) {
+            const json_t *want = json_array_get(layers, (size_t)l);
+            const lens_decomp_layer *r = &res.layers[l];
+            struct { const char *key; double got, atol, rtol; int group; } f[] = {
+                {"share_mean", r->share_mean, TOL_REF, 0, 0}, {"share_pos", r->share_pos, TOL_REF, 0, 0},
+                {"share_ctx", r->share_ctx, TOL_REF, 0, 0}, {"share_resid", r->share_resid, TOL_REF, 0, 0},
+                {"norm_pos", r->norm_pos, TOL_REF, 0, 1}, {"norm_ctx", r->norm_ctx, TOL_REF, 0, 1},
+                {"norm_resid", r->norm_resid, TOL_REF, 0, 1},
+                {"pos_stable_rank", r->pos_stable_rank, 0, TOL_REF, 7},
+                {"pos_explained_k2", r->pos_explained_k2, TOL_REF, 0, 2},
+                {"pos_explained_k10", r->pos_explained_k10, TOL_REF, 0, 2},
+                {"pos_explained_k2_sq", r->pos_explained_k2_sq, TOL_REF, 0, 2},
+                {"pos_explained_k10_sq", r->pos_explained_k10_sq, TOL_REF, 0, 2},
+                {"pos_smoothness", r->pos_smoothness, TOL_REF, 0, 4},
+                {"max_abs_cos", r->max_abs_cos, TOL_REF, 0, 3}, {"mean_abs_cos", r->mean_abs_cos, TOL_REF, 0, 3},
+                {"topics_within", r->topics_within, TOL_REF, 0, 4},
+                {"topics_between", r->topics_between, TOL_REF, 0, 4},
+            };
+            for (size_t k = 0; k < sizeof f / sizeof f[0]; k++) {
+                double w = num(want, f[k].key);
+                snprintf(what, sizeof what, "%s drop_first=%d layer %d %s", name, drop, r->layer, f[k].key);
+                close_scalar(what, f[k].got, w, f[k].atol, f[k].rtol);
+                double d = fabs(f[k].got - w) / (f[k].rtol ? fabs(w) : 1);
+                worst[f[k].group] = fmax(worst[f[k].group], d);
+            }
+            double mn = 0;
+            for (int i = 0; i < res.d_model; i++) mn += r->mean[i] * r->mean[i];
+            snprintf(what, sizeof what, "%s drop_first=%d layer %d |mean|", name, drop, r->layer);
+            close_scalar(what, sqrt(mn), num(want, "mean_norm"), 0, TOL_REF);
+            worst[7] = fmax(worst[7], fabs(sqrt(mn) - num(want, "mean_norm")) / num(want, "mean_norm"));
+            const json_t *pn = json_object_get(want, "pos_norms");
+            CHECK(json_array_size(pn) == (size_t)res.P, "%s: pos_norms has %zu entries", name, json_array_size(pn));
+            for (int t = 0; t < res.P && (size_t)t < json_array_size(pn); t++) {
+                const double *p = r->pos + (size_t)t * res.d_model;
+                double g = 0, w = json_number_value(json_array_get(pn, (size_t)t));
+                for (int i = 0; i < res.d_model; i++) g += p[i] * p[i];
+                g = sqrt(g);
+                snprintf(what, sizeof what, "%s drop_first=%d layer %d |pos[%d]|", name, drop, r->layer, t);
+                close_scalar(what, g, w, 0, TOL_REF);
+                worst[7] = fmax(worst[7], fabs(g - w) / w);
+            }
+            const json_t *pca = json_object_get(want, "pos_pca");
+            float *wp = malloc((size_t)res.P * 2 * sizeof(float)), scale = 0;
+            for (int t = 0; t < res.P; t++)
+                for (int j = 0; j < 2; j++) {
+                    wp[t * 2 + j] = (float)json_number_value(json_array_get(json_array_get(pca, (size_t)t), (size_t)j));
+                    scale = fmaxf(scale, fabsf(wp[t * 2 + j]));
+                }
+            snprintf(what, sizeof what, "%s drop_first=%d layer %d pos_pca", name, drop, r->layer);
+            worst[5] = fmax(worst[5], check_close(what, r->pos_pca, wp, (size_t)res.P * 2, TOL_PCA * scale, 0) / scale);
+            free(wp);
+            const json_t *ang = json_object_get(want, "principal_angles_deg");
+            CHECK(json_array_size(ang) == (size_t)r->n_angles, "%s: %d angles, reference %zu", name, r->n_angles,
+                  json_array_size(ang));
+            for (int k = 0; k < r->n_angles && (size_t)k < json_array_size(ang); k++) {
+                double w = json_number_value(json_array_get(ang, (size_t)k));
+                snprintf(what, sizeof what, "%s drop_first=%d layer %d principal_angles_deg[%d]", name, drop, r->layer, k);
+                close_scalar(what, r->principal_angles_deg[k], w, TOL_ANGLE_DEG, 0);
+                worst[6] = fmax(worst[6], fabs(r->principal_angles_deg[k] - w));
+            }
+        }
+        printf("  %-20s drop_first=%d W=%d T=%d vs PyTorch: shares %.1e norms %.1e explained %.1e cos %.1e "
+               "smooth/topics %.1e pca %.1e (rel) angles %.1e deg, rank/|mu|/|pos| %.1e (rel)\n",
+               name, drop, W, T, worst[0], worst[1], worst[2], worst[3], worst[4], worst[5], worst[6], worst[7]);
+        lens_decomp_result_free(&res);
+    }
+    free(ids), free(labels);
+    lens_model_free(m);
+    json_decref(fx);
+}
+
+int main(void)
+{
+    const char *archs[] = {"gpt2", "bert"};
+    for (int a = 0; a < 2; a++) {
+        char dir[] = "/tmp/lens-test-decomp-XXXXXX", label[32];
+        snprintf(label, sizeof label, "mkmodel %s tiny", archs[a]);
+        printf("%s\n", label);
+        lens_model *m = random_model(archs[a], dir);
+        if (m) {
+            test_identities(m, label);
+            test_streaming(m, label);
+            test_api(m, label);
+            test_windows_from_texts(m, label);
+        }
+        lens_model_free(m);
+        nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+    }
+    const char *shared = check_shared_dir();
+    const char *models[] = {"gpt2-tiny-wikitext", "bert-tiny-mlm"};
+    for (int i = 0; i < 2; i++) {
+        if (!shared) {
+            SKIP("%s: ../shared not found (set LENS_SHARED)", models[i]);
+            continue;
+        }
+        test_reference(shared, models[i]);
+    }
+    return check_done("test_decomposition");
+}
