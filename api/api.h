@@ -27,6 +27,8 @@ typedef struct {
 typedef enum { API_LOADING, API_READY, API_DRAINING } api_state;
 
 typedef struct api_ctx api_ctx;
+typedef struct api_call api_call;
+struct api_job_kind;
 struct api_ctx {
     api_model *models; /* set once every model is loaded, then read-only */
     int n_models;
@@ -37,19 +39,33 @@ struct api_ctx {
     void (*write_metrics)(jw *out, const api_ctx *ctx);     /* Prometheus text */
     void (*write_server_info)(jw *out, const api_ctx *ctx); /* keys inside the /v1/info object */
     void *server;
+    /* Async jobs (server/jobs.c); NULL in the CLI. submit takes ownership
+     * of the call's decoded request (c->req), queues kind's run() and writes
+     * the job object (202) or an error (429, 503) into c->out; get / cancel
+     * write the job object or 404. */
+    void (*job_submit)(api_call *c, const struct api_job_kind *kind);
+    void (*job_get)(api_call *c, const char *id);
+    void (*job_cancel)(api_call *c, const char *id);
 };
 
 struct api_route;
 
-typedef struct api_call {
+struct api_call {
     const api_ctx *ctx;
     const struct api_route *route;
     char param[256];            /* the {id} of a path pattern */
     json_t *body;               /* parsed request body (POST), owned */
     void *req;                  /* the route's decoded request, owned */
     void (*free_req)(void *req);
-    const volatile int *cancel; /* set when the deadline passes */
+    const volatile int *cancel; /* set when the deadline passes (or a job is cancelled) */
     double t_start;             /* api_now() when the request arrived */
+    /* Set when run() executes as an async job (NULL otherwise): long runs
+     * report their fraction done (0..1) through it. */
+    void (*progress)(void *user, double fraction);
+    void *progress_user;
+    const char *field_prefix;   /* prepended to api_fail's field ("params." for job params) */
+    int answered;               /* prepare() already wrote the response: do not run() */
+    const struct api_job_kind *job_kind; /* POST /v1/jobs: the kind prepare() found */
     /* response */
     int status;
     const char *content_type;   /* default application/json */
@@ -59,7 +75,7 @@ typedef struct api_call {
     /* for the request log */
     int n_tokens;
     const char *model_name;
-} api_call;
+};
 
 void api_call_init(api_call *c, const api_ctx *ctx, double t_start);
 void api_call_free(api_call *c);
@@ -114,6 +130,35 @@ int api_tokenize_prepare(api_call *c);
 void api_tokenize_run(api_call *c);
 int api_forward_prepare(api_call *c);
 void api_forward_run(api_call *c);
+int api_attention_prepare(api_call *c);
+void api_attention_run(api_call *c);
+int api_decomposition_prepare(api_call *c);
+void api_decomposition_run(api_call *c);
+int api_attribution_prepare(api_call *c);
+void api_attribution_run(api_call *c);
+
+int api_jobs_prepare(api_call *c);
+void api_jobs_submit(api_call *c);
+void api_job_get(api_call *c);
+void api_job_delete(api_call *c);
+
+/* ---- job kinds (api/jobs.c) ----
+ * A kind is an analysis that may run for minutes: POST /v1/jobs {kind,
+ * params} validates params with prepare() on the HTTP thread (params is
+ * then the call's body, errors name "params.<field>"), and a job thread
+ * later calls run() with c->cancel (DELETE /v1/jobs/{id}) and c->progress
+ * set. run() leaves the result (status 200) or an error in c->out, as a
+ * route's run() does. Adding a kind is adding a row. */
+typedef struct api_job_kind {
+    const char *kind;
+    api_prepare_fn prepare;
+    api_run_fn run;
+    const char *summary;
+} api_job_kind;
+
+extern const api_job_kind api_job_kinds[];
+extern const int api_n_job_kinds;
+const api_job_kind *api_job_kind_find(const char *name);
 
 /* Writes the /v1/info object; shared with `lensd info`. */
 void api_write_info(jw *out, const api_ctx *ctx);

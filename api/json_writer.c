@@ -97,6 +97,12 @@ static void before_value(jw *w)
 
 static void write_string(jw *w, const char *s, size_t n);
 
+void jw_raw_value(jw *w, const char *s, size_t n)
+{
+    before_value(w);
+    jw_raw(w, s, n);
+}
+
 void jw_key(jw *w, const char *key)
 {
     if (w->count[w->depth]++ > 0) put(w, ',');

@@ -42,6 +42,8 @@ char *jw_take(jw *w, size_t *len);
 int jw_reserve(jw *w, size_t extra);
 
 void jw_raw(jw *w, const char *s, size_t n); /* no separator logic */
+/* A complete JSON value written elsewhere (e.g. a stored job result), as the next value. */
+void jw_raw_value(jw *w, const char *s, size_t n);
 
 void jw_obj(jw *w);
 void jw_arr(jw *w);

@@ -58,7 +58,13 @@ int api_fail(api_call *c, int status, const char *code, const char *field, const
     jw_key(w, "message");
     jw_str(w, msg);
     jw_key(w, "field");
-    jw_str(w, field);
+    if (field && c->field_prefix) {
+        char full[160];
+        snprintf(full, sizeof full, "%s%s", c->field_prefix, field);
+        jw_str(w, full);
+    } else {
+        jw_str(w, field);
+    }
     jw_end(w);
     jw_end(w);
     return -1;
@@ -365,6 +371,21 @@ void api_write_tokens(jw *w, const lens_model *m, const lens_token *t, int n)
         jw_end(w);
     }
     jw_end(w);
+}
+
+void api_write_matrix(jw *w, const float *x, size_t rows, size_t cols, const api_format *f)
+{
+    if (f->base64) {
+        size_t shape[2] = {rows, cols};
+        jw_base64_tensor(w, x, shape, 2);
+    } else {
+        jw_floats_2d(w, x, rows, cols, cols, f->precision);
+    }
+}
+
+void api_progress(api_call *c, double fraction)
+{
+    if (c->progress) c->progress(c->progress_user, fraction < 0 ? 0 : fraction > 1 ? 1 : fraction);
 }
 
 void api_write_timing(api_call *c, double t_tokenize, double t_compute, double encode_start)

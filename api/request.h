@@ -43,6 +43,10 @@ int api_tokenize_input(api_call *c, const api_input *in, lens_token **toks, int 
 
 /* "tokens": [{id, text, start, end, special, segment}, ...] */
 void api_write_tokens(jw *w, const lens_model *m, const lens_token *t, int n);
+/* One [rows][cols] float matrix per format (JSON arrays or a base64 tensor). */
+void api_write_matrix(jw *w, const float *x, size_t rows, size_t cols, const api_format *f);
+/* Report progress (0..1) when running as a job; a no-op otherwise. */
+void api_progress(api_call *c, double fraction);
 /* "timing_ms": {...}; encode_start is when encoding began. */
 void api_write_timing(api_call *c, double t_tokenize, double t_compute, double encode_start);
 

@@ -20,6 +20,12 @@ const api_route api_routes[] = {
     {"GET",  "/v1/models/{id}",  NULL,                 api_model_get,   0, 0, 0, 1, "one model"},
     {"POST", "/v1/tokenize",     api_tokenize_prepare, api_tokenize_run, 1, 1, 0, 1, "tokenize text"},
     {"POST", "/v1/forward",      api_forward_prepare,  api_forward_run,  1, 1, 0, 1, "forward pass outputs"},
+    {"POST", "/v1/decomposition", api_decomposition_prepare, api_decomposition_run, 1, 1, 0, 1, "position / context decomposition"},
+    {"POST", "/v1/attribution",  api_attribution_prepare, api_attribution_run, 1, 1, 0, 1, "self-attention attribution"},
+    {"POST", "/v1/jobs",         api_jobs_prepare,     api_jobs_submit,  0, 1, 0, 1, "start an async job"},
+    {"GET",  "/v1/jobs/{id}",    NULL,                 api_job_get,      0, 0, 0, 0, "a job's state and result"},
+    {"DELETE", "/v1/jobs/{id}",  NULL,                 api_job_delete,   0, 0, 0, 0, "cancel a job"},
+    {"POST", "/v1/attention",    api_attention_prepare, api_attention_run, 1, 1, 0, 1, "effective attention, identifiability"},
 };
 const int api_n_routes = (int)(sizeof api_routes / sizeof *api_routes);
 

@@ -66,7 +66,14 @@ static const config_opt options[] = {
      INFO_NONE},
     {"cors-origin", "LENSD_CORS_ORIGIN", NULL, "LIST", "origins allowed by CORS, comma-separated, or *",
      KIND_STR, OFF(cors_origin), 0, 0, INFO_NONE},
-    {"debug-delay-ms", "LENSD_DEBUG_DELAY_MS", "0", "MS", "testing: each queued request first waits MS",
+    {"max-jobs", "LENSD_MAX_JOBS", "1", "N", "async jobs computed at once (dedicated job threads); more wait queued",
+     KIND_INT, OFF(max_jobs), 1, 64, INFO_LIMIT},
+    {"max-stored-jobs", "LENSD_MAX_STORED_JOBS", "100", "N",
+     "jobs kept (queued, running or finished) before POST /v1/jobs answers 429", KIND_INT, OFF(max_stored_jobs), 1,
+     1000000, INFO_LIMIT},
+    {"job-ttl", "LENSD_JOB_TTL", "3600", "SECONDS", "how long a finished job's result is kept", KIND_SECONDS,
+     OFF(job_ttl), 0, 31536000, INFO_LIMIT},
+    {"debug-delay-ms", "LENSD_DEBUG_DELAY_MS", "0", "MS", "testing: each queued request and each job first waits MS",
      KIND_INT, OFF(debug_delay_ms), 0, 3600000, INFO_NONE},
 };
 #define N_OPTIONS (int)(sizeof options / sizeof *options)

@@ -23,6 +23,9 @@ typedef struct {
     double timeout;          /* seconds */
     char *api_key_file;
     char *cors_origin;       /* comma-separated list, "*" for any */
+    int max_jobs;            /* async jobs running at once (job threads) */
+    int max_stored_jobs;     /* queued + running + finished jobs kept before 429 */
+    double job_ttl;          /* seconds a finished job's result is kept */
     int debug_delay_ms;      /* testing only: each pool job first sleeps this long */
 } lensd_config;
 

@@ -34,12 +34,14 @@
 #include "api/request.h"
 #include "server/log.h"
 #include "server/metrics.h"
+#include "server/jobs.h"
 #include "server/pool.h"
 
 struct server {
     const lensd_config *cfg;
     api_ctx ctx;
     pool *pool;
+    jobs *jobs;
     struct MHD_Daemon *daemon;
     int port;
     atomic_int state;     /* api_state */
@@ -106,17 +108,41 @@ static void ctx_write_metrics(jw *w, const api_ctx *ctx)
                      "lensd_workers_busy %d\n"
                      "# HELP lensd_ready 1 when models are loaded and work is accepted.\n"
                      "# TYPE lensd_ready gauge\n"
-                     "lensd_ready %d\n"
-                     "# HELP lensd_model_bytes Bytes of float32 weights held per model.\n"
-                     "# TYPE lensd_model_bytes gauge\n",
+                     "lensd_ready %d\n",
                      pool_queue_depth(s->pool), atomic_load(&s->in_flight), pool_running(s->pool),
                      atomic_load(&s->state) == API_READY);
     jw_raw(w, line, (size_t)n);
+    jobs_write_metrics(s->jobs, w);
+    static const char model_bytes_help[] = "# HELP lensd_model_bytes Bytes of float32 weights held per model.\n"
+                                           "# TYPE lensd_model_bytes gauge\n";
+    jw_raw(w, model_bytes_help, sizeof model_bytes_help - 1);
     for (int i = 0; i < ctx->n_models; i++) {
         n = snprintf(line, sizeof line, "lensd_model_bytes{model=\"%s\"} %zu\n", ctx->models[i].name,
                      lens_weights_bytes(ctx->models[i].model->weights));
         jw_raw(w, line, (size_t)n);
     }
+}
+
+static void ctx_job_submit(api_call *c, const api_job_kind *kind)
+{
+    server *s = c->ctx->server;
+    if (atomic_load(&s->state) == API_DRAINING) {
+        api_fail(c, 503, "shutting_down", NULL, "the server is shutting down");
+        return;
+    }
+    jobs_submit(s->jobs, c, kind);
+}
+
+static void ctx_job_get(api_call *c, const char *id)
+{
+    server *s = c->ctx->server;
+    jobs_get(s->jobs, c, id);
+}
+
+static void ctx_job_cancel(api_call *c, const char *id)
+{
+    server *s = c->ctx->server;
+    jobs_cancel(s->jobs, c, id);
 }
 
 /* ------------------------------------------------------------- helpers */
@@ -344,8 +370,9 @@ static enum MHD_Result complete(request *r)
     free(r->body);
     r->body = NULL;
     if (r->route->prepare && r->route->prepare(c)) return respond(r);
-    if (!r->route->on_pool) {
-        r->route->run(c);
+    /* answered: prepare() turned the request into an async job (202) */
+    if (c->answered || !r->route->on_pool) {
+        if (!c->answered) r->route->run(c);
         return respond(r);
     }
     if (atomic_load(&s->state) == API_DRAINING) {
@@ -518,6 +545,9 @@ server *server_start(const lensd_config *cfg)
     s->ctx.write_metrics = ctx_write_metrics;
     s->ctx.write_server_info = ctx_write_server_info;
     s->ctx.server = s;
+    s->ctx.job_submit = ctx_job_submit;
+    s->ctx.job_get = ctx_job_get;
+    s->ctx.job_cancel = ctx_job_cancel;
     if (cfg->api_key_file && load_api_keys(s, cfg->api_key_file)) goto fail;
     if (cfg->cors_origin) parse_cors(s, cfg->cors_origin);
 
@@ -543,8 +573,11 @@ server *server_start(const lensd_config *cfg)
     }
 
     s->pool = pool_create(cfg->workers, cfg->queue);
-    if (!s->pool) {
+    s->jobs = jobs_create(cfg->max_jobs, cfg->max_stored_jobs, cfg->job_ttl, cfg->debug_delay_ms);
+    if (!s->pool || !s->jobs) {
         freeaddrinfo(ai);
+        pool_destroy(s->pool);
+        jobs_destroy(s->jobs);
         goto fail;
     }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
@@ -556,6 +589,7 @@ server *server_start(const lensd_config *cfg)
     if (!s->daemon) {
         log_msg("error", "cannot listen on %s (address in use or not permitted?)", cfg->listen);
         pool_destroy(s->pool);
+        jobs_destroy(s->jobs);
         goto fail;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
@@ -607,5 +641,7 @@ void server_stop(server *s)
     /* queued jobs finish and resume their connections before the daemon stops */
     pool_destroy(s->pool);
     MHD_stop_daemon(s->daemon);
+    /* running jobs see their cancel flag at the next check; models outlive this */
+    jobs_destroy(s->jobs);
     server_free(s);
 }

@@ -1,4 +1,4 @@
-/* main.c - the lensd command line: serve, tokenize, forward, info, mkmodel.
+/* main.c - the lensd command line: serve, the analysis commands, info, mkmodel.
  *
  * Owns: argument parsing of the one-shot subcommands, signal handling and
  * the start-up / shutdown sequence of `serve`. tokenize and forward build
@@ -34,6 +34,18 @@ static void usage(FILE *f)
             "            [--heads 0,1,..] [--positions 0,1,..] [--precision N]\n"
             "            [--encoding json|base64]\n"
             "            print what POST /v1/forward returns\n"
+            "  attention --model DIR TEXT [--pair TEXT] [--input-ids ..] [--layers 1,..] [--heads 0,..]\n"
+            "            [--identifiability | --no-identifiability] [--no-effective] [--no-raw] [--null]\n"
+            "            [--precision N] [--encoding json|base64]\n"
+            "            print what POST /v1/attention returns (effective attention, identifiability)\n"
+            "  decompose --model DIR --length T [--layers 0,..] [--labels a,b,..] [--texts-file FILE]\n"
+            "            [--keep-first-position] [--top-k K] [TEXT..]\n"
+            "            print what POST /v1/decomposition returns (texts: the arguments and/or the\n"
+            "            file's non-empty lines; labels: one per text)\n"
+            "  attribution --model DIR TEXT [--pair TEXT] [--target predicted|LABEL|INDEX] [--steps 20]\n"
+            "            [--riemann right|left] [--layers 1,..] [--heads 0,..] [--no-matrices]\n"
+            "            [--tree] [--tree-threshold 0.4] [--precision N] [--encoding json|base64]\n"
+            "            print what POST /v1/attribution returns (BERT sequence classifiers)\n"
             "  info      BLAS library, core and threads (GET /v1/info without server limits)\n"
             "  mkmodel   --arch bert|gpt2 --preset tiny|small|base [--task T] --seed N --out DIR\n"
             "            write a random-weight checkpoint in Hugging Face format\n"
@@ -88,6 +100,55 @@ static int cmd_serve(int argc, char **argv)
 
 /* ------------------------------------------------- tokenize and forward */
 
+/* The one-shot analysis commands: each builds the request JSON of its route
+ * from options (a table per command) and positional texts. */
+typedef enum { OPT_INTS, OPT_STRS, OPT_STR, OPT_INT, OPT_NUM, OPT_TRUE, OPT_FALSE, OPT_PRECISION, OPT_ENCODING,
+               OPT_LINES, OPT_STR_OR_INT } opt_type;
+
+typedef struct {
+    const char *flag; /* without "--" */
+    const char *key;  /* request field; dotted "tree.threshold" for one level of nesting */
+    opt_type type;
+} cli_opt;
+
+typedef struct {
+    const char *name, *path;
+    const char *text_key; /* first positional argument; NULL: positionals append to list_key */
+    const char *list_key;
+    const cli_opt *opts;
+} cli_command;
+
+static const cli_opt common_opts[] = {
+    {"pair", "text_pair", OPT_STR}, {"input-ids", "input_ids", OPT_INTS}, {"precision", "format", OPT_PRECISION},
+    {"encoding", "format", OPT_ENCODING}, {NULL, NULL, 0}};
+static const cli_opt tokenize_opts[] = {{"pair", "text_pair", OPT_STR}, {NULL, NULL, 0}};
+static const cli_opt forward_opts[] = {
+    {"outputs", "outputs", OPT_STRS}, {"layers", "layers", OPT_INTS}, {"heads", "heads", OPT_INTS},
+    {"positions", "positions", OPT_INTS}, {NULL, NULL, 0}};
+static const cli_opt attention_opts[] = {
+    {"layers", "layers", OPT_INTS}, {"heads", "heads", OPT_INTS},
+    {"identifiability", "identifiability", OPT_TRUE}, {"no-identifiability", "identifiability", OPT_FALSE},
+    {"no-effective", "effective", OPT_FALSE}, {"no-raw", "include_raw", OPT_FALSE}, {"null", "null", OPT_TRUE},
+    {NULL, NULL, 0}};
+
+static const cli_opt decompose_opts[] = {
+    {"length", "length", OPT_INT}, {"layers", "layers", OPT_INTS}, {"labels", "labels", OPT_STRS},
+    {"texts-file", "texts", OPT_LINES}, {"keep-first-position", "drop_first_position", OPT_FALSE},
+    {"top-k", "top_k", OPT_INT}, {NULL, NULL, 0}};
+
+static const cli_opt attribution_opts[] = {
+    {"target", "target", OPT_STR_OR_INT}, {"steps", "steps", OPT_INT}, {"riemann", "riemann", OPT_STR},
+    {"layers", "layers", OPT_INTS}, {"heads", "heads", OPT_INTS}, {"no-matrices", "include_matrices", OPT_FALSE},
+    {"tree", "tree", OPT_TRUE}, {"tree-threshold", "tree.threshold", OPT_NUM}, {NULL, NULL, 0}};
+
+static const cli_command commands[] = {
+    {"tokenize", "/v1/tokenize", "text", NULL, tokenize_opts},
+    {"forward", "/v1/forward", "text", NULL, forward_opts},
+    {"attention", "/v1/attention", "text", NULL, attention_opts},
+    {"decompose", "/v1/decomposition", NULL, "texts", decompose_opts},
+    {"attribution", "/v1/attribution", "text", NULL, attribution_opts},
+};
+
 /* "1,2,3" -> [1,2,3]; NULL on a malformed list. */
 static json_t *int_list(const char *s)
 {
@@ -117,6 +178,24 @@ static json_t *str_list(const char *s)
     return arr;
 }
 
+/* Non-empty lines of a file as strings; NULL when it cannot be read. */
+static json_t *file_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    json_t *arr = json_array();
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    while ((n = getline(&line, &cap, f)) >= 0) {
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+        if (n > 0) json_array_append_new(arr, json_stringn(line, (size_t)n));
+    }
+    free(line);
+    fclose(f);
+    return arr;
+}
+
 static const char *basename_of(const char *dir)
 {
     size_t n = strlen(dir);
@@ -128,54 +207,128 @@ static const char *basename_of(const char *dir)
     return name;
 }
 
-/* lensd tokenize|forward: argv after the command name. */
-static int cmd_request(int forward, int argc, char **argv)
+static const cli_opt *find_opt(const cli_opt *opts, const char *flag)
+{
+    for (int i = 0; opts[i].flag; i++)
+        if (!strcmp(opts[i].flag, flag)) return &opts[i];
+    return NULL;
+}
+
+/* Sets key (or "outer.inner") of body to v (stolen). */
+static void set_field(json_t *body, const char *key, json_t *v)
+{
+    const char *dot = strchr(key, '.');
+    if (!dot) {
+        json_object_set_new(body, key, v);
+        return;
+    }
+    char outer[64];
+    snprintf(outer, sizeof outer, "%.*s", (int)(dot - key), key);
+    json_t *o = json_object_get(body, outer);
+    if (!json_is_object(o)) {
+        o = json_object();
+        json_object_set_new(body, outer, o);
+    }
+    json_object_set_new(o, dot + 1, v);
+}
+
+/* Applies one option; returns 1 when it consumed val, 0 when not, -1 on error. */
+static int apply_opt(json_t *body, const cli_opt *o, const char *arg, const char *val)
+{
+    if (o->type == OPT_TRUE || o->type == OPT_FALSE) {
+        set_field(body, o->key, json_boolean(o->type == OPT_TRUE));
+        return 0;
+    }
+    if (!val) {
+        fprintf(stderr, "lensd: %s needs a value\n", arg);
+        return -1;
+    }
+    json_t *v = NULL;
+    char *end;
+    switch (o->type) {
+    case OPT_INTS:
+        if (!(v = int_list(val))) fprintf(stderr, "lensd: %s wants a comma-separated list of integers\n", arg);
+        break;
+    case OPT_STRS: v = str_list(val); break;
+    case OPT_STR: v = json_string(val); break;
+    case OPT_STR_OR_INT: {
+        long long x = strtoll(val, &end, 10);
+        v = end != val && !*end ? json_integer(x) : json_string(val);
+        break;
+    }
+    case OPT_LINES:
+        if (!(v = file_lines(val))) fprintf(stderr, "lensd: %s: cannot read %s\n", arg, val);
+        break;
+    case OPT_INT: {
+        long long x = strtoll(val, &end, 10);
+        if (end == val || *end) fprintf(stderr, "lensd: %s wants an integer\n", arg);
+        else v = json_integer(x);
+        break;
+    }
+    case OPT_NUM: {
+        double x = strtod(val, &end);
+        if (end == val || *end) fprintf(stderr, "lensd: %s wants a number\n", arg);
+        else v = json_real(x);
+        break;
+    }
+    case OPT_PRECISION:
+    case OPT_ENCODING: {
+        json_t *format = json_object_get(body, "format");
+        if (!format) {
+            format = json_object();
+            json_object_set_new(body, "format", format);
+        }
+        if (o->type == OPT_PRECISION) json_object_set_new(format, "precision", json_integer(atoi(val)));
+        else json_object_set_new(format, "encoding", json_string(val));
+        return 1;
+    }
+    default: break;
+    }
+    if (!v) return -1;
+    set_field(body, o->key, v);
+    return 1;
+}
+
+/* lensd <analysis command>: argv after the command name. */
+static int cmd_request(const cli_command *cmd, int argc, char **argv)
 {
     const char *dir = NULL;
-    json_t *body = json_object(), *format = json_object();
+    json_t *body = json_object();
     int bad = 0;
     for (int a = 0; a < argc && !bad; a++) {
         const char *arg = argv[a];
         const char *val = a + 1 < argc ? argv[a + 1] : NULL;
-        if (!strncmp(arg, "--", 2) && !val) {
-            fprintf(stderr, "lensd: %s needs a value\n", arg);
-            bad = 1;
-            break;
-        }
-        if (!strcmp(arg, "--model")) dir = val, a++;
-        else if (!strcmp(arg, "--pair")) json_object_set_new(body, "text_pair", json_string(val)), a++;
-        else if (forward && !strcmp(arg, "--outputs")) json_object_set_new(body, "outputs", str_list(val)), a++;
-        else if (forward && (!strcmp(arg, "--layers") || !strcmp(arg, "--heads") || !strcmp(arg, "--positions") ||
-                             !strcmp(arg, "--input-ids"))) {
-            json_t *list = int_list(val);
-            if (!list) {
-                fprintf(stderr, "lensd: %s wants a comma-separated list of integers\n", arg);
+        if (!strcmp(arg, "--model")) {
+            if (!val) {
+                fprintf(stderr, "lensd: --model needs a value\n");
                 bad = 1;
-            } else {
-                char key[32];
-                snprintf(key, sizeof key, "%s", arg + 2);
-                if (!strcmp(key, "input-ids")) strcpy(key, "input_ids");
-                json_object_set_new(body, key, list);
             }
-            a++;
-        } else if (forward && !strcmp(arg, "--precision")) {
-            json_object_set_new(format, "precision", json_integer(atoi(val)));
-            a++;
-        } else if (forward && !strcmp(arg, "--encoding")) {
-            json_object_set_new(format, "encoding", json_string(val));
-            a++;
+            dir = val, a++;
         } else if (!strncmp(arg, "--", 2)) {
-            fprintf(stderr, "lensd: unknown option %s\n", arg);
-            bad = 1;
-        } else if (!json_object_get(body, "text")) {
-            json_object_set_new(body, "text", json_string(arg));
+            const cli_opt *o = find_opt(cmd->opts, arg + 2);
+            if (!o && cmd->text_key && cmd->opts != tokenize_opts) o = find_opt(common_opts, arg + 2);
+            if (!o) {
+                fprintf(stderr, "lensd %s: unknown option %s\n", cmd->name, arg);
+                bad = 1;
+                break;
+            }
+            int used = apply_opt(body, o, arg, val);
+            if (used < 0) bad = 1;
+            a += used > 0;
+        } else if (cmd->text_key && !json_object_get(body, cmd->text_key)) {
+            json_object_set_new(body, cmd->text_key, json_string(arg));
+        } else if (cmd->list_key) {
+            json_t *list = json_object_get(body, cmd->list_key);
+            if (!json_is_array(list)) {
+                list = json_array();
+                json_object_set_new(body, cmd->list_key, list);
+            }
+            json_array_append_new(list, json_string(arg));
         } else {
             fprintf(stderr, "lensd: unexpected argument \"%s\"\n", arg);
             bad = 1;
         }
     }
-    if (json_object_size(format)) json_object_set(body, "format", format);
-    json_decref(format);
     if (!bad && !dir) {
         fprintf(stderr, "lensd: --model DIR is required\n");
         bad = 1;
@@ -200,9 +353,9 @@ static int cmd_request(int forward, int argc, char **argv)
     call.body = body;
     const api_route *route = NULL;
     for (int i = 0; i < api_n_routes; i++)
-        if (!strcmp(api_routes[i].path, forward ? "/v1/forward" : "/v1/tokenize")) route = &api_routes[i];
+        if (!strcmp(api_routes[i].path, cmd->path) && !strcmp(api_routes[i].method, "POST")) route = &api_routes[i];
     call.route = route;
-    if (route->prepare(&call) == 0) route->run(&call);
+    if (route->prepare(&call) == 0 && !call.answered) route->run(&call);
     fwrite(call.out.buf, 1, call.out.len, stdout);
     fputc('\n', stdout);
     int status = call.status;
@@ -268,8 +421,8 @@ int main(int argc, char **argv)
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 2, argv + 2);
-    if (!strcmp(cmd, "tokenize")) return cmd_request(0, argc - 2, argv + 2);
-    if (!strcmp(cmd, "forward")) return cmd_request(1, argc - 2, argv + 2);
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        if (!strcmp(cmd, commands[i].name)) return cmd_request(&commands[i], argc - 2, argv + 2);
     if (!strcmp(cmd, "info")) return cmd_info();
     if (!strcmp(cmd, "mkmodel")) return cmd_mkmodel(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {

@@ -1,0 +1,287 @@
+/* attribution.c - POST /v1/attribution, job kind "attribution" and
+ * `lensd attribution`.
+ *
+ * Self-attention attribution (Hao et al., AAAI 2021) of one sequence on a
+ * BERT sequence classifier, via core/attribution.h (conventions, the tree
+ * rules and an example in docs/attribution.md).
+ *
+ * Request {model?, text | input_ids, text_pair?, target? ("predicted"
+ * (default) | a label name | a class index), steps? = 20 (1..1000),
+ * riemann? = "right" | "left", layers? (1..L, default all), heads? (default
+ * all; selects what is returned), include_matrices? = true, tree? (true, or
+ * {threshold: 0.4}; default none), format?}.
+ *
+ * Response {model, tokens, target: {index, label, prob}, predicted: {index,
+ * label}, steps, riemann, layers: [{layer, f_zero, attr_sum, heads: [{head,
+ * importance, attribution?: [T][T]}]}], tree?: {root, threshold, nodes:
+ * [{token, layer}], edges: [{layer, from, to, score}]}, timing_ms}.
+ * attribution[i][j]: query token i, attended token j. The tree needs every
+ * layer's attribution, so with tree all layers are computed and the
+ * selected ones returned. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/request.h"
+#include "core/attribution.h"
+
+typedef struct {
+    api_input in;
+    int target; /* -1 = predicted */
+    int steps;
+    lens_riemann riemann;
+    api_index_list layers, heads;
+    int matrices;
+    int tree;
+    double threshold;
+    api_format format;
+} attribution_req;
+
+static void attribution_req_free(void *p)
+{
+    attribution_req *r = p;
+    api_input_free(&r->in);
+    free(r->layers.v);
+    free(r->heads.v);
+    free(r);
+}
+
+static int decode_target(api_call *c, const lens_config *cfg, int *target)
+{
+    json_t *v = json_object_get(c->body, "target");
+    *target = -1;
+    if (!v || json_is_null(v)) return 0;
+    if (json_is_integer(v)) {
+        long long k = json_integer_value(v);
+        if (k < 0 || k >= cfg->n_labels)
+            return api_fail(c, 422, "invalid_request", "target", "target class %lld is outside [0, %d)", k,
+                            cfg->n_labels);
+        *target = (int)k;
+        return 0;
+    }
+    if (!json_is_string(v))
+        return api_fail(c, 422, "invalid_request", "target",
+                        "target must be \"predicted\", a label name or a class index");
+    const char *s = json_string_value(v);
+    if (!strcmp(s, "predicted")) return 0;
+    for (int k = 0; cfg->labels && k < cfg->n_labels; k++)
+        if (cfg->labels[k] && !strcmp(cfg->labels[k], s)) {
+            *target = k;
+            return 0;
+        }
+    return api_fail(c, 422, "invalid_request", "target", "\"%.64s\" is not a label of this model", s);
+}
+
+static int decode_tree(api_call *c, attribution_req *r)
+{
+    json_t *v = json_object_get(c->body, "tree");
+    r->tree = 0;
+    r->threshold = 0.4;
+    if (!v || json_is_null(v) || json_is_false(v)) return 0;
+    if (json_is_true(v)) {
+        r->tree = 1;
+        return 0;
+    }
+    if (!json_is_object(v))
+        return api_fail(c, 422, "invalid_request", "tree", "tree must be true, false or {\"threshold\": number}");
+    r->tree = 1;
+    json_t *t = json_object_get(v, "threshold");
+    if (t && !json_is_null(t)) {
+        if (!json_is_number(t) || !(json_number_value(t) >= 0 && json_number_value(t) <= 1))
+            return api_fail(c, 422, "invalid_request", "tree.threshold", "tree.threshold must be a number in [0, 1]");
+        r->threshold = json_number_value(t);
+    }
+    return 0;
+}
+
+int api_attribution_prepare(api_call *c)
+{
+    attribution_req *r = calloc(1, sizeof *r);
+    if (!r) return api_fail(c, 500, "internal", NULL, "out of memory");
+    c->req = r;
+    c->free_req = attribution_req_free;
+    const api_model *m;
+    if (api_decode_model(c, &m)) return -1;
+    const lens_config *cfg = &m->model->cfg;
+    if (cfg->task != LENS_TASK_CLASSIFICATION)
+        return api_fail(c, 422, "invalid_request", "model",
+                        "attribution needs a sequence classifier; %s is %s (%s)", m->name, lens_task_name(cfg->task),
+                        cfg->architecture);
+    if (api_decode_input(c, m, &r->in)) return -1;
+    r->steps = 20;
+    r->matrices = 1;
+    const char *riemann = NULL;
+    int has_riemann = api_get_string(c, "riemann", &riemann, NULL);
+    if (has_riemann < 0) return -1;
+    if (has_riemann && strcmp(riemann, "right") && strcmp(riemann, "left"))
+        return api_fail(c, 422, "invalid_request", "riemann", "riemann must be \"right\" or \"left\"");
+    r->riemann = has_riemann && !strcmp(riemann, "left") ? LENS_RIEMANN_LEFT : LENS_RIEMANN_RIGHT;
+    if (decode_target(c, cfg, &r->target) || api_get_int(c, "steps", 1, 1000, &r->steps) < 0 ||
+        api_get_bool(c, "include_matrices", &r->matrices) < 0 || decode_tree(c, r) ||
+        api_decode_index_list(c, "layers", 1, cfg->n_layers, &r->layers) ||
+        api_decode_index_list(c, "heads", 0, cfg->n_heads - 1, &r->heads) || api_decode_format(c, &r->format))
+        return -1;
+    return 0;
+}
+
+static void write_tree(jw *w, const lens_attr_tree *t)
+{
+    jw_key(w, "tree");
+    jw_obj(w);
+    jw_key(w, "root");
+    jw_int(w, t->root);
+    jw_key(w, "threshold");
+    jw_float(w, t->threshold, 6);
+    jw_key(w, "nodes");
+    jw_arr(w);
+    for (int i = 0; i < t->n_nodes; i++) {
+        jw_obj(w);
+        jw_key(w, "token");
+        jw_int(w, t->nodes[i].token);
+        jw_key(w, "layer");
+        jw_int(w, t->nodes[i].layer);
+        jw_end(w);
+    }
+    jw_end(w);
+    jw_key(w, "edges");
+    jw_arr(w);
+    for (int i = 0; i < t->n_edges; i++) {
+        jw_obj(w);
+        jw_key(w, "layer");
+        jw_int(w, t->edges[i].layer);
+        jw_key(w, "from");
+        jw_int(w, t->edges[i].from);
+        jw_key(w, "to");
+        jw_int(w, t->edges[i].to);
+        jw_key(w, "score");
+        jw_float(w, t->edges[i].score, 6);
+        jw_end(w);
+    }
+    jw_end(w);
+    jw_end(w);
+}
+
+static void write_class(jw *w, const lens_config *cfg, const char *key, int index, double prob)
+{
+    jw_key(w, key);
+    jw_obj(w);
+    jw_key(w, "index");
+    jw_int(w, index);
+    jw_key(w, "label");
+    jw_str(w, cfg->labels && index >= 0 && index < cfg->n_labels ? cfg->labels[index] : NULL);
+    if (!isnan(prob)) {
+        jw_key(w, "prob");
+        jw_float(w, prob, 6);
+    }
+    jw_end(w);
+}
+
+void api_attribution_run(api_call *c)
+{
+    attribution_req *r = c->req;
+    const lens_model *m = r->in.model->model;
+    const lens_config *cfg = &m->cfg;
+    double t0 = api_now();
+    lens_token *toks = NULL;
+    int T = 0;
+    if (api_tokenize_input(c, &r->in, &toks, &T)) return;
+    c->n_tokens = T;
+    int *ids = malloc((size_t)T * sizeof *ids), *types = malloc((size_t)T * sizeof *types);
+    if (!ids || !types) {
+        free(ids), free(types), free(toks);
+        api_fail(c, 500, "internal", NULL, "out of memory");
+        return;
+    }
+    for (int i = 0; i < T; i++) ids[i] = toks[i].id, types[i] = toks[i].segment;
+    double t1 = api_now();
+    api_progress(c, 0);
+
+    lens_attr_opts opts = {.steps = r->steps,
+                           .riemann = r->riemann,
+                           .target = r->target,
+                           .layers = r->tree ? NULL : r->layers.v, /* the tree needs every layer */
+                           .n_layers = r->tree ? 0 : r->layers.n,
+                           .cancel = c->cancel};
+    lens_attribution out;
+    memset(&out, 0, sizeof out);
+    lens_attr_tree tree;
+    memset(&tree, 0, sizeof tree);
+    lens_err err = {0};
+    int rc = lens_attribution_run(m, ids, types, T, &opts, &out, &err);
+    free(ids), free(types);
+    if (rc == 0 && r->tree) {
+        const float **attr = malloc((size_t)out.n_layers * sizeof *attr);
+        if (!attr) {
+            rc = -1;
+            err.code = LENS_ENOMEM;
+            snprintf(err.msg, sizeof err.msg, "out of memory");
+        } else {
+            for (int i = 0; i < out.n_layers; i++) attr[i] = out.layers[i].attr;
+            rc = lens_attr_tree_build(attr, out.n_layers, out.n_heads, T, (float)r->threshold, &tree, &err);
+            free(attr);
+        }
+    }
+    if (rc) {
+        free(toks);
+        lens_attribution_free(&out);
+        if (err.code == LENS_ECANCEL)
+            api_fail(c, 503, "timeout", NULL, "the computation was stopped (deadline passed or job cancelled)");
+        else if (err.code == LENS_ELIMIT) api_fail(c, 413, "too_many_tokens", "text", "%s", err.msg);
+        else if (err.code == LENS_EINVAL) api_fail(c, 422, "invalid_request", NULL, "%s", err.msg);
+        else api_fail(c, 500, "internal", NULL, "attribution failed: %s", err.msg);
+        return;
+    }
+    double t2 = api_now();
+
+    jw *w = &c->out;
+    const size_t TT = (size_t)T * T;
+    jw_obj(w);
+    jw_key(w, "model");
+    jw_str(w, r->in.model->name);
+    api_write_tokens(w, m, toks, T);
+    free(toks);
+    write_class(w, cfg, "target", out.target, out.f_full);
+    write_class(w, cfg, "predicted", out.predicted, NAN);
+    jw_key(w, "steps");
+    jw_int(w, out.steps);
+    jw_key(w, "riemann");
+    jw_str(w, out.riemann == LENS_RIEMANN_LEFT ? "left" : "right");
+    jw_key(w, "layers");
+    jw_arr(w);
+    for (int i = 0; i < out.n_layers; i++) {
+        const lens_attr_layer *L = &out.layers[i];
+        if (!api_index_list_has(&r->layers, L->layer)) continue;
+        jw_obj(w);
+        jw_key(w, "layer");
+        jw_int(w, L->layer);
+        jw_key(w, "f_zero");
+        jw_float(w, L->f_zero, 6);
+        jw_key(w, "attr_sum");
+        jw_float(w, L->attr_sum, 6);
+        jw_key(w, "heads");
+        jw_arr(w);
+        for (int hi = 0; hi < r->heads.n; hi++) {
+            const int h = r->heads.v[hi];
+            jw_obj(w);
+            jw_key(w, "head");
+            jw_int(w, h);
+            jw_key(w, "importance");
+            jw_float(w, L->importance[h], 9);
+            if (r->matrices) {
+                jw_key(w, "attribution");
+                api_write_matrix(w, L->attr + (size_t)h * TT, (size_t)T, (size_t)T, &r->format);
+            }
+            jw_end(w);
+        }
+        jw_end(w);
+        jw_end(w);
+    }
+    jw_end(w);
+    if (r->tree) write_tree(w, &tree);
+    lens_attr_tree_free(&tree);
+    lens_attribution_free(&out);
+    api_write_timing(c, t1 - t0, t2 - t1, t2);
+    jw_end(w);
+    if (w->oom) api_fail(c, 500, "internal", NULL, "out of memory while writing the response");
+    else c->status = 200;
+}

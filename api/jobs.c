@@ -1,0 +1,92 @@
+/* jobs.c - POST /v1/jobs, GET and DELETE /v1/jobs/{id}, and the kind table.
+ *
+ * Owns: decoding {kind, params} and which kinds exist. A kind's params are
+ * validated by the same prepare() as its synchronous endpoint, with params
+ * as the body and "params." in front of every error field; the job store,
+ * its threads, states and expiry are the server's (server/jobs.c), reached
+ * through the api_ctx job hooks. */
+#include <string.h>
+
+#include "api/request.h"
+
+const api_job_kind api_job_kinds[] = {
+    /* kind             prepare (params)                 run (job thread) */
+    {"decomposition", api_decomposition_prepare, api_decomposition_run,
+     "POST /v1/decomposition over many windows, with progress"},
+    {"attribution", api_attribution_prepare, api_attribution_run, "POST /v1/attribution (many steps, long inputs)"},
+    {NULL, NULL, NULL, NULL},
+};
+const int api_n_job_kinds = (int)(sizeof api_job_kinds / sizeof *api_job_kinds) - 1;
+
+const api_job_kind *api_job_kind_find(const char *name)
+{
+    for (int i = 0; i < api_n_job_kinds; i++)
+        if (!strcmp(api_job_kinds[i].kind, name)) return &api_job_kinds[i];
+    return NULL;
+}
+
+int api_jobs_prepare(api_call *c)
+{
+    const char *kind = NULL;
+    int has = api_get_string(c, "kind", &kind, NULL);
+    if (has < 0) return -1;
+    char known[256] = "";
+    size_t used = 0;
+    for (int i = 0; i < api_n_job_kinds && used < sizeof known; i++) {
+        int n = snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "", api_job_kinds[i].kind);
+        if (n > 0) used += (size_t)n;
+    }
+    if (!has) return api_fail(c, 422, "invalid_request", "kind", "kind is required (known: %s)", known);
+    c->job_kind = api_job_kind_find(kind);
+    if (!c->job_kind)
+        return api_fail(c, 422, "invalid_request", "kind", "unknown job kind \"%.64s\" (known: %s)", kind, known);
+    json_t *params = json_object_get(c->body, "params");
+    if (params && !json_is_null(params) && !json_is_object(params))
+        return api_fail(c, 422, "invalid_request", "params", "params must be an object");
+    /* the kind's prepare() sees params as the body; the job keeps the whole
+     * request body alive, since decoded requests point into it */
+    json_t *body = c->body;
+    json_t *inner = json_is_object(params) ? json_incref(params) : json_object();
+    c->body = inner;
+    c->field_prefix = "params.";
+    int rc = c->job_kind->prepare ? c->job_kind->prepare(c) : 0;
+    c->field_prefix = NULL;
+    c->body = body;
+    if (rc) {
+        json_decref(inner);
+        return -1;
+    }
+    json_object_set_new(c->body, "params", inner); /* params may have been absent */
+    return 0;
+}
+
+/* The job's run() needs params as its body: swap it in for good. */
+void api_jobs_submit(api_call *c)
+{
+    if (!c->ctx->job_submit) {
+        api_fail(c, 503, "not_ready", NULL, "jobs need the server (lensd serve)");
+        return;
+    }
+    json_t *params = json_incref(json_object_get(c->body, "params"));
+    json_decref(c->body);
+    c->body = params;
+    c->ctx->job_submit(c, c->job_kind);
+}
+
+void api_job_get(api_call *c)
+{
+    if (!c->ctx->job_get) {
+        api_fail(c, 404, "job_not_found", "id", "no job \"%.64s\"", c->param);
+        return;
+    }
+    c->ctx->job_get(c, c->param);
+}
+
+void api_job_delete(api_call *c)
+{
+    if (!c->ctx->job_cancel) {
+        api_fail(c, 404, "job_not_found", "id", "no job \"%.64s\"", c->param);
+        return;
+    }
+    c->ctx->job_cancel(c, c->param);
+}

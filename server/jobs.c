@@ -1,0 +1,399 @@
+/* jobs.c - the async job store and its threads.
+ *
+ * Owns: every job from POST /v1/jobs (or an endpoint's async: true) until it
+ * expires, the job threads, cancellation and expiry. One mutex guards the
+ * store; job threads wait on `work`. A job holds the request body and the
+ * decoded request its kind's prepare() made; a job thread runs the kind's
+ * run() on a private api_call whose cancel flag is the job's (set by
+ * DELETE or shutdown) and whose progress callback updates the job. The
+ * result is kept as JSON text and written verbatim into GET responses.
+ * Expired jobs are swept whenever the store is touched. */
+#include "server/jobs.h"
+
+#include <fcntl.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api/request.h"
+
+typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE, JOB_FAILED, JOB_CANCELLED } job_state;
+
+static const char *const state_names[] = {"queued", "running", "done", "failed", "cancelled"};
+
+typedef struct jobs jobs;
+
+typedef struct job {
+    char id[24];
+    jobs *owner;
+    const api_job_kind *kind;
+    const api_ctx *ctx;
+    job_state state;
+    double progress;           /* 0..1 */
+    volatile int cancel;       /* DELETE or shutdown */
+    json_t *body;              /* params: the kind's run() reads it (decoded requests point into it) */
+    void *req;                 /* the kind's decoded request */
+    void (*free_req)(void *req);
+    const char *model_name;    /* from the api_ctx's model table, which outlives the jobs */
+    char *result;              /* done: JSON text */
+    size_t result_len;
+    char *error;               /* failed / cancelled: JSON text of {code, message, field} */
+    double created, started, finished; /* wall clock seconds (0 = not yet) */
+    double finished_mono;      /* api_now() when it finished, for the TTL */
+    struct job *next;          /* store list, newest first */
+    struct job *queue_next;    /* FIFO of queued jobs */
+} job;
+
+struct jobs {
+    pthread_mutex_t lock;
+    pthread_cond_t work;
+    job *all;
+    job *queue_head, *queue_tail;
+    int n_stored, max_stored;
+    int n_threads;
+    pthread_t *threads;
+    double ttl;
+    int debug_delay_ms;
+    int stopping;
+    unsigned long long id_seed, id_counter;
+};
+
+static double wall_now(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (double)tv.tv_sec + (double)tv.tv_usec * 1e-6;
+}
+
+/* splitmix64: ids that are unique per process and not guessable from each other */
+static unsigned long long mix64(unsigned long long x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static void job_free(job *jb)
+{
+    if (jb->req && jb->free_req) jb->free_req(jb->req);
+    if (jb->body) json_decref(jb->body);
+    free(jb->result);
+    free(jb->error);
+    free(jb);
+}
+
+static char *error_json(const char *code, const char *message)
+{
+    json_t *e = json_pack("{s:s, s:s, s:n}", "code", code, "message", message, "field");
+    char *s = e ? json_dumps(e, JSON_COMPACT) : NULL;
+    json_decref(e);
+    return s;
+}
+
+/* Drop finished jobs older than the TTL. Lock held. */
+static void sweep(jobs *j)
+{
+    double now = api_now();
+    job **pp = &j->all;
+    while (*pp) {
+        job *jb = *pp;
+        if (jb->state >= JOB_DONE && now - jb->finished_mono >= j->ttl) {
+            *pp = jb->next;
+            j->n_stored--;
+            job_free(jb);
+        } else {
+            pp = &jb->next;
+        }
+    }
+}
+
+static job *find(jobs *j, const char *id)
+{
+    for (job *jb = j->all; jb; jb = jb->next)
+        if (!strcmp(jb->id, id)) return jb;
+    return NULL;
+}
+
+static void write_time(jw *w, const char *key, double t)
+{
+    jw_key(w, key);
+    if (t <= 0) {
+        jw_null(w);
+        return;
+    }
+    time_t sec = (time_t)t;
+    struct tm tm;
+    gmtime_r(&sec, &tm);
+    char buf[96];
+    int ms = (int)((t - (double)sec) * 1000);
+    if (ms < 0) ms = 0;
+    snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+             tm.tm_hour, tm.tm_min, tm.tm_sec, ms > 999 ? 999 : ms);
+    jw_str(w, buf);
+}
+
+/* The job object of every job response. Lock held. */
+static void write_job(jw *w, const job *jb, double ttl)
+{
+    jw_obj(w);
+    jw_key(w, "id");
+    jw_str(w, jb->id);
+    jw_key(w, "kind");
+    jw_str(w, jb->kind->kind);
+    jw_key(w, "state");
+    jw_str(w, state_names[jb->state]);
+    jw_key(w, "progress");
+    jw_float(w, jb->progress, 4);
+    jw_key(w, "model");
+    jw_str(w, jb->model_name);
+    write_time(w, "created", jb->created);
+    write_time(w, "started", jb->started);
+    write_time(w, "finished", jb->finished);
+    if (jb->state >= JOB_DONE) write_time(w, "expires", jb->finished + ttl);
+    if (jb->result) {
+        jw_key(w, "result");
+        jw_raw_value(w, jb->result, jb->result_len);
+    }
+    if (jb->error) {
+        jw_key(w, "error");
+        jw_raw_value(w, jb->error, strlen(jb->error));
+    }
+    jw_end(w);
+}
+
+static void on_progress(void *user, double fraction)
+{
+    job *jb = user;
+    pthread_mutex_lock(&jb->owner->lock);
+    jb->progress = fraction;
+    pthread_mutex_unlock(&jb->owner->lock);
+}
+
+/* Store the outcome of run(). Lock held. */
+static void finish(job *jb, api_call *c)
+{
+    jb->finished = wall_now();
+    jb->finished_mono = api_now();
+    if (jb->cancel) {
+        jb->state = JOB_CANCELLED;
+        jb->error = error_json("cancelled", "the job was cancelled (DELETE /v1/jobs/{id} or shutdown)");
+        return;
+    }
+    if (c->status == 200 && !c->out.oom) {
+        jb->state = JOB_DONE;
+        jb->progress = 1;
+        jb->result = jw_take(&c->out, &jb->result_len);
+        return;
+    }
+    jb->state = JOB_FAILED;
+    /* c->out is {"error": {...}} from api_fail: keep the inner object */
+    json_t *body = json_loadb(c->out.buf ? c->out.buf : "", c->out.len, 0, NULL);
+    json_t *inner = json_object_get(body, "error");
+    jb->error = inner ? json_dumps(inner, JSON_COMPACT) : error_json("internal", "the job failed");
+    json_decref(body);
+}
+
+static void *job_thread(void *arg)
+{
+    jobs *j = arg;
+    pthread_mutex_lock(&j->lock);
+    for (;;) {
+        while (!j->queue_head && !j->stopping) pthread_cond_wait(&j->work, &j->lock);
+        if (!j->queue_head) break;
+        job *jb = j->queue_head;
+        j->queue_head = jb->queue_next;
+        if (!j->queue_head) j->queue_tail = NULL;
+        jb->state = JOB_RUNNING;
+        jb->started = wall_now();
+        pthread_mutex_unlock(&j->lock);
+
+        api_call c;
+        api_call_init(&c, jb->ctx, api_now());
+        c.body = jb->body;
+        c.req = jb->req;
+        c.free_req = jb->free_req;
+        jb->body = NULL, jb->req = NULL;
+        c.cancel = &jb->cancel;
+        c.progress = on_progress;
+        c.progress_user = jb;
+        for (int waited = 0; waited < j->debug_delay_ms && !jb->cancel; waited += 10) {
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        if (!jb->cancel) jb->kind->run(&c);
+
+        pthread_mutex_lock(&j->lock);
+        finish(jb, &c);
+        pthread_mutex_unlock(&j->lock);
+        api_call_free(&c); /* frees body and request outside the lock */
+        pthread_mutex_lock(&j->lock);
+    }
+    pthread_mutex_unlock(&j->lock);
+    return NULL;
+}
+
+jobs *jobs_create(int max_running, int max_stored, double ttl_seconds, int debug_delay_ms)
+{
+    jobs *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    j->threads = calloc((size_t)max_running, sizeof *j->threads);
+    if (!j->threads) {
+        free(j);
+        return NULL;
+    }
+    j->max_stored = max_stored;
+    j->ttl = ttl_seconds;
+    j->debug_delay_ms = debug_delay_ms;
+    unsigned long long seed = (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 32);
+    int fd = open("/dev/urandom", O_RDONLY);
+    if (fd >= 0) {
+        unsigned long long r;
+        if (read(fd, &r, sizeof r) == (ssize_t)sizeof r) seed ^= r;
+        close(fd);
+    }
+    j->id_seed = seed;
+    pthread_mutex_init(&j->lock, NULL);
+    pthread_cond_init(&j->work, NULL);
+    for (int i = 0; i < max_running; i++) {
+        if (pthread_create(&j->threads[i], NULL, job_thread, j)) break;
+        j->n_threads++;
+    }
+    return j;
+}
+
+void jobs_destroy(jobs *j)
+{
+    if (!j) return;
+    pthread_mutex_lock(&j->lock);
+    j->stopping = 1;
+    for (job *jb = j->all; jb; jb = jb->next) jb->cancel = 1;
+    /* queued jobs never start */
+    for (job *jb = j->queue_head; jb; jb = jb->queue_next) {
+        jb->state = JOB_CANCELLED;
+        jb->finished = wall_now();
+    }
+    j->queue_head = j->queue_tail = NULL;
+    pthread_cond_broadcast(&j->work);
+    pthread_mutex_unlock(&j->lock);
+    for (int i = 0; i < j->n_threads; i++) pthread_join(j->threads[i], NULL);
+    while (j->all) {
+        job *jb = j->all;
+        j->all = jb->next;
+        job_free(jb);
+    }
+    pthread_mutex_destroy(&j->lock);
+    pthread_cond_destroy(&j->work);
+    free(j->threads);
+    free(j);
+}
+
+void jobs_submit(jobs *j, api_call *c, const api_job_kind *kind)
+{
+    job *jb = calloc(1, sizeof *jb);
+    if (!jb) {
+        api_fail(c, 500, "internal", NULL, "out of memory");
+        return;
+    }
+    pthread_mutex_lock(&j->lock);
+    sweep(j);
+    if (j->stopping) {
+        pthread_mutex_unlock(&j->lock);
+        free(jb);
+        api_fail(c, 503, "shutting_down", NULL, "the server is shutting down");
+        return;
+    }
+    if (j->n_stored >= j->max_stored) {
+        pthread_mutex_unlock(&j->lock);
+        free(jb);
+        c->retry_after = 60;
+        api_fail(c, 429, "too_many_jobs", NULL,
+                 "%d jobs are stored (the limit); finished ones expire after %g s", j->max_stored, j->ttl);
+        return;
+    }
+    snprintf(jb->id, sizeof jb->id, "%016llx", mix64(j->id_seed + j->id_counter++));
+    jb->owner = j;
+    jb->kind = kind;
+    jb->ctx = c->ctx;
+    jb->state = JOB_QUEUED;
+    jb->created = wall_now();
+    jb->model_name = c->model_name;
+    jb->body = c->body, c->body = NULL;
+    jb->req = c->req, c->req = NULL;
+    jb->free_req = c->free_req;
+    jb->next = j->all;
+    j->all = jb;
+    j->n_stored++;
+    if (j->queue_tail) j->queue_tail->queue_next = jb;
+    else j->queue_head = jb;
+    j->queue_tail = jb;
+    pthread_cond_signal(&j->work);
+    jw_free(&c->out);
+    write_job(&c->out, jb, j->ttl);
+    c->status = 202;
+    pthread_mutex_unlock(&j->lock);
+}
+
+void jobs_get(jobs *j, api_call *c, const char *id)
+{
+    pthread_mutex_lock(&j->lock);
+    sweep(j);
+    job *jb = find(j, id);
+    if (jb) {
+        write_job(&c->out, jb, j->ttl);
+        c->status = 200;
+    }
+    pthread_mutex_unlock(&j->lock);
+    if (!jb) api_fail(c, 404, "job_not_found", "id", "no job \"%.64s\" (unknown, or expired)", id);
+}
+
+void jobs_cancel(jobs *j, api_call *c, const char *id)
+{
+    pthread_mutex_lock(&j->lock);
+    sweep(j);
+    job *jb = find(j, id);
+    if (jb && jb->state == JOB_QUEUED) {
+        /* unlink from the queue; it never runs */
+        job **pp = &j->queue_head;
+        job *prev = NULL;
+        while (*pp && *pp != jb) prev = *pp, pp = &(*pp)->queue_next;
+        if (*pp) {
+            *pp = jb->queue_next;
+            if (j->queue_tail == jb) j->queue_tail = prev;
+        }
+        jb->cancel = 1;
+        jb->state = JOB_CANCELLED;
+        jb->finished = wall_now();
+        jb->finished_mono = api_now();
+        jb->error = error_json("cancelled", "the job was cancelled before it started");
+    } else if (jb && jb->state == JOB_RUNNING) {
+        jb->cancel = 1; /* run() stops at its next check; the state turns cancelled then */
+    }
+    if (jb) {
+        write_job(&c->out, jb, j->ttl);
+        c->status = 200;
+    }
+    pthread_mutex_unlock(&j->lock);
+    if (!jb) api_fail(c, 404, "job_not_found", "id", "no job \"%.64s\" (unknown, or expired)", id);
+}
+
+void jobs_write_metrics(jobs *j, jw *w)
+{
+    int counts[5] = {0};
+    pthread_mutex_lock(&j->lock);
+    sweep(j);
+    for (job *jb = j->all; jb; jb = jb->next) counts[jb->state]++;
+    pthread_mutex_unlock(&j->lock);
+    char line[256];
+    int n = snprintf(line, sizeof line, "# HELP lensd_jobs Stored async jobs by state.\n# TYPE lensd_jobs gauge\n");
+    jw_raw(w, line, (size_t)n);
+    for (int s = 0; s < 5; s++) {
+        n = snprintf(line, sizeof line, "lensd_jobs{state=\"%s\"} %d\n", state_names[s], counts[s]);
+        jw_raw(w, line, (size_t)n);
+    }
+}

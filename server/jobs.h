@@ -1,0 +1,31 @@
+/* jobs.h - async jobs: a bounded set of job threads, the job store, expiry.
+ *
+ * A job is a validated request of some kind (api/jobs.c) that runs on one of
+ * --max-jobs dedicated threads, not on the request worker pool, and without
+ * the request deadline. States: queued -> running -> done | failed |
+ * cancelled (a queued job cancelled by DELETE never runs). At most
+ * --max-stored-jobs jobs are kept (queued, running or finished; 429 beyond);
+ * finished jobs are dropped --job-ttl seconds after they finish. */
+#ifndef LENSD_JOBS_H
+#define LENSD_JOBS_H
+
+#include "api/api.h"
+
+typedef struct jobs jobs;
+
+/* debug_delay_ms: testing hook (--debug-delay-ms), a running job first waits that long
+ * (cancellable), so tests can observe the running state and cancel it. */
+jobs *jobs_create(int max_running, int max_stored, double ttl_seconds, int debug_delay_ms);
+/* Cancels queued and running jobs, waits for the running ones to return,
+ * joins the threads and frees everything. */
+void jobs_destroy(jobs *j);
+
+/* The api_ctx hooks (see api/api.h). */
+void jobs_submit(jobs *j, api_call *c, const api_job_kind *kind);
+void jobs_get(jobs *j, api_call *c, const char *id);
+void jobs_cancel(jobs *j, api_call *c, const char *id);
+
+/* Prometheus lines: lensd_jobs{state="..."} gauges. */
+void jobs_write_metrics(jobs *j, jw *w);
+
+#endif
