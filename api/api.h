@@ -58,6 +58,7 @@ struct api_call {
     void *req;                  /* the route's decoded request, owned */
     void (*free_req)(void *req);
     const volatile int *cancel; /* set when the deadline passes (or a job is cancelled) */
+    lens_pool *threads;         /* compute threads of the thread running the call (core/pool.h); NULL = it alone */
     double t_start;             /* api_now() when the request arrived */
     /* Set when run() executes as an async job (NULL otherwise): long runs
      * report their fraction done (0..1) through it. */

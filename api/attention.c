@@ -193,7 +193,7 @@ void api_attention_run(api_call *c)
     double t1 = api_now();
 
     lens_batch batch = {.n_seqs = 1, .lengths = &T, .ids = ids, .type_ids = types};
-    lens_forward_opts opts = {.keep = LENS_KEEP_ATTN | LENS_KEEP_VALUES, .cancel = c->cancel};
+    lens_forward_opts opts = {.keep = LENS_KEEP_ATTN | LENS_KEEP_VALUES, .cancel = c->cancel, .pool = c->threads};
     if (r->identifiability) opts.keep |= LENS_KEEP_HIDDEN; /* queries for the key-aware dimension */
     lens_activations act;
     memset(&act, 0, sizeof act);

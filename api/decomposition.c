@@ -317,6 +317,7 @@ void api_decomposition_run(api_call *c)
     lens_decomp_opts opts = {.keep_first_position = !r->drop_first,
                              .top_k = r->top_k,
                              .cancel = c->cancel,
+                             .pool = c->threads,
                              .progress = on_progress,
                              .progress_user = &prog,
                              .windows_total = W};

@@ -191,7 +191,7 @@ void api_forward_run(api_call *c)
     double t1 = api_now();
 
     lens_batch batch = {.n_seqs = 1, .lengths = &T, .ids = ids, .type_ids = types};
-    lens_forward_opts opts = {.keep = 0, .cancel = c->cancel};
+    lens_forward_opts opts = {.keep = 0, .cancel = c->cancel, .pool = c->threads};
     if (r->outputs & OUT_LOGITS) opts.keep |= LENS_KEEP_LOGITS;
     if (r->outputs & OUT_HIDDEN) opts.keep |= LENS_KEEP_HIDDEN;
     if (r->outputs & OUT_ATTN) opts.keep |= LENS_KEEP_ATTN;

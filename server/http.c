@@ -268,6 +268,7 @@ static void job_run(pool_job *job)
                  cfg->timeout);
     } else {
         r->call.cancel = &job->cancel;
+        r->call.threads = job->threads;
         r->route->run(&r->call);
     }
 }
@@ -572,8 +573,8 @@ server *server_start(const lensd_config *cfg)
         goto fail;
     }
 
-    s->pool = pool_create(cfg->workers, cfg->queue);
-    s->jobs = jobs_create(cfg->max_jobs, cfg->max_stored_jobs, cfg->job_ttl, cfg->debug_delay_ms);
+    s->pool = pool_create(cfg->workers, cfg->queue, cfg->threads_per_worker);
+    s->jobs = jobs_create(cfg->max_jobs, cfg->max_stored_jobs, cfg->job_ttl, cfg->threads_per_worker, cfg->debug_delay_ms);
     if (!s->pool || !s->jobs) {
         freeaddrinfo(ai);
         pool_destroy(s->pool);

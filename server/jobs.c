@@ -59,6 +59,7 @@ struct jobs {
     pthread_t *threads;
     double ttl;
     int debug_delay_ms;
+    int threads_per_job;
     int stopping;
     unsigned long long id_seed, id_counter;
 };
@@ -202,6 +203,7 @@ static void finish(job *jb, api_call *c)
 static void *job_thread(void *arg)
 {
     jobs *j = arg;
+    lens_pool *threads = lens_pool_create(j->threads_per_job); /* NULL: compute on this thread alone */
     pthread_mutex_lock(&j->lock);
     for (;;) {
         while (!j->queue_head && !j->stopping) pthread_cond_wait(&j->work, &j->lock);
@@ -220,6 +222,7 @@ static void *job_thread(void *arg)
         c.free_req = jb->free_req;
         jb->body = NULL, jb->req = NULL;
         c.cancel = &jb->cancel;
+        c.threads = threads;
         c.progress = on_progress;
         c.progress_user = jb;
         for (int waited = 0; waited < j->debug_delay_ms && !jb->cancel; waited += 10) {
@@ -235,10 +238,11 @@ static void *job_thread(void *arg)
         pthread_mutex_lock(&j->lock);
     }
     pthread_mutex_unlock(&j->lock);
+    lens_pool_free(threads);
     return NULL;
 }
 
-jobs *jobs_create(int max_running, int max_stored, double ttl_seconds, int debug_delay_ms)
+jobs *jobs_create(int max_running, int max_stored, double ttl_seconds, int threads_per_job, int debug_delay_ms)
 {
     jobs *j = calloc(1, sizeof *j);
     if (!j) return NULL;
@@ -250,6 +254,7 @@ jobs *jobs_create(int max_running, int max_stored, double ttl_seconds, int debug
     j->max_stored = max_stored;
     j->ttl = ttl_seconds;
     j->debug_delay_ms = debug_delay_ms;
+    j->threads_per_job = threads_per_job;
     unsigned long long seed = (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 32);
     int fd = open("/dev/urandom", O_RDONLY);
     if (fd >= 0) {

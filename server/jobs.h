@@ -15,7 +15,8 @@ typedef struct jobs jobs;
 
 /* debug_delay_ms: testing hook (--debug-delay-ms), a running job first waits that long
  * (cancellable), so tests can observe the running state and cancel it. */
-jobs *jobs_create(int max_running, int max_stored, double ttl_seconds, int debug_delay_ms);
+/* Each job thread computes with a lens_pool of threads_per_job threads. */
+jobs *jobs_create(int max_running, int max_stored, double ttl_seconds, int threads_per_job, int debug_delay_ms);
 /* Cancels queued and running jobs, waits for the running ones to return,
  * joins the threads and frees everything. */
 void jobs_destroy(jobs *j);

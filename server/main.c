@@ -71,7 +71,10 @@ static int cmd_serve(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    lens_blas_set_threads(cfg.threads_per_worker);
+    /* Threading policy (core/pool.h): computation is threaded by one lens_pool
+     * per worker / job thread; OpenBLAS (LAPACK in the analyses) stays
+     * single-threaded so the two never compete for the same cores. */
+    lens_blas_set_threads(1);
     server *srv = server_start(&cfg);
     if (!srv) {
         lensd_config_free(&cfg);
@@ -355,7 +358,10 @@ static int cmd_request(const cli_command *cmd, int argc, char **argv)
     for (int i = 0; i < api_n_routes; i++)
         if (!strcmp(api_routes[i].path, cmd->path) && !strcmp(api_routes[i].method, "POST")) route = &api_routes[i];
     call.route = route;
+    lens_blas_set_threads(1); /* computation threads come from the pool (core/pool.h) */
+    call.threads = lens_pool_create((int)sysconf(_SC_NPROCESSORS_ONLN));
     if (route->prepare(&call) == 0 && !call.answered) route->run(&call);
+    lens_pool_free(call.threads);
     fwrite(call.out.buf, 1, call.out.len, stdout);
     fputc('\n', stdout);
     int status = call.status;

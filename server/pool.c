@@ -19,6 +19,7 @@ struct pool {
     pool_job *head, *tail;
     int queued, reserved, capacity;
     int n_workers;
+    int threads_per_worker;
     pool_job **running; /* [n_workers], NULL when idle */
     int n_running;
     int stopping;
@@ -37,6 +38,7 @@ static void *worker_main(void *arg)
     pool *p = wa->p;
     int index = wa->index;
     free(wa);
+    lens_pool *threads = lens_pool_create(p->threads_per_worker); /* NULL: compute on this thread alone */
     pthread_mutex_lock(&p->lock);
     for (;;) {
         while (!p->head && !p->stopping) pthread_cond_wait(&p->work, &p->lock);
@@ -48,6 +50,7 @@ static void *worker_main(void *arg)
         p->running[index] = job;
         p->n_running++;
         pthread_mutex_unlock(&p->lock);
+        job->threads = threads;
         job->fn(job);
         pthread_mutex_lock(&p->lock);
         p->running[index] = NULL;
@@ -61,6 +64,7 @@ static void *worker_main(void *arg)
         }
     }
     pthread_mutex_unlock(&p->lock);
+    lens_pool_free(threads);
     return NULL;
 }
 
@@ -86,11 +90,12 @@ static void *watchdog_main(void *arg)
     return NULL;
 }
 
-pool *pool_create(int n_workers, int capacity)
+pool *pool_create(int n_workers, int capacity, int threads_per_worker)
 {
     pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->n_workers = n_workers;
+    p->threads_per_worker = threads_per_worker;
     p->capacity = capacity;
     p->running = calloc((size_t)n_workers, sizeof *p->running);
     p->threads = calloc((size_t)n_workers, sizeof *p->threads);

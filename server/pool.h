@@ -7,6 +7,8 @@
 #ifndef LENSD_POOL_H
 #define LENSD_POOL_H
 
+#include "core/pool.h"
+
 typedef struct pool_job {
     void (*fn)(struct pool_job *job); /* runs on a worker thread */
     /* Called on the worker after the job has left the pool's books, so it may
@@ -14,12 +16,16 @@ typedef struct pool_job {
     void (*done)(struct pool_job *job);
     double deadline;                  /* api_now() seconds; 0 = none */
     volatile int cancel;              /* set by the watchdog after the deadline */
+    lens_pool *threads;               /* the running worker's compute threads, set before fn */
     struct pool_job *next;
 } pool_job;
 
 typedef struct pool pool;
 
-pool *pool_create(int n_workers, int queue_capacity);
+/* Each worker owns a lens_pool of threads_per_worker threads (itself
+ * included) that its jobs compute with: workers x threads_per_worker is the
+ * whole thread budget, and OpenBLAS stays single-threaded (core/pool.h). */
+pool *pool_create(int n_workers, int queue_capacity, int threads_per_worker);
 /* Stops accepting, lets queued and running jobs finish, joins the threads. */
 void pool_destroy(pool *p);
 
