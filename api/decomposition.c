@@ -38,7 +38,7 @@ typedef struct {
     char **label_names;      /* distinct labels in order of first appearance */
     int n_label_names;
     api_index_list layers;
-    int drop_first, top_k, async;
+    int drop_first, top_k, async, causal;
 } decomp_req;
 
 static void decomp_req_free(void *p)
@@ -165,6 +165,7 @@ int api_decomposition_prepare(api_call *c)
         return api_fail(c, 413, "too_many_tokens", "length", "length %d is over the limit of %d tokens", r->T, limit);
     if (api_get_bool(c, "drop_first_position", &r->drop_first) < 0 ||
         api_get_int(c, "top_k", 1, 1000, &r->top_k) < 0 || api_get_bool(c, "async", &r->async) < 0 ||
+        api_get_bool(c, "causal", &r->causal) < 0 ||
         api_decode_index_list(c, "layers", 0, cfg->n_layers, &r->layers))
         return -1;
     json_t *texts = json_object_get(c->body, "texts"), *windows = json_object_get(c->body, "windows");
@@ -315,6 +316,7 @@ void api_decomposition_run(api_call *c)
     decomp_progress prog = {.c = c, .base = 0.02, .span = 0.93};
     api_progress(c, prog.base);
     lens_decomp_opts opts = {.keep_first_position = !r->drop_first,
+                             .causal = r->causal,
                              .top_k = r->top_k,
                              .cancel = c->cancel,
                              .pool = c->threads,

@@ -76,11 +76,6 @@ lens_decomp *lens_decomp_begin(const lens_model *m, int T, const int *layers, in
 {
     const lens_config *c = &m->cfg;
     lens_decomp_opts o = opts ? *opts : (lens_decomp_opts){0};
-    if (o.causal && c->arch == LENS_ARCH_BERT) {
-        lens_fail(err, LENS_EINVAL, "a causal run of a BERT model is not supported yet (the forward pass has no "
-                                    "BERT attention mask); run it bidirectionally (causal false)");
-        return NULL;
-    }
     int first = o.keep_first_position ? 0 : 1;
     if (T < first + 2 || T > c->max_positions) {
         lens_fail(err, T > c->max_positions ? LENS_ELIMIT : LENS_EINVAL,
@@ -222,7 +217,8 @@ int lens_decomp_add(lens_decomp *a, const int *ids, const int *labels, int n_win
     if (!lengths) return lens_fail(err, LENS_ENOMEM, "out of memory for a batch of %d windows", batch);
     for (int s = 0; s < batch; s++) lengths[s] = a->T;
     int rc = 0;
-    lens_forward_opts fo = {.keep = LENS_KEEP_HIDDEN, .cancel = a->opts.cancel, .pool = a->opts.pool};
+    lens_forward_opts fo = {.keep = LENS_KEEP_HIDDEN, .cancel = a->opts.cancel, .pool = a->opts.pool,
+                            .causal = a->opts.causal};
     for (int start = 0; start < n_windows && rc == 0; start += batch) {
         if (a->opts.cancel && *a->opts.cancel) {
             rc = lens_fail(err, LENS_ECANCEL, "decomposition cancelled after %ld windows", a->W);

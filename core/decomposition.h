@@ -34,9 +34,8 @@ typedef struct {
     int keep_first_position; /* 0 (default, as the paper): position 0 is left out of every statistic */
     int top_k;               /* subspace size for principal angles; 0 -> LENS_DECOMP_DEFAULT_TOP_K */
     int batch_tokens;        /* windows per forward call = max(1, batch_tokens / T); 0 -> default */
-    int causal;              /* run a BERT model with a causal mask, as the paper does. Not supported
-                              * yet (the forward pass has no BERT mask): begin fails with LENS_EINVAL.
-                              * GPT-2 is always causal; the flag is accepted for it. */
+    int causal;              /* run a BERT model with a causal mask, as the paper does
+                              * (lens_forward_opts.causal); GPT-2 is always causal. */
     lens_pool *pool;         /* threads for the forward pass (core/pool.h); NULL = calling thread */
     const volatile int *cancel; /* optional: checked between batches and layers -> LENS_ECANCEL */
     void (*progress)(void *user, long windows_done, long windows_total); /* after each batch */

@@ -28,6 +28,7 @@ typedef struct {
     size_t ff_ld;
     float *probs; /* [threads][Tmax][Tmax] when attention is not kept */
     int Tmax;
+    int causal;   /* mask keys after the query: GPT-2 always, BERT on request */
     lens_pool *pool;
 } scratch;
 
@@ -179,7 +180,7 @@ typedef struct {
 } attend_job;
 
 /* One (sequence, head) pair, as lens_attention_forward does for one head:
- * P = softmax(q_h k_h^T / sqrt(DK)) (causal for GPT-2), ctx_h = P v_h. */
+ * P = softmax(q_h k_h^T / sqrt(DK)) (causal for GPT-2 or on request), ctx_h = P v_h. */
 static void attend_task(void *ctx, int task)
 {
     const attend_job *j = ctx;
@@ -196,7 +197,7 @@ static void attend_task(void *ctx, int task)
                                    .w = j->w->k + r * QK + h * DK, .ld = (size_t)QK, .w_kn = 0,
                                    .alpha = 1.0f / sqrtf((float)DK), .y = probs, .ldy = (size_t)T};
     lens_gemm(&scores, NULL);
-    lens_softmax_forward(probs, T, T, c->arch == LENS_ARCH_GPT2);
+    lens_softmax_forward(probs, T, T, j->w->causal);
     const lens_gemm_args context = {.M = T, .N = DV, .K = T, .x = probs, .ldx = (size_t)T,
                                     .w = j->v + r * VO + h * DV, .ld = (size_t)VO, .w_kn = 1, .alpha = 1.0f,
                                     .y = j->w->ctx + r * VO + h * DV, .ldy = (size_t)VO};
@@ -356,7 +357,9 @@ int lens_forward(const lens_model *m, const lens_batch *batch, const lens_forwar
     size_t N = 0;
     int Tmax = 0;
     if (check_batch(m, batch, &N, &Tmax, err)) return -1;
-    scratch w = {.pool = opts ? opts->pool : NULL, .Tmax = Tmax};
+    scratch w = {.pool = opts ? opts->pool : NULL,
+                 .Tmax = Tmax,
+                 .causal = c->arch == LENS_ARCH_GPT2 || (opts && opts->causal)};
     if (layout(m, batch, keep, N, Tmax, act, &w)) {
         lens_fail(err, LENS_ENOMEM, "out of memory for a batch of %zu tokens", N);
         goto fail;

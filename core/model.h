@@ -114,6 +114,7 @@ typedef struct {
     unsigned keep;               /* LENS_KEEP_* bits */
     const volatile int *cancel;  /* optional: checked between layers; non-zero stops with LENS_ECANCEL */
     lens_pool *pool;             /* threads for the pass (core/pool.h); NULL = the calling thread only */
+    int causal;                  /* BERT: mask keys after each query, as Song & Zhong run BERT (GPT-2 always is) */
 } lens_forward_opts;
 
 typedef struct {
