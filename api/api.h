@@ -33,6 +33,7 @@ struct api_ctx {
     api_model *models; /* set once every model is loaded, then read-only */
     int n_models;
     int max_tokens;    /* per request, after tokenization */
+    const char *data_dir; /* datasets jobs may read by path (params.data); NULL = none */
     /* Hooks the server fills; the CLI leaves them NULL (= always ready, no
      * server section in /v1/info, empty metrics). */
     api_state (*state)(const api_ctx *ctx);
@@ -137,6 +138,10 @@ int api_decomposition_prepare(api_call *c);
 void api_decomposition_run(api_call *c);
 int api_attribution_prepare(api_call *c);
 void api_attribution_run(api_call *c);
+int api_head_importance_prepare(api_call *c);
+void api_head_importance_run(api_call *c);
+int api_triggers_prepare(api_call *c);
+void api_triggers_run(api_call *c);
 
 int api_jobs_prepare(api_call *c);
 void api_jobs_submit(api_call *c);

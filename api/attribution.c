@@ -2,7 +2,8 @@
  * `lensd attribution`.
  *
  * Self-attention attribution (Hao et al., AAAI 2021) of one sequence on a
- * BERT sequence classifier, via core/attribution.h (conventions, the tree
+ * BERT sequence classifier (or GPT-2: target = a next-token id at the last
+ * position, F = its probability; no tree), via core/attribution.h (conventions, the tree
  * rules and an example in docs/attribution.md).
  *
  * Request {model?, text | input_ids, text_pair?, target? ("predicted"
@@ -46,11 +47,24 @@ static void attribution_req_free(void *p)
     free(r);
 }
 
+/* GPT-2: target = a next-token id (or "predicted"); range [0, V). */
+static int decode_token_target(api_call *c, const lens_config *cfg, json_t *v, int *target)
+{
+    if (json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) < cfg->vocab_size) {
+        *target = (int)json_integer_value(v);
+        return 0;
+    }
+    if (json_is_string(v) && !strcmp(json_string_value(v), "predicted")) return 0;
+    return api_fail(c, 422, "invalid_request", "target",
+                    "for GPT-2, target is \"predicted\" or a next-token id in [0, %d)", cfg->vocab_size);
+}
+
 static int decode_target(api_call *c, const lens_config *cfg, int *target)
 {
     json_t *v = json_object_get(c->body, "target");
     *target = -1;
     if (!v || json_is_null(v)) return 0;
+    if (cfg->arch == LENS_ARCH_GPT2) return decode_token_target(c, cfg, v, target);
     if (json_is_integer(v)) {
         long long k = json_integer_value(v);
         if (k < 0 || k >= cfg->n_labels)
@@ -103,9 +117,10 @@ int api_attribution_prepare(api_call *c)
     const api_model *m;
     if (api_decode_model(c, &m)) return -1;
     const lens_config *cfg = &m->model->cfg;
-    if (cfg->task != LENS_TASK_CLASSIFICATION)
+    const int gpt2 = cfg->arch == LENS_ARCH_GPT2 && cfg->task == LENS_TASK_CAUSAL_LM;
+    if (cfg->task != LENS_TASK_CLASSIFICATION && !gpt2)
         return api_fail(c, 422, "invalid_request", "model",
-                        "attribution needs a sequence classifier; %s is %s (%s)", m->name, lens_task_name(cfg->task),
+                        "attribution needs a sequence classifier or GPT-2; %s is %s (%s)", m->name, lens_task_name(cfg->task),
                         cfg->architecture);
     if (api_decode_input(c, m, &r->in)) return -1;
     r->steps = 20;
@@ -121,6 +136,8 @@ int api_attribution_prepare(api_call *c)
         api_decode_index_list(c, "layers", 1, cfg->n_layers, &r->layers) ||
         api_decode_index_list(c, "heads", 0, cfg->n_heads - 1, &r->heads) || api_decode_format(c, &r->format))
         return -1;
+    if (gpt2 && r->tree) /* the tree rules single out BERT's [CLS] row */
+        return api_fail(c, 422, "invalid_request", "tree", "the attribution tree is defined for BERT classifiers only");
     return 0;
 }
 
@@ -161,14 +178,16 @@ static void write_tree(jw *w, const lens_attr_tree *t)
     jw_end(w);
 }
 
-static void write_class(jw *w, const lens_config *cfg, const char *key, int index, double prob)
+static void write_class(jw *w, const lens_model *m, const char *key, int index, double prob)
 {
+    const lens_config *cfg = &m->cfg;
     jw_key(w, key);
     jw_obj(w);
     jw_key(w, "index");
     jw_int(w, index);
     jw_key(w, "label");
-    jw_str(w, cfg->labels && index >= 0 && index < cfg->n_labels ? cfg->labels[index] : NULL);
+    if (cfg->arch == LENS_ARCH_GPT2) jw_str(w, lens_tokenizer_piece(m->tok, index)); /* the next token */
+    else jw_str(w, cfg->labels && index >= 0 && index < cfg->n_labels ? cfg->labels[index] : NULL);
     if (!isnan(prob)) {
         jw_key(w, "prob");
         jw_float(w, prob, 6);
@@ -176,11 +195,13 @@ static void write_class(jw *w, const lens_config *cfg, const char *key, int inde
     jw_end(w);
 }
 
+/* per target layer; the tree afterwards is cheap */
+static void attribution_progress(void *user, double fraction) { api_progress(user, 0.99 * fraction); }
+
 void api_attribution_run(api_call *c)
 {
     attribution_req *r = c->req;
     const lens_model *m = r->in.model->model;
-    const lens_config *cfg = &m->cfg;
     double t0 = api_now();
     lens_token *toks = NULL;
     int T = 0;
@@ -201,7 +222,10 @@ void api_attribution_run(api_call *c)
                            .target = r->target,
                            .layers = r->tree ? NULL : r->layers.v, /* the tree needs every layer */
                            .n_layers = r->tree ? 0 : r->layers.n,
-                           .cancel = c->cancel};
+                           .cancel = c->cancel,
+                           .pool = c->threads,
+                           .progress = attribution_progress,
+                           .progress_user = c};
     lens_attribution out;
     memset(&out, 0, sizeof out);
     lens_attr_tree tree;
@@ -240,8 +264,8 @@ void api_attribution_run(api_call *c)
     jw_str(w, r->in.model->name);
     api_write_tokens(w, m, toks, T);
     free(toks);
-    write_class(w, cfg, "target", out.target, out.f_full);
-    write_class(w, cfg, "predicted", out.predicted, NAN);
+    write_class(w, m, "target", out.target, out.f_full);
+    write_class(w, m, "predicted", out.predicted, NAN);
     jw_key(w, "steps");
     jw_int(w, out.steps);
     jw_key(w, "riemann");

@@ -14,6 +14,10 @@ const api_job_kind api_job_kinds[] = {
     {"decomposition", api_decomposition_prepare, api_decomposition_run,
      "POST /v1/decomposition over many windows, with progress"},
     {"attribution", api_attribution_prepare, api_attribution_run, "POST /v1/attribution (many steps, long inputs)"},
+    {"head-importance", api_head_importance_prepare, api_head_importance_run,
+     "attribution importance per head over a labelled dataset and the head pruning curve"},
+    {"adversarial-triggers", api_triggers_prepare, api_triggers_run,
+     "top attributed token pairs inserted into other examples; accuracy before/after per label"},
     {NULL, NULL, NULL, NULL},
 };
 const int api_n_job_kinds = (int)(sizeof api_job_kinds / sizeof *api_job_kinds) - 1;

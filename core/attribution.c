@@ -407,6 +407,8 @@ int lens_attribution_run(const lens_model *m, const int *ids, const int *type_id
     const lens_config *c = &m->cfg;
     const int L = c->n_layers, NH = c->n_heads;
     memset(out, 0, sizeof *out);
+    if (c->arch == LENS_ARCH_GPT2 && c->task == LENS_TASK_CAUSAL_LM) /* target = next-token id */
+        return lens_attribution_gpt2_run(m, ids, T, opts, out, err);
     if (check_model(m, err)) return -1;
     const int steps = opts && opts->steps ? opts->steps : DEFAULT_STEPS;
     const lens_riemann riemann = opts ? opts->riemann : LENS_RIEMANN_RIGHT;
@@ -424,7 +426,8 @@ int lens_attribution_run(const lens_model *m, const int *ids, const int *type_id
 
     lens_batch batch = {.n_seqs = 1, .lengths = &T, .ids = ids, .type_ids = type_ids};
     lens_forward_opts fo = {.keep = LENS_KEEP_HIDDEN | LENS_KEEP_ATTN | LENS_KEEP_LOGITS,
-                            .cancel = opts ? opts->cancel : NULL};
+                            .cancel = opts ? opts->cancel : NULL,
+                            .pool = opts ? opts->pool : NULL};
     lens_activations act;
     if (lens_forward(m, &batch, &fo, &act, err)) return -1;
     const float *z = lens_act_logits(m, &act, 0);
@@ -461,6 +464,7 @@ int lens_attribution_run(const lens_model *m, const int *ids, const int *type_id
         ly->importance = malloc(sizeof(float) * NH);
         if (!ly->attr || !ly->importance) rc = lens_fail(err, LENS_ENOMEM, "out of memory for attributions");
         else rc = attribute_layer(&e, &act, ly->layer - 1, target, steps, riemann, opts, ly, err);
+        if (!rc && opts && opts->progress) opts->progress(opts->progress_user, (double)(i + 1) / n_sel);
     }
     engine_free(&e);
     lens_activations_free(&act);

@@ -38,6 +38,10 @@ typedef struct {
     int n_layers;               /* entries in layers */
     size_t max_scratch_bytes;   /* activations of one batch of steps; 0 = 256 MiB */
     const volatile int *cancel; /* optional; non-zero stops with LENS_ECANCEL */
+    lens_pool *pool;            /* threads for the forward pass (core/pool.h); NULL = the caller alone */
+    /* optional: called after each target layer with the fraction of layers done (0..1] */
+    void (*progress)(void *user, double fraction);
+    void *progress_user;
 } lens_attr_opts;
 
 typedef struct {
@@ -65,6 +69,13 @@ typedef struct {
 int lens_attribution_run(const lens_model *m, const int *ids, const int *type_ids, int T,
                          const lens_attr_opts *opts, lens_attribution *out, lens_err *err);
 void lens_attribution_free(lens_attribution *a);
+
+/* GPT-2 (causal LM; core/attribution_gpt2.c): F = p(next token = target)
+ * at the last position, target a token id (-1 = the most probable next
+ * token); same options and output. lens_attribution_run dispatches here
+ * for GPT-2 models; type_ids are ignored. */
+int lens_attribution_gpt2_run(const lens_model *m, const int *ids, int T, const lens_attr_opts *opts,
+                              lens_attribution *out, lens_err *err);
 
 /* F = p(target | ids) with layer's (1-based) attention probabilities
  * replaced by probs [NH][T][T] (any values: rows need not sum to 1; zeros

@@ -29,6 +29,7 @@ typedef struct {
     float *probs; /* [threads][Tmax][Tmax] when attention is not kept */
     int Tmax;
     int causal;   /* mask keys after the query: GPT-2 always, BERT on request */
+    const unsigned char *head_mask; /* [L][NH] or NULL: 0 = pruned head */
     lens_pool *pool;
 } scratch;
 
@@ -193,6 +194,11 @@ static void attend_task(void *ctx, int task)
      * apart; unkept probabilities go to this thread's scratch block */
     float *probs = act->attn ? act->attn + ((size_t)j->layer * NH + h) * act->attn_layer_size + act->attn_start[s]
                              : j->w->probs + (size_t)lens_pool_thread_index() * j->w->Tmax * j->w->Tmax;
+    if (j->w->head_mask && !j->w->head_mask[j->layer * NH + h]) { /* pruned: P_h = 0, so ctx_h = 0 */
+        memset(probs, 0, sizeof(float) * T * T);
+        for (int t = 0; t < T; t++) memset(j->w->ctx + (r + t) * VO + h * DV, 0, sizeof(float) * DV);
+        return;
+    }
     const lens_gemm_args scores = {.M = T, .N = T, .K = DK, .x = j->w->q + r * QK + h * DK, .ldx = (size_t)QK,
                                    .w = j->w->k + r * QK + h * DK, .ld = (size_t)QK, .w_kn = 0,
                                    .alpha = 1.0f / sqrtf((float)DK), .y = probs, .ldy = (size_t)T};
@@ -359,7 +365,8 @@ int lens_forward(const lens_model *m, const lens_batch *batch, const lens_forwar
     if (check_batch(m, batch, &N, &Tmax, err)) return -1;
     scratch w = {.pool = opts ? opts->pool : NULL,
                  .Tmax = Tmax,
-                 .causal = c->arch == LENS_ARCH_GPT2 || (opts && opts->causal)};
+                 .causal = c->arch == LENS_ARCH_GPT2 || (opts && opts->causal),
+                 .head_mask = opts ? opts->head_mask : NULL};
     if (layout(m, batch, keep, N, Tmax, act, &w)) {
         lens_fail(err, LENS_ENOMEM, "out of memory for a batch of %zu tokens", N);
         goto fail;

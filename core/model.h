@@ -115,6 +115,8 @@ typedef struct {
     const volatile int *cancel;  /* optional: checked between layers; non-zero stops with LENS_ECANCEL */
     lens_pool *pool;             /* threads for the pass (core/pool.h); NULL = the calling thread only */
     int causal;                  /* BERT: mask keys after each query, as Song & Zhong run BERT (GPT-2 always is) */
+    const unsigned char *head_mask; /* optional [L][NH]: 0 prunes the head (its probabilities and output are zero,
+                                       as HF head_mask = 0); NULL = every head */
 } lens_forward_opts;
 
 typedef struct {

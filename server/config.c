@@ -73,6 +73,9 @@ static const config_opt options[] = {
      1000000, INFO_LIMIT},
     {"job-ttl", "LENSD_JOB_TTL", "3600", "SECONDS", "how long a finished job's result is kept", KIND_SECONDS,
      OFF(job_ttl), 0, 31536000, INFO_LIMIT},
+    {"data-dir", "LENSD_DATA_DIR", NULL, "DIR",
+     "datasets jobs may read by path (params.data, e.g. a TSV); paths must resolve inside DIR; unset = none",
+     KIND_STR, OFF(data_dir), 0, 0, INFO_NONE},
     {"debug-delay-ms", "LENSD_DEBUG_DELAY_MS", "0", "MS", "testing: each queued request and each job first waits MS",
      KIND_INT, OFF(debug_delay_ms), 0, 3600000, INFO_NONE},
 };
@@ -246,6 +249,7 @@ void lensd_config_free(lensd_config *cfg)
     free(cfg->models_dir);
     free(cfg->api_key_file);
     free(cfg->cors_origin);
+    free(cfg->data_dir);
     memset(cfg, 0, sizeof *cfg);
 }
 

@@ -26,6 +26,7 @@ typedef struct {
     int max_jobs;            /* async jobs running at once (job threads) */
     int max_stored_jobs;     /* queued + running + finished jobs kept before 429 */
     double job_ttl;          /* seconds a finished job's result is kept */
+    char *data_dir;          /* datasets jobs may read by path; NULL = none */
     int debug_delay_ms;      /* testing only: each pool job first sleeps this long */
 } lensd_config;
 

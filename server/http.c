@@ -542,6 +542,7 @@ server *server_start(const lensd_config *cfg)
     atomic_init(&s->next_id, 1);
     s->id_prefix = (unsigned)(time(NULL) ^ ((unsigned)getpid() << 16));
     s->ctx.max_tokens = cfg->max_tokens;
+    s->ctx.data_dir = cfg->data_dir;
     s->ctx.state = ctx_state;
     s->ctx.write_metrics = ctx_write_metrics;
     s->ctx.write_server_info = ctx_write_server_info;

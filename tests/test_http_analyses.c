@@ -603,7 +603,8 @@ static void test_attribution(test_server *s)
     http_resp_free(&r);
 
     static const bad_case cases[] = {
-        {"/v1/attribution", "{\"model\": \"gpt\", \"text\": \"a\"}", 422, "invalid_request", "model"},
+        {"/v1/attribution", "{\"model\": \"gpt\", \"text\": \"a\", \"tree\": true}", 422, "invalid_request", "tree"},
+        {"/v1/attribution", "{\"model\": \"gpt\", \"text\": \"a\", \"target\": -1}", 422, "invalid_request", "target"},
         {"/v1/attribution", "{\"model\": \"bert\"}", 422, "invalid_request", "text"},
         {"/v1/attribution", "{\"model\": \"bert\", \"text\": \"a\", \"steps\": 0}", 422, "invalid_request", "steps"},
         {"/v1/attribution", "{\"model\": \"bert\", \"text\": \"a\", \"steps\": 1001}", 422, "invalid_request", "steps"},

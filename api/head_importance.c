@@ -1,0 +1,461 @@
+/* head_importance.c - job kinds "head-importance" and "adversarial-triggers".
+ *
+ * Both run attribution (Hao et al., AAAI 2021) over a labelled dataset on a
+ * BERT sequence classifier: core/head_importance.h (importance per head and
+ * the pruning curve) and core/triggers.h (trigger extraction and the
+ * attack); rules in docs/attribution.md.
+ *
+ * Params, both kinds: {model?, rows?: [{text, label}] | data?: "PATH" (a
+ * TSV with a header naming a "sentence" (or "text") and a "label" column,
+ * as SST-2's dev.tsv; PATH relative to the server's --data-dir, and it must
+ * resolve inside it), max_rows? = 1000 (first rows of data), steps? = 20
+ * (1..1000), riemann? = "right" | "left"}. label: a class index, its
+ * decimal text or a label name. Texts longer than the token limit keep
+ * their first limit - 1 tokens and the final [SEP].
+ * head-importance adds {seeds? = 3 (1..20), seed? = 1}; adversarial-triggers
+ * {sources? = half the rows (the first ones; the rest are victims),
+ * top_k? = 3 (1..20)}. Results: see openapi.yaml (HeadImportanceResult,
+ * TriggersResult). */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/request.h"
+#include "core/head_importance.h"
+#include "core/triggers.h"
+
+#define DEFAULT_MAX_ROWS 1000
+#define MAX_ROWS 100000
+
+typedef struct {
+    char *text; /* owned */
+    int label;
+} data_row;
+
+typedef struct {
+    const api_model *model;
+    data_row *rows;
+    int n;
+    char *source; /* "rows" or the data path as given */
+    int steps;
+    lens_riemann riemann;
+    int seeds, seed;      /* head-importance */
+    int sources, top_k;   /* adversarial-triggers */
+} dataset_req;
+
+static void dataset_req_free(void *p)
+{
+    dataset_req *r = p;
+    for (int i = 0; i < r->n; i++) free(r->rows[i].text);
+    free(r->rows), free(r->source), free(r);
+}
+
+/* label: index, decimal text or label name; -1 when it is none of them */
+static int parse_label(const lens_config *cfg, const char *s)
+{
+    char *end;
+    errno = 0;
+    long k = strtol(s, &end, 10);
+    if (*s && !*end && !errno) return k >= 0 && k < cfg->n_labels ? (int)k : -1;
+    for (int i = 0; cfg->labels && i < cfg->n_labels; i++)
+        if (cfg->labels[i] && !strcmp(cfg->labels[i], s)) return i;
+    return -1;
+}
+
+static int add_row(api_call *c, dataset_req *r, const char *text, size_t len, int label)
+{
+    if (r->n % 256 == 0) {
+        data_row *g = realloc(r->rows, sizeof *g * (r->n + 256));
+        if (!g) return api_fail(c, 500, "internal", NULL, "out of memory");
+        r->rows = g;
+    }
+    char *t = strndup(text, len);
+    if (!t) return api_fail(c, 500, "internal", NULL, "out of memory");
+    r->rows[r->n++] = (data_row){t, label};
+    return 0;
+}
+
+static int decode_rows(api_call *c, dataset_req *r, json_t *rows)
+{
+    const lens_config *cfg = &r->model->model->cfg;
+    char field[64];
+    if (!json_is_array(rows) || json_array_size(rows) == 0 || json_array_size(rows) > MAX_ROWS)
+        return api_fail(c, 422, "invalid_request", "rows", "rows must be an array of 1..%d {text, label} objects",
+                        MAX_ROWS);
+    for (size_t i = 0; i < json_array_size(rows); i++) {
+        json_t *row = json_array_get(rows, i), *text = json_object_get(row, "text"),
+               *label = json_object_get(row, "label");
+        if (!json_is_string(text) || !json_string_length(text)) {
+            snprintf(field, sizeof field, "rows[%zu].text", i);
+            return api_fail(c, 422, "invalid_request", field, "%s must be a non-empty string", field);
+        }
+        int k = -1;
+        if (json_is_integer(label))
+            k = json_integer_value(label) >= 0 && json_integer_value(label) < cfg->n_labels
+                    ? (int)json_integer_value(label)
+                    : -1;
+        else if (json_is_string(label)) k = parse_label(cfg, json_string_value(label));
+        if (k < 0) {
+            snprintf(field, sizeof field, "rows[%zu].label", i);
+            return api_fail(c, 422, "invalid_request", field,
+                            "%s must be a class index in [0, %d) or a label name of the model", field,
+                            cfg->n_labels);
+        }
+        if (add_row(c, r, json_string_value(text), json_string_length(text), k)) return -1;
+    }
+    return 0;
+}
+
+/* PATH inside the data directory: realpath of both, then a prefix check
+ * that ends at a '/' (so /data2 is not inside /data). */
+static int resolve_data_path(api_call *c, const char *path, char *out)
+{
+    const char *dir = c->ctx->data_dir;
+    if (!dir || !*dir)
+        return api_fail(c, 422, "invalid_request", "data",
+                        "this server reads no datasets by path (start it with --data-dir); send rows instead");
+    char real_dir[PATH_MAX], joined[PATH_MAX * 2];
+    if (!realpath(dir, real_dir))
+        return api_fail(c, 500, "internal", NULL, "the data directory cannot be resolved");
+    snprintf(joined, sizeof joined, "%s%s%s", path[0] == '/' ? "" : real_dir, path[0] == '/' ? "" : "/", path);
+    if (!realpath(joined, out))
+        return api_fail(c, 422, "invalid_request", "data", "no dataset \"%.200s\" in the data directory", path);
+    size_t n = strlen(real_dir);
+    if (strncmp(out, real_dir, n) || (out[n] != '/' && !(n == 1 && real_dir[0] == '/')))
+        return api_fail(c, 422, "invalid_request", "data", "\"%.200s\" is outside the data directory", path);
+    return 0;
+}
+
+static int decode_tsv(api_call *c, dataset_req *r, const char *path, int max_rows)
+{
+    const lens_config *cfg = &r->model->model->cfg;
+    char real[PATH_MAX];
+    if (resolve_data_path(c, path, real)) return -1;
+    FILE *f = fopen(real, "r");
+    if (!f) return api_fail(c, 422, "invalid_request", "data", "cannot open \"%.200s\"", path);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int text_col = -1, label_col = -1, line_no = 0, rc = 0;
+    while ((len = getline(&line, &cap, f)) >= 0 && r->n < max_rows && !rc) {
+        line_no++;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        char *cols[16];
+        int n_cols = 0;
+        for (char *p = line, *tab; n_cols < 16; p = tab + 1) {
+            cols[n_cols++] = p;
+            if (!(tab = strchr(p, '\t'))) break;
+            *tab = 0;
+        }
+        if (line_no == 1) {
+            for (int i = 0; i < n_cols; i++) {
+                if (!strcmp(cols[i], "sentence") || !strcmp(cols[i], "text")) text_col = i;
+                if (!strcmp(cols[i], "label")) label_col = i;
+            }
+            if (text_col < 0 || label_col < 0)
+                rc = api_fail(c, 422, "invalid_request", "data",
+                              "\"%.200s\" needs a header line with \"sentence\" (or \"text\") and \"label\" columns",
+                              path);
+            continue;
+        }
+        if (len == 0) continue;
+        int k = text_col < n_cols && label_col < n_cols ? parse_label(cfg, cols[label_col]) : -1;
+        if (k < 0 || !*cols[text_col])
+            rc = api_fail(c, 422, "invalid_request", "data",
+                          "\"%.200s\" line %d: needs a text and a label index or name of the model", path, line_no);
+        else rc = add_row(c, r, cols[text_col], strlen(cols[text_col]), k);
+    }
+    free(line);
+    fclose(f);
+    if (!rc && r->n == 0) rc = api_fail(c, 422, "invalid_request", "data", "\"%.200s\" has no rows", path);
+    return rc;
+}
+
+static int dataset_prepare(api_call *c, dataset_req **out)
+{
+    dataset_req *r = calloc(1, sizeof *r);
+    if (!r) return api_fail(c, 500, "internal", NULL, "out of memory");
+    c->req = r;
+    c->free_req = dataset_req_free;
+    *out = r;
+    if (api_decode_model(c, &r->model)) return -1;
+    const lens_config *cfg = &r->model->model->cfg;
+    if (cfg->arch != LENS_ARCH_BERT || cfg->task != LENS_TASK_CLASSIFICATION)
+        return api_fail(c, 422, "invalid_request", "model", "this job needs a BERT sequence classifier; %s is %s (%s)",
+                        r->model->name, lens_task_name(cfg->task), cfg->architecture);
+    r->steps = 20;
+    int max_rows = DEFAULT_MAX_ROWS;
+    const char *riemann = NULL, *data = NULL;
+    int has_riemann = api_get_string(c, "riemann", &riemann, NULL), has_data;
+    if (has_riemann < 0) return -1;
+    if (has_riemann && strcmp(riemann, "right") && strcmp(riemann, "left"))
+        return api_fail(c, 422, "invalid_request", "riemann", "riemann must be \"right\" or \"left\"");
+    r->riemann = has_riemann && !strcmp(riemann, "left") ? LENS_RIEMANN_LEFT : LENS_RIEMANN_RIGHT;
+    if (api_get_int(c, "steps", 1, 1000, &r->steps) < 0 || api_get_int(c, "max_rows", 1, MAX_ROWS, &max_rows) < 0 ||
+        (has_data = api_get_string(c, "data", &data, NULL)) < 0)
+        return -1;
+    json_t *rows = json_object_get(c->body, "rows");
+    if (rows && json_is_null(rows)) rows = NULL;
+    if (!rows == !has_data)
+        return api_fail(c, 422, "invalid_request", rows ? "data" : "rows",
+                        "give exactly one of rows ([{text, label}]) and data (a TSV path in the data directory)");
+    if (rows ? decode_rows(c, r, rows) : decode_tsv(c, r, data, max_rows)) return -1;
+    r->source = strdup(rows ? "rows" : data);
+    if (!r->source) return api_fail(c, 500, "internal", NULL, "out of memory");
+    return 0;
+}
+
+int api_head_importance_prepare(api_call *c)
+{
+    dataset_req *r;
+    if (dataset_prepare(c, &r)) return -1;
+    r->seeds = 3, r->seed = 1;
+    if (api_get_int(c, "seeds", 1, 20, &r->seeds) < 0 || api_get_int(c, "seed", 1, INT_MAX, &r->seed) < 0) return -1;
+    return 0;
+}
+
+int api_triggers_prepare(api_call *c)
+{
+    dataset_req *r;
+    if (dataset_prepare(c, &r)) return -1;
+    if (r->n < 2)
+        return api_fail(c, 422, "invalid_request", "rows", "adversarial-triggers needs at least 2 rows (sources and victims)");
+    r->sources = r->n / 2, r->top_k = 3;
+    if (api_get_int(c, "sources", 1, r->n - 1, &r->sources) < 0 || api_get_int(c, "top_k", 1, 20, &r->top_k) < 0)
+        return -1;
+    return 0;
+}
+
+/* Tokenized rows (ids and segments in one allocation per example). */
+static int tokenize_rows(api_call *c, const dataset_req *r, lens_example **out)
+{
+    const lens_model *m = r->model->model;
+    const int limit = c->ctx->max_tokens < m->cfg.max_positions ? c->ctx->max_tokens : m->cfg.max_positions;
+    lens_example *ex = calloc((size_t)r->n, sizeof *ex);
+    if (!ex) return api_fail(c, 500, "internal", NULL, "out of memory");
+    *out = ex;
+    for (int i = 0; i < r->n; i++) {
+        lens_token *toks = NULL;
+        int n = 0;
+        lens_err err = {0};
+        if (lens_tokenize(m->tok, r->rows[i].text, strlen(r->rows[i].text), NULL, 0, &toks, &n, &err))
+            return api_fail(c, 422, "invalid_request", "rows", "row %d: %s", i, err.msg);
+        int *ids = malloc(sizeof(int) * (n ? n : 1));
+        if (!ids) {
+            free(toks);
+            return api_fail(c, 500, "internal", NULL, "out of memory");
+        }
+        const int T = n > limit ? limit : n;
+        for (int t = 0; t < T; t++) ids[t] = toks[t].id;
+        if (n > limit) ids[T - 1] = toks[n - 1].id; /* keep the final [SEP] */
+        free(toks);
+        ex[i] = (lens_example){.ids = ids, .T = T, .label = r->rows[i].label};
+        if (T < 1) return api_fail(c, 422, "invalid_request", "rows", "row %d produced no tokens", i);
+        api_progress(c, 0.01 * (i + 1) / r->n);
+    }
+    return 0;
+}
+
+static void free_examples(lens_example *ex, int n)
+{
+    for (int i = 0; ex && i < n; i++) free((void *)ex[i].ids);
+    free(ex);
+}
+
+static void fail_core(api_call *c, const lens_err *err, const char *what)
+{
+    if (err->code == LENS_ECANCEL)
+        api_fail(c, 503, "timeout", NULL, "the computation was stopped (deadline passed or job cancelled)");
+    else if (err->code == LENS_EINVAL) api_fail(c, 422, "invalid_request", NULL, "%s", err->msg);
+    else api_fail(c, 500, "internal", NULL, "%s failed: %s", what, err->msg);
+}
+
+static void core_progress(void *user, double fraction) { api_progress(user, 0.01 + 0.98 * fraction); }
+
+static void write_floats(jw *w, const double *v, int n, int precision)
+{
+    jw_arr(w);
+    for (int i = 0; i < n; i++) jw_float(w, v[i], precision);
+    jw_end(w);
+}
+
+static void write_common(jw *w, const dataset_req *r, int n)
+{
+    jw_key(w, "model");
+    jw_str(w, r->model->name);
+    jw_key(w, "source");
+    jw_str(w, r->source);
+    jw_key(w, "n_examples");
+    jw_int(w, n);
+    jw_key(w, "steps");
+    jw_int(w, r->steps);
+    jw_key(w, "riemann");
+    jw_str(w, r->riemann == LENS_RIEMANN_LEFT ? "left" : "right");
+}
+
+void api_head_importance_run(api_call *c)
+{
+    dataset_req *r = c->req;
+    const lens_model *m = r->model->model;
+    double t0 = api_now();
+    lens_example *ex = NULL;
+    api_progress(c, 0);
+    if (tokenize_rows(c, r, &ex)) {
+        free_examples(ex, r->n);
+        return;
+    }
+    double t1 = api_now();
+    lens_head_opts o = {.steps = r->steps, .riemann = r->riemann, .n_seeds = r->seeds,
+                        .seed = (unsigned long long)r->seed, .pool = c->threads, .cancel = c->cancel,
+                        .progress = core_progress, .progress_user = c};
+    lens_head_importance hi;
+    lens_err err = {0};
+    int rc = lens_head_importance_run(m, ex, r->n, &o, &hi, &err);
+    free_examples(ex, r->n);
+    if (rc) {
+        fail_core(c, &err, "head importance");
+        return;
+    }
+    double t2 = api_now();
+    const int L = hi.n_layers, NH = hi.n_heads;
+    jw *w = &c->out;
+    jw_obj(w);
+    write_common(w, r, hi.n_examples);
+    jw_key(w, "heads");
+    jw_arr(w);
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < NH; h++) {
+            jw_obj(w);
+            jw_key(w, "layer");
+            jw_int(w, l + 1);
+            jw_key(w, "head");
+            jw_int(w, h);
+            jw_key(w, "attribution");
+            jw_float(w, hi.attr_importance[l * NH + h], 9);
+            jw_key(w, "attention");
+            jw_float(w, hi.attn_importance[l * NH + h], 9);
+            jw_end(w);
+        }
+    jw_end(w);
+    jw_key(w, "baseline_accuracy");
+    jw_float(w, hi.acc_attr[0], 6);
+    jw_key(w, "pruning");
+    jw_obj(w);
+    jw_key(w, "fraction");
+    write_floats(w, hi.fraction, LENS_PRUNE_POINTS, 2);
+    jw_key(w, "heads_pruned");
+    jw_ints(w, hi.n_pruned, LENS_PRUNE_POINTS);
+    jw_key(w, "attribution");
+    write_floats(w, hi.acc_attr, LENS_PRUNE_POINTS, 6);
+    jw_key(w, "attention");
+    write_floats(w, hi.acc_attn, LENS_PRUNE_POINTS, 6);
+    jw_key(w, "random");
+    write_floats(w, hi.acc_random, LENS_PRUNE_POINTS, 6);
+    jw_key(w, "seeds");
+    jw_int(w, hi.n_seeds);
+    jw_key(w, "seed");
+    jw_int(w, r->seed);
+    jw_end(w);
+    lens_head_importance_free(&hi);
+    api_write_timing(c, t1 - t0, t2 - t1, t2);
+    jw_end(w);
+    if (w->oom) api_fail(c, 500, "internal", NULL, "out of memory while writing the response");
+    else c->status = 200;
+}
+
+void api_triggers_run(api_call *c)
+{
+    dataset_req *r = c->req;
+    const lens_model *m = r->model->model;
+    const lens_config *cfg = &m->cfg;
+    double t0 = api_now();
+    lens_example *ex = NULL;
+    api_progress(c, 0);
+    if (tokenize_rows(c, r, &ex)) {
+        free_examples(ex, r->n);
+        return;
+    }
+    double t1 = api_now();
+    lens_trigger_opts o = {.steps = r->steps, .riemann = r->riemann, .top_k = r->top_k, .pool = c->threads,
+                           .cancel = c->cancel, .progress = core_progress, .progress_user = c};
+    lens_trigger_result tr;
+    lens_err err = {0};
+    int rc = lens_triggers_run(m, ex, r->sources, ex + r->sources, r->n - r->sources, &o, &tr, &err);
+    free_examples(ex, r->n);
+    if (rc) {
+        fail_core(c, &err, "adversarial triggers");
+        return;
+    }
+    double t2 = api_now();
+    jw *w = &c->out;
+    jw_obj(w);
+    write_common(w, r, r->n);
+    jw_key(w, "sources");
+    jw_int(w, r->sources);
+    jw_key(w, "victims");
+    jw_int(w, r->n - r->sources);
+    jw_key(w, "top_k");
+    jw_int(w, r->top_k);
+    jw_key(w, "triggers");
+    jw_arr(w);
+    for (int k = 0; k < tr.n_labels; k++) {
+        const lens_trigger *t = &tr.triggers[k];
+        jw_obj(w);
+        jw_key(w, "label");
+        jw_int(w, k);
+        jw_key(w, "label_name");
+        jw_str(w, cfg->labels ? cfg->labels[k] : NULL);
+        jw_key(w, "found");
+        jw_bool(w, t->found);
+        if (t->found) {
+            int ids[2] = {t->token_a, t->token_b};
+            jw_key(w, "token_ids");
+            jw_ints(w, ids, 2);
+            jw_key(w, "tokens");
+            jw_arr(w);
+            jw_str(w, lens_tokenizer_piece(m->tok, t->token_a));
+            jw_str(w, lens_tokenizer_piece(m->tok, t->token_b));
+            jw_end(w);
+            double pos[2] = {t->pos_a, t->pos_b};
+            jw_key(w, "positions");
+            write_floats(w, pos, 2, 4);
+            jw_key(w, "count");
+            jw_int(w, t->count);
+            jw_key(w, "score");
+            jw_float(w, t->score, 6);
+        }
+        jw_end(w);
+    }
+    jw_end(w);
+    jw_key(w, "attack");
+    jw_arr(w);
+    for (int k = 0; k < tr.n_labels; k++) {
+        jw_obj(w);
+        jw_key(w, "label");
+        jw_int(w, k);
+        jw_key(w, "label_name");
+        jw_str(w, cfg->labels ? cfg->labels[k] : NULL);
+        jw_key(w, "n");
+        jw_int(w, tr.n_victims[k]);
+        jw_key(w, "trigger_from");
+        if (tr.trigger_label[k] < 0) jw_null(w);
+        else jw_int(w, tr.trigger_label[k]);
+        jw_key(w, "accuracy_before");
+        jw_float(w, tr.acc_before[k], 6);
+        jw_key(w, "accuracy_after");
+        jw_float(w, tr.acc_after[k], 6);
+        jw_end(w);
+    }
+    jw_end(w);
+    jw_key(w, "accuracy_before");
+    jw_float(w, tr.total_before, 6);
+    jw_key(w, "accuracy_after");
+    jw_float(w, tr.total_after, 6);
+    lens_trigger_result_free(&tr);
+    api_write_timing(c, t1 - t0, t2 - t1, t2);
+    jw_end(w);
+    if (w->oom) api_fail(c, 500, "internal", NULL, "out of memory while writing the response");
+    else c->status = 200;
+}

@@ -1,0 +1,336 @@
+/* test_http_datasets.c - the dataset jobs head-importance and
+ * adversarial-triggers over HTTP, and --data-dir confinement.
+ *
+ * Starts the real build/lensd on a tiny random BERT classifier and GPT-2
+ * (lensd mkmodel; GPT-2 for POST /v1/attribution with a next-token target) with a temporary --data-dir holding a small TSV, runs both kinds
+ * from request rows and from the TSV, checks the results against
+ * openapi.yaml (HeadImportanceResult, TriggersResult) and the identities
+ * that hold for any model (pruning 0% = baseline accuracy, 100% the same
+ * for every order, 11 points, as many heads as the model), cancels a long
+ * job, and runs a bad-input matrix (typed 4xx naming params.<field>,
+ * paths escaping the data directory by "..", absolute path and symlink).
+ * Then, when ../shared exists, both kinds on bert-tiny-sst2 over the first
+ * 40 rows of SST-2 dev (accuracy > 0.7: the model's dev accuracy is ~0.83;
+ * SKIP otherwise). Numbers go through JSON at 6 decimals. */
+#include <math.h>
+
+#include "tests/check.h"
+#include "tests/http_util.h"
+
+static json_t *openapi;
+static char tmpdir[256];
+
+static json_t *get(const json_t *o, const char *k) { return json_object_get(o, k); }
+
+static void check_result_schema(const json_t *result, const char *schema_name)
+{
+    const json_t *schema = get(get(get(openapi, "components"), "schemas"), schema_name);
+    char err[512];
+    CHECK(schema && result && schema_validate(openapi, schema, result, err, sizeof err) == 0,
+          "job result does not match %s: %s", schema_name, result ? err : "no result");
+}
+
+static void check_schema(const http_resp *r, const char *route, const char *method)
+{
+    const json_t *schema = openapi_response_schema(openapi, route, method, r->status);
+    CHECK(schema != NULL, "openapi.yaml documents no JSON response %ld for %s %s", r->status, method, route);
+    char err[512];
+    CHECK(schema && r->json && schema_validate(openapi, schema, r->json, err, sizeof err) == 0,
+          "%s %s -> %ld does not match openapi.yaml: %s", method, route, r->status, schema ? err : "");
+}
+
+/* POST /v1/jobs, then poll until final; returns the job (caller decrefs) or NULL. */
+static json_t *run_job(test_server *s, const char *body, int timeout_ms)
+{
+    http_resp r;
+    http_post_json(s, &r, "/v1/jobs", body);
+    CHECK(r.status == 202, "POST /v1/jobs %.80s: %ld %.300s", body, r.status, r.body);
+    check_schema(&r, "/v1/jobs", "POST");
+    char ctype[64] = "";
+    CHECK(http_header(&r, "Content-Type", ctype, sizeof ctype) == 0 && strstr(ctype, "application/json"),
+          "POST /v1/jobs answers JSON (%s)", ctype);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", r.json ? json_string_value(get(r.json, "id")) : "none");
+    http_resp_free(&r);
+    for (int waited = 0; waited <= timeout_ms; waited += 50) {
+        http_get(s, &r, path);
+        const char *st = json_string_value(get(r.json, "state"));
+        if (r.status != 200 || (st && (!strcmp(st, "done") || !strcmp(st, "failed") || !strcmp(st, "cancelled")))) {
+            check_schema(&r, "/v1/jobs/{id}", "GET");
+            json_t *job = r.status == 200 ? json_incref(r.json) : NULL;
+            http_resp_free(&r);
+            return job;
+        }
+        http_resp_free(&r);
+        sleep_ms(50);
+    }
+    return NULL;
+}
+
+static double num_at(const json_t *a, size_t i) { return json_number_value(json_array_get(a, i)); }
+
+/* Identities of a head-importance result on a model with H heads. */
+static void check_importance(const json_t *job, int H, int n, const char *what)
+{
+    const char *st = json_string_value(get(job, "state"));
+    CHECK(st && !strcmp(st, "done"), "%s: state %s %.300s", what, st ? st : "-",
+          job ? json_dumps(get(job, "error"), 0) : "no job");
+    const json_t *res = get(job, "result"), *pr = get(res, "pruning");
+    if (!res) return;
+    check_result_schema(res, "HeadImportanceResult");
+    CHECK(json_integer_value(get(res, "n_examples")) == n && (int)json_array_size(get(res, "heads")) == H,
+          "%s: %d examples, %d heads", what, n, H);
+    const json_t *fa = get(pr, "attribution"), *fn = get(pr, "attention"), *fr = get(pr, "random"),
+                 *np = get(pr, "heads_pruned");
+    const double base = json_number_value(get(res, "baseline_accuracy"));
+    CHECK(json_array_size(fa) == 11 && json_array_size(fn) == 11 && json_array_size(fr) == 11, "%s: 11 points", what);
+    CHECK(num_at(fa, 0) == base && num_at(fn, 0) == base && num_at(fr, 0) == base,
+          "%s: 0%% pruned = baseline %.4f", what, base);
+    CHECK(num_at(fa, 10) == num_at(fn, 10) && num_at(fa, 10) == num_at(fr, 10) &&
+              json_integer_value(json_array_get(np, 10)) == H && json_integer_value(json_array_get(np, 0)) == 0,
+          "%s: 100%% pruned: all %d heads, same accuracy for every order", what, H);
+    printf("  %s: baseline %.3f; pruned 0..100%%:", what, base);
+    for (int i = 0; i <= 10; i++) printf(" %.3f/%.3f/%.3f", num_at(fa, i), num_at(fn, i), num_at(fr, i));
+    printf(" (attribution/attention/random)\n");
+}
+
+static void check_triggers(const json_t *job, int K, const char *what)
+{
+    const char *st = json_string_value(get(job, "state"));
+    CHECK(st && !strcmp(st, "done"), "%s: state %s", what, st ? st : "-");
+    const json_t *res = get(job, "result");
+    if (!res) return;
+    check_result_schema(res, "TriggersResult");
+    const json_t *att = get(res, "attack");
+    long long victims = 0;
+    for (size_t i = 0; i < json_array_size(att); i++) victims += json_integer_value(get(json_array_get(att, i), "n"));
+    CHECK((int)json_array_size(get(res, "triggers")) == K && (int)json_array_size(att) == K &&
+              victims == json_integer_value(get(res, "victims")),
+          "%s: %d triggers and attack rows, victims add up", what, K);
+    printf("  %s: accuracy %.3f -> %.3f\n", what, json_number_value(get(res, "accuracy_before")),
+           json_number_value(get(res, "accuracy_after")));
+}
+
+typedef struct {
+    const char *body;
+    long status;
+    const char *field;
+} bad_case;
+
+static void run_bad(test_server *s, const bad_case *cases, int n)
+{
+    for (int i = 0; i < n; i++) {
+        http_resp r;
+        http_post_json(s, &r, "/v1/jobs", cases[i].body);
+        const json_t *e = get(r.json, "error");
+        const char *field = json_string_value(get(e, "field"));
+        CHECK(r.status == cases[i].status && field && !strcmp(field, cases[i].field),
+              "%.90s: got %ld field %s, want %ld field %s (%.200s)", cases[i].body, r.status, field ? field : "null",
+              cases[i].status, cases[i].field, r.body);
+        check_schema(&r, "/v1/jobs", "POST");
+        http_resp_free(&r);
+    }
+}
+
+/* POST /v1/attribution on GPT-2: target = next-token id, causal attributions. */
+static void test_gpt2_attribution(test_server *s)
+{
+    http_resp r;
+    http_post_json(s, &r, "/v1/attribution", "{\"model\": \"gpt\", \"text\": \"a b c d\", \"steps\": 4, \"target\": 7}");
+    CHECK(r.status == 200, "GPT-2 attribution: %ld %.300s", r.status, r.body);
+    check_schema(&r, "/v1/attribution", "POST");
+    const json_t *layers = get(r.json, "layers"), *tokens = get(r.json, "tokens");
+    CHECK(json_integer_value(get(get(r.json, "target"), "index")) == 7 && json_is_string(get(get(r.json, "target"), "label")),
+          "GPT-2 target: token 7 with its piece");
+    const size_t T = json_array_size(tokens);
+    int ok = json_array_size(layers) == 2 && T >= 2, causal = 1;
+    for (size_t l = 0; ok && l < 2; l++) {
+        const json_t *heads = get(json_array_get(layers, l), "heads");
+        for (size_t h = 0; h < json_array_size(heads); h++) {
+            const json_t *a = get(json_array_get(heads, h), "attribution");
+            ok &= json_array_size(a) == T;
+            for (size_t i = 0; ok && i < T; i++)
+                for (size_t j = i + 1; j < T; j++) causal &= json_number_value(json_array_get(json_array_get(a, i), j)) == 0;
+        }
+    }
+    CHECK(ok && causal, "GPT-2 attribution: 2 layers of [T][T], zero above the diagonal");
+    http_resp_free(&r);
+}
+
+static const char *rows6 =
+    "\"rows\": [{\"text\": \"a fine movie\", \"label\": 1}, {\"text\": \"dull and slow\", \"label\": \"negative\"}, "
+    "{\"text\": \"the cast is great\", \"label\": \"1\"}, {\"text\": \"it is a mess\", \"label\": 0}, "
+    "{\"text\": \"warm and funny\", \"label\": 1}, {\"text\": \"no story at all\", \"label\": 0}]";
+
+static void test_tiny(void)
+{
+    char model[512], gpt[512], data[512], path[600], cmd[1200];
+    snprintf(model, sizeof model, "bert=%s/bert", tmpdir);
+    snprintf(gpt, sizeof gpt, "gpt=%s/gpt", tmpdir);
+    snprintf(data, sizeof data, "%s/data", tmpdir);
+    snprintf(path, sizeof path, "%s/small.tsv", data);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs("sentence\tlabel\na fine movie \t1\ndull and slow \t0\nthe cast is great \t1\nit is a mess \t0\n", f);
+        fclose(f);
+    }
+    snprintf(path, sizeof path, "%s/noheader.tsv", data);
+    if ((f = fopen(path, "w"))) fputs("a fine movie\t1\n", f), fclose(f);
+    snprintf(path, sizeof path, "%s/outside.tsv", tmpdir);
+    if ((f = fopen(path, "w"))) fputs("sentence\tlabel\nx\t1\n", f), fclose(f);
+    snprintf(cmd, sizeof cmd, "ln -s %s/outside.tsv %s/link.tsv", tmpdir, data);
+    CHECK(system(cmd) == 0, "symlink");
+
+    const char *args[] = {"--model", model, "--data-dir", data, "--workers", "1", NULL};
+    test_server s;
+    if (server_launch(&s, args)) {
+        CHECK(0, "lensd serve --data-dir did not start");
+        return;
+    }
+    char body[2048];
+    snprintf(body, sizeof body, "{\"kind\": \"head-importance\", \"params\": {%s, \"steps\": 3}}", rows6);
+    json_t *job = run_job(&s, body, 30000);
+    check_importance(job, 4, 6, "tiny, rows");
+    json_decref(job);
+    job = run_job(&s, "{\"kind\": \"head-importance\", \"params\": {\"data\": \"small.tsv\", \"steps\": 2, \"seeds\": 2}}",
+                  30000);
+    check_importance(job, 4, 4, "tiny, data small.tsv");
+    CHECK(job && !strcmp(json_string_value(get(get(job, "result"), "source")), "small.tsv") &&
+              json_integer_value(get(get(get(job, "result"), "pruning"), "seeds")) == 2,
+          "source and seeds reported");
+    json_decref(job);
+    job = run_job(&s, "{\"kind\": \"head-importance\", \"params\": {\"data\": \"small.tsv\", \"max_rows\": 3, \"steps\": 2}}",
+                  30000);
+    check_importance(job, 4, 3, "tiny, max_rows 3");
+    json_decref(job);
+    snprintf(body, sizeof body, "{\"kind\": \"adversarial-triggers\", \"params\": {%s, \"steps\": 3, \"sources\": 3}}", rows6);
+    job = run_job(&s, body, 30000);
+    check_triggers(job, 2, "tiny triggers, rows");
+    CHECK(job && json_integer_value(get(get(job, "result"), "victims")) == 3, "3 sources, 3 victims");
+    json_decref(job);
+
+    /* cancel a long job */
+    http_resp r;
+    snprintf(body, sizeof body, "{\"kind\": \"head-importance\", \"params\": {%s, \"steps\": 1000, \"seeds\": 20}}", rows6);
+    http_post_json(&s, &r, "/v1/jobs", body);
+    char jp[128];
+    snprintf(jp, sizeof jp, "/v1/jobs/%s", r.json ? json_string_value(get(r.json, "id")) : "none");
+    http_resp_free(&r);
+    sleep_ms(100);
+    http_do(&s, &r, "DELETE", jp, NULL, NULL, 0, NULL);
+    CHECK(r.status == 200, "DELETE head-importance job: %ld", r.status);
+    http_resp_free(&r);
+    const char *st = NULL;
+    for (int i = 0; i < 200; i++) {
+        http_get(&s, &r, jp);
+        st = json_string_value(get(r.json, "state"));
+        int final = st && strcmp(st, "running") && strcmp(st, "queued");
+        CHECK(!final || !strcmp(st, "cancelled"), "cancelled job ends %s", st);
+        http_resp_free(&r);
+        if (final) break;
+        sleep_ms(50);
+    }
+
+    char abs_out[600];
+    snprintf(abs_out, sizeof abs_out, "{\"kind\": \"head-importance\", \"params\": {\"data\": \"%s/outside.tsv\"}}", tmpdir);
+    const bad_case cases[] = {
+        {"{\"kind\": \"head-importance\", \"params\": {}}", 422, "params.rows"},
+        {"{\"kind\": \"head-importance\", \"params\": {\"rows\": [], \"data\": \"small.tsv\"}}", 422, "params.data"},
+        {"{\"kind\": \"head-importance\", \"params\": {\"rows\": []}}", 422, "params.rows"},
+        {"{\"kind\": \"head-importance\", \"params\": {\"rows\": {\"text\": \"a\"}}}", 422, "params.rows"},
+        {"{\"kind\": \"head-importance\", \"params\": {\"rows\": [{\"text\": \"a\", \"label\": 2}]}}", 422, "params.rows[0].label"},
+        {"{\"kind\": \"head-importance\", \"params\": {\"rows\": [{\"text\": \"a\", \"label\": 1}, {\"label\": 0}]}}", 422, "params.rows[1].text"},
+        {"{\"kind\": \"head-importance\", \"params\": {\"rows\": [{\"text\": \"a\", \"label\": \"good\"}]}}", 422, "params.rows[0].label"},
+        {"{\"kind\": \"head-importance\", \"params\": {\"data\": \"../outside.tsv\"}}", 422, "params.data"},
+        {abs_out, 422, "params.data"},
+        {"{\"kind\": \"head-importance\", \"params\": {\"data\": \"link.tsv\"}}", 422, "params.data"},
+        {"{\"kind\": \"head-importance\", \"params\": {\"data\": \"missing.tsv\"}}", 422, "params.data"},
+        {"{\"kind\": \"head-importance\", \"params\": {\"data\": \"noheader.tsv\"}}", 422, "params.data"},
+        {"{\"kind\": \"head-importance\", \"params\": {\"data\": 3}}", 422, "params.data"},
+        {"{\"kind\": \"head-importance\", \"params\": {\"data\": \"small.tsv\", \"steps\": 0}}", 422, "params.steps"},
+        {"{\"kind\": \"head-importance\", \"params\": {\"data\": \"small.tsv\", \"seeds\": 0}}", 422, "params.seeds"},
+        {"{\"kind\": \"head-importance\", \"params\": {\"data\": \"small.tsv\", \"max_rows\": 0}}", 422, "params.max_rows"},
+        {"{\"kind\": \"head-importance\", \"params\": {\"data\": \"small.tsv\", \"riemann\": \"mid\"}}", 422, "params.riemann"},
+        {"{\"kind\": \"head-importance\", \"params\": {\"model\": \"nope\", \"data\": \"small.tsv\"}}", 404, "params.model"},
+        {"{\"kind\": \"adversarial-triggers\", \"params\": {\"data\": \"small.tsv\", \"sources\": 4}}", 422, "params.sources"},
+        {"{\"kind\": \"adversarial-triggers\", \"params\": {\"data\": \"small.tsv\", \"top_k\": 0}}", 422, "params.top_k"},
+        {"{\"kind\": \"adversarial-triggers\", \"params\": {\"rows\": [{\"text\": \"a\", \"label\": 1}]}}", 422, "params.rows"},
+    };
+    run_bad(&s, cases, (int)(sizeof cases / sizeof *cases));
+    http_get(&s, &r, "/healthz");
+    CHECK(r.status == 200, "/healthz after the bad inputs: %ld", r.status);
+    http_resp_free(&r);
+    CHECK(server_terminate(&s) == 0, "lensd exits 0");
+
+    /* no --data-dir: data is refused, rows still work */
+    const char *args2[] = {"--model", model, "--model", gpt, NULL};
+    if (server_launch(&s, args2)) {
+        CHECK(0, "lensd serve without --data-dir did not start");
+        return;
+    }
+    const bad_case no_dir[] = {
+        {"{\"kind\": \"head-importance\", \"params\": {\"model\": \"bert\", \"data\": \"small.tsv\"}}", 422, "params.data"},
+        {"{\"kind\": \"head-importance\", \"params\": {\"model\": \"gpt\", \"data\": \"small.tsv\"}}", 422, "params.model"},
+    };
+    run_bad(&s, no_dir, 2);
+    test_gpt2_attribution(&s);
+    CHECK(server_terminate(&s) == 0, "lensd exits 0");
+}
+
+static void test_sst2(const char *shared)
+{
+    char model[512], data[512];
+    snprintf(model, sizeof model, "sst=%s/models/bert-tiny-sst2", shared);
+    snprintf(data, sizeof data, "%s/data", shared);
+    const char *args[] = {"--model", model, "--data-dir", data, NULL};
+    test_server s;
+    if (server_launch(&s, args)) {
+        CHECK(0, "lensd serve with bert-tiny-sst2 did not start");
+        return;
+    }
+    json_t *job = run_job(&s, "{\"kind\": \"head-importance\", \"params\": {\"data\": \"sst2/dev.tsv\", \"max_rows\": 40}}",
+                          60000);
+    check_importance(job, 4, 40, "bert-tiny-sst2, SST-2 dev[0:40]");
+    double base = json_number_value(get(get(job, "result"), "baseline_accuracy"));
+    CHECK(base > 0.7, "bert-tiny-sst2 accuracy on 40 dev rows %.3f, want > 0.7", base);
+    json_decref(job);
+    job = run_job(&s, "{\"kind\": \"adversarial-triggers\", \"params\": {\"data\": \"sst2/dev.tsv\", \"max_rows\": 40}}",
+                  60000);
+    check_triggers(job, 2, "bert-tiny-sst2 triggers, SST-2 dev[0:40]");
+    json_decref(job);
+    CHECK(server_terminate(&s) == 0, "lensd exits 0");
+}
+
+int main(void)
+{
+    curl_global_init(CURL_GLOBAL_ALL);
+    signal(SIGPIPE, SIG_IGN);
+    openapi = yaml_load_file("openapi.yaml");
+    CHECK(openapi != NULL, "cannot read openapi.yaml (run from the repository root)");
+    if (!openapi) return check_done("test_http_datasets");
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/lensd-datasets-XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        CHECK(0, "mkdtemp failed");
+        return check_done("test_http_datasets");
+    }
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "%s mkmodel --arch bert --preset tiny --seed 1 --out %s/bert >/dev/null && "
+             "%s mkmodel --arch gpt2 --preset tiny --seed 1 --out %s/gpt >/dev/null && mkdir %s/data",
+             lensd_path(), tmpdir, lensd_path(), tmpdir, tmpdir);
+    int rc = system(cmd);
+    CHECK(rc == 0, "lensd mkmodel failed (%d)", rc);
+    if (rc == 0) test_tiny();
+    const char *shared = check_shared_dir();
+    if (shared) test_sst2(shared);
+    else SKIP("../shared not found: dataset jobs on bert-tiny-sst2");
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);
+    if (!check_failed) {
+        snprintf(cmd, sizeof cmd, "rm -f /tmp/lensd-test-%d-*.log", (int)getpid());
+        if (system(cmd)) fprintf(stderr, "could not remove the server logs\n");
+    }
+    json_decref(openapi);
+    curl_global_cleanup();
+    return check_done("test_http_datasets");
+}
