@@ -68,6 +68,12 @@ clean:
 	rm -rf build build-asan
 
 .PHONY: all deps test test-asan run bench clean
+
+# Trains the demo models with lensd (minutes on 2 cores; not part of CI).
+demo-models: all
+	scripts/train-demo.sh $(BUILD)/lensd
+
+.PHONY: demo-models
 -include $(wildcard $(BUILD)/*/*.d)
 
 # Benchmark drivers: bench/NAME.c -> $(BUILD)/bench/NAME, linked with libcore.

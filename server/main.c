@@ -16,6 +16,7 @@
 #include "api/api.h"
 #include "core/blas.h"
 #include "core/mkmodel.h"
+#include "server/train_cli.h"
 #include "server/config.h"
 #include "server/http.h"
 #include "server/log.h"
@@ -49,6 +50,8 @@ static void usage(FILE *f)
             "  info      BLAS library, core and threads (GET /v1/info without server limits)\n"
             "  mkmodel   --arch bert|gpt2 --preset tiny|small|base [--task T] --seed N --out DIR\n"
             "            write a random-weight checkpoint in Hugging Face format\n"
+            "  train     classify|vocab ...  train a BERT classifier / learn a WordPiece vocabulary\n"
+            "            (`lensd train` alone lists the options)\n"
             "  version   print the version\n");
 }
 
@@ -431,6 +434,7 @@ int main(int argc, char **argv)
         if (!strcmp(cmd, commands[i].name)) return cmd_request(&commands[i], argc - 2, argv + 2);
     if (!strcmp(cmd, "info")) return cmd_info();
     if (!strcmp(cmd, "mkmodel")) return cmd_mkmodel(argc - 2, argv + 2);
+    if (!strcmp(cmd, "train")) return lensd_cmd_train(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("lensd %s\n", LENSD_VERSION);
         return 0;
