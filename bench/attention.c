@@ -10,6 +10,9 @@
  * matrices and ranks: one double SVD of V per head plus two sgemms), and of
  * lens_attention_analyze with statistics and identifiability (key-aware
  * dimension on: over its size limit at these T, so only its check runs).
+ * Threads: one lens_pool of --threads runs the forward, the L x NH heads of
+ * lens_attention_effective (one task per head) and the heads of
+ * lens_attention_analyze; OpenBLAS at one thread (core/pool.h).
  * Token ids: xorshift32 from --seed, as bench/forward.c. One JSON line per T;
  * bench/peer/attention_torch.py prints the PyTorch counterpart. */
 #define _XOPEN_SOURCE 700
@@ -25,6 +28,29 @@
 #include "core/blas.h"
 #include "core/mkmodel.h"
 #include "core/model.h"
+#include "core/pool.h"
+
+/* All L x NH heads of one sequence as tasks of a pool: task = (layer, head). */
+typedef struct {
+    const lens_model *m;
+    const lens_activations *act;
+    int T;
+    float *eff;          /* [threads][T][T] */
+    int *rank, *failed;  /* [L * NH] */
+} eff_job;
+
+static void eff_task(void *ctx, int task)
+{
+    eff_job *j = ctx;
+    const lens_config *c = &j->m->cfg;
+    const int NH = c->n_heads, DV = c->d_head_v, l = task / NH + 1, h = task % NH;
+    lens_err err = {0};
+    j->failed[task] = lens_attention_effective(lens_act_attn(j->m, j->act, l, h, 0),
+                                               lens_act_values(j->m, j->act, l, 0) + (size_t)h * DV, NH * DV, j->T, DV,
+                                               c->arch == LENS_ARCH_GPT2,
+                                               j->eff + (size_t)lens_pool_thread_index() * j->T * j->T,
+                                               &j->rank[task], &err);
+}
 
 static double now_ms(void)
 {
@@ -58,17 +84,19 @@ static int remove_entry(const char *path, const struct stat *sb, int flag, struc
     return remove(path);
 }
 
-static int bench_T(const lens_model *m, int T, int reps, uint32_t seed)
+static int bench_T(const lens_model *m, lens_pool *pool, int T, int reps, uint32_t seed)
 {
     const lens_config *c = &m->cfg;
     int *ids = malloc(sizeof(int) * (size_t)T);
     for (int t = 0; t < T; t++) ids[t] = (int)(xorshift32(&seed) % (uint32_t)c->vocab_size);
     const lens_batch batch = {.n_seqs = 1, .lengths = &T, .ids = ids};
-    const lens_forward_opts plain = {.keep = 0};
-    const lens_forward_opts keep = {.keep = LENS_KEEP_ATTN | LENS_KEEP_VALUES | LENS_KEEP_HIDDEN};
+    const lens_forward_opts plain = {.keep = 0, .pool = pool};
+    const lens_forward_opts keep = {.keep = LENS_KEEP_ATTN | LENS_KEEP_VALUES | LENS_KEEP_HIDDEN, .pool = pool};
     double *t_fwd = malloc(sizeof(double) * reps), *t_eff = malloc(sizeof(double) * reps),
            *t_all = malloc(sizeof(double) * reps);
-    float *eff = malloc(sizeof(float) * (size_t)T * T);
+    const int n_all = c->n_layers * c->n_heads;
+    float *eff = malloc(sizeof(float) * (size_t)lens_pool_threads(pool) * T * T);
+    int *ranks = malloc(sizeof(int) * (size_t)n_all), *failed = malloc(sizeof(int) * (size_t)n_all);
     lens_err err = {0};
     lens_activations act;
     int rank_min = T, rank_max = 0;
@@ -80,24 +108,22 @@ static int bench_T(const lens_model *m, int T, int reps, uint32_t seed)
         if (r >= 0) t_fwd[r] = ms;
     }
     if (lens_forward(m, &batch, &keep, &act, &err)) goto fail;
-    const int NH = c->n_heads, DV = c->d_head_v;
+    eff_job job = {.m = m, .act = &act, .T = T, .eff = eff, .rank = ranks, .failed = failed};
     for (int r = -1; r < reps; r++) {
         double t0 = now_ms();
-        for (int l = 1; l <= c->n_layers; l++) {
-            const float *values = lens_act_values(m, &act, l, 0);
-            for (int h = 0; h < NH; h++) {
-                int rank;
-                if (lens_attention_effective(lens_act_attn(m, &act, l, h, 0), values + (size_t)h * DV, NH * DV, T, DV,
-                                             c->arch == LENS_ARCH_GPT2, eff, &rank, &err))
-                    goto fail;
-                rank_min = rank < rank_min ? rank : rank_min, rank_max = rank > rank_max ? rank : rank_max;
-            }
-        }
+        lens_pool_run(pool, n_all, eff_task, &job);
         double ms = now_ms() - t0;
         if (r >= 0) t_eff[r] = ms;
+        for (int k = 0; k < n_all; k++) {
+            if (failed[k]) {
+                snprintf(err.msg, sizeof err.msg, "effective attention failed on head %d", k);
+                goto fail;
+            }
+            rank_min = ranks[k] < rank_min ? ranks[k] : rank_min, rank_max = ranks[k] > rank_max ? ranks[k] : rank_max;
+        }
     }
     for (int r = -1; r < reps; r++) {
-        lens_attention_request req = {.ids = ids, .want_effective = 1, .head = {.key_aware = 1}};
+        lens_attention_request req = {.ids = ids, .want_effective = 1, .head = {.key_aware = 1}, .pool = pool};
         lens_attention_result res;
         double t0 = now_ms();
         if (lens_attention_analyze(m, &act, 0, &req, &res, &err)) goto fail;
@@ -110,8 +136,8 @@ static int bench_T(const lens_model *m, int T, int reps, uint32_t seed)
     printf("{\"impl\":\"lensd\",\"bench\":\"attention\",\"T\":%d,\"heads\":%d,\"threads\":%d,\"reps\":%d,"
            "\"forward_ms\":%.2f,\"effective_ms\":%.2f,\"effective_over_forward\":%.4f,"
            "\"analyze_ms\":%.2f,\"analyze_over_forward\":%.4f,\"rank_min\":%d,\"rank_max\":%d}\n",
-           T, c->n_layers * NH, lens_blas_threads(), reps, fwd, ef, ef / fwd, all, all / fwd, rank_min, rank_max);
-    free(ids), free(t_fwd), free(t_eff), free(t_all), free(eff);
+           T, n_all, lens_pool_threads(pool), reps, fwd, ef, ef / fwd, all, all / fwd, rank_min, rank_max);
+    free(ids), free(t_fwd), free(t_eff), free(t_all), free(eff), free(ranks), free(failed);
     return 0;
 fail:
     fprintf(stderr, "attention: T=%d: %s\n", T, err.msg);
@@ -153,7 +179,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "attention: %s: %s\n", model_dir, err.msg);
         return 1;
     }
-    lens_blas_set_threads(threads);
+    /* core/pool.h: the forward and the heads run on the pool; OpenBLAS (LAPACK, the small sgemms) at 1 thread */
+    lens_blas_set_threads(1);
+    lens_pool *pool = threads > 1 ? lens_pool_create(threads) : NULL;
     int rc = 0;
     for (const char *p = Ts; *p && !rc;) {
         int T = atoi(p);
@@ -162,11 +190,12 @@ int main(int argc, char **argv)
             rc = 1;
             break;
         }
-        rc = bench_T(m, T, reps, seed ? seed : 1);
+        rc = bench_T(m, pool, T, reps, seed ? seed : 1);
         p = strchr(p, ',');
         if (!p) break;
         p++;
     }
+    lens_pool_free(pool);
     lens_model_free(m);
     if (made) nftw(tmp, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
     return rc;

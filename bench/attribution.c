@@ -11,7 +11,8 @@
  * draws the same). Times lens_attribution_run over every layer (one
  * forward keeping hidden states, then per layer the m steps batched through
  * the layers above and back), median of --reps; prints one JSON line with
- * ms, peak RSS (getrusage, KiB) and the checkpoint size. */
+ * ms, peak RSS (getrusage, KiB) and the checkpoint size. Threads: a lens_pool
+ * of --threads (lens_attr_opts.pool), OpenBLAS at one thread (core/pool.h). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,6 +27,7 @@
 #include "core/blas.h"
 #include "core/mkmodel.h"
 #include "core/model.h"
+#include "core/pool.h"
 
 static double now_ms(void)
 {
@@ -99,13 +101,15 @@ int main(int argc, char **argv)
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     struct stat st;
     const double model_mib = stat(path, &st) == 0 ? st.st_size / 1048576.0 : 0;
-    lens_blas_set_threads(threads);
+    /* core/pool.h: the passes run on a lens_pool of --threads, OpenBLAS at one thread */
+    lens_blas_set_threads(1);
+    lens_pool *pool = threads > 1 ? lens_pool_create(threads) : NULL;
 
     int *ids = malloc(sizeof(int) * T);
     uint32_t state = seed ? seed : 1;
     for (int t = 0; t < T; t++) ids[t] = (int)(xorshift32(&state) % (uint32_t)m->cfg.vocab_size);
     double *times = malloc(sizeof(double) * reps);
-    lens_attr_opts o = {.steps = steps, .riemann = riemann, .target = -1};
+    lens_attr_opts o = {.steps = steps, .riemann = riemann, .target = -1, .pool = pool};
     lens_attribution at = {0};
     for (int r = -warmup; r < reps; r++) {
         if (r > -warmup) lens_attribution_free(&at);
@@ -132,6 +136,7 @@ int main(int argc, char **argv)
            at.f_full, at.layers[0].attr_sum, max_gap, lens_blas_core());
     lens_attribution_free(&at);
     free(ids), free(times);
+    lens_pool_free(pool);
     lens_model_free(m);
     return 0;
 }

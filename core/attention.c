@@ -205,12 +205,97 @@ done:
 
 /* ------------------------------------------------------------ effective, full attention */
 
-/* eff [T][T] = A U_r U_r^T (BERT); eff = A when r == T. */
+/* The Cholesky fast path of effective_full. G [D][D] (upper triangle, row
+ * stride D) = X^T X of X [T][D], T >= D. Factors G = R^T R into Rinv (upper
+ * triangle, R^-1; strictly lower part left as garbage) and returns 1 when
+ * rank(X) = D is certified with the rank rule of thin_svd, i.e. every
+ * σ_k > tol = σ_max ε_f32 max(T, D):
+ *     λ_max(G) = σ_max^2 <= ||G||_∞   (any induced norm bounds it),
+ *     λ_min(G) = σ_min^2 = 1 / ||R^-1||_2^2 >= 1 / ||R^-1||_F^2,
+ *     so 1 / ||R^-1||_F^2 > 4 (ε_f32 max(T, D))^2 ||G||_∞  =>  σ_min > 2 tol.
+ * The factor 4 covers the rounding of R^-1 (relative error ~ D ε_f64 κ^2,
+ * below 1e-4 whenever the test can pass, κ < 1 / (2 ε_f32 max(T, D))).
+ * Returns 0 (take the eigen path) when dpotrf or dtrtri fails or the bound
+ * is not met: V rank-deficient or nearly so. Cost O(D^3 / 3) instead of
+ * dsyevd's ~O(4 D^3) with eigenvectors. */
+static int gram_full_rank(const double *G, int T, int D, double *R, double *Rinv, double *ginf_out)
+{
+    double ginf = 0;
+    for (int i = 0; i < D; i++) {
+        double row = 0;
+        for (int j = 0; j < i; j++) row += fabs(G[(size_t)j * D + i]);
+        for (int j = i; j < D; j++) row += fabs(G[(size_t)i * D + j]);
+        if (row > ginf) ginf = row;
+    }
+    *ginf_out = ginf;
+    if (!(ginf > 0)) return 0;
+    /* G's row-major upper triangle is the column-major lower one: dpotrf 'L' there gives
+     * L with G = L L^T, which read row-major is R = L^T (upper), G = R^T R; the _work
+     * call skips LAPACKE's transposes and NaN scans. */
+    memcpy(R, G, (size_t)D * D * sizeof *R);
+    if (LAPACKE_dpotrf_work(LAPACK_COL_MAJOR, 'L', D, R, D) != 0) return 0;
+    /* R^-1 by a blocked triangular solve R Y = I (LAPACK's dtrtri at D = 64 is unblocked) */
+    memset(Rinv, 0, (size_t)D * D * sizeof *Rinv);
+    for (int i = 0; i < D; i++) Rinv[(size_t)i * D + i] = 1.0;
+    cblas_dtrsm(CblasRowMajor, CblasLeft, CblasUpper, CblasNoTrans, CblasNonUnit, D, D, 1.0, R, D, Rinv, D);
+    double f = 0;
+    for (int i = 0; i < D; i++)
+        for (int j = i; j < D; j++) f += Rinv[(size_t)i * D + j] * Rinv[(size_t)i * D + j];
+    const double c = EPS_F32 * imax(T, D);
+    return isfinite(f) && f > 0 && 1.0 / f > 4.0 * c * c * ginf;
+}
+
+/* eff [T][T] = A U_r U_r^T (BERT); eff = A when r == T.
+ * Fast path (T >= DV and rank(V) = DV certified by gram_full_rank): the
+ * projector onto col(V) is Q Q^T with Q = V R^-1 (Cholesky QR of V in double,
+ * G = V^T V = R^T R), which needs no eigen decomposition; σ_max (and tol)
+ * then come from the eigenvalues of G alone (dsyevd without vectors) when
+ * exact_sigma is set, else from the bound sqrt(||G||_∞) (rank and eff do not
+ * depend on it). Otherwise the eigen path of thin_svd. */
 static int effective_full(const float *A, const float *V, int ldv, int T, int DV, float *eff, int *rank,
-                          double *sigma_max, double *tol, lens_err *err)
+                          double *sigma_max, double *tol, int exact_sigma, lens_err *err)
 {
     float *U = NULL;
-    if (thin_svd(V, ldv, T, DV, sigma_max, tol, rank, &U, 0, "V", err)) return -1;
+    int fast = 0;
+    if (T >= DV) {
+        const size_t DD = (size_t)DV * DV;
+        double *x = malloc((size_t)T * DV * sizeof *x), *G = malloc(3 * DD * sizeof *G);
+        U = malloc((size_t)T * DV * sizeof *U);
+        if (!x || !G || !U) {
+            free(x), free(G), free(U);
+            return lens_fail(err, LENS_ENOMEM, "out of memory for the projector of V (%d x %d)", T, DV);
+        }
+        double *R = G + DD, *Rinv = G + 2 * DD, ginf;
+        for (int t = 0; t < T; t++)
+            for (int c = 0; c < DV; c++) x[(size_t)t * DV + c] = V[(size_t)t * ldv + c];
+        /* x is filled above (T, DV >= 1 here; -O3 cannot see it, see thin_svd) */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+        cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, DV, T, 1.0, x, DV, 0.0, G, DV);
+#pragma GCC diagnostic pop
+        if (gram_full_rank(G, T, DV, R, Rinv, &ginf)) {
+            fast = 1;
+            double smax2 = ginf;
+            if (exact_sigma) {
+                double *lambda = malloc((size_t)DV * sizeof *lambda);
+                if (lambda && LAPACKE_dsyevd(LAPACK_ROW_MAJOR, 'N', 'U', DV, G, DV, lambda) == 0) smax2 = lambda[DV - 1];
+                else fast = 0;
+                free(lambda);
+            }
+            if (fast) {
+                /* Q = X R^-1 in place, then to float */
+                cblas_dtrmm(CblasRowMajor, CblasRight, CblasUpper, CblasNoTrans, CblasNonUnit, T, DV, 1.0, Rinv, DV, x,
+                            DV);
+                for (size_t k = 0; k < (size_t)T * DV; k++) U[k] = (float)x[k];
+                *sigma_max = sqrt(smax2);
+                *tol = rank_tol(*sigma_max, T, DV);
+                *rank = DV;
+            }
+        }
+        free(x), free(G);
+        if (!fast) free(U), U = NULL;
+    }
+    if (!fast && thin_svd(V, ldv, T, DV, sigma_max, tol, rank, &U, 0, "V", err)) return -1;
     const int r = *rank;
     if (r == T) {
         memcpy(eff, A, (size_t)T * T * sizeof *eff);
@@ -375,7 +460,7 @@ int lens_attention_effective(const float *A, const float *V, int ldv, int T, int
     double sigma_max, tol;
     int r;
     if (!causal) {
-        if (effective_full(A, V, ldv, T, DV, effective, &r, &sigma_max, &tol, err)) return -1;
+        if (effective_full(A, V, ldv, T, DV, effective, &r, &sigma_max, &tol, 0, err)) return -1;
     } else {
         if (thin_svd(V, ldv, T, DV, &sigma_max, &tol, &r, NULL, 0, "V", err)) return -1;
         if (effective_causal(A, V, ldv, T, DV, tol, effective, err)) return -1;
@@ -603,7 +688,7 @@ int lens_attention_head(const float *A, const float *V, int ldv, const float *Q,
     }
     int rc = 0;
     if (!causal) {
-        rc = effective_full(A, V, ldv, T, DV, eff, &res->rank, &res->sigma_max, &res->tol, err);
+        rc = effective_full(A, V, ldv, T, DV, eff, &res->rank, &res->sigma_max, &res->tol, 1, err);
     } else {
         rc = thin_svd(V, ldv, T, DV, &res->sigma_max, &res->tol, &res->rank, NULL, 0, "V", err);
         if (!rc) rc = effective_causal(A, V, ldv, T, DV, res->tol, eff, err);
@@ -717,6 +802,34 @@ static double score_diff(const float *Q, const float *K, int NH, int DK, int T, 
     return worst;
 }
 
+/* One layer's heads as pool tasks: task hi is head res->heads[hi] of layer job->li. */
+typedef struct {
+    const lens_attention_request *req;
+    lens_attention_result *res;
+    const unsigned char *special, *punct;
+    const float *Q, *K, *values;
+    float *scores;        /* [threads][T][T] for verify_scores */
+    const float **A;      /* [n_heads] this layer's attention of each selected head */
+    double *diff;         /* [n_heads] score_diff */
+    lens_err *err;        /* [n_heads] */
+    int li, T, NH, DK, DV, causal;
+} head_job;
+
+static void head_task(void *ctx, int hi)
+{
+    head_job *j = ctx;
+    lens_attention_result *res = j->res;
+    const int h = res->heads[hi], T = j->T;
+    const size_t k = (size_t)j->li * res->n_heads + hi, TT = (size_t)T * T;
+    if (j->K)
+        j->diff[hi] = score_diff(j->Q + (size_t)h * j->DK, j->K + (size_t)h * j->DK, j->NH, j->DK, T, j->causal,
+                                 j->A[hi], j->scores + (size_t)lens_pool_thread_index() * TT);
+    lens_attention_head(j->A[hi], j->values + (size_t)h * j->DV, j->NH * j->DV,
+                        j->Q ? j->Q + (size_t)h * j->DK : NULL, j->NH * j->DK, T, j->DV, j->DK, j->causal, j->special,
+                        j->punct, &j->req->head, res->effective ? res->effective + k * TT : NULL,
+                        res->null ? res->null + k * TT : NULL, &res->head[k], &j->err[hi]);
+}
+
 int lens_attention_analyze(const lens_model *m, const lens_activations *act, int seq,
                            const lens_attention_request *req, lens_attention_result *res, lens_err *err)
 {
@@ -745,10 +858,15 @@ int lens_attention_analyze(const lens_model *m, const lens_activations *act, int
     float *x = need_q ? malloc((size_t)T * C * sizeof *x) : NULL;
     float *Q = need_q ? malloc((size_t)T * NH * DK * sizeof *Q) : NULL;
     float *K = req->verify_scores ? malloc((size_t)T * NH * DK * sizeof *K) : NULL;
-    float *scores = req->verify_scores ? malloc(TT * sizeof *scores) : NULL;
+    const int n_threads = lens_pool_threads(req->pool);
+    float *scores = req->verify_scores ? malloc((size_t)n_threads * TT * sizeof *scores) : NULL;
+    head_job job = {0};
+    job.A = malloc((size_t)res->n_heads * sizeof *job.A);
+    job.diff = malloc((size_t)res->n_heads * sizeof *job.diff);
+    job.err = malloc((size_t)res->n_heads * sizeof *job.err);
     int rc = 0;
     if (!res->head || (req->want_effective && !res->effective) || (req->head.null_component && !res->null) ||
-        !masks || (need_q && (!x || !Q)) || (req->verify_scores && (!K || !scores))) {
+        !masks || !job.A || !job.diff || !job.err || (need_q && (!x || !Q)) || (req->verify_scores && (!K || !scores))) {
         rc = lens_fail(err, LENS_ENOMEM, "out of memory for attention analysis of %zu heads at T = %d", n_heads_total,
                        T);
         goto done;
@@ -760,6 +878,9 @@ int lens_attention_analyze(const lens_model *m, const lens_activations *act, int
         if (!punct) punct = masks + T;
     }
     if (req->verify_scores) res->scores_max_diff = 0;
+    job = (head_job){.req = req, .res = res, .special = special, .punct = punct, .Q = Q, .K = K, .scores = scores,
+                     .T = T, .NH = NH, .DK = DK, .DV = DV, .causal = causal, .A = job.A, .diff = job.diff,
+                     .err = job.err};
     for (int li = 0; li < res->n_layers; li++) {
         const int l = res->layers[li];
         const lens_block *blk = &m->p.blocks[l - 1];
@@ -772,22 +893,20 @@ int lens_attention_analyze(const lens_model *m, const lens_activations *act, int
             lens_linear_forward(Q, x, &blk->q, T);
             if (K) lens_linear_forward(K, x, &blk->k, T);
         }
-        const float *values = lens_act_values(m, act, l, seq);
+        job.li = li;
+        job.values = lens_act_values(m, act, l, seq);
         for (int hi = 0; hi < res->n_heads; hi++) {
-            const int h = res->heads[hi];
+            job.A[hi] = lens_act_attn(m, act, l, res->heads[hi], seq);
+            job.diff[hi] = 0;
+            job.err[hi] = (lens_err){0};
+        }
+        lens_pool_run(req->pool, res->n_heads, head_task, &job);
+        for (int hi = 0; hi < res->n_heads; hi++) {
             const size_t k = (size_t)li * res->n_heads + hi;
-            const float *A = lens_act_attn(m, act, l, h, seq);
-            if (K) {
-                double d = score_diff(Q + (size_t)h * DK, K + (size_t)h * DK, NH, DK, T, causal, A, scores);
-                if (d > res->scores_max_diff) res->scores_max_diff = d;
-            }
-            lens_err head_err = {0};
-            if (lens_attention_head(A, values + (size_t)h * DV, NH * DV, Q ? Q + (size_t)h * DK : NULL, NH * DK, T,
-                                    DV, DK, causal, special, punct, &req->head,
-                                    res->effective ? res->effective + k * TT : NULL,
-                                    res->null ? res->null + k * TT : NULL, &res->head[k], &head_err)) {
-                if (head_err.code == LENS_ENOMEM) {
-                    rc = lens_fail(err, LENS_ENOMEM, "layer %d head %d: %s", l, h, head_err.msg);
+            if (K && job.diff[hi] > res->scores_max_diff) res->scores_max_diff = job.diff[hi];
+            if (!res->head[k].ok) {
+                if (job.err[hi].code == LENS_ENOMEM) {
+                    rc = lens_fail(err, LENS_ENOMEM, "layer %d head %d: %s", l, res->heads[hi], job.err[hi].msg);
                     goto done;
                 }
                 res->n_failed++;
@@ -795,7 +914,7 @@ int lens_attention_analyze(const lens_model *m, const lens_activations *act, int
         }
     }
 done:
-    free(masks), free(x), free(Q), free(K), free(scores);
+    free(masks), free(x), free(Q), free(K), free(scores), free(job.A), free(job.diff), free(job.err);
     if (rc) lens_attention_result_free(res);
     return rc;
 }

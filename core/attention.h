@@ -17,6 +17,7 @@
 
 #include "err.h"
 #include "model.h"
+#include "pool.h"
 
 /* Key-aware local dimension: computed from explicit matrices while the
  * unknowns T * DK stay within this (default) limit. */
@@ -99,6 +100,7 @@ typedef struct {
     int want_effective;                /* store effective matrices */
     int verify_scores;                 /* recompute softmax(Q K^T / sqrt(DK)) and report max |diff| vs kept A */
     lens_attention_opts head;
+    lens_pool *pool;                   /* heads of a layer run as tasks of this pool; NULL = in order on the caller */
 } lens_attention_request;
 
 typedef struct {
