@@ -5,11 +5,14 @@
  * via the streaming accumulator of core/decomposition.h (definitions in
  * docs/decomposition.md).
  *
- * Request {model?, texts: [string..] | windows: [[id..]..], length: T
- * (required with texts; with windows it defaults to their length), layers?
+ * Request {model?, texts: [string..] | windows: [[id..]..] | corpus: [path..],
+ * length: T (required with texts and corpus; with windows it defaults to
+ * their length), layers?
  * (hidden-state indices 0..L, default all), labels? (one string or integer
- * per text / window), drop_first_position? = true, top_k? (principal
- * angles, default 10), async? = false}. texts are tokenized without special
+ * per text / window / corpus file), drop_first_position? = true, causal?
+ * = false (BERT run causally, as the paper), top_k? (principal angles,
+ * default 10), async? = false}. corpus names files inside --data-dir, each
+ * read as one text and, without labels, its own topic. texts are tokenized without special
  * tokens, concatenated and cut into windows of T (the tail is dropped; with
  * labels no window spans two labels). async: true answers 202 with a job of
  * kind "decomposition" (GET /v1/jobs/{id} for progress and the result).
@@ -20,6 +23,8 @@
  * k2_sq, k10_sq}, pos_smoothness, pos_pca: [[x, y]..per position..],
  * orthogonality {max_abs_cos, mean_abs_cos, principal_angles_deg}, topics?
  * {within, between, within_pairs, between_pairs}}], timing_ms}. */
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,7 +34,8 @@
 typedef struct {
     const api_model *model;
     int T;                   /* window length, 0 until known */
-    const char **texts;      /* point into the body */
+    const char **texts;      /* point into the body or into corpus_data */
+    char **corpus_data;      /* [n_texts] file contents when texts come from `corpus` */
     size_t *text_lens;
     int n_texts;
     int *windows;            /* [n_windows][T] when given as ids */
@@ -44,6 +50,8 @@ typedef struct {
 static void decomp_req_free(void *p)
 {
     decomp_req *r = p;
+    for (int i = 0; r->corpus_data && i < r->n_texts; i++) free(r->corpus_data[i]);
+    free(r->corpus_data);
     free(r->texts);
     free(r->text_lens);
     free(r->windows);
@@ -78,6 +86,60 @@ static int decode_texts(api_call *c, decomp_req *r, json_t *v)
             return api_fail(c, 422, "invalid_request", "texts", "texts[%zu] contains a NUL character", i);
     }
     r->n_texts = (int)n;
+    return 0;
+}
+
+/* corpus: files inside --data-dir, each one text; unless labels are given,
+ * each file is its own topic (label = its path), as the paper's topic
+ * corpora are one file per topic. */
+#define CORPUS_MAX_FILES 256
+#define CORPUS_MAX_BYTES (256L << 20)
+
+static int decode_corpus(api_call *c, decomp_req *r, json_t *v)
+{
+    if (!json_is_array(v) || json_array_size(v) == 0)
+        return api_fail(c, 422, "invalid_request", "corpus", "corpus must be a non-empty array of file paths");
+    size_t n = json_array_size(v);
+    if (n > CORPUS_MAX_FILES)
+        return api_fail(c, 422, "invalid_request", "corpus", "corpus names %zu files; at most %d", n, CORPUS_MAX_FILES);
+    r->texts = calloc(n, sizeof *r->texts);
+    r->text_lens = calloc(n, sizeof *r->text_lens);
+    r->corpus_data = calloc(n, sizeof *r->corpus_data);
+    if (!r->texts || !r->text_lens || !r->corpus_data) return api_fail(c, 500, "internal", NULL, "out of memory");
+    long total = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(v, i);
+        char path[PATH_MAX];
+        if (!json_is_string(e)) return api_fail(c, 422, "invalid_request", "corpus", "corpus[%zu] is not a string", i);
+        if (api_resolve_data_path(c, "corpus", json_string_value(e), path)) return -1;
+        FILE *f = fopen(path, "rb");
+        long size = -1;
+        if (f && fseek(f, 0, SEEK_END) == 0) size = ftell(f);
+        if (size < 0 || (total += size) > CORPUS_MAX_BYTES) {
+            if (f) fclose(f);
+            return api_fail(c, 422, "invalid_request", "corpus", "corpus[%zu] cannot be read or the corpus is over %ld MiB",
+                            i, CORPUS_MAX_BYTES >> 20);
+        }
+        rewind(f);
+        r->corpus_data[i] = malloc((size_t)size + 1);
+        r->n_texts = (int)i + 1; /* owned buffers so far, for decomp_req_free */
+        size_t got = r->corpus_data[i] ? fread(r->corpus_data[i], 1, (size_t)size, f) : 0;
+        fclose(f);
+        if (got != (size_t)size) return api_fail(c, 500, "internal", NULL, "reading corpus[%zu] failed", i);
+        r->corpus_data[i][size] = 0;
+        r->texts[i] = r->corpus_data[i];
+        r->text_lens[i] = (size_t)size;
+    }
+    if (json_object_get(c->body, "labels")) return 0; /* decode_labels takes them */
+    r->labels = malloc(n * sizeof *r->labels);
+    r->label_names = calloc(n, sizeof *r->label_names);
+    if (!r->labels || !r->label_names) return api_fail(c, 500, "internal", NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        r->labels[i] = (int)i;
+        r->label_names[i] = strdup(json_string_value(json_array_get(v, i)));
+        if (!r->label_names[i]) return api_fail(c, 500, "internal", NULL, "out of memory");
+        r->n_label_names++;
+    }
     return 0;
 }
 
@@ -169,13 +231,22 @@ int api_decomposition_prepare(api_call *c)
         api_decode_index_list(c, "layers", 0, cfg->n_layers, &r->layers))
         return -1;
     json_t *texts = json_object_get(c->body, "texts"), *windows = json_object_get(c->body, "windows");
+    json_t *corpus = json_object_get(c->body, "corpus");
     if (json_is_null(texts)) texts = NULL;
     if (json_is_null(windows)) windows = NULL;
-    if (texts && windows) return api_fail(c, 422, "invalid_request", "windows", "give either texts or windows, not both");
-    if (!texts && !windows) return api_fail(c, 422, "invalid_request", "texts", "texts or windows is required");
-    if (texts) {
-        if (!has_len) return api_fail(c, 422, "invalid_request", "length", "length (the window size T) is required with texts");
-        if (decode_texts(c, r, texts) || decode_labels(c, r, (size_t)r->n_texts, "text")) return -1;
+    if (json_is_null(corpus)) corpus = NULL;
+    if (!!texts + !!windows + !!corpus > 1)
+        return api_fail(c, 422, "invalid_request", corpus ? "corpus" : "windows",
+                        "give one of texts, windows or corpus");
+    if (!texts && !windows && !corpus)
+        return api_fail(c, 422, "invalid_request", "texts", "texts, windows or corpus is required");
+    if (texts || corpus) {
+        if (!has_len)
+            return api_fail(c, 422, "invalid_request", "length", "length (the window size T) is required with %s",
+                            texts ? "texts" : "corpus");
+        if ((texts ? decode_texts(c, r, texts) : decode_corpus(c, r, corpus)) ||
+            (!r->labels && decode_labels(c, r, (size_t)r->n_texts, texts ? "text" : "corpus file")))
+            return -1;
     } else {
         if (decode_windows(c, r, windows, cfg->vocab_size) || decode_labels(c, r, (size_t)r->n_windows, "window"))
             return -1;

@@ -108,31 +108,12 @@ static int decode_rows(api_call *c, dataset_req *r, json_t *rows)
     return 0;
 }
 
-/* PATH inside the data directory: realpath of both, then a prefix check
- * that ends at a '/' (so /data2 is not inside /data). */
-static int resolve_data_path(api_call *c, const char *path, char *out)
-{
-    const char *dir = c->ctx->data_dir;
-    if (!dir || !*dir)
-        return api_fail(c, 422, "invalid_request", "data",
-                        "this server reads no datasets by path (start it with --data-dir); send rows instead");
-    char real_dir[PATH_MAX], joined[PATH_MAX * 2];
-    if (!realpath(dir, real_dir))
-        return api_fail(c, 500, "internal", NULL, "the data directory cannot be resolved");
-    snprintf(joined, sizeof joined, "%s%s%s", path[0] == '/' ? "" : real_dir, path[0] == '/' ? "" : "/", path);
-    if (!realpath(joined, out))
-        return api_fail(c, 422, "invalid_request", "data", "no dataset \"%.200s\" in the data directory", path);
-    size_t n = strlen(real_dir);
-    if (strncmp(out, real_dir, n) || (out[n] != '/' && !(n == 1 && real_dir[0] == '/')))
-        return api_fail(c, 422, "invalid_request", "data", "\"%.200s\" is outside the data directory", path);
-    return 0;
-}
 
 static int decode_tsv(api_call *c, dataset_req *r, const char *path, int max_rows)
 {
     const lens_config *cfg = &r->model->model->cfg;
     char real[PATH_MAX];
-    if (resolve_data_path(c, path, real)) return -1;
+    if (api_resolve_data_path(c, "data", path, real)) return -1;
     FILE *f = fopen(real, "r");
     if (!f) return api_fail(c, 422, "invalid_request", "data", "cannot open \"%.200s\"", path);
     char *line = NULL;

@@ -7,6 +7,7 @@
  * unknown top-level fields, so clients may send extra keys. */
 #include "api/request.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -403,4 +404,24 @@ void api_write_timing(api_call *c, double t_tokenize, double t_compute, double e
     jw_key(w, "total");
     jw_float(w, (now - c->t_start) * 1e3, 3);
     jw_end(w);
+}
+
+/* PATH inside the data directory: realpath of both, then a prefix check
+ * that ends at a '/' (so /data2 is not inside /data). */
+int api_resolve_data_path(api_call *c, const char *field, const char *path, char *out)
+{
+    const char *dir = c->ctx->data_dir;
+    if (!dir || !*dir)
+        return api_fail(c, 422, "invalid_request", field,
+                        "this server reads no datasets by path (start it with --data-dir); send rows instead");
+    char real_dir[PATH_MAX], joined[PATH_MAX * 2];
+    if (!realpath(dir, real_dir))
+        return api_fail(c, 500, "internal", NULL, "the data directory cannot be resolved");
+    snprintf(joined, sizeof joined, "%s%s%s", path[0] == '/' ? "" : real_dir, path[0] == '/' ? "" : "/", path);
+    if (!realpath(joined, out))
+        return api_fail(c, 422, "invalid_request", field, "no dataset \"%.200s\" in the data directory", path);
+    size_t n = strlen(real_dir);
+    if (strncmp(out, real_dir, n) || (out[n] != '/' && !(n == 1 && real_dir[0] == '/')))
+        return api_fail(c, 422, "invalid_request", field, "\"%.200s\" is outside the data directory", path);
+    return 0;
 }

@@ -53,6 +53,12 @@ void api_write_timing(api_call *c, double t_tokenize, double t_compute, double e
 /* Optional typed getters: 0 absent/null, 1 present and right type, -1 wrong type (failed). */
 int api_get_string(api_call *c, const char *field, const char **s, size_t *len);
 int api_get_bool(api_call *c, const char *field, int *v);
+
+/* A file path a client names, resolved inside the server's --data-dir (out
+ * holds PATH_MAX bytes): 422 naming field when there is no data directory,
+ * the file does not exist, or it resolves outside the directory ("..",
+ * absolute paths, symlinks). */
+int api_resolve_data_path(api_call *c, const char *field, const char *path, char *out);
 int api_get_int(api_call *c, const char *field, long long lo, long long hi, int *v);
 
 #endif

@@ -132,6 +132,47 @@ static void run_bad(test_server *s, const bad_case *cases, int n)
     }
 }
 
+/* POST /v1/decomposition with corpus files from --data-dir: each file is a
+ * topic; paths leaving the directory are refused naming "corpus". */
+static void test_corpus(test_server *s)
+{
+    const char *topics[][2] = {{"topic_a.txt", "the cat sat on the mat and the dog ran in the park all day long "},
+                               {"topic_b.txt", "stocks fell as markets in asia closed lower on weak trade data "}};
+    for (int i = 0; i < 2; i++) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/data/%s", tmpdir, topics[i][0]);
+        FILE *f = fopen(path, "w");
+        if (f) {
+            for (int k = 0; k < 8; k++) fputs(topics[i][1], f);
+            fclose(f);
+        }
+    }
+    http_resp r;
+    http_post_json(s, &r, "/v1/decomposition",
+                   "{\"corpus\": [\"topic_a.txt\", \"topic_b.txt\"], \"length\": 8, \"layers\": [1]}");
+    const json_t *layer = json_array_get(get(r.json, "layers"), 0), *shares = get(layer, "variance_share");
+    double total = json_number_value(get(shares, "mean")) + json_number_value(get(shares, "pos")) +
+                   json_number_value(get(shares, "ctx")) + json_number_value(get(shares, "resid"));
+    CHECK(r.status == 200 && fabs(total - 1) < 1e-4 && json_array_size(get(r.json, "labels")) == 2 &&
+              get(layer, "topics") != NULL,
+          "corpus: status %ld, shares sum %g, two topics (%.200s)", r.status, total, r.body);
+    check_schema(&r, "/v1/decomposition", "POST");
+    http_resp_free(&r);
+    const char *bad[] = {"{\"corpus\": [\"../outside.tsv\"], \"length\": 8}",
+                         "{\"corpus\": [\"link.tsv\"], \"length\": 8}",
+                         "{\"corpus\": [\"/etc/passwd\"], \"length\": 8}",
+                         "{\"corpus\": [\"missing.txt\"], \"length\": 8}",
+                         "{\"corpus\": \"topic_a.txt\", \"length\": 8}",
+                         "{\"corpus\": [\"topic_a.txt\"], \"texts\": [\"x\"], \"length\": 8}"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        http_post_json(s, &r, "/v1/decomposition", bad[i]);
+        const char *field = json_string_value(get(get(r.json, "error"), "field"));
+        CHECK(r.status == 422 && field && !strcmp(field, "corpus"), "%s: got %ld field %s", bad[i], r.status,
+              field ? field : "null");
+        http_resp_free(&r);
+    }
+}
+
 /* POST /v1/attribution on GPT-2: target = next-token id, causal attributions. */
 static void test_gpt2_attribution(test_server *s)
 {
@@ -257,6 +298,7 @@ static void test_tiny(void)
         {"{\"kind\": \"adversarial-triggers\", \"params\": {\"rows\": [{\"text\": \"a\", \"label\": 1}]}}", 422, "params.rows"},
     };
     run_bad(&s, cases, (int)(sizeof cases / sizeof *cases));
+    test_corpus(&s);
     http_get(&s, &r, "/healthz");
     CHECK(r.status == 200, "/healthz after the bad inputs: %ld", r.status);
     http_resp_free(&r);
