@@ -207,13 +207,11 @@ void api_attribution_run(api_call *c)
     int T = 0;
     if (api_tokenize_input(c, &r->in, &toks, &T)) return;
     c->n_tokens = T;
-    int *ids = malloc((size_t)T * sizeof *ids), *types = malloc((size_t)T * sizeof *types);
-    if (!ids || !types) {
-        free(ids), free(types), free(toks);
-        api_fail(c, 500, "internal", NULL, "out of memory");
+    int *ids, *types;
+    if (api_token_ids(c, toks, T, &ids, &types)) {
+        free(toks);
         return;
     }
-    for (int i = 0; i < T; i++) ids[i] = toks[i].id, types[i] = toks[i].segment;
     double t1 = api_now();
     api_progress(c, 0);
 
@@ -248,11 +246,7 @@ void api_attribution_run(api_call *c)
     if (rc) {
         free(toks);
         lens_attribution_free(&out);
-        if (err.code == LENS_ECANCEL)
-            api_fail(c, 503, "timeout", NULL, "the computation was stopped (deadline passed or job cancelled)");
-        else if (err.code == LENS_ELIMIT) api_fail(c, 413, "too_many_tokens", "text", "%s", err.msg);
-        else if (err.code == LENS_EINVAL) api_fail(c, 422, "invalid_request", NULL, "%s", err.msg);
-        else api_fail(c, 500, "internal", NULL, "attribution failed: %s", err.msg);
+        api_fail_core(c, &err, "text", NULL, "attribution");
         return;
     }
     double t2 = api_now();

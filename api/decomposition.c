@@ -349,16 +349,6 @@ static void write_layer(jw *w, const lens_decomp_layer *L, const lens_decomp_res
     jw_end(w);
 }
 
-static void fail_core(api_call *c, const lens_err *err, const char *field)
-{
-    if (err->code == LENS_ECANCEL)
-        api_fail(c, 503, "timeout", NULL, "the computation was stopped (deadline passed or job cancelled)");
-    else if (err->code == LENS_ELIMIT) api_fail(c, 413, "too_many_tokens", "length", "%s", err->msg);
-    else if (err->code == LENS_EINVAL) api_fail(c, 422, "invalid_request", field, "%s", err->msg);
-    else if (err->code == LENS_ENOMEM) api_fail(c, 500, "internal", NULL, "out of memory: %s", err->msg);
-    else api_fail(c, 500, "internal", NULL, "decomposition failed: %s", err->msg);
-}
-
 void api_decomposition_run(api_call *c)
 {
     decomp_req *r = c->req;
@@ -371,7 +361,7 @@ void api_decomposition_run(api_call *c)
     if (r->texts) {
         if (lens_decomp_windows_from_texts(m->tok, r->texts, r->text_lens, r->labels, r->n_texts, r->T, &own_ids,
                                            r->labels ? &own_labels : NULL, &W, &err)) {
-            fail_core(c, &err, "texts");
+            api_fail_core(c, &err, "length", "texts", "decomposition");
             return;
         }
         ids = own_ids, labels = own_labels;
@@ -403,7 +393,7 @@ void api_decomposition_run(api_call *c)
     lens_decomp_free(acc);
     free(own_ids), free(own_labels);
     if (rc) {
-        fail_core(c, &err, NULL);
+        api_fail_core(c, &err, "length", NULL, "decomposition");
         return;
     }
     double t2 = api_now();

@@ -181,13 +181,11 @@ void api_forward_run(api_call *c)
             return;
         }
     }
-    int *ids = malloc((size_t)T * sizeof *ids), *types = malloc((size_t)T * sizeof *types);
-    if (!ids || !types) {
-        free(ids), free(types), free(toks);
-        api_fail(c, 500, "internal", NULL, "out of memory");
+    int *ids, *types;
+    if (api_token_ids(c, toks, T, &ids, &types)) {
+        free(toks);
         return;
     }
-    for (int i = 0; i < T; i++) ids[i] = toks[i].id, types[i] = toks[i].segment;
     double t1 = api_now();
 
     lens_batch batch = {.n_seqs = 1, .lengths = &T, .ids = ids, .type_ids = types};
@@ -203,11 +201,7 @@ void api_forward_run(api_call *c)
     if (rc) {
         free(toks);
         lens_activations_free(&act);
-        if (err.code == LENS_ECANCEL)
-            api_fail(c, 503, "timeout", NULL, "the request took longer than the server's timeout");
-        else if (err.code == LENS_ELIMIT) api_fail(c, 413, "too_many_tokens", "text", "%s", err.msg);
-        else if (err.code == LENS_EINVAL) api_fail(c, 422, "invalid_request", NULL, "%s", err.msg);
-        else api_fail(c, 500, "internal", NULL, "forward pass failed: %s", err.msg);
+        api_fail_core(c, &err, "text", NULL, "the forward pass");
         return;
     }
     double t2 = api_now();

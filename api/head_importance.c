@@ -245,14 +245,6 @@ static void free_examples(lens_example *ex, int n)
     free(ex);
 }
 
-static void fail_core(api_call *c, const lens_err *err, const char *what)
-{
-    if (err->code == LENS_ECANCEL)
-        api_fail(c, 503, "timeout", NULL, "the computation was stopped (deadline passed or job cancelled)");
-    else if (err->code == LENS_EINVAL) api_fail(c, 422, "invalid_request", NULL, "%s", err->msg);
-    else api_fail(c, 500, "internal", NULL, "%s failed: %s", what, err->msg);
-}
-
 static void core_progress(void *user, double fraction) { api_progress(user, 0.01 + 0.98 * fraction); }
 
 static void write_floats(jw *w, const double *v, int n, int precision)
@@ -296,7 +288,7 @@ void api_head_importance_run(api_call *c)
     int rc = lens_head_importance_run(m, ex, r->n, &o, &hi, &err);
     free_examples(ex, r->n);
     if (rc) {
-        fail_core(c, &err, "head importance");
+        api_fail_core(c, &err, "text", NULL, "head importance");
         return;
     }
     double t2 = api_now();
@@ -366,7 +358,7 @@ void api_triggers_run(api_call *c)
     int rc = lens_triggers_run(m, ex, r->sources, ex + r->sources, r->n - r->sources, &o, &tr, &err);
     free_examples(ex, r->n);
     if (rc) {
-        fail_core(c, &err, "adversarial triggers");
+        api_fail_core(c, &err, "text", NULL, "adversarial triggers");
         return;
     }
     double t2 = api_now();

@@ -269,6 +269,31 @@ int api_tokenize_input(api_call *c, const api_input *in, lens_token **toks, int 
     return 0;
 }
 
+int api_token_ids(api_call *c, const lens_token *toks, int T, int **ids, int **types)
+{
+    *ids = malloc((size_t)T * sizeof **ids);
+    *types = malloc((size_t)T * sizeof **types);
+    if (!*ids || !*types) {
+        free(*ids), free(*types);
+        *ids = *types = NULL;
+        return api_fail(c, 500, "internal", NULL, "out of memory");
+    }
+    for (int i = 0; i < T; i++) (*ids)[i] = toks[i].id, (*types)[i] = toks[i].segment;
+    return 0;
+}
+
+int api_fail_core(api_call *c, const lens_err *err, const char *limit_field, const char *invalid_field,
+                  const char *what)
+{
+    switch (err->code) {
+    case LENS_ECANCEL:
+        return api_fail(c, 503, "timeout", NULL, "the computation was stopped (deadline passed or job cancelled)");
+    case LENS_ELIMIT: return api_fail(c, 413, "too_many_tokens", limit_field, "%s", err->msg);
+    case LENS_EINVAL: return api_fail(c, 422, "invalid_request", invalid_field, "%s", err->msg);
+    default: return api_fail(c, 500, "internal", NULL, "%s failed: %s", what, err->msg);
+    }
+}
+
 /* --------------------------------------------------------- index lists */
 
 static int cmp_int(const void *a, const void *b)

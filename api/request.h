@@ -41,6 +41,15 @@ int api_index_list_has(const api_index_list *l, int v);
  * the model's max_positions (413 "too_many_tokens"). *toks is malloc'd. */
 int api_tokenize_input(api_call *c, const api_input *in, lens_token **toks, int *n);
 
+/* ids[T] and segment ids types[T] of tokens, malloc'd (500 on failure). */
+int api_token_ids(api_call *c, const lens_token *toks, int T, int **ids, int **types);
+
+/* Answer a failed core call by its lens_status: cancelled -> 503 "timeout",
+ * over a limit -> 413 naming limit_field, invalid -> 422 naming
+ * invalid_field (may be NULL), anything else -> 500 "<what> failed". */
+int api_fail_core(api_call *c, const lens_err *err, const char *limit_field, const char *invalid_field,
+                  const char *what);
+
 /* "tokens": [{id, text, start, end, special, segment}, ...] */
 void api_write_tokens(jw *w, const lens_model *m, const lens_token *t, int n);
 /* One [rows][cols] float matrix per format (JSON arrays or a base64 tensor). */
