@@ -207,6 +207,7 @@ void api_attention_run(api_call *c)
             .n_heads = r->heads.n,
             .ids = ids,
             .want_effective = r->effective,
+            .pool = c->threads,
             .head = {.null_component = r->null, .key_aware = r->identifiability},
         };
         rc = lens_attention_analyze(m, &act, 0, &areq, &res, &err);

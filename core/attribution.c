@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm.h"
 #include "ops.h"
 
 #define DEFAULT_STEPS 20
@@ -49,6 +50,7 @@ typedef struct {
     int T, max_copies, lowest; /* lowest: smallest 0-based target layer */
     int cls_rows;              /* 1: the last layer ran on the [CLS] rows only, row i = copy i */
     layer_cache *cache;        /* [L] */
+    lens_pool *pool;           /* threads for the GEMMs of the forward steps */
     /* forward work [R][...]; reused as gradients in the backward */
     float *x, *a, *ctx, *ff;   /* [R][C], [R][C], [R][NH*DV], [R][d_ff] */
     float *dh, *dq, *dk, *dv;  /* [R][C], [R][NH*DK] x2, [R][NH*DV] */
@@ -150,10 +152,10 @@ static void ffn_forward(engine *e, int l, int R)
     const lens_block *blk = &e->m->p.blocks[l];
     layer_cache *k = &e->cache[l];
     const int C = c->d_model;
-    lens_linear_forward(k->ff_pre, e->a, &blk->ff_in, R);
+    lens_gemm_linear(k->ff_pre, e->a, &blk->ff_in, R, e->pool);
     memcpy(e->ff, k->ff_pre, sizeof(float) * R * c->d_ff);
     (c->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(e->ff, (size_t)R * c->d_ff);
-    lens_linear_forward(k->h_ff, e->ff, &blk->ff_out, R);
+    lens_gemm_linear(k->h_ff, e->ff, &blk->ff_out, R, e->pool);
     lens_residual_forward(k->h_ff, e->a, (size_t)R * C);
     lens_layernorm_forward(e->x, k->mean_ff, k->rstd_ff, k->h_ff, &blk->ln_ff, R, C, c->ln_eps);
 }
@@ -167,9 +169,9 @@ static void layer_forward(engine *e, int l, int copies, int cls_only)
     layer_cache *k = &e->cache[l];
     const int T = e->T, R = copies * T, C = c->d_model, NH = c->n_heads;
     const size_t QK = (size_t)NH * c->d_head_k, VO = (size_t)NH * c->d_head_v, TT = (size_t)T * T;
-    lens_linear_forward(k->q, e->x, &blk->q, R);
-    lens_linear_forward(k->k, e->x, &blk->k, R);
-    lens_linear_forward(k->v, e->x, &blk->v, R);
+    lens_gemm_linear(k->q, e->x, &blk->q, R, e->pool);
+    lens_gemm_linear(k->k, e->x, &blk->k, R, e->pool);
+    lens_gemm_linear(k->v, e->x, &blk->v, R, e->pool);
     for (int i = 0; i < copies; i++) {
         const size_t r = (size_t)i * T;
         lens_attention_forward(e->ctx + r * VO, k->probs + i * NH * TT, TT, k->q + r * QK, k->k + r * QK,
@@ -185,7 +187,7 @@ static void layer_forward(engine *e, int l, int copies, int cls_only)
         }
         rows = copies;
     }
-    lens_linear_forward(k->h_attn, e->ctx, &blk->attn_out, rows);
+    lens_gemm_linear(k->h_attn, e->ctx, &blk->attn_out, rows, e->pool);
     lens_residual_forward(k->h_attn, e->x, (size_t)rows * C);
     lens_layernorm_forward(e->a, k->mean_attn, k->rstd_attn, k->h_attn, &blk->ln_attn, rows, C, c->ln_eps);
     ffn_forward(e, l, rows);
@@ -218,9 +220,9 @@ static void head_forward(engine *e, int copies, int target, double *F)
     const int C = c->d_model, K = c->n_labels;
     const size_t stride = e->cls_rows ? 1 : (size_t)e->T;
     for (int i = 0; i < copies; i++) memcpy(e->cls + (size_t)i * C, e->x + i * stride * C, sizeof(float) * C);
-    lens_linear_forward(e->pooled, e->cls, &e->m->p.pooler, copies);
+    lens_gemm_linear(e->pooled, e->cls, &e->m->p.pooler, copies, e->pool);
     lens_tanh_forward(e->pooled, (size_t)copies * C);
-    lens_linear_forward(e->logits, e->pooled, &e->m->p.classifier, copies);
+    lens_gemm_linear(e->logits, e->pooled, &e->m->p.classifier, copies, e->pool);
     for (int i = 0; i < copies; i++) {
         float *z = e->logits + (size_t)i * K;
         lens_softmax_forward(z, 1, K, 0); /* logits -> probabilities in place */
@@ -327,13 +329,13 @@ static void prepare_layer(engine *e, const float *x_l, int l, const float *P)
     const lens_block *blk = &e->m->p.blocks[l];
     const int T = e->T, DV = c->d_head_v;
     const size_t VO = (size_t)c->n_heads * DV, TT = (size_t)T * T;
-    lens_linear_forward(e->v_l, x_l, &blk->v, T);
+    lens_gemm_linear(e->v_l, x_l, &blk->v, T, e->pool);
     for (int h = 0; h < c->n_heads; h++) /* forward: ctx_h = P_h v_h */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, DV, T, 1.0f, P + h * TT, T, e->v_l + h * DV,
                     (int)VO, 0.0f, e->ctx + h * DV, (int)VO);
     lens_linear no_bias = blk->attn_out;
     no_bias.b = NULL;
-    lens_linear_forward(e->attn_out_l, e->ctx, &no_bias, T);
+    lens_gemm_linear(e->attn_out_l, e->ctx, &no_bias, T, e->pool);
 }
 
 static int cancelled(const lens_attr_opts *o) { return o && o->cancel && *o->cancel; }
@@ -453,6 +455,7 @@ int lens_attribution_run(const lens_model *m, const int *ids, const int *type_id
         lens_attribution_free(out);
         return lens_fail(err, LENS_ENOMEM, "out of memory for attribution of %d tokens", T);
     }
+    e.pool = opts ? opts->pool : NULL;
     out->T = T, out->n_heads = NH, out->target = target, out->predicted = pred;
     out->f_full = exp(z[target] - zmax) / zsum;
     out->steps = steps, out->riemann = riemann, out->n_layers = n_sel;
