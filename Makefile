@@ -58,7 +58,7 @@ models/demo-bert/config.json models/demo-gpt2/config.json: | $(BUILD)/lensd
 
 run: deps all models/demo-bert/config.json models/demo-gpt2/config.json
 	$(BUILD)/lensd serve --listen $${LENSD_LISTEN:-127.0.0.1:8080} \
-	    --model demo-bert=models/demo-bert --model demo-gpt2=models/demo-gpt2
+	    --model demo-sst2=models/demo-sst2 --model demo-bert=models/demo-bert --model demo-gpt2=models/demo-gpt2
 
 bench: deps all $(BUILD)/bench/forward
 	@scripts/deps.sh bench

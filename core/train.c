@@ -612,6 +612,23 @@ int lens_trainer_mlm_batch(lens_trainer *t, const lens_batch *b, const int *targ
     return 0;
 }
 
+/* AdamW on n parameters: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+ * p -= lr (m / c1 / (sqrt(v / c2) + eps) + wd p), g = grad * scale (clipping).
+ * no-math-errno lets the compiler vectorise sqrtf (v >= 0 always). */
+__attribute__((optimize("no-math-errno"))) static void adamw_update(float *restrict p, const float *restrict g,
+                                                                    float *restrict m, float *restrict v, size_t n,
+                                                                    float lr, float wd, float scale, float inv_c1,
+                                                                    float inv_c2)
+{
+    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+    for (size_t j = 0; j < n; j++) {
+        const float gj = g[j] * scale;
+        m[j] = b1 * m[j] + (1 - b1) * gj;
+        v[j] = b2 * v[j] + (1 - b2) * gj * gj;
+        p[j] -= lr * ((m[j] * inv_c1) / (sqrtf(v[j] * inv_c2) + eps) + wd * p[j]);
+    }
+}
+
 float lens_trainer_step(lens_trainer *t, float lr, float wd, float max_norm)
 {
     double sq = 0;
@@ -619,18 +636,11 @@ float lens_trainer_step(lens_trainer *t, float lr, float wd, float max_norm)
     const float norm = (float)sqrt(sq);
     const float scale = max_norm > 0 && norm > max_norm ? max_norm / norm : 1.0f;
     t->step++;
-    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
-    const float c1 = 1.0f - powf(b1, (float)t->step), c2 = 1.0f - powf(b2, (float)t->step);
+    const float c1 = 1.0f - powf(0.9f, (float)t->step), c2 = 1.0f - powf(0.999f, (float)t->step);
     for (int i = 0; i < t->n_tensors; i++) {
         const tensor_info *ti = &t->tensors[i];
-        float *p = t->param + ti->off, *g = t->grad + ti->off, *m = t->m + ti->off, *v = t->v + ti->off;
-        const float decay = ti->decay ? wd : 0.0f;
-        for (size_t j = 0; j < ti->count; j++) {
-            const float gj = g[j] * scale;
-            m[j] = b1 * m[j] + (1 - b1) * gj;
-            v[j] = b2 * v[j] + (1 - b2) * gj * gj;
-            p[j] -= lr * ((m[j] / c1) / (sqrtf(v[j] / c2) + eps) + decay * p[j]);
-        }
+        adamw_update(t->param + ti->off, t->grad + ti->off, t->m + ti->off, t->v + ti->off, ti->count, lr,
+                     ti->decay ? wd : 0.0f, scale, 1.0f / c1, 1.0f / c2);
     }
     return norm;
 }
