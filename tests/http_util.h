@@ -512,4 +512,48 @@ static const json_t *openapi_response_schema(const json_t *doc, const char *path
     return json_object_get(json_object_get(json_object_get(resp, "content"), "application/json"), "schema");
 }
 
+/* ---- helpers the HTTP test binaries share ---- */
+
+/* openapi.yaml parsed by the test's main (openapi_load); check_schema uses it. */
+static json_t *openapi __attribute__((unused));
+
+/* Validate a JSON response against openapi.yaml for (route pattern, method). */
+static inline void check_schema(const http_resp *r, const char *route, const char *method)
+{
+    const json_t *schema = openapi_response_schema(openapi, route, method, r->status);
+    CHECK(schema != NULL, "openapi.yaml documents no JSON response %ld for %s %s", r->status, method, route);
+    if (!schema) return;
+    CHECK(r->json != NULL, "%s %s: body is not JSON: %.200s", method, route, r->body ? r->body : "(empty)");
+    if (!r->json) return;
+    char err[512];
+    int rc = schema_validate(openapi, schema, r->json, err, sizeof err);
+    CHECK(rc == 0, "%s %s -> %ld does not match openapi.yaml: %s", method, route, r->status, err);
+}
+
+static inline const char *err_code(const http_resp *r)
+{
+    return json_string_value(json_object_get(json_object_get(r->json, "error"), "code"));
+}
+
+static inline const char *err_field(const http_resp *r)
+{
+    return json_string_value(json_object_get(json_object_get(r->json, "error"), "field"));
+}
+
+static inline int run_cmd(const char *cmd)
+{
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+/* Run a command and parse its standard output as JSON (NULL if it is not). */
+static inline json_t *run_json(const char *cmd)
+{
+    FILE *p = popen(cmd, "r");
+    if (!p) return NULL;
+    json_t *v = json_loadf(p, 0, NULL);
+    pclose(p);
+    return v;
+}
+
 #endif

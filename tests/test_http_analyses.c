@@ -14,45 +14,7 @@
 #include "tests/check.h"
 #include "tests/http_util.h"
 
-static json_t *openapi;
 static char tmpdir[256];
-
-static void check_schema(const http_resp *r, const char *route, const char *method)
-{
-    const json_t *schema = openapi_response_schema(openapi, route, method, r->status);
-    CHECK(schema != NULL, "openapi.yaml documents no JSON response %ld for %s %s", r->status, method, route);
-    if (!schema) return;
-    CHECK(r->json != NULL, "%s %s: body is not JSON: %.200s", method, route, r->body ? r->body : "(empty)");
-    if (!r->json) return;
-    char err[512];
-    int rc = schema_validate(openapi, schema, r->json, err, sizeof err);
-    CHECK(rc == 0, "%s %s -> %ld does not match openapi.yaml: %s", method, route, r->status, err);
-}
-
-static const char *err_code(const http_resp *r)
-{
-    return json_string_value(json_object_get(json_object_get(r->json, "error"), "code"));
-}
-
-static const char *err_field(const http_resp *r)
-{
-    return json_string_value(json_object_get(json_object_get(r->json, "error"), "field"));
-}
-
-static int run_cmd(const char *cmd)
-{
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-static json_t *run_json(const char *cmd)
-{
-    FILE *p = popen(cmd, "r");
-    if (!p) return NULL;
-    json_t *v = json_loadf(p, 0, NULL);
-    pclose(p);
-    return v;
-}
 
 static double num(const json_t *v) { return json_number_value(v); }
 static json_t *get(const json_t *o, const char *k) { return json_object_get(o, k); }

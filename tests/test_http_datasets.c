@@ -17,7 +17,6 @@
 #include "tests/check.h"
 #include "tests/http_util.h"
 
-static json_t *openapi;
 static char tmpdir[256];
 
 static json_t *get(const json_t *o, const char *k) { return json_object_get(o, k); }
@@ -28,15 +27,6 @@ static void check_result_schema(const json_t *result, const char *schema_name)
     char err[512];
     CHECK(schema && result && schema_validate(openapi, schema, result, err, sizeof err) == 0,
           "job result does not match %s: %s", schema_name, result ? err : "no result");
-}
-
-static void check_schema(const http_resp *r, const char *route, const char *method)
-{
-    const json_t *schema = openapi_response_schema(openapi, route, method, r->status);
-    CHECK(schema != NULL, "openapi.yaml documents no JSON response %ld for %s %s", r->status, method, route);
-    char err[512];
-    CHECK(schema && r->json && schema_validate(openapi, schema, r->json, err, sizeof err) == 0,
-          "%s %s -> %ld does not match openapi.yaml: %s", method, route, r->status, schema ? err : "");
 }
 
 /* POST /v1/jobs, then poll until final; returns the job (caller decrefs) or NULL. */
