@@ -32,6 +32,7 @@
 #include "core/mkmodel.h"
 #include "core/model.h"
 #include "tests/check.h"
+#include "tests/fixture.h"
 
 #define TOL_IDENTITY 1e-4  /* relative, ||A_eff V - A V|| / ||A V|| */
 #define TOL_SCORES 1e-5    /* recomputed softmax vs kept probabilities */
@@ -39,39 +40,6 @@
 #define TOL_CKPT 1e-4      /* effective entries and statistics, checkpoints */
 
 /* ---------------------------------------------------------------- helpers */
-
-static size_t count_leaves(const json_t *j)
-{
-    if (!json_is_array(j)) return json_is_number(j) ? 1 : (size_t)-1;
-    size_t n = 0;
-    for (size_t i = 0; i < json_array_size(j); i++) {
-        size_t k = count_leaves(json_array_get(j, i));
-        if (k == (size_t)-1) return k;
-        n += k;
-    }
-    return n;
-}
-
-static void flatten(const json_t *j, float *out, size_t *pos)
-{
-    if (!json_is_array(j)) {
-        out[(*pos)++] = (float)json_number_value(j);
-        return;
-    }
-    for (size_t i = 0; i < json_array_size(j); i++) flatten(json_array_get(j, i), out, pos);
-}
-
-/* n numbers of a nested JSON array, or NULL (a failed CHECK). Caller frees. */
-static float *json_floats(const json_t *j, size_t n, const char *what)
-{
-    size_t have = j ? count_leaves(j) : (size_t)-1;
-    CHECK(have == n, "%s: expected %zu numbers, found %zd", what, n, (ssize_t)have);
-    if (have != n) return NULL;
-    float *out = malloc((n ? n : 1) * sizeof *out);
-    size_t pos = 0;
-    if (out) flatten(j, out, &pos);
-    return out;
-}
 
 static int json_int(const json_t *o, const char *key) { return (int)json_integer_value(json_object_get(o, key)); }
 

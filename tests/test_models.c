@@ -28,6 +28,7 @@
 
 #include "core/model.h"
 #include "tests/check.h"
+#include "tests/fixture.h"
 
 #define TOL_VALUE 1e-4 /* hidden states, values, pooled, logits vs PyTorch */
 #define TOL_PROB 1e-5  /* attention probabilities vs PyTorch */
@@ -38,41 +39,6 @@ static const char *const MODELS[] = {"bert-tiny-sst2", "bert-tiny-mlm", "gpt2-ti
 static const unsigned KEEP_ALL = LENS_KEEP_HIDDEN | LENS_KEEP_ATTN | LENS_KEEP_VALUES | LENS_KEEP_LOGITS;
 
 /* ---------------------------------------------------------------- JSON */
-
-static size_t count_leaves(const json_t *j)
-{
-    if (!json_is_array(j)) return json_is_number(j) ? 1 : (size_t)-1;
-    size_t n = 0;
-    for (size_t i = 0; i < json_array_size(j); i++) {
-        size_t k = count_leaves(json_array_get(j, i));
-        if (k == (size_t)-1) return k;
-        n += k;
-    }
-    return n;
-}
-
-static void flatten(const json_t *j, float *out, size_t *pos)
-{
-    if (!json_is_array(j)) {
-        out[(*pos)++] = (float)json_number_value(j);
-        return;
-    }
-    for (size_t i = 0; i < json_array_size(j); i++) flatten(json_array_get(j, i), out, pos);
-}
-
-/* The numbers of a nested JSON array, row-major, or NULL (a failed CHECK) when
- * it is missing or does not hold exactly n of them. Caller frees. */
-static float *json_floats(const json_t *j, size_t n, const char *what)
-{
-    size_t have = j ? count_leaves(j) : (size_t)-1;
-    CHECK(have == n, "%s: expected %zu numbers, found %zd", what, n, (ssize_t)have);
-    if (have != n) return NULL;
-    float *out = malloc((n ? n : 1) * sizeof *out);
-    if (!out) return NULL;
-    size_t pos = 0;
-    flatten(j, out, &pos);
-    return out;
-}
 
 static int *json_ints(const json_t *j, int *n_out)
 {
