@@ -556,4 +556,36 @@ static inline json_t *run_json(const char *cmd)
     return v;
 }
 
+/* A temporary folder (dir, from template like "/tmp/lensd-http-XXXXXX")
+ * holding random tiny checkpoints made by `lensd mkmodel`: dir/bert
+ * (BERT classifier) and dir/gpt (GPT-2). 0 on success; a failed CHECK and -1
+ * otherwise. */
+static inline int make_tiny_models(char *dir)
+{
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp failed");
+        return -1;
+    }
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s mkmodel --arch bert --preset tiny --seed 1 --out %s/bert", lensd_path(), dir);
+    int rc1 = run_cmd(cmd);
+    snprintf(cmd, sizeof cmd, "%s mkmodel --arch gpt2 --preset tiny --seed 1 --out %s/gpt", lensd_path(), dir);
+    int rc2 = run_cmd(cmd);
+    CHECK(rc1 == 0 && rc2 == 0, "lensd mkmodel failed (%d, %d)", rc1, rc2);
+    return rc1 || rc2 ? -1 : 0;
+}
+
+/* Remove dir, and this process's server logs unless a check failed (they
+ * are what a failure is read from). */
+static inline void remove_test_files(const char *dir)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    run_cmd(cmd);
+    if (!check_failed) {
+        snprintf(cmd, sizeof cmd, "rm -f /tmp/lensd-test-%d-*.log", (int)getpid());
+        run_cmd(cmd);
+    }
+}
+
 #endif

@@ -708,17 +708,7 @@ int main(void)
     CHECK(openapi != NULL, "cannot read openapi.yaml (run from the repository root)");
     if (!openapi) return check_done("test_http_analyses");
     snprintf(tmpdir, sizeof tmpdir, "/tmp/lensd-analyses-XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        CHECK(0, "mkdtemp failed");
-        return check_done("test_http_analyses");
-    }
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s mkmodel --arch bert --preset tiny --seed 1 --out %s/bert", lensd_path(), tmpdir);
-    int rc1 = run_cmd(cmd);
-    snprintf(cmd, sizeof cmd, "%s mkmodel --arch gpt2 --preset tiny --seed 1 --out %s/gpt", lensd_path(), tmpdir);
-    int rc2 = run_cmd(cmd);
-    CHECK(rc1 == 0 && rc2 == 0, "lensd mkmodel failed (%d, %d)", rc1, rc2);
-    if (rc1 || rc2) return check_done("test_http_analyses");
+    if (make_tiny_models(tmpdir)) return check_done("test_http_analyses");
 
     char bert[512], gpt[512];
     snprintf(bert, sizeof bert, "bert=%s/bert", tmpdir);
@@ -736,12 +726,7 @@ int main(void)
 
     test_job_lifecycle();
 
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    run_cmd(cmd);
-    if (!check_failed) {
-        snprintf(cmd, sizeof cmd, "rm -f /tmp/lensd-test-%d-*.log", (int)getpid());
-        run_cmd(cmd);
-    }
+    remove_test_files(tmpdir);
     json_decref(openapi);
     curl_global_cleanup();
     return check_done("test_http_analyses");
