@@ -19,9 +19,13 @@
 
 #define LENSD_VERSION "0.1.0"
 
+typedef struct api_ti_maps api_ti_maps;
+
 typedef struct {
     char *name;
     lens_model *model;
+    api_ti_maps *ti_maps; /* learned token-identity maps or NULL: the one part that changes after load
+                           * (api/token_identity.c swaps it under a lock; use api_maps_acquire) */
 } api_model;
 
 typedef enum { API_LOADING, API_READY, API_DRAINING } api_state;
@@ -142,6 +146,22 @@ int api_head_importance_prepare(api_call *c);
 void api_head_importance_run(api_call *c);
 int api_triggers_prepare(api_call *c);
 void api_triggers_run(api_call *c);
+
+int api_hidden_attribution_prepare(api_call *c);
+void api_hidden_attribution_run(api_call *c);
+int api_token_identity_prepare(api_call *c);
+void api_token_identity_run(api_call *c);
+int api_token_identity_map_prepare(api_call *c);
+void api_token_identity_map_run(api_call *c);
+
+/* A resident model's learned token-identity maps (api/token_identity.c):
+ * load_maps installs the checkpoint folder's maps file when there is one
+ * (1 loaded, 0 none, -1 err); acquire returns a counted reference or NULL,
+ * release drops it; drop_maps when the model is freed. */
+int api_model_load_maps(api_model *m, lens_err *err);
+api_ti_maps *api_maps_acquire(const api_model *m);
+void api_maps_release(api_ti_maps *maps);
+void api_model_drop_maps(api_model *m);
 
 int api_jobs_prepare(api_call *c);
 void api_jobs_submit(api_call *c);

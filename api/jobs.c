@@ -18,6 +18,10 @@ const api_job_kind api_job_kinds[] = {
      "attribution importance per head over a labelled dataset and the head pruning curve"},
     {"adversarial-triggers", api_triggers_prepare, api_triggers_run,
      "top attributed token pairs inserted into other examples; accuracy before/after per label"},
+    {"token-identity-map", api_token_identity_map_prepare, api_token_identity_map_run,
+     "fit the linear maps from every layer to layer 0 (token identifiability) and keep them with the model"},
+    {"hidden-attribution", api_hidden_attribution_prepare, api_hidden_attribution_run,
+     "POST /v1/hidden-attribution (exact Jacobian norms of long inputs)"},
     {NULL, NULL, NULL, NULL},
 };
 const int api_n_job_kinds = (int)(sizeof api_job_kinds / sizeof *api_job_kinds) - 1;

@@ -26,6 +26,9 @@ const api_route api_routes[] = {
     {"GET",  "/v1/jobs/{id}",    NULL,                 api_job_get,      0, 0, 0, 0, "a job's state and result"},
     {"DELETE", "/v1/jobs/{id}",  NULL,                 api_job_delete,   0, 0, 0, 0, "cancel a job"},
     {"POST", "/v1/attention",    api_attention_prepare, api_attention_run, 1, 1, 0, 1, "effective attention, identifiability"},
+    {"POST", "/v1/token-identity", api_token_identity_prepare, api_token_identity_run, 1, 1, 0, 1, "token identifiability rankings"},
+    {"POST", "/v1/hidden-attribution", api_hidden_attribution_prepare, api_hidden_attribution_run, 1, 1, 0, 1,
+     "hidden token attribution (Jacobian norms)"},
 };
 const int api_n_routes = (int)(sizeof api_routes / sizeof *api_routes);
 

@@ -42,6 +42,7 @@ typedef struct {
     const volatile int *cancel; /* optional; non-zero stops with LENS_ECANCEL */
     void (*progress)(void *user, double fraction);
     void *progress_user;
+    lens_pool *pool;            /* threads for the tangent GEMMs and heads (core/pool.h); NULL = the caller */
 } lens_hta_opts;
 
 typedef struct {

@@ -47,6 +47,16 @@ static void usage(FILE *f)
             "            [--riemann right|left] [--layers 1,..] [--heads 0,..] [--no-matrices]\n"
             "            [--tree] [--tree-threshold 0.4] [--precision N] [--encoding json|base64]\n"
             "            print what POST /v1/attribution returns (BERT sequence classifiers)\n"
+            "  token-identity --model DIR TEXT [--layers 0,..] [--metric cosine|l2] [--top-k 5]\n"
+            "            [--mapping identity|linear] [--vocabulary]\n"
+            "            print what POST /v1/token-identity returns (token identifiability rankings)\n"
+            "  token-identity-map --model DIR [--texts-file FILE] [--max-texts N] [--ridge R]\n"
+            "            [--heldout-fraction F] [--metric cosine|l2] [--save] [TEXT..]\n"
+            "            fit the linear maps of the job \"token-identity-map\" and print its result;\n"
+            "            --save writes them next to the checkpoint (then --mapping linear uses them)\n"
+            "  hidden-attribution --model DIR TEXT [--layers 0,..] [--method exact|estimate]\n"
+            "            [--probes 16] [--seed 1] [--norms]\n"
+            "            print what POST /v1/hidden-attribution returns (Jacobian norms)\n"
             "  info      BLAS library, core and threads (GET /v1/info without server limits)\n"
             "  mkmodel   --arch bert|gpt2 --preset tiny|small|base [--task T] --seed N --out DIR\n"
             "            write a random-weight checkpoint in Hugging Face format\n"
@@ -118,10 +128,12 @@ typedef struct {
 } cli_opt;
 
 typedef struct {
-    const char *name, *path;
+    const char *name;
+    const char *path;     /* the POST route it prints, or a job kind's name (job = 1) */
     const char *text_key; /* first positional argument; NULL: positionals append to list_key */
     const char *list_key;
     const cli_opt *opts;
+    int job;              /* 1: runs the job kind `path` in the foreground and prints its result */
 } cli_command;
 
 static const cli_opt common_opts[] = {
@@ -147,12 +159,28 @@ static const cli_opt attribution_opts[] = {
     {"layers", "layers", OPT_INTS}, {"heads", "heads", OPT_INTS}, {"no-matrices", "include_matrices", OPT_FALSE},
     {"tree", "tree", OPT_TRUE}, {"tree-threshold", "tree.threshold", OPT_NUM}, {NULL, NULL, 0}};
 
+static const cli_opt token_identity_opts[] = {
+    {"layers", "layers", OPT_INTS}, {"metric", "metric", OPT_STR}, {"top-k", "top_k", OPT_INT},
+    {"mapping", "mapping", OPT_STR}, {"vocabulary", "vocabulary", OPT_TRUE}, {NULL, NULL, 0}};
+
+static const cli_opt hidden_attribution_opts[] = {
+    {"layers", "layers", OPT_INTS}, {"method", "method", OPT_STR}, {"probes", "probes", OPT_INT},
+    {"seed", "seed", OPT_INT}, {"norms", "include_norms", OPT_TRUE}, {NULL, NULL, 0}};
+
+static const cli_opt token_identity_map_opts[] = {
+    {"texts-file", "texts", OPT_LINES}, {"max-texts", "max_texts", OPT_INT}, {"ridge", "ridge", OPT_NUM},
+    {"heldout-fraction", "heldout_fraction", OPT_NUM}, {"metric", "metric", OPT_STR}, {"save", "save", OPT_TRUE},
+    {NULL, NULL, 0}};
+
 static const cli_command commands[] = {
-    {"tokenize", "/v1/tokenize", "text", NULL, tokenize_opts},
-    {"forward", "/v1/forward", "text", NULL, forward_opts},
-    {"attention", "/v1/attention", "text", NULL, attention_opts},
-    {"decompose", "/v1/decomposition", NULL, "texts", decompose_opts},
-    {"attribution", "/v1/attribution", "text", NULL, attribution_opts},
+    {"tokenize", "/v1/tokenize", "text", NULL, tokenize_opts, 0},
+    {"forward", "/v1/forward", "text", NULL, forward_opts, 0},
+    {"attention", "/v1/attention", "text", NULL, attention_opts, 0},
+    {"decompose", "/v1/decomposition", NULL, "texts", decompose_opts, 0},
+    {"attribution", "/v1/attribution", "text", NULL, attribution_opts, 0},
+    {"token-identity", "/v1/token-identity", "text", NULL, token_identity_opts, 0},
+    {"hidden-attribution", "/v1/hidden-attribution", "text", NULL, hidden_attribution_opts, 0},
+    {"token-identity-map", "token-identity-map", NULL, "texts", token_identity_map_opts, 1},
 };
 
 /* "1,2,3" -> [1,2,3]; NULL on a malformed list. */
@@ -353,22 +381,32 @@ static int cmd_request(const cli_command *cmd, int argc, char **argv)
         return 1;
     }
     api_model am = {.name = (char *)basename_of(dir), .model = m};
+    if (api_model_load_maps(&am, &err) < 0) fprintf(stderr, "lensd: ignoring the token identity maps: %s\n", err.msg);
     api_ctx ctx = {.models = &am, .n_models = 1, .max_tokens = INT_MAX};
     api_call call;
     api_call_init(&call, &ctx, api_now());
     call.body = body;
-    const api_route *route = NULL;
-    for (int i = 0; i < api_n_routes; i++)
-        if (!strcmp(api_routes[i].path, cmd->path) && !strcmp(api_routes[i].method, "POST")) route = &api_routes[i];
-    call.route = route;
+    api_prepare_fn prepare = NULL;
+    api_run_fn run = NULL;
+    if (cmd->job) {
+        const api_job_kind *kind = api_job_kind_find(cmd->path);
+        prepare = kind->prepare, run = kind->run;
+    } else {
+        for (int i = 0; i < api_n_routes; i++)
+            if (!strcmp(api_routes[i].path, cmd->path) && !strcmp(api_routes[i].method, "POST")) {
+                call.route = &api_routes[i];
+                prepare = call.route->prepare, run = call.route->run;
+            }
+    }
     lens_blas_set_threads(1); /* computation threads come from the pool (core/pool.h) */
     call.threads = lens_pool_create((int)sysconf(_SC_NPROCESSORS_ONLN));
-    if (route->prepare(&call) == 0 && !call.answered) route->run(&call);
+    if (prepare(&call) == 0 && !call.answered) run(&call);
     lens_pool_free(call.threads);
     fwrite(call.out.buf, 1, call.out.len, stdout);
     fputc('\n', stdout);
     int status = call.status;
     api_call_free(&call);
+    api_model_drop_maps(&am);
     lens_model_free(m);
     return status == 200 ? 0 : 1;
 }

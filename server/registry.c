@@ -158,6 +158,11 @@ int registry_load(const lensd_config *cfg, api_model **out, int *n_out)
         jw_key(&w, "ms");
         jw_float(&w, (api_now() - t0) * 1e3, 1);
         log_emit(&w);
+        int maps = api_model_load_maps(&models[i], &err);
+        if (maps < 0)
+            log_msg("warning", "model %s: ignoring its token identity maps: %s", specs[i].name, err.msg);
+        else if (maps > 0)
+            log_msg("info", "model %s: token identity maps loaded (mapping \"linear\")", specs[i].name);
         if (m->cfg.random_weights)
             log_msg("warning", "model %s has RANDOM weights (made by lensd mkmodel): its outputs mean nothing",
                     specs[i].name);
@@ -172,6 +177,7 @@ void registry_free(api_model *models, int n)
 {
     for (int i = 0; i < n; i++) {
         free(models[i].name);
+        api_model_drop_maps(&models[i]);
         lens_model_free(models[i].model);
     }
     free(models);

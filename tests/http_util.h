@@ -556,6 +556,92 @@ static inline json_t *run_json(const char *cmd)
     return v;
 }
 
+/* -------------------------------------------------------- bad-input matrix */
+
+typedef struct {
+    const char *path, *body;
+    long status;
+    const char *code, *field; /* field NULL: must be null */
+} bad_case;
+
+/* POST each case; the answer must have its status, error code and field,
+ * match openapi.yaml, and /healthz must still answer afterwards. */
+static inline void run_bad_cases(test_server *s, const bad_case *cases, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const bad_case *c = &cases[i];
+        http_resp r;
+        int rc = http_post_json(s, &r, c->path, c->body);
+        const char *code = err_code(&r), *field = err_field(&r);
+        int field_ok = c->field ? (field && !strcmp(field, c->field))
+                                : (r.json && json_is_null(json_object_get(json_object_get(r.json, "error"), "field")));
+        CHECK(rc == 0 && r.status == c->status && code && !strcmp(code, c->code) && field_ok,
+              "%s %.80s: got %ld %s (field %s), want %ld %s (field %s)", c->path, c->body, r.status,
+              code ? code : "-", field ? field : "null", c->status, c->code, c->field ? c->field : "null");
+        check_schema(&r, c->path, "POST");
+        http_resp_free(&r);
+        http_get(s, &r, "/healthz");
+        CHECK(r.status == 200, "/healthz after %s %.60s: %ld", c->path, c->body, r.status);
+        http_resp_free(&r);
+    }
+}
+
+/* ------------------------------------------------------------- jobs */
+
+static inline int job_is_final(const char *state)
+{
+    return state && (!strcmp(state, "done") || !strcmp(state, "failed") || !strcmp(state, "cancelled"));
+}
+
+/* GET /v1/jobs/{id} until its state is final (or want, if given); returns the job (caller decrefs). */
+static inline json_t *poll_job(test_server *s, const char *id, const char *want, int timeout_ms)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    for (int waited = 0; waited <= timeout_ms; waited += 50) {
+        http_resp r;
+        http_get(s, &r, path);
+        check_schema(&r, "/v1/jobs/{id}", "GET");
+        const char *state = json_string_value(json_object_get(r.json, "state"));
+        if (r.status != 200) {
+            http_resp_free(&r);
+            return NULL;
+        }
+        if (want ? (state && !strcmp(state, want)) : job_is_final(state)) {
+            json_t *job = json_incref(r.json);
+            http_resp_free(&r);
+            return job;
+        }
+        http_resp_free(&r);
+        sleep_ms(50);
+    }
+    return NULL;
+}
+
+static inline void check_result_schema(const json_t *result, const char *schema_name)
+{
+    const json_t *schema = json_object_get(json_object_get(json_object_get(openapi, "components"), "schemas"), schema_name);
+    char err[512];
+    CHECK(schema && result && schema_validate(openapi, schema, result, err, sizeof err) == 0,
+          "job result does not match %s: %s", schema_name, result ? err : "no result");
+}
+
+/* POST /v1/jobs body, then poll_job until final; the job (caller decrefs) or NULL. */
+static inline json_t *run_job(test_server *s, const char *body, int timeout_ms)
+{
+    http_resp r;
+    http_post_json(s, &r, "/v1/jobs", body);
+    CHECK(r.status == 202, "POST /v1/jobs %.80s: %ld %.300s", body, r.status, r.body);
+    check_schema(&r, "/v1/jobs", "POST");
+    char ctype[64] = "";
+    CHECK(http_header(&r, "Content-Type", ctype, sizeof ctype) == 0 && strstr(ctype, "application/json"),
+          "POST /v1/jobs answers JSON (%s)", ctype);
+    const char *id = json_string_value(json_object_get(r.json, "id"));
+    json_t *job = id ? poll_job(s, id, NULL, timeout_ms) : NULL;
+    http_resp_free(&r);
+    return job;
+}
+
 /* A temporary folder (dir, from template like "/tmp/lensd-http-XXXXXX")
  * holding random tiny checkpoints made by `lensd mkmodel`: dir/bert
  * (BERT classifier) and dir/gpt (GPT-2). 0 on success; a failed CHECK and -1

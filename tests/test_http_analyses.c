@@ -56,34 +56,6 @@ static float *b64_floats(const json_t *t, size_t n)
     return x;
 }
 
-/* -------------------------------------------------------- bad-input matrix */
-
-typedef struct {
-    const char *path, *body;
-    long status;
-    const char *code, *field; /* field NULL: must be null */
-} bad_case;
-
-static void run_bad_cases(test_server *s, const bad_case *cases, int n)
-{
-    for (int i = 0; i < n; i++) {
-        const bad_case *c = &cases[i];
-        http_resp r;
-        int rc = http_post_json(s, &r, c->path, c->body);
-        const char *code = err_code(&r), *field = err_field(&r);
-        int field_ok = c->field ? (field && !strcmp(field, c->field))
-                                : (r.json && json_is_null(get(get(r.json, "error"), "field")));
-        CHECK(rc == 0 && r.status == c->status && code && !strcmp(code, c->code) && field_ok,
-              "%s %.80s: got %ld %s (field %s), want %ld %s (field %s)", c->path, c->body, r.status,
-              code ? code : "-", field ? field : "null", c->status, c->code, c->field ? c->field : "null");
-        check_schema(&r, c->path, "POST");
-        http_resp_free(&r);
-        http_get(s, &r, "/healthz");
-        CHECK(r.status == 200, "/healthz after %s %.60s: %ld", c->path, c->body, r.status);
-        http_resp_free(&r);
-    }
-}
-
 /* ------------------------------------------------------------- attention */
 
 /* max |a - b| over two [T][T] JSON matrices; INFINITY when shapes differ */
@@ -242,46 +214,6 @@ static void test_attention(test_server *s)
         {"/v1/attention", "{\"model\": \"bert\", \"text\": ", 400, "invalid_json", NULL},
     };
     run_bad_cases(s, cases, (int)(sizeof cases / sizeof *cases));
-}
-
-/* --------------------------------------------------------- jobs helpers */
-
-static int is_final(const char *state)
-{
-    return state && (!strcmp(state, "done") || !strcmp(state, "failed") || !strcmp(state, "cancelled"));
-}
-
-/* GET /v1/jobs/{id} until its state is final (or want, if given); returns the job (caller decrefs). */
-static json_t *poll_job(test_server *s, const char *id, const char *want, int timeout_ms)
-{
-    char path[128];
-    snprintf(path, sizeof path, "/v1/jobs/%s", id);
-    for (int waited = 0; waited <= timeout_ms; waited += 50) {
-        http_resp r;
-        http_get(s, &r, path);
-        check_schema(&r, "/v1/jobs/{id}", "GET");
-        const char *state = json_string_value(get(r.json, "state"));
-        if (r.status != 200) {
-            http_resp_free(&r);
-            return NULL;
-        }
-        if (want ? (state && !strcmp(state, want)) : is_final(state)) {
-            json_t *job = json_incref(r.json);
-            http_resp_free(&r);
-            return job;
-        }
-        http_resp_free(&r);
-        sleep_ms(50);
-    }
-    return NULL;
-}
-
-static void check_result_schema(const json_t *result, const char *schema_name)
-{
-    const json_t *schema = get(get(get(openapi, "components"), "schemas"), schema_name);
-    char err[512];
-    CHECK(schema && result && schema_validate(openapi, schema, result, err, sizeof err) == 0,
-          "job result does not match %s: %s", schema_name, result ? err : "no result");
 }
 
 /* --------------------------------------------------------- decomposition */

@@ -21,42 +21,6 @@ static char tmpdir[256];
 
 static json_t *get(const json_t *o, const char *k) { return json_object_get(o, k); }
 
-static void check_result_schema(const json_t *result, const char *schema_name)
-{
-    const json_t *schema = get(get(get(openapi, "components"), "schemas"), schema_name);
-    char err[512];
-    CHECK(schema && result && schema_validate(openapi, schema, result, err, sizeof err) == 0,
-          "job result does not match %s: %s", schema_name, result ? err : "no result");
-}
-
-/* POST /v1/jobs, then poll until final; returns the job (caller decrefs) or NULL. */
-static json_t *run_job(test_server *s, const char *body, int timeout_ms)
-{
-    http_resp r;
-    http_post_json(s, &r, "/v1/jobs", body);
-    CHECK(r.status == 202, "POST /v1/jobs %.80s: %ld %.300s", body, r.status, r.body);
-    check_schema(&r, "/v1/jobs", "POST");
-    char ctype[64] = "";
-    CHECK(http_header(&r, "Content-Type", ctype, sizeof ctype) == 0 && strstr(ctype, "application/json"),
-          "POST /v1/jobs answers JSON (%s)", ctype);
-    char path[128];
-    snprintf(path, sizeof path, "/v1/jobs/%s", r.json ? json_string_value(get(r.json, "id")) : "none");
-    http_resp_free(&r);
-    for (int waited = 0; waited <= timeout_ms; waited += 50) {
-        http_get(s, &r, path);
-        const char *st = json_string_value(get(r.json, "state"));
-        if (r.status != 200 || (st && (!strcmp(st, "done") || !strcmp(st, "failed") || !strcmp(st, "cancelled")))) {
-            check_schema(&r, "/v1/jobs/{id}", "GET");
-            json_t *job = r.status == 200 ? json_incref(r.json) : NULL;
-            http_resp_free(&r);
-            return job;
-        }
-        http_resp_free(&r);
-        sleep_ms(50);
-    }
-    return NULL;
-}
-
 static double num_at(const json_t *a, size_t i) { return json_number_value(json_array_get(a, i)); }
 
 /* Identities of a head-importance result on a model with H heads. */
@@ -99,27 +63,6 @@ static void check_triggers(const json_t *job, int K, const char *what)
           "%s: %d triggers and attack rows, victims add up", what, K);
     printf("  %s: accuracy %.3f -> %.3f\n", what, json_number_value(get(res, "accuracy_before")),
            json_number_value(get(res, "accuracy_after")));
-}
-
-typedef struct {
-    const char *body;
-    long status;
-    const char *field;
-} bad_case;
-
-static void run_bad(test_server *s, const bad_case *cases, int n)
-{
-    for (int i = 0; i < n; i++) {
-        http_resp r;
-        http_post_json(s, &r, "/v1/jobs", cases[i].body);
-        const json_t *e = get(r.json, "error");
-        const char *field = json_string_value(get(e, "field"));
-        CHECK(r.status == cases[i].status && field && !strcmp(field, cases[i].field),
-              "%.90s: got %ld field %s, want %ld field %s (%.200s)", cases[i].body, r.status, field ? field : "null",
-              cases[i].status, cases[i].field, r.body);
-        check_schema(&r, "/v1/jobs", "POST");
-        http_resp_free(&r);
-    }
 }
 
 /* POST /v1/decomposition with corpus files from --data-dir: each file is a
@@ -265,29 +208,29 @@ static void test_tiny(void)
     char abs_out[600];
     snprintf(abs_out, sizeof abs_out, "{\"kind\": \"head-importance\", \"params\": {\"data\": \"%s/outside.tsv\"}}", tmpdir);
     const bad_case cases[] = {
-        {"{\"kind\": \"head-importance\", \"params\": {}}", 422, "params.rows"},
-        {"{\"kind\": \"head-importance\", \"params\": {\"rows\": [], \"data\": \"small.tsv\"}}", 422, "params.data"},
-        {"{\"kind\": \"head-importance\", \"params\": {\"rows\": []}}", 422, "params.rows"},
-        {"{\"kind\": \"head-importance\", \"params\": {\"rows\": {\"text\": \"a\"}}}", 422, "params.rows"},
-        {"{\"kind\": \"head-importance\", \"params\": {\"rows\": [{\"text\": \"a\", \"label\": 2}]}}", 422, "params.rows[0].label"},
-        {"{\"kind\": \"head-importance\", \"params\": {\"rows\": [{\"text\": \"a\", \"label\": 1}, {\"label\": 0}]}}", 422, "params.rows[1].text"},
-        {"{\"kind\": \"head-importance\", \"params\": {\"rows\": [{\"text\": \"a\", \"label\": \"good\"}]}}", 422, "params.rows[0].label"},
-        {"{\"kind\": \"head-importance\", \"params\": {\"data\": \"../outside.tsv\"}}", 422, "params.data"},
-        {abs_out, 422, "params.data"},
-        {"{\"kind\": \"head-importance\", \"params\": {\"data\": \"link.tsv\"}}", 422, "params.data"},
-        {"{\"kind\": \"head-importance\", \"params\": {\"data\": \"missing.tsv\"}}", 422, "params.data"},
-        {"{\"kind\": \"head-importance\", \"params\": {\"data\": \"noheader.tsv\"}}", 422, "params.data"},
-        {"{\"kind\": \"head-importance\", \"params\": {\"data\": 3}}", 422, "params.data"},
-        {"{\"kind\": \"head-importance\", \"params\": {\"data\": \"small.tsv\", \"steps\": 0}}", 422, "params.steps"},
-        {"{\"kind\": \"head-importance\", \"params\": {\"data\": \"small.tsv\", \"seeds\": 0}}", 422, "params.seeds"},
-        {"{\"kind\": \"head-importance\", \"params\": {\"data\": \"small.tsv\", \"max_rows\": 0}}", 422, "params.max_rows"},
-        {"{\"kind\": \"head-importance\", \"params\": {\"data\": \"small.tsv\", \"riemann\": \"mid\"}}", 422, "params.riemann"},
-        {"{\"kind\": \"head-importance\", \"params\": {\"model\": \"nope\", \"data\": \"small.tsv\"}}", 404, "params.model"},
-        {"{\"kind\": \"adversarial-triggers\", \"params\": {\"data\": \"small.tsv\", \"sources\": 4}}", 422, "params.sources"},
-        {"{\"kind\": \"adversarial-triggers\", \"params\": {\"data\": \"small.tsv\", \"top_k\": 0}}", 422, "params.top_k"},
-        {"{\"kind\": \"adversarial-triggers\", \"params\": {\"rows\": [{\"text\": \"a\", \"label\": 1}]}}", 422, "params.rows"},
+        {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {}}", 422, "invalid_request", "params.rows"},
+        {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"rows\": [], \"data\": \"small.tsv\"}}", 422, "invalid_request", "params.data"},
+        {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"rows\": []}}", 422, "invalid_request", "params.rows"},
+        {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"rows\": {\"text\": \"a\"}}}", 422, "invalid_request", "params.rows"},
+        {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"rows\": [{\"text\": \"a\", \"label\": 2}]}}", 422, "invalid_request", "params.rows[0].label"},
+        {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"rows\": [{\"text\": \"a\", \"label\": 1}, {\"label\": 0}]}}", 422, "invalid_request", "params.rows[1].text"},
+        {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"rows\": [{\"text\": \"a\", \"label\": \"good\"}]}}", 422, "invalid_request", "params.rows[0].label"},
+        {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"data\": \"../outside.tsv\"}}", 422, "invalid_request", "params.data"},
+        {"/v1/jobs", abs_out, 422, "invalid_request", "params.data"},
+        {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"data\": \"link.tsv\"}}", 422, "invalid_request", "params.data"},
+        {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"data\": \"missing.tsv\"}}", 422, "invalid_request", "params.data"},
+        {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"data\": \"noheader.tsv\"}}", 422, "invalid_request", "params.data"},
+        {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"data\": 3}}", 422, "invalid_request", "params.data"},
+        {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"data\": \"small.tsv\", \"steps\": 0}}", 422, "invalid_request", "params.steps"},
+        {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"data\": \"small.tsv\", \"seeds\": 0}}", 422, "invalid_request", "params.seeds"},
+        {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"data\": \"small.tsv\", \"max_rows\": 0}}", 422, "invalid_request", "params.max_rows"},
+        {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"data\": \"small.tsv\", \"riemann\": \"mid\"}}", 422, "invalid_request", "params.riemann"},
+        {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"model\": \"nope\", \"data\": \"small.tsv\"}}", 404, "model_not_found", "params.model"},
+        {"/v1/jobs", "{\"kind\": \"adversarial-triggers\", \"params\": {\"data\": \"small.tsv\", \"sources\": 4}}", 422, "invalid_request", "params.sources"},
+        {"/v1/jobs", "{\"kind\": \"adversarial-triggers\", \"params\": {\"data\": \"small.tsv\", \"top_k\": 0}}", 422, "invalid_request", "params.top_k"},
+        {"/v1/jobs", "{\"kind\": \"adversarial-triggers\", \"params\": {\"rows\": [{\"text\": \"a\", \"label\": 1}]}}", 422, "invalid_request", "params.rows"},
     };
-    run_bad(&s, cases, (int)(sizeof cases / sizeof *cases));
+    run_bad_cases(&s, cases, (int)(sizeof cases / sizeof *cases));
     test_corpus(&s);
     http_get(&s, &r, "/healthz");
     CHECK(r.status == 200, "/healthz after the bad inputs: %ld", r.status);
@@ -301,10 +244,10 @@ static void test_tiny(void)
         return;
     }
     const bad_case no_dir[] = {
-        {"{\"kind\": \"head-importance\", \"params\": {\"model\": \"bert\", \"data\": \"small.tsv\"}}", 422, "params.data"},
-        {"{\"kind\": \"head-importance\", \"params\": {\"model\": \"gpt\", \"data\": \"small.tsv\"}}", 422, "params.model"},
+        {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"model\": \"bert\", \"data\": \"small.tsv\"}}", 422, "invalid_request", "params.data"},
+        {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"model\": \"gpt\", \"data\": \"small.tsv\"}}", 422, "invalid_request", "params.model"},
     };
-    run_bad(&s, no_dir, 2);
+    run_bad_cases(&s, no_dir, 2);
     test_gpt2_attribution(&s);
     CHECK(server_terminate(&s) == 0, "lensd exits 0");
 }

@@ -1,0 +1,532 @@
+/* token_identity.c - POST /v1/token-identity, job kind "token-identity-map",
+ * `lensd token-identity` and `lensd token-identity-map`.
+ *
+ * Token identifiability (Brunner et al. 2020) via core/token_identity.h
+ * (math in docs/token-identity.md).
+ *
+ * POST /v1/token-identity {model?, text | input_ids, text_pair?, layers?
+ * (0..L, default all), metric? = "cosine" | "l2", top_k? = 5 (0..100),
+ * mapping? = "identity" | "linear", vocabulary? = false} ->
+ * {model, tokens, metric, mapping, maps? (linear: how they were fitted),
+ * layers: [{layer, rate, rate_excluding_special, ranks [T], neighbors
+ * [T][top_k] (token indices), vocabulary?: {rate, ranks [T], neighbors
+ * [T][top_k] (token ids)}}], timing_ms}. mapping "linear" needs maps: fitted
+ * by the job below, or loaded at start from the checkpoint folder's
+ * LENS_TI_MAPS_FILE.
+ *
+ * Job "token-identity-map" params {model?, texts?: [..] | data?: "PATH"
+ * (inside --data-dir: a TSV whose header names a "sentence" or "text"
+ * column, or plain lines), max_texts? = 2000, heldout_fraction? = 0.2 (the
+ * last texts are held out), ridge? = LENS_TI_DEFAULT_RIDGE, metric?, save? =
+ * false} -> {model, ridge, metric, train_texts, heldout_texts, train_tokens,
+ * heldout_tokens, layers: [{layer, train_rate, heldout_rate,
+ * identity_heldout_rate}], installed, saved (path or null), save_error?}.
+ * The fitted maps replace the model's current ones for every later request;
+ * with save they are also written next to the checkpoint. Texts longer than
+ * the token limit keep their first tokens (and BERT's final [SEP]). */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/request.h"
+#include "core/token_identity.h"
+
+#define MAX_TOP_K 100
+#define DEFAULT_MAX_TEXTS 2000
+#define MAX_TEXTS 1000000
+
+/* ----------------------------------------------- the model's learned maps */
+
+/* Learned maps are the only mutable part of a resident model: a job may
+ * install new ones while requests use the old. Each holder counts a
+ * reference; the last release frees. One lock for all models: it is held
+ * only to swap or count. */
+struct api_ti_maps {
+    lens_ti_maps maps;
+    int refs;
+};
+
+static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER;
+
+api_ti_maps *api_maps_acquire(const api_model *m)
+{
+    pthread_mutex_lock(&maps_lock);
+    api_ti_maps *p = m->ti_maps;
+    if (p) p->refs++;
+    pthread_mutex_unlock(&maps_lock);
+    return p;
+}
+
+void api_maps_release(api_ti_maps *p)
+{
+    if (!p) return;
+    pthread_mutex_lock(&maps_lock);
+    int last = --p->refs == 0;
+    pthread_mutex_unlock(&maps_lock);
+    if (last) {
+        lens_ti_maps_free(&p->maps);
+        free(p);
+    }
+}
+
+/* Takes over maps (moved into the store) as m's current maps. */
+static int maps_install(const api_model *m, lens_ti_maps *maps)
+{
+    api_ti_maps *p = calloc(1, sizeof *p);
+    if (!p) return -1;
+    p->maps = *maps;
+    memset(maps, 0, sizeof *maps);
+    p->refs = 1;
+    pthread_mutex_lock(&maps_lock);
+    api_ti_maps *old = m->ti_maps;
+    ((api_model *)m)->ti_maps = p; /* the one field of a resident model that changes, under the lock */
+    pthread_mutex_unlock(&maps_lock);
+    api_maps_release(old);
+    return 0;
+}
+
+int api_model_load_maps(api_model *m, lens_err *err)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", m->model->dir, LENS_TI_MAPS_FILE);
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    fclose(f);
+    lens_ti_maps maps;
+    if (lens_ti_maps_load(path, m->model, &maps, err)) return -1;
+    if (maps_install(m, &maps)) {
+        lens_ti_maps_free(&maps);
+        return lens_fail(err, LENS_ENOMEM, "out of memory");
+    }
+    return 1;
+}
+
+void api_model_drop_maps(api_model *m)
+{
+    api_maps_release(m->ti_maps);
+    m->ti_maps = NULL;
+}
+
+static int decode_metric(api_call *c, lens_ti_metric *metric)
+{
+    const char *s = NULL;
+    int has = api_get_string(c, "metric", &s, NULL);
+    if (has < 0) return -1;
+    *metric = LENS_TI_COSINE;
+    if (has && !strcmp(s, "l2")) *metric = LENS_TI_L2;
+    else if (has && strcmp(s, "cosine"))
+        return api_fail(c, 422, "invalid_request", "metric", "metric must be \"cosine\" or \"l2\"");
+    return 0;
+}
+
+static const char *metric_name(lens_ti_metric metric) { return metric == LENS_TI_L2 ? "l2" : "cosine"; }
+
+/* ------------------------------------------------------ POST /v1/token-identity */
+
+typedef struct {
+    api_input in;
+    api_index_list layers;
+    lens_ti_metric metric;
+    int top_k, linear, vocabulary;
+    api_ti_maps *maps; /* held from prepare to the end of run */
+} ti_req;
+
+static void ti_req_free(void *p)
+{
+    ti_req *r = p;
+    api_input_free(&r->in);
+    free(r->layers.v);
+    api_maps_release(r->maps);
+    free(r);
+}
+
+int api_token_identity_prepare(api_call *c)
+{
+    ti_req *r = calloc(1, sizeof *r);
+    if (!r) return api_fail(c, 500, "internal", NULL, "out of memory");
+    c->req = r;
+    c->free_req = ti_req_free;
+    const api_model *m;
+    if (api_decode_model(c, &m) || api_decode_input(c, m, &r->in)) return -1;
+    r->top_k = 5;
+    if (api_decode_index_list(c, "layers", 0, m->model->cfg.n_layers, &r->layers) || decode_metric(c, &r->metric) ||
+        api_get_int(c, "top_k", 0, MAX_TOP_K, &r->top_k) < 0 || api_get_bool(c, "vocabulary", &r->vocabulary) < 0)
+        return -1;
+    const char *mapping = NULL;
+    int has = api_get_string(c, "mapping", &mapping, NULL);
+    if (has < 0) return -1;
+    if (has && strcmp(mapping, "identity") && strcmp(mapping, "linear"))
+        return api_fail(c, 422, "invalid_request", "mapping", "mapping must be \"identity\" or \"linear\"");
+    r->linear = has && !strcmp(mapping, "linear");
+    if (r->linear && !(r->maps = api_maps_acquire(m)))
+        return api_fail(c, 422, "invalid_request", "mapping",
+                        "model \"%s\" has no learned maps: fit them with the job \"token-identity-map\" first",
+                        m->name);
+    return 0;
+}
+
+static void write_rate(jw *w, const char *key, double v)
+{
+    jw_key(w, key);
+    jw_float(w, v, 6); /* NaN -> null */
+}
+
+static void write_neighbors(jw *w, const int *nb, int T, int k)
+{
+    jw_arr(w);
+    for (int i = 0; i < T; i++) jw_ints(w, nb + (size_t)i * k, (size_t)k);
+    jw_end(w);
+}
+
+static void write_maps_info(jw *w, const lens_ti_maps *maps)
+{
+    jw_key(w, "maps");
+    jw_obj(w);
+    jw_key(w, "ridge");
+    jw_float(w, maps->ridge, 9);
+    jw_key(w, "metric");
+    jw_str(w, metric_name(maps->metric));
+    jw_key(w, "train_tokens");
+    jw_int(w, maps->train_tokens);
+    jw_key(w, "heldout_tokens");
+    jw_int(w, maps->heldout_tokens);
+    jw_end(w);
+}
+
+void api_token_identity_run(api_call *c)
+{
+    ti_req *r = c->req;
+    const lens_model *m = r->in.model->model;
+    double t0 = api_now();
+    lens_token *toks = NULL;
+    int T = 0;
+    if (api_tokenize_input(c, &r->in, &toks, &T)) return;
+    c->n_tokens = T;
+    int *ids, *types;
+    unsigned char *special = malloc((size_t)T);
+    if (!special || api_token_ids(c, toks, T, &ids, &types)) {
+        if (!special) api_fail(c, 500, "internal", NULL, "out of memory");
+        free(special), free(toks);
+        return;
+    }
+    for (int i = 0; i < T; i++) special[i] = (unsigned char)toks[i].special;
+    double t1 = api_now();
+    lens_ti_opts opts = {
+        .metric = r->metric,
+        .top_k = r->top_k,
+        .layers = r->layers.v,
+        .n_layers = r->layers.n,
+        .maps = r->maps ? &r->maps->maps : NULL,
+        .vocabulary = r->vocabulary,
+        .pool = c->threads,
+        .cancel = c->cancel,
+    };
+    lens_ti_result res;
+    lens_err err = {0};
+    int rc = lens_token_identity(m, ids, types, special, T, &opts, &res, &err);
+    free(ids), free(types), free(special);
+    if (rc) {
+        free(toks);
+        api_fail_core(c, &err, "text", "layers", "token identity");
+        return;
+    }
+    double t2 = api_now();
+
+    jw *w = &c->out;
+    jw_obj(w);
+    jw_key(w, "model");
+    jw_str(w, r->in.model->name);
+    api_write_tokens(w, m, toks, T);
+    free(toks);
+    jw_key(w, "metric");
+    jw_str(w, metric_name(r->metric));
+    jw_key(w, "mapping");
+    jw_str(w, r->linear ? "linear" : "identity");
+    if (r->maps) write_maps_info(w, &r->maps->maps);
+    jw_key(w, "top_k");
+    jw_int(w, res.top_k);
+    jw_key(w, "layers");
+    jw_arr(w);
+    for (int k = 0; k < res.n_layers; k++) {
+        const lens_ti_layer *y = &res.layers[k];
+        jw_obj(w);
+        jw_key(w, "layer");
+        jw_int(w, y->layer);
+        write_rate(w, "rate", y->rate);
+        write_rate(w, "rate_excluding_special", y->rate_excluding_special);
+        jw_key(w, "ranks");
+        jw_ints(w, y->rank, (size_t)T);
+        jw_key(w, "neighbors");
+        write_neighbors(w, y->neighbors, T, res.top_k);
+        if (y->vocab_rank) {
+            jw_key(w, "vocabulary");
+            jw_obj(w);
+            write_rate(w, "rate", y->vocab_rate);
+            jw_key(w, "ranks");
+            jw_ints(w, y->vocab_rank, (size_t)T);
+            jw_key(w, "neighbors");
+            write_neighbors(w, y->vocab_neighbors, T, res.top_k);
+            jw_end(w);
+        }
+        jw_end(w);
+    }
+    jw_end(w);
+    lens_ti_result_free(&res);
+    api_write_timing(c, t1 - t0, t2 - t1, t2);
+    jw_end(w);
+    if (w->oom) api_fail(c, 500, "internal", NULL, "out of memory while writing the response");
+    else c->status = 200;
+}
+
+/* ------------------------------------------------ job "token-identity-map" */
+
+typedef struct {
+    const api_model *model;
+    char **texts; /* owned */
+    int n;
+    int n_heldout;
+    double ridge;
+    lens_ti_metric metric;
+    int save;
+} map_req;
+
+static void map_req_free(void *p)
+{
+    map_req *r = p;
+    for (int i = 0; i < r->n; i++) free(r->texts[i]);
+    free(r->texts), free(r);
+}
+
+static int add_text(api_call *c, map_req *r, const char *s, size_t len)
+{
+    if (r->n % 256 == 0) {
+        char **g = realloc(r->texts, sizeof *g * ((size_t)r->n + 256));
+        if (!g) return api_fail(c, 500, "internal", NULL, "out of memory");
+        r->texts = g;
+    }
+    if (!(r->texts[r->n] = strndup(s, len))) return api_fail(c, 500, "internal", NULL, "out of memory");
+    r->n++;
+    return 0;
+}
+
+static int decode_texts(api_call *c, map_req *r, json_t *v, int max_texts)
+{
+    if (!json_is_array(v) || json_array_size(v) == 0)
+        return api_fail(c, 422, "invalid_request", "texts", "texts must be a non-empty array of strings");
+    for (size_t i = 0; i < json_array_size(v) && r->n < max_texts; i++) {
+        json_t *e = json_array_get(v, i);
+        if (!json_is_string(e) || json_string_length(e) == 0)
+            return api_fail(c, 422, "invalid_request", "texts", "texts[%zu] must be a non-empty string", i);
+        if (add_text(c, r, json_string_value(e), json_string_length(e))) return -1;
+    }
+    return 0;
+}
+
+static char *next_column(char *p)
+{
+    char *tab = strchr(p, '\t');
+    return tab ? tab + 1 : NULL;
+}
+
+/* A TSV with a header naming a "sentence" or "text" column, or plain lines. */
+static int decode_data(api_call *c, map_req *r, const char *path, int max_texts)
+{
+    char real[PATH_MAX];
+    if (api_resolve_data_path(c, "data", path, real)) return -1;
+    FILE *f = fopen(real, "r");
+    if (!f) return api_fail(c, 422, "invalid_request", "data", "cannot open \"%.200s\"", path);
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int col = -1, line_no = 0, rc = 0;
+    while (!rc && r->n < max_texts && (len = getline(&line, &cap, f)) >= 0) {
+        line_no++;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        if (line_no == 1 && strchr(line, '\t')) { /* a header names the text column */
+            int i = 0;
+            for (char *p = line; p; p = next_column(p), i++) {
+                size_t n = strcspn(p, "\t");
+                if ((n == 8 && !strncmp(p, "sentence", 8)) || (n == 4 && !strncmp(p, "text", 4))) col = i;
+            }
+            if (col < 0)
+                rc = api_fail(c, 422, "invalid_request", "data",
+                              "\"%.200s\" is a TSV without a \"sentence\" or \"text\" column in its header", path);
+            continue;
+        }
+        char *p = line;
+        for (int i = 0; i < col && p; i++) p = next_column(p);
+        if (!p) continue;
+        size_t n = col >= 0 ? strcspn(p, "\t") : (size_t)len;
+        if (n && memchr(p, 0, n)) rc = api_fail(c, 422, "invalid_request", "data", "line %d has a NUL byte", line_no);
+        else if (n) rc = add_text(c, r, p, n);
+    }
+    free(line);
+    fclose(f);
+    if (!rc && r->n == 0) rc = api_fail(c, 422, "invalid_request", "data", "\"%.200s\" has no texts", path);
+    return rc;
+}
+
+int api_token_identity_map_prepare(api_call *c)
+{
+    map_req *r = calloc(1, sizeof *r);
+    if (!r) return api_fail(c, 500, "internal", NULL, "out of memory");
+    c->req = r;
+    c->free_req = map_req_free;
+    if (api_decode_model(c, &r->model)) return -1;
+    int max_texts = DEFAULT_MAX_TEXTS;
+    r->ridge = LENS_TI_DEFAULT_RIDGE;
+    if (api_get_int(c, "max_texts", 2, MAX_TEXTS, &max_texts) < 0 || decode_metric(c, &r->metric) ||
+        api_get_bool(c, "save", &r->save) < 0)
+        return -1;
+    json_t *ridge = json_object_get(c->body, "ridge");
+    if (ridge && !json_is_null(ridge)) {
+        if (!json_is_number(ridge) || !(json_number_value(ridge) > 0) || json_number_value(ridge) > 1e3)
+            return api_fail(c, 422, "invalid_request", "ridge", "ridge must be a number in (0, 1000]");
+        r->ridge = json_number_value(ridge);
+    }
+    double heldout = 0.2;
+    json_t *h = json_object_get(c->body, "heldout_fraction");
+    if (h && !json_is_null(h)) {
+        if (!json_is_number(h) || json_number_value(h) < 0 || json_number_value(h) >= 1)
+            return api_fail(c, 422, "invalid_request", "heldout_fraction", "heldout_fraction must be in [0, 1)");
+        heldout = json_number_value(h);
+    }
+    json_t *texts = json_object_get(c->body, "texts");
+    const char *data = NULL;
+    int has_data = api_get_string(c, "data", &data, NULL);
+    if (has_data < 0) return -1;
+    if (json_is_null(texts)) texts = NULL;
+    if (!!texts + has_data != 1) return api_fail(c, 422, "invalid_request", "texts", "give one of texts or data");
+    if (texts ? decode_texts(c, r, texts, max_texts) : decode_data(c, r, data, max_texts)) return -1;
+    r->n_heldout = (int)(heldout * r->n);
+    if (r->n - r->n_heldout < 2)
+        return api_fail(c, 422, "invalid_request", texts ? "texts" : "data",
+                        "the maps need at least 2 training texts (got %d after holding out %d)", r->n - r->n_heldout,
+                        r->n_heldout);
+    return 0;
+}
+
+/* The texts as one packed batch (ids, lengths). */
+static int tokenize_texts(api_call *c, const map_req *r, int **ids_out, int **lengths_out)
+{
+    const lens_model *m = r->model->model;
+    const int limit = c->ctx->max_tokens < m->cfg.max_positions ? c->ctx->max_tokens : m->cfg.max_positions;
+    int *lengths = malloc(sizeof *lengths * (size_t)r->n), *ids = NULL;
+    size_t n_ids = 0, cap = 0;
+    if (!lengths) return api_fail(c, 500, "internal", NULL, "out of memory");
+    for (int i = 0; i < r->n; i++) {
+        lens_token *toks = NULL;
+        int n = 0;
+        lens_err err = {0};
+        if (lens_tokenize(m->tok, r->texts[i], strlen(r->texts[i]), NULL, 0, &toks, &n, &err) || n == 0) {
+            free(lengths), free(ids), free(toks);
+            return api_fail(c, 422, "invalid_request", "texts", "text %d: %s", i, n ? err.msg : "no tokens");
+        }
+        const int T = n > limit ? limit : n;
+        if (n_ids + (size_t)T > cap) {
+            cap = 2 * cap + (size_t)T + 1024;
+            int *g = realloc(ids, sizeof *g * cap);
+            if (!g) {
+                free(lengths), free(ids), free(toks);
+                return api_fail(c, 500, "internal", NULL, "out of memory");
+            }
+            ids = g;
+        }
+        for (int t = 0; t < T; t++) ids[n_ids + t] = toks[t].id;
+        if (n > limit && toks[n - 1].special) ids[n_ids + T - 1] = toks[n - 1].id; /* keep the final [SEP] */
+        free(toks);
+        lengths[i] = T;
+        n_ids += (size_t)T;
+        api_progress(c, 0.02 * (i + 1) / r->n);
+    }
+    *ids_out = ids, *lengths_out = lengths;
+    return 0;
+}
+
+static void fit_progress(void *user, double fraction) { api_progress(user, 0.02 + 0.98 * fraction); }
+
+void api_token_identity_map_run(api_call *c)
+{
+    map_req *r = c->req;
+    const lens_model *m = r->model->model;
+    double t0 = api_now();
+    int *ids = NULL, *lengths = NULL;
+    if (tokenize_texts(c, r, &ids, &lengths)) return;
+    const int n_train = r->n - r->n_heldout;
+    size_t train_tokens = 0;
+    for (int i = 0; i < n_train; i++) train_tokens += (size_t)lengths[i];
+    lens_batch train = {.n_seqs = n_train, .lengths = lengths, .ids = ids};
+    lens_batch heldout = {.n_seqs = r->n_heldout, .lengths = lengths + n_train, .ids = ids + train_tokens};
+    lens_ti_fit_opts opts = {
+        .ridge = r->ridge,
+        .metric = r->metric,
+        .pool = c->threads,
+        .cancel = c->cancel,
+        .progress = fit_progress,
+        .progress_user = c,
+    };
+    double t1 = api_now();
+    lens_ti_maps maps;
+    lens_err err = {0};
+    int rc = lens_ti_fit(m, &train, &heldout, &opts, &maps, &err);
+    free(ids), free(lengths);
+    if (rc) {
+        api_fail_core(c, &err, "texts", NULL, "fitting the token identity maps");
+        return;
+    }
+    double t2 = api_now();
+    char path[PATH_MAX] = "";
+    lens_err save_err = {0};
+    int saved = 0;
+    if (r->save) {
+        snprintf(path, sizeof path, "%s/%s", m->dir, LENS_TI_MAPS_FILE);
+        saved = lens_ti_maps_save(&maps, path, &save_err) == 0;
+    }
+
+    jw *w = &c->out;
+    jw_obj(w);
+    jw_key(w, "model");
+    jw_str(w, r->model->name);
+    jw_key(w, "ridge");
+    jw_float(w, maps.ridge, 9);
+    jw_key(w, "metric");
+    jw_str(w, metric_name(maps.metric));
+    jw_key(w, "train_texts");
+    jw_int(w, n_train);
+    jw_key(w, "heldout_texts");
+    jw_int(w, r->n_heldout);
+    jw_key(w, "train_tokens");
+    jw_int(w, maps.train_tokens);
+    jw_key(w, "heldout_tokens");
+    jw_int(w, maps.heldout_tokens);
+    jw_key(w, "layers");
+    jw_arr(w);
+    for (int l = 0; l < maps.n_layers; l++) {
+        jw_obj(w);
+        jw_key(w, "layer");
+        jw_int(w, l);
+        write_rate(w, "train_rate", maps.train_rate[l]);
+        write_rate(w, "heldout_rate", maps.heldout_rate[l]);
+        write_rate(w, "identity_heldout_rate", maps.identity_heldout_rate[l]);
+        jw_end(w);
+    }
+    jw_end(w);
+    int installed = maps_install(r->model, &maps) == 0;
+    if (!installed) lens_ti_maps_free(&maps);
+    jw_key(w, "installed");
+    jw_bool(w, installed);
+    jw_key(w, "saved");
+    jw_str(w, saved ? path : NULL);
+    if (r->save && !saved) {
+        jw_key(w, "save_error");
+        jw_str(w, save_err.msg);
+    }
+    api_write_timing(c, t1 - t0, t2 - t1, t2);
+    jw_end(w);
+    if (w->oom) api_fail(c, 500, "internal", NULL, "out of memory while writing the response");
+    else c->status = 200;
+}

@@ -1,0 +1,355 @@
+/* test_http_identity.c - POST /v1/token-identity, POST /v1/hidden-attribution
+ * and the job token-identity-map over HTTP and the CLI.
+ *
+ * Starts the real build/lensd on tiny random BERT (classifier) and GPT-2
+ * checkpoints from `lensd mkmodel` (copied into a temporary folder so maps
+ * can be saved next to them) with a --data-dir, and checks what holds for
+ * any model as seen through the JSON: contributions rows sum to 1, layer 0
+ * contributions are the identity, every layer-0 token is identified by
+ * itself, rank 1 iff the first neighbour is the token itself, the fitted
+ * map of layer 0 identifies every held-out token, mapping "linear" is
+ * refused before a fit and served after it (and after a restart when the
+ * maps were saved), the CLI prints what the API returns, a bad-input matrix,
+ * and every response against openapi.yaml. Numbers go through JSON at 6
+ * decimals; tolerances say so. The agreement with PyTorch is tested in
+ * test_token_identity and test_hidden_attribution. */
+#include <math.h>
+
+#include "tests/check.h"
+#include "tests/http_util.h"
+
+static char tmpdir[256];
+
+static json_t *get(const json_t *o, const char *k) { return json_object_get(o, k); }
+static double num_at(const json_t *a, size_t i) { return json_number_value(json_array_get(a, i)); }
+
+static const char *sentence = "the quick brown fox jumps over the lazy dog, and the dog sleeps.";
+
+/* ------------------------------------------------------ hidden attribution */
+
+static void check_contributions(const json_t *layer, size_t T, const char *what)
+{
+    const json_t *c = get(layer, "contributions");
+    double worst = 0;
+    int ranks_ok = 1;
+    CHECK(json_array_size(c) == T && json_array_size(get(layer, "self")) == T &&
+              json_array_size(get(layer, "self_rank")) == T && json_array_size(get(layer, "by_distance")) == T,
+          "%s: every per-token array has T = %zu entries", what, T);
+    for (size_t j = 0; j < json_array_size(c); j++) {
+        const json_t *row = json_array_get(c, j);
+        double sum = 0;
+        for (size_t i = 0; i < json_array_size(row); i++) sum += num_at(row, i);
+        worst = fmax(worst, fabs(sum - 1));
+        /* self is row j's diagonal; its rank counts the larger entries */
+        double self = num_at(row, j);
+        int larger = 0;
+        for (size_t i = 0; i < json_array_size(row); i++) larger += num_at(row, i) > self + 2e-6;
+        long long rank = json_integer_value(json_array_get(get(layer, "self_rank"), j));
+        if (rank < 1 + larger || fabs(num_at(get(layer, "self"), j) - self) > 1e-6) ranks_ok = 0;
+    }
+    CHECK(worst < 1e-5 * (double)T, "%s: rows sum to 1 (worst %.2e at 6 decimals)", what, worst);
+    CHECK(ranks_ok, "%s: self = the diagonal, self_rank >= 1 + entries larger than it", what);
+}
+
+static void test_hidden_attribution(test_server *s)
+{
+    const char *P = "/v1/hidden-attribution";
+    char body[512];
+    http_resp r;
+    snprintf(body, sizeof body, "{\"model\": \"bert\", \"text\": \"%s\", \"layers\": [0, 1, 2]}", sentence);
+    http_post_json(s, &r, P, body);
+    CHECK(r.status == 200, "exact: %ld %.300s", r.status, r.body);
+    check_schema(&r, P, "POST");
+    const json_t *layers = get(r.json, "layers");
+    size_t T = json_array_size(get(r.json, "tokens"));
+    CHECK(json_array_size(layers) == 3 && !strcmp(json_string_value(get(r.json, "method")), "exact"),
+          "exact: 3 layers");
+    for (size_t k = 0; k < json_array_size(layers); k++) {
+        char what[64];
+        snprintf(what, sizeof what, "bert exact layer %zu", k);
+        check_contributions(json_array_get(layers, k), T, what);
+    }
+    /* layer 0: h^0_j depends on h^0_j only */
+    const json_t *l0 = get(json_array_get(layers, 0), "contributions");
+    double off = 0;
+    for (size_t j = 0; j < T; j++)
+        for (size_t i = 0; i < T; i++) off = fmax(off, fabs(num_at(json_array_get(l0, j), i) - (i == j)));
+    CHECK(off == 0, "layer 0 contributions are the identity (max |c - I| %.2e)", off);
+    const json_t *bd = get(json_array_get(layers, 0), "by_distance");
+    CHECK(num_at(bd, 0) == 1 && num_at(bd, 1) == 0, "layer 0 by_distance = [1, 0, ...]");
+
+    /* CLI prints the same numbers */
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s hidden-attribution --model %s/bert --layers 0,1,2 '%s'", lensd_path(), tmpdir,
+             sentence);
+    json_t *cli = run_json(cmd);
+    CHECK(cli && json_equal(get(cli, "layers"), get(r.json, "layers")), "CLI hidden-attribution == HTTP");
+    json_decref(cli);
+    /* the job kind returns the same result */
+    char job_body[600];
+    snprintf(job_body, sizeof job_body, "{\"kind\": \"hidden-attribution\", \"params\": %s}", body);
+    json_t *job = run_job(s, job_body, 60000);
+    CHECK(job && json_equal(get(get(job, "result"), "layers"), get(r.json, "layers")),
+          "job hidden-attribution == POST /v1/hidden-attribution");
+    check_result_schema(get(job, "result"), "HiddenAttributionResponse");
+    json_decref(job);
+    http_resp_free(&r);
+
+    /* GPT-2, estimate: causal rows (nothing from later tokens), stderr per entry */
+    snprintf(body, sizeof body,
+             "{\"model\": \"gpt\", \"text\": \"%s\", \"method\": \"estimate\", \"probes\": 8, \"seed\": 3}", sentence);
+    http_post_json(s, &r, P, body);
+    CHECK(r.status == 200, "estimate: %ld %.300s", r.status, r.body);
+    check_schema(&r, P, "POST");
+    layers = get(r.json, "layers");
+    T = json_array_size(get(r.json, "tokens"));
+    CHECK(json_integer_value(get(r.json, "probes")) == 8 && json_array_size(layers) == 2,
+          "estimate: probes echoed, default layers 1..L");
+    double above = 0;
+    for (size_t k = 0; k < json_array_size(layers); k++) {
+        const json_t *y = json_array_get(layers, k);
+        check_contributions(y, T, "gpt estimate");
+        CHECK(json_array_size(get(y, "squared_norms")) == T && json_array_size(get(y, "squared_norms_stderr")) == T,
+              "estimate: squared norms and their standard errors");
+        for (size_t j = 0; j < T; j++)
+            for (size_t i = j + 1; i < T; i++) above = fmax(above, num_at(json_array_get(get(y, "contributions"), j), i));
+    }
+    CHECK(above == 0, "causal: no contribution from later tokens (max %.2e)", above);
+    http_resp_free(&r);
+}
+
+/* --------------------------------------------------------- token identity */
+
+/* rank 1 <=> first neighbour is the token itself; rate = share of rank 1 */
+static void check_ranking(const json_t *layer, size_t T, int top_k, const char *what)
+{
+    const json_t *ranks = get(layer, "ranks"), *nb = get(layer, "neighbors");
+    int consistent = 1, ones = 0;
+    CHECK(json_array_size(ranks) == T && json_array_size(nb) == T, "%s: T entries", what);
+    for (size_t i = 0; i < json_array_size(ranks) && i < json_array_size(nb); i++) {
+        long long rank = json_integer_value(json_array_get(ranks, i));
+        const json_t *row = json_array_get(nb, i);
+        if ((int)json_array_size(row) != top_k || rank < 1 || rank > (long long)T) consistent = 0;
+        if (top_k > 0 && (rank == 1) != (json_integer_value(json_array_get(row, 0)) == (long long)i)) consistent = 0;
+        ones += rank == 1;
+    }
+    CHECK(consistent, "%s: ranks in 1..T, top_k neighbours, rank 1 iff the nearest is the token itself", what);
+    CHECK(fabs(json_number_value(get(layer, "rate")) - (double)ones / (double)T) < 1e-6, "%s: rate = share of rank 1",
+          what);
+}
+
+static void test_token_identity(test_server *s)
+{
+    const char *P = "/v1/token-identity";
+    char body[512];
+    http_resp r;
+    const char *metrics[] = {"cosine", "l2"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(body, sizeof body, "{\"model\": \"bert\", \"text\": \"%s\", \"metric\": \"%s\", \"top_k\": 3}",
+                 sentence, metrics[k]);
+        http_post_json(s, &r, P, body);
+        CHECK(r.status == 200, "%s: %ld %.300s", metrics[k], r.status, r.body);
+        check_schema(&r, P, "POST");
+        const json_t *layers = get(r.json, "layers");
+        size_t T = json_array_size(get(r.json, "tokens"));
+        CHECK(json_array_size(layers) == 3 && !strcmp(json_string_value(get(r.json, "mapping")), "identity"),
+              "%s: layers 0..L by default, mapping identity", metrics[k]);
+        for (size_t l = 0; l < json_array_size(layers); l++) check_ranking(json_array_get(layers, l), T, 3, metrics[k]);
+        const json_t *l0 = json_array_get(layers, 0);
+        CHECK(json_number_value(get(l0, "rate")) == 1 && json_number_value(get(l0, "rate_excluding_special")) == 1,
+              "%s: every layer-0 vector is nearest to itself", metrics[k]);
+        http_resp_free(&r);
+    }
+
+    /* vocabulary ranking (GPT-2: own id among the whole embedding table) */
+    snprintf(body, sizeof body, "{\"model\": \"gpt\", \"text\": \"%s\", \"layers\": [1], \"vocabulary\": true}", sentence);
+    http_post_json(s, &r, P, body);
+    CHECK(r.status == 200, "vocabulary: %ld %.300s", r.status, r.body);
+    check_schema(&r, P, "POST");
+    const json_t *voc = get(json_array_get(get(r.json, "layers"), 0), "vocabulary");
+    size_t T = json_array_size(get(r.json, "tokens"));
+    CHECK(voc && json_array_size(get(voc, "ranks")) == T && json_array_size(get(voc, "neighbors")) == T,
+          "vocabulary ranks and neighbours per token");
+    http_resp_free(&r);
+
+    char cmd[1024];
+    snprintf(body, sizeof body, "{\"model\": \"bert\", \"text\": \"%s\", \"metric\": \"l2\", \"layers\": [2]}", sentence);
+    http_post_json(s, &r, P, body);
+    snprintf(cmd, sizeof cmd, "%s token-identity --model %s/bert --metric l2 --layers 2 '%s'", lensd_path(), tmpdir,
+             sentence);
+    json_t *cli = run_json(cmd);
+    CHECK(cli && json_equal(get(cli, "layers"), get(r.json, "layers")), "CLI token-identity == HTTP");
+    json_decref(cli);
+    http_resp_free(&r);
+}
+
+static const char *map_texts =
+    "\"texts\": [\"the cat sat on the mat\", \"a dog ran in the park\", \"stocks fell on monday\", "
+    "\"the bank raised rates\", \"rain is expected tomorrow\", \"she read the book twice\", "
+    "\"the team won the final\", \"prices rose again\", \"he missed the early train\", "
+    "\"the movie was long but good\", \"birds sing in the morning\", \"the road was closed\"]";
+
+/* Fit maps by job; mapping linear before (refused) and after (served). */
+static void test_maps(test_server *s)
+{
+    const char *P = "/v1/token-identity";
+    char body[2048];
+    http_resp r;
+    snprintf(body, sizeof body, "{\"model\": \"bert\", \"text\": \"%s\", \"mapping\": \"linear\"}", sentence);
+    http_post_json(s, &r, P, body);
+    CHECK(r.status == 422 && err_field(&r) && !strcmp(err_field(&r), "mapping"),
+          "mapping linear before any fit: 422 mapping (%ld)", r.status);
+    http_resp_free(&r);
+
+    snprintf(body, sizeof body,
+             "{\"kind\": \"token-identity-map\", \"params\": {\"model\": \"bert\", %s, \"heldout_fraction\": 0.25, "
+             "\"save\": true}}",
+             map_texts);
+    json_t *job = run_job(s, body, 60000);
+    const json_t *res = get(job, "result");
+    CHECK(job && !strcmp(json_string_value(get(job, "state")), "done"), "token-identity-map job done");
+    check_result_schema(res, "TokenIdentityMapResult");
+    const json_t *layers = get(res, "layers");
+    CHECK(json_array_size(layers) == 3 && json_integer_value(get(res, "train_texts")) == 9 &&
+              json_integer_value(get(res, "heldout_texts")) == 3,
+          "maps for layers 0..2; 9 training and 3 held-out texts");
+    CHECK(json_number_value(get(json_array_get(layers, 0), "heldout_rate")) == 1 &&
+              json_number_value(get(json_array_get(layers, 0), "train_rate")) == 1,
+          "the fitted layer-0 map identifies every token");
+    CHECK(json_is_true(get(res, "installed")) && json_is_string(get(res, "saved")), "maps installed and saved (%s)",
+          json_dumps(get(res, "save_error"), JSON_ENCODE_ANY));
+    json_decref(job);
+
+    snprintf(body, sizeof body, "{\"model\": \"bert\", \"text\": \"%s\", \"mapping\": \"linear\", \"top_k\": 2}",
+             sentence);
+    http_post_json(s, &r, P, body);
+    CHECK(r.status == 200, "mapping linear after the fit: %ld %.300s", r.status, r.body);
+    check_schema(&r, P, "POST");
+    size_t T = json_array_size(get(r.json, "tokens"));
+    for (size_t l = 0; l < json_array_size(get(r.json, "layers")); l++)
+        check_ranking(json_array_get(get(r.json, "layers"), l), T, 2, "linear");
+    CHECK(json_integer_value(get(get(r.json, "maps"), "train_tokens")) > 0, "the response says how the maps were fit");
+
+    /* the saved maps serve the CLI (and a restarted server) */
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s token-identity --model %s/bert --mapping linear --top-k 2 '%s'", lensd_path(),
+             tmpdir, sentence);
+    json_t *cli = run_json(cmd);
+    CHECK(cli && json_equal(get(cli, "layers"), get(r.json, "layers")), "CLI with the saved maps == HTTP");
+    json_decref(cli);
+    http_resp_free(&r);
+
+    /* the same fit from a TSV in --data-dir */
+    json_t *j2 = run_job(s, "{\"kind\": \"token-identity-map\", \"params\": {\"model\": \"bert\", \"data\": \"texts.tsv\"}}",
+                         60000);
+    CHECK(j2 && !strcmp(json_string_value(get(j2, "state")), "done") &&
+              json_integer_value(get(get(j2, "result"), "train_texts")) +
+                      json_integer_value(get(get(j2, "result"), "heldout_texts")) == 5,
+          "token-identity-map from data: 5 texts (%s)", j2 ? json_dumps(get(j2, "error"), 0) : "no job");
+    json_decref(j2);
+}
+
+static void test_bad_inputs(test_server *s)
+{
+    const bad_case cases[] = {
+        {"/v1/hidden-attribution", "{\"model\": \"bert\", \"text\": \"a b\", \"method\": \"fast\"}", 422, "invalid_request", "method"},
+        {"/v1/hidden-attribution", "{\"model\": \"bert\", \"text\": \"a b\", \"method\": \"estimate\", \"probes\": 1}", 422, "invalid_request", "probes"},
+        {"/v1/hidden-attribution", "{\"model\": \"bert\", \"text\": \"a b\", \"probes\": \"8\"}", 422, "invalid_request", "probes"},
+        {"/v1/hidden-attribution", "{\"model\": \"bert\", \"text\": \"a b\", \"layers\": [3]}", 422, "invalid_request", "layers"},
+        {"/v1/hidden-attribution", "{\"model\": \"bert\", \"text\": \"a b\", \"include_norms\": 1}", 422, "invalid_request", "include_norms"},
+        {"/v1/hidden-attribution", "{\"model\": \"nope\", \"text\": \"a b\"}", 404, "model_not_found", "model"},
+        {"/v1/hidden-attribution", "{\"model\": \"bert\"}", 422, "invalid_request", "text"},
+        {"/v1/hidden-attribution", "{\"model\": \"bert\", \"text\": \"\\u00e9\", \"layers\": []}", 422, "invalid_request", "layers"},
+        {"/v1/token-identity", "{\"model\": \"bert\", \"text\": \"a b\", \"metric\": \"dot\"}", 422, "invalid_request", "metric"},
+        {"/v1/token-identity", "{\"model\": \"bert\", \"text\": \"a b\", \"top_k\": 101}", 422, "invalid_request", "top_k"},
+        {"/v1/token-identity", "{\"model\": \"bert\", \"text\": \"a b\", \"mapping\": \"affine\"}", 422, "invalid_request", "mapping"},
+        {"/v1/token-identity", "{\"model\": \"bert\", \"text\": \"a b\", \"layers\": [-1]}", 422, "invalid_request", "layers"},
+        {"/v1/token-identity", "{\"model\": \"bert\", \"text\": \"a b\", \"vocabulary\": \"yes\"}", 422, "invalid_request", "vocabulary"},
+        {"/v1/token-identity", "{\"model\": \"gpt\", \"input_ids\": [99999999]}", 422, "invalid_request", "input_ids"},
+        {"/v1/token-identity", "[1, 2]", 422, "invalid_request", NULL},
+        {"/v1/jobs", "{\"kind\": \"token-identity-map\", \"params\": {\"model\": \"bert\"}}", 422, "invalid_request", "params.texts"},
+        {"/v1/jobs", "{\"kind\": \"token-identity-map\", \"params\": {\"model\": \"bert\", \"texts\": []}}", 422, "invalid_request", "params.texts"},
+        {"/v1/jobs", "{\"kind\": \"token-identity-map\", \"params\": {\"model\": \"bert\", \"texts\": [\"a\", 3]}}", 422, "invalid_request", "params.texts"},
+        {"/v1/jobs", "{\"kind\": \"token-identity-map\", \"params\": {\"model\": \"bert\", \"texts\": [\"a b\"]}}", 422, "invalid_request", "params.texts"},
+        {"/v1/jobs", "{\"kind\": \"token-identity-map\", \"params\": {\"model\": \"bert\", \"texts\": [\"a\", \"b\"], \"ridge\": -1}}", 422, "invalid_request", "params.ridge"},
+        {"/v1/jobs", "{\"kind\": \"token-identity-map\", \"params\": {\"model\": \"bert\", \"texts\": [\"a\", \"b\"], \"heldout_fraction\": 1}}", 422, "invalid_request", "params.heldout_fraction"},
+        {"/v1/jobs", "{\"kind\": \"token-identity-map\", \"params\": {\"model\": \"bert\", \"data\": \"../x.tsv\"}}", 422, "invalid_request", "params.data"},
+        {"/v1/jobs", "{\"kind\": \"token-identity-map\", \"params\": {\"model\": \"bert\", \"data\": \"missing.tsv\"}}", 422, "invalid_request", "params.data"},
+        {"/v1/jobs", "{\"kind\": \"token-identity-map\", \"params\": {\"model\": \"bert\", \"data\": \"bad.tsv\"}}", 422, "invalid_request", "params.data"},
+        {"/v1/jobs", "{\"kind\": \"token-identity-map\", \"params\": {\"model\": \"bert\", \"data\": \"texts.tsv\", \"texts\": [\"a\"]}}", 422, "invalid_request", "params.texts"},
+    };
+    run_bad_cases(s, cases, (int)(sizeof cases / sizeof *cases));
+
+    /* exact attribution of a long input is refused with a hint to estimate */
+    json_t *ids = json_array();
+    for (int i = 0; i < 500; i++) json_array_append_new(ids, json_integer(5 + i % 50));
+    json_t *req = json_pack("{s:s, s:o}", "model", "bert", "input_ids", ids);
+    char *body = json_dumps(req, 0);
+    http_resp r;
+    http_post_json(s, &r, "/v1/hidden-attribution", body);
+    CHECK(r.status == 413 && err_code(&r) && !strcmp(err_code(&r), "too_many_tokens") && strstr(r.body, "estimate"),
+          "exact on 500 tokens: 413 suggesting the estimate (%ld %.200s)", r.status, r.body);
+    http_resp_free(&r);
+    free(body);
+    json_decref(req);
+}
+
+static int write_file(const char *name, const char *text)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/data/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fputs(text, f);
+    return fclose(f);
+}
+
+int main(void)
+{
+    curl_global_init(CURL_GLOBAL_ALL);
+    signal(SIGPIPE, SIG_IGN);
+    openapi = yaml_load_file("openapi.yaml");
+    CHECK(openapi != NULL, "cannot read openapi.yaml (run from the repository root)");
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/lensd-identity-XXXXXX");
+    if (!openapi || make_tiny_models(tmpdir)) return check_done("test_http_identity");
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "mkdir %s/data", tmpdir);
+    CHECK(run_cmd(cmd) == 0 &&
+              write_file("texts.tsv", "id\tsentence\n1\tthe cat sat\n2\ta dog ran far\n3\tit rained\n4\twe left early\n"
+                                      "5\tthe end came\n") == 0 &&
+              write_file("bad.tsv", "id\tlabel\n1\t0\n") == 0,
+          "data files written");
+    char bert[300], gpt[300], data[300];
+    snprintf(bert, sizeof bert, "bert=%s/bert", tmpdir);
+    snprintf(gpt, sizeof gpt, "gpt=%s/gpt", tmpdir);
+    snprintf(data, sizeof data, "%s/data", tmpdir);
+    const char *args[] = {"--model", bert, "--model", gpt, "--data-dir", data, "--max-tokens", "512", NULL};
+    test_server s;
+    if (server_launch(&s, args) == 0) {
+        test_hidden_attribution(&s);
+        test_token_identity(&s);
+        test_maps(&s);
+        test_bad_inputs(&s);
+        http_resp r;
+        http_get(&s, &r, "/healthz");
+        CHECK(r.status == 200, "/healthz at the end: %ld", r.status);
+        http_resp_free(&r);
+        CHECK(server_terminate(&s) == 0, "lensd exits 0");
+    } else {
+        CHECK(0, "lensd serve did not start");
+    }
+    /* a restarted server loads the saved maps */
+    if (server_launch(&s, args) == 0) {
+        char body[512];
+        snprintf(body, sizeof body, "{\"model\": \"bert\", \"text\": \"%s\", \"mapping\": \"linear\"}", sentence);
+        http_resp r;
+        http_post_json(&s, &r, "/v1/token-identity", body);
+        CHECK(r.status == 200, "after a restart the saved maps serve mapping linear: %ld", r.status);
+        http_resp_free(&r);
+        CHECK(server_terminate(&s) == 0, "lensd exits 0");
+    }
+    remove_test_files(tmpdir);
+    json_decref(openapi);
+    curl_global_cleanup();
+    return check_done("test_http_identity");
+}
