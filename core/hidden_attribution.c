@@ -24,6 +24,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -357,6 +358,76 @@ static void aggregate(lens_hta_layer *y, int T, int causal)
     }
 }
 
+/* The tangent sweep: one pool task per input token i pushes its P directions
+ * (exact: e_{i,c}; estimate: Rademacher probes) through the layers in chunks
+ * of B and adds ‖(J dx)_j‖² into column i of the sums, which no other task
+ * touches; each thread has its own tangent buffers. */
+typedef struct {
+    const primal *p;
+    tangents *t;               /* [threads] */
+    const lens_hta_opts *opts;
+    const int *want;           /* [L+1] output slot per layer, -1 = not reported */
+    int top, P, B, exact;
+    double *sum, *sumsq;       /* [slots][T][T] */
+    uint64_t seed;
+    atomic_long done;          /* tangents finished, for progress */
+    atomic_int cancelled;
+} sweep_job;
+
+/* Rademacher probe d of token i: its own stream, so results do not depend
+ * on how tokens are spread over threads. */
+static void probe(float *row, int C, uint64_t seed, int i, int d, int P)
+{
+    uint64_t s = (seed + 0x9E3779B97F4A7C15ULL * ((uint64_t)i * P + d + 1)) | 1;
+    for (int w = 0; w < 4; w++) xorshift(&s);
+    for (int ch = 0; ch < C; ch++) row[ch] = (xorshift(&s) >> 63) ? 1.0f : -1.0f;
+}
+
+static void sweep_token(void *ctx, int i)
+{
+    sweep_job *job = ctx;
+    const primal *p = job->p;
+    const lens_model *m = p->m;
+    const int T = p->T, C = p->C, L = p->L, P = job->P;
+    const size_t TT = (size_t)T * T;
+    tangents *t = &job->t[lens_pool_thread_index()];
+    const lens_hta_opts *opts = job->opts;
+    for (int d0 = 0; d0 < P; d0 += job->B) {
+        if (atomic_load(&job->cancelled) || (opts && opts->cancel && *opts->cancel)) {
+            atomic_store(&job->cancelled, 1);
+            return;
+        }
+        const int nb = P - d0 < job->B ? P - d0 : job->B;
+        memset(t->tx, 0, sizeof(float) * (size_t)nb * T * C);
+        for (int k = 0; k < nb; k++) {
+            float *row = t->tx + ((size_t)k * T + i) * C;
+            if (job->exact) row[d0 + k] = 1.0f;
+            else probe(row, C, job->seed, i, d0 + k, P);
+        }
+        for (int l = 1; l <= job->top; l++) {
+            layer_jvp(p, t, l - 1, nb);
+            if (job->want[l] < 0) continue;
+            const float *y = t->tx;
+            if (l == L && m->cfg.arch == LENS_ARCH_GPT2) { /* ln_f */
+                layernorm_jvp(t->tn, t->tx, p->lnf_in, p->lnf_mean, p->lnf_rstd, &m->p.ln_final, nb, T, C, t->xhat);
+                y = t->tn;
+            }
+            double *s1 = job->sum + (size_t)job->want[l] * TT, *s2 = job->sumsq + (size_t)job->want[l] * TT;
+            for (int k = 0; k < nb; k++)
+                for (int j = 0; j < T; j++) {
+                    const float *v = y + ((size_t)k * T + j) * C;
+                    double s = 0;
+                    for (int ch = 0; ch < C; ch++) s += (double)v[ch] * v[ch];
+                    s1[(size_t)j * T + i] += s;
+                    s2[(size_t)j * T + i] += s * s;
+                }
+        }
+        long done = atomic_fetch_add(&job->done, nb) + nb;
+        if (opts && opts->progress && lens_pool_thread_index() == 0)
+            opts->progress(opts->progress_user, (double)done / ((double)T * P));
+    }
+}
+
 int lens_hidden_attribution(const lens_model *m, const int *ids, const int *type_ids, int T,
                             const lens_hta_opts *opts, lens_hta_result *out, lens_err *err)
 {
@@ -409,72 +480,38 @@ int lens_hidden_attribution(const lens_model *m, const int *ids, const int *type
         if (!sum || !sumsq) failed = 1;
     }
     primal p = {0};
-    tangents t = {0};
-    int have_primal = 0, have_tangents = 0;
-    /* tangents per chunk: all buffers of B*T rows within the scratch budget */
+    /* tangents per chunk: all buffers of B*T rows within the scratch budget, shared by the threads */
     const size_t per_tangent = sizeof(float) * (size_t)T * (3 * (size_t)C + 2 * (size_t)c->n_heads * c->d_head_k +
                                                               2 * (size_t)c->n_heads * c->d_head_v + c->d_ff);
     const size_t budget = opts && opts->max_scratch_bytes ? opts->max_scratch_bytes : DEFAULT_SCRATCH;
-    const int total = T * P; /* tangents: (input token i, direction) pairs, i-major */
-    int B = (int)(budget / per_tangent);
+    const int threads = lens_pool_threads(opts ? opts->pool : NULL);
+    int B = (int)(budget / threads / per_tangent);
     if (B < 1) B = 1;
-    if (B > total) B = total;
-    if (!failed) {
-        if (primal_init(&p, m, T)) failed = 1;
-        else have_primal = 1;
-    }
-    if (!failed) {
-        if (tangents_init(&t, &p, B)) failed = 1;
-        else have_tangents = 1;
-    }
+    if (B > P) B = P;
+    tangents *t = calloc((size_t)threads, sizeof *t);
+    if (!t) failed = 1;
+    if (!failed && primal_init(&p, m, T)) failed = 1;
+    for (int k = 0; k < threads && !failed; k++)
+        if (tangents_init(&t[k], &p, B)) failed = 1;
     if (failed) {
-        if (have_primal) primal_free(&p);
+        for (int k = 0; t && k < threads; k++) tangents_free(&t[k]);
+        free(t);
+        primal_free(&p);
         free(h0), free(sum), free(sumsq);
         lens_hta_result_free(out);
         return lens_fail(err, LENS_ENOMEM, "out of memory (T = %d)", T);
     }
     primal_run(&p, h0, NULL);
     free(h0);
-    uint64_t rng = opts && opts->seed ? opts->seed : 1;
-    int rc = 0;
-    for (int start = 0; start < total && top > 0; start += B) {
-        if (opts && opts->cancel && *opts->cancel) {
-            rc = lens_fail(err, LENS_ECANCEL, "cancelled");
-            break;
-        }
-        const int nb = total - start < B ? total - start : B;
-        memset(t.tx, 0, sizeof(float) * (size_t)nb * T * C);
-        for (int k = 0; k < nb; k++) {
-            const int i = (start + k) / P, d = (start + k) % P;
-            float *row = t.tx + ((size_t)k * T + i) * C;
-            if (method == LENS_HTA_EXACT) row[d] = 1.0f;
-            else
-                for (int ch = 0; ch < C; ch++) row[ch] = (xorshift(&rng) >> 63) ? 1.0f : -1.0f;
-        }
-        for (int l = 1; l <= top; l++) {
-            layer_jvp(&p, &t, l - 1, nb);
-            if (want[l] < 0) continue;
-            const float *y = t.tx;
-            if (l == L && c->arch == LENS_ARCH_GPT2) { /* ln_f */
-                layernorm_jvp(t.tn, t.tx, p.lnf_in, p.lnf_mean, p.lnf_rstd, &m->p.ln_final, nb, T, C, t.xhat);
-                y = t.tn;
-            }
-            double *s1 = sum + (size_t)want[l] * TT, *s2 = sumsq + (size_t)want[l] * TT;
-            for (int k = 0; k < nb; k++) {
-                const int i = (start + k) / P;
-                for (int j = 0; j < T; j++) {
-                    const float *v = y + ((size_t)k * T + j) * C;
-                    double s = 0;
-                    for (int ch = 0; ch < C; ch++) s += (double)v[ch] * v[ch];
-                    s1[(size_t)j * T + i] += s;
-                    s2[(size_t)j * T + i] += s * s;
-                }
-            }
-        }
-        if (opts && opts->progress) opts->progress(opts->progress_user, (double)(start + nb) / total);
-    }
-    tangents_free(&t);
-    (void)have_tangents;
+    sweep_job job = {
+        .p = &p, .t = t, .opts = opts, .want = want, .top = top, .P = P, .B = B,
+        .exact = method == LENS_HTA_EXACT, .sum = sum, .sumsq = sumsq,
+        .seed = opts && opts->seed ? opts->seed : 1,
+    };
+    if (top > 0) lens_pool_run(opts ? opts->pool : NULL, T, sweep_token, &job);
+    int rc = atomic_load(&job.cancelled) ? lens_fail(err, LENS_ECANCEL, "cancelled") : 0;
+    for (int k = 0; k < threads; k++) tangents_free(&t[k]);
+    free(t);
     primal_free(&p);
     if (rc == 0)
         for (int l = 0; l <= L; l++) {
