@@ -39,8 +39,8 @@
  *
  * Maps file (lens_ti_maps_save / load): F32 tensors "layer.{l}.weight"
  * [C][C], "layer.{l}.bias" [C], "train_rate", "heldout_rate",
- * "identity_heldout_rate" [L+1], "metric" [1]; "ridge", "train_tokens" and
- * "heldout_tokens" [3] as three floats whose sum in double is the exact
+ * "identity_heldout_rate" [L+1], "metric" [1]; "ridge", "train_tokens",
+ * "heldout_tokens" and "model_fingerprint" [3] as three floats whose sum in double is the exact
  * value (the writer has F32 tensors only; 3 x 24 bits cover a double). */
 #include "token_identity.h"
 
@@ -703,6 +703,20 @@ static int check_batch_arg(const lens_model *m, const lens_batch *b, const char 
     return 0;
 }
 
+/* A checksum of the first rows of the token and position embeddings,
+ * weighted by position so that permutations differ: two checkpoints of the
+ * same shape but different weights get different values. */
+static double model_fingerprint(const lens_model *m)
+{
+    const int C = m->cfg.d_model;
+    const size_t n_tok = (size_t)(m->cfg.vocab_size < 64 ? m->cfg.vocab_size : 64) * C;
+    const size_t n_pos = (size_t)(m->cfg.max_positions < 16 ? m->cfg.max_positions : 16) * C;
+    double s = 0;
+    for (size_t i = 0; i < n_tok; i++) s += (double)m->p.tok_emb[i] * (double)(1 + i % 13);
+    for (size_t i = 0; i < n_pos; i++) s += (double)m->p.pos_emb[i] * (double)(1 + i % 7);
+    return s;
+}
+
 int lens_ti_fit(const lens_model *m, const lens_batch *train, const lens_batch *heldout,
                 const lens_ti_fit_opts *opts, lens_ti_maps *out, lens_err *err)
 {
@@ -727,6 +741,7 @@ int lens_ti_fit(const lens_model *m, const lens_batch *train, const lens_batch *
                          train_tokens);
     if (maps_alloc(out, NL, C)) return lens_fail(err, LENS_ENOMEM, "out of memory for %d maps of %d x %d", NL, C, C);
     out->ridge = o.ridge, out->metric = o.metric;
+    out->model_fingerprint = model_fingerprint(m);
     out->train_tokens = train_tokens, out->heldout_tokens = heldout_tokens;
 
     const int CA = C + 1;
@@ -833,15 +848,16 @@ int lens_ti_maps_save(const lens_ti_maps *maps, const char *path, lens_err *err)
     if (NL < 1 || C < 1 || !maps->w || !maps->b || !maps->train_rate || !maps->heldout_rate ||
         !maps->identity_heldout_rate)
         return lens_fail(err, LENS_EINVAL, "%s: nothing to save (maps are empty)", path);
-    const int n = 2 * NL + 7;
+    const int n = 2 * NL + 8;
     lens_st_out *t = calloc((size_t)n, sizeof *t);
     char (*names)[32] = calloc((size_t)2 * NL, sizeof *names);
     if (!t || !names) {
         free(t), free(names);
         return lens_fail(err, LENS_ENOMEM, "%s: out of memory", path);
     }
-    float ridge[3], train_tokens[3], heldout_tokens[3], metric = (float)maps->metric;
+    float ridge[3], train_tokens[3], heldout_tokens[3], fingerprint[3], metric = (float)maps->metric;
     split3(maps->ridge, ridge);
+    split3(maps->model_fingerprint, fingerprint);
     split3((double)maps->train_tokens, train_tokens);
     split3((double)maps->heldout_tokens, heldout_tokens);
     int k = 0;
@@ -859,6 +875,7 @@ int lens_ti_maps_save(const lens_ti_maps *maps, const char *path, lens_err *err)
     t[k++] = (lens_st_out){.name = "ridge", .ndim = 1, .shape = {3}, .data = ridge};
     t[k++] = (lens_st_out){.name = "train_tokens", .ndim = 1, .shape = {3}, .data = train_tokens};
     t[k++] = (lens_st_out){.name = "heldout_tokens", .ndim = 1, .shape = {3}, .data = heldout_tokens};
+    t[k++] = (lens_st_out){.name = "model_fingerprint", .ndim = 1, .shape = {3}, .data = fingerprint};
     int rc = lens_st_write(path, t, k, err);
     free(t), free(names);
     return rc;
@@ -948,10 +965,17 @@ int lens_ti_maps_load(const char *path, const lens_model *m, lens_ti_maps *out, 
     const float *ridge = metric ? load_tensor(&st, path, "ridge", 3, -1, err) : NULL;
     const float *tt = ridge ? load_tensor(&st, path, "train_tokens", 3, -1, err) : NULL;
     const float *ht = tt ? load_tensor(&st, path, "heldout_tokens", 3, -1, err) : NULL;
-    if (!ht) {
+    const float *fp = ht ? load_tensor(&st, path, "model_fingerprint", 3, -1, err) : NULL;
+    if (!fp) {
         rc = -1;
         goto done;
     }
+    const double want = model_fingerprint(m);
+    if (!(fabs(join3(fp) - want) <= 1e-9 * fmax(1.0, fabs(want)))) {
+        rc = lens_fail(err, LENS_EFORMAT, "%s: the maps were fitted on another model (its embeddings differ)", path);
+        goto done;
+    }
+    out->model_fingerprint = want;
     memcpy(out->train_rate, tr, sizeof(float) * NL);
     memcpy(out->heldout_rate, hr, sizeof(float) * NL);
     memcpy(out->identity_heldout_rate, ir, sizeof(float) * NL);

@@ -39,6 +39,7 @@ typedef struct {
     double ridge;          /* the relative ridge the maps were fitted with (lens_ti_fit_opts) */
     lens_ti_metric metric; /* metric of the rates below */
     long train_tokens, heldout_tokens;
+    double model_fingerprint; /* a checksum of the model's embeddings: load refuses maps of another model */
     float *train_rate;     /* [L+1] identification rate with the map on the training sequences */
     float *heldout_rate;   /* [L+1] on the held-out sequences (NaN when there were none) */
     float *identity_heldout_rate; /* [L+1] the same held-out tokens without a map (NaN when none) */
@@ -112,7 +113,9 @@ int lens_ti_fit(const lens_model *m, const lens_batch *train, const lens_batch *
 void lens_ti_apply(const lens_ti_maps *maps, int layer, const float *h, int T, float *out);
 
 /* Safetensors file with tensors "layer.{l}.weight" [C][C], "layer.{l}.bias"
- * [C] and the rates; load checks L and C against m. */
+ * [C], the rates and the model fingerprint; load checks L, C and the
+ * fingerprint against m (maps of another model of the same shape are
+ * refused with LENS_EFORMAT). */
 #define LENS_TI_MAPS_FILE "token_identity_maps.safetensors"
 int lens_ti_maps_save(const lens_ti_maps *maps, const char *path, lens_err *err);
 int lens_ti_maps_load(const char *path, const lens_model *m, lens_ti_maps *out, lens_err *err);

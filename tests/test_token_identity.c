@@ -357,7 +357,7 @@ static void write_bytes(const char *path, const unsigned char *b, size_t n)
 
 static int same_bits(const float *a, const float *b, size_t n) { return !memcmp(a, b, sizeof(float) * n); }
 
-static void test_save_load(const lens_model *m, const lens_ti_maps *maps)
+static void test_save_load(const char *shared, const lens_model *m, const lens_ti_maps *maps)
 {
     char path[64], bad[64];
     snprintf(path, sizeof path, "/tmp/test_token_identity.%d.safetensors", (int)getpid());
@@ -409,6 +409,17 @@ static void test_save_load(const lens_model *m, const lens_ti_maps *maps)
     CHECK(lens_ti_maps_load(bad, m, &back, &err) && err.code == LENS_EFORMAT, "maps of width C/2: %s", err.msg);
     CHECK(lens_ti_maps_load("/tmp/no/such/maps.safetensors", m, &back, &err) && err.code == LENS_ENOENT,
           "a missing file is LENS_ENOENT");
+    /* bert-tiny-mlm has the same shape (L 2, C 128) but other weights */
+    char other_dir[512];
+    snprintf(other_dir, sizeof other_dir, "%s/models/bert-tiny-mlm", shared);
+    lens_model *other = lens_model_load(other_dir, &err);
+    CHECK(other && other->cfg.n_layers == m->cfg.n_layers && other->cfg.d_model == m->cfg.d_model,
+          "bert-tiny-mlm has the same shape: %s", err.msg);
+    if (other) {
+        CHECK(lens_ti_maps_load(path, other, &back, &err) && err.code == LENS_EFORMAT && strstr(err.msg, "another model"),
+              "maps of bert-tiny-sst2 refused for bert-tiny-mlm: %s", err.msg);
+        lens_model_free(other);
+    }
     remove(path), remove(bad);
 }
 
@@ -543,7 +554,7 @@ static void test_fit(const char *shared, const json_t *fit, lens_pool *pool)
             lens_ti_result_free(&res);
         } else CHECK(0, "%s", err.msg);
 
-        test_save_load(m, &maps[0]);
+        test_save_load(shared, m, &maps[0]);
     }
 
     /* cancel: before the start, and from the progress callback between chunks */
