@@ -47,6 +47,7 @@
 #include <cblas.h>
 #include <lapacke.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,7 +164,7 @@ typedef struct {
     ranked *heaps;           /* [threads][T][k], own candidate excluded */
     int *heap_n;             /* [threads][T] */
     const volatile int *cancel;
-    int failed;              /* 2 cancelled (any task) */
+    atomic_int failed;       /* 2 cancelled (any task) */
 } rank_job;
 
 static void rank_block_task(void *ctx, int b)
@@ -357,7 +358,7 @@ typedef struct {
     const int *own;       /* [T] = 0..T-1 */
     int T, C;
     lens_ti_result *out;
-    int failed;           /* 1 out of memory, 2 cancelled */
+    atomic_int failed;    /* 1 out of memory, 2 cancelled */
 } ti_job;
 
 static void ti_layer_task(void *ctx, int k)
@@ -571,7 +572,7 @@ typedef struct {
     size_t N;
     lens_ti_maps *maps;
     double ridge;
-    int failed;              /* 1 out of memory, 3 solve failed */
+    atomic_int failed;       /* 1 out of memory, 3 solve failed */
     int failed_layer, info;
 } fit_job;
 
@@ -628,7 +629,8 @@ static void solve_task(void *ctx, int l)
     for (int i = 0; i < C; i++) A[(size_t)i * C + i] += lambda;
     lapack_int info = LAPACKE_dposv(LAPACK_ROW_MAJOR, 'U', C, C, A, C, B, C);
     if (info != 0) {
-        j->failed = 3, j->failed_layer = l, j->info = (int)info;
+        j->failed_layer = l, j->info = (int)info;
+        j->failed = 3;
     } else {
         float *W = j->maps->w + (size_t)l * C * C, *b = j->maps->b + (size_t)l * C;
         for (size_t e = 0; e < (size_t)C * C; e++) W[e] = (float)B[e];
