@@ -307,14 +307,16 @@ static void test_forward(test_server *s)
     http_resp_free(&r);
 }
 
-/* --------------------------------------------------------- bad inputs */
+/* --------------------------------------------------------- bad inputs
+ * (any method, content type and body: the transport-level cases; the
+ * per-endpoint JSON cases use run_bad_cases of http_util.h) */
 
 typedef struct {
     const char *method, *path, *ctype, *body;
     long status;
     const char *code, *field; /* field NULL: must be null */
     const char *route;        /* openapi path pattern for schema checks, NULL: unmatched */
-} bad_case;
+} raw_bad_case;
 
 static void test_bad_inputs(test_server *s)
 {
@@ -333,7 +335,7 @@ static void test_bad_inputs(test_server *s)
     snprintf(many_ids + k, sizeof many_ids - k, "]}");
 
     const char *J = "application/json", *F = "/v1/forward", *TK = "/v1/tokenize";
-    bad_case cases[] = {
+    raw_bad_case cases[] = {
         {"POST", F, J, "{", 400, "invalid_json", NULL, F},
         {"POST", F, J, "{\"text\": \"a\",}", 400, "invalid_json", NULL, F},
         {"POST", F, J, "", 400, "invalid_json", NULL, F},
@@ -405,7 +407,7 @@ static void test_bad_inputs(test_server *s)
     int n = (int)(sizeof cases / sizeof *cases);
     CHECK(n >= 40, "the bad-input matrix has %d cases", n);
     for (int i = 0; i < n; i++) {
-        const bad_case *c = &cases[i];
+        const raw_bad_case *c = &cases[i];
         http_resp r;
         int rc = http_do(s, &r, c->method, c->path, c->ctype, c->body, c->body ? strlen(c->body) : 0, NULL);
         const char *code = err_code(&r), *field = err_field(&r);
