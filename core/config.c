@@ -4,7 +4,7 @@
  * BertForMaskedLM) and "gpt2" (GPT2Model, GPT2LMHeadModel). The identifiable
  * encoder variant adds optional keys to a bert config: "head_dim_key",
  * "head_dim_value" (per-head key / value sizes) and "head_combination"
- * ("concat" | "sum"); see docs/identifiable-encoder.md. */
+ * ("concat" | "sum" | "sum_adjacent"); see docs/identifiable-encoder.md. */
 #include "model.h"
 
 #include <jansson.h>
@@ -87,6 +87,22 @@ static int parse_labels(json_t *root, const char *path, lens_config *cfg, lens_e
     return 0;
 }
 
+int lens_head_combination_parse(const char *name, int *combine)
+{
+    static const char *const names[] = {"concat", "sum", "sum_adjacent"};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(name, names[i])) {
+            *combine = i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *lens_head_combination_name(int combine)
+{
+    return combine == LENS_HEADS_SUM ? "sum" : combine == LENS_HEADS_SUM_ADJACENT ? "sum_adjacent" : "concat";
+}
+
 static int parse_bert(json_t *root, const char *path, lens_config *cfg, lens_err *err)
 {
     cfg->arch = LENS_ARCH_BERT;
@@ -112,8 +128,8 @@ static int parse_bert(json_t *root, const char *path, lens_config *cfg, lens_err
         get_int(root, path, "head_dim_value", dh, 1, 1 << 16, &cfg->d_head_v, err))
         return -1;
     const char *combine = get_str(root, "head_combination");
-    if (combine && strcmp(combine, "concat") != 0)
-        return lens_fail(err, LENS_EFORMAT, "%s: head_combination \"%s\" is not supported yet (only \"concat\")",
+    if (combine && lens_head_combination_parse(combine, &cfg->head_combination))
+        return lens_fail(err, LENS_EFORMAT, "%s: head_combination \"%s\" is not one of concat, sum, sum_adjacent",
                          path, combine);
 
     if (!strcmp(cfg->architecture, "BertForSequenceClassification")) {

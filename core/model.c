@@ -74,6 +74,7 @@ static int bind_layernorm(binder *b, lens_layernorm *ln, int C, const char *name
 static int bind_bert(binder *b, const lens_config *c, lens_params *p)
 {
     const int C = c->d_model, QK = c->n_heads * c->d_head_k, VO = c->n_heads * c->d_head_v;
+    const int attn_in = c->head_combination ? c->d_head_v : VO; /* summed heads: [C][DV], tiled by expand_summed_heads */
     b->prefix = lens_weights_has(b->w, "bert.embeddings.word_embeddings.weight") ? "bert." : "";
     p->tok_emb = bind(b, 2, c->vocab_size, C, "embeddings.word_embeddings.weight");
     p->pos_emb = p->tok_emb ? bind(b, 2, c->max_positions, C, "embeddings.position_embeddings.weight") : NULL;
@@ -87,7 +88,7 @@ static int bind_bert(binder *b, const lens_config *c, lens_params *p)
         if (bind_linear(b, &blk->q, C, QK, NAME("attention.self.query")) ||
             bind_linear(b, &blk->k, C, QK, NAME("attention.self.key")) ||
             bind_linear(b, &blk->v, C, VO, NAME("attention.self.value")) ||
-            bind_linear(b, &blk->attn_out, VO, C, NAME("attention.output.dense")) ||
+            bind_linear(b, &blk->attn_out, attn_in, C, NAME("attention.output.dense")) ||
             bind_layernorm(b, &blk->ln_attn, C, NAME("attention.output.LayerNorm")) ||
             bind_linear(b, &blk->ff_in, C, c->d_ff, NAME("intermediate.dense")) ||
             bind_linear(b, &blk->ff_out, c->d_ff, C, NAME("output.dense")) ||
@@ -169,6 +170,27 @@ static int model_linears(lens_model *m, lens_linear **out)
     return n;
 }
 
+/* head_combination sum: W_O [C][DV] becomes W_cat [C][NH*DV] with
+ * W_cat[:, m] = W_O[:, lens_head_summed_column(m)], since
+ *   sum_h o_h W_O^T = concat_h(o_h) [W_O ... W_O]^T          (SUM)
+ * and likewise for the reference code's adjacent-feature sum. From then on
+ * the model is a concat model: forward, head masks, per-head values and the
+ * attribution analyses need no case of their own. expanded: [L][C][NH*DV]. */
+static void expand_summed_heads(lens_model *m, float *expanded)
+{
+    const lens_config *c = &m->cfg;
+    const int C = c->d_model, DV = c->d_head_v, VO = c->n_heads * DV;
+    for (int l = 0; l < c->n_layers; l++) {
+        lens_linear *lin = &m->p.blocks[l].attn_out;
+        float *w = expanded + (size_t)l * C * VO;
+        for (int o = 0; o < C; o++)
+            for (int col = 0; col < VO; col++)
+                w[(size_t)o * VO + col] = lin->w[(size_t)o * DV + lens_head_summed_column(c, col)];
+        lens_weights_release(m->weights, lin->w, (size_t)C * DV);
+        lin->w = w, lin->in = VO, lin->ld = VO;
+    }
+}
+
 /* Every linear map's weight copied once into the GEMM panel layout (one
  * 64-byte aligned allocation), so no forward call repacks weights. Each
  * layer's mapped pages are released after its maps are packed, keeping peak
@@ -179,8 +201,15 @@ static int pack_weights(lens_model *m, lens_err *err)
 {
     lens_linear **lins = malloc(sizeof *lins * ((size_t)m->cfg.n_layers * 6 + 3));
     if (!lins) return lens_fail(err, LENS_ENOMEM, "out of memory");
+    const lens_config *c = &m->cfg;
+    /* summed heads: the expanded output weights [L][C][NH*DV] lead the
+     * allocation; attn_out.in is already the expanded NH*DV for sizing */
+    const int summed = c->arch == LENS_ARCH_BERT && c->head_combination;
+    const size_t expanded =
+        summed ? ((size_t)c->n_layers * c->d_model * c->n_heads * c->d_head_v + 15) & ~(size_t)15 : 0;
+    for (int l = 0; summed && l < c->n_layers; l++) m->p.blocks[l].attn_out.in = c->n_heads * c->d_head_v;
     const int n = model_linears(m, lins);
-    size_t total = 0;
+    size_t total = expanded;
     for (int i = 0; i < n; i++)
         if (lins[i]->w) total += (lens_gemm_packed_size(lins[i]->in, lins[i]->out) + 15) & ~(size_t)15;
     m->packed = total ? aligned_alloc(64, total * sizeof(float)) : NULL;
@@ -188,7 +217,8 @@ static int pack_weights(lens_model *m, lens_err *err)
         free(lins);
         return lens_fail(err, LENS_ENOMEM, "out of memory packing %zu MiB of weights", total * sizeof(float) >> 20);
     }
-    float *dst = m->packed;
+    if (summed) expand_summed_heads(m, m->packed);
+    float *dst = m->packed + expanded;
     for (int i = 0, released = 0; i < n; i++) {
         lens_linear *lin = lins[i];
         if (lin->w) {

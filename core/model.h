@@ -33,7 +33,7 @@ typedef struct {
     char architecture[64]; /* config "architectures"[0], e.g. "BertForMaskedLM" */
     int n_layers, n_heads, d_model, d_ff;
     int d_head_k, d_head_v;  /* per head; d_model / n_heads unless configured */
-    int head_combine_sum;    /* identifiable variant: 1 = heads summed, 0 = concat */
+    int head_combination;    /* identifiable variant: LENS_HEADS_CONCAT (0), LENS_HEADS_SUM, LENS_HEADS_SUM_ADJACENT */
     int vocab_size, max_positions, type_vocab_size;
     float ln_eps;
     int gelu_tanh;           /* 1: tanh approximation (gelu_new), 0: exact erf */
@@ -41,6 +41,20 @@ typedef struct {
     char **labels;           /* id2label[n_labels], or NULL */
     int random_weights;      /* written by lens_mkmodel ("lensd_random_weights"): not a trained model */
 } lens_config;
+
+/* config "head_combination" (docs/identifiable-encoder.md). A summed model's
+ * attention.output.dense.weight is [C][DV]; the loader expands it to the
+ * concat layout [C][NH*DV] whose column m repeats column
+ * lens_head_summed_column(m), so lens_params always describes a concat model:
+ *   SUM:          o = sum_h o_h                    (the paper): column m % DV
+ *   SUM_ADJACENT: o[i] = sum_j concat(o_h)[i*NH+j] (declare-lab's code): m / NH */
+enum { LENS_HEADS_CONCAT = 0, LENS_HEADS_SUM = 1, LENS_HEADS_SUM_ADJACENT = 2 };
+int lens_head_combination_parse(const char *name, int *combine); /* -1: unknown name */
+const char *lens_head_combination_name(int combine);
+static inline int lens_head_summed_column(const lens_config *c, int m)
+{
+    return c->head_combination == LENS_HEADS_SUM_ADJACENT ? m / c->n_heads : m % c->d_head_v;
+}
 
 int lens_config_load(const char *path, lens_config *cfg, lens_err *err);
 void lens_config_free(lens_config *cfg);

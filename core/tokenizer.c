@@ -934,43 +934,76 @@ static int bpe_word(const lens_tokenizer *tok, bpe_scratch *sc, const lens_text 
     return 0;
 }
 
-/* GPT-2's pre-tokenizer over code points [a, b):
+enum { GPT2_SPACE, GPT2_LETTER, GPT2_NUMBER, GPT2_OTHER };
+
+static void gpt2_classify(const uint32_t *cp, int a, int b, uint8_t *cls)
+{
+    for (int i = a; i < b; i++)
+        cls[i] = is_white_space(cp[i]) ? GPT2_SPACE : is_letter(cp[i]) ? GPT2_LETTER
+               : is_number(cp[i]) ? GPT2_NUMBER : GPT2_OTHER;
+}
+
+/* GPT-2's pre-tokenizer over code points [i, b): the end of the pre-token
+ * that starts at i, for the regex
  *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
  * The alternatives are tried in order at each position, as the regex engine
  * does; the only backtracking case is \s+(?!\S), which gives back the last
  * white space character when a non-space follows. */
+static int gpt2_word_end(const uint32_t *cp, const uint8_t *cls, int i, int b)
+{
+    int j = i;
+    if (cp[i] == '\'' && i + 1 < b) {
+        uint32_t c1 = cp[i + 1], c2 = i + 2 < b ? cp[i + 2] : 0;
+        if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') j = i + 2;
+        else if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) j = i + 3;
+    }
+    if (j == i) {
+        int k = i + (cp[i] == ' ' && i + 1 < b && cls[i + 1] != GPT2_SPACE);
+        int c = cls[k];
+        if (c != GPT2_SPACE) {
+            j = k;
+            while (j < b && cls[j] == c) j++;
+        } else {
+            j = i;
+            while (j < b && cls[j] == GPT2_SPACE) j++;
+            if (j < b && j - i > 1) j--; /* \s+(?!\S) leaves one for the next word */
+        }
+    }
+    return j;
+}
+
 static int bpe_range(const lens_tokenizer *tok, bpe_scratch *sc, const lens_text *t, int a, int b,
                      int segment, tok_vec *out)
 {
-    enum { SPACE, LETTER, NUMBER, OTHER };
-    const uint32_t *cp = t->cp;
-    uint8_t *cls = sc->cls;
-    for (int i = a; i < b; i++)
-        cls[i] = is_white_space(cp[i]) ? SPACE : is_letter(cp[i]) ? LETTER : is_number(cp[i]) ? NUMBER : OTHER;
-    int i = a;
-    while (i < b) {
-        int j = i;
-        if (cp[i] == '\'' && i + 1 < b) {
-            uint32_t c1 = cp[i + 1], c2 = i + 2 < b ? cp[i + 2] : 0;
-            if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') j = i + 2;
-            else if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) j = i + 3;
-        }
-        if (j == i) {
-            int k = i + (cp[i] == ' ' && i + 1 < b && cls[i + 1] != SPACE);
-            int c = cls[k];
-            if (c != SPACE) {
-                j = k;
-                while (j < b && cls[j] == c) j++;
-            } else {
-                j = i;
-                while (j < b && cls[j] == SPACE) j++;
-                if (j < b && j - i > 1) j--; /* \s+(?!\S) leaves one for the next word */
-            }
-        }
+    gpt2_classify(t->cp, a, b, sc->cls);
+    for (int i = a; i < b;) {
+        int j = gpt2_word_end(t->cp, sc->cls, i, b);
         if (bpe_word(tok, sc, t, t->byte_off[i], t->byte_off[j], segment, out) < 0) return -1;
         i = j;
     }
     return 0;
+}
+
+int lens_gpt2_pretokenize(const char *text, size_t len, int (*word)(void *ctx, size_t start, size_t end),
+                          void *ctx, lens_err *err)
+{
+    lens_text t;
+    if (text_decode(&t, text ? text : "", text ? len : 0, "text", err) < 0) return -1;
+    uint8_t *cls = malloc((size_t)t.n + 1);
+    if (!cls) {
+        text_free(&t);
+        return lens_fail(err, LENS_ENOMEM, "out of memory pre-tokenizing %zu bytes", len);
+    }
+    gpt2_classify(t.cp, 0, t.n, cls);
+    int rc = 0;
+    for (int i = 0; i < t.n && rc == 0;) {
+        int j = gpt2_word_end(t.cp, cls, i, t.n);
+        rc = word(ctx, (size_t)t.byte_off[i], (size_t)t.byte_off[j]);
+        i = j;
+    }
+    free(cls);
+    text_free(&t);
+    return rc;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -51,4 +51,12 @@ int lens_tokenize(const lens_tokenizer *tok, const char *text, size_t len,
                   const char *pair, size_t pair_len,
                   lens_token **out, int *n_out, lens_err *err);
 
+/* GPT-2's pre-tokenizer alone (the regex the BPE kind splits text with,
+ * without special tokens): calls word(ctx, start, end) with the byte range
+ * of each pre-token, in order; a non-zero return from word stops the walk and
+ * is returned. Invalid UTF-8 fails with LENS_EINVAL. Used by the BPE
+ * vocabulary learner (core/train_bpe.c). */
+int lens_gpt2_pretokenize(const char *text, size_t len, int (*word)(void *ctx, size_t start, size_t end),
+                          void *ctx, lens_err *err);
+
 #endif

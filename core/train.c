@@ -1,5 +1,7 @@
-/* train.c - BERT sequence-classification training: parameters, the forward
- * pass that keeps what backward needs, the backward pass, AdamW, checkpoints.
+/* train.c - training BERT classifiers / masked LMs and GPT-2 causal LMs:
+ * parameters, the forward pass that keeps what backward needs, the backward
+ * pass, AdamW, checkpoints. GPT-2's model is stated above forward_gpt2; a
+ * summed-heads BERT (head_combination sum) above tile_summed.
  *
  * Model (HF BertForSequenceClassification, post-LN, no dropout):
  *   e   = tok[ids] + pos[t] + type[seg];        x_0 = LN_emb(e)
@@ -33,7 +35,14 @@ typedef struct {
     int64_t shape[2];
     size_t off, count;
     int decay; /* AdamW weight decay applies (not biases, not LayerNorm) */
+    int summed; /* attention.output.dense.weight of a summed-heads model: held
+                 * tiled [C][NH*DV] (count), in files compact [C][DV] (shape) */
+    int layernorm; /* LayerNorm weight or bias: initialised 1 / 0 */
+    float init_std; /* weights: N(0, init_std) at initialisation */
 } tensor_info;
+
+/* Rows of LM-head logits computed at a time ([LM_ROWS][V] instead of [N][V]). */
+enum { LM_ROWS = 128 };
 
 /* Activations of one batch, grown to the largest batch seen. */
 typedef struct {
@@ -47,12 +56,18 @@ typedef struct {
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd; /* [L][N] */
     float *ff_pre, *ff_act;   /* [L][N][F] */
     float *cls, *pooled, *logits; /* [S][C], [S][C], [S][K] */
+    /* GPT-2 (pre-LN): h1 = LN_1(x), mid = x + attention, h2 = LN_2(mid) */
+    float *h1, *mid, *h2;     /* [L][N][C] */
+    float *xf, *lnf_mean, *lnf_rstd; /* [N][C] = LN_f(x_L), [N], [N] */
+    float *lm_logits;         /* [LM_ROWS][V] one chunk of LM-head logits */
+    float *dxf;               /* [N][C] */
     /* backward scratch */
     float *dx, *dres, *da, *dxn;  /* [N][C] */
     float *dff;                   /* [N][F] */
     float *dq, *dk, *dv, *dctx;   /* [N][NH*DK], [N][NH*DK], [N][NH*DV], [N][NH*DV] */
     float *dprobs, *dscores;      /* [NH][Tmax^2], [Tmax^2] */
     float *dpooled, *dlogits;     /* [S][C], [S][K] */
+    float *dw_summed;             /* summed heads: [C][NH*DV] untied output-weight gradient */
     size_t tmax2;
     int *row_start, *attn_start;  /* [S] */
 } acts;
@@ -101,6 +116,7 @@ static float *take(walker *w, const char *name, int64_t d0, int64_t d1, int deca
         ti->ndim = d1 ? 2 : 1;
         ti->shape[0] = d0, ti->shape[1] = d1;
         ti->off = w->off, ti->count = count, ti->decay = decay;
+        ti->summed = ti->layernorm = 0, ti->init_std = 0.02f;
     }
     float *p = w->t->param ? w->t->param + w->off : NULL;
     w->off += count;
@@ -118,6 +134,17 @@ static void take_linear(walker *w, lens_linear *lin, const char *name, int in, i
     lin->in = in, lin->out = out, lin->ld = in, lin->w_in_out = 0, lin->packed = NULL;
 }
 
+/* GPT-2 Conv1D: weight [in][out] (decayed), bias [out]. */
+static void take_conv1d(walker *w, lens_linear *lin, const char *name, int in, int out)
+{
+    char s[96];
+    snprintf(s, sizeof s, "%s.weight", name);
+    lin->w = take(w, s, in, out, 1);
+    snprintf(s, sizeof s, "%s.bias", name);
+    lin->b = take(w, s, out, 0, 0);
+    lin->in = in, lin->out = out, lin->ld = out, lin->w_in_out = 1, lin->packed = NULL;
+}
+
 static void take_layernorm(walker *w, lens_layernorm *ln, const char *name, int C)
 {
     char s[96];
@@ -125,6 +152,46 @@ static void take_layernorm(walker *w, lens_layernorm *ln, const char *name, int 
     ln->w = take(w, s, C, 0, 0);
     snprintf(s, sizeof s, "%s.bias", name);
     ln->b = take(w, s, C, 0, 0);
+    if (w->t->tensors) w->t->tensors[w->n - 2].layernorm = w->t->tensors[w->n - 1].layernorm = 1;
+}
+
+/* GPT-2 in HF GPT2LMHeadModel order ("transformer." names; the LM head is
+ * wte, so no tensor of its own). c_attn [C][3C] = [W_q | W_k | W_v] is one
+ * tensor; q, k, v are views of it with row stride 3C, as the loader makes.
+ * The two residual projections (attn.c_proj, mlp.c_proj) start at
+ * 0.02 / sqrt(2 L), as HF and the GPT-2 paper initialise them. */
+static void walk_gpt2(lens_trainer *t, walker *w)
+{
+    const lens_config *c = &t->cfg;
+    const int C = c->d_model;
+    lens_params *p = &t->p;
+    *w = (walker){.t = t};
+    p->tok_emb = take(w, "transformer.wte.weight", c->vocab_size, C, 1);
+    p->pos_emb = take(w, "transformer.wpe.weight", c->max_positions, C, 1);
+    p->type_emb = NULL;
+    for (int l = 0; l < c->n_layers; l++) {
+        lens_block *blk = &p->blocks[l];
+        char n[80];
+#define AT(suffix) (snprintf(n, sizeof n, "transformer.h.%d.%s", l, suffix), n)
+        lens_linear qkv;
+        take_layernorm(w, &blk->ln_attn, AT("ln_1"), C);
+        take_conv1d(w, &qkv, AT("attn.c_attn"), C, 3 * C);
+        take_conv1d(w, &blk->attn_out, AT("attn.c_proj"), C, C);
+        if (t->tensors) t->tensors[w->n - 2].init_std = 0.02f / sqrtf(2.0f * c->n_layers);
+        take_layernorm(w, &blk->ln_ff, AT("ln_2"), C);
+        take_conv1d(w, &blk->ff_in, AT("mlp.c_fc"), C, c->d_ff);
+        take_conv1d(w, &blk->ff_out, AT("mlp.c_proj"), c->d_ff, C);
+        if (t->tensors) t->tensors[w->n - 2].init_std = 0.02f / sqrtf(2.0f * c->n_layers);
+#undef AT
+        lens_linear *views[3] = {&blk->q, &blk->k, &blk->v};
+        for (int i = 0; i < 3; i++) {
+            *views[i] = qkv;
+            views[i]->w = qkv.w ? qkv.w + i * C : NULL;
+            views[i]->b = qkv.b ? qkv.b + i * C : NULL;
+            views[i]->out = C;
+        }
+    }
+    take_layernorm(w, &p->ln_final, "transformer.ln_f", C);
 }
 
 static void walk(lens_trainer *t, walker *w)
@@ -145,6 +212,10 @@ static void walk(lens_trainer *t, walker *w)
         take_linear(w, &blk->k, AT("attention.self.key"), C, QK);
         take_linear(w, &blk->v, AT("attention.self.value"), C, VO);
         take_linear(w, &blk->attn_out, AT("attention.output.dense"), VO, C);
+        if (c->head_combination && w->t->tensors) {
+            tensor_info *ti = &w->t->tensors[w->n - 2]; /* the weight, before its bias */
+            ti->summed = 1, ti->shape[1] = c->d_head_v;
+        }
         take_layernorm(w, &blk->ln_attn, AT("attention.output.LayerNorm"), C);
         take_linear(w, &blk->ff_in, AT("intermediate.dense"), C, c->d_ff);
         take_linear(w, &blk->ff_out, AT("output.dense"), c->d_ff, C);
@@ -162,6 +233,63 @@ static void walk(lens_trainer *t, walker *w)
     }
 }
 
+/* Summed heads (model.h): the trainer keeps W_O tiled, [C][NH*DV] with
+ * column m a copy of compact column lens_head_summed_column(m), so forward
+ * and backward are the concat model's. Each compact entry has NH copies;
+ * they stay equal because they start equal and always get the same
+ * gradient (the sum over the copies, see tie_summed_grad). */
+
+/* tiled[C][NH*DV] from compact[C][DV]. */
+static void tile_summed(const lens_config *c, float *tiled, const float *compact)
+{
+    const int DV = c->d_head_v, VO = c->n_heads * DV;
+    for (int o = 0; o < c->d_model; o++)
+        for (int m = 0; m < VO; m++) tiled[(size_t)o * VO + m] = compact[(size_t)o * DV + lens_head_summed_column(c, m)];
+}
+
+/* compact[C][DV] from tiled[C][NH*DV] (one copy of each entry). */
+static void compact_summed(const lens_config *c, float *compact, const float *tiled)
+{
+    const int DV = c->d_head_v, VO = c->n_heads * DV;
+    for (int o = 0; o < c->d_model; o++)
+        for (int m = 0; m < VO; m++) compact[(size_t)o * DV + lens_head_summed_column(c, m)] = tiled[(size_t)o * VO + m];
+}
+
+/* W_cat = W_O tiled, so dL/dW_O[o][j] = sum over the copies m of j of
+ * dW_cat[o][m]; that sum is added to every copy of grad [C][NH*DV].
+ * untied: [C][NH*DV] gradient of the tiled weight taken as free. */
+static void tie_summed_grad(const lens_config *c, float *grad, const float *untied)
+{
+    const int DV = c->d_head_v, VO = c->n_heads * DV;
+    float sum[DV];
+    for (int o = 0; o < c->d_model; o++) {
+        const float *u = untied + (size_t)o * VO;
+        float *g = grad + (size_t)o * VO;
+        memset(sum, 0, sizeof sum);
+        for (int m = 0; m < VO; m++) sum[lens_head_summed_column(c, m)] += u[m];
+        for (int m = 0; m < VO; m++) g[m] += sum[lens_head_summed_column(c, m)];
+    }
+}
+
+/* Elements of a tensor in checkpoint files. */
+static size_t file_count(const tensor_info *ti) { return (size_t)ti->shape[0] * (size_t)(ti->ndim == 2 ? ti->shape[1] : 1); }
+
+/* Tensor ti of buffer base ([n_param]) as written to files: base + off, or
+ * for a summed tensor its compact form in scratch [C][DV]. */
+static const float *file_data(const lens_trainer *t, const tensor_info *ti, const float *base, float *scratch)
+{
+    if (!ti->summed) return base + ti->off;
+    compact_summed(&t->cfg, scratch, base + ti->off);
+    return scratch;
+}
+
+/* Copies src (file layout) into tensor ti of buffer base. */
+static void set_from_file(const lens_trainer *t, const tensor_info *ti, float *base, const float *src)
+{
+    if (ti->summed) tile_summed(&t->cfg, base + ti->off, src);
+    else memcpy(base + ti->off, src, ti->count * sizeof(float));
+}
+
 static int copy_config(lens_config *dst, const lens_config *src)
 {
     *dst = *src;
@@ -177,25 +305,30 @@ static int copy_config(lens_config *dst, const lens_config *src)
 
 lens_trainer *lens_trainer_new(const lens_config *cfg, unsigned long long seed, lens_err *err)
 {
-    const int mlm = cfg->task == LENS_TASK_MASKED_LM;
-    if (cfg->arch != LENS_ARCH_BERT || (!mlm && cfg->n_labels < 2)) {
-        lens_fail(err, LENS_EINVAL, "training needs a BERT masked-LM or classification config (>= 2 labels)");
-        return NULL;
-    }
-    if (cfg->head_combine_sum) {
-        lens_fail(err, LENS_EINVAL, "head_combination \"sum\" is not supported by training yet");
+    const int mlm = cfg->task == LENS_TASK_MASKED_LM, gpt2 = cfg->arch == LENS_ARCH_GPT2;
+    if (gpt2 ? cfg->d_model % cfg->n_heads != 0 : (cfg->arch != LENS_ARCH_BERT || (!mlm && cfg->n_labels < 2))) {
+        lens_fail(err, LENS_EINVAL,
+                  "training needs a BERT masked-LM or classification config (>= 2 labels) or a GPT-2 config");
         return NULL;
     }
     lens_trainer *t = calloc(1, sizeof *t);
     if (!t || copy_config(&t->cfg, cfg)) goto oom;
-    t->cfg.task = mlm ? LENS_TASK_MASKED_LM : LENS_TASK_CLASSIFICATION;
-    if (mlm) t->cfg.n_labels = 0;
+    t->cfg.task = gpt2 ? LENS_TASK_CAUSAL_LM : mlm ? LENS_TASK_MASKED_LM : LENS_TASK_CLASSIFICATION;
+    if (mlm || gpt2) t->cfg.n_labels = 0;
     t->cfg.random_weights = 0;
-    if (!t->cfg.type_vocab_size) t->cfg.type_vocab_size = 2;
+    if (gpt2) {
+        /* c_attn's [C][3C] fixes DK = DV = C / NH; GPT-2 has no summed variant or segments */
+        t->cfg.d_head_k = t->cfg.d_head_v = cfg->d_model / cfg->n_heads;
+        t->cfg.head_combination = 0, t->cfg.type_vocab_size = 0;
+        snprintf(t->cfg.architecture, sizeof t->cfg.architecture, "GPT2LMHeadModel");
+    } else if (!t->cfg.type_vocab_size) {
+        t->cfg.type_vocab_size = 2;
+    }
     t->p.blocks = calloc((size_t)cfg->n_layers, sizeof *t->p.blocks);
     if (!t->p.blocks) goto oom;
     walker w;
-    walk(t, &w); /* count */
+    void (*walk_arch)(lens_trainer *, walker *) = gpt2 ? walk_gpt2 : walk;
+    walk_arch(t, &w); /* count */
     t->n_param = w.off, t->n_tensors = w.n;
     t->tensors = calloc((size_t)w.n, sizeof *t->tensors);
     t->param = malloc(t->n_param * sizeof(float));
@@ -203,15 +336,27 @@ lens_trainer *lens_trainer_new(const lens_config *cfg, unsigned long long seed, 
     t->m = calloc(t->n_param, sizeof(float));
     t->v = calloc(t->n_param, sizeof(float));
     if (!t->tensors || !t->param || !t->grad || !t->m || !t->v) goto oom;
-    walk(t, &w); /* bind */
+    walk_arch(t, &w); /* bind */
+    float *compact = NULL;
+    if (t->cfg.head_combination) {
+        const size_t n = (size_t)cfg->d_model * cfg->d_head_v, tiled = n * cfg->n_heads;
+        compact = malloc(n * sizeof(float));
+        t->a.dw_summed = malloc(tiled * sizeof(float));
+        if (!compact || !t->a.dw_summed) {
+            free(compact);
+            goto oom;
+        }
+    }
     uint64_t state = seed;
     for (int i = 0; i < t->n_tensors; i++) {
         const tensor_info *ti = &t->tensors[i];
-        float *p = t->param + ti->off;
-        const int is_ln = strstr(ti->name, "LayerNorm") != NULL, is_bias = ti->ndim == 1;
-        for (size_t j = 0; j < ti->count; j++)
-            p[j] = is_ln && !strstr(ti->name, ".bias") ? 1.0f : is_bias ? 0.0f : 0.02f * rng_normal(&state);
+        float *p = ti->summed ? compact : t->param + ti->off;
+        const int is_bias = ti->ndim == 1, ln_weight = ti->layernorm && !strstr(ti->name, ".bias");
+        for (size_t j = 0; j < file_count(ti); j++)
+            p[j] = ln_weight ? 1.0f : is_bias ? 0.0f : ti->init_std * rng_normal(&state);
+        if (ti->summed) set_from_file(t, ti, t->param, compact);
     }
+    free(compact);
     return t;
 oom:
     lens_fail(err, LENS_ENOMEM, "out of memory for the trainer");
@@ -225,7 +370,8 @@ static void acts_free(acts *a)
                      &a->r1, &a->a, &a->r2, &a->ln1_mean, &a->ln1_rstd, &a->ln2_mean, &a->ln2_rstd,
                      &a->ff_pre, &a->ff_act, &a->cls, &a->pooled, &a->logits, &a->dx, &a->dres, &a->da,
                      &a->dxn, &a->dff, &a->dq, &a->dk, &a->dv, &a->dctx, &a->dprobs, &a->dscores,
-                     &a->dpooled, &a->dlogits};
+                     &a->dpooled, &a->dlogits, &a->dw_summed, &a->h1, &a->mid, &a->h2, &a->xf,
+                     &a->lnf_mean, &a->lnf_rstd, &a->lm_logits, &a->dxf};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(*all[i]), *all[i] = NULL;
     free(a->row_start), free(a->attn_start);
     a->row_start = a->attn_start = NULL;
@@ -269,6 +415,7 @@ void lens_trainer_zero_grad(lens_trainer *t) { memset(t->grad, 0, t->n_param * s
 /* The gradient of a parameter tensor: same offset in the gradient buffer. */
 static float *G(const lens_trainer *t, const float *param) { return t->grad + (param - t->param); }
 
+
 int lens_trainer_load_weights(lens_trainer *t, const char *dir, int *n_loaded, lens_err *err)
 {
     lens_weights *w = lens_weights_open(dir, err);
@@ -278,18 +425,19 @@ int lens_trainer_load_weights(lens_trainer *t, const char *dir, int *n_loaded, l
         const tensor_info *ti = &t->tensors[i];
         const char *name = ti->name;
         if (!lens_weights_has(w, name) && !strncmp(name, "bert.", 5)) name += 5;
+        else if (!lens_weights_has(w, name) && !strncmp(name, "transformer.", 12)) name += 12;
         if (!lens_weights_has(w, name)) continue;
         const float *src = lens_weights_get(w, name, ti->ndim, ti->shape, err);
         if (!src) {
             lens_weights_close(w);
             return -1;
         }
-        memcpy(t->param + ti->off, src, ti->count * sizeof(float));
+        set_from_file(t, ti, t->param, src);
         loaded++;
     }
     lens_weights_close(w);
     if (n_loaded) *n_loaded = loaded;
-    if (!loaded) return lens_fail(err, LENS_EFORMAT, "%s: no tensor of a BERT classifier found", dir);
+    if (!loaded) return lens_fail(err, LENS_EFORMAT, "%s: no tensor of the model found", dir);
     return 0;
 }
 
@@ -311,10 +459,16 @@ static int acts_reserve(lens_trainer *t, size_t N, size_t S, size_t A, size_t tm
     const size_t QK = NH * c->d_head_k, VO = NH * c->d_head_v, K = (size_t)c->n_labels;
     int failed = 0;
     if (N > a->N) {
-        failed |= grow(&a->emb, N * C) | grow(&a->emb_mean, N) | grow(&a->emb_rstd, N);
+        if (c->arch == LENS_ARCH_GPT2) {
+            failed |= grow(&a->h1, L * N * C) | grow(&a->mid, L * N * C) | grow(&a->h2, L * N * C);
+            failed |= grow(&a->xf, N * C) | grow(&a->lnf_mean, N) | grow(&a->lnf_rstd, N) | grow(&a->dxf, N * C);
+            if (!a->lm_logits) failed |= grow(&a->lm_logits, (size_t)LM_ROWS * c->vocab_size);
+        } else {
+            failed |= grow(&a->emb, N * C) | grow(&a->emb_mean, N) | grow(&a->emb_rstd, N);
+            failed |= grow(&a->r1, L * N * C) | grow(&a->a, L * N * C) | grow(&a->r2, L * N * C);
+        }
         failed |= grow(&a->x, (L + 1) * N * C) | grow(&a->q, L * N * QK) | grow(&a->k, L * N * QK);
         failed |= grow(&a->v, L * N * VO) | grow(&a->ctx, L * N * VO);
-        failed |= grow(&a->r1, L * N * C) | grow(&a->a, L * N * C) | grow(&a->r2, L * N * C);
         failed |= grow(&a->ln1_mean, L * N) | grow(&a->ln1_rstd, L * N) | grow(&a->ln2_mean, L * N) |
                   grow(&a->ln2_rstd, L * N);
         failed |= grow(&a->ff_pre, L * N * F) | grow(&a->ff_act, L * N * F);
@@ -455,8 +609,14 @@ static void backward(lens_trainer *t, const lens_batch *b, size_t N, size_t A)
         /* r1 = x + ctx W_O + b_O */
         memcpy(a->dxn, a->dres, NC * sizeof(float));
         memset(a->dctx, 0, N * VO * sizeof(float));
-        lens_linear_backward(a->dctx, G(t, blk->attn_out.w), G(t, blk->attn_out.b), a->dres, ctx, &blk->attn_out,
-                             n);
+        if (c->head_combination) {
+            memset(a->dw_summed, 0, (size_t)C * VO * sizeof(float));
+            lens_linear_backward(a->dctx, a->dw_summed, G(t, blk->attn_out.b), a->dres, ctx, &blk->attn_out, n);
+            tie_summed_grad(c, G(t, blk->attn_out.w), a->dw_summed);
+        } else {
+            lens_linear_backward(a->dctx, G(t, blk->attn_out.w), G(t, blk->attn_out.b), a->dres, ctx,
+                                 &blk->attn_out, n);
+        }
         /* ctx_h = softmax(q_h k_h^T / sqrt(DK)) v_h, per sequence */
         memset(a->dq, 0, N * QK * sizeof(float));
         memset(a->dk, 0, N * QK * sizeof(float));
@@ -486,6 +646,117 @@ static void backward(lens_trainer *t, const lens_batch *b, size_t N, size_t A)
     }
 }
 
+/* GPT-2 (pre-LN, causal attention, tanh GELU), b's type ids ignored:
+ *   x_0 = wte[ids] + wpe[t]
+ *   per layer l:  h1 = LN_1(x);  q,k,v = h1 W_attn + b_attn  (views of c_attn)
+ *                 ctx = concat_h causal_softmax(q_h k_h^T / sqrt(DK)) v_h
+ *                 mid = x + ctx W_proj + b_proj;   h2 = LN_2(mid)
+ *                 x_{l+1} = mid + GELU_tanh(h2 W_fc + b_fc) W_mproj + b_mproj
+ *   xf = LN_f(x_L); logits = xf wte^T (tied head, lm_loss) */
+static void forward_gpt2(lens_trainer *t, const lens_batch *b, size_t N, size_t A)
+{
+    const lens_config *c = &t->cfg;
+    const lens_params *p = &t->p;
+    acts *a = &t->a;
+    const int C = c->d_model, F = c->d_ff, NH = c->n_heads, DH = C / NH;
+    const int n = (int)N;
+    for (int s = 0; s < b->n_seqs; s++) {
+        const int r = a->row_start[s];
+        lens_embedding_forward(a->x + (size_t)r * C, b->ids + r, NULL, p->tok_emb, p->pos_emb, NULL, b->lengths[s], C);
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        const lens_block *blk = &p->blocks[l];
+        const size_t LNC = l * N * C;
+        const float *x = a->x + LNC;
+        float *h1 = a->h1 + LNC, *mid = a->mid + LNC, *h2 = a->h2 + LNC;
+        float *q = a->q + LNC, *k = a->k + LNC, *v = a->v + LNC, *ctx = a->ctx + LNC;
+        float *probs = a->probs + (size_t)l * NH * A;
+        float *pre = a->ff_pre + l * N * F, *act = a->ff_act + l * N * F;
+        lens_layernorm_forward(h1, a->ln1_mean + l * N, a->ln1_rstd + l * N, x, &blk->ln_attn, n, C, c->ln_eps);
+        lens_linear_forward(q, h1, &blk->q, n);
+        lens_linear_forward(k, h1, &blk->k, n);
+        lens_linear_forward(v, h1, &blk->v, n);
+        for (int s = 0; s < b->n_seqs; s++) {
+            const size_t r = (size_t)a->row_start[s] * C;
+            lens_attention_forward(ctx + r, probs + a->attn_start[s], A, q + r, k + r, v + r, b->lengths[s], NH, DH,
+                                   DH, 1);
+        }
+        lens_linear_forward(mid, ctx, &blk->attn_out, n);
+        lens_residual_forward(mid, x, N * C);
+        lens_layernorm_forward(h2, a->ln2_mean + l * N, a->ln2_rstd + l * N, mid, &blk->ln_ff, n, C, c->ln_eps);
+        lens_linear_forward(pre, h2, &blk->ff_in, n);
+        memcpy(act, pre, N * F * sizeof(float));
+        (c->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(act, N * F);
+        float *out = a->x + (l + 1) * N * C;
+        lens_linear_forward(out, act, &blk->ff_out, n);
+        lens_residual_forward(out, mid, N * C);
+    }
+    lens_layernorm_forward(a->xf, a->lnf_mean, a->lnf_rstd, a->x + (size_t)c->n_layers * N * C, &p->ln_final, n, C,
+                           c->ln_eps);
+}
+
+/* From a->dxf = dL/dxf down to the embeddings, accumulating weight gradients. */
+static void backward_gpt2(lens_trainer *t, const lens_batch *b, size_t N, size_t A)
+{
+    const lens_config *c = &t->cfg;
+    const lens_params *p = &t->p;
+    acts *a = &t->a;
+    const int C = c->d_model, F = c->d_ff, NH = c->n_heads, DH = C / NH;
+    const size_t NC = N * C;
+    const int n = (int)N;
+    /* xf = LN_f(x_L) */
+    memset(a->dx, 0, NC * sizeof(float));
+    lens_layernorm_backward(a->dx, G(t, p->ln_final.w), G(t, p->ln_final.b), a->dxf,
+                            a->x + (size_t)c->n_layers * NC, a->lnf_mean, a->lnf_rstd, &p->ln_final, n, C);
+    for (int l = c->n_layers - 1; l >= 0; l--) {
+        const lens_block *blk = &p->blocks[l];
+        const size_t LNC = l * NC;
+        const float *x = a->x + LNC, *h1 = a->h1 + LNC, *mid = a->mid + LNC, *h2 = a->h2 + LNC;
+        const float *q = a->q + LNC, *k = a->k + LNC, *v = a->v + LNC, *ctx = a->ctx + LNC;
+        const float *probs = a->probs + (size_t)l * NH * A;
+        const float *pre = a->ff_pre + l * N * F, *act = a->ff_act + l * N * F;
+        /* x_{l+1} = mid + GELU(h2 W_fc + b_fc) W_mproj + b_mproj: dmid = dx + (FFN branch) */
+        memcpy(a->da, a->dx, NC * sizeof(float)); /* da = dL/dmid */
+        memset(a->dff, 0, N * F * sizeof(float));
+        lens_linear_backward(a->dff, G(t, blk->ff_out.w), G(t, blk->ff_out.b), a->dx, act, &blk->ff_out, n);
+        lens_gelu_backward_inplace(a->dff, pre, N * F, c->gelu_tanh);
+        memset(a->dres, 0, NC * sizeof(float)); /* dres = dL/dh2 */
+        lens_linear_backward(a->dres, G(t, blk->ff_in.w), G(t, blk->ff_in.b), a->dff, h2, &blk->ff_in, n);
+        /* h2 = LN_2(mid) */
+        lens_layernorm_backward(a->da, G(t, blk->ln_ff.w), G(t, blk->ln_ff.b), a->dres, mid, a->ln2_mean + l * N,
+                                a->ln2_rstd + l * N, &blk->ln_ff, n, C);
+        /* mid = x + ctx W_proj + b_proj */
+        memcpy(a->dxn, a->da, NC * sizeof(float)); /* dxn = dL/dx */
+        memset(a->dctx, 0, NC * sizeof(float));
+        lens_linear_backward(a->dctx, G(t, blk->attn_out.w), G(t, blk->attn_out.b), a->da, ctx, &blk->attn_out, n);
+        /* ctx_h = causal_softmax(q_h k_h^T / sqrt(DK)) v_h, per sequence */
+        memset(a->dq, 0, NC * sizeof(float));
+        memset(a->dk, 0, NC * sizeof(float));
+        memset(a->dv, 0, NC * sizeof(float));
+        for (int s = 0; s < b->n_seqs; s++) {
+            const size_t r = (size_t)a->row_start[s] * C;
+            lens_attention_backward(a->dq + r, a->dk + r, a->dv + r, a->dprobs, a->tmax2, a->dscores, a->dctx + r,
+                                    q + r, k + r, v + r, probs + a->attn_start[s], A, b->lengths[s], NH, DH, DH, 1);
+        }
+        /* q, k, v = h1 W_{q,k,v} + b (column blocks of c_attn) */
+        memset(a->dres, 0, NC * sizeof(float)); /* dres = dL/dh1 */
+        lens_linear_backward(a->dres, G(t, blk->q.w), G(t, blk->q.b), a->dq, h1, &blk->q, n);
+        lens_linear_backward(a->dres, G(t, blk->k.w), G(t, blk->k.b), a->dk, h1, &blk->k, n);
+        lens_linear_backward(a->dres, G(t, blk->v.w), G(t, blk->v.b), a->dv, h1, &blk->v, n);
+        /* h1 = LN_1(x) */
+        lens_layernorm_backward(a->dxn, G(t, blk->ln_attn.w), G(t, blk->ln_attn.b), a->dres, x, a->ln1_mean + l * N,
+                                a->ln1_rstd + l * N, &blk->ln_attn, n, C);
+        float *swap = a->dx;
+        a->dx = a->dxn, a->dxn = swap;
+    }
+    /* x_0 = wte[ids] + wpe[t] */
+    for (int s = 0; s < b->n_seqs; s++) {
+        const int r = a->row_start[s];
+        lens_embedding_backward(G(t, p->tok_emb), G(t, p->pos_emb), NULL, a->dx + (size_t)r * C, b->ids + r, NULL,
+                                b->lengths[s], C);
+    }
+}
+
 /* Checks the batch, sizes the activations and runs the encoder. */
 static int encode(lens_trainer *t, const lens_batch *b, size_t *N_out, size_t *A_out, lens_err *err)
 {
@@ -503,7 +774,7 @@ static int encode(lens_trainer *t, const lens_batch *b, size_t *N_out, size_t *A
     for (size_t i = 0; i < N; i++) {
         if (b->ids[i] < 0 || b->ids[i] >= c->vocab_size)
             return lens_fail(err, LENS_EINVAL, "token id %d outside the vocabulary", b->ids[i]);
-        if (b->type_ids && (b->type_ids[i] < 0 || b->type_ids[i] >= c->type_vocab_size))
+        if (b->type_ids && c->arch == LENS_ARCH_BERT && (b->type_ids[i] < 0 || b->type_ids[i] >= c->type_vocab_size))
             return lens_fail(err, LENS_EINVAL, "segment id %d out of range", b->type_ids[i]);
     }
     if (acts_reserve(t, N, (size_t)S, A, tmax2)) return lens_fail(err, LENS_ENOMEM, "out of memory for %zu tokens", N);
@@ -512,22 +783,63 @@ static int encode(lens_trainer *t, const lens_batch *b, size_t *N_out, size_t *A
         a->row_start[s] = r, a->attn_start[s] = q;
         r += b->lengths[s], q += b->lengths[s] * b->lengths[s];
     }
-    forward(t, b, N, A);
+    (c->arch == LENS_ARCH_GPT2 ? forward_gpt2 : forward)(t, b, N, A);
     *N_out = N, *A_out = A;
     return 0;
 }
 
+/* exp(x) for x <= 0 in float, written so that the compiler vectorises the
+ * loops that call it (libm's expf is a call per element): x = n ln2 + r with
+ * n rounded by the 1.5 * 2^23 trick, ln2 split in two (Cephes), a degree-6
+ * polynomial for e^r on |r| <= ln2 / 2 (Cephes expf, ~1 ulp), 2^n put in the
+ * exponent bits. x below -87 gives exp(-87) ~ 1.6e-38, which a sum >= 1
+ * ignores. */
+static inline float exp_nonpositive(float x)
+{
+    x = x < -87.0f ? -87.0f : x;
+    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    const float r = x - n * 0.693359375f - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union {
+        int32_t i;
+        float f;
+    } scale = {.i = ((int32_t)n + 127) << 23};
+    return p * scale.f;
+}
+
 /* -log softmax(z)[y] over K logits; dz = (softmax(z) - onehot(y)) * scale
- * (dz may be z). */
+ * (dz may be z). The LM heads have K = V, tens of thousands, so every loop
+ * is one the compiler vectorises: maximum and sum over 8 lanes (the sum in
+ * double), exp_nonpositive. The loss keeps ~1e-7 relative accuracy, which
+ * the finite-difference tests need. */
 static double cross_entropy(const float *z, int K, int y, float *dz, double scale)
 {
+    enum { LANES = 8 };
+    float lane_max[LANES];
+    for (int l = 0; l < LANES; l++) lane_max[l] = z[0];
+    int j = 0;
+    for (; j + LANES <= K; j += LANES)
+        for (int l = 0; l < LANES; l++) lane_max[l] = z[j + l] > lane_max[l] ? z[j + l] : lane_max[l];
     float mx = z[0];
-    for (int j = 1; j < K; j++) mx = z[j] > mx ? z[j] : mx;
-    double sum = 0;
-    for (int j = 0; j < K; j++) sum += exp((double)z[j] - mx);
-    const double nll = log(sum) + mx - z[y]; /* before dz, which may overwrite z */
-    for (int j = 0; j < K; j++) dz[j] = (float)((exp((double)z[j] - mx) / sum - (j == y)) * scale);
-    return nll;
+    for (int l = 0; l < LANES; l++) mx = lane_max[l] > mx ? lane_max[l] : mx;
+    for (; j < K; j++) mx = z[j] > mx ? z[j] : mx;
+    const double zy = z[y]; /* before dz, which may overwrite z */
+    for (j = 0; j < K; j++) dz[j] = exp_nonpositive(z[j] - mx);
+    double lane_sum[LANES] = {0}, sum = 0;
+    for (j = 0; j + LANES <= K; j += LANES)
+        for (int l = 0; l < LANES; l++) lane_sum[l] += dz[j + l];
+    for (; j < K; j++) sum += dz[j];
+    for (int l = 0; l < LANES; l++) sum += lane_sum[l];
+    const float norm = (float)(scale / sum);
+    for (j = 0; j < K; j++) dz[j] *= norm;
+    dz[y] -= (float)scale;
+    return log(sum) + mx - zy;
 }
 
 int lens_trainer_batch(lens_trainer *t, const lens_batch *b, const int *labels, int backward_pass, float *loss,
@@ -612,6 +924,47 @@ int lens_trainer_mlm_batch(lens_trainer *t, const lens_batch *b, const int *targ
     return 0;
 }
 
+int lens_trainer_causal_batch(lens_trainer *t, const lens_batch *b, int backward_pass, float *loss,
+                              int *n_predicted, float *logits, lens_err *err)
+{
+    const lens_config *c = &t->cfg;
+    const lens_params *p = &t->p;
+    const int C = c->d_model, V = c->vocab_size;
+    if (c->task != LENS_TASK_CAUSAL_LM) return lens_fail(err, LENS_EINVAL, "not a causal-LM trainer");
+    size_t N, A;
+    if (encode(t, b, &N, &A, err)) return -1;
+    acts *a = &t->a;
+    /* row i of sequence s predicts ids[i + 1] when i + 1 is still in s */
+    int M = 0;
+    for (int s = 0; s < b->n_seqs; s++) M += b->lengths[s] - 1;
+    if (n_predicted) *n_predicted = M;
+    /* logits = xf wte^T, LM_ROWS rows at a time; loss = mean over the M
+     * predictions of -log softmax(logits_i)[ids[i + 1]] */
+    const lens_linear head = {.w = p->tok_emb, .in = C, .out = V, .ld = C};
+    if (backward_pass) memset(a->dxf, 0, N * C * sizeof(float));
+    double total = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        const int r0 = a->row_start[s], T = b->lengths[s];
+        for (int i0 = 0; i0 < T; i0 += LM_ROWS) {
+            const int rows = T - i0 < LM_ROWS ? T - i0 : LM_ROWS;
+            const size_t r = (size_t)r0 + i0;
+            lens_linear_forward(a->lm_logits, a->xf + r * C, &head, rows);
+            if (logits) memcpy(logits + r * V, a->lm_logits, (size_t)rows * V * sizeof(float));
+            for (int i = 0; i < rows; i++) {
+                float *z = a->lm_logits + (size_t)i * V;
+                if (i0 + i + 1 < T) total += cross_entropy(z, V, b->ids[r + i + 1], z, M ? 1.0 / M : 0);
+                else memset(z, 0, V * sizeof(float)); /* the last position predicts nothing */
+            }
+            /* logits = xf wte^T: dxf += dlogits wte; dwte += dlogits^T xf */
+            if (backward_pass && M)
+                lens_linear_backward(a->dxf + r * C, G(t, p->tok_emb), NULL, a->lm_logits, a->xf + r * C, &head, rows);
+        }
+    }
+    if (loss) *loss = M ? (float)(total / M) : 0.0f;
+    if (backward_pass && M) backward_gpt2(t, b, N, A);
+    return 0;
+}
+
 /* AdamW on n parameters: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
  * p -= lr (m / c1 / (sqrt(v / c2) + eps) + wd p), g = grad * scale (clipping).
  * no-math-errno lets the compiler vectorise sqrtf (v >= 0 always). */
@@ -632,7 +985,12 @@ __attribute__((optimize("no-math-errno"))) static void adamw_update(float *restr
 float lens_trainer_step(lens_trainer *t, float lr, float wd, float max_norm)
 {
     double sq = 0;
-    for (size_t i = 0; i < t->n_param; i++) sq += (double)t->grad[i] * t->grad[i];
+    for (int i = 0; i < t->n_tensors; i++) {
+        const tensor_info *ti = &t->tensors[i];
+        double part = 0;
+        for (size_t j = ti->off; j < ti->off + ti->count; j++) part += (double)t->grad[j] * t->grad[j];
+        sq += ti->summed ? part / t->cfg.n_heads : part; /* NH equal copies of each entry */
+    }
     const float norm = (float)sqrt(sq);
     const float scale = max_norm > 0 && norm > max_norm ? max_norm / norm : 1.0f;
     t->step++;
@@ -647,11 +1005,13 @@ float lens_trainer_step(lens_trainer *t, float lr, float wd, float max_norm)
 
 /* ------------------------------------------------------------ checkpoints */
 
-static int copy_file(const char *from_dir, const char *to_dir, const char *name, int required, lens_err *err)
+/* from_dir/name copied to to_dir/to_name (to_name NULL: name). */
+static int copy_file_as(const char *from_dir, const char *to_dir, const char *name, const char *to_name, int required,
+                        lens_err *err)
 {
     char src[4096], dst[4096];
     snprintf(src, sizeof src, "%s/%s", from_dir, name);
-    snprintf(dst, sizeof dst, "%s/%s", to_dir, name);
+    snprintf(dst, sizeof dst, "%s/%s", to_dir, to_name ? to_name : name);
     if (!strcmp(src, dst)) return 0;
     FILE *in = fopen(src, "rb");
     if (!in) return required ? lens_fail(err, LENS_ENOENT, "%s: %s", src, strerror(errno)) : 0;
@@ -668,6 +1028,30 @@ static int copy_file(const char *from_dir, const char *to_dir, const char *name,
     return 0;
 }
 
+static int copy_file(const char *from_dir, const char *to_dir, const char *name, int required, lens_err *err)
+{
+    return copy_file_as(from_dir, to_dir, name, NULL, required, err);
+}
+
+/* GPT-2 tokenizer files as HF names them: vocab.json + merges.txt, taken as
+ * they are or from OpenAI's original encoder.json + vocab.bpe (same formats). */
+static int copy_bpe_tokenizer(const char *from_dir, const char *to_dir, lens_err *err)
+{
+    char probe[4096];
+    snprintf(probe, sizeof probe, "%s/vocab.json", from_dir);
+    FILE *f = fopen(probe, "r");
+    if (f) {
+        fclose(f);
+        return copy_file(from_dir, to_dir, "vocab.json", 1, err) || copy_file(from_dir, to_dir, "merges.txt", 1, err)
+                   ? -1
+                   : 0;
+    }
+    return copy_file_as(from_dir, to_dir, "encoder.json", "vocab.json", 1, err) ||
+                   copy_file_as(from_dir, to_dir, "vocab.bpe", "merges.txt", 1, err)
+               ? -1
+               : 0;
+}
+
 static void json_string(FILE *f, const char *s)
 {
     fputc('"', f);
@@ -679,6 +1063,20 @@ static void json_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
+/* HF GPT2Config of a GPT2LMHeadModel (no dropout: the trainer has none). */
+static void write_gpt2_config(const lens_config *c, FILE *f)
+{
+    fprintf(f,
+            "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+            "  \"n_embd\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_positions\": %d,\n"
+            "  \"n_ctx\": %d,\n  \"n_inner\": %d,\n  \"vocab_size\": %d,\n  \"layer_norm_epsilon\": %g,\n"
+            "  \"activation_function\": \"%s\",\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n"
+            "  \"attn_pdrop\": 0.0,\n  \"initializer_range\": 0.02,\n  \"tie_word_embeddings\": true,\n"
+            "  \"lensd_task\": \"causal-lm\"\n}\n",
+            c->d_model, c->n_layers, c->n_heads, c->max_positions, c->max_positions, c->d_ff, c->vocab_size,
+            (double)c->ln_eps, c->gelu_tanh ? "gelu_new" : "gelu");
+}
+
 static int write_config(const lens_trainer *t, const char *dir, lens_err *err)
 {
     const lens_config *c = &t->cfg;
@@ -686,6 +1084,11 @@ static int write_config(const lens_trainer *t, const char *dir, lens_err *err)
     snprintf(path, sizeof path, "%s/config.json", dir);
     FILE *f = fopen(path, "w");
     if (!f) return lens_fail(err, LENS_EIO, "%s: %s", path, strerror(errno));
+    if (c->arch == LENS_ARCH_GPT2) {
+        write_gpt2_config(c, f);
+        if (ferror(f) | fclose(f)) return lens_fail(err, LENS_EIO, "%s: write failed", path);
+        return 0;
+    }
     fprintf(f,
             "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"bert\",\n"
             "  \"hidden_act\": \"%s\",\n  \"hidden_size\": %d,\n  \"num_hidden_layers\": %d,\n"
@@ -697,9 +1100,9 @@ static int write_config(const lens_trainer *t, const char *dir, lens_err *err)
             c->task == LENS_TASK_MASKED_LM ? "BertForMaskedLM" : "BertForSequenceClassification", c->gelu_tanh ? "gelu_new" : "gelu", c->d_model, c->n_layers, c->n_heads, c->d_ff, c->max_positions,
             c->type_vocab_size, c->vocab_size, (double)c->ln_eps);
     const int dh = c->d_model / c->n_heads;
-    if (c->d_head_k != dh || c->d_head_v != dh)
-        fprintf(f, "  \"head_dim_key\": %d,\n  \"head_dim_value\": %d,\n  \"head_combination\": \"concat\",\n",
-                c->d_head_k, c->d_head_v);
+    if (c->d_head_k != dh || c->d_head_v != dh || c->head_combination)
+        fprintf(f, "  \"head_dim_key\": %d,\n  \"head_dim_value\": %d,\n  \"head_combination\": \"%s\",\n",
+                c->d_head_k, c->d_head_v, lens_head_combination_name(c->head_combination));
     if (c->task == LENS_TASK_MASKED_LM) {
         fprintf(f, "  \"lensd_task\": \"masked-lm\"\n}\n");
         if (ferror(f) | fclose(f)) return lens_fail(err, LENS_EIO, "%s: write failed", path);
@@ -725,23 +1128,33 @@ static int write_config(const lens_trainer *t, const char *dir, lens_err *err)
     return 0;
 }
 
-static int write_tensors(const lens_trainer *t, const char *path, const float *base, const char *prefix,
-                         lens_err *err)
+/* Writes n_sets copies of the tensor list into one safetensors file: set i
+ * holds buffer bases[i] ([n_param], parameters or a moment) under the names
+ * prefixes[i] + name, summed tensors in their compact file layout. */
+static int write_tensors(const lens_trainer *t, const char *path, int n_sets, const float *const *bases,
+                         const char *const *prefixes, lens_err *err)
 {
-    lens_st_out *out = calloc((size_t)t->n_tensors, sizeof *out);
-    char(*names)[176] = calloc((size_t)t->n_tensors, sizeof *names);
-    if (!out || !names) {
-        free(out), free(names);
+    const int n = n_sets * t->n_tensors;
+    size_t scratch_size = 0;
+    for (int i = 0; i < t->n_tensors; i++)
+        if (t->tensors[i].summed) scratch_size += file_count(&t->tensors[i]);
+    lens_st_out *out = calloc((size_t)n, sizeof *out);
+    char(*names)[176] = calloc((size_t)n, sizeof *names);
+    float *scratch = malloc((scratch_size * n_sets + 1) * sizeof(float)), *next = scratch;
+    if (!out || !names || !scratch) {
+        free(out), free(names), free(scratch);
         return lens_fail(err, LENS_ENOMEM, "out of memory");
     }
-    for (int i = 0; i < t->n_tensors; i++) {
-        const tensor_info *ti = &t->tensors[i];
-        snprintf(names[i], sizeof names[i], "%s%s", prefix, ti->name);
+    for (int i = 0; i < n; i++) {
+        const tensor_info *ti = &t->tensors[i % t->n_tensors];
+        const float *data = file_data(t, ti, bases[i / t->n_tensors], next);
+        if (ti->summed) next += file_count(ti);
+        snprintf(names[i], sizeof names[i], "%s%s", prefixes[i / t->n_tensors], ti->name);
         out[i] = (lens_st_out){.name = names[i], .ndim = ti->ndim, .shape = {ti->shape[0], ti->shape[1]},
-                               .data = base + ti->off};
+                               .data = data};
     }
-    int rc = lens_st_write(path, out, t->n_tensors, err);
-    free(out), free(names);
+    int rc = lens_st_write(path, out, n, err);
+    free(out), free(names), free(scratch);
     return rc;
 }
 
@@ -751,29 +1164,18 @@ int lens_trainer_save(const lens_trainer *t, const char *dir, const char *tokeni
     if (mkdir(dir, 0755) && errno != EEXIST) return lens_fail(err, LENS_EIO, "%s: %s", dir, strerror(errno));
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (write_tensors(t, path, t->param, "", err) || write_config(t, dir, err)) return -1;
-    if (tokenizer_dir && (copy_file(tokenizer_dir, dir, "vocab.txt", 1, err) ||
+    const float *params[1] = {t->param}, *moments[2] = {t->m, t->v};
+    const char *plain[1] = {""}, *moment_names[2] = {"exp_avg.", "exp_avg_sq."};
+    if (write_tensors(t, path, 1, params, plain, err) || write_config(t, dir, err)) return -1;
+    const int bpe = t->cfg.arch == LENS_ARCH_GPT2;
+    if (tokenizer_dir && ((bpe ? copy_bpe_tokenizer(tokenizer_dir, dir, err)
+                               : copy_file(tokenizer_dir, dir, "vocab.txt", 1, err)) ||
                           copy_file(tokenizer_dir, dir, "tokenizer_config.json", 0, err)))
         return -1;
     if (!with_state) return 0;
     /* moments as two tensor sets in one file: "exp_avg.<name>", "exp_avg_sq.<name>" */
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
-    lens_st_out *out = calloc(2 * (size_t)t->n_tensors, sizeof *out);
-    char(*names)[176] = calloc(2 * (size_t)t->n_tensors, sizeof *names);
-    if (!out || !names) {
-        free(out), free(names);
-        return lens_fail(err, LENS_ENOMEM, "out of memory");
-    }
-    for (int i = 0; i < 2 * t->n_tensors; i++) {
-        const tensor_info *ti = &t->tensors[i % t->n_tensors];
-        const int sq = i >= t->n_tensors;
-        snprintf(names[i], sizeof names[i], "%s.%s", sq ? "exp_avg_sq" : "exp_avg", ti->name);
-        out[i] = (lens_st_out){.name = names[i], .ndim = ti->ndim, .shape = {ti->shape[0], ti->shape[1]},
-                               .data = (sq ? t->v : t->m) + ti->off};
-    }
-    int rc = lens_st_write(path, out, 2 * t->n_tensors, err);
-    free(out), free(names);
-    if (rc) return -1;
+    if (write_tensors(t, path, 2, moments, moment_names, err)) return -1;
     snprintf(path, sizeof path, "%s/trainer_state.json", dir);
     FILE *f = fopen(path, "w");
     if (!f) return lens_fail(err, LENS_EIO, "%s: %s", path, strerror(errno));
@@ -803,11 +1205,11 @@ int lens_trainer_load_state(lens_trainer *t, const char *dir, long *step, lens_e
         char name[160];
         snprintf(name, sizeof name, "%s.%s", sq ? "exp_avg_sq" : "exp_avg", ti->name);
         const lens_st_tensor *x = lens_st_find(&st, name);
-        if (!x || x->dtype != LENS_DT_F32 || x->nbytes != ti->count * sizeof(float)) {
+        if (!x || x->dtype != LENS_DT_F32 || x->nbytes != file_count(ti) * sizeof(float)) {
             lens_st_close(&st);
             return lens_fail(err, LENS_EFORMAT, "%s: %s missing or of the wrong size", path, name);
         }
-        memcpy((sq ? t->v : t->m) + ti->off, x->data, x->nbytes);
+        set_from_file(t, ti, sq ? t->v : t->m, (const float *)x->data);
     }
     lens_st_close(&st);
     t->step = s;

@@ -1,12 +1,13 @@
-/* train.h - training BERT sequence classifiers (and learning vocabularies).
+/* train.h - training BERT classifiers and masked LMs, GPT-2 causal LMs (and
+ * learning vocabularies).
  *
- * A lens_trainer owns every parameter of a BERT classifier in one float
+ * A lens_trainer owns every parameter of a BERT or GPT-2 model in one float
  * buffer (HF tensor order, named pointers in a lens_params view), a gradient
  * buffer of the same layout and the AdamW moments. Its forward pass keeps
  * every activation the backward pass needs; the backward pass uses the ops of
  * core/ops.h and accumulates weight gradients. Checkpoints are Hugging Face
- * folders (config.json, model.safetensors, vocab.txt, tokenizer_config.json)
- * that lens_model_load reads; trainer_state.json + optimizer.safetensors next
+ * folders (config.json, model.safetensors, vocab.txt or vocab.json +
+ * merges.txt, tokenizer_config.json) that lens_model_load reads; trainer_state.json + optimizer.safetensors next
  * to them make a run resumable.
  *
  * Shapes: S sequences, N packed tokens, C = d_model, K labels. */
@@ -20,8 +21,13 @@
 
 typedef struct lens_trainer lens_trainer;
 
-/* A trainer for cfg (arch BERT, task classification or masked LM;
- * d_head_k / d_head_v honoured), weights drawn N(0, 0.02) from seed, biases 0, LayerNorm 1 / 0. */
+/* A trainer for cfg (arch BERT, task classification or masked LM; or arch
+ * GPT-2, task causal LM, HF GPT2LMHeadModel tensors;
+ * d_head_k / d_head_v and head_combination honoured), weights drawn N(0, 0.02)
+ * from seed, biases 0, LayerNorm 1 / 0. A summed-heads model keeps its
+ * output weight tiled (model.h); lens_trainer_tensor then gives the tiled
+ * [C][NH*DV] extent, whose NH copies of each entry hold equal values and
+ * equal gradients (dL/d of the compact entry); files hold [C][DV]. */
 lens_trainer *lens_trainer_new(const lens_config *cfg, unsigned long long seed, lens_err *err);
 void lens_trainer_free(lens_trainer *t);
 
@@ -50,6 +56,14 @@ void lens_trainer_zero_grad(lens_trainer *t);
 int lens_trainer_mlm_batch(lens_trainer *t, const lens_batch *b, const int *targets, int backward_pass,
                            float *loss, int *n_predicted, lens_err *err);
 
+/* Causal-LM trainer (cfg arch GPT-2, see train.c for the model): mean
+ * next-token cross-entropy, row i of a sequence predicting ids[i + 1] of the
+ * same sequence (T - 1 predictions per sequence, *n_predicted = their sum;
+ * may be NULL), the LM head tied to wte. logits [N][V] receives every row's
+ * logits when not NULL. Gradient added as by lens_trainer_batch. */
+int lens_trainer_causal_batch(lens_trainer *t, const lens_batch *b, int backward_pass, float *loss,
+                              int *n_predicted, float *logits, lens_err *err);
+
 /* Clip the gradient to global L2 norm max_norm (<= 0: no clipping), then one
  * AdamW step (beta1 .9, beta2 .999, eps 1e-8, decoupled weight decay wd on
  * every tensor except biases and LayerNorm). Returns the norm before clipping. */
@@ -73,6 +87,7 @@ typedef struct {
     const char *out_dir;
     const char *label_names; /* "negative,positive" for numeric labels, or NULL */
     int layers, hidden, heads, ff, max_len, d_head_k, d_head_v; /* 0: defaults */
+    int head_combination; /* LENS_HEADS_* (model.h) for a new model; --init keeps the checkpoint's */
     int epochs, batch_size, max_train; /* max_train 0: all examples */
     long max_steps;                    /* 0: epochs decide */
     float lr, warmup, weight_decay, clip; /* warmup: fraction of the steps */
@@ -88,10 +103,20 @@ void lens_train_opts_default(lens_train_opts *o);
 
 typedef struct {
     float train_loss, dev_accuracy, tokens_per_s; /* masked LM: dev_accuracy = dev MLM loss */
+    float dev_loss; /* causal LM: mean next-token loss on --dev (-1 without); perplexity = exp */
     long steps;
 } lens_train_result;
 
 int lens_train_classify(const lens_train_opts *o, lens_train_result *res, lens_err *err);
+
+/* ---------------------------------------------------------- `lensd train causal` */
+
+/* GPT-2 causal-LM training, see train_causal.c: train_path / dev_path are
+ * plain text, vocab_dir (or init_dir) holds a byte-level BPE tokenizer
+ * (vocab.json, merges.txt); layers, hidden, heads, ff, max_len (windows and
+ * n_positions), the schedule, save_every and resume as for classify;
+ * d_head_*, head_combination, label_names, max_train and masked_lm unused. */
+int lens_train_causal(const lens_train_opts *o, lens_train_result *res, lens_err *err);
 
 /* ---------------------------------------------------------- `lensd train vocab` */
 

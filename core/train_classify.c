@@ -296,6 +296,7 @@ static int make_config(const lens_train_opts *o, const lens_tokenizer *tok, cons
     c->n_layers = o->layers, c->n_heads = o->heads, c->d_model = o->hidden, c->d_ff = o->ff;
     c->d_head_k = o->d_head_k ? o->d_head_k : o->hidden / o->heads;
     c->d_head_v = o->d_head_v ? o->d_head_v : o->hidden / o->heads;
+    c->head_combination = o->head_combination;
     c->vocab_size = lens_tokenizer_vocab_size(tok);
     c->max_positions = o->max_len, c->type_vocab_size = 2, c->ln_eps = 1e-12f;
     c->n_labels = ls->n;
@@ -386,11 +387,13 @@ int lens_train_classify(const lens_train_opts *o, lens_train_result *res, lens_e
     const long warmup = (long)(o->warmup * total);
     size_t n_param;
     lens_trainer_params(t, &n_param);
+    if (cfg.head_combination) /* the trainer holds W_O tiled NH times; the model has one copy */
+        n_param -= (size_t)cfg.n_layers * cfg.d_model * (cfg.n_heads - 1) * cfg.d_head_v;
     fprintf(stderr,
-            "train: %d examples (%zu tokens), dev %d; L%d H%d heads %d DK %d DV %d, %zu parameters; "
+            "train: %d examples (%zu tokens), dev %d; L%d H%d heads %d DK %d DV %d (%s), %zu parameters; "
             "%ld steps of %d\n",
             train.n, train.n_tokens, dev.n, cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.d_head_k, cfg.d_head_v,
-            n_param, total, B);
+            lens_head_combination_name(cfg.head_combination), n_param, total, B);
     order = malloc(sizeof(int) * train.n);
     ids = malloc(sizeof(int) * (size_t)eval_batch * max_len);
     lengths = malloc(sizeof(int) * eval_batch);
@@ -457,7 +460,7 @@ int lens_train_classify(const lens_train_opts *o, lens_train_result *res, lens_e
         if (lens_trainer_save(t, o->out_dir, tok_dir, 1, extra, err)) goto done;
     }
     if (res) {
-        res->train_loss = (float)loss_avg, res->dev_accuracy = dev_acc, res->steps = step;
+        res->train_loss = (float)loss_avg, res->dev_accuracy = dev_acc, res->dev_loss = -1, res->steps = step;
         res->tokens_per_s = (float)(tokens / (now() - t0));
     }
     rc = 0;

@@ -60,7 +60,8 @@ static void usage(FILE *f)
             "  info      BLAS library, core and threads (GET /v1/info without server limits)\n"
             "  mkmodel   --arch bert|gpt2 --preset tiny|small|base [--task T] --seed N --out DIR\n"
             "            write a random-weight checkpoint in Hugging Face format\n"
-            "  train     classify|mlm|vocab ...  train a BERT classifier / masked LM, learn a WordPiece vocabulary\n"
+            "  train     classify|mlm|causal|vocab ...  train a BERT classifier / masked LM, a GPT-2 causal LM,\n"
+            "            learn a WordPiece or byte-level BPE vocabulary\n"
             "            (`lensd train` alone lists the options)\n"
             "  version   print the version\n");
 }
