@@ -179,18 +179,12 @@ void api_attention_run(api_call *c)
     const lens_model *m = r->in.model->model;
     const lens_config *cfg = &m->cfg;
     double t0 = api_now();
-    lens_token *toks = NULL;
-    int T = 0;
-    if (api_tokenize_input(c, &r->in, &toks, &T)) return;
-    c->n_tokens = T;
-    int *ids, *types;
-    if (api_token_ids(c, toks, T, &ids, &types)) {
-        free(toks);
-        return;
-    }
+    api_seq seq;
+    if (api_seq_begin(c, &r->in, &seq)) return;
+    int T = seq.T;
     double t1 = api_now();
 
-    lens_batch batch = {.n_seqs = 1, .lengths = &T, .ids = ids, .type_ids = types};
+    lens_batch batch = {.n_seqs = 1, .lengths = &T, .ids = seq.ids, .type_ids = seq.types};
     lens_forward_opts opts = {.keep = LENS_KEEP_ATTN | LENS_KEEP_VALUES, .cancel = c->cancel, .pool = c->threads};
     if (r->identifiability) opts.keep |= LENS_KEEP_HIDDEN; /* queries for the key-aware dimension */
     lens_activations act;
@@ -205,16 +199,15 @@ void api_attention_run(api_call *c)
             .n_layers = r->layers.n,
             .heads = r->heads.v,
             .n_heads = r->heads.n,
-            .ids = ids,
+            .ids = seq.ids,
             .want_effective = r->effective,
             .pool = c->threads,
             .head = {.null_component = r->null, .key_aware = r->identifiability},
         };
         rc = lens_attention_analyze(m, &act, 0, &areq, &res, &err);
     }
-    free(ids), free(types);
     if (rc) {
-        free(toks);
+        api_seq_free(&seq);
         lens_activations_free(&act);
         api_fail_core(c, &err, "text", NULL, "attention analysis");
         return;
@@ -223,11 +216,8 @@ void api_attention_run(api_call *c)
 
     jw *w = &c->out;
     const size_t TT = (size_t)T * T;
-    jw_obj(w);
-    jw_key(w, "model");
-    jw_str(w, r->in.model->name);
-    api_write_tokens(w, m, toks, T);
-    free(toks);
+    api_write_head(w, &r->in, &seq);
+    api_seq_free(&seq);
     jw_key(w, "layers");
     jw_arr(w);
     for (int li = 0; li < res.n_layers; li++) {

@@ -203,15 +203,9 @@ void api_attribution_run(api_call *c)
     attribution_req *r = c->req;
     const lens_model *m = r->in.model->model;
     double t0 = api_now();
-    lens_token *toks = NULL;
-    int T = 0;
-    if (api_tokenize_input(c, &r->in, &toks, &T)) return;
-    c->n_tokens = T;
-    int *ids, *types;
-    if (api_token_ids(c, toks, T, &ids, &types)) {
-        free(toks);
-        return;
-    }
+    api_seq seq;
+    if (api_seq_begin(c, &r->in, &seq)) return;
+    int T = seq.T;
     double t1 = api_now();
     api_progress(c, 0);
 
@@ -229,8 +223,7 @@ void api_attribution_run(api_call *c)
     lens_attr_tree tree;
     memset(&tree, 0, sizeof tree);
     lens_err err = {0};
-    int rc = lens_attribution_run(m, ids, types, T, &opts, &out, &err);
-    free(ids), free(types);
+    int rc = lens_attribution_run(m, seq.ids, seq.types, T, &opts, &out, &err);
     if (rc == 0 && r->tree) {
         const float **attr = malloc((size_t)out.n_layers * sizeof *attr);
         if (!attr) {
@@ -244,7 +237,7 @@ void api_attribution_run(api_call *c)
         }
     }
     if (rc) {
-        free(toks);
+        api_seq_free(&seq);
         lens_attribution_free(&out);
         api_fail_core(c, &err, "text", NULL, "attribution");
         return;
@@ -253,11 +246,8 @@ void api_attribution_run(api_call *c)
 
     jw *w = &c->out;
     const size_t TT = (size_t)T * T;
-    jw_obj(w);
-    jw_key(w, "model");
-    jw_str(w, r->in.model->name);
-    api_write_tokens(w, m, toks, T);
-    free(toks);
+    api_write_head(w, &r->in, &seq);
+    api_seq_free(&seq);
     write_class(w, m, "target", out.target, out.f_full);
     write_class(w, m, "predicted", out.predicted, NAN);
     jw_key(w, "steps");

@@ -170,25 +170,19 @@ void api_forward_run(api_call *c)
     const lens_model *m = r->in.model->model;
     const lens_config *cfg = &m->cfg;
     double t0 = api_now();
-    lens_token *toks = NULL;
-    int T = 0;
-    if (api_tokenize_input(c, &r->in, &toks, &T)) return;
-    c->n_tokens = T;
+    api_seq seq;
+    if (api_seq_begin(c, &r->in, &seq)) return;
+    int T = seq.T;
     for (int i = 0; r->positions.given && i < r->positions.n; i++) {
         if (r->positions.v[i] >= T) {
             api_fail(c, 422, "invalid_request", "positions", "position %d is outside the %d tokens", r->positions.v[i], T);
-            free(toks);
+            api_seq_free(&seq);
             return;
         }
     }
-    int *ids, *types;
-    if (api_token_ids(c, toks, T, &ids, &types)) {
-        free(toks);
-        return;
-    }
     double t1 = api_now();
 
-    lens_batch batch = {.n_seqs = 1, .lengths = &T, .ids = ids, .type_ids = types};
+    lens_batch batch = {.n_seqs = 1, .lengths = &T, .ids = seq.ids, .type_ids = seq.types};
     lens_forward_opts opts = {.keep = 0, .cancel = c->cancel, .pool = c->threads};
     if (r->outputs & OUT_LOGITS) opts.keep |= LENS_KEEP_LOGITS;
     if (r->outputs & OUT_HIDDEN) opts.keep |= LENS_KEEP_HIDDEN;
@@ -197,9 +191,8 @@ void api_forward_run(api_call *c)
     memset(&act, 0, sizeof act);
     lens_err err = {0};
     int rc = lens_forward(m, &batch, &opts, &act, &err);
-    free(ids), free(types);
     if (rc) {
-        free(toks);
+        api_seq_free(&seq);
         lens_activations_free(&act);
         api_fail_core(c, &err, "text", NULL, "the forward pass");
         return;
@@ -207,11 +200,8 @@ void api_forward_run(api_call *c)
     double t2 = api_now();
 
     jw *w = &c->out;
-    jw_obj(w);
-    jw_key(w, "model");
-    jw_str(w, r->in.model->name);
-    api_write_tokens(w, m, toks, T);
-    free(toks);
+    api_write_head(w, &r->in, &seq);
+    api_seq_free(&seq);
     if (r->outputs & OUT_LOGITS) write_logits(c, r, m, &act, T);
     if (r->outputs & OUT_HIDDEN) {
         jw_key(w, "hidden_layers");

@@ -112,24 +112,18 @@ void api_hidden_attribution_run(api_call *c)
     hta_req *r = c->req;
     const lens_model *m = r->in.model->model;
     double t0 = api_now();
-    lens_token *toks = NULL;
-    int T = 0;
-    if (api_tokenize_input(c, &r->in, &toks, &T)) return;
-    c->n_tokens = T;
+    api_seq seq;
+    if (api_seq_begin(c, &r->in, &seq)) return;
+    const int T = seq.T;
     int top = r->layers.v[r->layers.n - 1];
     double gflop = exact_flops(&m->cfg, T, top) * 1e-9;
     const int synchronous = c->ctx->state && !c->progress; /* a server request, not a job */
     if (r->method == LENS_HTA_EXACT && synchronous && gflop > EXACT_MAX_GFLOP) {
-        free(toks);
+        api_seq_free(&seq);
         api_fail(c, 413, "too_many_tokens", "text",
                  "exact hidden attribution of %d tokens up to layer %d costs about %.0f GFLOP (limit %.0f for a "
                  "request); use method \"estimate\", fewer tokens or the job kind \"hidden-attribution\"",
                  T, top, gflop, EXACT_MAX_GFLOP);
-        return;
-    }
-    int *ids, *types;
-    if (api_token_ids(c, toks, T, &ids, &types)) {
-        free(toks);
         return;
     }
     double t1 = api_now();
@@ -146,21 +140,17 @@ void api_hidden_attribution_run(api_call *c)
     };
     lens_hta_result res;
     lens_err err = {0};
-    int rc = lens_hidden_attribution(m, ids, types, T, &opts, &res, &err);
-    free(ids), free(types);
+    int rc = lens_hidden_attribution(m, seq.ids, seq.types, T, &opts, &res, &err);
     if (rc) {
-        free(toks);
+        api_seq_free(&seq);
         api_fail_core(c, &err, "text", "layers", "hidden token attribution");
         return;
     }
     double t2 = api_now();
 
     jw *w = &c->out;
-    jw_obj(w);
-    jw_key(w, "model");
-    jw_str(w, r->in.model->name);
-    api_write_tokens(w, m, toks, T);
-    free(toks);
+    api_write_head(w, &r->in, &seq);
+    api_seq_free(&seq);
     jw_key(w, "method");
     jw_str(w, r->method == LENS_HTA_EXACT ? "exact" : "estimate");
     if (r->method == LENS_HTA_ESTIMATE) {

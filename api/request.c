@@ -269,17 +269,38 @@ int api_tokenize_input(api_call *c, const api_input *in, lens_token **toks, int 
     return 0;
 }
 
-int api_token_ids(api_call *c, const lens_token *toks, int T, int **ids, int **types)
+int api_seq_begin(api_call *c, const api_input *in, api_seq *s)
 {
-    *ids = malloc((size_t)T * sizeof **ids);
-    *types = malloc((size_t)T * sizeof **types);
-    if (!*ids || !*types) {
-        free(*ids), free(*types);
-        *ids = *types = NULL;
+    memset(s, 0, sizeof *s);
+    if (api_tokenize_input(c, in, &s->toks, &s->T)) return -1;
+    const int T = s->T;
+    c->n_tokens = T;
+    s->ids = malloc((size_t)T * sizeof *s->ids);
+    s->types = malloc((size_t)T * sizeof *s->types);
+    s->special = malloc((size_t)T);
+    if (!s->ids || !s->types || !s->special) {
+        api_seq_free(s);
         return api_fail(c, 500, "internal", NULL, "out of memory");
     }
-    for (int i = 0; i < T; i++) (*ids)[i] = toks[i].id, (*types)[i] = toks[i].segment;
+    for (int i = 0; i < T; i++) {
+        s->ids[i] = s->toks[i].id, s->types[i] = s->toks[i].segment;
+        s->special[i] = (unsigned char)s->toks[i].special;
+    }
     return 0;
+}
+
+void api_seq_free(api_seq *s)
+{
+    free(s->toks), free(s->ids), free(s->types), free(s->special);
+    memset(s, 0, sizeof *s);
+}
+
+void api_write_head(jw *w, const api_input *in, const api_seq *s)
+{
+    jw_obj(w);
+    jw_key(w, "model");
+    jw_str(w, in->model->name);
+    api_write_tokens(w, in->model->model, s->toks, s->T);
 }
 
 int api_fail_core(api_call *c, const lens_err *err, const char *limit_field, const char *invalid_field,

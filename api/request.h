@@ -41,8 +41,20 @@ int api_index_list_has(const api_index_list *l, int v);
  * the model's max_positions (413 "too_many_tokens"). *toks is malloc'd. */
 int api_tokenize_input(api_call *c, const api_input *in, lens_token **toks, int *n);
 
-/* ids[T] and segment ids types[T] of tokens, malloc'd (500 on failure). */
-int api_token_ids(api_call *c, const lens_token *toks, int T, int **ids, int **types);
+/* One tokenized input sequence, as the analyses of a single text use it. */
+typedef struct {
+    lens_token *toks; /* [T] */
+    int T;
+    int *ids, *types; /* [T] token ids and segment ids */
+    unsigned char *special; /* [T] 1 for [CLS], [SEP], ... */
+} api_seq;
+
+/* Tokenize in (api_tokenize_input, which also sets c->n_tokens) and fill
+ * ids, types and special; 0, or -1 with the error written and s empty. */
+int api_seq_begin(api_call *c, const api_input *in, api_seq *s);
+void api_seq_free(api_seq *s);
+/* Opens the response object: {"model": ..., "tokens": [...], */
+void api_write_head(jw *w, const api_input *in, const api_seq *s);
 
 /* Answer a failed core call by its lens_status: cancelled -> 503 "timeout",
  * over a limit -> 413 naming limit_field, invalid -> 422 naming

@@ -202,18 +202,9 @@ void api_token_identity_run(api_call *c)
     ti_req *r = c->req;
     const lens_model *m = r->in.model->model;
     double t0 = api_now();
-    lens_token *toks = NULL;
-    int T = 0;
-    if (api_tokenize_input(c, &r->in, &toks, &T)) return;
-    c->n_tokens = T;
-    int *ids, *types;
-    unsigned char *special = malloc((size_t)T);
-    if (!special || api_token_ids(c, toks, T, &ids, &types)) {
-        if (!special) api_fail(c, 500, "internal", NULL, "out of memory");
-        free(special), free(toks);
-        return;
-    }
-    for (int i = 0; i < T; i++) special[i] = (unsigned char)toks[i].special;
+    api_seq seq;
+    if (api_seq_begin(c, &r->in, &seq)) return;
+    const int T = seq.T;
     double t1 = api_now();
     lens_ti_opts opts = {
         .metric = r->metric,
@@ -227,21 +218,17 @@ void api_token_identity_run(api_call *c)
     };
     lens_ti_result res;
     lens_err err = {0};
-    int rc = lens_token_identity(m, ids, types, special, T, &opts, &res, &err);
-    free(ids), free(types), free(special);
+    int rc = lens_token_identity(m, seq.ids, seq.types, seq.special, T, &opts, &res, &err);
     if (rc) {
-        free(toks);
+        api_seq_free(&seq);
         api_fail_core(c, &err, "text", "layers", "token identity");
         return;
     }
     double t2 = api_now();
 
     jw *w = &c->out;
-    jw_obj(w);
-    jw_key(w, "model");
-    jw_str(w, r->in.model->name);
-    api_write_tokens(w, m, toks, T);
-    free(toks);
+    api_write_head(w, &r->in, &seq);
+    api_seq_free(&seq);
     jw_key(w, "metric");
     jw_str(w, metric_name(r->metric));
     jw_key(w, "mapping");

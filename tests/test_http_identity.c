@@ -323,7 +323,7 @@ int main(void)
     snprintf(bert, sizeof bert, "bert=%s/bert", tmpdir);
     snprintf(gpt, sizeof gpt, "gpt=%s/gpt", tmpdir);
     snprintf(data, sizeof data, "%s/data", tmpdir);
-    const char *args[] = {"--model", bert, "--model", gpt, "--data-dir", data, "--max-tokens", "512", NULL};
+    const char *args[] = {"--model", bert, "--model", gpt, "--data-dir", data, "--max-tokens", "512", "--timeout", "300", NULL};
     test_server s;
     if (server_launch(&s, args) == 0) {
         test_hidden_attribution(&s);
