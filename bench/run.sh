@@ -5,12 +5,17 @@
 #   attention      effective attention, all 144 heads, T=128 and 512 (issue 4)
 #   attribution    attention attribution, 12 layers, m=20, T=64 (+ lensd T=128) (issue 5)
 #   decomposition  256 windows x 128 tokens, tokens/s and peak RSS (issue 7)
+#   hta            hidden token attribution: exact (bert-tiny, T=32) vs PyTorch Jacobians,
+#                  estimate (BERT-base, T=64, 16 probes)
+#   token_identity token identity rankings vs the bare forward (BERT-base, T=128)
 # and a summary of every target (PASS/MISS) at the end.
 #
 #   bench/run.sh [BUILD/lensd]     (make bench)
-#   BENCH_QUICK=1      forward: only T=128 batch 1, where its targets are
-#   BENCH_SKIP=a,b     skip sections (forward, attention, attribution, decomposition)
-#   BENCH_LONG=1       also: PyTorch attribution at T=128, decomposition at 2048 windows
+#   BENCH_QUICK=1      forward: only T=128 batch 1, where its targets are; hta: 2 threads only,
+#                      estimate at T=32; token_identity: fewer reps
+#   BENCH_SKIP=a,b     skip sections (forward, attention, attribution, decomposition, hta, token_identity)
+#   BENCH_LONG=1       also: PyTorch attribution at T=128, decomposition at 2048 windows,
+#                      PyTorch hta estimate
 #
 # The lensd timings come from BUILD/bench/forward, which links the same
 # libcore as BUILD/lensd; BUILD is the directory of the argument (default
@@ -337,9 +342,165 @@ if 2048 not in L:
 EOF
 }
 
+# ---------------------------------------------------------------- hidden token attribution (hta)
+# Exact: bert-tiny-sst2 (../shared, else a `lensd mkmodel` tiny BERT), T=32,
+# all layers, lensd vs torch.autograd.functional.jacobian and torch's own
+# forward (jacfwd) and reverse (jacrev) modes. Estimate: BERT-base, T=64,
+# 16 probes (BENCH_QUICK: T=32), lensd only (BENCH_LONG: + PyTorch vmap(jvp)).
+hta_section() {
+  local res=$OUT/hta-results.jsonl tiny=${LENSD_SHARED:-../shared}/models/bert-tiny-sst2
+  local thread_list="1 2" reps=5 torch_reps=1 est_T=64
+  [ -n "${BENCH_QUICK:-}" ] && thread_list="2" reps=3 torch_reps=1 est_T=32
+  make -s BUILD="$BUILD" "$BUILD/bench/hidden_attribution" || return 1
+  if [ ! -s "$tiny/config.json" ]; then
+    tiny=$MODELS/bert-tiny
+    if [ ! -s "$tiny/model.safetensors" ]; then
+      log "hta: no shared bert-tiny-sst2; writing a random tiny BERT to $tiny"
+      make -s BUILD="$BUILD" "$LENSD" && rm -rf "$tiny" &&
+        "$LENSD" mkmodel --arch bert --preset tiny --task classification --seed "$SEED" --out "$tiny" >/dev/null || return 1
+    fi
+  fi
+  : >"$res"
+  for threads in $thread_list; do
+    log "hta exact: lensd, $(basename "$tiny") T=32 all layers, $threads thread(s)"
+    "$BUILD/bench/hidden_attribution" --model "$tiny" --T 32 --threads "$threads" --reps "$reps" --warmup 1 \
+      --seed "$SEED" --dump "$OUT/hta-lensd-$threads.f32" >>"$res" || return 1
+    log "hta exact: PyTorch jacobian / jacobian(vectorize) / jacrev / jacfwd, $threads thread(s) (~15 s each)"
+    OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=PASSIVE \
+      "$PY" bench/peer/hta_torch.py --model "$tiny" --T 32 --threads "$threads" --reps "$torch_reps" --seed "$SEED" \
+      --modes jacobian,jacobian_vec,jacrev,jacfwd --lensd "$OUT/hta-lensd-$threads.f32" >>"$res" || return 1
+  done
+  if [ -z "${BENCH_QUICK:-}" ]; then
+    # forward vs reverse mode at depth: reverse pays ~L(L+1)/2 block sweeps for all layers, forward L
+    local small=$MODELS/bert-small
+    if [ ! -s "$small/model.safetensors" ]; then
+      make -s BUILD="$BUILD" "$LENSD" && rm -rf "$small" &&
+        "$LENSD" mkmodel --arch bert --preset small --task classification --seed "$SEED" --out "$small" >/dev/null || return 1
+    fi
+    log "hta exact at depth: lensd and PyTorch jacrev / jacfwd, random BERT small (L4 C256) T=16, 1 thread (~2 min)"
+    "$BUILD/bench/hidden_attribution" --model "$small" --T 16 --threads 1 --reps 3 --warmup 1 \
+      --seed "$SEED" --dump "$OUT/hta-lensd-small.f32" >>"$res" || return 1
+    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE \
+      "$PY" bench/peer/hta_torch.py --model "$small" --T 16 --threads 1 --reps 1 --seed "$SEED" \
+      --modes jacrev,jacfwd --lensd "$OUT/hta-lensd-small.f32" >>"$res" || return 1
+  fi
+  log "hta estimate: lensd, BERT-base T=$est_T, 16 probes, 2 threads (~2 min at T=64 on an idle core)"
+  "$BUILD/bench/hidden_attribution" --model "$MODEL" --method estimate --probes 16 --T "$est_T" --threads 2 \
+    --reps 1 --warmup 0 --seed "$SEED" >>"$res" || return 1
+  if [ -n "${BENCH_LONG:-}" ]; then
+    log "hta estimate: PyTorch vmap(jvp), BERT-base T=$est_T, 16 probes, 2 threads (BENCH_LONG)"
+    OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE \
+      "$PY" bench/peer/hta_torch.py --model "$MODEL" --method estimate --probes 16 --T "$est_T" --threads 2 \
+      --seed "$SEED" >>"$res" || return 1
+  fi
+  "$PY" - "$res" "$TARGETS" <<'EOF' | tee "$OUT/hta-table.txt"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+targets = open(sys.argv[2], "a")
+ex = [r for r in rows if r["method"] == "exact"]
+main_model = ex[0]["model"]  # the first exact rows: bert-tiny(-sst2) at T=32; then the depth check
+deep = [r for r in ex if r["model"] != main_model]
+ex = [r for r in ex if r["model"] == main_model]
+L = {r["threads"]: r for r in ex if r["impl"] == "lensd"}
+P = {(r["threads"], r["mode"]): r for r in ex if r["impl"] == "pytorch"}
+modes = ["jacobian", "jacobian_vec", "jacrev", "jacfwd"]
+r0 = next(iter(L.values()))
+print(f"\n== hidden token attribution, exact: {r0['model']} (L{r0['L']} C{r0['C']}), T={r0['T']}, all layers, "
+      f"{r0['tangents']} one-hot directions; float32 ==")
+print("lensd: lens_hidden_attribution (forward mode; tangents on a lens_pool of thr threads, OpenBLAS at one thread)")
+print("PyTorch (bench/peer/hta_torch.py, reference_forward.py's BERT from h^0, all layers in one call, norms included):")
+print("  jacobian = torch.autograd.functional.jacobian (reverse, one backward per output element); "
+      "jacobian_vec = the same with vectorize=True;")
+print("  jacrev / jacfwd = functorch reverse / forward mode (vmapped). Medians; ms.")
+hdr = f"{'thr':>3} | {'lensd':>7} | " + " ".join(f"{m:>12}" for m in modes) + f" | {'lensd/jacobian':>14} {'lensd/best':>10} | {'max|dc|':>8}"
+print(hdr); print("-" * len(hdr))
+checks = []
+for th in sorted(L):
+    l = L[th]
+    p = {m: P[(th, m)] for m in modes if (th, m) in P}
+    cell = lambda m: f"{p[m]['ms_median']:12.0f}" if m in p else f"{'-':>12}"
+    jac = [p[m]["ms_median"] for m in ("jacobian", "jacobian_vec") if m in p]
+    best = min((r["ms_median"], m) for m, r in p.items()) if p else None
+    diff = max((r.get("max_diff_lensd", float("nan")) for r in p.values()), default=float("nan"))
+    print(f"{th:>3} | {l['ms_median']:7.0f} | " + " ".join(cell(m) for m in modes)
+          + f" | {l['ms_median'] / min(jac) if jac else float('nan'):14.3f} {l['ms_median'] / best[0] if best else float('nan'):10.3f} | {diff:8.2g}")
+    if best:
+        r = l["ms_median"] / best[0]
+        checks.append((f"exact T={l['T']} {th} thr: lensd <= 0.2 x fastest PyTorch ({best[1]}) "
+                       f"({l['ms_median']:.0f} vs {best[0]:.0f} ms, {r:.3f}x)", r <= 0.2))
+        checks.append((f"exact T={l['T']} {th} thr: contributions agree, max |lensd - torch| {diff:.2g} <= 1e-5",
+                       diff <= 1e-5))
+print("PyTorch forward vs reverse mode on the same Jacobians (why lensd uses forward mode):")
+for th in sorted(L):
+    if (th, "jacfwd") in P and (th, "jacrev") in P:
+        f, r = P[(th, "jacfwd")]["ms_median"], P[(th, "jacrev")]["ms_median"]
+        j = P.get((th, "jacobian"))
+        print(f"  {th} thr: jacfwd (forward) {f:.0f} ms vs jacrev (reverse) {r:.0f} ms"
+              + (f" / autograd jacobian {j['ms_median']:.0f} ms" if j else "")
+              + f": forward/reverse = {f / r:.2f}; peak RSS {P[(th, 'jacfwd')]['maxrss_kib'] / 1024:.0f} MiB (lensd {L[th]['maxrss_kib'] / 1024:.0f} MiB)")
+dl = next((r for r in deep if r["impl"] == "lensd"), None)
+dp = {r["mode"]: r for r in deep if r["impl"] == "pytorch"}
+if dl and "jacfwd" in dp and "jacrev" in dp:
+    f, r = dp["jacfwd"]["ms_median"], dp["jacrev"]["ms_median"]
+    print(f"  deeper, {dl['model']} (L{dl['L']} C{dl['C']}) T={dl['T']}, 1 thr: jacfwd {f:.0f} ms vs jacrev {r:.0f} ms: "
+          f"forward/reverse = {f / r:.2f}; lensd {dl['ms_median']:.0f} ms = {dl['ms_median'] / f:.2f} x jacfwd, "
+          f"{dl['ms_median'] / r:.2f} x jacrev; max |dc| {max(x.get('max_diff_lensd', float('nan')) for x in dp.values()):.2g}; "
+          f"PyTorch peak RSS {max(x['maxrss_kib'] for x in dp.values()) / 1024:.0f} MiB (lensd {dl['maxrss_kib'] / 1024:.0f})")
+    targets.write(f"hta\tforward/reverse mode in PyTorch, L{dl['L']} T={dl['T']}: {f / r:.2f} (reported)\t-\n")
+est = {r["impl"]: r for r in rows if r["method"] == "estimate"}
+if "lensd" in est:
+    e = est["lensd"]
+    print(f"\n== hidden token attribution, estimate: BERT-base shape (L{e['L']} C{e['C']}), T={e['T']}, "
+          f"{e['probes']} probes ({e['tangents']} JVPs), all layers ==")
+    line = (f"  lensd {e['ms_median'] / 1e3:.1f} s ({e['threads']} thr), peak RSS {e['maxrss_kib'] / 1024:.0f} MiB, "
+            f"median standard error / norm^2 (last layer) {e['median_rel_stderr']:.3f}")
+    if "pytorch" in est:
+        p = est["pytorch"]
+        line += f"; PyTorch vmap(jvp) {p['ms_median'] / 1e3:.1f} s, lensd/PT {e['ms_median'] / p['ms_median']:.2f}"
+    print(line)
+    targets.write(f"hta\testimate T={e['T']} P={e['probes']}: lensd {e['ms_median'] / 1e3:.1f} s (reported, no target)\t-\n")
+print("targets:")
+for text, ok in checks:
+    print(f"  {text:<100} {'PASS' if ok else 'MISS'}")
+    targets.write(f"hta\t{text}\t{'PASS' if ok else 'MISS'}\n")
+EOF
+}
+
+# ---------------------------------------------------------------- token identity
+# BERT-base, T=128, all 13 layers, cosine, top-5, identity mapping, against
+# a bare lens_forward on the same 2-thread pool; the vocabulary ranking apart.
+token_identity_section() {
+  local res=$OUT/token_identity-results.jsonl reps=10 vocab_reps=3
+  [ -n "${BENCH_QUICK:-}" ] && reps=5 vocab_reps=1
+  make -s BUILD="$BUILD" "$BUILD/bench/token_identity" || return 1
+  log "token_identity: lensd, BERT-base T=128, all layers, 2 threads"
+  "$BUILD/bench/token_identity" --model "$MODEL" --T 128 --threads 2 --reps "$reps" --vocab-reps "$vocab_reps" \
+    --seed "$SEED" >"$res" || return 1
+  "$PY" - "$res" "$TARGETS" <<'EOF' | tee "$OUT/token_identity-table.txt"
+import json, sys
+r = json.loads(open(sys.argv[1]).read())
+targets = open(sys.argv[2], "a")
+print(f"\n== token identity: BERT-base (L{r['L']} C{r['C']} V{r['V']}), T={r['T']}, all {r['layers']} layers, "
+      f"{r['metric']}, top-{r['top_k']}, identity mapping, {r['threads']} threads, medians of {r['reps']} (interleaved) ==")
+print(f"  lens_forward, nothing kept        {r['forward_ms']:8.1f} ms")
+print(f"  lens_forward, hidden states kept  {r['forward_hidden_ms']:8.1f} ms")
+print(f"  lens_token_identity               {r['identity_ms']:8.1f} ms   overhead over the bare forward {100 * r['overhead']:+.1f}%")
+print(f"  + vocabulary ranking (V x C)      {r['identity_vocab_ms']:8.1f} ms   the vocabulary ranking alone "
+      f"{r['vocab_extra_ms']:.1f} ms = {r['vocab_extra_ms'] / r['forward_ms']:.1f} x the forward (median of {r['vocab_reps']})")
+print(f"  identification rate layer 1 {r['rate_layer1']:.3f}, layer {r['L']} {r['rate_last']:.3f}; "
+      f"vocabulary rate layer {r['L']} {r['vocab_rate_last']:.3f}; peak RSS {r['maxrss_kib'] / 1024:.0f} MiB")
+ok = r["overhead"] <= 0.20
+text = (f"T={r['T']}: token identity within 20% of the forward ({r['identity_ms']:.1f} vs {r['forward_ms']:.1f} ms, "
+        f"{100 * r['overhead']:+.1f}%)")
+print(f"targets:\n  {text:<90} {'PASS' if ok else 'MISS'}")
+targets.write(f"token_identity\t{text}\t{'PASS' if ok else 'MISS'}\n")
+targets.write(f"token_identity\tvocabulary ranking {r['vocab_extra_ms']:.0f} ms (reported, no target)\t-\n")
+EOF
+}
+
 # ---------------------------------------------------------------- run and summarise
 status=0
-for section in forward attention attribution decomposition; do
+for section in forward attention attribution decomposition hta token_identity; do
   if skip "$section"; then
     printf '%s\t(skipped: BENCH_SKIP)\t-\n' "$section" >>"$TARGETS"
     continue
