@@ -42,7 +42,7 @@ typedef struct {
     float *probs;              /* [NH][T][T] */
     float *ln1_in, *ln2_in;    /* [T][C] */
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd; /* [T] */
-    float *ff_pre;             /* [T][d_ff] GELU input */
+    float *gelu_grad;          /* [T][d_ff] GELU'(input): every tangent's FFN JVP multiplies by it */
 } layer_cache;
 
 typedef struct {
@@ -67,7 +67,7 @@ static void primal_free(primal *p)
         for (int l = 0; l < p->L; l++) {
             layer_cache *c = &p->cache[l];
             free(c->q), free(c->k), free(c->v), free(c->probs), free(c->ln1_in), free(c->ln2_in);
-            free(c->ln1_mean), free(c->ln1_rstd), free(c->ln2_mean), free(c->ln2_rstd), free(c->ff_pre);
+            free(c->ln1_mean), free(c->ln1_rstd), free(c->ln2_mean), free(c->ln2_rstd), free(c->gelu_grad);
         }
     free(p->cache);
     free(p->lnf_in), free(p->lnf_mean), free(p->lnf_rstd);
@@ -93,7 +93,7 @@ static int primal_init(primal *p, const lens_model *m, int T)
         lc->ln1_in = zalloc(t * p->C, &failed), lc->ln2_in = zalloc(t * p->C, &failed);
         lc->ln1_mean = zalloc(t, &failed), lc->ln1_rstd = zalloc(t, &failed);
         lc->ln2_mean = zalloc(t, &failed), lc->ln2_rstd = zalloc(t, &failed);
-        lc->ff_pre = zalloc(t * p->F, &failed);
+        lc->gelu_grad = zalloc(t * p->F, &failed);
     }
     p->lnf_in = zalloc(t * p->C, &failed), p->lnf_mean = zalloc(t, &failed), p->lnf_rstd = zalloc(t, &failed);
     p->x = zalloc(t * p->C, &failed), p->a = zalloc(t * p->C, &failed);
@@ -103,6 +103,14 @@ static int primal_init(primal *p, const lens_model *m, int T)
         return -1;
     }
     return 0;
+}
+
+/* x <- GELU(x), grad <- GELU'(x) (of the input), for n values. */
+static void gelu_forward_keep_grad(float *x, float *grad, size_t n, int tanh_approx)
+{
+    for (size_t i = 0; i < n; i++) grad[i] = 1.0f;
+    lens_gelu_backward_inplace(grad, x, n, tanh_approx);
+    (tanh_approx ? lens_gelu_tanh_forward : lens_gelu_forward)(x, n);
 }
 
 /* The layers from h^0; hidden [L+1][T][C] when non-NULL. */
@@ -128,9 +136,8 @@ static void primal_run(primal *p, const float *h0, float *hidden)
             lens_residual_forward(lc->ln1_in, p->x, TC);
             lens_layernorm_forward(p->a, lc->ln1_mean, lc->ln1_rstd, lc->ln1_in, &b->ln_attn, T, C, c->ln_eps);
             /* x' = LN_ff(a + ff_out(gelu(a W_in))) */
-            lens_linear_forward(lc->ff_pre, p->a, &b->ff_in, T);
-            memcpy(p->ff, lc->ff_pre, sizeof(float) * T * p->F);
-            (c->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(p->ff, (size_t)T * p->F);
+            lens_linear_forward(p->ff, p->a, &b->ff_in, T);
+            gelu_forward_keep_grad(p->ff, lc->gelu_grad, (size_t)T * p->F, c->gelu_tanh);
             lens_linear_forward(lc->ln2_in, p->ff, &b->ff_out, T);
             lens_residual_forward(lc->ln2_in, p->a, TC);
             lens_layernorm_forward(p->x, lc->ln2_mean, lc->ln2_rstd, lc->ln2_in, &b->ln_ff, T, C, c->ln_eps);
@@ -146,9 +153,8 @@ static void primal_run(primal *p, const float *h0, float *hidden)
             lens_residual_forward(lc->ln2_in, p->x, TC);
             /* x' = x2 + ff_out(gelu(ln_2(x2) W_in)) */
             lens_layernorm_forward(p->a, lc->ln2_mean, lc->ln2_rstd, lc->ln2_in, &b->ln_ff, T, C, c->ln_eps);
-            lens_linear_forward(lc->ff_pre, p->a, &b->ff_in, T);
-            memcpy(p->ff, lc->ff_pre, sizeof(float) * T * p->F);
-            (c->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(p->ff, (size_t)T * p->F);
+            lens_linear_forward(p->ff, p->a, &b->ff_in, T);
+            gelu_forward_keep_grad(p->ff, lc->gelu_grad, (size_t)T * p->F, c->gelu_tanh);
             lens_linear_forward(p->x, p->ff, &b->ff_out, T);
             lens_residual_forward(p->x, lc->ln2_in, TC);
         }
@@ -198,10 +204,16 @@ static void layernorm_jvp(float *dy, const float *dx, const float *x, const floa
         for (int b = 0; b < B; b++) {
             const float *d = dx + ((size_t)b * T + t) * C;
             float *y = dy + ((size_t)b * T + t) * C;
+            /* 16 partial sums in float, so the loop vectorises without reassociating */
+            float pd[16] = {0}, pxd[16] = {0};
+            int i = 0;
+            for (; i + 16 <= C; i += 16)
+                for (int l = 0; l < 16; l++) pd[l] += d[i + l], pxd[l] += xh[i + l] * d[i + l];
             double md = 0, mxd = 0;
-            for (int i = 0; i < C; i++) md += d[i], mxd += (double)xh[i] * d[i];
+            for (; i < C; i++) md += d[i], mxd += (double)xh[i] * d[i];
+            for (int l = 0; l < 16; l++) md += pd[l], mxd += pxd[l];
             const float mdf = (float)(md / C), mxdf = (float)(mxd / C);
-            for (int i = 0; i < C; i++) y[i] = ln->w[i] * rstd[t] * (d[i] - mdf - xh[i] * mxdf);
+            for (int c = 0; c < C; c++) y[c] = ln->w[c] * rstd[t] * (d[c] - mdf - xh[c] * mxdf);
         }
     }
 }
@@ -246,14 +258,24 @@ static void linear_jvp(float *dout, const float *dinp, const lens_linear *lin, i
     lens_gemm_linear(dout, dinp, &nobias, R, NULL);
 }
 
+/* each of the B blocks of x [B][n] times g [n], elementwise (a JVP through an elementwise op) */
+static void scale_rows(float *x, const float *g, int B, size_t n)
+{
+    for (int b = 0; b < B; b++) {
+        float *xb = x + (size_t)b * n;
+        for (size_t e = 0; e < n; e++) xb[e] *= g[e];
+    }
+}
+
 typedef struct {
     float *tx, *tn, *tq, *tk, *tv, *tctx, *th, *tff, *dS, *xhat;
+    float *rows_in, *rows_out; /* [B][C], [B][max(QK, VO)]: the one non-zero row of each tangent (first layer) */
 } tangents;
 
 static void tangents_free(tangents *t)
 {
     free(t->tx), free(t->tn), free(t->tq), free(t->tk), free(t->tv), free(t->tctx), free(t->th), free(t->tff);
-    free(t->dS), free(t->xhat);
+    free(t->dS), free(t->xhat), free(t->rows_in), free(t->rows_out);
 }
 
 static int tangents_init(tangents *t, const primal *p, int B)
@@ -265,12 +287,38 @@ static int tangents_init(tangents *t, const primal *p, int B)
     t->tq = zalloc(R * p->QK, &failed), t->tk = zalloc(R * p->QK, &failed);
     t->tv = zalloc(R * p->VO, &failed), t->tctx = zalloc(R * p->VO, &failed), t->tff = zalloc(R * p->F, &failed);
     t->dS = zalloc((size_t)p->T * p->T, &failed), t->xhat = zalloc((size_t)p->C, &failed);
+    t->rows_in = zalloc((size_t)B * p->C, &failed);
+    t->rows_out = zalloc((size_t)B * (p->QK > p->VO ? p->QK : p->VO), &failed);
     if (failed) tangents_free(t);
     return failed ? -1 : 0;
 }
 
-/* One layer's JVP: t->tx [B][T][C] in, t->tx out. */
-static void layer_jvp(const primal *p, tangents *t, int l, int B)
+/* The q, k, v tangents from in [B][T][C]. row >= 0: every tangent of in is
+ * zero except its row `row` (the first layer sees one input token's
+ * directions), so the maps run on those B rows and the rest is zero. */
+static void qkv_jvp(const primal *p, tangents *t, const lens_block *b, const float *in, int B, int row)
+{
+    const int T = p->T, C = p->C, R = B * T;
+    if (row < 0) {
+        linear_jvp(t->tq, in, &b->q, R);
+        linear_jvp(t->tk, in, &b->k, R);
+        linear_jvp(t->tv, in, &b->v, R);
+        return;
+    }
+    for (int k = 0; k < B; k++) memcpy(t->rows_in + (size_t)k * C, in + ((size_t)k * T + row) * C, sizeof(float) * C);
+    float *outs[3] = {t->tq, t->tk, t->tv};
+    const lens_linear *maps[3] = {&b->q, &b->k, &b->v};
+    for (int m = 0; m < 3; m++) {
+        const int W = maps[m]->out;
+        linear_jvp(t->rows_out, t->rows_in, maps[m], B);
+        memset(outs[m], 0, sizeof(float) * (size_t)R * W);
+        for (int k = 0; k < B; k++)
+            memcpy(outs[m] + ((size_t)k * T + row) * W, t->rows_out + (size_t)k * W, sizeof(float) * W);
+    }
+}
+
+/* One layer's JVP: t->tx [B][T][C] in, t->tx out; row as for qkv_jvp. */
+static void layer_jvp(const primal *p, tangents *t, int l, int B, int row)
 {
     const lens_model *m = p->m;
     const lens_config *c = &m->cfg;
@@ -278,33 +326,26 @@ static void layer_jvp(const primal *p, tangents *t, int l, int B)
     const layer_cache *lc = &p->cache[l];
     const int T = p->T, C = p->C, R = B * T;
     const size_t RC = (size_t)R * C;
-    const int tanh_gelu = c->gelu_tanh;
     if (c->arch == LENS_ARCH_BERT) {
-        linear_jvp(t->tq, t->tx, &b->q, R);
-        linear_jvp(t->tk, t->tx, &b->k, R);
-        linear_jvp(t->tv, t->tx, &b->v, R);
+        qkv_jvp(p, t, b, t->tx, B, row);
         attention_jvp(t->tctx, t->tq, t->tk, t->tv, lc, B, T, p->NH, c->d_head_k, c->d_head_v, t->dS);
         linear_jvp(t->th, t->tctx, &b->attn_out, R);
         lens_residual_forward(t->th, t->tx, RC);
         layernorm_jvp(t->tn, t->th, lc->ln1_in, lc->ln1_mean, lc->ln1_rstd, &b->ln_attn, B, T, C, t->xhat);
         linear_jvp(t->tff, t->tn, &b->ff_in, R);
-        for (int k = 0; k < B; k++)
-            lens_gelu_backward_inplace(t->tff + (size_t)k * T * p->F, lc->ff_pre, (size_t)T * p->F, tanh_gelu);
+        scale_rows(t->tff, lc->gelu_grad, B, (size_t)T * p->F);
         linear_jvp(t->th, t->tff, &b->ff_out, R);
         lens_residual_forward(t->th, t->tn, RC);
         layernorm_jvp(t->tx, t->th, lc->ln2_in, lc->ln2_mean, lc->ln2_rstd, &b->ln_ff, B, T, C, t->xhat);
     } else {
         layernorm_jvp(t->tn, t->tx, lc->ln1_in, lc->ln1_mean, lc->ln1_rstd, &b->ln_attn, B, T, C, t->xhat);
-        linear_jvp(t->tq, t->tn, &b->q, R);
-        linear_jvp(t->tk, t->tn, &b->k, R);
-        linear_jvp(t->tv, t->tn, &b->v, R);
+        qkv_jvp(p, t, b, t->tn, B, row); /* ln_1's JVP keeps the other rows zero */
         attention_jvp(t->tctx, t->tq, t->tk, t->tv, lc, B, T, p->NH, c->d_head_k, c->d_head_v, t->dS);
         linear_jvp(t->th, t->tctx, &b->attn_out, R);
         lens_residual_forward(t->tx, t->th, RC);
         layernorm_jvp(t->tn, t->tx, lc->ln2_in, lc->ln2_mean, lc->ln2_rstd, &b->ln_ff, B, T, C, t->xhat);
         linear_jvp(t->tff, t->tn, &b->ff_in, R);
-        for (int k = 0; k < B; k++)
-            lens_gelu_backward_inplace(t->tff + (size_t)k * T * p->F, lc->ff_pre, (size_t)T * p->F, tanh_gelu);
+        scale_rows(t->tff, lc->gelu_grad, B, (size_t)T * p->F);
         linear_jvp(t->th, t->tff, &b->ff_out, R);
         lens_residual_forward(t->tx, t->th, RC);
     }
@@ -405,7 +446,7 @@ static void sweep_token(void *ctx, int i)
             else probe(row, C, job->seed, i, d0 + k, P);
         }
         for (int l = 1; l <= job->top; l++) {
-            layer_jvp(p, t, l - 1, nb);
+            layer_jvp(p, t, l - 1, nb, l == 1 ? i : -1);
             if (job->want[l] < 0) continue;
             const float *y = t->tx;
             if (l == L && m->cfg.arch == LENS_ARCH_GPT2) { /* ln_f */
