@@ -518,8 +518,9 @@ import sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
 print(f"\n== summary: every target (total {int(sys.argv[2]) / 60:.1f} min; load average at the end {sys.argv[3]}) ==")
 w = max([len(r[1]) for r in rows] + [40])
+ws = max(len(r[0]) for r in rows) if rows else 0
 for sec, text, verdict in rows:
-    print(f"  {sec:<13} {text:<{w}} {verdict}")
+    print(f"  {sec:<{ws}} {text:<{w}} {verdict}")
 n = {v: sum(r[2] == v for r in rows) for v in ("PASS", "MISS", "ERROR")}
 print(f"  {n['PASS']} PASS, {n['MISS']} MISS, {n['ERROR']} ERROR")
 EOF
