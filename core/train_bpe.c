@@ -20,8 +20,9 @@
  * Pair counts are kept in a hash map with, per pair, the words it occurs in;
  * a merge only revisits those words. The best pair comes from a max-heap
  * with lazy deletion (an entry whose count differs from the map's is stale).
- * Cost: O(total changed pairs x log) per merge, ~1 s for WikiText-2 test
- * (245k words) to 8000 symbols.
+ * Cost per merge: the words holding the pair, times their length, times a
+ * heap push; WikiText-2 test (241k words, 14k distinct) to 6000 entries takes
+ * 0.2 s.
  *
  * Output (HF GPT2Tokenizer format): vocab.json {"symbol": id} with each
  * byte written as its bytes_to_unicode character ("Ġthe"), merges.txt

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Makes the demo checkpoints `make run` serves, in models/. Until lensd trains
-# its own demo models (lensd train), these are random-weight checkpoints made
-# with `lensd mkmodel`, and their config.json says so ("lensd_random_weights").
+# Makes random-weight demo checkpoints models/demo-bert and models/demo-gpt2
+# with `lensd mkmodel` (their config.json says so: "lensd_random_weights") when
+# they are missing. Used by the container image build (Dockerfile), whose
+# context leaves out the trained models; `make run` serves the trained ones
+# (scripts/train-demo.sh, models/README.md) and does not call this.
 set -eu
 lensd=$1
 cd "$(dirname "$0")/.."
