@@ -69,7 +69,7 @@ clean:
 
 .PHONY: all deps test test-asan run bench clean
 
-# Trains the demo models with lensd (minutes on 2 cores; not part of CI).
+# Trains the demo models with lensd (45-60 minutes on 2 cores; not part of CI).
 demo-models: all
 	scripts/train-demo.sh $(BUILD)/lensd
 
