@@ -29,10 +29,9 @@ WORKDIR /src
 COPY scripts/deps.sh scripts/deps.sh
 RUN scripts/deps.sh build && rm -rf /var/lib/apt/lists/*
 COPY . .
-# Same Makefile as everywhere else; then the demo checkpoints (random weights,
-# `lensd mkmodel`) and an empty web/ when the context has none.
+# Same Makefile as everywhere else; the demo models are the trained ones
+# committed in models/ (models/README.md); an empty web/ when the context has none.
 RUN make -j"$(nproc)" all OPT="$OPT" \
- && rm -rf models/demo-* && scripts/demo-models.sh build/lensd \
  && mkdir -p web \
  && build/lensd version && build/lensd info
 
@@ -50,6 +49,8 @@ RUN apt-get update -q \
       --shell /usr/sbin/nologin lensd
 COPY --from=build /src/build/lensd /usr/local/bin/lensd
 COPY --from=build /src/models/ /models/
+# a second copy outside the volume, for init containers that fill a mounted /models
+COPY --from=build /src/models/ /usr/share/lensd/models/
 COPY --from=build /src/web/ /usr/share/lensd/web/
 COPY --from=build /src/openapi.yaml /usr/share/lensd/openapi.yaml
 
@@ -68,6 +69,10 @@ COPY --from=build /src/openapi.yaml /usr/share/lensd/openapi.yaml
 #   LENSD_TIMEOUT             --timeout SECONDS           (30; drain waits timeout + 5 s)
 #   LENSD_API_KEY_FILE        --api-key-file FILE         (one key per line)
 #   LENSD_CORS_ORIGIN         --cors-origin LIST          (origins or *)
+#   LENSD_MAX_JOBS            --max-jobs N                (1; async jobs computed at once)
+#   LENSD_MAX_STORED_JOBS     --max-stored-jobs N         (100)
+#   LENSD_JOB_TTL             --job-ttl SECONDS           (3600)
+#   LENSD_DATA_DIR            --data-dir DIR              (unset: jobs read no files)
 #   OPENBLAS_CORETYPE         force the BLAS kernels; lensd sets it itself and
 #                             re-executes when OpenBLAS misdetects the CPU
 ENV LENSD_LISTEN=0.0.0.0:8080 \
@@ -80,10 +85,14 @@ ENV LENSD_LISTEN=0.0.0.0:8080 \
     LENSD_MAX_BODY="" \
     LENSD_TIMEOUT="" \
     LENSD_API_KEY_FILE="" \
-    LENSD_CORS_ORIGIN=""
+    LENSD_CORS_ORIGIN="" \
+    LENSD_MAX_JOBS="" \
+    LENSD_MAX_STORED_JOBS="" \
+    LENSD_JOB_TTL="" \
+    LENSD_DATA_DIR=""
 
 # Checkpoints are mmap'd read-only: mount yours here (read-only is fine).
-# The image ships the two demo models in it.
+# The image ships the four trained demo models in it.
 VOLUME ["/models"]
 USER 10001:10001
 WORKDIR /

@@ -187,11 +187,11 @@ check() { # name expected-status method path [body]
 check healthz 200 GET /healthz
 check info 200 GET /v1/info
 check models 200 GET /v1/models
-grep -q '"demo-bert"' "$work/resp-models.json" && grep -q '"demo-gpt2"' "$work/resp-models.json" ||
-  fail "/v1/models does not list demo-bert and demo-gpt2 from /models"
+grep -q '"demo-sst2"' "$work/resp-models.json" && grep -q '"demo-gpt2"' "$work/resp-models.json" ||
+  fail "/v1/models does not list demo-sst2 and demo-gpt2 from /models"
 check tokenize 200 POST /v1/tokenize '{"model":"demo-gpt2","text":"Hello, world"}'
 check forward 200 POST /v1/forward \
-  '{"model":"demo-bert","text":"the image works","outputs":["logits","attentions"],"layers":[1]}'
+  '{"model":"demo-sst2","text":"the image works","outputs":["logits","attentions"],"layers":[1]}'
 grep -q '"logits"' "$work/resp-forward.json" && grep -q '"attentions"' "$work/resp-forward.json" ||
   fail "/v1/forward answer has no logits/attentions"
 check metrics 200 GET /metrics
