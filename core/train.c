@@ -1063,7 +1063,9 @@ static void json_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
-/* HF GPT2Config of a GPT2LMHeadModel (no dropout: the trainer has none). */
+/* HF GPT2Config of a GPT2LMHeadModel (no dropout: the trainer has none).
+ * bos/eos = the last id: <|endoftext|> in GPT-2's vocabulary (50256) and in
+ * the ones `train vocab --bpe` writes. */
 static void write_gpt2_config(const lens_config *c, FILE *f)
 {
     fprintf(f,
@@ -1072,9 +1074,9 @@ static void write_gpt2_config(const lens_config *c, FILE *f)
             "  \"n_ctx\": %d,\n  \"n_inner\": %d,\n  \"vocab_size\": %d,\n  \"layer_norm_epsilon\": %g,\n"
             "  \"activation_function\": \"%s\",\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n"
             "  \"attn_pdrop\": 0.0,\n  \"initializer_range\": 0.02,\n  \"tie_word_embeddings\": true,\n"
-            "  \"lensd_task\": \"causal-lm\"\n}\n",
+            "  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n  \"lensd_task\": \"causal-lm\"\n}\n",
             c->d_model, c->n_layers, c->n_heads, c->max_positions, c->max_positions, c->d_ff, c->vocab_size,
-            (double)c->ln_eps, c->gelu_tanh ? "gelu_new" : "gelu");
+            (double)c->ln_eps, c->gelu_tanh ? "gelu_new" : "gelu", c->vocab_size - 1, c->vocab_size - 1);
 }
 
 static int write_config(const lens_trainer *t, const char *dir, lens_err *err)
