@@ -108,24 +108,6 @@ static inline float erf_approx(float a)
     return x * p / q;
 }
 
-/* exp(x) = 2^n exp(r), n = round(x log2 e), |r| <= ln2 / 2, degree-6
- * polynomial for exp(r) (relative error <= 1e-7), 2^n built in the exponent
- * bits. Branch-free for the same reason as erf_approx. */
-static inline float exp_approx(float x)
-{
-    x = x < -87.3f ? -87.3f : x > 88.7f ? 88.7f : x;
-    const float n = rintf(x * 1.44269504088896341f);
-    const float r = x - n * 0.693145751953125f - n * 1.428606765330187045e-06f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    union { int32_t i; float f; } scale = {.i = ((int32_t)n + 127) << 23};
-    return p * scale.f;
-}
 
 void lens_gelu_forward(float *x, size_t n)
 {
@@ -146,7 +128,7 @@ void lens_gelu_tanh_forward(float *x, size_t n)
 static inline float gelu_grad(float x)
 {
     const float cdf = 0.5f * (1.0f + erf_approx(x * (float)M_SQRT1_2));
-    const float pdf = 0.3989422804014327f * exp_approx(-0.5f * x * x);
+    const float pdf = 0.3989422804014327f * lens_exp_approx(-0.5f * x * x);
     return cdf + x * pdf;
 }
 
@@ -234,7 +216,7 @@ void lens_softmax_forward(float *x, int rows, int cols, int causal)
         float *row = x + (size_t)r * cols;
         const int valid = causal ? r + 1 : cols;
         const float max = max_lanes(row, valid);
-        for (int c = 0; c < valid; c++) row[c] = exp_approx(row[c] - max);
+        for (int c = 0; c < valid; c++) row[c] = lens_exp_approx(row[c] - max);
         const float inv = 1.0f / sum_lanes(row, valid);
         for (int c = 0; c < valid; c++) row[c] *= inv;
         for (int c = valid; c < cols; c++) row[c] = 0.0f;

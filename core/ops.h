@@ -12,7 +12,30 @@
 #ifndef LENS_OPS_H
 #define LENS_OPS_H
 
+#include <math.h>
+#include <stdint.h>
+
 #include "model.h"
+
+/* exp(x) = 2^n exp(r), n = round(x log2 e), |r| <= ln2 / 2, degree-6
+ * polynomial for exp(r) (relative error <= 1e-7), 2^n built in the exponent
+ * bits. Branch-free, so loops calling it vectorise (libm's expf is a call per
+ * element); used by the softmax and GELU of ops.c and the trainer's losses. */
+static inline float lens_exp_approx(float x)
+{
+    x = x < -87.3f ? -87.3f : x > 88.7f ? 88.7f : x;
+    const float n = rintf(x * 1.44269504088896341f);
+    const float r = x - n * 0.693145751953125f - n * 1.428606765330187045e-06f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union { int32_t i; float f; } scale = {.i = ((int32_t)n + 127) << 23};
+    return p * scale.f;
+}
 
 /* out[N][OC] = inp[N][IC] W + b (W per lin's layout); out must not alias inp. */
 void lens_linear_forward(float *out, const float *inp, const lens_linear *lin, int N);

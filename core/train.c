@@ -788,35 +788,11 @@ static int encode(lens_trainer *t, const lens_batch *b, size_t *N_out, size_t *A
     return 0;
 }
 
-/* exp(x) for x <= 0 in float, written so that the compiler vectorises the
- * loops that call it (libm's expf is a call per element): x = n ln2 + r with
- * n rounded by the 1.5 * 2^23 trick, ln2 split in two (Cephes), a degree-6
- * polynomial for e^r on |r| <= ln2 / 2 (Cephes expf, ~1 ulp), 2^n put in the
- * exponent bits. x below -87 gives exp(-87) ~ 1.6e-38, which a sum >= 1
- * ignores. */
-static inline float exp_nonpositive(float x)
-{
-    x = x < -87.0f ? -87.0f : x;
-    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    const float r = x - n * 0.693359375f - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    union {
-        int32_t i;
-        float f;
-    } scale = {.i = ((int32_t)n + 127) << 23};
-    return p * scale.f;
-}
 
 /* -log softmax(z)[y] over K logits; dz = (softmax(z) - onehot(y)) * scale
  * (dz may be z). The LM heads have K = V, tens of thousands, so every loop
  * is one the compiler vectorises: maximum and sum over 8 lanes (the sum in
- * double), exp_nonpositive. The loss keeps ~1e-7 relative accuracy, which
+ * double), lens_exp_approx (core/ops.h). The loss keeps ~1e-7 relative accuracy, which
  * the finite-difference tests need. */
 static double cross_entropy(const float *z, int K, int y, float *dz, double scale)
 {
@@ -830,7 +806,7 @@ static double cross_entropy(const float *z, int K, int y, float *dz, double scal
     for (int l = 0; l < LANES; l++) mx = lane_max[l] > mx ? lane_max[l] : mx;
     for (; j < K; j++) mx = z[j] > mx ? z[j] : mx;
     const double zy = z[y]; /* before dz, which may overwrite z */
-    for (j = 0; j < K; j++) dz[j] = exp_nonpositive(z[j] - mx);
+    for (j = 0; j < K; j++) dz[j] = lens_exp_approx(z[j] - mx);
     double lane_sum[LANES] = {0}, sum = 0;
     for (j = 0; j + LANES <= K; j += LANES)
         for (int l = 0; l < LANES; l++) lane_sum[l] += dz[j + l];
