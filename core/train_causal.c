@@ -19,10 +19,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "tokenizer.h"
 #include "train.h"
+#include "train_loop.h"
 
 typedef struct {
     int *ids;        /* [n_tokens] the whole text */
@@ -30,13 +30,6 @@ typedef struct {
     int n_windows;   /* window w = ids[w * len .. + window_len(w)) */
     int len;         /* max_len */
 } token_stream;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int window_len(const token_stream *d, int w)
 {
@@ -111,18 +104,6 @@ static float evaluate(lens_trainer *t, const token_stream *d, int *ids, int *len
         sum += (double)loss * m, n += m;
     }
     return n ? (float)(sum / n) : 0;
-}
-
-static void shuffle(int *order, int n, unsigned long long seed, int epoch)
-{
-    uint64_t s = seed * 0x9E3779B97F4A7C15ull + (uint64_t)epoch + 1;
-    for (int i = 0; i < n; i++) order[i] = i;
-    for (int i = n - 1; i > 0; i--) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        const int j = (int)(s % (uint64_t)(i + 1));
-        const int x = order[i];
-        order[i] = order[j], order[j] = x;
-    }
 }
 
 /* A new GPT-2 from the options: n_inner = --ff, n_positions = --max-len,
@@ -204,12 +185,11 @@ int lens_train_causal(const lens_train_opts *o, lens_train_result *res, lens_err
         lens_fail(err, LENS_ENOMEM, "out of memory");
         goto done;
     }
-    const double t0 = now();
-    double tokens = 0, loss_avg = 0, last_print = t0, eval_time = 0; /* tokens/s leaves evaluation out */
-    long done_steps = 0;
+    lens_train_meter meter;
+    lens_train_meter_start(&meter);
     float dev_loss = -1;
     for (int epoch = (int)(step / steps_per_epoch); step < total; epoch++) {
-        shuffle(order, train.n_windows, o->seed, epoch);
+        lens_train_shuffle(order, train.n_windows, o->seed, epoch);
         for (long i = step - (long)epoch * steps_per_epoch; i < steps_per_epoch && step < total; i++) {
             const int from = (int)(i * B), to = from + B < train.n_windows ? from + B : train.n_windows;
             gather(&train, order, from, to, ids, lengths);
@@ -217,26 +197,19 @@ int lens_train_causal(const lens_train_opts *o, lens_train_result *res, lens_err
             float loss;
             lens_trainer_zero_grad(t);
             if (lens_trainer_causal_batch(t, &b, 1, &loss, NULL, NULL, err)) goto done;
-            const float lr = step < warmup ? o->lr * (step + 1) / warmup
-                                           : o->lr * (float)(total - step) / (float)(total - warmup);
+            const float lr = lens_train_lr(o->lr, step, warmup, total);
             lens_trainer_step(t, lr, o->weight_decay, o->clip);
-            step++, done_steps++;
-            for (int s = 0; s < b.n_seqs; s++) tokens += lengths[s];
-            loss_avg = done_steps == 1 ? loss : 0.98 * loss_avg + 0.02 * loss;
-            const double tn = now();
-            if (tn - last_print > 5 || step == total) {
-                const double rate = tokens / (tn - t0 - eval_time), eta = (tn - t0) / done_steps * (total - step);
-                fprintf(stderr, "step %ld/%ld epoch %d loss %.4f lr %.2e %.0f tokens/s ETA %.0fs\n", step, total,
-                        epoch + 1, loss_avg, lr, rate, eta);
-                last_print = tn;
-            }
+            step++;
+            long n_tokens = 0;
+            for (int s = 0; s < b.n_seqs; s++) n_tokens += lengths[s];
+            lens_train_meter_step(&meter, step, total, epoch, loss, lr, n_tokens);
             if (o->save_every && step % o->save_every == 0) {
                 char extra[64];
                 snprintf(extra, sizeof extra, "\"epoch\": %d", epoch);
                 if (lens_trainer_save(t, o->out_dir, tok_dir, 1, extra, err)) goto done;
             }
         }
-        const double eval_start = now();
+        const double eval_start = lens_train_now();
         if (dev.n_windows) {
             dev_loss = evaluate(t, &dev, ids, lengths, B, err);
             if (dev_loss < 0) goto done;
@@ -246,11 +219,11 @@ int lens_train_causal(const lens_train_opts *o, lens_train_result *res, lens_err
         char extra[96];
         snprintf(extra, sizeof extra, "\"epoch\": %d, \"dev_loss\": %.4f", epoch + 1, dev_loss);
         if (lens_trainer_save(t, o->out_dir, tok_dir, 1, extra, err)) goto done;
-        eval_time += now() - eval_start;
+        meter.paused += lens_train_now() - eval_start;
     }
     if (res) {
-        res->train_loss = (float)loss_avg, res->dev_loss = dev_loss, res->dev_accuracy = -1, res->steps = step;
-        res->tokens_per_s = done_steps ? (float)(tokens / (now() - t0 - eval_time)) : 0;
+        res->train_loss = (float)meter.loss_avg, res->dev_loss = dev_loss, res->dev_accuracy = -1, res->steps = step;
+        res->tokens_per_s = (float)lens_train_meter_rate(&meter);
     }
     rc = 0;
 done:

@@ -19,9 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "train.h"
+#include "train_loop.h"
 
 typedef struct {
     int *ids;  /* all tokens, example i at ids + start[i] */
@@ -40,13 +40,6 @@ static void dataset_free(dataset *d)
 {
     free(d->ids), free(d->start), free(d->len), free(d->label);
     memset(d, 0, sizeof *d);
-}
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* Splits line at its last tab into text and label (both trimmed). */
@@ -267,18 +260,6 @@ static float evaluate_mlm(lens_trainer *t, const dataset *d, const lens_tokenize
     return n ? (float)(sum / n) : 0;
 }
 
-static void shuffle(int *order, int n, unsigned long long seed, int epoch)
-{
-    uint64_t s = seed * 0x9E3779B97F4A7C15ull + (uint64_t)epoch + 1;
-    for (int i = 0; i < n; i++) order[i] = i;
-    for (int i = n - 1; i > 0; i--) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        const int j = (int)(s % (uint64_t)(i + 1));
-        const int x = order[i];
-        order[i] = order[j], order[j] = x;
-    }
-}
-
 void lens_train_opts_default(lens_train_opts *o)
 {
     *o = (lens_train_opts){.layers = 2, .hidden = 128, .heads = 2, .ff = 512, .max_len = 64, .epochs = 1,
@@ -403,12 +384,11 @@ int lens_train_classify(const lens_train_opts *o, lens_train_result *res, lens_e
         lens_fail(err, LENS_ENOMEM, "out of memory");
         goto done;
     }
-    const double t0 = now();
-    double tokens = 0, loss_avg = 0, last_print = t0;
-    long done_steps = 0;
+    lens_train_meter meter;
+    lens_train_meter_start(&meter);
     float dev_acc = -1;
     for (int epoch = (int)(step / steps_per_epoch); step < total; epoch++) {
-        shuffle(order, train.n, o->seed, epoch);
+        lens_train_shuffle(order, train.n, o->seed, epoch);
         for (long i = step - (long)epoch * steps_per_epoch; i < steps_per_epoch && step < total; i++) {
             const int from = (int)(i * B), to = from + B < train.n ? from + B : train.n;
             gather(&train, order, from, to, ids, lengths, labels);
@@ -424,25 +404,19 @@ int lens_train_classify(const lens_train_opts *o, lens_train_result *res, lens_e
             } else if (lens_trainer_batch(t, &b, labels, 1, &loss, NULL, err)) {
                 goto done;
             }
-            const float lr = step < warmup ? o->lr * (step + 1) / warmup
-                                           : o->lr * (float)(total - step) / (float)(total - warmup);
+            const float lr = lens_train_lr(o->lr, step, warmup, total);
             lens_trainer_step(t, lr, o->weight_decay, o->clip);
-            step++, done_steps++;
-            for (int s = 0; s < b.n_seqs; s++) tokens += lengths[s];
-            loss_avg = done_steps == 1 ? loss : 0.98 * loss_avg + 0.02 * loss;
-            const double tn = now();
-            if (tn - last_print > 5 || step == total) {
-                const double rate = tokens / (tn - t0), eta = (tn - t0) / done_steps * (total - step);
-                fprintf(stderr, "step %ld/%ld epoch %d loss %.4f lr %.2e %.0f tokens/s ETA %.0fs\n", step, total,
-                        epoch + 1, loss_avg, lr, rate, eta);
-                last_print = tn;
-            }
+            step++;
+            long n_tokens = 0;
+            for (int s = 0; s < b.n_seqs; s++) n_tokens += lengths[s];
+            lens_train_meter_step(&meter, step, total, epoch, loss, lr, n_tokens);
             if (o->save_every && step % o->save_every == 0) {
                 char extra[64];
                 snprintf(extra, sizeof extra, "\"epoch\": %d", epoch);
                 if (lens_trainer_save(t, o->out_dir, tok_dir, 1, extra, err)) goto done;
             }
         }
+        const double eval_start = lens_train_now();
         if (dev.n && o->masked_lm) {
             const float dev_loss = evaluate_mlm(t, &dev, tok, ids, lengths, labels, eval_batch);
             dev_acc = dev_loss;
@@ -458,10 +432,11 @@ int lens_train_classify(const lens_train_opts *o, lens_train_result *res, lens_e
         snprintf(extra, sizeof extra, "\"epoch\": %d, \"%s\": %.4f", epoch + 1,
                  o->masked_lm ? "dev_mlm_loss" : "dev_accuracy", dev_acc);
         if (lens_trainer_save(t, o->out_dir, tok_dir, 1, extra, err)) goto done;
+        meter.paused += lens_train_now() - eval_start; /* tokens/s leaves evaluation and saving out */
     }
     if (res) {
-        res->train_loss = (float)loss_avg, res->dev_accuracy = dev_acc, res->dev_loss = -1, res->steps = step;
-        res->tokens_per_s = (float)(tokens / (now() - t0));
+        res->train_loss = (float)meter.loss_avg, res->dev_accuracy = dev_acc, res->dev_loss = -1, res->steps = step;
+        res->tokens_per_s = (float)lens_train_meter_rate(&meter);
     }
     rc = 0;
 done:
