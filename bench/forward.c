@@ -27,6 +27,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "bench/bench.h"
 #include "core/blas.h"
 #include "core/mkmodel.h"
 #include "core/model.h"
@@ -37,26 +38,6 @@ typedef struct {
     unsigned seed;
 } options;
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
-static long maxrss_kib(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return ru.ru_maxrss; /* Linux: KiB */
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Median, min and max of times[n]; sorts times in place. */
 static void summarize(double *times, int n, double *median, double *min, double *max)
 {
@@ -66,15 +47,6 @@ static void summarize(double *times, int n, double *median, double *min, double 
 }
 
 /* xorshift32 (Marsaglia); the peers implement the same three shifts. */
-static uint32_t xorshift32(uint32_t *state)
-{
-    uint32_t x = *state;
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    return *state = x;
-}
-
 static int run_mkmodel(const options *o)
 {
     lens_err err = {0};

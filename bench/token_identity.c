@@ -24,38 +24,11 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "bench/bench.h"
 #include "core/blas.h"
 #include "core/model.h"
 #include "core/pool.h"
 #include "core/token_identity.h"
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
-static uint32_t xorshift32(uint32_t *state)
-{
-    uint32_t x = *state;
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    return *state = x;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* One lens_forward with keep; returns ms or -1. */
 static double time_forward(const lens_model *m, const lens_batch *b, unsigned keep, lens_pool *pool)
