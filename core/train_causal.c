@@ -155,29 +155,16 @@ int lens_train_causal(const lens_train_opts *o, lens_train_result *res, lens_err
     if (load_text(o->train_path, tok, max_len, &train, err)) goto done;
     if (o->dev_path && load_text(o->dev_path, tok, max_len, &dev, err)) goto done;
     if (!(t = lens_trainer_new(&cfg, o->seed, err))) goto done;
-    if (o->init_dir) {
-        int n_loaded;
-        if (lens_trainer_load_weights(t, o->init_dir, &n_loaded, err)) goto done;
-        fprintf(stderr, "train: %d tensors from %s\n", n_loaded, o->init_dir);
-    }
-    long step = 0;
-    if (o->resume) {
-        if (lens_trainer_load_weights(t, o->out_dir, NULL, err) || lens_trainer_load_state(t, o->out_dir, &step, err))
-            goto done;
-        fprintf(stderr, "train: resuming %s at step %ld\n", o->out_dir, step);
-    }
     const int B = o->batch_size > 0 ? o->batch_size : 8;
-    const long steps_per_epoch = (train.n_windows + B - 1) / B;
-    long total = (long)o->epochs * steps_per_epoch;
-    if (o->max_steps && o->max_steps < total) total = o->max_steps;
-    const long warmup = (long)(o->warmup * total);
+    lens_train_loop loop;
+    if (lens_train_loop_begin(&loop, t, o, tok_dir, (train.n_windows + B - 1) / B, err)) goto done;
     size_t n_param;
     lens_trainer_params(t, &n_param);
     fprintf(stderr,
             "train: %zu tokens in %d windows of %d, dev %zu tokens in %d; GPT-2 L%d C%d heads %d FF %d V %d, "
             "%zu parameters; %ld steps of %d windows\n",
             train.n_tokens, train.n_windows, max_len, dev.n_tokens, dev.n_windows, cfg.n_layers, cfg.d_model,
-            cfg.n_heads, cfg.d_ff, cfg.vocab_size, n_param, total, B);
+            cfg.n_heads, cfg.d_ff, cfg.vocab_size, n_param, loop.total, B);
     order = malloc(sizeof(int) * train.n_windows);
     ids = malloc(sizeof(int) * (size_t)B * max_len);
     lengths = malloc(sizeof(int) * B);
@@ -185,29 +172,19 @@ int lens_train_causal(const lens_train_opts *o, lens_train_result *res, lens_err
         lens_fail(err, LENS_ENOMEM, "out of memory");
         goto done;
     }
-    lens_train_meter meter;
-    lens_train_meter_start(&meter);
     float dev_loss = -1;
-    for (int epoch = (int)(step / steps_per_epoch); step < total; epoch++) {
+    for (int epoch = (int)(loop.step / loop.steps_per_epoch); loop.step < loop.total; epoch++) {
         lens_train_shuffle(order, train.n_windows, o->seed, epoch);
-        for (long i = step - (long)epoch * steps_per_epoch; i < steps_per_epoch && step < total; i++) {
+        for (long i = loop.step - epoch * loop.steps_per_epoch; i < loop.steps_per_epoch && loop.step < loop.total;
+             i++) {
             const int from = (int)(i * B), to = from + B < train.n_windows ? from + B : train.n_windows;
             gather(&train, order, from, to, ids, lengths);
             const lens_batch b = {.n_seqs = to - from, .lengths = lengths, .ids = ids};
             float loss;
             lens_trainer_zero_grad(t);
-            if (lens_trainer_causal_batch(t, &b, 1, &loss, NULL, NULL, err)) goto done;
-            const float lr = lens_train_lr(o->lr, step, warmup, total);
-            lens_trainer_step(t, lr, o->weight_decay, o->clip);
-            step++;
-            long n_tokens = 0;
-            for (int s = 0; s < b.n_seqs; s++) n_tokens += lengths[s];
-            lens_train_meter_step(&meter, step, total, epoch, loss, lr, n_tokens);
-            if (o->save_every && step % o->save_every == 0) {
-                char extra[64];
-                snprintf(extra, sizeof extra, "\"epoch\": %d", epoch);
-                if (lens_trainer_save(t, o->out_dir, tok_dir, 1, extra, err)) goto done;
-            }
+            if (lens_trainer_causal_batch(t, &b, 1, &loss, NULL, NULL, err) ||
+                lens_train_loop_step(&loop, epoch, loss, &b, err))
+                goto done;
         }
         const double eval_start = lens_train_now();
         if (dev.n_windows) {
@@ -216,14 +193,11 @@ int lens_train_causal(const lens_train_opts *o, lens_train_result *res, lens_err
             fprintf(stderr, "epoch %d: dev loss %.4f perplexity %.2f (%zu tokens, %d windows)\n", epoch + 1,
                     dev_loss, exp(dev_loss), dev.n_tokens, dev.n_windows);
         }
-        char extra[96];
-        snprintf(extra, sizeof extra, "\"epoch\": %d, \"dev_loss\": %.4f", epoch + 1, dev_loss);
-        if (lens_trainer_save(t, o->out_dir, tok_dir, 1, extra, err)) goto done;
-        meter.paused += lens_train_now() - eval_start;
+        if (lens_train_loop_end_epoch(&loop, epoch, "dev_loss", dev_loss, eval_start, err)) goto done;
     }
     if (res) {
-        res->train_loss = (float)meter.loss_avg, res->dev_loss = dev_loss, res->dev_accuracy = -1, res->steps = step;
-        res->tokens_per_s = (float)lens_train_meter_rate(&meter);
+        res->train_loss = (float)loop.meter.loss_avg, res->dev_loss = dev_loss, res->dev_accuracy = -1;
+        res->steps = loop.step, res->tokens_per_s = (float)lens_train_meter_rate(&loop.meter);
     }
     rc = 0;
 done:

@@ -349,23 +349,10 @@ int lens_train_classify(const lens_train_opts *o, lens_train_result *res, lens_e
     if (load_tsv(o->train_path, tok, lsp, max_len, o->max_train, &train, err)) goto done;
     if (o->dev_path && load_tsv(o->dev_path, tok, lsp, max_len, 0, &dev, err)) goto done;
     if (!(t = lens_trainer_new(&cfg, o->seed, err))) goto done;
-    if (o->init_dir) {
-        int n_loaded;
-        if (lens_trainer_load_weights(t, o->init_dir, &n_loaded, err)) goto done;
-        fprintf(stderr, "train: %d tensors from %s\n", n_loaded, o->init_dir);
-    }
-    long step = 0;
-    if (o->resume) {
-        if (lens_trainer_load_weights(t, o->out_dir, NULL, err) || lens_trainer_load_state(t, o->out_dir, &step, err))
-            goto done;
-        fprintf(stderr, "train: resuming %s at step %ld\n", o->out_dir, step);
-    }
     const int B = o->batch_size > 0 ? o->batch_size : 32, K = cfg.n_labels > 0 ? cfg.n_labels : 1;
     const int eval_batch = 64 > B ? 64 : B;
-    const long steps_per_epoch = (train.n + B - 1) / B;
-    long total = (long)o->epochs * steps_per_epoch;
-    if (o->max_steps && o->max_steps < total) total = o->max_steps;
-    const long warmup = (long)(o->warmup * total);
+    lens_train_loop loop;
+    if (lens_train_loop_begin(&loop, t, o, tok_dir, (train.n + B - 1) / B, err)) goto done;
     size_t n_param;
     lens_trainer_params(t, &n_param);
     if (cfg.head_combination) /* the trainer holds W_O tiled NH times; the model has one copy */
@@ -374,7 +361,7 @@ int lens_train_classify(const lens_train_opts *o, lens_train_result *res, lens_e
             "train: %d examples (%zu tokens), dev %d; L%d H%d heads %d DK %d DV %d (%s), %zu parameters; "
             "%ld steps of %d\n",
             train.n, train.n_tokens, dev.n, cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.d_head_k, cfg.d_head_v,
-            lens_head_combination_name(cfg.head_combination), n_param, total, B);
+            lens_head_combination_name(cfg.head_combination), n_param, loop.total, B);
     order = malloc(sizeof(int) * train.n);
     ids = malloc(sizeof(int) * (size_t)eval_batch * max_len);
     lengths = malloc(sizeof(int) * eval_batch);
@@ -384,12 +371,11 @@ int lens_train_classify(const lens_train_opts *o, lens_train_result *res, lens_e
         lens_fail(err, LENS_ENOMEM, "out of memory");
         goto done;
     }
-    lens_train_meter meter;
-    lens_train_meter_start(&meter);
     float dev_acc = -1;
-    for (int epoch = (int)(step / steps_per_epoch); step < total; epoch++) {
+    for (int epoch = (int)(loop.step / loop.steps_per_epoch); loop.step < loop.total; epoch++) {
         lens_train_shuffle(order, train.n, o->seed, epoch);
-        for (long i = step - (long)epoch * steps_per_epoch; i < steps_per_epoch && step < total; i++) {
+        for (long i = loop.step - epoch * loop.steps_per_epoch; i < loop.steps_per_epoch && loop.step < loop.total;
+             i++) {
             const int from = (int)(i * B), to = from + B < train.n ? from + B : train.n;
             gather(&train, order, from, to, ids, lengths, labels);
             const lens_batch b = {.n_seqs = to - from, .lengths = lengths, .ids = ids};
@@ -398,23 +384,13 @@ int lens_train_classify(const lens_train_opts *o, lens_train_result *res, lens_e
             if (o->masked_lm) {
                 size_t n = 0;
                 for (int s = 0; s < b.n_seqs; s++) n += (size_t)lengths[s];
-                uint64_t ms = o->seed * 0x9E3779B97F4A7C15ull + (uint64_t)step * 0xBF58476D1CE4E5B9ull + 1;
+                uint64_t ms = o->seed * 0x9E3779B97F4A7C15ull + (uint64_t)loop.step * 0xBF58476D1CE4E5B9ull + 1;
                 mask_tokens(ids, labels, n, tok, cfg.vocab_size, &ms);
                 if (lens_trainer_mlm_batch(t, &b, labels, 1, &loss, NULL, err)) goto done;
             } else if (lens_trainer_batch(t, &b, labels, 1, &loss, NULL, err)) {
                 goto done;
             }
-            const float lr = lens_train_lr(o->lr, step, warmup, total);
-            lens_trainer_step(t, lr, o->weight_decay, o->clip);
-            step++;
-            long n_tokens = 0;
-            for (int s = 0; s < b.n_seqs; s++) n_tokens += lengths[s];
-            lens_train_meter_step(&meter, step, total, epoch, loss, lr, n_tokens);
-            if (o->save_every && step % o->save_every == 0) {
-                char extra[64];
-                snprintf(extra, sizeof extra, "\"epoch\": %d", epoch);
-                if (lens_trainer_save(t, o->out_dir, tok_dir, 1, extra, err)) goto done;
-            }
+            if (lens_train_loop_step(&loop, epoch, loss, &b, err)) goto done;
         }
         const double eval_start = lens_train_now();
         if (dev.n && o->masked_lm) {
@@ -428,15 +404,13 @@ int lens_train_classify(const lens_train_opts *o, lens_train_result *res, lens_e
             fprintf(stderr, "epoch %d: dev accuracy %.4f loss %.4f (%d examples)\n", epoch + 1, dev_acc, dev_loss,
                     dev.n);
         }
-        char extra[96];
-        snprintf(extra, sizeof extra, "\"epoch\": %d, \"%s\": %.4f", epoch + 1,
-                 o->masked_lm ? "dev_mlm_loss" : "dev_accuracy", dev_acc);
-        if (lens_trainer_save(t, o->out_dir, tok_dir, 1, extra, err)) goto done;
-        meter.paused += lens_train_now() - eval_start; /* tokens/s leaves evaluation and saving out */
+        if (lens_train_loop_end_epoch(&loop, epoch, o->masked_lm ? "dev_mlm_loss" : "dev_accuracy", dev_acc,
+                                      eval_start, err))
+            goto done;
     }
     if (res) {
-        res->train_loss = (float)meter.loss_avg, res->dev_accuracy = dev_acc, res->dev_loss = -1, res->steps = step;
-        res->tokens_per_s = (float)lens_train_meter_rate(&meter);
+        res->train_loss = (float)loop.meter.loss_avg, res->dev_accuracy = dev_acc, res->dev_loss = -1;
+        res->steps = loop.step, res->tokens_per_s = (float)lens_train_meter_rate(&loop.meter);
     }
     rc = 0;
 done:

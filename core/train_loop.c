@@ -1,5 +1,5 @@
-/* train_loop.c - shuffle, learning-rate schedule and progress meter of the
- * training loops (train_loop.h). */
+/* train_loop.c - shuffle, learning-rate schedule, progress meter and step
+ * bookkeeping of the training loops (train_loop.h). */
 #include "train_loop.h"
 
 #include <stdint.h>
@@ -54,4 +54,50 @@ double lens_train_meter_rate(const lens_train_meter *m)
 {
     const double busy = lens_train_now() - m->t0 - m->paused;
     return m->steps && busy > 0 ? m->tokens / busy : 0;
+}
+
+int lens_train_loop_begin(lens_train_loop *l, lens_trainer *t, const lens_train_opts *o, const char *tok_dir,
+                          long steps_per_epoch, lens_err *err)
+{
+    *l = (lens_train_loop){.t = t, .o = o, .tok_dir = tok_dir, .steps_per_epoch = steps_per_epoch};
+    if (o->init_dir) {
+        int n_loaded;
+        if (lens_trainer_load_weights(t, o->init_dir, &n_loaded, err)) return -1;
+        fprintf(stderr, "train: %d tensors from %s\n", n_loaded, o->init_dir);
+    }
+    if (o->resume) {
+        if (lens_trainer_load_weights(t, o->out_dir, NULL, err) || lens_trainer_load_state(t, o->out_dir, &l->step, err))
+            return -1;
+        fprintf(stderr, "train: resuming %s at step %ld\n", o->out_dir, l->step);
+    }
+    l->total = (long)o->epochs * steps_per_epoch;
+    if (o->max_steps && o->max_steps < l->total) l->total = o->max_steps;
+    l->warmup = (long)(o->warmup * l->total);
+    lens_train_meter_start(&l->meter);
+    return 0;
+}
+
+int lens_train_loop_step(lens_train_loop *l, int epoch, float loss, const lens_batch *b, lens_err *err)
+{
+    const lens_train_opts *o = l->o;
+    const float lr = lens_train_lr(o->lr, l->step, l->warmup, l->total);
+    lens_trainer_step(l->t, lr, o->weight_decay, o->clip);
+    l->step++;
+    long n_tokens = 0;
+    for (int s = 0; s < b->n_seqs; s++) n_tokens += b->lengths[s];
+    lens_train_meter_step(&l->meter, l->step, l->total, epoch, loss, lr, n_tokens);
+    if (!o->save_every || l->step % o->save_every) return 0;
+    char extra[64];
+    snprintf(extra, sizeof extra, "\"epoch\": %d", epoch);
+    return lens_trainer_save(l->t, o->out_dir, l->tok_dir, 1, extra, err);
+}
+
+int lens_train_loop_end_epoch(lens_train_loop *l, int epoch, const char *metric, float value, double eval_start,
+                              lens_err *err)
+{
+    char extra[96];
+    snprintf(extra, sizeof extra, "\"epoch\": %d, \"%s\": %.4f", epoch + 1, metric, value);
+    const int rc = lens_trainer_save(l->t, l->o->out_dir, l->tok_dir, 1, extra, err);
+    l->meter.paused += lens_train_now() - eval_start;
+    return rc;
 }

@@ -463,6 +463,45 @@ static void check_train_causal(void)
     CHECK(!lens_train_causal(&o, &r, &err) && r.steps == 6, "train causal --resume: %s (%ld steps)", err.msg, r.steps);
 }
 
+/* `lensd train classify` fine-tuning the mkmodel classifier at init_dir and
+ * `lensd train mlm` from its vocabulary, end to end on a small TSV: the
+ * steps run, the dev metric is finite, the checkpoint loads with the right
+ * head, and --resume continues from step 4 to 6. */
+static void check_train_classify(const char *init_dir)
+{
+    char tsv[256], out[256];
+    snprintf(tsv, sizeof tsv, "%s/sst.tsv", tmp_root);
+    FILE *f = fopen(tsv, "w");
+    if (!f) return;
+    fprintf(f, "sentence\tlabel\n");
+    for (int i = 0; i < 20; i++) fprintf(f, "a fine and funny film .\t1\nthe plot is dull .\t0\n");
+    fclose(f);
+    for (int mlm = 0; mlm < 2; mlm++) {
+        const char *what = mlm ? "train mlm" : "train classify";
+        snprintf(out, sizeof out, "%s/%s-run", tmp_root, mlm ? "mlm" : "classify");
+        lens_train_opts o;
+        lens_train_opts_default(&o);
+        o.train_path = o.dev_path = tsv, o.out_dir = out, o.masked_lm = mlm;
+        o.batch_size = 8, o.max_steps = 4, o.max_len = 16, o.epochs = 2; /* 5 steps an epoch */
+        if (mlm) o.vocab_dir = init_dir, o.layers = 1, o.hidden = 32, o.heads = 2, o.ff = 64;
+        else o.init_dir = init_dir;
+        lens_train_result r;
+        lens_err err;
+        CHECK(!lens_train_classify(&o, &r, &err), "%s: %s", what, err.msg);
+        const int dev_ok = mlm ? r.dev_accuracy > 0 && r.dev_accuracy < 20 : r.dev_accuracy >= 0 && r.dev_accuracy <= 1;
+        CHECK(r.steps == 4 && dev_ok && r.tokens_per_s > 0, "%s: %ld steps, dev metric %g", what, r.steps,
+              r.dev_accuracy);
+        lens_model *m = lens_model_load(out, &err);
+        CHECK(m && m->cfg.task == (mlm ? LENS_TASK_MASKED_LM : LENS_TASK_CLASSIFICATION) &&
+                  (mlm ? m->cfg.d_model == 32 : m->cfg.n_labels == 2),
+              "%s: reload: %s", what, m ? "" : err.msg);
+        lens_model_free(m);
+        o.max_steps = 6, o.resume = 1;
+        CHECK(!lens_train_classify(&o, &r, &err) && r.steps == 6, "%s --resume: %s (%ld steps)", what, err.msg,
+              r.steps);
+    }
+}
+
 /* A vocabulary learned from a small TSV loads as a WordPiece tokenizer;
  * frequent words become single tokens, no word of the corpus is [UNK], and
  * the requested size is reached exactly. */
@@ -582,6 +621,7 @@ int main(void)
         lens_trainer_free(t);
     }
     lens_model_free(m);
+    check_train_classify(base);
     check_vocab();
     check_demo_model();
 
