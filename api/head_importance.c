@@ -109,49 +109,42 @@ static int decode_rows(api_call *c, dataset_req *r, json_t *rows)
 }
 
 
+typedef struct {
+    dataset_req *r;
+    const char *path;
+    int text_col, label_col, max_rows;
+} tsv_reader;
+
+static int tsv_row(api_call *c, void *ctx, char **cols, int n_cols, int line_no)
+{
+    tsv_reader *d = ctx;
+    if (line_no == 1) {
+        for (int i = 0; i < n_cols; i++) {
+            if (!strcmp(cols[i], "sentence") || !strcmp(cols[i], "text")) d->text_col = i;
+            if (!strcmp(cols[i], "label")) d->label_col = i;
+        }
+        if (d->text_col < 0 || d->label_col < 0)
+            return api_fail(c, 422, "invalid_request", "data",
+                            "\"%.200s\" needs a header line with \"sentence\" (or \"text\") and \"label\" columns",
+                            d->path);
+        return 0;
+    }
+    if (n_cols == 1 && !*cols[0]) return 0;
+    const lens_config *cfg = &d->r->model->model->cfg;
+    const int k = d->text_col < n_cols && d->label_col < n_cols ? parse_label(cfg, cols[d->label_col]) : -1;
+    if (k < 0 || !*cols[d->text_col])
+        return api_fail(c, 422, "invalid_request", "data",
+                        "\"%.200s\" line %d: needs a text and a label index or name of the model", d->path, line_no);
+    if (add_row(c, d->r, cols[d->text_col], strlen(cols[d->text_col]), k)) return -1;
+    return d->r->n >= d->max_rows;
+}
+
 static int decode_tsv(api_call *c, dataset_req *r, const char *path, int max_rows)
 {
-    const lens_config *cfg = &r->model->model->cfg;
-    char real[PATH_MAX];
-    if (api_resolve_data_path(c, "data", path, real)) return -1;
-    FILE *f = fopen(real, "r");
-    if (!f) return api_fail(c, 422, "invalid_request", "data", "cannot open \"%.200s\"", path);
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int text_col = -1, label_col = -1, line_no = 0, rc = 0;
-    while ((len = getline(&line, &cap, f)) >= 0 && r->n < max_rows && !rc) {
-        line_no++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
-        char *cols[16];
-        int n_cols = 0;
-        for (char *p = line, *tab; n_cols < 16; p = tab + 1) {
-            cols[n_cols++] = p;
-            if (!(tab = strchr(p, '\t'))) break;
-            *tab = 0;
-        }
-        if (line_no == 1) {
-            for (int i = 0; i < n_cols; i++) {
-                if (!strcmp(cols[i], "sentence") || !strcmp(cols[i], "text")) text_col = i;
-                if (!strcmp(cols[i], "label")) label_col = i;
-            }
-            if (text_col < 0 || label_col < 0)
-                rc = api_fail(c, 422, "invalid_request", "data",
-                              "\"%.200s\" needs a header line with \"sentence\" (or \"text\") and \"label\" columns",
-                              path);
-            continue;
-        }
-        if (len == 0) continue;
-        int k = text_col < n_cols && label_col < n_cols ? parse_label(cfg, cols[label_col]) : -1;
-        if (k < 0 || !*cols[text_col])
-            rc = api_fail(c, 422, "invalid_request", "data",
-                          "\"%.200s\" line %d: needs a text and a label index or name of the model", path, line_no);
-        else rc = add_row(c, r, cols[text_col], strlen(cols[text_col]), k);
-    }
-    free(line);
-    fclose(f);
-    if (!rc && r->n == 0) rc = api_fail(c, 422, "invalid_request", "data", "\"%.200s\" has no rows", path);
-    return rc;
+    tsv_reader d = {.r = r, .path = path, .text_col = -1, .label_col = -1, .max_rows = max_rows};
+    if (api_read_data_file(c, path, tsv_row, &d)) return -1;
+    if (r->n == 0) return api_fail(c, 422, "invalid_request", "data", "\"%.200s\" has no rows", path);
+    return 0;
 }
 
 static int dataset_prepare(api_call *c, dataset_req **out)

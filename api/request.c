@@ -471,3 +471,32 @@ int api_resolve_data_path(api_call *c, const char *field, const char *path, char
         return api_fail(c, 422, "invalid_request", field, "\"%.200s\" is outside the data directory", path);
     return 0;
 }
+
+int api_read_data_file(api_call *c, const char *path, api_row_fn row, void *ctx)
+{
+    char real[PATH_MAX];
+    if (api_resolve_data_path(c, "data", path, real)) return -1;
+    FILE *f = fopen(real, "r");
+    if (!f) return api_fail(c, 422, "invalid_request", "data", "cannot open \"%.200s\"", path);
+    char *line = NULL, *cols[API_MAX_COLUMNS];
+    size_t cap = 0;
+    ssize_t len;
+    int rc = 0;
+    for (int line_no = 1; !rc && (len = getline(&line, &cap, f)) >= 0; line_no++) {
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        if ((size_t)len != strlen(line)) {
+            rc = api_fail(c, 422, "invalid_request", "data", "\"%.200s\" line %d has a NUL byte", path, line_no);
+            break;
+        }
+        int n_cols = 0;
+        for (char *p = line, *tab; n_cols < API_MAX_COLUMNS; p = tab + 1) {
+            cols[n_cols++] = p;
+            if (!(tab = strchr(p, '\t'))) break;
+            *tab = 0;
+        }
+        rc = row(c, ctx, cols, n_cols, line_no);
+    }
+    free(line);
+    fclose(f);
+    return rc < 0 ? -1 : 0;
+}

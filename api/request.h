@@ -80,6 +80,15 @@ int api_get_bool(api_call *c, const char *field, int *v);
  * the file does not exist, or it resolves outside the directory ("..",
  * absolute paths, symlinks). */
 int api_resolve_data_path(api_call *c, const char *field, const char *path, char *out);
+
+/* A dataset file inside --data-dir (errors name field "data"), read line by
+ * line: each line without its end of line, split at tabs into at most
+ * API_MAX_COLUMNS columns, goes to row(c, ctx, cols, n_cols, line_no), line
+ * numbers from 1, until row returns non-zero (1: enough rows, -1: failed,
+ * error set on c). Returns 0 or -1. */
+#define API_MAX_COLUMNS 16
+typedef int (*api_row_fn)(api_call *c, void *ctx, char **cols, int n_cols, int line_no);
+int api_read_data_file(api_call *c, const char *path, api_row_fn row, void *ctx);
 int api_get_int(api_call *c, const char *field, long long lo, long long hi, int *v);
 
 #endif

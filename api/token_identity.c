@@ -313,48 +313,36 @@ static int decode_texts(api_call *c, map_req *r, json_t *v, int max_texts)
     return 0;
 }
 
-static char *next_column(char *p)
+typedef struct {
+    map_req *r;
+    const char *path;
+    int col, max_texts; /* col: the text column of a TSV, -1 for plain lines */
+} data_reader;
+
+static int data_row(api_call *c, void *ctx, char **cols, int n_cols, int line_no)
 {
-    char *tab = strchr(p, '\t');
-    return tab ? tab + 1 : NULL;
+    data_reader *d = ctx;
+    if (line_no == 1 && n_cols > 1) { /* a header names the text column */
+        for (int i = 0; i < n_cols; i++)
+            if (!strcmp(cols[i], "sentence") || !strcmp(cols[i], "text")) d->col = i;
+        if (d->col < 0)
+            return api_fail(c, 422, "invalid_request", "data",
+                            "\"%.200s\" is a TSV without a \"sentence\" or \"text\" column in its header", d->path);
+        return 0;
+    }
+    const char *text = cols[d->col < 0 ? 0 : d->col];
+    if (d->col >= n_cols || !*text) return 0;
+    if (add_text(c, d->r, text, strlen(text))) return -1;
+    return d->r->n >= d->max_texts;
 }
 
 /* A TSV with a header naming a "sentence" or "text" column, or plain lines. */
 static int decode_data(api_call *c, map_req *r, const char *path, int max_texts)
 {
-    char real[PATH_MAX];
-    if (api_resolve_data_path(c, "data", path, real)) return -1;
-    FILE *f = fopen(real, "r");
-    if (!f) return api_fail(c, 422, "invalid_request", "data", "cannot open \"%.200s\"", path);
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int col = -1, line_no = 0, rc = 0;
-    while (!rc && r->n < max_texts && (len = getline(&line, &cap, f)) >= 0) {
-        line_no++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
-        if (line_no == 1 && strchr(line, '\t')) { /* a header names the text column */
-            int i = 0;
-            for (char *p = line; p; p = next_column(p), i++) {
-                size_t n = strcspn(p, "\t");
-                if ((n == 8 && !strncmp(p, "sentence", 8)) || (n == 4 && !strncmp(p, "text", 4))) col = i;
-            }
-            if (col < 0)
-                rc = api_fail(c, 422, "invalid_request", "data",
-                              "\"%.200s\" is a TSV without a \"sentence\" or \"text\" column in its header", path);
-            continue;
-        }
-        char *p = line;
-        for (int i = 0; i < col && p; i++) p = next_column(p);
-        if (!p) continue;
-        size_t n = col >= 0 ? strcspn(p, "\t") : (size_t)len;
-        if (n && memchr(p, 0, n)) rc = api_fail(c, 422, "invalid_request", "data", "line %d has a NUL byte", line_no);
-        else if (n) rc = add_text(c, r, p, n);
-    }
-    free(line);
-    fclose(f);
-    if (!rc && r->n == 0) rc = api_fail(c, 422, "invalid_request", "data", "\"%.200s\" has no texts", path);
-    return rc;
+    data_reader d = {.r = r, .path = path, .col = -1, .max_texts = max_texts};
+    if (api_read_data_file(c, path, data_row, &d)) return -1;
+    if (r->n == 0) return api_fail(c, 422, "invalid_request", "data", "\"%.200s\" has no texts", path);
+    return 0;
 }
 
 int api_token_identity_map_prepare(api_call *c)

@@ -248,6 +248,13 @@ static void test_maps(test_server *s)
                       json_integer_value(get(get(j2, "result"), "heldout_texts")) == 5,
           "token-identity-map from data: 5 texts (%s)", j2 ? json_dumps(get(j2, "error"), 0) : "no job");
     json_decref(j2);
+    /* plain lines (no header), blank lines skipped */
+    j2 = run_job(s, "{\"kind\": \"token-identity-map\", \"params\": {\"model\": \"bert\", \"data\": \"lines.txt\"}}", 60000);
+    CHECK(j2 && !strcmp(json_string_value(get(j2, "state")), "done") &&
+              json_integer_value(get(get(j2, "result"), "train_texts")) +
+                      json_integer_value(get(get(j2, "result"), "heldout_texts")) == 4,
+          "token-identity-map from plain lines: 4 texts (%s)", j2 ? json_dumps(get(j2, "error"), 0) : "no job");
+    json_decref(j2);
 }
 
 static void test_bad_inputs(test_server *s)
@@ -318,7 +325,8 @@ int main(void)
     CHECK(run_cmd(cmd) == 0 &&
               write_file("texts.tsv", "id\tsentence\n1\tthe cat sat\n2\ta dog ran far\n3\tit rained\n4\twe left early\n"
                                       "5\tthe end came\n") == 0 &&
-              write_file("bad.tsv", "id\tlabel\n1\t0\n") == 0,
+              write_file("bad.tsv", "id\tlabel\n1\t0\n") == 0 &&
+              write_file("lines.txt", "the cat sat\n\na dog ran far\r\nit rained\nwe left early\n") == 0,
           "data files written");
     char bert[300], gpt[300], data[300];
     snprintf(bert, sizeof bert, "bert=%s/bert", tmpdir);
