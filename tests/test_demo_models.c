@@ -158,6 +158,22 @@ static void check_classifier(const char *name, const lens_model *m, const json_t
     }
 }
 
+/* logits[t][0:8] of every position against the fixture's logits_first_8;
+ * returns the largest difference. */
+static double check_first_8(const char *name, size_t e, const json_t *ex, const float *logits, int T, size_t V)
+{
+    double worst = 0;
+    float *want8 = json_floats(json_object_get(ex, "logits_first_8"), (size_t)T * 8, name);
+    for (int t = 0; logits && want8 && t < T; t++) {
+        char what[200];
+        snprintf(what, sizeof what, "%s example %zu logits[%d][0:8]", name, e, t);
+        double d = check_close(what, logits + t * V, want8 + t * 8, 8, TOL_LOGITS, 0);
+        if (d > worst) worst = d;
+    }
+    free(want8);
+    return worst;
+}
+
 static void check_mlm(const char *name, const lens_model *m, const json_t *examples)
 {
     const size_t V = (size_t)m->cfg.vocab_size;
@@ -167,14 +183,7 @@ static void check_mlm(const char *name, const lens_model *m, const json_t *examp
         int T;
         const float *logits = run_example(name, m, ex, &act, &T);
         char what[200];
-        double worst = 0;
-        float *want8 = json_floats(json_object_get(ex, "logits_first_8"), (size_t)T * 8, name);
-        for (int t = 0; logits && want8 && t < T; t++) {
-            snprintf(what, sizeof what, "%s example %zu logits[%d][0:8]", name, e, t);
-            double d = check_close(what, logits + t * V, want8 + t * 8, 8, TOL_LOGITS, 0);
-            if (d > worst) worst = d;
-        }
-        free(want8);
+        double worst = check_first_8(name, e, ex, logits, T, V);
         const json_t *masks = json_object_get(ex, "mask_positions");
         CHECK(json_array_size(masks) > 0, "%s example %zu: no [MASK]", name, e);
         for (size_t k = 0; logits && k < json_array_size(masks); k++) {
@@ -223,14 +232,7 @@ static void check_gpt2(const char *name, const lens_model *m, const json_t *exam
         int T;
         const float *logits = run_example(name, m, ex, &act, &T);
         char what[200];
-        double worst = 0;
-        float *want8 = json_floats(json_object_get(ex, "logits_first_8"), (size_t)T * 8, name);
-        for (int t = 0; logits && want8 && t < T; t++) {
-            snprintf(what, sizeof what, "%s logits[%d][0:8]", name, t);
-            double d = check_close(what, logits + t * V, want8 + t * 8, 8, TOL_LOGITS, 0);
-            if (d > worst) worst = d;
-        }
-        free(want8);
+        double worst = check_first_8(name, e, ex, logits, T, V);
         snprintf(what, sizeof what, "%s logits[%d] (last position, all %zu)", name, T - 1, V);
         double d = close_json(what, logits ? logits + (size_t)(T - 1) * V : NULL, json_object_get(ex, "last_logits"), V);
         if (d > worst) worst = d;
