@@ -26,6 +26,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <jansson.h>
+
 #include "ops.h"
 #include "safetensors.h"
 
@@ -1028,7 +1030,7 @@ static int copy_bpe_tokenizer(const char *from_dir, const char *to_dir, lens_err
                : 0;
 }
 
-static void json_string(FILE *f, const char *s)
+static void put_json_string(FILE *f, const char *s)
 {
     fputc('"', f);
     for (; *s; s++) {
@@ -1091,14 +1093,14 @@ static int write_config(const lens_trainer *t, const char *dir, lens_err *err)
         fprintf(f, "%s\"%d\": ", i ? ", " : "", i);
         char fallback[32];
         snprintf(fallback, sizeof fallback, "LABEL_%d", i);
-        json_string(f, c->labels ? c->labels[i] : fallback);
+        put_json_string(f, c->labels ? c->labels[i] : fallback);
     }
     fprintf(f, "},\n  \"label2id\": {");
     for (int i = 0; i < c->n_labels; i++) {
         char fallback[32];
         snprintf(fallback, sizeof fallback, "LABEL_%d", i);
         fputs(i ? ", " : "", f);
-        json_string(f, c->labels ? c->labels[i] : fallback);
+        put_json_string(f, c->labels ? c->labels[i] : fallback);
         fprintf(f, ": %d", i);
     }
     fprintf(f, "}\n}\n");
@@ -1136,6 +1138,34 @@ static int write_tensors(const lens_trainer *t, const char *path, int n_sets, co
     return rc;
 }
 
+/* tokenizer_config.json: from_dir's (or an empty one) with model_max_length
+ * set to the model's positions, so that a Hugging Face tokenizer truncating
+ * to it never yields a position the model has no embedding for. */
+static int write_tokenizer_config(const char *from_dir, const char *to_dir, int max_positions, lens_err *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", from_dir);
+    json_error_t jerr;
+    json_t *root = NULL;
+    FILE *f = fopen(path, "r");
+    if (f) {
+        /* integers as reals: transformers spells "no limit" as a 31-digit integer */
+        root = json_loadf(f, JSON_DECODE_INT_AS_REAL, &jerr);
+        fclose(f);
+        if (!json_is_object(root)) {
+            json_decref(root);
+            return lens_fail(err, LENS_EFORMAT, "%s: not a JSON object", path);
+        }
+    } else if (!(root = json_object())) {
+        return lens_fail(err, LENS_ENOMEM, "out of memory");
+    }
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", to_dir);
+    const int rc = json_object_set_new(root, "model_max_length", json_integer(max_positions)) ||
+                   json_dump_file(root, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    return rc ? lens_fail(err, LENS_EIO, "%s: write failed", path) : 0;
+}
+
 int lens_trainer_save(const lens_trainer *t, const char *dir, const char *tokenizer_dir, int with_state,
                       const char *extra, lens_err *err)
 {
@@ -1148,7 +1178,7 @@ int lens_trainer_save(const lens_trainer *t, const char *dir, const char *tokeni
     const int bpe = t->cfg.arch == LENS_ARCH_GPT2;
     if (tokenizer_dir && ((bpe ? copy_bpe_tokenizer(tokenizer_dir, dir, err)
                                : copy_file(tokenizer_dir, dir, "vocab.txt", 1, err)) ||
-                          copy_file(tokenizer_dir, dir, "tokenizer_config.json", 0, err)))
+                          write_tokenizer_config(tokenizer_dir, dir, t->cfg.max_positions, err)))
         return -1;
     if (!with_state) return 0;
     /* moments as two tensor sets in one file: "exp_avg.<name>", "exp_avg_sq.<name>" */

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "check.h"
 #include "core/model.h"
 #include "core/mkmodel.h"
@@ -432,6 +434,18 @@ static void check_gpt2(void)
     lens_trainer_free(t);
 }
 
+/* A Hugging Face tokenizer truncating to tokenizer_config.json's
+ * model_max_length must stay within the model's position embeddings. */
+static void check_model_max_length(const char *dir, int max_positions, const char *what)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    json_t *tc = json_load_file(path, 0, NULL);
+    CHECK(json_integer_value(json_object_get(tc, "model_max_length")) == max_positions,
+          "%s: tokenizer_config.json model_max_length = the model's %d positions", what, max_positions);
+    json_decref(tc);
+}
+
 /* `lensd train causal` end to end on a small text with the mkmodel GPT-2
  * tokenizer (vocabulary 50257): 4 steps, a finite dev loss, a checkpoint
  * lens_model_load reads, and --resume continuing from step 4 to 6. */
@@ -458,6 +472,7 @@ static void check_train_causal(void)
     lens_model *m = lens_model_load(out, &err);
     CHECK(m && m->cfg.arch == LENS_ARCH_GPT2 && m->cfg.d_model == 32 && m->cfg.max_positions == 16,
           "train causal: reload: %s", m ? "" : err.msg);
+    check_model_max_length(out, 16, "train causal");
     lens_model_free(m);
     o.max_steps = 6, o.resume = 1;
     CHECK(!lens_train_causal(&o, &r, &err) && r.steps == 6, "train causal --resume: %s (%ld steps)", err.msg, r.steps);
@@ -495,6 +510,7 @@ static void check_train_classify(const char *init_dir)
         CHECK(m && m->cfg.task == (mlm ? LENS_TASK_MASKED_LM : LENS_TASK_CLASSIFICATION) &&
                   (mlm ? m->cfg.d_model == 32 : m->cfg.n_labels == 2),
               "%s: reload: %s", what, m ? "" : err.msg);
+        if (m) check_model_max_length(out, m->cfg.max_positions, what);
         lens_model_free(m);
         o.max_steps = 6, o.resume = 1;
         CHECK(!lens_train_classify(&o, &r, &err) && r.steps == 6, "%s --resume: %s (%ld steps)", what, err.msg,
