@@ -20,7 +20,14 @@
  *    batches of fewer copies; F(0) rides along as one more forward-only copy.
  * Only what a backward pass reads is cached per layer (linear maps need no
  * input for dX): q, k, v, probabilities, LayerNorm inputs and statistics,
- * and the GELU input. */
+ * and the GELU input.
+ *
+ * Threads (the request's lens_pool): the forward GEMMs split inside
+ * lens_gemm; everything else runs as pool tasks over independent units:
+ * row chunks for the row-wise steps (LayerNorm, GELU, residuals and, in the
+ * backward, the linear maps of the FFN and attention output on their rows)
+ * and copies for attention and the q/k/v maps that feed it. BLAS calls inside
+ * tasks run single-threaded (core/pool.h). */
 #include "attribution.h"
 
 #include <cblas.h>
@@ -54,7 +61,7 @@ typedef struct {
     /* forward work [R][...]; reused as gradients in the backward */
     float *x, *a, *ctx, *ff;   /* [R][C], [R][C], [R][NH*DV], [R][d_ff] */
     float *dh, *dq, *dk, *dv;  /* [R][C], [R][NH*DK] x2, [R][NH*DV] */
-    float *dprobs, *dscores;   /* [NH][T][T], [T][T] */
+    float *dprobs, *dscores;   /* per pool thread: [NH][T][T], [T][T] */
     float *cls, *pooled, *logits, *dcls, *dpooled, *dpre, *dlogits; /* [copies][C or K] */
     /* target layer, computed once per layer */
     float *v_l, *attn_out_l;   /* [T][NH*DV] values, [T][C] (A v) W_O without bias */
@@ -94,14 +101,15 @@ static void engine_free(engine *e)
     free(e->dctx_sum);
 }
 
-static int engine_init(engine *e, const lens_model *m, int T, int max_copies, int lowest)
+static int engine_init(engine *e, const lens_model *m, int T, int max_copies, int lowest, lens_pool *pool)
 {
     const lens_config *c = &m->cfg;
     const size_t C = c->d_model, QK = (size_t)c->n_heads * c->d_head_k, VO = (size_t)c->n_heads * c->d_head_v;
     const size_t R = (size_t)max_copies * T, NH = c->n_heads, K = c->n_labels, TT = (size_t)T * T;
     int failed = 0;
     memset(e, 0, sizeof *e);
-    e->m = m, e->T = T, e->max_copies = max_copies, e->lowest = lowest;
+    e->m = m, e->T = T, e->max_copies = max_copies, e->lowest = lowest, e->pool = pool;
+    const size_t threads = (size_t)lens_pool_threads(pool);
     e->cache = calloc((size_t)c->n_layers, sizeof *e->cache);
     if (!e->cache) return -1;
     for (int l = lowest; l < c->n_layers; l++) {
@@ -128,8 +136,8 @@ static int engine_init(engine *e, const lens_model *m, int T, int max_copies, in
     e->dq = alloc_floats(R * QK, &failed);
     e->dk = alloc_floats(R * QK, &failed);
     e->dv = alloc_floats(R * VO, &failed);
-    e->dprobs = alloc_floats(NH * TT, &failed);
-    e->dscores = alloc_floats(TT, &failed);
+    e->dprobs = alloc_floats(threads * NH * TT, &failed);
+    e->dscores = alloc_floats(threads * TT, &failed);
     e->cls = alloc_floats(max_copies * C, &failed);
     e->pooled = alloc_floats(max_copies * C, &failed);
     e->dcls = alloc_floats(max_copies * C, &failed);
@@ -144,20 +152,90 @@ static int engine_init(engine *e, const lens_model *m, int T, int max_copies, in
     return failed ? -1 : 0;
 }
 
+/* A pool job over `units` rows or copies of layer l: fn(j, u0, u1) runs on
+ * units u0 .. u1 - 1, in chunks of `chunk`. */
+typedef struct task_job task_job;
+struct task_job {
+    engine *e;
+    int l, units, chunk, copies, is_target;
+    const float *x_l, *alpha; /* target_forward */
+    void (*fn)(const task_job *j, int u0, int u1);
+};
+
+static void task_run(void *ctx, int task)
+{
+    const task_job *j = ctx;
+    const int u0 = task * j->chunk, u1 = u0 + j->chunk < j->units ? u0 + j->chunk : j->units;
+    j->fn(j, u0, u1);
+}
+
+/* Rows go in about 4 chunks a thread (row-wise work is even), copies one at
+ * a time (the pool balances them). */
+static void run_tasks(task_job *j, int per_copy)
+{
+    const int parts = 4 * lens_pool_threads(j->e->pool);
+    j->chunk = per_copy ? 1 : (j->units + parts - 1) / parts;
+    if (j->chunk < 1) j->chunk = 1;
+    lens_pool_run(j->e->pool, (j->units + j->chunk - 1) / j->chunk, task_run, j);
+}
+
+/* forward: ff = gelu(ff_pre) on rows r0 .. r1 - 1 */
+static void gelu_rows(const task_job *j, int r0, int r1)
+{
+    const lens_config *c = &j->e->m->cfg;
+    const size_t F = c->d_ff;
+    float *ff = j->e->ff + r0 * F;
+    memcpy(ff, j->e->cache[j->l].ff_pre + r0 * F, sizeof(float) * (r1 - r0) * F);
+    (c->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(ff, (r1 - r0) * F);
+}
+
+/* forward: h_ff += a, x = LN_ff(h_ff) */
+static void ln_ff_rows(const task_job *j, int r0, int r1)
+{
+    const lens_config *c = &j->e->m->cfg;
+    const size_t C = c->d_model;
+    layer_cache *k = &j->e->cache[j->l];
+    lens_residual_forward(k->h_ff + r0 * C, j->e->a + r0 * C, (r1 - r0) * C);
+    lens_layernorm_forward(j->e->x + r0 * C, k->mean_ff + r0, k->rstd_ff + r0, k->h_ff + r0 * C,
+                           &j->e->m->p.blocks[j->l].ln_ff, r1 - r0, c->d_model, c->ln_eps);
+}
+
+/* forward: h_attn += x, a = LN_attn(h_attn) */
+static void ln_attn_rows(const task_job *j, int r0, int r1)
+{
+    const lens_config *c = &j->e->m->cfg;
+    const size_t C = c->d_model;
+    layer_cache *k = &j->e->cache[j->l];
+    lens_residual_forward(k->h_attn + r0 * C, j->e->x + r0 * C, (r1 - r0) * C);
+    lens_layernorm_forward(j->e->a + r0 * C, k->mean_attn + r0, k->rstd_attn + r0, k->h_attn + r0 * C,
+                           &j->e->m->p.blocks[j->l].ln_attn, r1 - r0, c->d_model, c->ln_eps);
+}
+
 /* The FFN half of BERT layer l on x = a (post-LN_attn) for R rows:
  * h_ff = a + W2 gelu(W1 a + b1) + b2, x = LN_ff(h_ff). */
 static void ffn_forward(engine *e, int l, int R)
 {
-    const lens_config *c = &e->m->cfg;
     const lens_block *blk = &e->m->p.blocks[l];
     layer_cache *k = &e->cache[l];
-    const int C = c->d_model;
+    task_job j = {.e = e, .l = l, .units = R};
     lens_gemm_linear(k->ff_pre, e->a, &blk->ff_in, R, e->pool);
-    memcpy(e->ff, k->ff_pre, sizeof(float) * R * c->d_ff);
-    (c->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(e->ff, (size_t)R * c->d_ff);
+    j.fn = gelu_rows, run_tasks(&j, 0);
     lens_gemm_linear(k->h_ff, e->ff, &blk->ff_out, R, e->pool);
-    lens_residual_forward(k->h_ff, e->a, (size_t)R * C);
-    lens_layernorm_forward(e->x, k->mean_ff, k->rstd_ff, k->h_ff, &blk->ln_ff, R, C, c->ln_eps);
+    j.fn = ln_ff_rows, run_tasks(&j, 0);
+}
+
+/* forward: attention of copies c0 .. c1 - 1 */
+static void attention_copies(const task_job *j, int c0, int c1)
+{
+    const lens_config *c = &j->e->m->cfg;
+    layer_cache *k = &j->e->cache[j->l];
+    const int T = j->e->T, NH = c->n_heads;
+    const size_t QK = (size_t)NH * c->d_head_k, VO = (size_t)NH * c->d_head_v, TT = (size_t)T * T;
+    for (int i = c0; i < c1; i++) {
+        const size_t r = (size_t)i * T;
+        lens_attention_forward(j->e->ctx + r * VO, k->probs + i * NH * TT, TT, k->q + r * QK, k->k + r * QK,
+                               k->v + r * VO, T, NH, c->d_head_k, c->d_head_v, 0);
+    }
 }
 
 /* Full BERT layer l (above the target) on e->x for `copies` copies; with
@@ -167,16 +245,13 @@ static void layer_forward(engine *e, int l, int copies, int cls_only)
     const lens_config *c = &e->m->cfg;
     const lens_block *blk = &e->m->p.blocks[l];
     layer_cache *k = &e->cache[l];
-    const int T = e->T, R = copies * T, C = c->d_model, NH = c->n_heads;
-    const size_t QK = (size_t)NH * c->d_head_k, VO = (size_t)NH * c->d_head_v, TT = (size_t)T * T;
+    const int T = e->T, R = copies * T, C = c->d_model;
+    const size_t VO = (size_t)c->n_heads * c->d_head_v;
     lens_gemm_linear(k->q, e->x, &blk->q, R, e->pool);
     lens_gemm_linear(k->k, e->x, &blk->k, R, e->pool);
     lens_gemm_linear(k->v, e->x, &blk->v, R, e->pool);
-    for (int i = 0; i < copies; i++) {
-        const size_t r = (size_t)i * T;
-        lens_attention_forward(e->ctx + r * VO, k->probs + i * NH * TT, TT, k->q + r * QK, k->k + r * QK,
-                               k->v + r * VO, T, NH, c->d_head_k, c->d_head_v, 0);
-    }
+    task_job j = {.e = e, .l = l, .units = copies, .fn = attention_copies};
+    run_tasks(&j, 1);
     /* F reads only the [CLS] row of the last layer's output: past the
      * attention, the last layer runs on one row per copy (row i = copy i) */
     int rows = R;
@@ -188,29 +263,40 @@ static void layer_forward(engine *e, int l, int copies, int cls_only)
         rows = copies;
     }
     lens_gemm_linear(k->h_attn, e->ctx, &blk->attn_out, rows, e->pool);
-    lens_residual_forward(k->h_attn, e->x, (size_t)rows * C);
-    lens_layernorm_forward(e->a, k->mean_attn, k->rstd_attn, k->h_attn, &blk->ln_attn, rows, C, c->ln_eps);
+    j = (task_job){.e = e, .l = l, .units = rows, .fn = ln_attn_rows};
+    run_tasks(&j, 0);
     ffn_forward(e, l, rows);
+}
+
+/* forward (target layer): h_attn = x_l + alpha (A v W_O) + b_O, then
+ * a = LN_attn(h_attn), for copies c0 .. c1 - 1 */
+static void target_copies(const task_job *j, int c0, int c1)
+{
+    const engine *e = j->e;
+    const lens_config *c = &e->m->cfg;
+    const lens_block *blk = &e->m->p.blocks[j->l];
+    layer_cache *k = &e->cache[j->l];
+    const int T = e->T, C = c->d_model;
+    for (int i = c0; i < c1; i++) {
+        const size_t r = (size_t)i * T;
+        float *h = k->h_attn + r * C;
+        for (int t = 0; t < T; t++)
+            for (int d = 0; d < C; d++) {
+                const size_t n = (size_t)t * C + d;
+                h[n] = j->alpha[i] * e->attn_out_l[n] + blk->attn_out.b[d] + j->x_l[n];
+            }
+        lens_layernorm_forward(e->a + r * C, k->mean_attn + r, k->rstd_attn + r, h, &blk->ln_attn, T, C,
+                               c->ln_eps);
+    }
 }
 
 /* Target layer l with its attention probabilities scaled by alpha[i] in copy i:
  * h_attn = x_l + alpha (A v W_O) + b_O, then LN and the FFN. */
 static void target_forward(engine *e, int l, const float *x_l, const float *alpha, int copies)
 {
-    const lens_config *c = &e->m->cfg;
-    const lens_block *blk = &e->m->p.blocks[l];
-    layer_cache *k = &e->cache[l];
-    const int T = e->T, R = copies * T, C = c->d_model;
-    for (int i = 0; i < copies; i++) {
-        float *h = k->h_attn + (size_t)i * T * C;
-        for (int t = 0; t < T; t++)
-            for (int j = 0; j < C; j++) {
-                const size_t n = (size_t)t * C + j;
-                h[n] = alpha[i] * e->attn_out_l[n] + blk->attn_out.b[j] + x_l[n];
-            }
-    }
-    lens_layernorm_forward(e->a, k->mean_attn, k->rstd_attn, k->h_attn, &blk->ln_attn, R, C, c->ln_eps);
-    ffn_forward(e, l, R);
+    task_job j = {.e = e, .l = l, .units = copies, .x_l = x_l, .alpha = alpha, .fn = target_copies};
+    run_tasks(&j, 1);
+    ffn_forward(e, l, copies * e->T);
 }
 
 /* Classifier on the [CLS] row of each copy: F[i] = softmax(W_c tanh(W_p x + b_p) + b_c)[target]. */
@@ -251,31 +337,81 @@ static void head_backward(engine *e, int copies, int target)
     for (int i = 0; i < copies; i++) memcpy(e->x + i * stride * C, e->dcls + (size_t)i * C, sizeof(float) * C);
 }
 
-/* Backward of BERT layer l for R rows: e->x holds dF/d(layer output) and gets
- * dF/d(layer input), unless l is the target layer: then e->ctx gets dF/dctx. */
+/* backward, rows r0 .. r1 - 1: dh = dF/dh_ff from dx = dF/d(layer output)
+ * (forward: x = LN_ff(h_ff)), and da = dh (h_ff's residual branch) */
+static void ln_ff_backward_rows(const task_job *j, int r0, int r1)
+{
+    const engine *e = j->e;
+    const size_t C = e->m->cfg.d_model;
+    const layer_cache *k = &e->cache[j->l];
+    float *dh = e->dh + r0 * C;
+    memset(dh, 0, sizeof(float) * (r1 - r0) * C);
+    lens_layernorm_backward(dh, NULL, NULL, e->x + r0 * C, k->h_ff + r0 * C, k->mean_ff + r0, k->rstd_ff + r0,
+                            &e->m->p.blocks[j->l].ln_ff, r1 - r0, C);
+    memcpy(e->a + r0 * C, dh, sizeof(float) * (r1 - r0) * C);
+}
+
+/* backward (forward: ff = gelu(ff_pre)), in place on dff */
+static void gelu_backward_rows(const task_job *j, int r0, int r1)
+{
+    const lens_config *c = &j->e->m->cfg;
+    const size_t F = c->d_ff;
+    lens_gelu_backward_inplace(j->e->ff + r0 * F, j->e->cache[j->l].ff_pre + r0 * F, (r1 - r0) * F, c->gelu_tanh);
+}
+
+/* backward: dh = dF/dh_attn from da (forward: a = LN_attn(h_attn)) */
+static void ln_attn_backward_rows(const task_job *j, int r0, int r1)
+{
+    const engine *e = j->e;
+    const size_t C = e->m->cfg.d_model;
+    const layer_cache *k = &e->cache[j->l];
+    float *dh = e->dh + r0 * C;
+    memset(dh, 0, sizeof(float) * (r1 - r0) * C);
+    lens_layernorm_backward(dh, NULL, NULL, e->a + r0 * C, k->h_attn + r0 * C, k->mean_attn + r0,
+                            k->rstd_attn + r0, &e->m->p.blocks[j->l].ln_attn, r1 - r0, C);
+}
+
+/* backward of the attention of copies c0 .. c1 - 1: dq, dk, dv from dctx,
+ * and dx = dh (h_attn's residual branch) for the q/k/v paths to add to */
+static void attention_backward_copies(const task_job *j, int c0, int c1)
+{
+    const engine *e = j->e;
+    const lens_config *c = &e->m->cfg;
+    const layer_cache *k = &e->cache[j->l];
+    const int T = e->T, NH = c->n_heads, thread = lens_pool_thread_index();
+    const size_t C = c->d_model, QK = (size_t)NH * c->d_head_k, VO = (size_t)NH * c->d_head_v, TT = (size_t)T * T;
+    for (int i = c0; i < c1; i++) {
+        const size_t r = (size_t)i * T;
+        float *dq = e->dq + r * QK, *dk = e->dk + r * QK, *dv = e->dv + r * VO;
+        memcpy(e->x + r * C, e->dh + r * C, sizeof(float) * T * C);
+        memset(dq, 0, sizeof(float) * T * QK);
+        memset(dk, 0, sizeof(float) * T * QK);
+        memset(dv, 0, sizeof(float) * T * VO);
+        lens_attention_backward(dq, dk, dv, e->dprobs + thread * NH * TT, TT, e->dscores + thread * TT,
+                                e->ctx + r * VO, k->q + r * QK, k->k + r * QK, k->v + r * VO,
+                                k->probs + i * NH * TT, TT, T, NH, c->d_head_k, c->d_head_v, 0);
+    }
+}
+
+/* Backward of BERT layer l for all copies: e->x holds dF/d(layer output) and
+ * gets dF/d(layer input), unless l is the target layer: then e->ctx gets
+ * dF/dctx. With cls_only everything up to dctx covers row i = copy i. */
 static void layer_backward(engine *e, int l, int copies, int is_target, int cls_only)
 {
     const lens_config *c = &e->m->cfg;
     const lens_block *blk = &e->m->p.blocks[l];
-    layer_cache *k = &e->cache[l];
-    const int T = e->T, R_all = copies * T, R = cls_only ? copies : R_all, C = c->d_model, NH = c->n_heads;
-    const size_t QK = (size_t)NH * c->d_head_k, VO = (size_t)NH * c->d_head_v, TT = (size_t)T * T;
-    float *dx = e->x, *dh = e->dh, *da = e->a, *dff = e->ff, *dctx = e->ctx;
-    /* forward: x = LN_ff(h_ff) */
-    memset(dh, 0, sizeof(float) * R * C);
-    lens_layernorm_backward(dh, NULL, NULL, dx, k->h_ff, k->mean_ff, k->rstd_ff, &blk->ln_ff, R, C);
+    const int T = e->T, C = c->d_model, R = cls_only ? copies : copies * T, Rq = copies * T;
+    const size_t VO = (size_t)c->n_heads * c->d_head_v;
+    float *dh = e->dh, *dctx = e->ctx;
+    task_job j = {.e = e, .l = l, .units = R};
+    j.fn = ln_ff_backward_rows, run_tasks(&j, 0);
     /* forward: h_ff = ff_out(gelu(ff_in(a))) + a */
-    memcpy(da, dh, sizeof(float) * R * C);
-    memset(dff, 0, sizeof(float) * R * c->d_ff);
-    lens_linear_backward(dff, NULL, NULL, dh, NULL, &blk->ff_out, R);
-    lens_gelu_backward_inplace(dff, k->ff_pre, (size_t)R * c->d_ff, c->gelu_tanh);
-    lens_linear_backward(da, NULL, NULL, dff, NULL, &blk->ff_in, R);
-    /* forward: a = LN_attn(h_attn) */
-    memset(dh, 0, sizeof(float) * R * C);
-    lens_layernorm_backward(dh, NULL, NULL, da, k->h_attn, k->mean_attn, k->rstd_attn, &blk->ln_attn, R, C);
+    lens_gemm_linear_backward(e->ff, dh, &blk->ff_out, R, 0, e->pool);
+    j.fn = gelu_backward_rows, run_tasks(&j, 0);
+    lens_gemm_linear_backward(e->a, e->ff, &blk->ff_in, R, 1, e->pool);
+    j.fn = ln_attn_backward_rows, run_tasks(&j, 0);
     /* forward: h_attn = attn_out(ctx) + x */
-    memset(dctx, 0, sizeof(float) * R * VO);
-    lens_linear_backward(dctx, NULL, NULL, dh, NULL, &blk->attn_out, R);
+    lens_gemm_linear_backward(dctx, dh, &blk->attn_out, R, 0, e->pool);
     if (is_target) return;
     if (cls_only) { /* back to all rows: row i -> row i*T, the other rows get no gradient */
         for (int i = copies - 1; i >= 1; i--) {
@@ -289,21 +425,12 @@ static void layer_backward(engine *e, int l, int copies, int is_target, int cls_
             memset(dh + ((size_t)i * T + 1) * C, 0, sizeof(float) * (T - 1) * C);
         }
     }
-    const int Rq = R_all; /* attention and q, k, v cover every row */
-    memcpy(dx, dh, sizeof(float) * Rq * C);
-    memset(e->dq, 0, sizeof(float) * Rq * QK);
-    memset(e->dk, 0, sizeof(float) * Rq * QK);
-    memset(e->dv, 0, sizeof(float) * Rq * VO);
-    for (int i = 0; i < copies; i++) {
-        const size_t r = (size_t)i * T;
-        lens_attention_backward(e->dq + r * QK, e->dk + r * QK, e->dv + r * VO, e->dprobs, TT, e->dscores,
-                                dctx + r * VO, k->q + r * QK, k->k + r * QK, k->v + r * VO,
-                                k->probs + i * NH * TT, TT, T, NH, c->d_head_k, c->d_head_v, 0);
-    }
-    /* forward: q, k, v = x W_{Q,K,V} + b */
-    lens_linear_backward(dx, NULL, NULL, e->dq, NULL, &blk->q, Rq);
-    lens_linear_backward(dx, NULL, NULL, e->dk, NULL, &blk->k, Rq);
-    lens_linear_backward(dx, NULL, NULL, e->dv, NULL, &blk->v, Rq);
+    j = (task_job){.e = e, .l = l, .units = copies, .fn = attention_backward_copies};
+    run_tasks(&j, 1);
+    /* forward: q, k, v = x W_{Q,K,V} + b (attention and q, k, v cover every row) */
+    lens_gemm_linear_backward(e->x, e->dq, &blk->q, Rq, 1, e->pool);
+    lens_gemm_linear_backward(e->x, e->dk, &blk->k, Rq, 1, e->pool);
+    lens_gemm_linear_backward(e->x, e->dv, &blk->v, Rq, 1, e->pool);
 }
 
 /* Σ over the copies of dF/dctx, then per head ∂F/∂P_h += dctx_h v_h^T
@@ -449,13 +576,12 @@ int lens_attribution_run(const lens_model *m, const int *ids, const int *type_id
     int max_copies = fit < 2 ? 2 : fit > (size_t)steps + 1 ? steps + 1 : (int)fit;
     engine e;
     out->layers = calloc((size_t)n_sel, sizeof *out->layers);
-    if (!out->layers || engine_init(&e, m, T, max_copies, lowest)) {
+    if (!out->layers || engine_init(&e, m, T, max_copies, lowest, opts ? opts->pool : NULL)) {
         if (out->layers) engine_free(&e); /* engine_init leaves e freeable */
         lens_activations_free(&act);
         lens_attribution_free(out);
         return lens_fail(err, LENS_ENOMEM, "out of memory for attribution of %d tokens", T);
     }
-    e.pool = opts ? opts->pool : NULL;
     out->T = T, out->n_heads = NH, out->target = target, out->predicted = pred;
     out->f_full = exp(z[target] - zmax) / zsum;
     out->steps = steps, out->riemann = riemann, out->n_layers = n_sel;
@@ -487,7 +613,7 @@ int lens_attr_eval(const lens_model *m, const int *ids, const int *type_ids, int
     lens_activations act;
     if (lens_forward(m, &batch, &fo, &act, err)) return -1;
     engine e;
-    if (engine_init(&e, m, T, 1, layer - 1)) {
+    if (engine_init(&e, m, T, 1, layer - 1, NULL)) {
         engine_free(&e);
         lens_activations_free(&act);
         return lens_fail(err, LENS_ENOMEM, "out of memory for %d tokens", T);

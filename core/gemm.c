@@ -4,7 +4,7 @@
  *   for k0 in K step KC          A block x[m0..m1][k0..k0+KC] stays in L2
  *     for panel p                W sub-panel [KC][32] (48 KiB) streams from L2
  *       for m in m0..m1 step MR  register tile y[m..m+MR][32p..32p+32]
- *         acc = k0 == 0 ? bias : y;  acc += x[m][k] W[k][.] over k;  y = acc
+ *         acc = k0 == 0 && !accumulate ? bias : y;  acc += x[m][k] W[k][.] over k;  y = acc
  * Bias is the accumulator's initial value, so no separate bias pass exists. */
 #include "gemm.h"
 
@@ -194,7 +194,8 @@ static void gemm_task(void *ctx, int task)
                 const int pf_first = i * per_block < next_lines ? i * per_block : next_lines;
                 const int pf_lines = next_lines - pf_first < per_block ? next_lines - pf_first : per_block;
                 j->kernel(m1 - m < MR ? m1 - m : MR, kc, g->x + (size_t)m * g->ldx + k0, g->ldx, b,
-                          g->y + (size_t)m * g->ldy + n0, g->ldy, nr, g->bias ? g->bias + n0 : NULL, k0 == 0,
+                          g->y + (size_t)m * g->ldy + n0, g->ldy, nr, g->bias ? g->bias + n0 : NULL,
+                          k0 == 0 && !g->accumulate,
                           next ? next + (size_t)pf_first * 16 : NULL, pf_lines);
             }
         }
@@ -205,6 +206,7 @@ void lens_gemm(const lens_gemm_args *g, lens_pool *pool)
 {
     if (g->M <= 0 || g->N <= 0) return;
     if (g->K <= 0) {
+        if (g->accumulate) return;
         for (int m = 0; m < g->M; m++) {
             float *row = g->y + (size_t)m * g->ldy;
             if (g->bias) memcpy(row, g->bias, sizeof(float) * g->N);
@@ -238,4 +240,16 @@ void lens_gemm_linear_ld(float *out, size_t ld_out, const float *inp, size_t ld_
 void lens_gemm_linear(float *out, const float *inp, const lens_linear *lin, int N, lens_pool *pool)
 {
     lens_gemm_linear_ld(out, (size_t)lin->out, inp, (size_t)lin->in, lin, N, pool);
+}
+
+void lens_gemm_linear_backward(float *dinp, const float *dout, const lens_linear *lin, int N, int accumulate,
+                               lens_pool *pool)
+{
+    /* forward: out = inp W' with W'[in][out]; dinp = dout W'^T, and W'^T[o][i]
+     * is w[o*ld + i] for a Linear ([out][in], k-major here) or w[i*ld + o]
+     * for a Conv1D ([in][out], n-major here) */
+    const lens_gemm_args g = {.M = N, .N = lin->in, .K = lin->out, .x = dout, .ldx = (size_t)lin->out,
+                              .w = lin->w, .ld = (size_t)lin->ld, .w_kn = !lin->w_in_out, .alpha = 1.0f,
+                              .y = dinp, .ldy = (size_t)lin->in, .accumulate = accumulate};
+    lens_gemm(&g, pool);
 }

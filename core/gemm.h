@@ -32,9 +32,10 @@ size_t lens_gemm_packed_size(int K, int N);
 void lens_gemm_pack(float *packed, const float *w, int K, int N, size_t ld, int w_kn);
 
 /* The general product: y[M][N] (row stride ldy) = x[M][K] (row stride ldx) W
- * + bias. W is `packed` when not NULL, else alpha * (w, ld, w_kn): alpha
- * scales W while it is packed during the call (attention's 1/sqrt(DK)) and is
- * ignored for prepacked W. bias [N] may be NULL. y must not alias x or W. */
+ * + bias, or y += x W with accumulate (bias ignored). W is `packed` when not
+ * NULL, else alpha * (w, ld, w_kn): alpha scales W while it is packed during
+ * the call (attention's 1/sqrt(DK)) and is ignored for prepacked W. bias [N]
+ * may be NULL. y must not alias x or W. */
 typedef struct {
     int M, N, K;
     const float *x;
@@ -47,6 +48,7 @@ typedef struct {
     const float *bias;
     float *y;
     size_t ldy;
+    int accumulate;
 } lens_gemm_args;
 void lens_gemm(const lens_gemm_args *g, lens_pool *pool);
 
@@ -58,6 +60,12 @@ void lens_gemm_linear(float *out, const float *inp, const lens_linear *lin, int 
  * in one L1 set (4 KiB aliasing, -20% at K = 3072): pad such buffers. */
 void lens_gemm_linear_ld(float *out, size_t ld_out, const float *inp, size_t ld_inp, const lens_linear *lin, int N,
                          lens_pool *pool);
+
+/* The input gradient of a lens_linear: dinp[N][in] = dout[N][out] W^T in the
+ * map's orientation (+= with accumulate), W packed panel by panel during the
+ * call. */
+void lens_gemm_linear_backward(float *dinp, const float *dout, const lens_linear *lin, int N, int accumulate,
+                               lens_pool *pool);
 
 /* 1 when the AVX-512 kernel is in use (0 without AVX-512 or with
  * LENS_GEMM_PORTABLE=1 in the environment). */

@@ -24,6 +24,7 @@
 
 #include "core/attribution.h"
 #include "core/model.h"
+#include "core/pool.h"
 #include "tests/check.h"
 
 #define TOL_SCORE 1e-3   /* of the largest |score| */
@@ -188,6 +189,41 @@ static void test_example(const lens_model *m, const json_t *ex, int steps)
     free(ids), free(type_ids);
 }
 
+/* Threads and batching change nothing: the same attributions on a 3-thread
+ * pool (bit for bit: every output element is summed in the same order) and
+ * in batches of 2 copies (summed over batches: within 1e-6 of the scale). */
+static void test_threads(const lens_model *m, const json_t *ex, int steps)
+{
+    const char *name = json_string_value(json_object_get(ex, "name"));
+    int T, T2;
+    int *ids = json_int_array(json_object_get(ex, "input_ids"), &T);
+    int *type_ids = json_int_array(json_object_get(ex, "token_type_ids"), &T2);
+    lens_pool *pool = lens_pool_create(3);
+    lens_attr_opts serial = {.steps = steps, .target = -1};
+    lens_attr_opts threaded = {.steps = steps, .target = -1, .pool = pool};
+    lens_attr_opts batched = {.steps = steps, .target = -1, .pool = pool, .max_scratch_bytes = 1};
+    lens_attribution a = {0}, b = {0}, c = {0};
+    lens_err err = {0};
+    CHECK(pool && !lens_attribution_run(m, ids, type_ids, T, &serial, &a, &err) &&
+              !lens_attribution_run(m, ids, type_ids, T, &threaded, &b, &err) &&
+              !lens_attribution_run(m, ids, type_ids, T, &batched, &c, &err),
+          "%s threads: %s", name, err.msg);
+    const size_t n = (size_t)m->cfg.n_heads * T * T;
+    double same = 0, batch = 0, scale = 0;
+    for (int l = 0; a.layers && b.layers && c.layers && l < a.n_layers; l++) {
+        same = fmax(same, max_abs_diff(a.layers[l].attr, b.layers[l].attr, n));
+        batch = fmax(batch, max_abs_diff(a.layers[l].attr, c.layers[l].attr, n));
+        for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(a.layers[l].attr[i]));
+    }
+    CHECK(a.layers && same == 0, "%s: 3 threads differ from 1 by %.3g", name, same);
+    CHECK(a.layers && batch <= 1e-6 * scale, "%s: batches of 2 copies differ by %.3g (scale %.3g)", name, batch, scale);
+    printf("  %s: 3 threads vs 1: max |diff| %.3g; batches of 2 copies: %.3g of scale %.3g\n", name, same, batch,
+           scale);
+    lens_attribution_free(&a), lens_attribution_free(&b), lens_attribution_free(&c);
+    lens_pool_free(pool);
+    free(ids), free(type_ids);
+}
+
 static void test_tree_rules(void)
 {
     /* 3 layers, 1 head, 4 tokens, hand-made: layer 3 makes token 2 the root
@@ -235,6 +271,7 @@ int main(void)
         const int steps = (int)json_integer_value(json_object_get(fx, "steps"));
         const json_t *examples = json_object_get(fx, "examples");
         for (size_t i = 0; i < json_array_size(examples); i++) test_example(m, json_array_get(examples, i), steps);
+        test_threads(m, json_array_get(examples, 0), steps);
     }
     json_decref(fx);
     lens_model_free(m);

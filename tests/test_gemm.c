@@ -26,6 +26,7 @@
 
 #include "core/gemm.h"
 #include "core/model.h"
+#include "core/ops.h"
 #include "core/pool.h"
 #include "tests/check.h"
 
@@ -191,6 +192,37 @@ static void test_gemm(void)
     lens_pool_free(two);
 }
 
+/* lens_gemm_linear_backward (the attribution backward's GEMM) against
+ * ops.c's cblas lens_linear_backward: Linear and Conv1D layouts, row strides
+ * past the row, y = and y += (accumulate), on a 2-thread pool. */
+static void test_linear_backward(void)
+{
+    lens_pool *two = lens_pool_create(2);
+    const int N = 250, in = 50, out = 90;
+    for (int conv = 0; conv <= 1; conv++)
+        for (int acc = 0; acc <= 1; acc++) {
+            const int ld = (conv ? out : in) + 3;
+            const size_t nw = (size_t)(conv ? in : out) * ld;
+            float *w = malloc(sizeof(float) * nw), *dout = malloc(sizeof(float) * N * out);
+            float *want = malloc(sizeof(float) * N * in), *got = malloc(sizeof(float) * N * in);
+            for (size_t i = 0; i < nw; i++) w[i] = uniform();
+            for (size_t i = 0; i < (size_t)N * out; i++) dout[i] = uniform();
+            for (size_t i = 0; i < (size_t)N * in; i++) {
+                want[i] = acc ? uniform() : 0.0f;
+                got[i] = acc ? want[i] : 1234.5f; /* without accumulate the old values must go */
+            }
+            const lens_linear lin = {.w = w, .in = in, .out = out, .ld = ld, .w_in_out = conv};
+            lens_linear_backward(want, NULL, NULL, dout, NULL, &lin, N);
+            lens_gemm_linear_backward(got, dout, &lin, N, acc, two);
+            double worst = 0;
+            for (size_t i = 0; i < (size_t)N * in; i++) worst = fmax(worst, fabs((double)got[i] - want[i]));
+            CHECK(worst <= 1e-4, "linear backward %s %s: max |lens_gemm - cblas| %.3g", conv ? "Conv1D" : "Linear",
+                  acc ? "+=" : "=", worst);
+            free(w), free(dout), free(want), free(got);
+        }
+    lens_pool_free(two);
+}
+
 /* ------------------------------------------------- forward with a pool */
 
 static int same(const char *what, const float *a, const float *b, size_t n)
@@ -272,6 +304,7 @@ int main(void)
 {
     test_pool();
     test_gemm();
+    test_linear_backward();
     const char *shared = check_shared_dir();
     if (!shared) {
         SKIP("shared checkpoints not found (../shared/models or $LENS_SHARED): forward with a pool not tested");
