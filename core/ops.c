@@ -114,13 +114,18 @@ void lens_gelu_forward(float *x, size_t n)
     for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erf_approx(x[i] * (float)M_SQRT1_2));
 }
 
-void lens_gelu_tanh_forward(float *x, size_t n)
+/* gelu_tanh(x) = 0.5 x (1 + tanh u), u = sqrt(2/pi) (x + 0.044715 x^3), is
+ * x sigma(2u) with sigma(z) = 1 / (1 + e^-z): one lens_exp_approx instead of
+ * libm's tanhf, so the loops vectorise (same value to float rounding). */
+static inline float sigmoid_2u(float x)
 {
     const float s = 0.7978845608028654f; /* sqrt(2/pi) */
-    for (size_t i = 0; i < n; i++) {
-        float v = x[i];
-        x[i] = 0.5f * v * (1.0f + tanhf(s * (v + 0.044715f * v * v * v)));
-    }
+    return 1.0f / (1.0f + lens_exp_approx(-2.0f * s * (x + 0.044715f * x * x * x)));
+}
+
+void lens_gelu_tanh_forward(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) x[i] *= sigmoid_2u(x[i]);
 }
 
 /* forward: gelu(x) = x Phi(x) = 0.5 x (1 + erf(x / sqrt 2));
@@ -132,13 +137,13 @@ static inline float gelu_grad(float x)
     return cdf + x * pdf;
 }
 
-/* forward: gelu(x) = 0.5 x (1 + tanh(u)), u = s (x + 0.044715 x^3);
- * gelu'(x) = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) s (1 + 3 * 0.044715 x^2) */
+/* forward: gelu(x) = 0.5 x (1 + tanh(u)) = x sigma(2u), u = s (x + 0.044715 x^3);
+ * gelu'(x) = sigma(2u) + x 2 sigma(2u) (1 - sigma(2u)) s (1 + 3 * 0.044715 x^2)
+ * (the same as 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u') */
 static inline float gelu_tanh_grad(float x)
 {
-    const float s = 0.7978845608028654f;
-    const float t = tanhf(s * (x + 0.044715f * x * x * x));
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * s * (1.0f + 3.0f * 0.044715f * x * x);
+    const float s = 0.7978845608028654f, g = sigmoid_2u(x);
+    return g + 2.0f * x * g * (1.0f - g) * s * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
 void lens_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
