@@ -11,7 +11,8 @@
  * computed once), and only layer l's FFN and the layers above are rerun per
  * step, then back-propagated (activation gradients only) into layer l's
  * context, where ∂F/∂P_h = dctx_h v_h^T. The copies run one at a time (T
- * rows each): GPT-2 pre-LN blocks, per layer j:
+ * rows each), their GEMMs split over the request's pool: GPT-2 pre-LN
+ * blocks, per layer j:
  *     h1 = LN1(x); ctx = attn(h1 W_{Q,K,V}); x2 = x + ctx W_O + b_O;
  *     h2 = LN2(x2); x' = x2 + W2 gelu_tanh(W1 h2 + b1) + b2. */
 #include <cblas.h>
@@ -20,6 +21,7 @@
 #include <string.h>
 
 #include "attribution.h"
+#include "gemm.h"
 #include "ops.h"
 
 typedef struct {
@@ -30,6 +32,7 @@ typedef struct {
 typedef struct {
     const lens_model *m;
     int T;
+    lens_pool *pool;           /* threads for the GEMMs */
     g_cache *cache;            /* [L] */
     float *x, *h, *ctx, *ff;   /* [T][C], [T][C], [T][VO], [T][d_ff] */
     float *dx, *dh, *dctx, *dff, *dq, *dk, *dv, *dprobs, *dscores;
@@ -58,14 +61,14 @@ static float *g_alloc(size_t n, int *failed)
     return p;
 }
 
-static int g_init(g_engine *e, const lens_model *m, int T)
+static int g_init(g_engine *e, const lens_model *m, int T, lens_pool *pool)
 {
     const lens_config *c = &m->cfg;
     const size_t C = c->d_model, QK = (size_t)c->n_heads * c->d_head_k, VO = (size_t)c->n_heads * c->d_head_v;
     const size_t TT = (size_t)T * T, NH = c->n_heads, F = c->d_ff;
     int failed = 0;
     memset(e, 0, sizeof *e);
-    e->m = m, e->T = T;
+    e->m = m, e->T = T, e->pool = pool;
     e->cache = calloc((size_t)c->n_layers, sizeof *e->cache);
     if (!e->cache) return -1;
     for (int l = 0; l < c->n_layers; l++) {
@@ -95,10 +98,10 @@ static void g_ffn_forward(g_engine *e, int l)
     g_cache *k = &e->cache[l];
     const int T = e->T, C = c->d_model;
     lens_layernorm_forward(e->h, k->mean2, k->rstd2, k->x2, &b->ln_ff, T, C, c->ln_eps);
-    lens_linear_forward(k->ff_pre, e->h, &b->ff_in, T);
+    lens_gemm_linear(k->ff_pre, e->h, &b->ff_in, T, e->pool);
     memcpy(e->ff, k->ff_pre, sizeof(float) * T * c->d_ff);
     (c->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(e->ff, (size_t)T * c->d_ff);
-    lens_linear_forward(e->x, e->ff, &b->ff_out, T);
+    lens_gemm_linear(e->x, e->ff, &b->ff_out, T, e->pool);
     lens_residual_forward(e->x, k->x2, (size_t)T * C);
 }
 
@@ -111,11 +114,11 @@ static void g_block_forward(g_engine *e, int l)
     const int T = e->T, C = c->d_model, NH = c->n_heads;
     memcpy(k->x, e->x, sizeof(float) * T * C);
     lens_layernorm_forward(k->h1, k->mean1, k->rstd1, k->x, &b->ln_attn, T, C, c->ln_eps);
-    lens_linear_forward(k->q, k->h1, &b->q, T);
-    lens_linear_forward(k->k, k->h1, &b->k, T);
-    lens_linear_forward(k->v, k->h1, &b->v, T);
+    lens_gemm_linear(k->q, k->h1, &b->q, T, e->pool);
+    lens_gemm_linear(k->k, k->h1, &b->k, T, e->pool);
+    lens_gemm_linear(k->v, k->h1, &b->v, T, e->pool);
     lens_attention_forward(e->ctx, k->probs, (size_t)T * T, k->q, k->k, k->v, T, NH, c->d_head_k, c->d_head_v, 1);
-    lens_linear_forward(k->x2, e->ctx, &b->attn_out, T);
+    lens_gemm_linear(k->x2, e->ctx, &b->attn_out, T, e->pool);
     lens_residual_forward(k->x2, k->x, (size_t)T * C);
     g_ffn_forward(e, l);
 }
@@ -158,11 +161,9 @@ static void g_ffn_backward(g_engine *e, int l)
     g_cache *k = &e->cache[l];
     const int T = e->T, C = c->d_model;
     /* forward: x' = x2 + ff_out(gelu(ff_in(LN2(x2)))) */
-    memset(e->dff, 0, sizeof(float) * T * c->d_ff);
-    lens_linear_backward(e->dff, NULL, NULL, e->dx, NULL, &b->ff_out, T);
+    lens_gemm_linear_backward(e->dff, e->dx, &b->ff_out, T, 0, e->pool);
     lens_gelu_backward_inplace(e->dff, k->ff_pre, (size_t)T * c->d_ff, c->gelu_tanh);
-    memset(e->dh, 0, sizeof(float) * T * C);
-    lens_linear_backward(e->dh, NULL, NULL, e->dff, NULL, &b->ff_in, T);
+    lens_gemm_linear_backward(e->dh, e->dff, &b->ff_in, T, 0, e->pool);
     lens_layernorm_backward(e->dx, NULL, NULL, e->dh, k->x2, k->mean2, k->rstd2, &b->ln_ff, T, C);
 }
 
@@ -186,22 +187,19 @@ static void g_backward(g_engine *e, int l, int target)
         g_cache *k = &e->cache[j];
         g_ffn_backward(e, j);
         /* forward: x2 = x + attn_out(attn(LN1(x) W_{Q,K,V})) */
-        memset(e->dctx, 0, sizeof(float) * T * VO);
-        lens_linear_backward(e->dctx, NULL, NULL, e->dx, NULL, &b->attn_out, T);
+        lens_gemm_linear_backward(e->dctx, e->dx, &b->attn_out, T, 0, e->pool);
         memset(e->dq, 0, sizeof(float) * T * QK);
         memset(e->dk, 0, sizeof(float) * T * QK);
         memset(e->dv, 0, sizeof(float) * T * VO);
         lens_attention_backward(e->dq, e->dk, e->dv, e->dprobs, TT, e->dscores, e->dctx, k->q, k->k, k->v, k->probs,
                                 TT, T, NH, c->d_head_k, c->d_head_v, 1);
-        memset(e->dh, 0, sizeof(float) * T * C);
-        lens_linear_backward(e->dh, NULL, NULL, e->dq, NULL, &b->q, T);
-        lens_linear_backward(e->dh, NULL, NULL, e->dk, NULL, &b->k, T);
-        lens_linear_backward(e->dh, NULL, NULL, e->dv, NULL, &b->v, T);
+        lens_gemm_linear_backward(e->dh, e->dq, &b->q, T, 0, e->pool);
+        lens_gemm_linear_backward(e->dh, e->dk, &b->k, T, 1, e->pool);
+        lens_gemm_linear_backward(e->dh, e->dv, &b->v, T, 1, e->pool);
         lens_layernorm_backward(e->dx, NULL, NULL, e->dh, k->x, k->mean1, k->rstd1, &b->ln_attn, T, C);
     }
     g_ffn_backward(e, l);
-    memset(e->dctx, 0, sizeof(float) * T * VO);
-    lens_linear_backward(e->dctx, NULL, NULL, e->dx, NULL, &e->m->p.blocks[l].attn_out, T);
+    lens_gemm_linear_backward(e->dctx, e->dx, &e->m->p.blocks[l].attn_out, T, 0, e->pool);
 }
 
 /* v = LN1(x_l) W_V + b_V; attn_out_l = (P v) W_O without bias. */
@@ -212,13 +210,13 @@ static void g_prepare(g_engine *e, const float *x_l, int l, const float *P)
     const int T = e->T, C = c->d_model, DV = c->d_head_v;
     const size_t VO = (size_t)c->n_heads * DV, TT = (size_t)T * T;
     lens_layernorm_forward(e->h, NULL, NULL, x_l, &b->ln_attn, T, C, c->ln_eps);
-    lens_linear_forward(e->v_l, e->h, &b->v, T);
+    lens_gemm_linear(e->v_l, e->h, &b->v, T, e->pool);
     for (int h = 0; h < c->n_heads; h++)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, DV, T, 1.0f, P + h * TT, T, e->v_l + h * DV,
                     (int)VO, 0.0f, e->ctx + h * DV, (int)VO);
     lens_linear no_bias = b->attn_out;
     no_bias.b = NULL;
-    lens_linear_forward(e->attn_out_l, e->ctx, &no_bias, T);
+    lens_gemm_linear(e->attn_out_l, e->ctx, &no_bias, T, e->pool);
 }
 
 int lens_attribution_gpt2_run(const lens_model *m, const int *ids, int T, const lens_attr_opts *opts,
@@ -256,7 +254,7 @@ int lens_attribution_gpt2_run(const lens_model *m, const int *ids, int T, const 
     for (int k = 0; k < V; k++) zsum += exp(z[k] - zmax);
     g_engine e;
     out->layers = calloc((size_t)n_sel, sizeof *out->layers);
-    if (!out->layers || g_init(&e, m, T)) {
+    if (!out->layers || g_init(&e, m, T, opts ? opts->pool : NULL)) {
         if (out->layers) g_free(&e);
         lens_activations_free(&act);
         lens_attribution_free(out);
