@@ -157,7 +157,7 @@ static int engine_init(engine *e, const lens_model *m, int T, int max_copies, in
 typedef struct task_job task_job;
 struct task_job {
     engine *e;
-    int l, units, chunk, copies, is_target;
+    int l, units, chunk;
     const float *x_l, *alpha; /* target_forward */
     void (*fn)(const task_job *j, int u0, int u1);
 };
