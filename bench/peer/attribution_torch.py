@@ -18,44 +18,17 @@ prints one JSON line (ms_median, maxrss_kib, ...)."""
 import argparse
 import json
 import math
-import mmap
 import os
 import resource
 import statistics
-import struct
+import sys
 import time
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-
-def load_safetensors(path):
-    """name -> float32 tensor over a private mmap (F32 only)."""
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        if info["dtype"] != "F32":
-            raise ValueError(f"{name}: dtype {info['dtype']} (F32 only)")
-        b, e = info["data_offsets"]
-        arr = np.frombuffer(mm, dtype=np.float32, count=(e - b) // 4, offset=8 + n + b).reshape(info["shape"])
-        out[name] = torch.from_numpy(arr)
-    return out
-
-
-def xorshift32_ids(seed, count, vocab):
-    x, ids = seed or 1, []
-    for _ in range(count):
-        x ^= (x << 13) & 0xFFFFFFFF
-        x ^= x >> 17
-        x ^= (x << 5) & 0xFFFFFFFF
-        ids.append(x % vocab)
-    return ids
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_forward import load_safetensors, xorshift32_ids  # noqa: E402
 
 
 class Bert:

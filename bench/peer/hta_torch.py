@@ -46,22 +46,15 @@ sys.path.insert(0, REF)
 import reference_forward as rf  # noqa: E402
 import hidden_attribution_reference as har  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_forward import xorshift32_ids  # noqa: E402
+
 torch.set_grad_enabled(True)  # reference_forward turns autograd off at import
 
 try:  # torch >= 2.0
     from torch.func import jacfwd, jacrev, jvp, vmap
 except ImportError:  # torch 1.13 (Debian 12)
     from functorch import jacfwd, jacrev, jvp, vmap
-
-
-def xorshift32_ids(seed, count, vocab):
-    x, ids = seed or 1, []
-    for _ in range(count):
-        x ^= (x << 13) & 0xFFFFFFFF
-        x ^= x >> 17
-        x ^= (x << 5) & 0xFFFFFFFF
-        ids.append(x % vocab)
-    return ids
 
 
 def contributions(norm2):
