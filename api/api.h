@@ -38,6 +38,7 @@ struct api_ctx {
     int n_models;
     int max_tokens;    /* per request, after tokenization */
     const char *data_dir; /* datasets jobs may read by path (params.data); NULL = none */
+    double timeout;       /* seconds a synchronous request may take (server --timeout); 0 = no deadline */
     /* Hooks the server fills; the CLI leaves them NULL (= always ready, no
      * server section in /v1/info, empty metrics). */
     api_state (*state)(const api_ctx *ctx);

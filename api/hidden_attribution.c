@@ -16,9 +16,10 @@
  * its standard error).
  *
  * The exact method pushes T·C tangents of T rows through every layer, so its
- * cost grows as T²·C; synchronous server requests above EXACT_MAX_GFLOP are
- * refused with a hint to use the estimate or the job kind
- * "hidden-attribution" (jobs and the CLI have no such limit). */
+ * cost grows as T²·C; a synchronous server request that would outlast the
+ * server's deadline (at EXACT_GFLOP_PER_S), or costs more than
+ * EXACT_MAX_GFLOP, is refused up front with a hint to use the estimate or
+ * the job kind "hidden-attribution" (jobs and the CLI have no such limit). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,7 +27,8 @@
 #include "core/hidden_attribution.h"
 
 #define MAX_PROBES 4096
-#define EXACT_MAX_GFLOP 5000.0 /* about a minute at this machine's GEMM rate */
+#define EXACT_MAX_GFLOP 5000.0  /* about a minute at this machine's rate */
+#define EXACT_GFLOP_PER_S 100.0 /* measured: 62-75 GFLOP/s on one thread, 120-130 on two (docs/hidden-attribution.md) */
 
 typedef struct {
     api_input in;
@@ -116,14 +118,17 @@ void api_hidden_attribution_run(api_call *c)
     if (api_seq_begin(c, &r->in, &seq)) return;
     const int T = seq.T;
     int top = r->layers.v[r->layers.n - 1];
-    double gflop = exact_flops(&m->cfg, T, top) * 1e-9;
+    const double gflop = exact_flops(&m->cfg, T, top) * 1e-9;
     const int synchronous = c->ctx->state && !c->progress; /* a server request, not a job */
-    if (r->method == LENS_HTA_EXACT && synchronous && gflop > EXACT_MAX_GFLOP) {
+    double limit = EXACT_MAX_GFLOP;
+    if (c->ctx->timeout > 0 && c->ctx->timeout * EXACT_GFLOP_PER_S < limit) limit = c->ctx->timeout * EXACT_GFLOP_PER_S;
+    if (r->method == LENS_HTA_EXACT && synchronous && gflop > limit) {
         api_seq_free(&seq);
         api_fail(c, 413, "too_many_tokens", "text",
                  "exact hidden attribution of %d tokens up to layer %d costs about %.0f GFLOP (limit %.0f for a "
-                 "request); use method \"estimate\", fewer tokens or the job kind \"hidden-attribution\"",
-                 T, top, gflop, EXACT_MAX_GFLOP);
+                 "request within the server's %g s deadline); use method \"estimate\", fewer tokens or the job "
+                 "kind \"hidden-attribution\"",
+                 T, top, gflop, limit, c->ctx->timeout);
         return;
     }
     double t1 = api_now();

@@ -543,6 +543,7 @@ server *server_start(const lensd_config *cfg)
     s->id_prefix = (unsigned)(time(NULL) ^ ((unsigned)getpid() << 16));
     s->ctx.max_tokens = cfg->max_tokens;
     s->ctx.data_dir = cfg->data_dir;
+    s->ctx.timeout = cfg->timeout;
     s->ctx.state = ctx_state;
     s->ctx.write_metrics = ctx_write_metrics;
     s->ctx.write_server_info = ctx_write_server_info;

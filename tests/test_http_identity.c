@@ -347,13 +347,23 @@ int main(void)
     } else {
         CHECK(0, "lensd serve did not start");
     }
-    /* a restarted server loads the saved maps */
+    /* a restarted server loads the saved maps; with a 5 s deadline it
+     * refuses exact work it could not finish in time (80 tokens: ~780 GFLOP,
+     * limit 500; the 300 s server above would accept it) */
+    args[9] = "5";
     if (server_launch(&s, args) == 0) {
-        char body[512];
+        char body[1024];
         snprintf(body, sizeof body, "{\"model\": \"bert\", \"text\": \"%s\", \"mapping\": \"linear\"}", sentence);
         http_resp r;
         http_post_json(&s, &r, "/v1/token-identity", body);
         CHECK(r.status == 200, "after a restart the saved maps serve mapping linear: %ld", r.status);
+        http_resp_free(&r);
+        int n = snprintf(body, sizeof body, "{\"model\": \"bert\", \"input_ids\": [1");
+        for (int i = 1; i < 80; i++) n += snprintf(body + n, sizeof body - (size_t)n, ", %d", 5 + i % 50);
+        snprintf(body + n, sizeof body - (size_t)n, "]}");
+        http_post_json(&s, &r, "/v1/hidden-attribution", body);
+        CHECK(r.status == 413 && strstr(r.body, "5 s deadline"), "exact on 80 tokens, 5 s deadline: 413 (%ld %.300s)",
+              r.status, r.body);
         http_resp_free(&r);
         CHECK(server_terminate(&s) == 0, "lensd exits 0");
     }
