@@ -16,9 +16,9 @@
  * Each step is what lens_train_classify does per batch: zero the gradient,
  * lens_trainer_batch (forward keeping activations + backward), then
  * lens_trainer_step (clip to global norm 1.0, AdamW lr 1e-3 constant, weight
- * decay 0.01). Threads: OpenBLAS at --threads, as `lensd train classify
- * --threads N` sets it (the trainer's backward GEMMs are cblas calls; its
- * forward GEMMs run on the calling thread). The first --warmup steps are
+ * decay 0.01). Threads: --threads for both OpenBLAS (the trainer's backward
+ * GEMMs are cblas calls) and the trainer's forward GEMMs (a lens_pool), as
+ * `lensd train classify --threads N` sets them. The first --warmup steps are
  * not timed. Tokens are real (packed, unpadded) tokens. Prints one JSON line
  * (tokens_per_s, steps_per_s, maxrss_kib, loss_first, loss_last, ...). */
 #include <errno.h>
@@ -200,7 +200,7 @@ int main(int argc, char **argv)
     snprintf(cfg.architecture, sizeof cfg.architecture, "BertForSequenceClassification");
     lens_blas_set_threads(threads);
     lens_trainer *t = lens_trainer_new(&cfg, seed, &err);
-    if (!t) {
+    if (!t || lens_trainer_set_threads(t, threads, &err)) {
         fprintf(stderr, "train: %s\n", err.msg);
         return 1;
     }

@@ -28,7 +28,9 @@
 
 #include <jansson.h>
 
+#include "gemm.h"
 #include "ops.h"
+#include "pool.h"
 #include "safetensors.h"
 
 typedef struct {
@@ -83,6 +85,7 @@ struct lens_trainer {
     int n_tensors;
     long step;
     acts a;
+    lens_pool *pool; /* owned: the forward GEMMs' threads (lens_trainer_set_threads), or NULL */
 };
 
 /* ------------------------------------------------------------- parameters */
@@ -384,9 +387,19 @@ void lens_trainer_free(lens_trainer *t)
 {
     if (!t) return;
     acts_free(&t->a);
+    lens_pool_free(t->pool);
     free(t->param), free(t->grad), free(t->m), free(t->v), free(t->tensors), free(t->p.blocks);
     lens_config_free(&t->cfg);
     free(t);
+}
+
+int lens_trainer_set_threads(lens_trainer *t, int threads, lens_err *err)
+{
+    lens_pool_free(t->pool);
+    t->pool = NULL;
+    if (threads > 1 && !(t->pool = lens_pool_create(threads)))
+        return lens_fail(err, LENS_ENOMEM, "cannot start %d threads", threads);
+    return 0;
 }
 
 const lens_config *lens_trainer_config(const lens_trainer *t) { return &t->cfg; }
@@ -522,21 +535,21 @@ static void forward(lens_trainer *t, const lens_batch *b, size_t N, size_t A)
         float *probs = a->probs + (size_t)l * NH * A;
         float *r1 = a->r1 + l * N * C, *aa = a->a + l * N * C, *r2 = a->r2 + l * N * C;
         float *pre = a->ff_pre + l * N * F, *act = a->ff_act + l * N * F;
-        lens_linear_forward(q, x, &blk->q, n);
-        lens_linear_forward(k, x, &blk->k, n);
-        lens_linear_forward(v, x, &blk->v, n);
+        lens_gemm_linear(q, x, &blk->q, n, t->pool);
+        lens_gemm_linear(k, x, &blk->k, n, t->pool);
+        lens_gemm_linear(v, x, &blk->v, n, t->pool);
         for (int s = 0; s < b->n_seqs; s++) {
             const size_t r = (size_t)a->row_start[s];
             lens_attention_forward(ctx + r * VO, probs + a->attn_start[s], A, q + r * QK, k + r * QK, v + r * VO,
                                    b->lengths[s], NH, DK, DV, 0);
         }
-        lens_linear_forward(r1, ctx, &blk->attn_out, n);
+        lens_gemm_linear(r1, ctx, &blk->attn_out, n, t->pool);
         lens_residual_forward(r1, x, N * C);
         lens_layernorm_forward(aa, a->ln1_mean + l * N, a->ln1_rstd + l * N, r1, &blk->ln_attn, n, C, c->ln_eps);
-        lens_linear_forward(pre, aa, &blk->ff_in, n);
+        lens_gemm_linear(pre, aa, &blk->ff_in, n, t->pool);
         memcpy(act, pre, N * F * sizeof(float));
         (c->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(act, N * F);
-        lens_linear_forward(r2, act, &blk->ff_out, n);
+        lens_gemm_linear(r2, act, &blk->ff_out, n, t->pool);
         lens_residual_forward(r2, aa, N * C);
         lens_layernorm_forward(a->x + (size_t)(l + 1) * N * C, a->ln2_mean + l * N, a->ln2_rstd + l * N, r2,
                                &blk->ln_ff, n, C, c->ln_eps);
@@ -552,9 +565,9 @@ static void forward_classifier(lens_trainer *t, const lens_batch *b, size_t N)
     const float *xL = a->x + (size_t)t->cfg.n_layers * N * C;
     for (int s = 0; s < b->n_seqs; s++)
         memcpy(a->cls + (size_t)s * C, xL + (size_t)a->row_start[s] * C, C * sizeof(float));
-    lens_linear_forward(a->pooled, a->cls, &p->pooler, b->n_seqs);
+    lens_gemm_linear(a->pooled, a->cls, &p->pooler, b->n_seqs, t->pool);
     lens_tanh_forward(a->pooled, (size_t)b->n_seqs * C);
-    lens_linear_forward(a->logits, a->pooled, &p->classifier, b->n_seqs);
+    lens_gemm_linear(a->logits, a->pooled, &p->classifier, b->n_seqs, t->pool);
 }
 
 /* Sets a->dx [N][C] to the gradient w.r.t. x_L of the classification head. */
@@ -675,22 +688,22 @@ static void forward_gpt2(lens_trainer *t, const lens_batch *b, size_t N, size_t 
         float *probs = a->probs + (size_t)l * NH * A;
         float *pre = a->ff_pre + l * N * F, *act = a->ff_act + l * N * F;
         lens_layernorm_forward(h1, a->ln1_mean + l * N, a->ln1_rstd + l * N, x, &blk->ln_attn, n, C, c->ln_eps);
-        lens_linear_forward(q, h1, &blk->q, n);
-        lens_linear_forward(k, h1, &blk->k, n);
-        lens_linear_forward(v, h1, &blk->v, n);
+        lens_gemm_linear(q, h1, &blk->q, n, t->pool);
+        lens_gemm_linear(k, h1, &blk->k, n, t->pool);
+        lens_gemm_linear(v, h1, &blk->v, n, t->pool);
         for (int s = 0; s < b->n_seqs; s++) {
             const size_t r = (size_t)a->row_start[s] * C;
             lens_attention_forward(ctx + r, probs + a->attn_start[s], A, q + r, k + r, v + r, b->lengths[s], NH, DH,
                                    DH, 1);
         }
-        lens_linear_forward(mid, ctx, &blk->attn_out, n);
+        lens_gemm_linear(mid, ctx, &blk->attn_out, n, t->pool);
         lens_residual_forward(mid, x, N * C);
         lens_layernorm_forward(h2, a->ln2_mean + l * N, a->ln2_rstd + l * N, mid, &blk->ln_ff, n, C, c->ln_eps);
-        lens_linear_forward(pre, h2, &blk->ff_in, n);
+        lens_gemm_linear(pre, h2, &blk->ff_in, n, t->pool);
         memcpy(act, pre, N * F * sizeof(float));
         (c->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(act, N * F);
         float *out = a->x + (l + 1) * N * C;
-        lens_linear_forward(out, act, &blk->ff_out, n);
+        lens_gemm_linear(out, act, &blk->ff_out, n, t->pool);
         lens_residual_forward(out, mid, N * C);
     }
     lens_layernorm_forward(a->xf, a->lnf_mean, a->lnf_rstd, a->x + (size_t)c->n_layers * N * C, &p->ln_final, n, C,
@@ -877,11 +890,11 @@ int lens_trainer_mlm_batch(lens_trainer *t, const lens_batch *b, const int *targ
     for (size_t i = 0, m = 0; i < N; i++)
         if (targets[i] >= 0) rows[m] = (int)i, memcpy(xm + m * C, xL + i * C, sizeof(float) * C), m++;
     const lens_linear decoder = {.w = p->tok_emb, .b = p->mlm_bias, .in = C, .out = V, .ld = C};
-    lens_linear_forward(h, xm, &p->mlm_transform, M);
+    lens_gemm_linear(h, xm, &p->mlm_transform, M, t->pool);
     memcpy(g, h, sizeof(float) * (size_t)M * C);
     (c->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(g, (size_t)M * C);
     lens_layernorm_forward(u, mean, rstd, g, &p->mlm_ln, M, C, c->ln_eps);
-    lens_linear_forward(logits, u, &decoder, M);
+    lens_gemm_linear(logits, u, &decoder, M, t->pool);
     double total = 0;
     for (int m = 0; m < M; m++)
         total += cross_entropy(logits + (size_t)m * V, V, targets[rows[m]], logits + (size_t)m * V, 1.0 / M);
@@ -926,7 +939,7 @@ int lens_trainer_causal_batch(lens_trainer *t, const lens_batch *b, int backward
         for (int i0 = 0; i0 < T; i0 += LM_ROWS) {
             const int rows = T - i0 < LM_ROWS ? T - i0 : LM_ROWS;
             const size_t r = (size_t)r0 + i0;
-            lens_linear_forward(a->lm_logits, a->xf + r * C, &head, rows);
+            lens_gemm_linear(a->lm_logits, a->xf + r * C, &head, rows, t->pool);
             if (logits) memcpy(logits + r * V, a->lm_logits, (size_t)rows * V * sizeof(float));
             for (int i = 0; i < rows; i++) {
                 float *z = a->lm_logits + (size_t)i * V;

@@ -36,6 +36,13 @@ void lens_trainer_free(lens_trainer *t);
  * classifier of an MLM parent) keep their initial values. *n_loaded may be NULL. */
 int lens_trainer_load_weights(lens_trainer *t, const char *dir, int *n_loaded, lens_err *err);
 
+/* Splits the forward passes' GEMMs over a pool of `threads` (1: the calling
+ * thread, the default). The backward's GEMMs are cblas calls on OpenBLAS's
+ * own threads, so a training process sets both to the same count
+ * (lens_train_opts.threads). Results do not depend on it: lens_gemm sums
+ * every element in the same order. */
+int lens_trainer_set_threads(lens_trainer *t, int threads, lens_err *err);
+
 const lens_config *lens_trainer_config(const lens_trainer *t);
 float *lens_trainer_params(lens_trainer *t, size_t *n);
 float *lens_trainer_grads(lens_trainer *t, size_t *n);

@@ -60,6 +60,7 @@ int lens_train_loop_begin(lens_train_loop *l, lens_trainer *t, const lens_train_
                           long steps_per_epoch, lens_err *err)
 {
     *l = (lens_train_loop){.t = t, .o = o, .tok_dir = tok_dir, .steps_per_epoch = steps_per_epoch};
+    if (lens_trainer_set_threads(t, o->threads, err)) return -1;
     if (o->init_dir) {
         int n_loaded;
         if (lens_trainer_load_weights(t, o->init_dir, &n_loaded, err)) return -1;

@@ -38,8 +38,9 @@ typedef struct {
     lens_train_meter meter;
 } lens_train_loop;
 
-/* Loads o->init_dir's weights (if set), then with o->resume out_dir's
- * weights and step; fixes the schedule and starts the meter. */
+/* Gives the trainer o->threads forward threads, loads o->init_dir's
+ * weights (if set), then with o->resume out_dir's weights and step; fixes
+ * the schedule and starts the meter. */
 int lens_train_loop_begin(lens_train_loop *l, lens_trainer *t, const lens_train_opts *o, const char *tok_dir,
                           long steps_per_epoch, lens_err *err);
 

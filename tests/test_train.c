@@ -434,6 +434,32 @@ static void check_gpt2(void)
     lens_trainer_free(t);
 }
 
+/* Forward threads change nothing: two trainers from the same seed, one with
+ * 3 forward threads, take the same 3 steps and end bit-identical. */
+static void check_threads(const lens_config *cfg)
+{
+    lens_err err;
+    lens_trainer *one = lens_trainer_new(cfg, 21, &err), *three = lens_trainer_new(cfg, 21, &err);
+    CHECK(one && three && !lens_trainer_set_threads(three, 3, &err), "threads: %s", err.msg);
+    if (!one || !three) goto done;
+    const lens_batch b = {.n_seqs = 2, .lengths = fd_lengths, .ids = fd_ids, .type_ids = fd_types};
+    float l1 = 0, l3 = 0;
+    for (int s = 0; s < 3; s++) {
+        lens_trainer_zero_grad(one), lens_trainer_zero_grad(three);
+        CHECK(!lens_trainer_batch(one, &b, fd_labels, 1, &l1, NULL, &err) &&
+                  !lens_trainer_batch(three, &b, fd_labels, 1, &l3, NULL, &err),
+              "threads: %s", err.msg);
+        lens_trainer_step(one, 1e-3f, 0.01f, 1.0f), lens_trainer_step(three, 1e-3f, 0.01f, 1.0f);
+    }
+    size_t n1, n3;
+    const float *p1 = lens_trainer_params(one, &n1), *p3 = lens_trainer_params(three, &n3);
+    CHECK(l1 == l3 && n1 == n3 && !memcmp(p1, p3, n1 * sizeof(float)),
+          "3 forward threads vs 1: losses %.9g / %.9g, parameters %s", l1, l3,
+          n1 == n3 && !memcmp(p1, p3, n1 * sizeof(float)) ? "equal" : "differ");
+done:
+    lens_trainer_free(one), lens_trainer_free(three);
+}
+
 /* A Hugging Face tokenizer truncating to tokenizer_config.json's
  * model_max_length must stay within the model's position embeddings. */
 static void check_model_max_length(const char *dir, int max_positions, const char *what)
@@ -609,6 +635,7 @@ int main(void)
         check_reload(t, base, out, "standard");
     }
     lens_trainer_free(t);
+    check_threads(&cfg);
 
     /* identifiable variant: DK = 16 (small), DV = 96 (>= the lengths used) */
     cfg.d_head_k = 16, cfg.d_head_v = 96;
