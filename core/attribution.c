@@ -22,12 +22,12 @@
  * input for dX): q, k, v, probabilities, LayerNorm inputs and statistics,
  * and the GELU input.
  *
- * Threads (the request's lens_pool): the forward GEMMs split inside
- * lens_gemm; everything else runs as pool tasks over independent units:
- * row chunks for the row-wise steps (LayerNorm, GELU, residuals and, in the
- * backward, the linear maps of the FFN and attention output on their rows)
- * and copies for attention and the q/k/v maps that feed it. BLAS calls inside
- * tasks run single-threaded (core/pool.h). */
+ * Threads (the request's lens_pool): the GEMMs of both directions split
+ * inside lens_gemm (lens_gemm_linear, lens_gemm_linear_backward); the
+ * row-wise steps (residual + LayerNorm, GELU and their backward) run as row
+ * chunks (ops.h's row-parallel forms forward, task_job backward) and
+ * attention as one task per copy. BLAS calls inside tasks run
+ * single-threaded (core/pool.h). */
 #include "attribution.h"
 
 #include <cblas.h>
@@ -179,49 +179,18 @@ static void run_tasks(task_job *j, int per_copy)
     lens_pool_run(j->e->pool, (j->units + j->chunk - 1) / j->chunk, task_run, j);
 }
 
-/* forward: ff = gelu(ff_pre) on rows r0 .. r1 - 1 */
-static void gelu_rows(const task_job *j, int r0, int r1)
-{
-    const lens_config *c = &j->e->m->cfg;
-    const size_t F = c->d_ff;
-    float *ff = j->e->ff + r0 * F;
-    memcpy(ff, j->e->cache[j->l].ff_pre + r0 * F, sizeof(float) * (r1 - r0) * F);
-    (c->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(ff, (r1 - r0) * F);
-}
-
-/* forward: h_ff += a, x = LN_ff(h_ff) */
-static void ln_ff_rows(const task_job *j, int r0, int r1)
-{
-    const lens_config *c = &j->e->m->cfg;
-    const size_t C = c->d_model;
-    layer_cache *k = &j->e->cache[j->l];
-    lens_residual_forward(k->h_ff + r0 * C, j->e->a + r0 * C, (r1 - r0) * C);
-    lens_layernorm_forward(j->e->x + r0 * C, k->mean_ff + r0, k->rstd_ff + r0, k->h_ff + r0 * C,
-                           &j->e->m->p.blocks[j->l].ln_ff, r1 - r0, c->d_model, c->ln_eps);
-}
-
-/* forward: h_attn += x, a = LN_attn(h_attn) */
-static void ln_attn_rows(const task_job *j, int r0, int r1)
-{
-    const lens_config *c = &j->e->m->cfg;
-    const size_t C = c->d_model;
-    layer_cache *k = &j->e->cache[j->l];
-    lens_residual_forward(k->h_attn + r0 * C, j->e->x + r0 * C, (r1 - r0) * C);
-    lens_layernorm_forward(j->e->a + r0 * C, k->mean_attn + r0, k->rstd_attn + r0, k->h_attn + r0 * C,
-                           &j->e->m->p.blocks[j->l].ln_attn, r1 - r0, c->d_model, c->ln_eps);
-}
-
 /* The FFN half of BERT layer l on x = a (post-LN_attn) for R rows:
  * h_ff = a + W2 gelu(W1 a + b1) + b2, x = LN_ff(h_ff). */
 static void ffn_forward(engine *e, int l, int R)
 {
+    const lens_config *c = &e->m->cfg;
     const lens_block *blk = &e->m->p.blocks[l];
     layer_cache *k = &e->cache[l];
-    task_job j = {.e = e, .l = l, .units = R};
     lens_gemm_linear(k->ff_pre, e->a, &blk->ff_in, R, e->pool);
-    j.fn = gelu_rows, run_tasks(&j, 0);
+    memcpy(e->ff, k->ff_pre, sizeof(float) * R * c->d_ff);
+    lens_gelu_rows(e->pool, e->ff, (size_t)c->d_ff, R, c->d_ff, c->gelu_tanh);
     lens_gemm_linear(k->h_ff, e->ff, &blk->ff_out, R, e->pool);
-    j.fn = ln_ff_rows, run_tasks(&j, 0);
+    lens_add_layernorm(e->pool, e->x, k->mean_ff, k->rstd_ff, k->h_ff, e->a, &blk->ln_ff, R, c->d_model, c->ln_eps);
 }
 
 /* forward: attention of copies c0 .. c1 - 1 */
@@ -263,8 +232,7 @@ static void layer_forward(engine *e, int l, int copies, int cls_only)
         rows = copies;
     }
     lens_gemm_linear(k->h_attn, e->ctx, &blk->attn_out, rows, e->pool);
-    j = (task_job){.e = e, .l = l, .units = rows, .fn = ln_attn_rows};
-    run_tasks(&j, 0);
+    lens_add_layernorm(e->pool, e->a, k->mean_attn, k->rstd_attn, k->h_attn, e->x, &blk->ln_attn, rows, C, c->ln_eps);
     ffn_forward(e, l, rows);
 }
 

@@ -33,94 +33,6 @@ typedef struct {
     lens_pool *pool;
 } scratch;
 
-/* ---------------------------------------------------------- row-parallel ops */
-
-/* Row ranges for elementwise work: a few per thread, each at least 8 rows. */
-static int row_tasks(lens_pool *pool, int rows)
-{
-    int n = 2 * lens_pool_threads(pool);
-    if (n > rows / 8) n = rows / 8;
-    return n > 1 ? n : 1;
-}
-
-static void task_rows(int task, int n_tasks, int rows, int *r0, int *r1)
-{
-    *r0 = (int)((long)rows * task / n_tasks);
-    *r1 = (int)((long)rows * (task + 1) / n_tasks);
-}
-
-typedef struct {
-    float *out, *mean, *rstd;
-    size_t ld;                   /* gelu: row stride of out */
-    const float *inp, *residual; /* residual may be NULL */
-    float *residual_out;         /* when set, inp + residual is also stored here (GPT-2 stream) */
-    const lens_layernorm *ln;
-    int N, C, n_tasks, gelu_tanh;
-    float eps;
-} rows_job;
-
-/* out = LN(inp + residual) on rows r0..r1 (inp += residual first, in place,
- * as the unfused code did: out may alias inp). */
-static void add_layernorm_task(void *ctx, int task)
-{
-    const rows_job *j = ctx;
-    int r0, r1;
-    task_rows(task, j->n_tasks, j->N, &r0, &r1);
-    const size_t off = (size_t)r0 * j->C, n = (size_t)(r1 - r0) * j->C;
-    float *inp = (float *)j->inp + off;
-    if (j->residual) lens_residual_forward(inp, j->residual + off, n);
-    lens_layernorm_forward(j->out + off, j->mean ? j->mean + r0 : NULL, j->rstd ? j->rstd + r0 : NULL, inp, j->ln,
-                           r1 - r0, j->C, j->eps);
-}
-
-/* x += h then out = LN(x): the GPT-2 residual stream and the next pre-LN. */
-static void residual_layernorm_task(void *ctx, int task)
-{
-    const rows_job *j = ctx;
-    int r0, r1;
-    task_rows(task, j->n_tasks, j->N, &r0, &r1);
-    const size_t off = (size_t)r0 * j->C, n = (size_t)(r1 - r0) * j->C;
-    lens_residual_forward(j->residual_out + off, j->inp + off, n);
-    if (j->ln)
-        lens_layernorm_forward(j->out + off, j->mean ? j->mean + r0 : NULL, j->rstd ? j->rstd + r0 : NULL,
-                               j->residual_out + off, j->ln, r1 - r0, j->C, j->eps);
-}
-
-static void gelu_task(void *ctx, int task)
-{
-    const rows_job *j = ctx;
-    int r0, r1;
-    task_rows(task, j->n_tasks, j->N, &r0, &r1);
-    for (int r = r0; r < r1; r++)
-        (j->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(j->out + (size_t)r * j->ld, (size_t)j->C);
-}
-
-/* out[N][C] = LN(inp (+ residual)), out may alias inp; inp is modified when
- * residual is given. */
-static void add_layernorm(lens_pool *pool, float *out, float *mean, float *rstd, float *inp, const float *residual,
-                          const lens_layernorm *ln, int N, int C, float eps)
-{
-    rows_job j = {.out = out, .mean = mean, .rstd = rstd, .inp = inp, .residual = residual, .ln = ln, .N = N,
-                  .C = C, .eps = eps, .n_tasks = row_tasks(pool, N)};
-    lens_pool_run(pool, j.n_tasks, add_layernorm_task, &j);
-}
-
-/* x[N][C] += h; then out = LN(x) when ln is not NULL. */
-static void residual_layernorm(lens_pool *pool, float *x, const float *h, float *out, float *mean, float *rstd,
-                               const lens_layernorm *ln, int N, int C, float eps)
-{
-    rows_job j = {.out = out, .mean = mean, .rstd = rstd, .inp = h, .residual_out = x, .ln = ln, .N = N, .C = C,
-                  .eps = eps, .n_tasks = row_tasks(pool, N)};
-    lens_pool_run(pool, j.n_tasks, residual_layernorm_task, &j);
-}
-
-/* x[N][C] (row stride ld) = GELU(x) */
-static void gelu(lens_pool *pool, float *x, size_t ld, int N, int C, int tanh_approx)
-{
-    rows_job j = {.out = x, .ld = ld, .N = N, .C = C, .gelu_tanh = tanh_approx, .n_tasks = row_tasks(pool, N)};
-    lens_pool_run(pool, j.n_tasks, gelu_task, &j);
-}
-
 static float *alloc_floats(size_t n, int *failed)
 {
     float *p = n ? malloc(n * sizeof(float)) : NULL;
@@ -235,12 +147,12 @@ static void bert_block(const lens_model *m, lens_activations *act, scratch *w, i
     lens_gemm_linear(v, w->x, &blk->v, N, w->pool);
     attend(m, act, w, v, l);
     lens_gemm_linear(w->h, w->ctx, &blk->attn_out, N, w->pool);
-    add_layernorm(w->pool, w->x, ln_slot(act, act->ln_mean, 1 + 2 * l), ln_slot(act, act->ln_rstd, 1 + 2 * l), w->h,
+    lens_add_layernorm(w->pool, w->x, ln_slot(act, act->ln_mean, 1 + 2 * l), ln_slot(act, act->ln_rstd, 1 + 2 * l), w->h,
                   w->x, &blk->ln_attn, N, C, c->ln_eps);
     lens_gemm_linear_ld(w->ff, w->ff_ld, w->x, (size_t)C, &blk->ff_in, N, w->pool);
-    gelu(w->pool, w->ff, w->ff_ld, N, c->d_ff, c->gelu_tanh);
+    lens_gelu_rows(w->pool, w->ff, w->ff_ld, N, c->d_ff, c->gelu_tanh);
     lens_gemm_linear_ld(w->h, (size_t)C, w->ff, w->ff_ld, &blk->ff_out, N, w->pool);
-    add_layernorm(w->pool, w->x, ln_slot(act, act->ln_mean, 2 + 2 * l), ln_slot(act, act->ln_rstd, 2 + 2 * l), w->h,
+    lens_add_layernorm(w->pool, w->x, ln_slot(act, act->ln_mean, 2 + 2 * l), ln_slot(act, act->ln_rstd, 2 + 2 * l), w->h,
                   w->x, &blk->ln_ff, N, C, c->ln_eps);
 }
 
@@ -250,19 +162,19 @@ static void gpt2_block(const lens_model *m, lens_activations *act, scratch *w, i
     const lens_block *blk = &m->p.blocks[l];
     const int N = act->n_tokens, C = c->d_model;
     float *v = act->values ? act->values + (size_t)l * N * c->n_heads * c->d_head_v : w->v;
-    add_layernorm(w->pool, w->h, ln_slot(act, act->ln_mean, 2 * l), ln_slot(act, act->ln_rstd, 2 * l), w->x, NULL,
+    lens_add_layernorm(w->pool, w->h, ln_slot(act, act->ln_mean, 2 * l), ln_slot(act, act->ln_rstd, 2 * l), w->x, NULL,
                   &blk->ln_attn, N, C, c->ln_eps);
     lens_gemm_linear(w->q, w->h, &blk->q, N, w->pool);
     lens_gemm_linear(w->k, w->h, &blk->k, N, w->pool);
     lens_gemm_linear(v, w->h, &blk->v, N, w->pool);
     attend(m, act, w, v, l);
     lens_gemm_linear(w->h, w->ctx, &blk->attn_out, N, w->pool);
-    residual_layernorm(w->pool, w->x, w->h, w->h, ln_slot(act, act->ln_mean, 2 * l + 1),
+    lens_residual_layernorm(w->pool, w->x, w->h, w->h, ln_slot(act, act->ln_mean, 2 * l + 1),
                        ln_slot(act, act->ln_rstd, 2 * l + 1), &blk->ln_ff, N, C, c->ln_eps);
     lens_gemm_linear_ld(w->ff, w->ff_ld, w->h, (size_t)C, &blk->ff_in, N, w->pool);
-    gelu(w->pool, w->ff, w->ff_ld, N, c->d_ff, c->gelu_tanh);
+    lens_gelu_rows(w->pool, w->ff, w->ff_ld, N, c->d_ff, c->gelu_tanh);
     lens_gemm_linear_ld(w->h, (size_t)C, w->ff, w->ff_ld, &blk->ff_out, N, w->pool);
-    residual_layernorm(w->pool, w->x, w->h, NULL, NULL, NULL, NULL, N, C, c->ln_eps);
+    lens_residual_layernorm(w->pool, w->x, w->h, NULL, NULL, NULL, NULL, N, C, c->ln_eps);
 }
 
 /* Task head on the final hidden states x[N][C]. */
@@ -290,8 +202,8 @@ static int task_head(const lens_model *m, lens_activations *act, scratch *w)
         const float *t = w->x;
         if (c->task == LENS_TASK_MASKED_LM) {
             lens_gemm_linear(w->h, w->x, &p->mlm_transform, N, w->pool);
-            gelu(w->pool, w->h, (size_t)C, N, C, c->gelu_tanh);
-            add_layernorm(w->pool, w->h, NULL, NULL, w->h, NULL, &p->mlm_ln, N, C, c->ln_eps);
+            lens_gelu_rows(w->pool, w->h, (size_t)C, N, C, c->gelu_tanh);
+            lens_add_layernorm(w->pool, w->h, NULL, NULL, w->h, NULL, &p->mlm_ln, N, C, c->ln_eps);
             decoder.b = p->mlm_bias;
             t = w->h;
         }
@@ -374,7 +286,7 @@ int lens_forward(const lens_model *m, const lens_batch *batch, const lens_forwar
 
     embed(m, batch, act->row_start, w.x);
     if (c->arch == LENS_ARCH_BERT)
-        add_layernorm(w.pool, w.x, ln_slot(act, act->ln_mean, 0), ln_slot(act, act->ln_rstd, 0), w.x, NULL,
+        lens_add_layernorm(w.pool, w.x, ln_slot(act, act->ln_mean, 0), ln_slot(act, act->ln_rstd, 0), w.x, NULL,
                       &m->p.ln_emb, (int)N, C, c->ln_eps);
     keep_hidden(act, w.x, 0, C);
     for (int l = 0; l < L; l++) {
@@ -384,7 +296,7 @@ int lens_forward(const lens_model *m, const lens_batch *batch, const lens_forwar
         }
         (c->arch == LENS_ARCH_BERT ? bert_block : gpt2_block)(m, act, &w, l);
         if (c->arch == LENS_ARCH_GPT2 && l == L - 1)
-            add_layernorm(w.pool, w.x, ln_slot(act, act->ln_mean, 2 * L), ln_slot(act, act->ln_rstd, 2 * L), w.x,
+            lens_add_layernorm(w.pool, w.x, ln_slot(act, act->ln_mean, 2 * L), ln_slot(act, act->ln_rstd, 2 * L), w.x,
                           NULL, &m->p.ln_final, (int)N, C, c->ln_eps);
         keep_hidden(act, w.x, l + 1, C);
     }

@@ -3,6 +3,7 @@
 #include "ops.h"
 
 #include "gemm.h"
+#include "pool.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -317,4 +318,88 @@ void lens_embedding_backward(float *dtok, float *dpos, float *dtype, const float
         if (dpos) lens_residual_backward(dpos + (size_t)t * C, d, (size_t)C);
         if (dtype) lens_residual_backward(dtype + (size_t)(type_ids ? type_ids[t] : 0) * C, d, (size_t)C);
     }
+}
+
+/* ---------------------------------------------------------- row-parallel ops */
+
+/* Row ranges for elementwise work: a few per thread, each at least 8 rows. */
+static int row_tasks(lens_pool *pool, int rows)
+{
+    int n = 2 * lens_pool_threads(pool);
+    if (n > rows / 8) n = rows / 8;
+    return n > 1 ? n : 1;
+}
+
+static void task_rows(int task, int n_tasks, int rows, int *r0, int *r1)
+{
+    *r0 = (int)((long)rows * task / n_tasks);
+    *r1 = (int)((long)rows * (task + 1) / n_tasks);
+}
+
+typedef struct {
+    float *out, *mean, *rstd;
+    size_t ld;                   /* gelu: row stride of out */
+    const float *inp, *residual; /* residual may be NULL */
+    float *residual_out;         /* when set, inp + residual is also stored here (GPT-2 stream) */
+    const lens_layernorm *ln;
+    int N, C, n_tasks, gelu_tanh;
+    float eps;
+} rows_job;
+
+/* out = LN(inp + residual) on rows r0..r1 (inp += residual first, in place,
+ * as the unfused code did: out may alias inp). */
+static void add_layernorm_task(void *ctx, int task)
+{
+    const rows_job *j = ctx;
+    int r0, r1;
+    task_rows(task, j->n_tasks, j->N, &r0, &r1);
+    const size_t off = (size_t)r0 * j->C, n = (size_t)(r1 - r0) * j->C;
+    float *inp = (float *)j->inp + off;
+    if (j->residual) lens_residual_forward(inp, j->residual + off, n);
+    lens_layernorm_forward(j->out + off, j->mean ? j->mean + r0 : NULL, j->rstd ? j->rstd + r0 : NULL, inp, j->ln,
+                           r1 - r0, j->C, j->eps);
+}
+
+/* x += h then out = LN(x): the GPT-2 residual stream and the next pre-LN. */
+static void residual_layernorm_task(void *ctx, int task)
+{
+    const rows_job *j = ctx;
+    int r0, r1;
+    task_rows(task, j->n_tasks, j->N, &r0, &r1);
+    const size_t off = (size_t)r0 * j->C, n = (size_t)(r1 - r0) * j->C;
+    lens_residual_forward(j->residual_out + off, j->inp + off, n);
+    if (j->ln)
+        lens_layernorm_forward(j->out + off, j->mean ? j->mean + r0 : NULL, j->rstd ? j->rstd + r0 : NULL,
+                               j->residual_out + off, j->ln, r1 - r0, j->C, j->eps);
+}
+
+static void gelu_task(void *ctx, int task)
+{
+    const rows_job *j = ctx;
+    int r0, r1;
+    task_rows(task, j->n_tasks, j->N, &r0, &r1);
+    for (int r = r0; r < r1; r++)
+        (j->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(j->out + (size_t)r * j->ld, (size_t)j->C);
+}
+
+void lens_add_layernorm(lens_pool *pool, float *out, float *mean, float *rstd, float *inp, const float *residual,
+                          const lens_layernorm *ln, int N, int C, float eps)
+{
+    rows_job j = {.out = out, .mean = mean, .rstd = rstd, .inp = inp, .residual = residual, .ln = ln, .N = N,
+                  .C = C, .eps = eps, .n_tasks = row_tasks(pool, N)};
+    lens_pool_run(pool, j.n_tasks, add_layernorm_task, &j);
+}
+
+void lens_residual_layernorm(lens_pool *pool, float *x, const float *h, float *out, float *mean, float *rstd,
+                               const lens_layernorm *ln, int N, int C, float eps)
+{
+    rows_job j = {.out = out, .mean = mean, .rstd = rstd, .inp = h, .residual_out = x, .ln = ln, .N = N, .C = C,
+                  .eps = eps, .n_tasks = row_tasks(pool, N)};
+    lens_pool_run(pool, j.n_tasks, residual_layernorm_task, &j);
+}
+
+void lens_gelu_rows(lens_pool *pool, float *x, size_t ld, int N, int C, int tanh_approx)
+{
+    rows_job j = {.out = x, .ld = ld, .N = N, .C = C, .gelu_tanh = tanh_approx, .n_tasks = row_tasks(pool, N)};
+    lens_pool_run(pool, j.n_tasks, gelu_task, &j);
 }

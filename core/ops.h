@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "model.h"
+#include "pool.h"
 
 /* exp(x) = 2^n exp(r), n = round(x log2 e), |r| <= ln2 / 2, degree-6
  * polynomial for exp(r) (relative error <= 1e-7), 2^n built in the exponent
@@ -120,5 +121,18 @@ void lens_embedding_forward(float *out, const int *ids, const int *type_ids, con
  * embedding row contributed to; any output may be NULL. */
 void lens_embedding_backward(float *dtok, float *dpos, float *dtype, const float *dout,
                              const int *ids, const int *type_ids, int T, int C);
+
+/* Row-parallel forms on a lens_pool (NULL: the calling thread), a few row
+ * ranges per thread; each row is computed as by the single-row ops above,
+ * so results do not depend on the pool.
+ * lens_add_layernorm: out[N][C] = LN(inp (+ residual)); inp += residual in
+ *   place first when residual is given; out may alias inp; mean, rstd may be NULL.
+ * lens_residual_layernorm: x[N][C] += h, then out = LN(x) when ln is not NULL.
+ * lens_gelu_rows: x[N][C] (row stride ld) = GELU(x). */
+void lens_add_layernorm(lens_pool *pool, float *out, float *mean, float *rstd, float *inp, const float *residual,
+                        const lens_layernorm *ln, int N, int C, float eps);
+void lens_residual_layernorm(lens_pool *pool, float *x, const float *h, float *out, float *mean, float *rstd,
+                             const lens_layernorm *ln, int N, int C, float eps);
+void lens_gelu_rows(lens_pool *pool, float *x, size_t ld, int N, int C, int tanh_approx);
 
 #endif
