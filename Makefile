@@ -1,8 +1,8 @@
 # lensd build. `make` builds build/libcore.a and build/lensd; `make test`
 # runs every tests/test_*.c binary plus the HTTP integration tests;
 # `make test-asan` does the same with AddressSanitizer + UBSan.
-# Sources are found by wildcard: adding a file to core/, api/ or server/ needs
-# no edit here.
+# Sources are found by wildcard: adding a file to a folder of core/ (base, nn,
+# io, model, analysis, train), api/, server/ or cli/ needs no edit here.
 
 BUILD ?= build
 CC ?= cc
@@ -15,8 +15,8 @@ LDLIBS := -ljansson -lutf8proc -llapacke -lopenblas -lm -lpthread
 SERVER_LIBS := -lmicrohttpd
 TEST_LIBS := -lcurl
 
-CORE_SRC := $(wildcard core/*.c)
-APP_SRC := $(wildcard api/*.c) $(filter-out server/main.c,$(wildcard server/*.c))
+CORE_SRC := $(wildcard core/*/*.c)
+APP_SRC := $(wildcard api/*.c) $(wildcard server/*.c) $(filter-out cli/main.c,$(wildcard cli/*.c))
 TEST_SRC := $(wildcard tests/test_*.c)
 
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
@@ -35,7 +35,7 @@ $(BUILD)/libcore.a: $(CORE_OBJ)
 $(BUILD)/libapp.a: $(APP_OBJ)
 	$(AR) rcs $@ $^
 
-$(BUILD)/lensd: $(BUILD)/server/main.o $(BUILD)/libapp.a $(BUILD)/libcore.a
+$(BUILD)/lensd: $(BUILD)/cli/main.o $(BUILD)/libapp.a $(BUILD)/libcore.a
 	$(CC) $(CFLAGS) -o $@ $^ $(SERVER_LIBS) $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libapp.a $(BUILD)/libcore.a
@@ -74,7 +74,7 @@ demo-models: all
 	scripts/train-demo.sh $(BUILD)/lensd
 
 .PHONY: demo-models
--include $(wildcard $(BUILD)/*/*.d)
+-include $(wildcard $(BUILD)/*/*.d $(BUILD)/*/*/*.d)
 
 # Benchmark drivers: bench/NAME.c -> $(BUILD)/bench/NAME, linked with libcore.
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libcore.a

@@ -15,7 +15,7 @@
 #include <stddef.h>
 
 #include "api/json_writer.h"
-#include "core/model.h"
+#include "core/model/model.h"
 
 #define LENSD_VERSION "0.1.0"
 
@@ -64,7 +64,7 @@ struct api_call {
     void *req;                  /* the route's decoded request, owned */
     void (*free_req)(void *req);
     const volatile int *cancel; /* set when the deadline passes (or a job is cancelled) */
-    lens_pool *threads;         /* compute threads of the thread running the call (core/pool.h); NULL = it alone */
+    lens_pool *threads;         /* compute threads of the thread running the call (core/base/pool.h); NULL = it alone */
     double t_start;             /* api_now() when the request arrived */
     /* Set when run() executes as an async job (NULL otherwise): long runs
      * report their fraction done (0..1) through it. */

@@ -1,7 +1,7 @@
 /* attention.c - POST /v1/attention and `lensd attention`.
  *
  * Effective attention and identifiability (Brunner et al. 2020; Bhardwaj et
- * al. 2021) of one sequence, via core/attention.h (math and tolerances in
+ * al. 2021) of one sequence, via core/analysis/attention.h (math and tolerances in
  * docs/identifiability.md).
  *
  * Request {model?, text | input_ids, text_pair?, layers? (1..L, default all),
@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "api/request.h"
-#include "core/attention.h"
+#include "core/analysis/attention.h"
 
 typedef struct {
     api_input in;

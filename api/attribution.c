@@ -3,7 +3,7 @@
  *
  * Self-attention attribution (Hao et al., AAAI 2021) of one sequence on a
  * BERT sequence classifier (or GPT-2: target = a next-token id at the last
- * position, F = its probability; no tree), via core/attribution.h (conventions, the tree
+ * position, F = its probability; no tree), via core/analysis/attribution.h (conventions, the tree
  * rules and an example in docs/attribution.md).
  *
  * Request {model?, text | input_ids, text_pair?, target? ("predicted"
@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "api/request.h"
-#include "core/attribution.h"
+#include "core/analysis/attribution.h"
 
 typedef struct {
     api_input in;

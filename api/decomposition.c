@@ -2,7 +2,7 @@
  * `lensd decompose`.
  *
  * h = mean + pos + ctx + resid over windows of T tokens (Song & Zhong 2023),
- * via the streaming accumulator of core/decomposition.h (definitions in
+ * via the streaming accumulator of core/analysis/decomposition.h (definitions in
  * docs/decomposition.md).
  *
  * Request {model?, texts: [string..] | windows: [[id..]..] | corpus: [path..],
@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "api/request.h"
-#include "core/decomposition.h"
+#include "core/analysis/decomposition.h"
 
 typedef struct {
     const api_model *model;

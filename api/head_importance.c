@@ -1,8 +1,8 @@
 /* head_importance.c - job kinds "head-importance" and "adversarial-triggers".
  *
  * Both run attribution (Hao et al., AAAI 2021) over a labelled dataset on a
- * BERT sequence classifier: core/head_importance.h (importance per head and
- * the pruning curve) and core/triggers.h (trigger extraction and the
+ * BERT sequence classifier: core/analysis/head_importance.h (importance per head and
+ * the pruning curve) and core/analysis/triggers.h (trigger extraction and the
  * attack); rules in docs/attribution.md.
  *
  * Params, both kinds: {model?, rows?: [{text, label}] | data?: "PATH" (a
@@ -23,8 +23,8 @@
 #include <string.h>
 
 #include "api/request.h"
-#include "core/head_importance.h"
-#include "core/triggers.h"
+#include "core/analysis/head_importance.h"
+#include "core/analysis/triggers.h"
 
 #define DEFAULT_MAX_ROWS 1000
 #define MAX_ROWS 100000

@@ -1,7 +1,7 @@
 /* hidden_attribution.c - POST /v1/hidden-attribution and `lensd hidden-attribution`.
  *
  * Hidden token attribution (Brunner et al. 2020) of one sequence via
- * core/hidden_attribution.h (math in docs/hidden-attribution.md).
+ * core/analysis/hidden_attribution.h (math in docs/hidden-attribution.md).
  *
  * Request {model?, text | input_ids, text_pair?, layers? (0..L, default
  * 1..L), method? = "exact" | "estimate", probes? = 16 (estimate, 2..4096),
@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "api/request.h"
-#include "core/hidden_attribution.h"
+#include "core/analysis/hidden_attribution.h"
 
 #define MAX_PROBES 4096
 #define EXACT_MAX_GFLOP 5000.0  /* about a minute at this machine's rate */

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "api/request.h"
-#include "core/blas.h"
+#include "core/base/blas.h"
 
 static api_state state_of(const api_ctx *ctx)
 {

@@ -1,7 +1,7 @@
 /* token_identity.c - POST /v1/token-identity, job kind "token-identity-map",
  * `lensd token-identity` and `lensd token-identity-map`.
  *
- * Token identifiability (Brunner et al. 2020) via core/token_identity.h
+ * Token identifiability (Brunner et al. 2020) via core/analysis/token_identity.h
  * (math in docs/token-identity.md).
  *
  * POST /v1/token-identity {model?, text | input_ids, text_pair?, layers?
@@ -33,7 +33,7 @@
 #include <string.h>
 
 #include "api/request.h"
-#include "core/token_identity.h"
+#include "core/analysis/token_identity.h"
 
 #define MAX_TOP_K 100
 #define DEFAULT_MAX_TEXTS 2000

@@ -1,4 +1,4 @@
-/* attention.c - benchmark of effective attention (core/attention.c) against
+/* attention.c - benchmark of effective attention (core/analysis/attention.c) against
  * the forward pass it analyses.
  *
  *   attention [--model DIR] [--T 128,512] [--threads 1] [--reps 3] [--seed 42]
@@ -12,7 +12,7 @@
  * dimension on: over its size limit at these T, so only its check runs).
  * Threads: one lens_pool of --threads runs the forward, the L x NH heads of
  * lens_attention_effective (one task per head) and the heads of
- * lens_attention_analyze; OpenBLAS at one thread (core/pool.h).
+ * lens_attention_analyze; OpenBLAS at one thread (core/base/pool.h).
  * Token ids: xorshift32 from --seed, as bench/forward.c. One JSON line per T;
  * bench/peer/attention_torch.py prints the PyTorch counterpart. */
 #define _XOPEN_SOURCE 700
@@ -25,11 +25,11 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
-#include "core/attention.h"
-#include "core/blas.h"
-#include "core/mkmodel.h"
-#include "core/model.h"
-#include "core/pool.h"
+#include "core/analysis/attention.h"
+#include "core/base/blas.h"
+#include "core/model/mkmodel.h"
+#include "core/model/model.h"
+#include "core/base/pool.h"
 
 /* All L x NH heads of one sequence as tasks of a pool: task = (layer, head). */
 typedef struct {
@@ -154,7 +154,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "attention: %s: %s\n", model_dir, err.msg);
         return 1;
     }
-    /* core/pool.h: the forward and the heads run on the pool; OpenBLAS (LAPACK, the small sgemms) at 1 thread */
+    /* core/base/pool.h: the forward and the heads run on the pool; OpenBLAS (LAPACK, the small sgemms) at 1 thread */
     lens_blas_set_threads(1);
     lens_pool *pool = threads > 1 ? lens_pool_create(threads) : NULL;
     int rc = 0;

@@ -12,7 +12,7 @@
  * forward keeping hidden states, then per layer the m steps batched through
  * the layers above and back), median of --reps; prints one JSON line with
  * ms, peak RSS (getrusage, KiB) and the checkpoint size. Threads: a lens_pool
- * of --threads (lens_attr_opts.pool), OpenBLAS at one thread (core/pool.h). */
+ * of --threads (lens_attr_opts.pool), OpenBLAS at one thread (core/base/pool.h). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,11 +24,11 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
-#include "core/attribution.h"
-#include "core/blas.h"
-#include "core/mkmodel.h"
-#include "core/model.h"
-#include "core/pool.h"
+#include "core/analysis/attribution.h"
+#include "core/base/blas.h"
+#include "core/model/mkmodel.h"
+#include "core/model/model.h"
+#include "core/base/pool.h"
 
 int main(int argc, char **argv)
 {
@@ -80,7 +80,7 @@ int main(int argc, char **argv)
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     struct stat st;
     const double model_mib = stat(path, &st) == 0 ? st.st_size / 1048576.0 : 0;
-    /* core/pool.h: the passes run on a lens_pool of --threads, OpenBLAS at one thread */
+    /* core/base/pool.h: the passes run on a lens_pool of --threads, OpenBLAS at one thread */
     lens_blas_set_threads(1);
     lens_pool *pool = threads > 1 ? lens_pool_create(threads) : NULL;
 

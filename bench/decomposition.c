@@ -19,7 +19,7 @@
  * Token ids: xorshift32 from --seed, id = x mod V in window order, as
  * bench/forward.c and the PyTorch peer draw them. Threads: the forward pass
  * runs on a lens_pool of --threads; OpenBLAS (Gram matrices, LAPACK) at one
- * thread, as core/pool.h asks. */
+ * thread, as core/base/pool.h asks. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,10 +28,10 @@
 #include <time.h>
 
 #include "bench/bench.h"
-#include "core/blas.h"
-#include "core/decomposition.h"
-#include "core/mkmodel.h"
-#include "core/pool.h"
+#include "core/base/blas.h"
+#include "core/analysis/decomposition.h"
+#include "core/model/mkmodel.h"
+#include "core/base/pool.h"
 
 static double now_s(void)
 {

@@ -28,9 +28,9 @@
 #include <time.h>
 
 #include "bench/bench.h"
-#include "core/blas.h"
-#include "core/mkmodel.h"
-#include "core/model.h"
+#include "core/base/blas.h"
+#include "core/model/mkmodel.h"
+#include "core/model/model.h"
 
 typedef struct {
     const char *model_dir, *mkmodel_dir, *task, *dump;
@@ -138,7 +138,7 @@ static int run_forward(const options *o)
     for (int n = 0; n < N; n++) ids[n] = (int)(xorshift32(&state) % (uint32_t)c->vocab_size);
     for (int s = 0; s < S; s++) lengths[s] = o->T;
     const lens_batch batch = {.n_seqs = S, .lengths = lengths, .ids = ids, .type_ids = NULL};
-    /* the forward is threaded by its pool alone (core/pool.h): OpenBLAS at 1 */
+    /* the forward is threaded by its pool alone (core/base/pool.h): OpenBLAS at 1 */
     lens_blas_set_threads(1);
     lens_pool *pool = o->threads > 1 ? lens_pool_create(o->threads) : NULL;
     if (o->threads > 1 && !pool) {

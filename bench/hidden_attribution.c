@@ -1,5 +1,5 @@
 /* hidden_attribution.c - benchmark driver: hidden token attribution
- * (Brunner et al. 2020, core/hidden_attribution.h) over every layer of one
+ * (Brunner et al. 2020, core/analysis/hidden_attribution.h) over every layer of one
  * sequence.
  *
  *   hidden_attribution --model DIR [--method exact|estimate] [--probes 16] [--T 32]
@@ -11,7 +11,7 @@
  * --warmup runs. Token ids: xorshift32 from --seed, id = x mod V
  * (bench/peer/hta_torch.py draws the same). Threads: a lens_pool of
  * --threads (lens_hta_opts.pool: the tangent GEMMs and the per-token work),
- * OpenBLAS at one thread (core/pool.h). --dump writes the contributions c^l_{j,i} as
+ * OpenBLAS at one thread (core/base/pool.h). --dump writes the contributions c^l_{j,i} as
  * float32 [L][T][T] for the agreement check against PyTorch.
  * Prints one JSON line (ms_median, ms_min, maxrss_kib, tangents, ...). */
 #include <math.h>
@@ -23,10 +23,10 @@
 #include <time.h>
 
 #include "bench/bench.h"
-#include "core/blas.h"
-#include "core/hidden_attribution.h"
-#include "core/model.h"
-#include "core/pool.h"
+#include "core/base/blas.h"
+#include "core/analysis/hidden_attribution.h"
+#include "core/model/model.h"
+#include "core/base/pool.h"
 
 static int dump_contrib(const char *path, const lens_hta_result *r)
 {
@@ -77,7 +77,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "hidden_attribution: %s\n", err.msg);
         return 1;
     }
-    /* core/pool.h: the passes run on a lens_pool of --threads, OpenBLAS at one thread */
+    /* core/base/pool.h: the passes run on a lens_pool of --threads, OpenBLAS at one thread */
     lens_blas_set_threads(1);
     lens_pool *pool = threads > 1 ? lens_pool_create(threads) : NULL;
     int *ids = malloc(sizeof(int) * T);

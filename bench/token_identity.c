@@ -1,5 +1,5 @@
 /* token_identity.c - benchmark driver: token identifiability rankings
- * (Brunner et al. 2020, core/token_identity.h) against the forward pass
+ * (Brunner et al. 2020, core/analysis/token_identity.h) against the forward pass
  * they ride on.
  *
  *   token_identity --model DIR [--T 128] [--threads 2] [--reps 10] [--vocab-reps 3]
@@ -12,7 +12,7 @@
  *             --top-k neighbours, no vocabulary ranking
  * then --vocab-reps runs of lens_token_identity with opts.vocabulary = 1
  * (every query also ranked against the V x C input embedding table).
- * All on one lens_pool of --threads, OpenBLAS at one thread (core/pool.h).
+ * All on one lens_pool of --threads, OpenBLAS at one thread (core/base/pool.h).
  * Token ids: xorshift32 from --seed, id = x mod V. Prints one JSON line with
  * the medians (ms), the overhead of identity over forward and the
  * vocabulary ranking's extra cost. */
@@ -25,10 +25,10 @@
 #include <time.h>
 
 #include "bench/bench.h"
-#include "core/blas.h"
-#include "core/model.h"
-#include "core/pool.h"
-#include "core/token_identity.h"
+#include "core/base/blas.h"
+#include "core/model/model.h"
+#include "core/base/pool.h"
+#include "core/analysis/token_identity.h"
 
 /* One lens_forward with keep; returns ms or -1. */
 static double time_forward(const lens_model *m, const lens_batch *b, unsigned keep, lens_pool *pool)

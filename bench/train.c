@@ -5,7 +5,7 @@
  *         [--threads 2] [--seed 1] [--layers 2] [--hidden 128] [--heads 2] [--ff 512]
  *         [--dump-batches FILE]
  *
- * Data as `lensd train classify` reads it (core/train_classify.c): TSV
+ * Data as `lensd train classify` reads it (core/train/train_classify.c): TSV
  * text<TAB>label with a header, tokenized with DIR's WordPiece vocabulary,
  * cut to --max-len tokens (the last kept token becomes [SEP]). The examples
  * are shuffled once (xorshift64 from --seed) and the first
@@ -29,10 +29,10 @@
 #include <sys/resource.h>
 #include <time.h>
 
-#include "core/blas.h"
-#include "core/model.h"
-#include "core/tokenizer.h"
-#include "core/train.h"
+#include "core/base/blas.h"
+#include "core/model/model.h"
+#include "core/io/tokenizer.h"
+#include "core/train/train.h"
 
 typedef struct {
     int *ids;      /* all tokens; example e at ids + start[e] */

@@ -7,7 +7,7 @@
 #ifndef LENSD_POOL_H
 #define LENSD_POOL_H
 
-#include "core/pool.h"
+#include "core/base/pool.h"
 
 typedef struct pool_job {
     void (*fn)(struct pool_job *job); /* runs on a worker thread */
@@ -24,7 +24,7 @@ typedef struct pool pool;
 
 /* Each worker owns a lens_pool of threads_per_worker threads (itself
  * included) that its jobs compute with: workers x threads_per_worker is the
- * whole thread budget, and OpenBLAS stays single-threaded (core/pool.h). */
+ * whole thread budget, and OpenBLAS stays single-threaded (core/base/pool.h). */
 pool *pool_create(int n_workers, int queue_capacity, int threads_per_worker);
 /* Stops accepting, lets queued and running jobs finish, joins the threads. */
 void pool_destroy(pool *p);

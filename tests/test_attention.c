@@ -1,4 +1,4 @@
-/* test_attention.c - effective attention and identifiability (core/attention.c)
+/* test_attention.c - effective attention and identifiability (core/analysis/attention.c)
  * against tests/reference/attention_reference.py (PyTorch, float64) and
  * against the identities the method must satisfy.
  *
@@ -28,9 +28,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/attention.h"
-#include "core/mkmodel.h"
-#include "core/model.h"
+#include "core/analysis/attention.h"
+#include "core/model/mkmodel.h"
+#include "core/model/model.h"
 #include "tests/check.h"
 #include "tests/fixture.h"
 

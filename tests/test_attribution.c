@@ -22,9 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/attribution.h"
-#include "core/model.h"
-#include "core/pool.h"
+#include "core/analysis/attribution.h"
+#include "core/model/model.h"
+#include "core/base/pool.h"
 #include "tests/check.h"
 
 #define TOL_SCORE 1e-3   /* of the largest |score| */

@@ -1,5 +1,5 @@
 /* test_attribution_gpt2.c - attribution on GPT-2 with target = a next-token
- * id at the last position (core/attribution_gpt2.c).
+ * id at the last position (core/analysis/attribution_gpt2.c).
  *
  * Models: a random tiny GPT-2 from lens_mkmodel (always) and
  * gpt2-tiny-wikitext (SKIP without ../shared). Checks, per layer:
@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/attribution.h"
-#include "core/mkmodel.h"
-#include "core/model.h"
+#include "core/analysis/attribution.h"
+#include "core/model/mkmodel.h"
+#include "core/model/model.h"
 #include "tests/check.h"
 
 static double next_prob(const lens_model *m, const int *ids, int T, const unsigned char *mask, int target)

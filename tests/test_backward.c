@@ -1,5 +1,5 @@
-/* test_backward.c - every backward op in core/ops.c, and the whole-model
- * gradient of core/attribution.c, against central finite differences.
+/* test_backward.c - every backward op in core/nn/ops.c, and the whole-model
+ * gradient of core/analysis/attribution.c, against central finite differences.
  *
  * Ops: small random inputs, loss = Σ r_i out_i with fixed random r (summed
  * in double), so dL/dout = r is what each backward is given. The numerical
@@ -26,10 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/attribution.h"
-#include "core/mkmodel.h"
-#include "core/model.h"
-#include "core/ops.h"
+#include "core/analysis/attribution.h"
+#include "core/model/mkmodel.h"
+#include "core/model/model.h"
+#include "core/nn/ops.h"
 #include "tests/check.h"
 
 #define EPS 1e-2

@@ -1,4 +1,4 @@
-/* test_decomposition.c - core/decomposition.c: identities, streaming, and
+/* test_decomposition.c - core/analysis/decomposition.c: identities, streaming, and
  * agreement with the PyTorch reference.
  *
  *   identities  on random BERT and GPT-2 "tiny" checkpoints (lens_mkmodel, so
@@ -38,9 +38,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/decomposition.h"
-#include "core/mkmodel.h"
-#include "core/model.h"
+#include "core/analysis/decomposition.h"
+#include "core/model/mkmodel.h"
+#include "core/model/model.h"
 #include "tests/check.h"
 
 #define TOL_EXACT 1e-9

@@ -26,8 +26,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core/model.h"
-#include "core/tokenizer.h"
+#include "core/model/model.h"
+#include "core/io/tokenizer.h"
 #include "tests/check.h"
 #include "tests/fixture.h"
 

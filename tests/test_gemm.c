@@ -1,5 +1,5 @@
-/* test_gemm.c - the thread pool and the packed SGEMM (core/pool.h,
- * core/gemm.h), and lens_forward with a pool against lens_forward without.
+/* test_gemm.c - the thread pool and the packed SGEMM (core/base/pool.h,
+ * core/base/gemm.h), and lens_forward with a pool against lens_forward without.
  *
  * Pool: every task of a job runs exactly once for pools of 1..3 threads and
  * job sizes 0..1000; runs nested inside a task (same pool or NULL) go inline;
@@ -24,10 +24,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/gemm.h"
-#include "core/model.h"
-#include "core/ops.h"
-#include "core/pool.h"
+#include "core/base/gemm.h"
+#include "core/model/model.h"
+#include "core/nn/ops.h"
+#include "core/base/pool.h"
 #include "tests/check.h"
 
 /* ---------------------------------------------------------------- pool */

@@ -1,6 +1,6 @@
 /* test_head_importance.c - head masks in the forward pass, head importance,
- * the pruning curve (core/head_importance.h) and adversarial triggers
- * (core/triggers.h).
+ * the pruning curve (core/analysis/head_importance.h) and adversarial triggers
+ * (core/analysis/triggers.h).
  *
  * Models: a random tiny BERT classifier from lens_mkmodel (always), and
  * bert-tiny-sst2 on the first 40 rows of SST-2 dev (SKIP without ../shared).
@@ -25,11 +25,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/attribution.h"
-#include "core/head_importance.h"
-#include "core/mkmodel.h"
-#include "core/model.h"
-#include "core/triggers.h"
+#include "core/analysis/attribution.h"
+#include "core/analysis/head_importance.h"
+#include "core/model/mkmodel.h"
+#include "core/model/model.h"
+#include "core/analysis/triggers.h"
 #include "tests/check.h"
 
 #define N_EX 12

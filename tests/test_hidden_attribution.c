@@ -1,4 +1,4 @@
-/* test_hidden_attribution.c - hidden token attribution (core/hidden_attribution.c)
+/* test_hidden_attribution.c - hidden token attribution (core/analysis/hidden_attribution.c)
  * against the float64 autograd reference of
  * tests/reference/hidden_attribution_reference.py on the shared checkpoints.
  *
@@ -21,7 +21,7 @@
 #include <jansson.h>
 #include <string.h>
 
-#include "core/hidden_attribution.h"
+#include "core/analysis/hidden_attribution.h"
 #include "tests/check.h"
 
 static void check_example(const lens_model *m, const char *name, json_t *ex, int idx)

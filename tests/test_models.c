@@ -26,7 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/model.h"
+#include "core/model/model.h"
 #include "tests/check.h"
 #include "tests/fixture.h"
 

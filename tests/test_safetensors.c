@@ -1,4 +1,4 @@
-/* test_safetensors.c - core/safetensors.c: write/read round trips, a matrix of
+/* test_safetensors.c - core/io/safetensors.c: write/read round trips, a matrix of
  * corrupt files (each must fail with the right code and a message naming the
  * problem, never crash), F16/BF16 widening checked bit for bit, sharded
  * checkpoints, and the shared trained checkpoints when ../shared exists.
@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/safetensors.h"
+#include "core/io/safetensors.h"
 #include "tests/check.h"
 
 static char tmpdir[64];

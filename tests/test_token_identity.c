@@ -1,4 +1,4 @@
-/* test_token_identity.c - token identifiability (core/token_identity.c).
+/* test_token_identity.c - token identifiability (core/analysis/token_identity.c).
  *
  * Without the shared checkpoints: properties of lens_ti_rank on random rows
  * (the identity at layer 0, scaling invariance of cosine, neighbours and
@@ -24,8 +24,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/blas.h"
-#include "core/token_identity.h"
+#include "core/base/blas.h"
+#include "core/analysis/token_identity.h"
 #include "tests/check.h"
 #include "tests/fixture.h"
 
@@ -580,7 +580,7 @@ static void test_fit(const char *shared, const json_t *fit, lens_pool *pool)
 
 int main(void)
 {
-    lens_blas_set_threads(1); /* the pool's threads compute; OpenBLAS single-threaded (core/pool.h) */
+    lens_blas_set_threads(1); /* the pool's threads compute; OpenBLAS single-threaded (core/base/pool.h) */
     lens_pool *pool = lens_pool_create(2);
     test_rank_properties(pool);
 

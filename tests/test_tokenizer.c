@@ -1,4 +1,4 @@
-/* test_tokenizer.c - core/tokenizer.c against Hugging Face.
+/* test_tokenizer.c - core/io/tokenizer.c against Hugging Face.
  *
  * Ids must equal, exactly, those in tests/fixtures/tokenizer_{bert,gpt2}.json
  * (written by tests/reference/tokenizer_oracle.mjs with transformers.js) and
@@ -22,7 +22,7 @@
 #include <utf8proc.h>
 
 #include "check.h"
-#include "core/tokenizer.h"
+#include "core/io/tokenizer.h"
 
 /* ---- small helpers ---------------------------------------------------- */
 

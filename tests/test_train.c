@@ -1,4 +1,4 @@
-/* test_train.c - BERT classification training (core/train.c).
+/* test_train.c - BERT classification training (core/train/train.c).
  *
  * On lens_mkmodel's tiny BERT (L2 H128, 2 heads): the weight gradient of the
  * whole model against central finite differences, one probe per tensor (its
@@ -11,11 +11,11 @@
 #include <jansson.h>
 
 #include "check.h"
-#include "core/model.h"
-#include "core/mkmodel.h"
-#include "core/safetensors.h"
-#include "core/tokenizer.h"
-#include "core/train.h"
+#include "core/model/model.h"
+#include "core/model/mkmodel.h"
+#include "core/io/safetensors.h"
+#include "core/io/tokenizer.h"
+#include "core/train/train.h"
 
 static char tmp_root[] = "/tmp/lens_test_train_XXXXXX";
 

@@ -1,5 +1,5 @@
 /* test_train_bpe.c - the GPT-2 byte-level BPE vocabulary learner
- * (core/train_bpe.c, `lensd train vocab --bpe`).
+ * (core/train/train_bpe.c, `lensd train vocab --bpe`).
  *
  * - On "hug hug hug pug pun bun hugs" the merges and their counts are the
  *   ones worked out by hand below, ties broken by the smaller id pair.
@@ -15,8 +15,8 @@
 #include <sys/stat.h>
 
 #include "check.h"
-#include "core/tokenizer.h"
-#include "core/train_bpe.h"
+#include "core/io/tokenizer.h"
+#include "core/train/train_bpe.h"
 
 static char tmp_root[] = "/tmp/lens_test_train_bpe_XXXXXX";
 

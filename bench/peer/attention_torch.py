@@ -8,7 +8,7 @@ one batched torch.linalg.svd over the 144 heads.
 A [144][T][T] row-stochastic (softmax of random scores), V [144][T][64] random;
 the SVD cost does not depend on the values. Per T prints one JSON line with
 the median ms of: U, S = svd(V); r = #(S > S_max eps_f32 max(T, DV)); A U_r U_r^T
-(U masked to its first r columns), as core/attention.c computes it."""
+(U masked to its first r columns), as core/analysis/attention.c computes it."""
 import argparse
 import json
 import time

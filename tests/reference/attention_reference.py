@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """attention_reference.py - effective attention and identifiability numbers in
-PyTorch (float64), independent of core/attention.c, and the fixtures
+PyTorch (float64), independent of core/analysis/attention.c, and the fixtures
 tests/test_attention.c compares lensd against.
 
 From the papers' definitions, by the most direct route (one SVD per causal

@@ -17,7 +17,7 @@ the exact Riemann sum up to ~1e-12; lensd computes in float32.
 Also written: F(A), F(0 A) per layer, head importance max_ij Attr, and the
 attribution tree (attattr's examples/attribution_tree.py rules, any depth,
 threshold 0.4; implemented here from the rules in docs/attribution.md,
-independently of core/attribution.c).
+independently of core/analysis/attribution.c).
 
 The model reader and ops come from reference_forward.py (same directory).
 Inputs: the token ids of the three golden.json examples (no tokenizer needed).

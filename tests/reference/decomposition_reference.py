@@ -2,7 +2,7 @@
 """decomposition_reference.py - the position / context / residual
 decomposition (Song & Zhong 2023) computed directly from the full hidden-state
 tensor with PyTorch, and the fixtures tests/test_decomposition.c compares
-core/decomposition.c (which streams) against.
+core/analysis/decomposition.c (which streams) against.
 
 Nothing here streams or uses a Gram-matrix identity: for every layer the
 whole tensor h [W][T][C] is kept (float64 from the float32 forward pass of

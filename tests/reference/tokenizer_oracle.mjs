@@ -71,7 +71,7 @@ function prepareGpt2() {
 
 // Each case is [text] or [text, text_pair]. Avoided on purpose because the
 // HF implementations disagree among themselves (see the report in
-// core/tokenizer.c): U+2028/U+2029/U+0085/U+FEFF as whitespace, astral CJK
+// core/io/tokenizer.c): U+2028/U+2029/U+0085/U+FEFF as whitespace, astral CJK
 // (U+20000..) glued to other letters.
 const cases = [
     ['Hello world'],

@@ -1,0 +1,113 @@
+/* attribution.h - self-attention attribution (Hao et al. 2021) and its tree.
+ *
+ * Paper: Y. Hao, L. Dong, F. Wei, K. Xu, "Self-Attention Attribution:
+ * Interpreting Information Interactions Inside Transformer", AAAI 2021
+ * (released code: attattr).
+ *
+ * For a BERT sequence classifier and a target class c with probability
+ * F = softmax(logits)[c], the attribution of layer l's attention A_l
+ * ([NH][T][T], all heads together) is
+ *
+ *     Attr_l = A_l ⊙ ∫₀¹ ∂F(X)/∂X |_{X = α A_l} dα
+ *            ≈ A_l ⊙ (1/m) Σ_k ∂F/∂X |_{X = α_k A_l}
+ *
+ * where F(X) runs the model with layer l's attention probabilities replaced
+ * by X (every head of layer l scaled together; the layers above compute their
+ * own attention normally from their changed inputs). Riemann points:
+ * "right" α_k = k/m, k = 1..m (the paper, default); "left" α_k = k/m,
+ * k = 0..m-1 (the released code). Completeness: Σ_hij Attr_l → F(A) − F(0)
+ * as m grows. Importance of head h: I_h = max_ij Attr_l,h[i][j].
+ *
+ * Shapes: T tokens, L layers, NH heads; attributions are [NH][T][T] per
+ * layer, row i = query token, column j = attended token. See
+ * docs/attribution.md for the conventions, the tree rules and an example. */
+#ifndef LENS_ATTRIBUTION_H
+#define LENS_ATTRIBUTION_H
+
+#include <stddef.h>
+
+#include "core/model/model.h"
+
+typedef enum { LENS_RIEMANN_RIGHT = 0, LENS_RIEMANN_LEFT = 1 } lens_riemann;
+
+typedef struct {
+    int steps;                  /* m; 0 = 20 */
+    lens_riemann riemann;       /* default right */
+    int target;                 /* class index; -1 = the predicted class */
+    const int *layers;          /* 1-based layers to attribute; NULL = all */
+    int n_layers;               /* entries in layers */
+    size_t max_scratch_bytes;   /* activations of one batch of steps; 0 = 256 MiB */
+    const volatile int *cancel; /* optional; non-zero stops with LENS_ECANCEL */
+    lens_pool *pool;            /* threads for the forward pass (core/base/pool.h); NULL = the caller alone */
+    /* optional: called after each target layer with the fraction of layers done (0..1] */
+    void (*progress)(void *user, double fraction);
+    void *progress_user;
+} lens_attr_opts;
+
+typedef struct {
+    int layer;          /* 1..L */
+    float *attr;        /* [NH][T][T] */
+    float *importance;  /* [NH]: max_ij attr[h][i][j] */
+    double f_zero;      /* F with this layer's attention scaled by 0 */
+    double attr_sum;    /* Σ_hij attr: ≈ f_full - f_zero */
+} lens_attr_layer;
+
+typedef struct {
+    int T, n_heads;
+    int target;         /* class index attributed */
+    int predicted;      /* argmax of the logits */
+    double f_full;      /* F(A): target probability of the unmodified model */
+    int steps;
+    lens_riemann riemann;
+    int n_layers;       /* entries in layers */
+    lens_attr_layer *layers;
+} lens_attribution;
+
+/* Attribution of one sequence (ids, type_ids NULL = segment 0, T tokens) on
+ * a BERT classifier. Returns 0, or -1 with err filled (LENS_EINVAL for a
+ * model that is not a sequence classifier, a bad target or layer). */
+int lens_attribution_run(const lens_model *m, const int *ids, const int *type_ids, int T,
+                         const lens_attr_opts *opts, lens_attribution *out, lens_err *err);
+void lens_attribution_free(lens_attribution *a);
+
+/* GPT-2 (causal LM; core/analysis/attribution_gpt2.c): F = p(next token = target)
+ * at the last position, target a token id (-1 = the most probable next
+ * token); same options and output. lens_attribution_run dispatches here
+ * for GPT-2 models; type_ids are ignored. */
+int lens_attribution_gpt2_run(const lens_model *m, const int *ids, int T, const lens_attr_opts *opts,
+                              lens_attribution *out, lens_err *err);
+
+/* F = p(target | ids) with layer's (1-based) attention probabilities
+ * replaced by probs [NH][T][T] (any values: rows need not sum to 1; zeros
+ * remove a head), the layers above recomputing theirs. For gradient checks
+ * and ablations; one lens_forward plus the layers above per call. */
+int lens_attr_eval(const lens_model *m, const int *ids, const int *type_ids, int T, int layer,
+                   const float *probs, int target, double *F, lens_err *err);
+
+/* The attribution tree (attattr's attribution_tree.py, any depth). */
+typedef struct {
+    int token;
+    int layer; /* root: L; others: the layer of the edge that reached them */
+} lens_attr_node;
+
+typedef struct {
+    int layer;   /* 1-based layer whose attribution gave the edge */
+    int from, to;/* query token -> attended token (parent -> child) */
+    float score; /* attribution normalised by the layer's max excluding row 0 */
+} lens_attr_edge;
+
+typedef struct {
+    int root;
+    float threshold;
+    int n_nodes, n_edges;
+    lens_attr_node *nodes; /* root first, then in the order reached */
+    lens_attr_edge *edges; /* in the order added */
+} lens_attr_tree;
+
+/* attr: L layers of [NH][T][T] (layer 1 first), e.g. the layers of a
+ * lens_attribution run over all layers. threshold: 0.4 in the paper. */
+int lens_attr_tree_build(const float *const *attr, int L, int NH, int T, float threshold,
+                         lens_attr_tree *tree, lens_err *err);
+void lens_attr_tree_free(lens_attr_tree *tree);
+
+#endif

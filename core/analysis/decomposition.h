@@ -1,0 +1,118 @@
+/* decomposition.h - position / context / residual decomposition of hidden
+ * states (Song & Zhong 2023, "Uncovering hidden geometry in Transformers via
+ * disentangling position and context").
+ *
+ * For W windows (contexts) of T tokens and one layer's hidden states
+ * h[c][t] in R^C, over the P kept positions (P = T - 1 when position 0 is
+ * dropped, as the paper does):
+ *   mu     = mean over c, t of h[c][t]                      [C]
+ *   pos[t] = mean over c of h[c][t] - mu                    [P][C]
+ *   ctx[c] = mean over t of h[c][t] - mu                    [W][C]
+ *   resid[c][t] = h[c][t] - mu - pos[t] - ctx[c]            [W][P][C]
+ * The design is balanced, so the four parts are orthogonal as W*P x C
+ * matrices and sum(|h|^2) = W*P*|mu|^2 + W*sum|pos|^2 + P*sum|ctx|^2 +
+ * sum|resid|^2.
+ *
+ * Streaming: lens_decomp_add runs the forward pass over windows in batches and
+ * keeps per layer only sum_c h[c][t] [P][C], the C x C Gram matrix sum h h^T,
+ * sum |h|^2 and the per-window means [W][C]; lens_decomp_finish derives every
+ * metric from these (docs/decomposition.md has the derivations). Memory is
+ * O(L (P C + C^2)) plus W*C floats per layer for the context means. */
+#ifndef LENS_DECOMPOSITION_H
+#define LENS_DECOMPOSITION_H
+
+#include <stddef.h>
+
+#include "core/base/err.h"
+#include "core/model/model.h"
+#include "core/io/tokenizer.h"
+
+#define LENS_DECOMP_DEFAULT_TOP_K 10       /* principal angles between top-k subspaces */
+#define LENS_DECOMP_DEFAULT_BATCH_TOKENS 2048 /* tokens per lens_forward call */
+
+typedef struct {
+    int keep_first_position; /* 0 (default, as the paper): position 0 is left out of every statistic */
+    int top_k;               /* subspace size for principal angles; 0 -> LENS_DECOMP_DEFAULT_TOP_K */
+    int batch_tokens;        /* windows per forward call = max(1, batch_tokens / T); 0 -> default */
+    int causal;              /* run a BERT model with a causal mask, as the paper does
+                              * (lens_forward_opts.causal); GPT-2 is always causal. */
+    lens_pool *pool;         /* threads for the forward pass (core/base/pool.h); NULL = calling thread */
+    const volatile int *cancel; /* optional: checked between batches and layers -> LENS_ECANCEL */
+    void (*progress)(void *user, long windows_done, long windows_total); /* after each batch */
+    void *progress_user;
+    long windows_total;      /* passed to progress; 0 when unknown */
+} lens_decomp_opts;
+
+typedef struct {
+    int layer;               /* hidden-state index: 0 = embedding output .. L (GPT-2: after ln_f, as HF) */
+    /* Shares of sum |h|^2 over the kept tokens; they sum to 1. */
+    double share_mean, share_pos, share_ctx, share_resid;
+    /* |X|_op / |H - mu|_op with X the W*P x C matrix of pos tiled over
+     * windows, ctx tiled over positions, or resid; H - mu likewise. */
+    double norm_pos, norm_ctx, norm_resid;
+    double pos_stable_rank;  /* sum s^2 / s_1^2 over the singular values s of pos [P][C] */
+    double pos_explained_k2, pos_explained_k10;       /* sum_{i<k} s_i / sum s_i (paper) */
+    double pos_explained_k2_sq, pos_explained_k10_sq; /* sum_{i<k} s_i^2 / sum s_i^2 */
+    float *pos_pca;          /* [P][2] coordinates on the top-2 principal axes (u_i s_i); the sign makes
+                              * each column's entry of largest magnitude positive */
+    double pos_smoothness;   /* share of the 2-D DCT-II energy of cos(pos_i, pos_j) in the lowest
+                              * ceil(P/10) x ceil(P/10) frequencies */
+    double max_abs_cos, mean_abs_cos; /* |cos(pos_t, ctx_c)| over all t, c */
+    int n_angles;
+    double *principal_angles_deg;     /* [n_angles] ascending, between top-k right singular subspaces */
+    /* With labels: mean |cos(ctx_a, ctx_b)| over pairs a < b of equal / different label
+     * (0 when there is no such pair; the counts say). */
+    double topics_within, topics_between;
+    long topics_within_pairs, topics_between_pairs;
+    double *mean;            /* mu [C] */
+    double *pos;             /* [P][C] */
+} lens_decomp_layer;
+
+typedef struct {
+    int n_layers;            /* selected layers */
+    lens_decomp_layer *layers;
+    long n_windows;          /* W */
+    int T, P, first_position, d_model;
+    int has_labels;
+} lens_decomp_result;
+
+typedef struct lens_decomp lens_decomp;
+
+/* layers: hidden-state indices in [0, L], or NULL / n_layers 0 for all L+1.
+ * T: window length, 2..max_positions (P = T - 1 >= 1 when position 0 is dropped).
+ * opts may be NULL. Returns NULL and fills err on failure. */
+lens_decomp *lens_decomp_begin(const lens_model *m, int T, const int *layers, int n_layers,
+                               const lens_decomp_opts *opts, lens_err *err);
+
+/* Accumulate n_windows windows ids[n_windows][T] with optional labels
+ * [n_windows] (every call must pass labels, or none). Runs lens_forward in
+ * batches; a cancelled or failed call leaves the windows of completed batches
+ * accumulated. */
+int lens_decomp_add(lens_decomp *acc, const int *ids, const int *labels, int n_windows, lens_err *err);
+
+long lens_decomp_windows_done(const lens_decomp *acc);
+
+/* Metrics of every selected layer (needs W >= 2 windows and P >= 2).
+ * res is filled on success; free it with lens_decomp_result_free. */
+int lens_decomp_finish(lens_decomp *acc, lens_decomp_result *res, lens_err *err);
+
+void lens_decomp_free(lens_decomp *acc);
+void lens_decomp_result_free(lens_decomp_result *res);
+
+/* Texts -> windows. Each text is tokenized without special tokens ([CLS] /
+ * [SEP] are dropped; GPT-2 adds none), the token lists are concatenated in
+ * order and cut into consecutive windows of T; the tail shorter than T is
+ * dropped. With labels [n_texts], the stream restarts whenever the label
+ * changes, so no window spans two labels, and *labels_out [n_windows] gives
+ * each window's label (NULL without labels). lens may be NULL (strlen).
+ * *ids_out is [n_windows][T]; caller frees both. Zero windows is not an error. */
+int lens_decomp_windows_from_texts(const lens_tokenizer *tok, const char *const *texts, const size_t *lens,
+                                   const int *labels, int n_texts, int T, int **ids_out, int **labels_out,
+                                   int *n_windows, lens_err *err);
+
+/* The decomposition of an in-memory tensor h[W][P][C] (for tests and small
+ * inputs): mu [C], pos [P][C], ctx [W][C], resid [W][P][C] (resid may be NULL). */
+void lens_decomp_components(const float *h, int W, int P, int C, double *mu, double *pos, double *ctx,
+                            double *resid);
+
+#endif

@@ -1,0 +1,74 @@
+/* gemm.h - the SGEMM behind every linear map and attention product.
+ *
+ *   y[M][N] = x[M][K] W[K][N] (+ b[N])
+ *
+ * W is read through a weight layout: "k-major" W[k][n] at w[k*ld + n]
+ * (GPT-2 Conv1D, attention's v) or "n-major" W[k][n] at w[n*ld + k]
+ * (HF nn.Linear [out][in], attention's k for q k^T). The micro-kernel streams
+ * W as panels of LENS_GEMM_NR = 32 columns stored k-major
+ * (panel p, row k: W[k][32p .. 32p+31], zero beyond N), so weights are packed
+ * into that form once at model load (lens_gemm_pack) and every call only
+ * reads them; a W that is not packed is packed panel by panel during the call.
+ *
+ * Kernel: AVX-512 (12 rows x 32 columns of accumulators, A broadcast, FMA)
+ * chosen at run time with __builtin_cpu_supports, else a portable C kernel
+ * over the same layout. Blocking: K in blocks of 384 rows, M in blocks of 240
+ * rows, work split over (M block, group of panels) tasks through the pool. */
+#ifndef LENS_GEMM_H
+#define LENS_GEMM_H
+
+#include <stddef.h>
+
+#include "core/model/model.h"
+#include "core/base/pool.h"
+
+#define LENS_GEMM_NR 32
+
+/* Floats of a packed K x N matrix (N rounded up to whole panels). */
+size_t lens_gemm_packed_size(int K, int N);
+
+/* packed = W (K x N) in panel layout; w_kn: 1 = W[k][n] at w[k*ld + n],
+ * 0 = at w[n*ld + k]. packed must be 64-byte aligned. */
+void lens_gemm_pack(float *packed, const float *w, int K, int N, size_t ld, int w_kn);
+
+/* The general product: y[M][N] (row stride ldy) = x[M][K] (row stride ldx) W
+ * + bias, or y += x W with accumulate (bias ignored). W is `packed` when not
+ * NULL, else alpha * (w, ld, w_kn): alpha scales W while it is packed during
+ * the call (attention's 1/sqrt(DK)) and is ignored for prepacked W. bias [N]
+ * may be NULL. y must not alias x or W. */
+typedef struct {
+    int M, N, K;
+    const float *x;
+    size_t ldx;
+    const float *packed;
+    const float *w;
+    size_t ld;
+    int w_kn;
+    float alpha;
+    const float *bias;
+    float *y;
+    size_t ldy;
+    int accumulate;
+} lens_gemm_args;
+void lens_gemm(const lens_gemm_args *g, lens_pool *pool);
+
+/* out[N][OC] = inp[N][IC] W + b for a lens_linear (packed weights when the
+ * model packed them). */
+void lens_gemm_linear(float *out, const float *inp, const lens_linear *lin, int N, lens_pool *pool);
+/* The same with row strides: out[n] at out + n * ld_out, inp[n] at inp + n * ld_inp.
+ * A stride that is a multiple of 1024 floats puts the kernel's 12 input rows
+ * in one L1 set (4 KiB aliasing, -20% at K = 3072): pad such buffers. */
+void lens_gemm_linear_ld(float *out, size_t ld_out, const float *inp, size_t ld_inp, const lens_linear *lin, int N,
+                         lens_pool *pool);
+
+/* The input gradient of a lens_linear: dinp[N][in] = dout[N][out] W^T in the
+ * map's orientation (+= with accumulate), W packed panel by panel during the
+ * call. */
+void lens_gemm_linear_backward(float *dinp, const float *dout, const lens_linear *lin, int N, int accumulate,
+                               lens_pool *pool);
+
+/* 1 when the AVX-512 kernel is in use (0 without AVX-512 or with
+ * LENS_GEMM_PORTABLE=1 in the environment). */
+int lens_gemm_avx512(void);
+
+#endif

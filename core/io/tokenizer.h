@@ -1,0 +1,62 @@
+/* tokenizer.h - Hugging Face compatible tokenizers with character offsets.
+ *
+ * Two kinds, chosen by the files in a checkpoint folder:
+ *   vocab.txt                 -> BERT WordPiece (BasicTokenizer + WordPiece),
+ *                                options from tokenizer_config.json
+ *   vocab.json + merges.txt   -> GPT-2 byte-level BPE
+ * Output ids equal Hugging Face's for the same files. Offsets are in Unicode
+ * code points (Python str indices) into the UTF-8 input, [start, end). */
+#ifndef LENS_TOKENIZER_H
+#define LENS_TOKENIZER_H
+
+#include <stddef.h>
+
+#include "core/base/err.h"
+
+typedef enum { LENS_TOK_WORDPIECE, LENS_TOK_BPE } lens_tok_kind;
+
+typedef struct {
+    int id;
+    int start, end; /* code-point offsets into its segment's text; -1 for special tokens */
+    int segment;    /* 0: text, 1: text_pair (token_type_id for BERT) */
+    int special;    /* [CLS], [SEP], ... added by the tokenizer. A special
+                     * token written in the text ("[MASK]", "<|endoftext|>")
+                     * gets its id as HF does, with special 0 and its span. */
+} lens_token;
+
+typedef struct lens_tokenizer lens_tokenizer;
+
+/* Load from a checkpoint folder. Fails with LENS_ENOENT when no known vocab
+ * files are present, LENS_EFORMAT when they are malformed. */
+lens_tokenizer *lens_tokenizer_load(const char *dir, lens_err *err);
+void lens_tokenizer_free(lens_tokenizer *tok);
+
+lens_tok_kind lens_tokenizer_kind(const lens_tokenizer *tok);
+int lens_tokenizer_vocab_size(const lens_tokenizer *tok);
+
+/* The vocabulary string of id ("##ing", "Ġworld"), NULL when out of range.
+ * Always valid UTF-8. */
+const char *lens_tokenizer_piece(const lens_tokenizer *tok, int id);
+
+/* Id of a vocabulary string, -1 when absent. */
+int lens_tokenizer_id(const lens_tokenizer *tok, const char *piece);
+
+/* Tokenize text (and optional pair; pair may be NULL) as Hugging Face's
+ * tokenizer(text, text_pair) does with add_special_tokens=True:
+ *   WordPiece: [CLS] A [SEP] (B [SEP]), segment ids 0 / 1
+ *   BPE:       A (B), no special tokens, segment ids 0 / 1
+ * Invalid UTF-8 fails with LENS_EINVAL and says at which byte.
+ * On success *out is malloc'd (caller frees) and *n_out set. */
+int lens_tokenize(const lens_tokenizer *tok, const char *text, size_t len,
+                  const char *pair, size_t pair_len,
+                  lens_token **out, int *n_out, lens_err *err);
+
+/* GPT-2's pre-tokenizer alone (the regex the BPE kind splits text with,
+ * without special tokens): calls word(ctx, start, end) with the byte range
+ * of each pre-token, in order; a non-zero return from word stops the walk and
+ * is returned. Invalid UTF-8 fails with LENS_EINVAL. Used by the BPE
+ * vocabulary learner (core/train/train_bpe.c). */
+int lens_gpt2_pretokenize(const char *text, size_t len, int (*word)(void *ctx, size_t start, size_t end),
+                          void *ctx, lens_err *err);
+
+#endif

@@ -1,0 +1,181 @@
+/* model.h - BERT and GPT-2 checkpoints and their forward pass.
+ *
+ * A lens_model is a Hugging Face checkpoint folder loaded once (config.json,
+ * model.safetensors, tokenizer files) and then only read: any number of
+ * threads may call lens_forward on the same model concurrently.
+ *
+ * Shapes use one vocabulary: S sequences in a batch, T tokens of one
+ * sequence, N = sum of T over the batch (rows are packed, padding is never
+ * computed), C = d_model, L layers, NH heads, DK / DV per-head key / value
+ * size, V vocabulary, K labels. */
+#ifndef LENS_MODEL_H
+#define LENS_MODEL_H
+
+#include <stddef.h>
+
+#include "core/base/err.h"
+#include "core/base/pool.h"
+#include "core/io/safetensors.h"
+#include "core/io/tokenizer.h"
+
+typedef enum { LENS_ARCH_BERT, LENS_ARCH_GPT2 } lens_arch;
+
+typedef enum {
+    LENS_TASK_ENCODER,        /* BertModel: hidden states only */
+    LENS_TASK_CLASSIFICATION, /* BertForSequenceClassification */
+    LENS_TASK_MASKED_LM,      /* BertForMaskedLM */
+    LENS_TASK_CAUSAL_LM       /* GPT2LMHeadModel */
+} lens_task;
+
+typedef struct {
+    lens_arch arch;
+    lens_task task;
+    char architecture[64]; /* config "architectures"[0], e.g. "BertForMaskedLM" */
+    int n_layers, n_heads, d_model, d_ff;
+    int d_head_k, d_head_v;  /* per head; d_model / n_heads unless configured */
+    int head_combination;    /* identifiable variant: LENS_HEADS_CONCAT (0), LENS_HEADS_SUM, LENS_HEADS_SUM_ADJACENT */
+    int vocab_size, max_positions, type_vocab_size;
+    float ln_eps;
+    int gelu_tanh;           /* 1: tanh approximation (gelu_new), 0: exact erf */
+    int n_labels;            /* classification only, else 0 */
+    char **labels;           /* id2label[n_labels], or NULL */
+    int random_weights;      /* written by lens_mkmodel ("lensd_random_weights"): not a trained model */
+} lens_config;
+
+/* config "head_combination" (docs/identifiable-encoder.md). A summed model's
+ * attention.output.dense.weight is [C][DV]; the loader expands it to the
+ * concat layout [C][NH*DV] whose column m repeats column
+ * lens_head_summed_column(m), so lens_params always describes a concat model:
+ *   SUM:          o = sum_h o_h                    (the paper): column m % DV
+ *   SUM_ADJACENT: o[i] = sum_j concat(o_h)[i*NH+j] (declare-lab's code): m / NH */
+enum { LENS_HEADS_CONCAT = 0, LENS_HEADS_SUM = 1, LENS_HEADS_SUM_ADJACENT = 2 };
+int lens_head_combination_parse(const char *name, int *combine); /* -1: unknown name */
+const char *lens_head_combination_name(int combine);
+static inline int lens_head_summed_column(const lens_config *c, int m)
+{
+    return c->head_combination == LENS_HEADS_SUM_ADJACENT ? m / c->n_heads : m % c->d_head_v;
+}
+
+int lens_config_load(const char *path, lens_config *cfg, lens_err *err);
+void lens_config_free(lens_config *cfg);
+const char *lens_task_name(lens_task task); /* "classification", ... as in API.md */
+
+/* A linear map y = x W^T + b (HF nn.Linear, W is [out][in]) or y = x W + b
+ * (GPT-2 Conv1D, W is [in][out]); ld is W's row stride, which lets GPT-2's
+ * fused c_attn be viewed as three maps. */
+typedef struct {
+    const float *w, *b;
+    int in, out, ld;
+    int w_in_out; /* 1: W stored [in][out] (Conv1D), 0: [out][in] (Linear) */
+    const float *packed; /* W in lens_gemm panel layout, packed at load (owned by the model), or NULL */
+} lens_linear;
+
+typedef struct {
+    const float *w, *b; /* [C] */
+} lens_layernorm;
+
+typedef struct {
+    lens_linear q, k, v, attn_out; /* q,k: C -> NH*DK, v: C -> NH*DV, attn_out: NH*DV -> C */
+    lens_layernorm ln_attn;        /* BERT: after attention (post-LN); GPT-2: ln_1 (pre-LN) */
+    lens_linear ff_in, ff_out;     /* C -> d_ff -> C */
+    lens_layernorm ln_ff;          /* BERT: after FFN; GPT-2: ln_2 */
+} lens_block;
+
+typedef struct {
+    const float *tok_emb;  /* [V][C] */
+    const float *pos_emb;  /* [max_positions][C] */
+    const float *type_emb; /* BERT: [type_vocab_size][C], GPT-2: NULL */
+    lens_layernorm ln_emb; /* BERT embeddings LayerNorm; GPT-2: unused */
+    lens_block *blocks;    /* [L] */
+    lens_layernorm ln_final; /* GPT-2 ln_f */
+    lens_linear pooler;      /* BERT classification: C -> C, tanh */
+    lens_linear classifier;  /* C -> K */
+    lens_linear mlm_transform;  /* BERT MLM: C -> C, GELU, LayerNorm */
+    lens_layernorm mlm_ln;
+    const float *mlm_bias;      /* [V]; decoder weight tied to tok_emb */
+} lens_params;
+
+typedef struct lens_model {
+    char *dir;
+    lens_config cfg;
+    lens_params p;
+    lens_weights *weights;
+    lens_tokenizer *tok;
+    size_t n_params;
+    float *packed;   /* one allocation holding every lens_linear.packed */
+} lens_model;
+
+lens_model *lens_model_load(const char *dir, lens_err *err);
+void lens_model_free(lens_model *m);
+
+/* The analyses lensd serves, as named in the API (endpoints and job kinds).
+ * lens_model_supports answers whether a model can run one; when it cannot,
+ * *why (if not NULL) gets a static sentence a user can act on. */
+typedef enum {
+    LENS_ANALYSIS_FORWARD,
+    LENS_ANALYSIS_ATTENTION,          /* effective attention, identifiability */
+    LENS_ANALYSIS_ATTRIBUTION,        /* attention attribution (class or next-token objective) */
+    LENS_ANALYSIS_ATTRIBUTION_TREE,
+    LENS_ANALYSIS_HEAD_IMPORTANCE,
+    LENS_ANALYSIS_TRIGGERS,           /* adversarial triggers */
+    LENS_ANALYSIS_TOKEN_IDENTITY,
+    LENS_ANALYSIS_HIDDEN_ATTRIBUTION,
+    LENS_ANALYSIS_DECOMPOSITION,
+    LENS_ANALYSIS_COUNT
+} lens_analysis;
+
+const char *lens_analysis_name(lens_analysis a); /* "forward", "attention", "attribution", ... */
+int lens_model_supports(const lens_model *m, lens_analysis a, const char **why);
+
+/* What lens_forward keeps: only what the caller asks for is stored. */
+enum {
+    LENS_KEEP_HIDDEN = 1 << 0, /* hidden states of every layer */
+    LENS_KEEP_ATTN = 1 << 1,   /* attention probabilities of every layer and head */
+    LENS_KEEP_VALUES = 1 << 2, /* per-head value matrices V_h = E W_V,h + b_V,h */
+    LENS_KEEP_LN = 1 << 3,     /* LayerNorm mean and 1/std of every LayerNorm */
+    LENS_KEEP_LOGITS = 1 << 4  /* task head output (and pooled output for BERT classification) */
+};
+
+typedef struct {
+    int n_seqs;          /* S */
+    const int *lengths;  /* [S], each >= 1 and <= max_positions */
+    const int *ids;      /* [N] packed token ids */
+    const int *type_ids; /* [N] segment ids, or NULL for all zero */
+} lens_batch;
+
+typedef struct {
+    unsigned keep;               /* LENS_KEEP_* bits */
+    const volatile int *cancel;  /* optional: checked between layers; non-zero stops with LENS_ECANCEL */
+    lens_pool *pool;             /* threads for the pass (core/base/pool.h); NULL = the calling thread only */
+    int causal;                  /* BERT: mask keys after each query, as Song & Zhong run BERT (GPT-2 always is) */
+    const unsigned char *head_mask; /* optional [L][NH]: 0 prunes the head (its probabilities and output are zero,
+                                       as HF head_mask = 0); NULL = every head */
+} lens_forward_opts;
+
+typedef struct {
+    int n_seqs, n_tokens;  /* S, N */
+    int n_layers;          /* L */
+    int *lengths;          /* [S] */
+    int *row_start;        /* [S] first packed row of each sequence */
+    size_t *attn_start;    /* [S] offset of each sequence's [T][T] block inside one (layer, head) */
+    size_t attn_layer_size;/* floats per (layer, head) slice = sum of T*T */
+    float *hidden;         /* [L+1][N][C]; layer 0 = embedding output; for GPT-2 layer L has ln_f applied (as HF) */
+    float *attn;           /* [L][NH][sum T*T] */
+    float *values;         /* [L][N][NH*DV] */
+    float *ln_mean, *ln_rstd; /* [2L+1][N]: BERT: emb, then per layer attn, ff; GPT-2: per layer ln_1, ln_2, then ln_f */
+    float *pooled;         /* classification: [S][C] */
+    float *logits;         /* classification: [S][K]; MLM / causal LM: [N][V] */
+} lens_activations;
+
+int lens_forward(const lens_model *m, const lens_batch *batch,
+                 const lens_forward_opts *opts, lens_activations *act,
+                 lens_err *err);
+void lens_activations_free(lens_activations *act);
+
+/* Views into kept activations for sequence s (NULL if not kept). */
+const float *lens_act_hidden(const lens_model *m, const lens_activations *a, int layer, int s); /* [T][C] */
+const float *lens_act_attn(const lens_model *m, const lens_activations *a, int layer, int head, int s); /* [T][T], layer 1..L */
+const float *lens_act_values(const lens_model *m, const lens_activations *a, int layer, int s); /* [T][NH*DV], layer 1..L */
+const float *lens_act_logits(const lens_model *m, const lens_activations *a, int s); /* [K] or [T][V] */
+
+#endif

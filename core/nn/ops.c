@@ -1,0 +1,405 @@
+/* ops.c - forward operations and their backward passes (see ops.h for shapes).
+ * Each backward quotes the forward line it inverts. */
+#include "core/nn/ops.h"
+
+#include "core/base/gemm.h"
+#include "core/base/pool.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+void lens_linear_forward(float *out, const float *inp, const lens_linear *lin, int N)
+{
+    /* Linear: out = inp W^T with W [OC][IC]; Conv1D: out = inp W with W [IC][OC];
+     * single-threaded here, forward.c passes its pool to lens_gemm_linear */
+    lens_gemm_linear(out, inp, lin, N, NULL);
+}
+
+void lens_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                          const float *inp, const lens_linear *lin, int N)
+{
+    /* forward: out[N][OC] = inp[N][IC] W (+ b) */
+    if (dinp) /* dinp += dout W, W as [OC][IC] (Linear) or dout W^T, W [IC][OC] (Conv1D) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, lin->w_in_out ? CblasTrans : CblasNoTrans, N, lin->in,
+                    lin->out, 1.0f, dout, lin->out, lin->w, lin->ld, 1.0f, dinp, lin->in);
+    if (dweight) {
+        if (lin->w_in_out) /* dW[IC][OC] += inp^T dout */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, lin->in, lin->out, N, 1.0f, inp, lin->in,
+                        dout, lin->out, 1.0f, dweight, lin->ld);
+        else /* dW[OC][IC] += dout^T inp */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, lin->out, lin->in, N, 1.0f, dout, lin->out,
+                        inp, lin->in, 1.0f, dweight, lin->ld);
+    }
+    if (dbias) /* out[n] = ... + b: db += sum over rows of dout */
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < lin->out; o++) dbias[o] += dout[(size_t)n * lin->out + o];
+}
+
+void lens_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                            const lens_layernorm *ln, int N, int C, float eps)
+{
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *y = out + (size_t)n * C;
+        /* two passes in double: PyTorch's LayerNorm uses a numerically
+         * careful (Welford) variance; a one-pass float sum would not match */
+        double sum = 0;
+        for (int i = 0; i < C; i++) sum += x[i];
+        double m = sum / C, var = 0;
+        for (int i = 0; i < C; i++) {
+            double d = x[i] - m;
+            var += d * d;
+        }
+        float s = (float)(1.0 / sqrt(var / C + eps));
+        float mf = (float)m;
+        for (int i = 0; i < C; i++) y[i] = (x[i] - mf) * s * ln->w[i] + ln->b[i];
+        if (mean) mean[n] = mf;
+        if (rstd) rstd[n] = s;
+    }
+}
+
+void lens_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                             const float *inp, const float *mean, const float *rstd,
+                             const lens_layernorm *ln, int N, int C)
+{
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+        float *dx = dinp + (size_t)n * C;
+        const float m = mean[n], s = rstd[n];
+        /* forward: y[i] = (x[i] - mean) * rstd * w[i] + b[i]; with
+         * norm = (x - mean) rstd and dnorm = dy w:
+         * dx = rstd (dnorm - mean_i(dnorm) - norm mean_i(dnorm norm)) */
+        double dnorm_mean = 0, dnorm_norm_mean = 0;
+        for (int i = 0; i < C; i++) {
+            const double norm = (x[i] - m) * s, dnorm = (double)dy[i] * ln->w[i];
+            dnorm_mean += dnorm;
+            dnorm_norm_mean += dnorm * norm;
+        }
+        dnorm_mean /= C;
+        dnorm_norm_mean /= C;
+        for (int i = 0; i < C; i++) {
+            const float norm = (x[i] - m) * s, dnorm = dy[i] * ln->w[i];
+            dx[i] += s * (dnorm - (float)dnorm_mean - norm * (float)dnorm_norm_mean);
+            if (dweight) dweight[i] += norm * dy[i];
+            if (dbias) dbias[i] += dy[i];
+        }
+    }
+}
+
+/* erf(x) as a [-4, 4] minimax rational x P(x^2) / Q(x^2) (|error| <= 4e-7;
+ * outside the range erf is +-1 in float). Unlike libm's erff it has no branch
+ * or call, so the GELU loop vectorises: libm made GELU 15% of a BERT pass. */
+static inline float erf_approx(float a)
+{
+    const float x = a < -4.0f ? -4.0f : a > 4.0f ? 4.0f : a, x2 = x * x;
+    float p = -2.72614225801306e-10f;
+    p = p * x2 + 2.77068142495902e-08f;
+    p = p * x2 - 2.10102402082508e-06f;
+    p = p * x2 - 5.69250639462346e-05f;
+    p = p * x2 - 7.34990630326855e-04f;
+    p = p * x2 - 2.95459980854025e-03f;
+    p = p * x2 - 1.60960333262415e-02f;
+    float q = -1.45660718464996e-05f;
+    q = q * x2 - 2.13374055278905e-04f;
+    q = q * x2 - 1.68282697438203e-03f;
+    q = q * x2 - 7.37332916720468e-03f;
+    q = q * x2 - 1.42647390514189e-02f;
+    return x * p / q;
+}
+
+
+void lens_gelu_forward(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erf_approx(x[i] * (float)M_SQRT1_2));
+}
+
+/* gelu_tanh(x) = 0.5 x (1 + tanh u), u = sqrt(2/pi) (x + 0.044715 x^3), is
+ * x sigma(2u) with sigma(z) = 1 / (1 + e^-z): one lens_exp_approx instead of
+ * libm's tanhf, so the loops vectorise (same value to float rounding). */
+static inline float sigmoid_2u(float x)
+{
+    const float s = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 1.0f / (1.0f + lens_exp_approx(-2.0f * s * (x + 0.044715f * x * x * x)));
+}
+
+void lens_gelu_tanh_forward(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) x[i] *= sigmoid_2u(x[i]);
+}
+
+/* forward: gelu(x) = x Phi(x) = 0.5 x (1 + erf(x / sqrt 2));
+ * gelu'(x) = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi) */
+static inline float gelu_grad(float x)
+{
+    const float cdf = 0.5f * (1.0f + erf_approx(x * (float)M_SQRT1_2));
+    const float pdf = 0.3989422804014327f * lens_exp_approx(-0.5f * x * x);
+    return cdf + x * pdf;
+}
+
+/* forward: gelu(x) = 0.5 x (1 + tanh(u)) = x sigma(2u), u = s (x + 0.044715 x^3);
+ * gelu'(x) = sigma(2u) + x 2 sigma(2u) (1 - sigma(2u)) s (1 + 3 * 0.044715 x^2)
+ * (the same as 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u') */
+static inline float gelu_tanh_grad(float x)
+{
+    const float s = 0.7978845608028654f, g = sigmoid_2u(x);
+    return g + 2.0f * x * g * (1.0f - g) * s * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+void lens_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    for (size_t i = 0; i < n; i++) dinp[i] += gelu_grad(inp[i]) * dout[i];
+}
+
+void lens_gelu_tanh_backward(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    for (size_t i = 0; i < n; i++) dinp[i] += gelu_tanh_grad(inp[i]) * dout[i];
+}
+
+void lens_gelu_backward_inplace(float *d, const float *inp, size_t n, int tanh_approx)
+{
+    if (tanh_approx)
+        for (size_t i = 0; i < n; i++) d[i] *= gelu_tanh_grad(inp[i]);
+    else
+        for (size_t i = 0; i < n; i++) d[i] *= gelu_grad(inp[i]);
+}
+
+void lens_tanh_forward(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) x[i] = tanhf(x[i]);
+}
+
+void lens_tanh_backward(float *dinp, const float *out, const float *dout, size_t n)
+{
+    /* forward: x[i] = tanhf(x[i]); tanh' = 1 - tanh^2 */
+    for (size_t i = 0; i < n; i++) dinp[i] += (1.0f - out[i] * out[i]) * dout[i];
+}
+
+void lens_residual_forward(float *out, const float *inp, size_t n)
+{
+    for (size_t i = 0; i < n; i++) out[i] += inp[i];
+}
+
+void lens_residual_backward(float *dinp, const float *dout, size_t n)
+{
+    /* forward: out[i] += inp[i] */
+    for (size_t i = 0; i < n; i++) dinp[i] += dout[i];
+}
+
+/* Reductions over 16 independent lanes: C forbids reassociating a float sum,
+ * so a plain loop stays scalar; with explicit lanes the compiler vectorises. */
+#define LANES 16
+
+static float max_lanes(const float *x, int n)
+{
+    float lane[LANES], max = x[0];
+    int i = 0;
+    if (n >= LANES) {
+        for (int k = 0; k < LANES; k++) lane[k] = x[k];
+        for (i = LANES; i + LANES <= n; i += LANES)
+            for (int k = 0; k < LANES; k++) lane[k] = x[i + k] > lane[k] ? x[i + k] : lane[k];
+        for (int k = 0; k < LANES; k++) max = lane[k] > max ? lane[k] : max;
+    }
+    for (; i < n; i++) max = x[i] > max ? x[i] : max;
+    return max;
+}
+
+static float sum_lanes(const float *x, int n)
+{
+    float lane[LANES] = {0}, sum = 0;
+    int i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int k = 0; k < LANES; k++) lane[k] += x[i + k];
+    for (int k = 0; k < LANES; k++) sum += lane[k];
+    for (; i < n; i++) sum += x[i];
+    return sum;
+}
+
+void lens_softmax_forward(float *x, int rows, int cols, int causal)
+{
+    for (int r = 0; r < rows; r++) {
+        float *row = x + (size_t)r * cols;
+        const int valid = causal ? r + 1 : cols;
+        const float max = max_lanes(row, valid);
+        for (int c = 0; c < valid; c++) row[c] = lens_exp_approx(row[c] - max);
+        const float inv = 1.0f / sum_lanes(row, valid);
+        for (int c = 0; c < valid; c++) row[c] *= inv;
+        for (int c = valid; c < cols; c++) row[c] = 0.0f;
+    }
+}
+
+void lens_softmax_backward(float *dinp, const float *probs, const float *dout, int rows, int cols,
+                           int causal)
+{
+    for (int r = 0; r < rows; r++) {
+        const float *p = probs + (size_t)r * cols, *dp = dout + (size_t)r * cols;
+        float *dx = dinp + (size_t)r * cols;
+        const int valid = causal ? r + 1 : cols;
+        /* forward: row[c] = exp(x[c] - max) / sum; dx[c] = p[c] (dp[c] - sum_c' p[c'] dp[c']) */
+        float dot = 0;
+        for (int c = 0; c < valid; c++) dot += p[c] * dp[c];
+        for (int c = 0; c < valid; c++) dx[c] += p[c] * (dp[c] - dot);
+    }
+}
+
+void lens_attention_forward(float *out, float *probs, size_t probs_stride, const float *q,
+                            const float *k, const float *v, int T, int NH, int DK, int DV, int causal)
+{
+    const int qk_stride = NH * DK, v_stride = NH * DV;
+    const float scale = 1.0f / sqrtf((float)DK);
+    for (int h = 0; h < NH; h++) {
+        float *p = probs + h * probs_stride;
+        /* scores[T][T] = q_h k_h^T / sqrt(DK): W = k_h^T, k_h rows are W's columns */
+        const lens_gemm_args scores = {.M = T, .N = T, .K = DK, .x = q + h * DK, .ldx = qk_stride,
+                                       .w = k + h * DK, .ld = qk_stride, .w_kn = 0, .alpha = scale,
+                                       .y = p, .ldy = T};
+        lens_gemm(&scores, NULL);
+        lens_softmax_forward(p, T, T, causal);
+        /* out_h[T][DV] = P v_h */
+        const lens_gemm_args context = {.M = T, .N = DV, .K = T, .x = p, .ldx = T, .w = v + h * DV,
+                                        .ld = v_stride, .w_kn = 1, .alpha = 1.0f, .y = out + h * DV,
+                                        .ldy = v_stride};
+        lens_gemm(&context, NULL);
+    }
+}
+
+void lens_attention_backward(float *dq, float *dk, float *dv, float *dprobs, size_t dprobs_stride,
+                             float *dscores, const float *dout, const float *q, const float *k,
+                             const float *v, const float *probs, size_t probs_stride, int T, int NH,
+                             int DK, int DV, int causal)
+{
+    const int qk_stride = NH * DK, v_stride = NH * DV;
+    const float scale = 1.0f / sqrtf((float)DK);
+    for (int h = 0; h < NH; h++) {
+        const float *p = probs + h * probs_stride;
+        float *dp = dprobs + h * dprobs_stride;
+        /* forward: out_h = P v_h  =>  dP = dout_h v_h^T, dv_h += P^T dout_h */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, DV, 1.0f, dout + h * DV, v_stride,
+                    v + h * DV, v_stride, 0.0f, dp, T);
+        if (dv)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, DV, T, 1.0f, p, T, dout + h * DV, v_stride,
+                        1.0f, dv + h * DV, v_stride);
+        if (!dq && !dk) continue;
+        /* forward: P = softmax(scores) */
+        memset(dscores, 0, sizeof(float) * T * T);
+        lens_softmax_backward(dscores, p, dp, T, T, causal);
+        /* forward: scores = q_h k_h^T / sqrt(DK) */
+        if (dq)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, DK, T, scale, dscores, T, k + h * DK,
+                        qk_stride, 1.0f, dq + h * DK, qk_stride);
+        if (dk)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, DK, T, scale, dscores, T, q + h * DK,
+                        qk_stride, 1.0f, dk + h * DK, qk_stride);
+    }
+}
+
+void lens_embedding_forward(float *out, const int *ids, const int *type_ids, const float *tok,
+                            const float *pos, const float *type, int T, int C)
+{
+    for (int t = 0; t < T; t++) {
+        float *row = out + (size_t)t * C;
+        const float *te = tok + (size_t)ids[t] * C, *pe = pos + (size_t)t * C;
+        for (int i = 0; i < C; i++) row[i] = te[i] + pe[i];
+        if (type) {
+            const float *se = type + (size_t)(type_ids ? type_ids[t] : 0) * C;
+            for (int i = 0; i < C; i++) row[i] += se[i];
+        }
+    }
+}
+
+void lens_embedding_backward(float *dtok, float *dpos, float *dtype, const float *dout,
+                             const int *ids, const int *type_ids, int T, int C)
+{
+    for (int t = 0; t < T; t++) {
+        const float *d = dout + (size_t)t * C;
+        /* forward: row = tok[ids[t]] + pos[t] + type[type_ids[t]] */
+        if (dtok) lens_residual_backward(dtok + (size_t)ids[t] * C, d, (size_t)C);
+        if (dpos) lens_residual_backward(dpos + (size_t)t * C, d, (size_t)C);
+        if (dtype) lens_residual_backward(dtype + (size_t)(type_ids ? type_ids[t] : 0) * C, d, (size_t)C);
+    }
+}
+
+/* ---------------------------------------------------------- row-parallel ops */
+
+/* Row ranges for elementwise work: a few per thread, each at least 8 rows. */
+static int row_tasks(lens_pool *pool, int rows)
+{
+    int n = 2 * lens_pool_threads(pool);
+    if (n > rows / 8) n = rows / 8;
+    return n > 1 ? n : 1;
+}
+
+static void task_rows(int task, int n_tasks, int rows, int *r0, int *r1)
+{
+    *r0 = (int)((long)rows * task / n_tasks);
+    *r1 = (int)((long)rows * (task + 1) / n_tasks);
+}
+
+typedef struct {
+    float *out, *mean, *rstd;
+    size_t ld;                   /* gelu: row stride of out */
+    const float *inp, *residual; /* residual may be NULL */
+    float *residual_out;         /* when set, inp + residual is also stored here (GPT-2 stream) */
+    const lens_layernorm *ln;
+    int N, C, n_tasks, gelu_tanh;
+    float eps;
+} rows_job;
+
+/* out = LN(inp + residual) on rows r0..r1 (inp += residual first, in place,
+ * as the unfused code did: out may alias inp). */
+static void add_layernorm_task(void *ctx, int task)
+{
+    const rows_job *j = ctx;
+    int r0, r1;
+    task_rows(task, j->n_tasks, j->N, &r0, &r1);
+    const size_t off = (size_t)r0 * j->C, n = (size_t)(r1 - r0) * j->C;
+    float *inp = (float *)j->inp + off;
+    if (j->residual) lens_residual_forward(inp, j->residual + off, n);
+    lens_layernorm_forward(j->out + off, j->mean ? j->mean + r0 : NULL, j->rstd ? j->rstd + r0 : NULL, inp, j->ln,
+                           r1 - r0, j->C, j->eps);
+}
+
+/* x += h then out = LN(x): the GPT-2 residual stream and the next pre-LN. */
+static void residual_layernorm_task(void *ctx, int task)
+{
+    const rows_job *j = ctx;
+    int r0, r1;
+    task_rows(task, j->n_tasks, j->N, &r0, &r1);
+    const size_t off = (size_t)r0 * j->C, n = (size_t)(r1 - r0) * j->C;
+    lens_residual_forward(j->residual_out + off, j->inp + off, n);
+    if (j->ln)
+        lens_layernorm_forward(j->out + off, j->mean ? j->mean + r0 : NULL, j->rstd ? j->rstd + r0 : NULL,
+                               j->residual_out + off, j->ln, r1 - r0, j->C, j->eps);
+}
+
+static void gelu_task(void *ctx, int task)
+{
+    const rows_job *j = ctx;
+    int r0, r1;
+    task_rows(task, j->n_tasks, j->N, &r0, &r1);
+    for (int r = r0; r < r1; r++)
+        (j->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(j->out + (size_t)r * j->ld, (size_t)j->C);
+}
+
+void lens_add_layernorm(lens_pool *pool, float *out, float *mean, float *rstd, float *inp, const float *residual,
+                          const lens_layernorm *ln, int N, int C, float eps)
+{
+    rows_job j = {.out = out, .mean = mean, .rstd = rstd, .inp = inp, .residual = residual, .ln = ln, .N = N,
+                  .C = C, .eps = eps, .n_tasks = row_tasks(pool, N)};
+    lens_pool_run(pool, j.n_tasks, add_layernorm_task, &j);
+}
+
+void lens_residual_layernorm(lens_pool *pool, float *x, const float *h, float *out, float *mean, float *rstd,
+                               const lens_layernorm *ln, int N, int C, float eps)
+{
+    rows_job j = {.out = out, .mean = mean, .rstd = rstd, .inp = h, .residual_out = x, .ln = ln, .N = N, .C = C,
+                  .eps = eps, .n_tasks = row_tasks(pool, N)};
+    lens_pool_run(pool, j.n_tasks, residual_layernorm_task, &j);
+}
+
+void lens_gelu_rows(lens_pool *pool, float *x, size_t ld, int N, int C, int tanh_approx)
+{
+    rows_job j = {.out = x, .ld = ld, .N = N, .C = C, .gelu_tanh = tanh_approx, .n_tasks = row_tasks(pool, N)};
+    lens_pool_run(pool, j.n_tasks, gelu_task, &j);
+}

@@ -1,0 +1,1239 @@
+/* train.c - training BERT classifiers / masked LMs and GPT-2 causal LMs:
+ * parameters, the forward pass that keeps what backward needs, the backward
+ * pass, AdamW, checkpoints. GPT-2's model is stated above forward_gpt2; a
+ * summed-heads BERT (head_combination sum) above tile_summed.
+ *
+ * Model (HF BertForSequenceClassification, post-LN, no dropout):
+ *   e   = tok[ids] + pos[t] + type[seg];        x_0 = LN_emb(e)
+ *   per layer l:  q,k,v = x W_{Q,K,V} + b;      ctx = concat_h softmax(q_h k_h^T / sqrt(DK)) v_h
+ *                 r1 = x + ctx W_O + b_O;       a = LN_attn(r1)
+ *                 r2 = a + GELU(a W_1 + b_1) W_2 + b_2;   x_{l+1} = LN_ff(r2)
+ *   pooled = tanh(x_L[CLS] W_p + b_p);  logits = pooled W_c + b_c
+ *   loss = mean over sequences of -log softmax(logits)[label]
+ * Backward walks the same lines in reverse with the ops of ops.h, which
+ * accumulate; weight gradients land in one buffer laid out as the parameters.
+ *
+ * Shapes: S sequences, N packed tokens, C d_model, F d_ff, NH heads, DK / DV
+ * per-head key / value size (the identifiable variant has DK != DV), K labels,
+ * A = sum over sequences of T*T (one head's attention probabilities). */
+#include "core/train/train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <jansson.h>
+
+#include "core/base/gemm.h"
+#include "core/nn/ops.h"
+#include "core/base/pool.h"
+#include "core/io/safetensors.h"
+
+typedef struct {
+    char name[128];
+    int ndim;
+    int64_t shape[2];
+    size_t off, count;
+    int decay; /* AdamW weight decay applies (not biases, not LayerNorm) */
+    int summed; /* attention.output.dense.weight of a summed-heads model: held
+                 * tiled [C][NH*DV] (count), in files compact [C][DV] (shape) */
+    int layernorm; /* LayerNorm weight or bias: initialised 1 / 0 */
+    float init_std; /* weights: N(0, init_std) at initialisation */
+} tensor_info;
+
+/* Rows of LM-head logits computed at a time ([LM_ROWS][V] instead of [N][V]). */
+enum { LM_ROWS = 128 };
+
+/* Activations of one batch, grown to the largest batch seen. */
+typedef struct {
+    size_t N, S, A; /* capacity */
+    float *emb, *emb_mean, *emb_rstd; /* [N][C], [N], [N] */
+    float *x;                 /* [L+1][N][C] block inputs / outputs */
+    float *q, *k;             /* [L][N][NH*DK] */
+    float *v, *ctx;           /* [L][N][NH*DV] */
+    float *probs;             /* [L][NH][A] */
+    float *r1, *a, *r2;       /* [L][N][C] */
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd; /* [L][N] */
+    float *ff_pre, *ff_act;   /* [L][N][F] */
+    float *cls, *pooled, *logits; /* [S][C], [S][C], [S][K] */
+    /* GPT-2 (pre-LN): h1 = LN_1(x), mid = x + attention, h2 = LN_2(mid) */
+    float *h1, *mid, *h2;     /* [L][N][C] */
+    float *xf, *lnf_mean, *lnf_rstd; /* [N][C] = LN_f(x_L), [N], [N] */
+    float *lm_logits;         /* [LM_ROWS][V] one chunk of LM-head logits */
+    float *dxf;               /* [N][C] */
+    /* backward scratch */
+    float *dx, *dres, *da, *dxn;  /* [N][C] */
+    float *dff;                   /* [N][F] */
+    float *dq, *dk, *dv, *dctx;   /* [N][NH*DK], [N][NH*DK], [N][NH*DV], [N][NH*DV] */
+    float *dprobs, *dscores;      /* [NH][Tmax^2], [Tmax^2] */
+    float *dpooled, *dlogits;     /* [S][C], [S][K] */
+    float *dw_summed;             /* summed heads: [C][NH*DV] untied output-weight gradient */
+    size_t tmax2;
+    int *row_start, *attn_start;  /* [S] */
+} acts;
+
+struct lens_trainer {
+    lens_config cfg;
+    lens_params p;        /* views into param */
+    float *param, *grad, *m, *v;
+    size_t n_param;
+    tensor_info *tensors;
+    int n_tensors;
+    long step;
+    acts a;
+    lens_pool *pool; /* owned: the forward GEMMs' threads (lens_trainer_set_threads), or NULL */
+};
+
+/* ------------------------------------------------------------- parameters */
+
+static uint64_t rng_next(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double rng_uniform(uint64_t *s) { return ((rng_next(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+
+static float rng_normal(uint64_t *s)
+{
+    return (float)(sqrt(-2.0 * log(rng_uniform(s))) * cos(2.0 * M_PI * rng_uniform(s)));
+}
+
+/* Walks the tensors in HF order: counts them (param NULL) or binds t->p. */
+typedef struct {
+    lens_trainer *t;
+    size_t off;
+    int n;
+} walker;
+
+static float *take(walker *w, const char *name, int64_t d0, int64_t d1, int decay)
+{
+    size_t count = (size_t)d0 * (size_t)(d1 ? d1 : 1);
+    if (w->t->tensors) {
+        tensor_info *ti = &w->t->tensors[w->n];
+        snprintf(ti->name, sizeof ti->name, "%s", name);
+        ti->ndim = d1 ? 2 : 1;
+        ti->shape[0] = d0, ti->shape[1] = d1;
+        ti->off = w->off, ti->count = count, ti->decay = decay;
+        ti->summed = ti->layernorm = 0, ti->init_std = 0.02f;
+    }
+    float *p = w->t->param ? w->t->param + w->off : NULL;
+    w->off += count;
+    w->n++;
+    return p;
+}
+
+static void take_linear(walker *w, lens_linear *lin, const char *name, int in, int out)
+{
+    char s[96];
+    snprintf(s, sizeof s, "%s.weight", name);
+    lin->w = take(w, s, out, in, 1);
+    snprintf(s, sizeof s, "%s.bias", name);
+    lin->b = take(w, s, out, 0, 0);
+    lin->in = in, lin->out = out, lin->ld = in, lin->w_in_out = 0, lin->packed = NULL;
+}
+
+/* GPT-2 Conv1D: weight [in][out] (decayed), bias [out]. */
+static void take_conv1d(walker *w, lens_linear *lin, const char *name, int in, int out)
+{
+    char s[96];
+    snprintf(s, sizeof s, "%s.weight", name);
+    lin->w = take(w, s, in, out, 1);
+    snprintf(s, sizeof s, "%s.bias", name);
+    lin->b = take(w, s, out, 0, 0);
+    lin->in = in, lin->out = out, lin->ld = out, lin->w_in_out = 1, lin->packed = NULL;
+}
+
+static void take_layernorm(walker *w, lens_layernorm *ln, const char *name, int C)
+{
+    char s[96];
+    snprintf(s, sizeof s, "%s.weight", name);
+    ln->w = take(w, s, C, 0, 0);
+    snprintf(s, sizeof s, "%s.bias", name);
+    ln->b = take(w, s, C, 0, 0);
+    if (w->t->tensors) w->t->tensors[w->n - 2].layernorm = w->t->tensors[w->n - 1].layernorm = 1;
+}
+
+/* GPT-2 in HF GPT2LMHeadModel order ("transformer." names; the LM head is
+ * wte, so no tensor of its own). c_attn [C][3C] = [W_q | W_k | W_v] is one
+ * tensor; q, k, v are views of it with row stride 3C, as the loader makes.
+ * The two residual projections (attn.c_proj, mlp.c_proj) start at
+ * 0.02 / sqrt(2 L), as HF and the GPT-2 paper initialise them. */
+static void walk_gpt2(lens_trainer *t, walker *w)
+{
+    const lens_config *c = &t->cfg;
+    const int C = c->d_model;
+    lens_params *p = &t->p;
+    *w = (walker){.t = t};
+    p->tok_emb = take(w, "transformer.wte.weight", c->vocab_size, C, 1);
+    p->pos_emb = take(w, "transformer.wpe.weight", c->max_positions, C, 1);
+    p->type_emb = NULL;
+    for (int l = 0; l < c->n_layers; l++) {
+        lens_block *blk = &p->blocks[l];
+        char n[80];
+#define AT(suffix) (snprintf(n, sizeof n, "transformer.h.%d.%s", l, suffix), n)
+        lens_linear qkv;
+        take_layernorm(w, &blk->ln_attn, AT("ln_1"), C);
+        take_conv1d(w, &qkv, AT("attn.c_attn"), C, 3 * C);
+        take_conv1d(w, &blk->attn_out, AT("attn.c_proj"), C, C);
+        if (t->tensors) t->tensors[w->n - 2].init_std = 0.02f / sqrtf(2.0f * c->n_layers);
+        take_layernorm(w, &blk->ln_ff, AT("ln_2"), C);
+        take_conv1d(w, &blk->ff_in, AT("mlp.c_fc"), C, c->d_ff);
+        take_conv1d(w, &blk->ff_out, AT("mlp.c_proj"), c->d_ff, C);
+        if (t->tensors) t->tensors[w->n - 2].init_std = 0.02f / sqrtf(2.0f * c->n_layers);
+#undef AT
+        lens_linear *views[3] = {&blk->q, &blk->k, &blk->v};
+        for (int i = 0; i < 3; i++) {
+            *views[i] = qkv;
+            views[i]->w = qkv.w ? qkv.w + i * C : NULL;
+            views[i]->b = qkv.b ? qkv.b + i * C : NULL;
+            views[i]->out = C;
+        }
+    }
+    take_layernorm(w, &p->ln_final, "transformer.ln_f", C);
+}
+
+static void walk(lens_trainer *t, walker *w)
+{
+    const lens_config *c = &t->cfg;
+    const int C = c->d_model, QK = c->n_heads * c->d_head_k, VO = c->n_heads * c->d_head_v;
+    lens_params *p = &t->p;
+    *w = (walker){.t = t};
+    p->tok_emb = take(w, "bert.embeddings.word_embeddings.weight", c->vocab_size, C, 1);
+    p->pos_emb = take(w, "bert.embeddings.position_embeddings.weight", c->max_positions, C, 1);
+    p->type_emb = take(w, "bert.embeddings.token_type_embeddings.weight", c->type_vocab_size, C, 1);
+    take_layernorm(w, &p->ln_emb, "bert.embeddings.LayerNorm", C);
+    for (int l = 0; l < c->n_layers; l++) {
+        lens_block *blk = &p->blocks[l];
+        char n[80];
+#define AT(suffix) (snprintf(n, sizeof n, "bert.encoder.layer.%d.%s", l, suffix), n)
+        take_linear(w, &blk->q, AT("attention.self.query"), C, QK);
+        take_linear(w, &blk->k, AT("attention.self.key"), C, QK);
+        take_linear(w, &blk->v, AT("attention.self.value"), C, VO);
+        take_linear(w, &blk->attn_out, AT("attention.output.dense"), VO, C);
+        if (c->head_combination && w->t->tensors) {
+            tensor_info *ti = &w->t->tensors[w->n - 2]; /* the weight, before its bias */
+            ti->summed = 1, ti->shape[1] = c->d_head_v;
+        }
+        take_layernorm(w, &blk->ln_attn, AT("attention.output.LayerNorm"), C);
+        take_linear(w, &blk->ff_in, AT("intermediate.dense"), C, c->d_ff);
+        take_linear(w, &blk->ff_out, AT("output.dense"), c->d_ff, C);
+        take_layernorm(w, &blk->ln_ff, AT("output.LayerNorm"), C);
+#undef AT
+    }
+    if (c->task == LENS_TASK_MASKED_LM) {
+        /* decoder weight tied to the word embeddings (HF saves no copy) */
+        take_linear(w, &p->mlm_transform, "cls.predictions.transform.dense", C, C);
+        take_layernorm(w, &p->mlm_ln, "cls.predictions.transform.LayerNorm", C);
+        p->mlm_bias = take(w, "cls.predictions.bias", c->vocab_size, 0, 0);
+    } else {
+        take_linear(w, &p->pooler, "bert.pooler.dense", C, C);
+        take_linear(w, &p->classifier, "classifier", C, c->n_labels);
+    }
+}
+
+/* Summed heads (model.h): the trainer keeps W_O tiled, [C][NH*DV] with
+ * column m a copy of compact column lens_head_summed_column(m), so forward
+ * and backward are the concat model's. Each compact entry has NH copies;
+ * they stay equal because they start equal and always get the same
+ * gradient (the sum over the copies, see tie_summed_grad). */
+
+/* tiled[C][NH*DV] from compact[C][DV]. */
+static void tile_summed(const lens_config *c, float *tiled, const float *compact)
+{
+    const int DV = c->d_head_v, VO = c->n_heads * DV;
+    for (int o = 0; o < c->d_model; o++)
+        for (int m = 0; m < VO; m++) tiled[(size_t)o * VO + m] = compact[(size_t)o * DV + lens_head_summed_column(c, m)];
+}
+
+/* compact[C][DV] from tiled[C][NH*DV] (one copy of each entry). */
+static void compact_summed(const lens_config *c, float *compact, const float *tiled)
+{
+    const int DV = c->d_head_v, VO = c->n_heads * DV;
+    for (int o = 0; o < c->d_model; o++)
+        for (int m = 0; m < VO; m++) compact[(size_t)o * DV + lens_head_summed_column(c, m)] = tiled[(size_t)o * VO + m];
+}
+
+/* W_cat = W_O tiled, so dL/dW_O[o][j] = sum over the copies m of j of
+ * dW_cat[o][m]; that sum is added to every copy of grad [C][NH*DV].
+ * untied: [C][NH*DV] gradient of the tiled weight taken as free. */
+static void tie_summed_grad(const lens_config *c, float *grad, const float *untied)
+{
+    const int DV = c->d_head_v, VO = c->n_heads * DV;
+    float sum[DV];
+    for (int o = 0; o < c->d_model; o++) {
+        const float *u = untied + (size_t)o * VO;
+        float *g = grad + (size_t)o * VO;
+        memset(sum, 0, sizeof sum);
+        for (int m = 0; m < VO; m++) sum[lens_head_summed_column(c, m)] += u[m];
+        for (int m = 0; m < VO; m++) g[m] += sum[lens_head_summed_column(c, m)];
+    }
+}
+
+/* Elements of a tensor in checkpoint files. */
+static size_t file_count(const tensor_info *ti) { return (size_t)ti->shape[0] * (size_t)(ti->ndim == 2 ? ti->shape[1] : 1); }
+
+/* Tensor ti of buffer base ([n_param]) as written to files: base + off, or
+ * for a summed tensor its compact form in scratch [C][DV]. */
+static const float *file_data(const lens_trainer *t, const tensor_info *ti, const float *base, float *scratch)
+{
+    if (!ti->summed) return base + ti->off;
+    compact_summed(&t->cfg, scratch, base + ti->off);
+    return scratch;
+}
+
+/* Copies src (file layout) into tensor ti of buffer base. */
+static void set_from_file(const lens_trainer *t, const tensor_info *ti, float *base, const float *src)
+{
+    if (ti->summed) tile_summed(&t->cfg, base + ti->off, src);
+    else memcpy(base + ti->off, src, ti->count * sizeof(float));
+}
+
+static int copy_config(lens_config *dst, const lens_config *src)
+{
+    *dst = *src;
+    dst->labels = NULL;
+    if (src->labels) {
+        dst->labels = calloc((size_t)src->n_labels, sizeof *dst->labels);
+        if (!dst->labels) return -1;
+        for (int i = 0; i < src->n_labels; i++)
+            if (!(dst->labels[i] = strdup(src->labels[i]))) return -1;
+    }
+    return 0;
+}
+
+lens_trainer *lens_trainer_new(const lens_config *cfg, unsigned long long seed, lens_err *err)
+{
+    const int mlm = cfg->task == LENS_TASK_MASKED_LM, gpt2 = cfg->arch == LENS_ARCH_GPT2;
+    if (gpt2 ? cfg->d_model % cfg->n_heads != 0 : (cfg->arch != LENS_ARCH_BERT || (!mlm && cfg->n_labels < 2))) {
+        lens_fail(err, LENS_EINVAL,
+                  "training needs a BERT masked-LM or classification config (>= 2 labels) or a GPT-2 config");
+        return NULL;
+    }
+    lens_trainer *t = calloc(1, sizeof *t);
+    if (!t || copy_config(&t->cfg, cfg)) goto oom;
+    t->cfg.task = gpt2 ? LENS_TASK_CAUSAL_LM : mlm ? LENS_TASK_MASKED_LM : LENS_TASK_CLASSIFICATION;
+    if (mlm || gpt2) t->cfg.n_labels = 0;
+    t->cfg.random_weights = 0;
+    if (gpt2) {
+        /* c_attn's [C][3C] fixes DK = DV = C / NH; GPT-2 has no summed variant or segments */
+        t->cfg.d_head_k = t->cfg.d_head_v = cfg->d_model / cfg->n_heads;
+        t->cfg.head_combination = 0, t->cfg.type_vocab_size = 0;
+        snprintf(t->cfg.architecture, sizeof t->cfg.architecture, "GPT2LMHeadModel");
+    } else if (!t->cfg.type_vocab_size) {
+        t->cfg.type_vocab_size = 2;
+    }
+    t->p.blocks = calloc((size_t)cfg->n_layers, sizeof *t->p.blocks);
+    if (!t->p.blocks) goto oom;
+    walker w;
+    void (*walk_arch)(lens_trainer *, walker *) = gpt2 ? walk_gpt2 : walk;
+    walk_arch(t, &w); /* count */
+    t->n_param = w.off, t->n_tensors = w.n;
+    t->tensors = calloc((size_t)w.n, sizeof *t->tensors);
+    t->param = malloc(t->n_param * sizeof(float));
+    t->grad = calloc(t->n_param, sizeof(float));
+    t->m = calloc(t->n_param, sizeof(float));
+    t->v = calloc(t->n_param, sizeof(float));
+    if (!t->tensors || !t->param || !t->grad || !t->m || !t->v) goto oom;
+    walk_arch(t, &w); /* bind */
+    float *compact = NULL;
+    if (t->cfg.head_combination) {
+        const size_t n = (size_t)cfg->d_model * cfg->d_head_v, tiled = n * cfg->n_heads;
+        compact = malloc(n * sizeof(float));
+        t->a.dw_summed = malloc(tiled * sizeof(float));
+        if (!compact || !t->a.dw_summed) {
+            free(compact);
+            goto oom;
+        }
+    }
+    uint64_t state = seed;
+    for (int i = 0; i < t->n_tensors; i++) {
+        const tensor_info *ti = &t->tensors[i];
+        float *p = ti->summed ? compact : t->param + ti->off;
+        const int is_bias = ti->ndim == 1, ln_weight = ti->layernorm && !strstr(ti->name, ".bias");
+        for (size_t j = 0; j < file_count(ti); j++)
+            p[j] = ln_weight ? 1.0f : is_bias ? 0.0f : ti->init_std * rng_normal(&state);
+        if (ti->summed) set_from_file(t, ti, t->param, compact);
+    }
+    free(compact);
+    return t;
+oom:
+    lens_fail(err, LENS_ENOMEM, "out of memory for the trainer");
+    lens_trainer_free(t);
+    return NULL;
+}
+
+static void acts_free(acts *a)
+{
+    float **all[] = {&a->emb, &a->emb_mean, &a->emb_rstd, &a->x, &a->q, &a->k, &a->v, &a->ctx, &a->probs,
+                     &a->r1, &a->a, &a->r2, &a->ln1_mean, &a->ln1_rstd, &a->ln2_mean, &a->ln2_rstd,
+                     &a->ff_pre, &a->ff_act, &a->cls, &a->pooled, &a->logits, &a->dx, &a->dres, &a->da,
+                     &a->dxn, &a->dff, &a->dq, &a->dk, &a->dv, &a->dctx, &a->dprobs, &a->dscores,
+                     &a->dpooled, &a->dlogits, &a->dw_summed, &a->h1, &a->mid, &a->h2, &a->xf,
+                     &a->lnf_mean, &a->lnf_rstd, &a->lm_logits, &a->dxf};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(*all[i]), *all[i] = NULL;
+    free(a->row_start), free(a->attn_start);
+    a->row_start = a->attn_start = NULL;
+    a->N = a->S = a->A = a->tmax2 = 0;
+}
+
+void lens_trainer_free(lens_trainer *t)
+{
+    if (!t) return;
+    acts_free(&t->a);
+    lens_pool_free(t->pool);
+    free(t->param), free(t->grad), free(t->m), free(t->v), free(t->tensors), free(t->p.blocks);
+    lens_config_free(&t->cfg);
+    free(t);
+}
+
+int lens_trainer_set_threads(lens_trainer *t, int threads, lens_err *err)
+{
+    lens_pool_free(t->pool);
+    t->pool = NULL;
+    if (threads > 1 && !(t->pool = lens_pool_create(threads)))
+        return lens_fail(err, LENS_ENOMEM, "cannot start %d threads", threads);
+    return 0;
+}
+
+const lens_config *lens_trainer_config(const lens_trainer *t) { return &t->cfg; }
+
+float *lens_trainer_params(lens_trainer *t, size_t *n)
+{
+    if (n) *n = t->n_param;
+    return t->param;
+}
+
+float *lens_trainer_grads(lens_trainer *t, size_t *n)
+{
+    if (n) *n = t->n_param;
+    return t->grad;
+}
+
+int lens_trainer_tensor(const lens_trainer *t, int i, const char **name, size_t *offset, size_t *count)
+{
+    if (i < 0 || i >= t->n_tensors) return -1;
+    if (name) *name = t->tensors[i].name;
+    if (offset) *offset = t->tensors[i].off;
+    if (count) *count = t->tensors[i].count;
+    return 0;
+}
+
+void lens_trainer_zero_grad(lens_trainer *t) { memset(t->grad, 0, t->n_param * sizeof(float)); }
+
+/* The gradient of a parameter tensor: same offset in the gradient buffer. */
+static float *G(const lens_trainer *t, const float *param) { return t->grad + (param - t->param); }
+
+
+int lens_trainer_load_weights(lens_trainer *t, const char *dir, int *n_loaded, lens_err *err)
+{
+    lens_weights *w = lens_weights_open(dir, err);
+    if (!w) return -1;
+    int loaded = 0;
+    for (int i = 0; i < t->n_tensors; i++) {
+        const tensor_info *ti = &t->tensors[i];
+        const char *name = ti->name;
+        if (!lens_weights_has(w, name) && !strncmp(name, "bert.", 5)) name += 5;
+        else if (!lens_weights_has(w, name) && !strncmp(name, "transformer.", 12)) name += 12;
+        if (!lens_weights_has(w, name)) continue;
+        const float *src = lens_weights_get(w, name, ti->ndim, ti->shape, err);
+        if (!src) {
+            lens_weights_close(w);
+            return -1;
+        }
+        set_from_file(t, ti, t->param, src);
+        loaded++;
+    }
+    lens_weights_close(w);
+    if (n_loaded) *n_loaded = loaded;
+    if (!loaded) return lens_fail(err, LENS_EFORMAT, "%s: no tensor of the model found", dir);
+    return 0;
+}
+
+/* ------------------------------------------------------------ activations */
+
+static int grow(float **p, size_t n)
+{
+    float *q = realloc(*p, (n ? n : 1) * sizeof(float));
+    if (!q) return -1;
+    *p = q;
+    return 0;
+}
+
+static int acts_reserve(lens_trainer *t, size_t N, size_t S, size_t A, size_t tmax2)
+{
+    acts *a = &t->a;
+    const lens_config *c = &t->cfg;
+    const size_t C = (size_t)c->d_model, L = (size_t)c->n_layers, F = (size_t)c->d_ff, NH = (size_t)c->n_heads;
+    const size_t QK = NH * c->d_head_k, VO = NH * c->d_head_v, K = (size_t)c->n_labels;
+    int failed = 0;
+    if (N > a->N) {
+        if (c->arch == LENS_ARCH_GPT2) {
+            failed |= grow(&a->h1, L * N * C) | grow(&a->mid, L * N * C) | grow(&a->h2, L * N * C);
+            failed |= grow(&a->xf, N * C) | grow(&a->lnf_mean, N) | grow(&a->lnf_rstd, N) | grow(&a->dxf, N * C);
+            if (!a->lm_logits) failed |= grow(&a->lm_logits, (size_t)LM_ROWS * c->vocab_size);
+        } else {
+            failed |= grow(&a->emb, N * C) | grow(&a->emb_mean, N) | grow(&a->emb_rstd, N);
+            failed |= grow(&a->r1, L * N * C) | grow(&a->a, L * N * C) | grow(&a->r2, L * N * C);
+        }
+        failed |= grow(&a->x, (L + 1) * N * C) | grow(&a->q, L * N * QK) | grow(&a->k, L * N * QK);
+        failed |= grow(&a->v, L * N * VO) | grow(&a->ctx, L * N * VO);
+        failed |= grow(&a->ln1_mean, L * N) | grow(&a->ln1_rstd, L * N) | grow(&a->ln2_mean, L * N) |
+                  grow(&a->ln2_rstd, L * N);
+        failed |= grow(&a->ff_pre, L * N * F) | grow(&a->ff_act, L * N * F);
+        failed |= grow(&a->dx, N * C) | grow(&a->dres, N * C) | grow(&a->da, N * C) | grow(&a->dxn, N * C);
+        failed |= grow(&a->dff, N * F) | grow(&a->dq, N * QK) | grow(&a->dk, N * QK) | grow(&a->dv, N * VO) |
+                  grow(&a->dctx, N * VO);
+        if (!failed) a->N = N;
+    }
+    if (S > a->S) {
+        failed |= grow(&a->cls, S * C) | grow(&a->pooled, S * C) | grow(&a->logits, S * K) |
+                  grow(&a->dpooled, S * C) | grow(&a->dlogits, S * K);
+        int *rs = realloc(a->row_start, S * sizeof(int)), *as = rs ? realloc(a->attn_start, S * sizeof(int)) : NULL;
+        if (rs) a->row_start = rs;
+        if (as) a->attn_start = as;
+        failed |= !rs || !as;
+        if (!failed) a->S = S;
+    }
+    if (A > a->A) {
+        failed |= grow(&a->probs, L * NH * A);
+        if (!failed) a->A = A;
+    }
+    if (tmax2 > a->tmax2) {
+        failed |= grow(&a->dprobs, NH * tmax2) | grow(&a->dscores, tmax2);
+        if (!failed) a->tmax2 = tmax2;
+    }
+    return failed ? -1 : 0;
+}
+
+/* ---------------------------------------------------------- forward / backward */
+
+static void forward(lens_trainer *t, const lens_batch *b, size_t N, size_t A)
+{
+    const lens_config *c = &t->cfg;
+    const lens_params *p = &t->p;
+    acts *a = &t->a;
+    const int C = c->d_model, F = c->d_ff, NH = c->n_heads, DK = c->d_head_k, DV = c->d_head_v;
+    const size_t QK = (size_t)NH * DK, VO = (size_t)NH * DV;
+    const int n = (int)N;
+    for (int s = 0; s < b->n_seqs; s++) {
+        const int r = a->row_start[s];
+        lens_embedding_forward(a->emb + (size_t)r * C, b->ids + r, b->type_ids ? b->type_ids + r : NULL,
+                               p->tok_emb, p->pos_emb, p->type_emb, b->lengths[s], C);
+    }
+    lens_layernorm_forward(a->x, a->emb_mean, a->emb_rstd, a->emb, &p->ln_emb, n, C, c->ln_eps);
+    for (int l = 0; l < c->n_layers; l++) {
+        const lens_block *blk = &p->blocks[l];
+        const float *x = a->x + (size_t)l * N * C;
+        float *q = a->q + l * N * QK, *k = a->k + l * N * QK, *v = a->v + l * N * VO, *ctx = a->ctx + l * N * VO;
+        float *probs = a->probs + (size_t)l * NH * A;
+        float *r1 = a->r1 + l * N * C, *aa = a->a + l * N * C, *r2 = a->r2 + l * N * C;
+        float *pre = a->ff_pre + l * N * F, *act = a->ff_act + l * N * F;
+        lens_gemm_linear(q, x, &blk->q, n, t->pool);
+        lens_gemm_linear(k, x, &blk->k, n, t->pool);
+        lens_gemm_linear(v, x, &blk->v, n, t->pool);
+        for (int s = 0; s < b->n_seqs; s++) {
+            const size_t r = (size_t)a->row_start[s];
+            lens_attention_forward(ctx + r * VO, probs + a->attn_start[s], A, q + r * QK, k + r * QK, v + r * VO,
+                                   b->lengths[s], NH, DK, DV, 0);
+        }
+        lens_gemm_linear(r1, ctx, &blk->attn_out, n, t->pool);
+        lens_residual_forward(r1, x, N * C);
+        lens_layernorm_forward(aa, a->ln1_mean + l * N, a->ln1_rstd + l * N, r1, &blk->ln_attn, n, C, c->ln_eps);
+        lens_gemm_linear(pre, aa, &blk->ff_in, n, t->pool);
+        memcpy(act, pre, N * F * sizeof(float));
+        (c->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(act, N * F);
+        lens_gemm_linear(r2, act, &blk->ff_out, n, t->pool);
+        lens_residual_forward(r2, aa, N * C);
+        lens_layernorm_forward(a->x + (size_t)(l + 1) * N * C, a->ln2_mean + l * N, a->ln2_rstd + l * N, r2,
+                               &blk->ln_ff, n, C, c->ln_eps);
+    }
+}
+
+/* Classification head on x_L: pooled = tanh(x_L[CLS] W_p + b_p); logits = pooled W_c + b_c */
+static void forward_classifier(lens_trainer *t, const lens_batch *b, size_t N)
+{
+    const lens_params *p = &t->p;
+    acts *a = &t->a;
+    const int C = t->cfg.d_model;
+    const float *xL = a->x + (size_t)t->cfg.n_layers * N * C;
+    for (int s = 0; s < b->n_seqs; s++)
+        memcpy(a->cls + (size_t)s * C, xL + (size_t)a->row_start[s] * C, C * sizeof(float));
+    lens_gemm_linear(a->pooled, a->cls, &p->pooler, b->n_seqs, t->pool);
+    lens_tanh_forward(a->pooled, (size_t)b->n_seqs * C);
+    lens_gemm_linear(a->logits, a->pooled, &p->classifier, b->n_seqs, t->pool);
+}
+
+/* Sets a->dx [N][C] to the gradient w.r.t. x_L of the classification head. */
+static void backward_classifier(lens_trainer *t, const lens_batch *b, size_t N)
+{
+    const lens_params *p = &t->p;
+    acts *a = &t->a;
+    const int C = t->cfg.d_model, S = b->n_seqs;
+    /* logits = pooled W_c + b_c; pooled = tanh(cls W_p + b_p) */
+    memset(a->dpooled, 0, (size_t)S * C * sizeof(float));
+    lens_linear_backward(a->dpooled, G(t, p->classifier.w), G(t, p->classifier.b), a->dlogits, a->pooled,
+                         &p->classifier, S);
+    memset(a->dres, 0, (size_t)S * C * sizeof(float));
+    lens_tanh_backward(a->dres, a->pooled, a->dpooled, (size_t)S * C);
+    /* d cls = dpre W_p^T, into dpooled (free again), then scattered to the CLS rows */
+    memset(a->dpooled, 0, (size_t)S * C * sizeof(float));
+    lens_linear_backward(a->dpooled, G(t, p->pooler.w), G(t, p->pooler.b), a->dres, a->cls, &p->pooler, S);
+    memset(a->dx, 0, N * C * sizeof(float));
+    for (int s = 0; s < S; s++)
+        memcpy(a->dx + (size_t)a->row_start[s] * C, a->dpooled + (size_t)s * C, C * sizeof(float));
+}
+
+/* From a->dx = dL/dx_L down to the embeddings, accumulating weight gradients. */
+static void backward(lens_trainer *t, const lens_batch *b, size_t N, size_t A)
+{
+    const lens_config *c = &t->cfg;
+    const lens_params *p = &t->p;
+    acts *a = &t->a;
+    const int C = c->d_model, F = c->d_ff, NH = c->n_heads, DK = c->d_head_k, DV = c->d_head_v, S = b->n_seqs;
+    const size_t QK = (size_t)NH * DK, VO = (size_t)NH * DV, NC = N * C;
+    const int n = (int)N;
+
+    for (int l = c->n_layers - 1; l >= 0; l--) {
+        const lens_block *blk = &p->blocks[l];
+        const float *x = a->x + (size_t)l * N * C;
+        const float *q = a->q + l * N * QK, *k = a->k + l * N * QK, *v = a->v + l * N * VO;
+        const float *ctx = a->ctx + l * N * VO, *probs = a->probs + (size_t)l * NH * A;
+        const float *r1 = a->r1 + l * N * C, *aa = a->a + l * N * C, *r2 = a->r2 + l * N * C;
+        const float *pre = a->ff_pre + l * N * F, *act = a->ff_act + l * N * F;
+        /* x_{l+1} = LN_ff(r2) */
+        memset(a->dres, 0, NC * sizeof(float));
+        lens_layernorm_backward(a->dres, G(t, blk->ln_ff.w), G(t, blk->ln_ff.b), a->dx, r2, a->ln2_mean + l * N,
+                                a->ln2_rstd + l * N, &blk->ln_ff, n, C);
+        /* r2 = a + GELU(a W_1 + b_1) W_2 + b_2 */
+        memcpy(a->da, a->dres, NC * sizeof(float));
+        memset(a->dff, 0, N * F * sizeof(float));
+        lens_linear_backward(a->dff, G(t, blk->ff_out.w), G(t, blk->ff_out.b), a->dres, act, &blk->ff_out, n);
+        lens_gelu_backward_inplace(a->dff, pre, N * F, c->gelu_tanh);
+        lens_linear_backward(a->da, G(t, blk->ff_in.w), G(t, blk->ff_in.b), a->dff, aa, &blk->ff_in, n);
+        /* a = LN_attn(r1) */
+        memset(a->dres, 0, NC * sizeof(float));
+        lens_layernorm_backward(a->dres, G(t, blk->ln_attn.w), G(t, blk->ln_attn.b), a->da, r1,
+                                a->ln1_mean + l * N, a->ln1_rstd + l * N, &blk->ln_attn, n, C);
+        /* r1 = x + ctx W_O + b_O */
+        memcpy(a->dxn, a->dres, NC * sizeof(float));
+        memset(a->dctx, 0, N * VO * sizeof(float));
+        if (c->head_combination) {
+            memset(a->dw_summed, 0, (size_t)C * VO * sizeof(float));
+            lens_linear_backward(a->dctx, a->dw_summed, G(t, blk->attn_out.b), a->dres, ctx, &blk->attn_out, n);
+            tie_summed_grad(c, G(t, blk->attn_out.w), a->dw_summed);
+        } else {
+            lens_linear_backward(a->dctx, G(t, blk->attn_out.w), G(t, blk->attn_out.b), a->dres, ctx,
+                                 &blk->attn_out, n);
+        }
+        /* ctx_h = softmax(q_h k_h^T / sqrt(DK)) v_h, per sequence */
+        memset(a->dq, 0, N * QK * sizeof(float));
+        memset(a->dk, 0, N * QK * sizeof(float));
+        memset(a->dv, 0, N * VO * sizeof(float));
+        for (int s = 0; s < S; s++) {
+            const size_t r = (size_t)a->row_start[s];
+            const int T = b->lengths[s];
+            lens_attention_backward(a->dq + r * QK, a->dk + r * QK, a->dv + r * VO, a->dprobs, a->tmax2,
+                                    a->dscores, a->dctx + r * VO, q + r * QK, k + r * QK, v + r * VO,
+                                    probs + a->attn_start[s], A, T, NH, DK, DV, 0);
+        }
+        /* q, k, v = x W_{Q,K,V} + b */
+        lens_linear_backward(a->dxn, G(t, blk->q.w), G(t, blk->q.b), a->dq, x, &blk->q, n);
+        lens_linear_backward(a->dxn, G(t, blk->k.w), G(t, blk->k.b), a->dk, x, &blk->k, n);
+        lens_linear_backward(a->dxn, G(t, blk->v.w), G(t, blk->v.b), a->dv, x, &blk->v, n);
+        float *swap = a->dx;
+        a->dx = a->dxn, a->dxn = swap;
+    }
+    /* x_0 = LN_emb(e); e = tok[ids] + pos[t] + type[seg] */
+    memset(a->dres, 0, NC * sizeof(float));
+    lens_layernorm_backward(a->dres, G(t, p->ln_emb.w), G(t, p->ln_emb.b), a->dx, a->emb, a->emb_mean,
+                            a->emb_rstd, &p->ln_emb, n, C);
+    for (int s = 0; s < S; s++) {
+        const int r = a->row_start[s];
+        lens_embedding_backward(G(t, p->tok_emb), G(t, p->pos_emb), G(t, p->type_emb), a->dres + (size_t)r * C,
+                                b->ids + r, b->type_ids ? b->type_ids + r : NULL, b->lengths[s], C);
+    }
+}
+
+/* GPT-2 (pre-LN, causal attention, tanh GELU), b's type ids ignored:
+ *   x_0 = wte[ids] + wpe[t]
+ *   per layer l:  h1 = LN_1(x);  q,k,v = h1 W_attn + b_attn  (views of c_attn)
+ *                 ctx = concat_h causal_softmax(q_h k_h^T / sqrt(DK)) v_h
+ *                 mid = x + ctx W_proj + b_proj;   h2 = LN_2(mid)
+ *                 x_{l+1} = mid + GELU_tanh(h2 W_fc + b_fc) W_mproj + b_mproj
+ *   xf = LN_f(x_L); logits = xf wte^T (tied head, lm_loss) */
+static void forward_gpt2(lens_trainer *t, const lens_batch *b, size_t N, size_t A)
+{
+    const lens_config *c = &t->cfg;
+    const lens_params *p = &t->p;
+    acts *a = &t->a;
+    const int C = c->d_model, F = c->d_ff, NH = c->n_heads, DH = C / NH;
+    const int n = (int)N;
+    for (int s = 0; s < b->n_seqs; s++) {
+        const int r = a->row_start[s];
+        lens_embedding_forward(a->x + (size_t)r * C, b->ids + r, NULL, p->tok_emb, p->pos_emb, NULL, b->lengths[s], C);
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        const lens_block *blk = &p->blocks[l];
+        const size_t LNC = l * N * C;
+        const float *x = a->x + LNC;
+        float *h1 = a->h1 + LNC, *mid = a->mid + LNC, *h2 = a->h2 + LNC;
+        float *q = a->q + LNC, *k = a->k + LNC, *v = a->v + LNC, *ctx = a->ctx + LNC;
+        float *probs = a->probs + (size_t)l * NH * A;
+        float *pre = a->ff_pre + l * N * F, *act = a->ff_act + l * N * F;
+        lens_layernorm_forward(h1, a->ln1_mean + l * N, a->ln1_rstd + l * N, x, &blk->ln_attn, n, C, c->ln_eps);
+        lens_gemm_linear(q, h1, &blk->q, n, t->pool);
+        lens_gemm_linear(k, h1, &blk->k, n, t->pool);
+        lens_gemm_linear(v, h1, &blk->v, n, t->pool);
+        for (int s = 0; s < b->n_seqs; s++) {
+            const size_t r = (size_t)a->row_start[s] * C;
+            lens_attention_forward(ctx + r, probs + a->attn_start[s], A, q + r, k + r, v + r, b->lengths[s], NH, DH,
+                                   DH, 1);
+        }
+        lens_gemm_linear(mid, ctx, &blk->attn_out, n, t->pool);
+        lens_residual_forward(mid, x, N * C);
+        lens_layernorm_forward(h2, a->ln2_mean + l * N, a->ln2_rstd + l * N, mid, &blk->ln_ff, n, C, c->ln_eps);
+        lens_gemm_linear(pre, h2, &blk->ff_in, n, t->pool);
+        memcpy(act, pre, N * F * sizeof(float));
+        (c->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(act, N * F);
+        float *out = a->x + (l + 1) * N * C;
+        lens_gemm_linear(out, act, &blk->ff_out, n, t->pool);
+        lens_residual_forward(out, mid, N * C);
+    }
+    lens_layernorm_forward(a->xf, a->lnf_mean, a->lnf_rstd, a->x + (size_t)c->n_layers * N * C, &p->ln_final, n, C,
+                           c->ln_eps);
+}
+
+/* From a->dxf = dL/dxf down to the embeddings, accumulating weight gradients. */
+static void backward_gpt2(lens_trainer *t, const lens_batch *b, size_t N, size_t A)
+{
+    const lens_config *c = &t->cfg;
+    const lens_params *p = &t->p;
+    acts *a = &t->a;
+    const int C = c->d_model, F = c->d_ff, NH = c->n_heads, DH = C / NH;
+    const size_t NC = N * C;
+    const int n = (int)N;
+    /* xf = LN_f(x_L) */
+    memset(a->dx, 0, NC * sizeof(float));
+    lens_layernorm_backward(a->dx, G(t, p->ln_final.w), G(t, p->ln_final.b), a->dxf,
+                            a->x + (size_t)c->n_layers * NC, a->lnf_mean, a->lnf_rstd, &p->ln_final, n, C);
+    for (int l = c->n_layers - 1; l >= 0; l--) {
+        const lens_block *blk = &p->blocks[l];
+        const size_t LNC = l * NC;
+        const float *x = a->x + LNC, *h1 = a->h1 + LNC, *mid = a->mid + LNC, *h2 = a->h2 + LNC;
+        const float *q = a->q + LNC, *k = a->k + LNC, *v = a->v + LNC, *ctx = a->ctx + LNC;
+        const float *probs = a->probs + (size_t)l * NH * A;
+        const float *pre = a->ff_pre + l * N * F, *act = a->ff_act + l * N * F;
+        /* x_{l+1} = mid + GELU(h2 W_fc + b_fc) W_mproj + b_mproj: dmid = dx + (FFN branch) */
+        memcpy(a->da, a->dx, NC * sizeof(float)); /* da = dL/dmid */
+        memset(a->dff, 0, N * F * sizeof(float));
+        lens_linear_backward(a->dff, G(t, blk->ff_out.w), G(t, blk->ff_out.b), a->dx, act, &blk->ff_out, n);
+        lens_gelu_backward_inplace(a->dff, pre, N * F, c->gelu_tanh);
+        memset(a->dres, 0, NC * sizeof(float)); /* dres = dL/dh2 */
+        lens_linear_backward(a->dres, G(t, blk->ff_in.w), G(t, blk->ff_in.b), a->dff, h2, &blk->ff_in, n);
+        /* h2 = LN_2(mid) */
+        lens_layernorm_backward(a->da, G(t, blk->ln_ff.w), G(t, blk->ln_ff.b), a->dres, mid, a->ln2_mean + l * N,
+                                a->ln2_rstd + l * N, &blk->ln_ff, n, C);
+        /* mid = x + ctx W_proj + b_proj */
+        memcpy(a->dxn, a->da, NC * sizeof(float)); /* dxn = dL/dx */
+        memset(a->dctx, 0, NC * sizeof(float));
+        lens_linear_backward(a->dctx, G(t, blk->attn_out.w), G(t, blk->attn_out.b), a->da, ctx, &blk->attn_out, n);
+        /* ctx_h = causal_softmax(q_h k_h^T / sqrt(DK)) v_h, per sequence */
+        memset(a->dq, 0, NC * sizeof(float));
+        memset(a->dk, 0, NC * sizeof(float));
+        memset(a->dv, 0, NC * sizeof(float));
+        for (int s = 0; s < b->n_seqs; s++) {
+            const size_t r = (size_t)a->row_start[s] * C;
+            lens_attention_backward(a->dq + r, a->dk + r, a->dv + r, a->dprobs, a->tmax2, a->dscores, a->dctx + r,
+                                    q + r, k + r, v + r, probs + a->attn_start[s], A, b->lengths[s], NH, DH, DH, 1);
+        }
+        /* q, k, v = h1 W_{q,k,v} + b (column blocks of c_attn) */
+        memset(a->dres, 0, NC * sizeof(float)); /* dres = dL/dh1 */
+        lens_linear_backward(a->dres, G(t, blk->q.w), G(t, blk->q.b), a->dq, h1, &blk->q, n);
+        lens_linear_backward(a->dres, G(t, blk->k.w), G(t, blk->k.b), a->dk, h1, &blk->k, n);
+        lens_linear_backward(a->dres, G(t, blk->v.w), G(t, blk->v.b), a->dv, h1, &blk->v, n);
+        /* h1 = LN_1(x) */
+        lens_layernorm_backward(a->dxn, G(t, blk->ln_attn.w), G(t, blk->ln_attn.b), a->dres, x, a->ln1_mean + l * N,
+                                a->ln1_rstd + l * N, &blk->ln_attn, n, C);
+        float *swap = a->dx;
+        a->dx = a->dxn, a->dxn = swap;
+    }
+    /* x_0 = wte[ids] + wpe[t] */
+    for (int s = 0; s < b->n_seqs; s++) {
+        const int r = a->row_start[s];
+        lens_embedding_backward(G(t, p->tok_emb), G(t, p->pos_emb), NULL, a->dx + (size_t)r * C, b->ids + r, NULL,
+                                b->lengths[s], C);
+    }
+}
+
+/* Checks the batch, sizes the activations and runs the encoder. */
+static int encode(lens_trainer *t, const lens_batch *b, size_t *N_out, size_t *A_out, lens_err *err)
+{
+    const lens_config *c = &t->cfg;
+    const int S = b->n_seqs;
+    if (S < 1) return lens_fail(err, LENS_EINVAL, "a batch needs at least one sequence");
+    size_t N = 0, A = 0, tmax2 = 0;
+    for (int s = 0; s < S; s++) {
+        const int T = b->lengths[s];
+        if (T < 1 || T > c->max_positions)
+            return lens_fail(err, LENS_ELIMIT, "sequence %d has %d tokens (1..%d)", s, T, c->max_positions);
+        N += (size_t)T, A += (size_t)T * T;
+        if ((size_t)T * T > tmax2) tmax2 = (size_t)T * T;
+    }
+    for (size_t i = 0; i < N; i++) {
+        if (b->ids[i] < 0 || b->ids[i] >= c->vocab_size)
+            return lens_fail(err, LENS_EINVAL, "token id %d outside the vocabulary", b->ids[i]);
+        if (b->type_ids && c->arch == LENS_ARCH_BERT && (b->type_ids[i] < 0 || b->type_ids[i] >= c->type_vocab_size))
+            return lens_fail(err, LENS_EINVAL, "segment id %d out of range", b->type_ids[i]);
+    }
+    if (acts_reserve(t, N, (size_t)S, A, tmax2)) return lens_fail(err, LENS_ENOMEM, "out of memory for %zu tokens", N);
+    acts *a = &t->a;
+    for (int s = 0, r = 0, q = 0; s < S; s++) {
+        a->row_start[s] = r, a->attn_start[s] = q;
+        r += b->lengths[s], q += b->lengths[s] * b->lengths[s];
+    }
+    (c->arch == LENS_ARCH_GPT2 ? forward_gpt2 : forward)(t, b, N, A);
+    *N_out = N, *A_out = A;
+    return 0;
+}
+
+
+/* -log softmax(z)[y] over K logits; dz = (softmax(z) - onehot(y)) * scale
+ * (dz may be z). The LM heads have K = V, tens of thousands, so every loop
+ * is one the compiler vectorises: maximum and sum over 8 lanes (the sum in
+ * double), lens_exp_approx (core/nn/ops.h). The loss keeps ~1e-7 relative accuracy, which
+ * the finite-difference tests need. */
+static double cross_entropy(const float *z, int K, int y, float *dz, double scale)
+{
+    enum { LANES = 8 };
+    float lane_max[LANES];
+    for (int l = 0; l < LANES; l++) lane_max[l] = z[0];
+    int j = 0;
+    for (; j + LANES <= K; j += LANES)
+        for (int l = 0; l < LANES; l++) lane_max[l] = z[j + l] > lane_max[l] ? z[j + l] : lane_max[l];
+    float mx = z[0];
+    for (int l = 0; l < LANES; l++) mx = lane_max[l] > mx ? lane_max[l] : mx;
+    for (; j < K; j++) mx = z[j] > mx ? z[j] : mx;
+    const double zy = z[y]; /* before dz, which may overwrite z */
+    for (j = 0; j < K; j++) dz[j] = lens_exp_approx(z[j] - mx);
+    double lane_sum[LANES] = {0}, sum = 0;
+    for (j = 0; j + LANES <= K; j += LANES)
+        for (int l = 0; l < LANES; l++) lane_sum[l] += dz[j + l];
+    for (; j < K; j++) sum += dz[j];
+    for (int l = 0; l < LANES; l++) sum += lane_sum[l];
+    const float norm = (float)(scale / sum);
+    for (j = 0; j < K; j++) dz[j] *= norm;
+    dz[y] -= (float)scale;
+    return log(sum) + mx - zy;
+}
+
+int lens_trainer_batch(lens_trainer *t, const lens_batch *b, const int *labels, int backward_pass, float *loss,
+                       float *logits, lens_err *err)
+{
+    const int S = b->n_seqs, K = t->cfg.n_labels;
+    if (t->cfg.task != LENS_TASK_CLASSIFICATION) return lens_fail(err, LENS_EINVAL, "not a classification trainer");
+    for (int s = 0; s < S; s++)
+        if (labels[s] < 0 || labels[s] >= K) return lens_fail(err, LENS_EINVAL, "label %d outside [0, %d)", labels[s], K);
+    size_t N, A;
+    if (encode(t, b, &N, &A, err)) return -1;
+    acts *a = &t->a;
+    forward_classifier(t, b, N);
+    /* loss = mean_s -log softmax(logits_s)[y_s]; dlogits = (softmax - onehot) / S */
+    double total = 0;
+    for (int s = 0; s < S; s++)
+        total += cross_entropy(a->logits + (size_t)s * K, K, labels[s], a->dlogits + (size_t)s * K, 1.0 / S);
+    if (loss) *loss = (float)(total / S);
+    if (logits) memcpy(logits, a->logits, (size_t)S * K * sizeof(float));
+    if (backward_pass) {
+        backward_classifier(t, b, N);
+        backward(t, b, N, A);
+    }
+    return 0;
+}
+
+int lens_trainer_mlm_batch(lens_trainer *t, const lens_batch *b, const int *targets, int backward_pass,
+                           float *loss, int *n_predicted, lens_err *err)
+{
+    const lens_config *c = &t->cfg;
+    const lens_params *p = &t->p;
+    const int C = c->d_model, V = c->vocab_size;
+    if (c->task != LENS_TASK_MASKED_LM) return lens_fail(err, LENS_EINVAL, "not a masked-LM trainer");
+    size_t N, A;
+    if (encode(t, b, &N, &A, err)) return -1;
+    acts *a = &t->a;
+    int M = 0;
+    for (size_t i = 0; i < N; i++) {
+        if (targets[i] >= V) return lens_fail(err, LENS_EINVAL, "target %d outside the vocabulary", targets[i]);
+        M += targets[i] >= 0;
+    }
+    if (n_predicted) *n_predicted = M;
+    if (loss) *loss = 0;
+    if (!M) return 0; /* nothing to predict: no loss, no gradient */
+    /* only the M predicted rows go through the head:
+     * h = x W_t + b_t; g = GELU(h); u = LN(g); logits = u E^T + bias (E tied) */
+    float *xm = malloc(sizeof(float) * (size_t)M * C * 7), *h = xm + (size_t)M * C, *g = h + (size_t)M * C;
+    float *u = g + (size_t)M * C, *du = u + (size_t)M * C, *dg = du + (size_t)M * C, *dxm = dg + (size_t)M * C;
+    float *logits = malloc(sizeof(float) * (size_t)M * V), *mean = malloc(sizeof(float) * M * 2);
+    int *rows = malloc(sizeof(int) * M);
+    if (!xm || !logits || !mean || !rows) {
+        free(xm), free(logits), free(mean), free(rows);
+        return lens_fail(err, LENS_ENOMEM, "out of memory for %d predictions", M);
+    }
+    float *rstd = mean + M;
+    const float *xL = a->x + (size_t)c->n_layers * N * C;
+    for (size_t i = 0, m = 0; i < N; i++)
+        if (targets[i] >= 0) rows[m] = (int)i, memcpy(xm + m * C, xL + i * C, sizeof(float) * C), m++;
+    const lens_linear decoder = {.w = p->tok_emb, .b = p->mlm_bias, .in = C, .out = V, .ld = C};
+    lens_gemm_linear(h, xm, &p->mlm_transform, M, t->pool);
+    memcpy(g, h, sizeof(float) * (size_t)M * C);
+    (c->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(g, (size_t)M * C);
+    lens_layernorm_forward(u, mean, rstd, g, &p->mlm_ln, M, C, c->ln_eps);
+    lens_gemm_linear(logits, u, &decoder, M, t->pool);
+    double total = 0;
+    for (int m = 0; m < M; m++)
+        total += cross_entropy(logits + (size_t)m * V, V, targets[rows[m]], logits + (size_t)m * V, 1.0 / M);
+    if (loss) *loss = (float)(total / M);
+    if (backward_pass) {
+        const float *dlogits = logits; /* cross_entropy wrote the gradient over the logits */
+        memset(du, 0, sizeof(float) * (size_t)M * C * 3);
+        lens_linear_backward(du, G(t, p->tok_emb), G(t, p->mlm_bias), dlogits, u, &decoder, M);
+        lens_layernorm_backward(dg, G(t, p->mlm_ln.w), G(t, p->mlm_ln.b), du, g, mean, rstd, &p->mlm_ln, M, C);
+        lens_gelu_backward_inplace(dg, h, (size_t)M * C, c->gelu_tanh);
+        lens_linear_backward(dxm, G(t, p->mlm_transform.w), G(t, p->mlm_transform.b), dg, xm, &p->mlm_transform,
+                             M);
+        memset(a->dx, 0, N * C * sizeof(float));
+        for (int m = 0; m < M; m++) memcpy(a->dx + (size_t)rows[m] * C, dxm + (size_t)m * C, sizeof(float) * C);
+        backward(t, b, N, A);
+    }
+    free(xm), free(logits), free(mean), free(rows);
+    return 0;
+}
+
+int lens_trainer_causal_batch(lens_trainer *t, const lens_batch *b, int backward_pass, float *loss,
+                              int *n_predicted, float *logits, lens_err *err)
+{
+    const lens_config *c = &t->cfg;
+    const lens_params *p = &t->p;
+    const int C = c->d_model, V = c->vocab_size;
+    if (c->task != LENS_TASK_CAUSAL_LM) return lens_fail(err, LENS_EINVAL, "not a causal-LM trainer");
+    size_t N, A;
+    if (encode(t, b, &N, &A, err)) return -1;
+    acts *a = &t->a;
+    /* row i of sequence s predicts ids[i + 1] when i + 1 is still in s */
+    int M = 0;
+    for (int s = 0; s < b->n_seqs; s++) M += b->lengths[s] - 1;
+    if (n_predicted) *n_predicted = M;
+    /* logits = xf wte^T, LM_ROWS rows at a time; loss = mean over the M
+     * predictions of -log softmax(logits_i)[ids[i + 1]] */
+    const lens_linear head = {.w = p->tok_emb, .in = C, .out = V, .ld = C};
+    if (backward_pass) memset(a->dxf, 0, N * C * sizeof(float));
+    double total = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        const int r0 = a->row_start[s], T = b->lengths[s];
+        for (int i0 = 0; i0 < T; i0 += LM_ROWS) {
+            const int rows = T - i0 < LM_ROWS ? T - i0 : LM_ROWS;
+            const size_t r = (size_t)r0 + i0;
+            lens_gemm_linear(a->lm_logits, a->xf + r * C, &head, rows, t->pool);
+            if (logits) memcpy(logits + r * V, a->lm_logits, (size_t)rows * V * sizeof(float));
+            for (int i = 0; i < rows; i++) {
+                float *z = a->lm_logits + (size_t)i * V;
+                if (i0 + i + 1 < T) total += cross_entropy(z, V, b->ids[r + i + 1], z, M ? 1.0 / M : 0);
+                else memset(z, 0, V * sizeof(float)); /* the last position predicts nothing */
+            }
+            /* logits = xf wte^T: dxf += dlogits wte; dwte += dlogits^T xf */
+            if (backward_pass && M)
+                lens_linear_backward(a->dxf + r * C, G(t, p->tok_emb), NULL, a->lm_logits, a->xf + r * C, &head, rows);
+        }
+    }
+    if (loss) *loss = M ? (float)(total / M) : 0.0f;
+    if (backward_pass && M) backward_gpt2(t, b, N, A);
+    return 0;
+}
+
+/* AdamW on n parameters: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+ * p -= lr (m / c1 / (sqrt(v / c2) + eps) + wd p), g = grad * scale (clipping).
+ * no-math-errno lets the compiler vectorise sqrtf (v >= 0 always). */
+__attribute__((optimize("no-math-errno"))) static void adamw_update(float *restrict p, const float *restrict g,
+                                                                    float *restrict m, float *restrict v, size_t n,
+                                                                    float lr, float wd, float scale, float inv_c1,
+                                                                    float inv_c2)
+{
+    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+    for (size_t j = 0; j < n; j++) {
+        const float gj = g[j] * scale;
+        m[j] = b1 * m[j] + (1 - b1) * gj;
+        v[j] = b2 * v[j] + (1 - b2) * gj * gj;
+        p[j] -= lr * ((m[j] * inv_c1) / (sqrtf(v[j] * inv_c2) + eps) + wd * p[j]);
+    }
+}
+
+float lens_trainer_step(lens_trainer *t, float lr, float wd, float max_norm)
+{
+    double sq = 0;
+    for (int i = 0; i < t->n_tensors; i++) {
+        const tensor_info *ti = &t->tensors[i];
+        double part = 0;
+        for (size_t j = ti->off; j < ti->off + ti->count; j++) part += (double)t->grad[j] * t->grad[j];
+        sq += ti->summed ? part / t->cfg.n_heads : part; /* NH equal copies of each entry */
+    }
+    const float norm = (float)sqrt(sq);
+    const float scale = max_norm > 0 && norm > max_norm ? max_norm / norm : 1.0f;
+    t->step++;
+    const float c1 = 1.0f - powf(0.9f, (float)t->step), c2 = 1.0f - powf(0.999f, (float)t->step);
+    for (int i = 0; i < t->n_tensors; i++) {
+        const tensor_info *ti = &t->tensors[i];
+        adamw_update(t->param + ti->off, t->grad + ti->off, t->m + ti->off, t->v + ti->off, ti->count, lr,
+                     ti->decay ? wd : 0.0f, scale, 1.0f / c1, 1.0f / c2);
+    }
+    return norm;
+}
+
+/* ------------------------------------------------------------ checkpoints */
+
+/* from_dir/name copied to to_dir/to_name (to_name NULL: name). */
+static int copy_file_as(const char *from_dir, const char *to_dir, const char *name, const char *to_name, int required,
+                        lens_err *err)
+{
+    char src[4096], dst[4096];
+    snprintf(src, sizeof src, "%s/%s", from_dir, name);
+    snprintf(dst, sizeof dst, "%s/%s", to_dir, to_name ? to_name : name);
+    if (!strcmp(src, dst)) return 0;
+    FILE *in = fopen(src, "rb");
+    if (!in) return required ? lens_fail(err, LENS_ENOENT, "%s: %s", src, strerror(errno)) : 0;
+    FILE *out = fopen(dst, "wb");
+    if (!out) {
+        fclose(in);
+        return lens_fail(err, LENS_EIO, "%s: %s", dst, strerror(errno));
+    }
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0) fwrite(buf, 1, n, out);
+    fclose(in);
+    if (ferror(out) | fclose(out)) return lens_fail(err, LENS_EIO, "%s: write failed", dst);
+    return 0;
+}
+
+static int copy_file(const char *from_dir, const char *to_dir, const char *name, int required, lens_err *err)
+{
+    return copy_file_as(from_dir, to_dir, name, NULL, required, err);
+}
+
+/* GPT-2 tokenizer files as HF names them: vocab.json + merges.txt, taken as
+ * they are or from OpenAI's original encoder.json + vocab.bpe (same formats). */
+static int copy_bpe_tokenizer(const char *from_dir, const char *to_dir, lens_err *err)
+{
+    char probe[4096];
+    snprintf(probe, sizeof probe, "%s/vocab.json", from_dir);
+    FILE *f = fopen(probe, "r");
+    if (f) {
+        fclose(f);
+        return copy_file(from_dir, to_dir, "vocab.json", 1, err) || copy_file(from_dir, to_dir, "merges.txt", 1, err)
+                   ? -1
+                   : 0;
+    }
+    return copy_file_as(from_dir, to_dir, "encoder.json", "vocab.json", 1, err) ||
+                   copy_file_as(from_dir, to_dir, "vocab.bpe", "merges.txt", 1, err)
+               ? -1
+               : 0;
+}
+
+static void put_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fputc('\\', f), fputc(*s, f);
+        else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
+        else fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+/* HF GPT2Config of a GPT2LMHeadModel (no dropout: the trainer has none).
+ * bos/eos = the last id: <|endoftext|> in GPT-2's vocabulary (50256) and in
+ * the ones `train vocab --bpe` writes. */
+static void write_gpt2_config(const lens_config *c, FILE *f)
+{
+    fprintf(f,
+            "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+            "  \"n_embd\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_positions\": %d,\n"
+            "  \"n_ctx\": %d,\n  \"n_inner\": %d,\n  \"vocab_size\": %d,\n  \"layer_norm_epsilon\": %g,\n"
+            "  \"activation_function\": \"%s\",\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n"
+            "  \"attn_pdrop\": 0.0,\n  \"initializer_range\": 0.02,\n  \"tie_word_embeddings\": true,\n"
+            "  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n  \"lensd_task\": \"causal-lm\"\n}\n",
+            c->d_model, c->n_layers, c->n_heads, c->max_positions, c->max_positions, c->d_ff, c->vocab_size,
+            (double)c->ln_eps, c->gelu_tanh ? "gelu_new" : "gelu", c->vocab_size - 1, c->vocab_size - 1);
+}
+
+static int write_config(const lens_trainer *t, const char *dir, lens_err *err)
+{
+    const lens_config *c = &t->cfg;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return lens_fail(err, LENS_EIO, "%s: %s", path, strerror(errno));
+    if (c->arch == LENS_ARCH_GPT2) {
+        write_gpt2_config(c, f);
+        if (ferror(f) | fclose(f)) return lens_fail(err, LENS_EIO, "%s: write failed", path);
+        return 0;
+    }
+    fprintf(f,
+            "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"bert\",\n"
+            "  \"hidden_act\": \"%s\",\n  \"hidden_size\": %d,\n  \"num_hidden_layers\": %d,\n"
+            "  \"num_attention_heads\": %d,\n  \"intermediate_size\": %d,\n  \"max_position_embeddings\": %d,\n"
+            "  \"type_vocab_size\": %d,\n  \"vocab_size\": %d,\n  \"layer_norm_eps\": %g,\n"
+            "  \"hidden_dropout_prob\": 0.0,\n  \"attention_probs_dropout_prob\": 0.0,\n"
+            "  \"pad_token_id\": 0,\n  \"position_embedding_type\": \"absolute\",\n"
+            "  \"tie_word_embeddings\": true,\n",
+            c->task == LENS_TASK_MASKED_LM ? "BertForMaskedLM" : "BertForSequenceClassification", c->gelu_tanh ? "gelu_new" : "gelu", c->d_model, c->n_layers, c->n_heads, c->d_ff, c->max_positions,
+            c->type_vocab_size, c->vocab_size, (double)c->ln_eps);
+    const int dh = c->d_model / c->n_heads;
+    if (c->d_head_k != dh || c->d_head_v != dh || c->head_combination)
+        fprintf(f, "  \"head_dim_key\": %d,\n  \"head_dim_value\": %d,\n  \"head_combination\": \"%s\",\n",
+                c->d_head_k, c->d_head_v, lens_head_combination_name(c->head_combination));
+    if (c->task == LENS_TASK_MASKED_LM) {
+        fprintf(f, "  \"lensd_task\": \"masked-lm\"\n}\n");
+        if (ferror(f) | fclose(f)) return lens_fail(err, LENS_EIO, "%s: write failed", path);
+        return 0;
+    }
+    fprintf(f, "  \"problem_type\": \"single_label_classification\",\n  \"id2label\": {");
+    for (int i = 0; i < c->n_labels; i++) {
+        fprintf(f, "%s\"%d\": ", i ? ", " : "", i);
+        char fallback[32];
+        snprintf(fallback, sizeof fallback, "LABEL_%d", i);
+        put_json_string(f, c->labels ? c->labels[i] : fallback);
+    }
+    fprintf(f, "},\n  \"label2id\": {");
+    for (int i = 0; i < c->n_labels; i++) {
+        char fallback[32];
+        snprintf(fallback, sizeof fallback, "LABEL_%d", i);
+        fputs(i ? ", " : "", f);
+        put_json_string(f, c->labels ? c->labels[i] : fallback);
+        fprintf(f, ": %d", i);
+    }
+    fprintf(f, "}\n}\n");
+    if (ferror(f) | fclose(f)) return lens_fail(err, LENS_EIO, "%s: write failed", path);
+    return 0;
+}
+
+/* Writes n_sets copies of the tensor list into one safetensors file: set i
+ * holds buffer bases[i] ([n_param], parameters or a moment) under the names
+ * prefixes[i] + name, summed tensors in their compact file layout. */
+static int write_tensors(const lens_trainer *t, const char *path, int n_sets, const float *const *bases,
+                         const char *const *prefixes, lens_err *err)
+{
+    const int n = n_sets * t->n_tensors;
+    size_t scratch_size = 0;
+    for (int i = 0; i < t->n_tensors; i++)
+        if (t->tensors[i].summed) scratch_size += file_count(&t->tensors[i]);
+    lens_st_out *out = calloc((size_t)n, sizeof *out);
+    char(*names)[176] = calloc((size_t)n, sizeof *names);
+    float *scratch = malloc((scratch_size * n_sets + 1) * sizeof(float)), *next = scratch;
+    if (!out || !names || !scratch) {
+        free(out), free(names), free(scratch);
+        return lens_fail(err, LENS_ENOMEM, "out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        const tensor_info *ti = &t->tensors[i % t->n_tensors];
+        const float *data = file_data(t, ti, bases[i / t->n_tensors], next);
+        if (ti->summed) next += file_count(ti);
+        snprintf(names[i], sizeof names[i], "%s%s", prefixes[i / t->n_tensors], ti->name);
+        out[i] = (lens_st_out){.name = names[i], .ndim = ti->ndim, .shape = {ti->shape[0], ti->shape[1]},
+                               .data = data};
+    }
+    int rc = lens_st_write(path, out, n, err);
+    free(out), free(names), free(scratch);
+    return rc;
+}
+
+/* tokenizer_config.json: from_dir's (or an empty one) with model_max_length
+ * set to the model's positions, so that a Hugging Face tokenizer truncating
+ * to it never yields a position the model has no embedding for. */
+static int write_tokenizer_config(const char *from_dir, const char *to_dir, int max_positions, lens_err *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", from_dir);
+    json_error_t jerr;
+    json_t *root = NULL;
+    FILE *f = fopen(path, "r");
+    if (f) {
+        /* integers as reals: transformers spells "no limit" as a 31-digit integer */
+        root = json_loadf(f, JSON_DECODE_INT_AS_REAL, &jerr);
+        fclose(f);
+        if (!json_is_object(root)) {
+            json_decref(root);
+            return lens_fail(err, LENS_EFORMAT, "%s: not a JSON object", path);
+        }
+    } else if (!(root = json_object())) {
+        return lens_fail(err, LENS_ENOMEM, "out of memory");
+    }
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", to_dir);
+    const int rc = json_object_set_new(root, "model_max_length", json_integer(max_positions)) ||
+                   json_dump_file(root, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(root);
+    return rc ? lens_fail(err, LENS_EIO, "%s: write failed", path) : 0;
+}
+
+int lens_trainer_save(const lens_trainer *t, const char *dir, const char *tokenizer_dir, int with_state,
+                      const char *extra, lens_err *err)
+{
+    if (mkdir(dir, 0755) && errno != EEXIST) return lens_fail(err, LENS_EIO, "%s: %s", dir, strerror(errno));
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    const float *params[1] = {t->param}, *moments[2] = {t->m, t->v};
+    const char *plain[1] = {""}, *moment_names[2] = {"exp_avg.", "exp_avg_sq."};
+    if (write_tensors(t, path, 1, params, plain, err) || write_config(t, dir, err)) return -1;
+    const int bpe = t->cfg.arch == LENS_ARCH_GPT2;
+    if (tokenizer_dir && ((bpe ? copy_bpe_tokenizer(tokenizer_dir, dir, err)
+                               : copy_file(tokenizer_dir, dir, "vocab.txt", 1, err)) ||
+                          write_tokenizer_config(tokenizer_dir, dir, t->cfg.max_positions, err)))
+        return -1;
+    if (!with_state) return 0;
+    /* moments as two tensor sets in one file: "exp_avg.<name>", "exp_avg_sq.<name>" */
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    if (write_tensors(t, path, 2, moments, moment_names, err)) return -1;
+    snprintf(path, sizeof path, "%s/trainer_state.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return lens_fail(err, LENS_EIO, "%s: %s", path, strerror(errno));
+    fprintf(f, "{\"global_step\": %ld%s%s}\n", t->step, extra ? ", " : "", extra ? extra : "");
+    if (ferror(f) | fclose(f)) return lens_fail(err, LENS_EIO, "%s: write failed", path);
+    return 0;
+}
+
+int lens_trainer_load_state(lens_trainer *t, const char *dir, long *step, lens_err *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/trainer_state.json", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return lens_fail(err, LENS_ENOENT, "%s: %s", path, strerror(errno));
+    long s = -1;
+    if (fscanf(f, " {\"global_step\": %ld", &s) != 1 || s < 0) {
+        fclose(f);
+        return lens_fail(err, LENS_EFORMAT, "%s: no global_step", path);
+    }
+    fclose(f);
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    lens_safetensors st;
+    if (lens_st_open(path, &st, err)) return -1;
+    for (int i = 0; i < 2 * t->n_tensors; i++) {
+        const tensor_info *ti = &t->tensors[i % t->n_tensors];
+        const int sq = i >= t->n_tensors;
+        char name[160];
+        snprintf(name, sizeof name, "%s.%s", sq ? "exp_avg_sq" : "exp_avg", ti->name);
+        const lens_st_tensor *x = lens_st_find(&st, name);
+        if (!x || x->dtype != LENS_DT_F32 || x->nbytes != file_count(ti) * sizeof(float)) {
+            lens_st_close(&st);
+            return lens_fail(err, LENS_EFORMAT, "%s: %s missing or of the wrong size", path, name);
+        }
+        set_from_file(t, ti, sq ? t->v : t->m, (const float *)x->data);
+    }
+    lens_st_close(&st);
+    t->step = s;
+    if (step) *step = s;
+    return 0;
+}
