@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <utf8proc.h>
 
 double api_now(void)
 {
@@ -40,6 +41,20 @@ void api_call_free(api_call *c)
     jw_free(&c->out);
 }
 
+/* A message quotes client bytes (a jansson error's "near" text, a name cut
+ * by %.64s, the 600-byte bound) and may end inside or hold a broken UTF-8
+ * sequence; the error body must stay valid JSON, so such bytes become '?'. */
+static void make_valid_utf8(char *s)
+{
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
+        if (k > 0) i += (size_t)k;
+        else s[i++] = '?';
+    }
+}
+
 int api_fail(api_call *c, int status, const char *code, const char *field, const char *fmt, ...)
 {
     char msg[600];
@@ -47,6 +62,7 @@ int api_fail(api_call *c, int status, const char *code, const char *field, const
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    make_valid_utf8(msg);
     jw_free(&c->out);
     c->status = status;
     c->content_type = "application/json";
