@@ -439,24 +439,63 @@ static void test_bad_inputs(test_server *s)
     http_resp_free(&r);
 }
 
+/* Every series of the exposition (the text before the value) at most once. */
+static int metrics_duplicates(const char *body, char *first, size_t size)
+{
+    int dups = 0, n = 0;
+    char **seen = NULL;
+    for (const char *p = body; p && *p;) {
+        const char *eol = strchr(p, '\n');
+        size_t len = eol ? (size_t)(eol - p) : strlen(p);
+        const char *space = memrchr(p, ' ', len);
+        if (*p != '#' && space) {
+            char *series = strndup(p, (size_t)(space - p));
+            for (int i = 0; i < n; i++)
+                if (!strcmp(seen[i], series)) {
+                    if (!dups++) snprintf(first, size, "%s", series);
+                    break;
+                }
+            seen = realloc(seen, (size_t)(n + 1) * sizeof *seen);
+            seen[n++] = series;
+        }
+        p = eol ? eol + 1 : NULL;
+    }
+    for (int i = 0; i < n; i++) free(seen[i]);
+    free(seen);
+    return dups;
+}
+
 static void test_metrics(test_server *s)
 {
     http_resp r;
+    /* two routes share the path /v1/jobs/{id}: their series differ by method */
+    http_get(s, &r, "/v1/jobs/abc");
+    CHECK(r.status == 404, "GET /v1/jobs/abc: %ld", r.status);
+    http_resp_free(&r);
+    http_do(s, &r, "DELETE", "/v1/jobs/abc", NULL, NULL, 0, NULL);
+    CHECK(r.status == 404, "DELETE /v1/jobs/abc: %ld", r.status);
+    http_resp_free(&r);
     http_get(s, &r, "/metrics");
     char ct[128];
     http_header(&r, "Content-Type", ct, sizeof ct);
     CHECK(r.status == 200 && !strncmp(ct, "text/plain", 10), "/metrics: %ld %s", r.status, ct);
-    const char *want[] = {"lensd_requests_total{route=\"/v1/forward\",status=\"200\"}",
-                          "lensd_requests_total{route=\"/v1/forward\",status=\"422\"}",
-                          "lensd_requests_total{route=\"unmatched\",status=\"404\"}",
-                          "lensd_request_duration_seconds_bucket{route=\"/v1/forward\",le=\"+Inf\"}",
-                          "lensd_request_duration_seconds_count{route=\"/v1/tokenize\"}",
+    const char *want[] = {"lensd_requests_total{method=\"POST\",route=\"/v1/forward\",status=\"200\"}",
+                          "lensd_requests_total{method=\"POST\",route=\"/v1/forward\",status=\"422\"}",
+                          "lensd_requests_total{method=\"\",route=\"unmatched\",status=\"404\"}",
+                          "lensd_requests_total{method=\"GET\",route=\"/v1/jobs/{id}\",status=\"404\"} 1",
+                          "lensd_requests_total{method=\"DELETE\",route=\"/v1/jobs/{id}\",status=\"404\"} 1",
+                          "lensd_request_duration_seconds_bucket{method=\"POST\",route=\"/v1/forward\",le=\"+Inf\"}",
+                          "lensd_request_duration_seconds_count{method=\"POST\",route=\"/v1/tokenize\"}",
+                          "lensd_request_duration_seconds_count{method=\"DELETE\",route=\"/v1/jobs/{id}\"} 1",
                           "lensd_queue_depth 0",
                           "lensd_in_flight ",
                           "lensd_model_bytes{model=\"bert\"}",
                           "lensd_model_bytes{model=\"gpt\"}"};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
         CHECK(r.body && strstr(r.body, want[i]), "/metrics lacks %s", want[i]);
+    char dup[512] = "";
+    int dups = r.body ? metrics_duplicates(r.body, dup, sizeof dup) : -1;
+    CHECK(dups == 0, "/metrics prints %d series more than once, e.g. %s", dups, dup);
     http_resp_free(&r);
 }
 
