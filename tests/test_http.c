@@ -439,6 +439,71 @@ static void test_bad_inputs(test_server *s)
     http_resp_free(&r);
 }
 
+/* A raw-socket client that, like Python's urllib, writes the whole body
+ * before it reads, in small slow pieces: it must read the typed error
+ * (status want, error.code code) rather than a connection reset. */
+static void raw_post_must_read(test_server *s, const char *ctype, size_t body_len, int want, const char *code)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                            .sin_port = htons((unsigned short)s->port)};
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a)) {
+        CHECK(0, "raw client: cannot connect");
+        if (fd >= 0) close(fd);
+        return;
+    }
+    char head[256];
+    int n = snprintf(head, sizeof head,
+                     "POST /v1/tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: %s\r\n"
+                     "Content-Length: %zu\r\n\r\n",
+                     ctype, body_len);
+    int write_failed = send(fd, head, (size_t)n, MSG_NOSIGNAL) != n;
+    static char chunk[32768];
+    memset(chunk, ' ', sizeof chunk);
+    for (size_t sent = 0, k = 0; !write_failed && sent < body_len; sent += k) {
+        k = body_len - sent < sizeof chunk ? body_len - sent : sizeof chunk;
+        ssize_t w = send(fd, chunk, k, MSG_NOSIGNAL);
+        if (w <= 0) write_failed = 1;
+        else k = (size_t)w;
+        sleep_ms(1);
+    }
+    CHECK(!write_failed, "raw client (%s, %zu bytes): the server stopped reading the body (%s)", ctype, body_len,
+          strerror(errno));
+    char resp[8192];
+    size_t got = 0;
+    ssize_t r;
+    struct timeval tv = {30, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    while (got < sizeof resp - 1 && (r = recv(fd, resp + got, sizeof resp - 1 - got, 0)) > 0) {
+        got += (size_t)r;
+        resp[got] = 0;
+        const char *body = strstr(resp, "\r\n\r\n");
+        const char *cl = strcasestr(resp, "\r\nContent-Length:");
+        if (body && cl && got - (size_t)(body + 4 - resp) >= strtoul(cl + 17, NULL, 10)) break;
+    }
+    resp[got] = 0;
+    close(fd);
+    int status = 0;
+    sscanf(resp, "HTTP/1.%*d %d", &status);
+    const char *body = strstr(resp, "\r\n\r\n");
+    json_t *j = body ? json_loads(body + 4, 0, NULL) : NULL;
+    const char *c = json_string_value(json_object_get(json_object_get(j, "error"), "code"));
+    CHECK(status == want && c && !strcmp(c, code), "raw client (%s, %zu bytes) read status %d code %s, want %d %s",
+          ctype, body_len, status, c ? c : "-", want, code);
+    json_decref(j);
+}
+
+/* issue 16 item 2: errors decided from the headers reach clients that keep sending */
+static void test_drained_errors(test_server *s)
+{
+    raw_post_must_read(s, "application/json", 3u << 20, 413, "payload_too_large");
+    raw_post_must_read(s, "text/plain", 1u << 20, 415, "unsupported_media_type");
+    http_resp r;
+    http_get(s, &r, "/healthz");
+    CHECK(r.status == 200, "/healthz answers after the drained bodies");
+    http_resp_free(&r);
+}
+
 /* Every series of the exposition (the text before the value) at most once. */
 static int metrics_duplicates(const char *body, char *first, size_t size)
 {
@@ -758,6 +823,7 @@ int main(void)
         test_tokenize(&s);
         test_forward(&s);
         test_bad_inputs(&s);
+        test_drained_errors(&s);
         test_metrics(&s);
         CHECK(server_terminate(&s) == 0, "lensd exits 0 on SIGTERM");
     }
