@@ -389,7 +389,9 @@ static enum MHD_Result complete(request *r)
         api_fail(c, 413, "payload_too_large", NULL, "the body is over the limit of %lld bytes", s->cfg->max_body);
         return respond(r);
     }
-    if (r->route->json_body && api_parse_body(c, r->body ? r->body : "", r->body_len)) return respond(r);
+    if (r->route->json_body &&
+        (api_parse_body(c, r->body ? r->body : "", r->body_len) || api_check_fields(c, r->route->path)))
+        return respond(r);
     free(r->body);
     r->body = NULL;
     if (r->route->prepare && r->route->prepare(c)) return respond(r);

@@ -150,10 +150,15 @@ static void test_tokenize(test_server *s)
           "offsets of the first word");
     http_resp_free(&r);
 
-    /* the single GPT-2 path, unknown fields ignored */
-    http_post_json(s, &r, "/v1/tokenize", "{\"model\": \"gpt\", \"text\": \"hello world\", \"whatever\": {\"x\": [1]}}");
-    CHECK(r.status == 200, "gpt tokenize with an unknown field: %ld %.200s", r.status, r.body);
+    /* the single GPT-2 path */
+    http_post_json(s, &r, "/v1/tokenize", "{\"model\": \"gpt\", \"text\": \"hello world\"}");
+    CHECK(r.status == 200, "gpt tokenize: %ld %.200s", r.status, r.body);
     check_schema(&r, "/v1/tokenize", "POST");
+    http_resp_free(&r);
+    /* an unknown field is refused, naming it (issue 16 item 7) */
+    http_post_json(s, &r, "/v1/tokenize", "{\"model\": \"gpt\", \"text\": \"hello world\", \"whatever\": {\"x\": [1]}}");
+    CHECK(r.status == 422 && err_field(&r) && !strcmp(err_field(&r), "whatever"),
+          "tokenize with an unknown field: %ld %.200s", r.status, r.body);
     http_resp_free(&r);
 
     /* the CLI prints the same JSON (timing aside) */
@@ -403,6 +408,12 @@ static void test_bad_inputs(test_server *s)
         {"GET", F, NULL, NULL, 405, "method_not_allowed", NULL, NULL},
         {"PUT", TK, J, "{}", 405, "method_not_allowed", NULL, NULL},
         {"POST", "/healthz", J, "{}", 405, "method_not_allowed", NULL, NULL},
+        /* unknown top-level fields (a typo must not answer 200 with defaults) */
+        {"POST", F, J, "{\"model\": \"bert\", \"text\": \"a\", \"output\": [\"logits\"]}", 422, "invalid_request",
+         "output", F},
+        {"POST", TK, J, "{\"model\": \"bert\", \"text\": \"a\", \"txt\": 1}", 422, "invalid_request", "txt", TK},
+        {"POST", "/v1/jobs", J, "{\"kind\": \"attribution\", \"params\": {}, \"priority\": 1}", 422, "invalid_request",
+         "priority", "/v1/jobs"},
     };
     int n = (int)(sizeof cases / sizeof *cases);
     CHECK(n >= 40, "the bad-input matrix has %d cases", n);
