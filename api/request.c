@@ -40,6 +40,8 @@ void api_call_free(api_call *c)
     if (c->body) json_decref(c->body);
     c->body = NULL;
     jw_free(&c->out);
+    api_model_release(c->ctx, c->model_ref); /* after the request, which may point into the model */
+    c->model_ref = NULL;
 }
 
 /* A message quotes client bytes (a jansson error's "near" text, a name cut
@@ -238,24 +240,18 @@ int api_decode_model(api_call *c, const api_model **out)
     size_t len = 0;
     int r = api_get_string(c, "model", &name, &len);
     if (r < 0) return -1;
-    const api_ctx *ctx = c->ctx;
-    if (r == 0) {
-        if (ctx->n_models == 1) {
-            *out = &ctx->models[0];
-            c->model_name = ctx->models[0].name;
-            return 0;
-        }
-        return api_fail(c, 422, "invalid_request", "model",
-                        "model is required when %d models are loaded", ctx->n_models);
-    }
-    for (int i = 0; i < ctx->n_models; i++) {
-        if (strlen(ctx->models[i].name) == len && !memcmp(ctx->models[i].name, name, len)) {
-            *out = &ctx->models[i];
-            c->model_name = ctx->models[i].name;
-            return 0;
-        }
-    }
-    return api_fail(c, 404, "model_not_found", "model", "no model named \"%.100s\" is loaded (see GET /v1/models)", name);
+    int n_resident = 0;
+    api_model *m = api_model_acquire(c->ctx, r ? name : NULL, len, &n_resident);
+    if (!m && r == 0)
+        return api_fail(c, 422, "invalid_request", "model", "model is required when %d models are loaded", n_resident);
+    if (!m)
+        return api_fail(c, 404, "model_not_found", "model", "no model named \"%.100s\" is loaded (see GET /v1/models)",
+                        name);
+    api_model_release(c->ctx, c->model_ref); /* a batch or a retry decodes again */
+    c->model_ref = m;
+    c->model_name = m->name;
+    *out = m;
+    return 0;
 }
 
 /* ------------------------------------------------------------------ input */

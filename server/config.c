@@ -76,6 +76,9 @@ static const config_opt options[] = {
     {"data-dir", "LENSD_DATA_DIR", NULL, "DIR",
      "datasets jobs may read by path (params.data, e.g. a TSV); paths must resolve inside DIR; unset = none",
      KIND_STR, OFF(data_dir), 0, 0, INFO_NONE},
+    {"openapi", "LENSD_OPENAPI", NULL, "FILE",
+     "the spec GET /openapi.yaml serves; unset = ./openapi.yaml, else /usr/share/lensd/openapi.yaml", KIND_STR,
+     OFF(openapi), 0, 0, INFO_NONE},
     {"debug-delay-ms", "LENSD_DEBUG_DELAY_MS", "0", "MS", "testing: each queued request and each job first waits MS",
      KIND_INT, OFF(debug_delay_ms), 0, 3600000, INFO_NONE},
 };
@@ -228,6 +231,11 @@ int lensd_config_parse(lensd_config *cfg, int argc, char **argv)
             return -1;
         }
     }
+    if (!cfg->openapi) {
+        /* a checkout's spec, else the installed copy (Dockerfile) */
+        const char *spec = access("openapi.yaml", R_OK) ? "/usr/share/lensd/openapi.yaml" : "openapi.yaml";
+        cfg->openapi = strdup(spec);
+    }
     int cores = lensd_cores();
     int fair = cores / cfg->workers > 0 ? cores / cfg->workers : 1;
     if (cfg->threads_per_worker == 0) {
@@ -250,6 +258,7 @@ void lensd_config_free(lensd_config *cfg)
     free(cfg->api_key_file);
     free(cfg->cors_origin);
     free(cfg->data_dir);
+    free(cfg->openapi);
     memset(cfg, 0, sizeof *cfg);
 }
 

@@ -126,11 +126,14 @@ static void ctx_write_metrics(jw *w, const api_ctx *ctx)
     static const char model_bytes_help[] = "# HELP lensd_model_bytes Bytes of float32 weights held per model.\n"
                                            "# TYPE lensd_model_bytes gauge\n";
     jw_raw(w, model_bytes_help, sizeof model_bytes_help - 1);
-    for (int i = 0; i < ctx->n_models; i++) {
-        n = snprintf(line, sizeof line, "lensd_model_bytes{model=\"%s\"} %zu\n", ctx->models[i].name,
-                     lens_weights_bytes(ctx->models[i].model->weights));
+    int n_models = 0;
+    api_model **models = api_models_acquire_all(ctx, &n_models);
+    for (int i = 0; i < n_models; i++) {
+        n = snprintf(line, sizeof line, "lensd_model_bytes{model=\"%s\"} %zu\n", models[i]->name,
+                     lens_weights_bytes(models[i]->model->weights));
         jw_raw(w, line, (size_t)n);
     }
+    api_models_release_all(ctx, models, n_models);
 }
 
 static void ctx_job_submit(api_call *c, const api_job_kind *kind)
@@ -155,11 +158,22 @@ static void ctx_job_cancel(api_call *c, const char *id)
     jobs_cancel(s->jobs, c, id);
 }
 
+static void ctx_job_list(api_call *c, const char *state, int limit)
+{
+    server *s = c->ctx->server;
+    jobs_list(s->jobs, c, state, limit);
+}
+
 /* ------------------------------------------------------------- helpers */
 
 static const char *header(struct MHD_Connection *conn, const char *name)
 {
     return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, name);
+}
+
+static const char *query_arg(const api_call *c, const char *name)
+{
+    return MHD_lookup_connection_value(c->conn, MHD_GET_ARGUMENT_KIND, name);
 }
 
 /* A client's X-Request-Id is echoed when it is short and plain; else a new id. */
@@ -435,6 +449,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->conn = conn;
         r->route_index = -1;
         api_call_init(&r->call, &s->ctx, api_now());
+        r->call.query_arg = query_arg;
+        r->call.conn = conn;
         snprintf(r->method, sizeof r->method, "%s", method);
         snprintf(r->path, sizeof r->path, "%s", url);
         assign_request_id(r);
@@ -583,6 +599,8 @@ server *server_start(const lensd_config *cfg)
     s->ctx.job_submit = ctx_job_submit;
     s->ctx.job_get = ctx_job_get;
     s->ctx.job_cancel = ctx_job_cancel;
+    s->ctx.job_list = ctx_job_list;
+    s->ctx.openapi_path = cfg->openapi;
     if (cfg->api_key_file && load_api_keys(s, cfg->api_key_file)) goto fail;
     if (cfg->cors_origin) parse_cors(s, cfg->cors_origin);
 
@@ -650,10 +668,9 @@ fail:
 
 int server_port(const server *s) { return s->port; }
 
-void server_set_models(server *s, api_model *models, int n)
+void server_set_registry(server *s, registry *models)
 {
-    s->ctx.models = models;
-    s->ctx.n_models = n;
+    registry_install(models, &s->ctx);
     atomic_store(&s->state, API_READY); /* seq_cst: publishes models before ready */
     log_msg("info", "ready");
 }
