@@ -122,7 +122,8 @@ static const api_field_set field_sets[] = {
      {INPUT_FIELDS, "layers", "heads", "steps", "riemann", "target", "tree", "include_matrices", "format", "async"}},
     {"/v1/decomposition",
      {"model", "texts", "windows", "corpus", "labels", "length", "drop_first_position", "top_k", "causal", "layers",
-      "async"}},
+      "async", "definition", "topics_self_pairs", "topics_pca", "screenot_k", "reference_texts", "reference_windows",
+      "reference_corpus"}},
     {"/v1/token-identity", {INPUT_FIELDS, "layers", "metric", "top_k", "mapping", "vocabulary"}},
     {"/v1/hidden-attribution",
      {INPUT_FIELDS, "layers", "method", "probes", "seed", "include_norms", "format", "async"}},
@@ -130,12 +131,13 @@ static const api_field_set field_sets[] = {
     /* job kinds: params */
     {"decomposition",
      {"model", "texts", "windows", "corpus", "labels", "length", "drop_first_position", "top_k", "causal", "layers",
-      "async"}},
+      "async", "definition", "topics_self_pairs", "topics_pca", "screenot_k", "reference_texts", "reference_windows",
+      "reference_corpus"}},
     {"attribution",
      {INPUT_FIELDS, "layers", "heads", "steps", "riemann", "target", "tree", "include_matrices", "format", "async"}},
     {"hidden-attribution", {INPUT_FIELDS, "layers", "method", "probes", "seed", "include_norms", "format", "async"}},
-    {"head-importance", {DATASET_FIELDS, "seeds", "seed"}},
-    {"adversarial-triggers", {DATASET_FIELDS, "sources", "top_k"}},
+    {"head-importance", {DATASET_FIELDS, "seeds", "seed", "definition", "target", "prune_count"}},
+    {"adversarial-triggers", {DATASET_FIELDS, "sources", "top_k", "definition", "rule"}},
     {"token-identity-map", {"model", "texts", "data", "max_texts", "metric", "save", "ridge", "heldout_fraction"}},
 };
 
