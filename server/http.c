@@ -37,6 +37,7 @@
 #include "server/metrics.h"
 #include "server/jobs.h"
 #include "server/pool.h"
+#include "server/web.h"
 
 struct server {
     const lensd_config *cfg;
@@ -53,6 +54,7 @@ struct server {
     int n_api_keys;
     char **cors_origins;
     int n_cors_origins, cors_any;
+    char *web_dir; /* dashboard folder (realpath), NULL when off */
 };
 
 enum { PHASE_READING, PHASE_DRAINING, PHASE_QUEUED, PHASE_RESPONDED };
@@ -277,6 +279,20 @@ static enum MHD_Result respond(request *r)
     return ret;
 }
 
+/* GET / and /web/...: the dashboard's files (server/web.c), no API key. */
+static enum MHD_Result respond_web(request *r)
+{
+    int status = 404;
+    struct MHD_Response *resp =
+        web_respond(r->srv->web_dir, r->path, header(r->conn, MHD_HTTP_HEADER_IF_NONE_MATCH), &status);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "X-Request-Id", r->request_id);
+    enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    if (ret == MHD_YES) r->status = status, r->phase = PHASE_RESPONDED;
+    return ret;
+}
+
 /* ------------------------------------------------------------ pool jobs */
 
 static void job_run(pool_job *job)
@@ -459,6 +475,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             snprintf(r->origin, sizeof r->origin, "%s", origin);
             r->cors_origin = s->cors_any ? "*" : r->origin;
         }
+        if (web_wants(r->method, r->path)) return respond_web(r);
         if (!check_headers(r)) return MHD_YES;
         if (body_follows(r) != 1) return respond(r);
         r->phase = PHASE_DRAINING;
@@ -577,6 +594,7 @@ static void server_free(server *s)
     free(s->api_keys);
     for (int i = 0; i < s->n_cors_origins; i++) free(s->cors_origins[i]);
     free(s->cors_origins);
+    free(s->web_dir);
     free(s);
 }
 
@@ -603,6 +621,13 @@ server *server_start(const lensd_config *cfg)
     s->ctx.openapi_path = cfg->openapi;
     if (cfg->api_key_file && load_api_keys(s, cfg->api_key_file)) goto fail;
     if (cfg->cors_origin) parse_cors(s, cfg->cors_origin);
+    s->web_dir = web_resolve_dir(cfg->web_dir, cfg->no_web);
+    if (cfg->web_dir && !s->web_dir && !cfg->no_web) {
+        log_msg("error", "--web-dir %s: no such folder", cfg->web_dir);
+        goto fail;
+    }
+    if (s->web_dir) log_msg("info", "dashboard at / from %s", s->web_dir);
+    else log_msg("info", "dashboard off (--no-web, or no web/ folder found)");
 
     /* HOST:PORT, HOST may be [v6] */
     char host[256], port[16];
