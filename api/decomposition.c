@@ -44,7 +44,7 @@ typedef struct decomp_req {
     char **label_names;      /* distinct labels in order of first appearance */
     int n_label_names;
     api_index_list layers;
-    int drop_first, top_k, async, causal;
+    int drop_first, top_k, causal;
     int paper_code;          /* definition "paper-code" (default) or "lensd" */
     int topics_self_pairs, topics_pca, screenot_k;
     struct decomp_req *ref;  /* reference_texts / reference_windows / reference_corpus, or NULL */
@@ -302,19 +302,11 @@ int api_decomposition_prepare(api_call *c)
     if (has_len && r->T > limit)
         return api_fail(c, 413, "too_many_tokens", "length", "length %d is over the limit of %d tokens", r->T, limit);
     if (api_get_bool(c, "drop_first_position", &r->drop_first) < 0 ||
-        api_get_int(c, "top_k", 1, 1000, &r->top_k) < 0 || api_get_bool(c, "async", &r->async) < 0 ||
-        api_get_bool(c, "causal", &r->causal) < 0 ||
+        api_get_int(c, "top_k", 1, 1000, &r->top_k) < 0 || api_get_bool(c, "causal", &r->causal) < 0 ||
         api_decode_index_list(c, "layers", 0, cfg->n_layers, &r->layers))
         return -1;
     if (decode_window_set(c, r, "", has_len) || decode_definition(c, r)) return -1;
-    /* async: become a job of this kind (not from inside a job, where async is moot) */
-    if (r->async && !c->field_prefix) {
-        if (!c->ctx->job_submit)
-            return api_fail(c, 422, "invalid_request", "async", "async needs the server (lensd serve)");
-        c->ctx->job_submit(c, api_job_kind_find("decomposition"));
-        c->answered = 1;
-    }
-    return 0;
+    return api_decode_async(c, "decomposition");
 }
 
 typedef struct {
