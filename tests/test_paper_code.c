@@ -272,6 +272,23 @@ static void test_attattr(const char *shared)
         n_trig++;
     }
     CHECK(n_trig == n, "triggers checked on %d of %d examples", n_trig, n);
+    /* a 3-token source ([CLS] x [SEP]): the released rule may pick [CLS] / [SEP]; positions stay finite
+     * and the attacked victim is 2 tokens longer */
+    const int short_ids[3] = {ex[0].ids[0], ex[0].ids[1], ex[0].ids[ex[0].T - 1]};
+    lens_example short_ex = {.ids = short_ids, .T = 3, .label = 0};
+    lens_trigger_opts to = {.steps = steps, .riemann = LENS_RIEMANN_LEFT, .rule = LENS_TRIGGER_RULE_RELEASED};
+    lens_trigger_result tr;
+    if (lens_triggers_run(m, &short_ex, 1, &ex[1], 1, &to, &tr, &err) == 0) {
+        int found = 0;
+        for (int k = 0; k < tr.n_labels; k++) {
+            if (!tr.triggers[k].found) continue;
+            found++;
+            CHECK(isfinite(tr.triggers[k].pos_a) && isfinite(tr.triggers[k].pos_b), "3-token source: positions %g %g",
+                  tr.triggers[k].pos_a, tr.triggers[k].pos_b);
+        }
+        CHECK(found == 1, "3-token source gives one trigger (found %d)", found);
+        lens_trigger_result_free(&tr);
+    } else CHECK(0, "3-token source: %s", err.msg);
     printf("attattr: %d examples (head importance towards gold, %d heads; released trigger rule)\n", n, L * NH);
     free(ids);
     lens_model_free(m);
