@@ -348,6 +348,17 @@ static void test_decomposition(test_server *s)
         CHECK(json_equal(cli, want), "lensd decompose differs from POST /v1/decomposition");
     }
     json_decref(cli);
+    /* the definition flags reach the request: lensd's within-topic pairs exclude self-pairs */
+    snprintf(cmd, sizeof cmd,
+             "%s decompose --model %s/bert --length 8 --layers 0 --labels a,a,b,b --definition lensd --screenot-k 2 "
+             "--texts-file %s", lensd_path(), tmpdir, path);
+    cli = run_json(cmd);
+    const json_t *tp = get(json_array_get(get(cli, "layers"), 0), "topics");
+    CHECK(cli && !strcmp(json_string_value(get(cli, "definition")), "lensd") &&
+              json_is_false(get(cli, "topics_self_pairs")) && ival(cli, "screenot_k") == 2 && tp &&
+              ival(tp, "within_pairs") < ival(get(json_array_get(get(sync_result, "layers"), 0), "topics"), "within_pairs"),
+          "lensd decompose --definition lensd --screenot-k 2");
+    json_decref(cli);
 
     /* async: 202 with a job, then the same result */
     snprintf(body, sizeof body,
