@@ -569,6 +569,7 @@ static int key_aware_explicit(const float *A, const float *V, int ldv, const flo
                   n);
         goto done;
     }
+    /* J and M J scale alike: their ranks are the same for 1/sqrt(DV) (attention_scale "DV") */
     const double scale = 1.0 / sqrt((double)DK);
     int row = 0;
     for (int i = 0; i < T; i++) {
@@ -831,11 +832,11 @@ static int select_indices(const int *want, int n_want, int lo, int hi, const cha
     return 0;
 }
 
-/* max |softmax(Q_h K_h^T / sqrt DK) - A_h| over the selected heads of one layer. */
-static double score_diff(const float *Q, const float *K, int NH, int DK, int T, int causal, const float *A,
+/* max |softmax(scale Q_h K_h^T) - A_h| over the selected heads of one layer (scale = lens_config.attn_scale). */
+static double score_diff(const float *Q, const float *K, int NH, int DK, float scale, int T, int causal, const float *A,
                          float *scores)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, DK, 1.0f / sqrtf((float)DK), Q, NH * DK, K, NH * DK,
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, DK, scale, Q, NH * DK, K, NH * DK,
                 0.0f, scores, T);
     lens_softmax_forward(scores, T, T, causal);
     double worst = 0;
@@ -857,6 +858,7 @@ typedef struct {
     double *diff;         /* [n_heads] score_diff */
     lens_err *err;        /* [n_heads] */
     int li, T, NH, DK, DV, causal;
+    float scale;          /* lens_config.attn_scale of the model */
 } head_job;
 
 static void head_task(void *ctx, int hi)
@@ -866,7 +868,7 @@ static void head_task(void *ctx, int hi)
     const int h = res->heads[hi], T = j->T;
     const size_t k = (size_t)j->li * res->n_heads + hi, TT = (size_t)T * T;
     if (j->K)
-        j->diff[hi] = score_diff(j->Q + (size_t)h * j->DK, j->K + (size_t)h * j->DK, j->NH, j->DK, T, j->causal,
+        j->diff[hi] = score_diff(j->Q + (size_t)h * j->DK, j->K + (size_t)h * j->DK, j->NH, j->DK, j->scale, T, j->causal,
                                  j->A[hi], j->scores + (size_t)lens_pool_thread_index() * TT);
     lens_attention_head(j->A[hi], j->values + (size_t)h * j->DV, j->NH * j->DV,
                         j->Q ? j->Q + (size_t)h * j->DK : NULL, j->NH * j->DK, T, j->DV, j->DK, j->causal, j->special,
@@ -923,7 +925,8 @@ int lens_attention_analyze(const lens_model *m, const lens_activations *act, int
     }
     if (req->verify_scores) res->scores_max_diff = 0;
     job = (head_job){.req = req, .res = res, .special = special, .punct = punct, .Q = Q, .K = K, .scores = scores,
-                     .T = T, .NH = NH, .DK = DK, .DV = DV, .causal = causal, .A = job.A, .diff = job.diff,
+                     .T = T, .NH = NH, .DK = DK, .DV = DV, .scale = m->cfg.attn_scale, .causal = causal, .A = job.A,
+                     .diff = job.diff,
                      .err = job.err};
     for (int li = 0; li < res->n_layers; li++) {
         const int l = res->layers[li];

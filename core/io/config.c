@@ -127,6 +127,10 @@ static int parse_bert(json_t *root, const char *path, lens_config *cfg, lens_err
     if (get_int(root, path, "head_dim_key", dh, 1, 1 << 16, &cfg->d_head_k, err) ||
         get_int(root, path, "head_dim_value", dh, 1, 1 << 16, &cfg->d_head_v, err))
         return -1;
+    const char *scale = get_str(root, "attention_scale");
+    if (scale && strcmp(scale, "DK") && strcmp(scale, "DV"))
+        return lens_fail(err, LENS_EFORMAT, "%s: attention_scale \"%s\" is not DK or DV", path, scale);
+    cfg->scale_by_dv = scale && !strcmp(scale, "DV");
     const char *combine = get_str(root, "head_combination");
     if (combine && lens_head_combination_parse(combine, &cfg->head_combination))
         return lens_fail(err, LENS_EFORMAT, "%s: head_combination \"%s\" is not one of concat, sum, sum_adjacent",
@@ -198,6 +202,7 @@ int lens_config_load(const char *path, lens_config *cfg, lens_err *err)
     if (!strcmp(type, "bert")) rc = parse_bert(root, path, cfg, err);
     else if (!strcmp(type, "gpt2")) rc = parse_gpt2(root, path, cfg, err);
     else lens_fail(err, LENS_EFORMAT, "%s: unsupported model_type \"%s\" (bert, gpt2)", path, type);
+    if (rc == 0) lens_config_set_attn_scale(cfg);
 out:
     json_decref(root);
     if (rc) lens_config_free(cfg);
