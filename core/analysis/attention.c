@@ -725,12 +725,16 @@ static int key_aware_gram(const float *A, const float *V, int ldv, const float *
     const int n = T * rq;
     int rows_j = 0;
     for (int i = 0; i < T; i++) rows_j += causal ? i + 1 : T;
+    if (n == 0) { /* Q = 0: the keys move nothing */
+        res->rank_j = res->rank_mj = res->key_aware_dim = 0;
+        return 0;
+    }
     const size_t nn = (size_t)n * n, Tn = (size_t)T * n;
-    double *G = malloc((nn ? nn : 1) * sizeof *G), *X1 = malloc((Tn ? Tn : 1) * sizeof *X1);
-    double *X2 = malloc((Tn ? Tn : 1) * sizeof *X2), *vd = malloc((size_t)T * DV * sizeof *vd);
+    double *G = malloc(nn * sizeof *G), *X1 = malloc(Tn * sizeof *X1);
+    double *X2 = malloc(Tn * sizeof *X2), *vd = malloc((size_t)T * DV * sizeof *vd);
     double *y = malloc((size_t)T * DV * sizeof *y), *K = malloc((size_t)T * T * sizeof *K);
     double *work = malloc(((size_t)61 * n + 5 * 61) * sizeof *work);
-    int *ipiv = malloc((size_t)(n ? n : 1) * sizeof *ipiv);
+    int *ipiv = malloc((size_t)n * sizeof *ipiv);
     int rc = -1;
     if (!G || !X1 || !X2 || !vd || !y || !K || !work || !ipiv) {
         lens_fail(err, LENS_ENOMEM, "out of memory for the key-aware Gram matrices (%d x %d)", n, n);
