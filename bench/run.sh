@@ -264,7 +264,8 @@ print("peer: dgesdd on the explicit 15625 x 1000 and 16000 x 1000 matrices (the 
 for r in rows:
     ok = r["gram_ms"] < 1000 and r["agree"] == r["heads"]
     text = (f"{r['threads']} thr: key-aware T={r['T']} < 1 s, same ranks ({r['gram_ms']:.0f} vs {r['dense_ms']:.0f} ms, "
-            f"{r['dense_over_gram']:.0f}x, {r['agree']}/{r['heads']} agree)")
+            f"{r['dense_over_gram']:.0f}x; CPU {r['gram_cpu_ms']:.0f} vs {r['dense_cpu_ms']:.0f} ms; "
+            f"{r['agree']}/{r['heads']} agree)")
     print(f"  {text:<70} {'PASS' if ok else 'MISS'}")
     targets.write(f"attention\t{text}\t{'PASS' if ok else 'MISS'}\n")
 EOF
