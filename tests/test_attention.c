@@ -496,6 +496,42 @@ static void test_key_aware_gram(const char *shared)
     }
 }
 
+/* rank(J), rank(M J) at 125 tokens on demo-identifiable (1000 unknowns) against
+ * PyTorch's float64 svdvals of the explicit 15625 x 1000 and 16000 x 1000 matrices
+ * (attention_key_aware.json, the reference's own float32 A, V, Q): exact. */
+static void test_key_aware_fixture(void)
+{
+    printf("key-aware ranks at T = 125 vs attention_key_aware.json\n");
+    json_t *fx = load_fixture("attention_key_aware.json");
+    if (!fx) return;
+    const json_t *cases = json_object_get(fx, "cases");
+    CHECK(json_array_size(cases) >= 2, "attention_key_aware.json: %zu cases", json_array_size(cases));
+    for (size_t ci = 0; ci < json_array_size(cases); ci++) {
+        const json_t *cs = json_array_get(cases, ci), *ka = json_object_get(cs, "key_aware");
+        const char *name = json_string_value(json_object_get(cs, "name"));
+        const int T = json_int(cs, "T"), DK = json_int(cs, "DK"), DV = json_int(cs, "DV");
+        float *A = json_floats(json_object_get(cs, "A"), (size_t)T * T, name);
+        float *V = json_floats(json_object_get(cs, "V"), (size_t)T * DV, name);
+        float *Q = json_floats(json_object_get(cs, "Q"), (size_t)T * DK, name);
+        if (A && V && Q) {
+            lens_attention_opts opts = {.key_aware = 1};
+            lens_head_attention r;
+            lens_err err = {0};
+            int rc = lens_attention_head(A, V, DV, Q, DK, T, DV, DK, 0, NULL, NULL, &opts, NULL, NULL, &r, &err);
+            CHECK(rc == 0 && r.key_aware_method == LENS_KEY_AWARE_EXPLICIT && r.rank_q == json_int(ka, "rank_q") &&
+                      r.rank_j == json_int(ka, "rank_j") && r.rank_mj == json_int(ka, "rank_mj") &&
+                      r.key_aware_dim == json_int(ka, "explicit"),
+                  "%s: %s rank(Q) %d rank(J) %d rank(MJ) %d dim %d, reference %d %d %d %d (%s)", name,
+                  lens_key_aware_method_name(r.key_aware_method), r.rank_q, r.rank_j, r.rank_mj, r.key_aware_dim,
+                  json_int(ka, "rank_q"), json_int(ka, "rank_j"), json_int(ka, "rank_mj"), json_int(ka, "explicit"),
+                  err.msg);
+            printf("  %s: dim %d = %d - %d\n", name, r.key_aware_dim, r.rank_j, r.rank_mj);
+        }
+        free(A), free(V), free(Q);
+    }
+    json_decref(fx);
+}
+
 /* ---------------------------------------------------------------- cancellation */
 
 typedef struct {
@@ -684,6 +720,7 @@ int main(void)
     test_mkmodel("gpt2");
     const char *shared = check_shared_dir();
     test_key_aware_gram(shared);
+    test_key_aware_fixture();
     test_cancel();
     if (!shared) {
         SKIP("shared checkpoints not found (../shared/models or $LENS_SHARED): reference comparison not run");
