@@ -220,7 +220,7 @@ int lens_decomp_add(lens_decomp *a, const int *ids, const int *labels, int n_win
     lens_forward_opts fo = {.keep = LENS_KEEP_HIDDEN, .cancel = a->opts.cancel, .pool = a->opts.pool,
                             .causal = a->opts.causal};
     for (int start = 0; start < n_windows && rc == 0; start += batch) {
-        if (a->opts.cancel && *a->opts.cancel) {
+        if (lens_cancelled(a->opts.cancel)) {
             rc = lens_fail(err, LENS_ECANCEL, "decomposition cancelled after %ld windows", a->W);
             break;
         }
