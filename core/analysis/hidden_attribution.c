@@ -276,6 +276,7 @@ static void tangents_free(tangents *t)
 {
     free(t->tx), free(t->tn), free(t->tq), free(t->tk), free(t->tv), free(t->tctx), free(t->th), free(t->tff);
     free(t->dS), free(t->xhat), free(t->rows_in), free(t->rows_out);
+    memset(t, 0, sizeof *t); /* tangents_init frees on failure and its caller frees every set again */
 }
 
 static int tangents_init(tangents *t, const primal *p, int B)
