@@ -109,7 +109,8 @@ fuzz-build: deps-test
 	$(MAKE) BUILD=$(FUZZ_BUILD) CC=clang OPT="$(FUZZ_OPT)" WARN_EXTRA="$(CLANG_WARN)" fuzz-bin
 
 fuzz: fuzz-build
-	FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_RUNS=$(FUZZ_RUNS) scripts/fuzz.sh $(FUZZ_TARGETS)
+	FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_RUNS=$(FUZZ_RUNS) FUZZ_CORPUS=$(FUZZ_BUILD)/fuzz-corpus \
+	    scripts/fuzz.sh $(FUZZ_TARGETS)
 
 # Serves the demo models trained by lensd and committed in models/ (see
 # models/README.md); one that is not there is left out.

@@ -19,6 +19,7 @@
 #include "core/model/mkmodel.h"
 #include "tests/check.h"
 #include "tests/fault/fault_alloc.h"
+#include "tests/job_inline.h"
 
 #define FAULT_MAX_N 200000
 
@@ -34,14 +35,11 @@ static int is_typed_error(const api_call *c)
     return ok;
 }
 
-/* The server's job thread, inline (as tests/fuzz/fuzz_request.h). */
+/* The job's answer becomes the submit's, so the sweep sees it. */
 static void job_submit_inline(api_call *c, const api_job_kind *kind)
 {
     api_call job;
-    api_call_init(&job, c->ctx, api_now());
-    job.body = c->body, job.req = c->req, job.free_req = c->free_req;
-    c->body = NULL, c->req = NULL, c->free_req = NULL;
-    kind->run(&job);
+    job_run_inline(c, kind, &job);
     c->status = job.status;
     jw_raw(&c->out, job.out.buf, job.out.len);
     if (c->out.oom) api_fail(c, 500, "internal", NULL, "out of memory storing the job result");
