@@ -435,7 +435,7 @@ static void sweep_token(void *ctx, int i)
     tangents *t = &job->t[lens_pool_thread_index()];
     const lens_hta_opts *opts = job->opts;
     for (int d0 = 0; d0 < P; d0 += job->B) {
-        if (atomic_load(&job->cancelled) || (opts && opts->cancel && *opts->cancel)) {
+        if (atomic_load(&job->cancelled) || (opts && lens_cancelled(opts->cancel))) {
             atomic_store(&job->cancelled, 1);
             return;
         }
