@@ -9,6 +9,7 @@
 #include "api/request.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,11 +91,43 @@ int api_fail(api_call *c, int status, const char *code, const char *field, const
     return -1;
 }
 
+/* jansson reports most allocation failures as syntax errors ("invalid
+ * token" when a string cannot be copied), so its allocator is wrapped to
+ * note them: a body that failed to parse for want of memory is the server's
+ * fault (500), not the client's (400). */
+static _Thread_local int json_alloc_failed;
+
+static void *json_malloc_noting(size_t n)
+{
+    void *p = malloc(n);
+    if (!p) json_alloc_failed = 1;
+    return p;
+}
+
+static void json_free_noting(void *p) { free(p); }
+
+static void json_alloc_install(void) { json_set_alloc_funcs(json_malloc_noting, json_free_noting); }
+
+void api_json_init(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, json_alloc_install);
+}
+
 int api_parse_body(api_call *c, const char *data, size_t len)
 {
     json_error_t jerr;
     if (len == 0) return api_fail(c, 400, "invalid_json", NULL, "request body is empty; expected a JSON object");
+    api_json_init();
+    json_alloc_failed = 0;
     c->body = json_loadb(data, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+    if (json_alloc_failed || (!c->body && json_error_code(&jerr) == json_error_out_of_memory)) {
+        /* even a parse that succeeded may hold a cut string: jansson's lexer
+         * does not check every buffer append */
+        json_decref(c->body);
+        c->body = NULL;
+        return api_fail(c, 500, "internal", NULL, "out of memory parsing the request body");
+    }
     if (!c->body)
         return api_fail(c, 400, "invalid_json", NULL, "malformed JSON at line %d column %d: %s",
                         jerr.line, jerr.column, jerr.text);

@@ -299,11 +299,11 @@ static void job_run(pool_job *job)
 {
     request *r = (request *)((char *)job - offsetof(request, job));
     const lensd_config *cfg = r->srv->cfg;
-    for (int waited = 0; waited < cfg->debug_delay_ms && !job->cancel; waited += 10) {
+    for (int waited = 0; waited < cfg->debug_delay_ms && !lens_cancelled(&job->cancel); waited += 10) {
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    if (job->cancel) {
+    if (lens_cancelled(&job->cancel)) {
         api_fail(&r->call, 503, "timeout", NULL, "the request waited longer than the server's timeout (%g s)",
                  cfg->timeout);
     } else {
@@ -600,6 +600,7 @@ static void server_free(server *s)
 
 server *server_start(const lensd_config *cfg)
 {
+    api_json_init(); /* before any thread uses jansson (model loading, requests) */
     server *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->cfg = cfg;

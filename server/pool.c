@@ -80,10 +80,10 @@ static void *watchdog_main(void *arg)
         pthread_cond_timedwait(&p->idle, &p->lock, &ts);
         double now = api_now();
         for (pool_job *j = p->head; j; j = j->next)
-            if (j->deadline > 0 && now >= j->deadline) j->cancel = 1;
+            if (j->deadline > 0 && now >= j->deadline) lens_cancel_set(&j->cancel, 1);
         for (int i = 0; i < p->n_workers; i++) {
             pool_job *j = p->running[i];
-            if (j && j->deadline > 0 && now >= j->deadline) j->cancel = 1;
+            if (j && j->deadline > 0 && now >= j->deadline) lens_cancel_set(&j->cancel, 1);
         }
     }
     pthread_mutex_unlock(&p->lock);
@@ -145,7 +145,7 @@ int pool_reserve(pool *p)
 void pool_submit(pool *p, pool_job *job)
 {
     job->next = NULL;
-    job->cancel = 0;
+    lens_cancel_set(&job->cancel, 0);
     pthread_mutex_lock(&p->lock);
     p->reserved--;
     p->queued++;

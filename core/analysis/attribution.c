@@ -433,7 +433,7 @@ static void prepare_layer(engine *e, const float *x_l, int l, const float *P)
     lens_gemm_linear(e->attn_out_l, e->ctx, &no_bias, T, e->pool);
 }
 
-static int cancelled(const lens_attr_opts *o) { return o && o->cancel && *o->cancel; }
+static int cancelled(const lens_attr_opts *o) { return o && lens_cancelled(o->cancel); }
 
 /* One target layer l (0-based): attribution into out, F(0) into *f_zero. */
 static int attribute_layer(engine *e, const lens_activations *act, int l, int target, int steps,

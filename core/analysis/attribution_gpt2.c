@@ -283,7 +283,7 @@ int lens_attribution_gpt2_run(const lens_model *m, const int *ids, int T, const 
         memset(e.grad_sum, 0, sizeof(float) * NH * TT);
         ly->f_zero = g_forward_alpha(&e, x_l, l, 0.0f, target);
         for (int k = 0; k < steps && !rc; k++) {
-            if (opts && opts->cancel && *opts->cancel) {
+            if (opts && lens_cancelled(opts->cancel)) {
                 rc = lens_fail(err, LENS_ECANCEL, "attribution cancelled at layer %d", l + 1);
                 break;
             }

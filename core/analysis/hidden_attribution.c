@@ -277,6 +277,7 @@ static void tangents_free(tangents *t)
 {
     free(t->tx), free(t->tn), free(t->tq), free(t->tk), free(t->tv), free(t->tctx), free(t->th), free(t->tff);
     free(t->dS), free(t->xhat), free(t->rows_in), free(t->rows_out);
+    memset(t, 0, sizeof *t); /* tangents_init frees on failure and its caller frees every set again */
 }
 
 static int tangents_init(tangents *t, const primal *p, int B)
@@ -435,7 +436,7 @@ static void sweep_token(void *ctx, int i)
     tangents *t = &job->t[lens_pool_thread_index()];
     const lens_hta_opts *opts = job->opts;
     for (int d0 = 0; d0 < P; d0 += job->B) {
-        if (atomic_load(&job->cancelled) || (opts && opts->cancel && *opts->cancel)) {
+        if (atomic_load(&job->cancelled) || (opts && lens_cancelled(opts->cancel))) {
             atomic_store(&job->cancelled, 1);
             return;
         }

@@ -181,6 +181,9 @@ int lens_config_load(const char *path, lens_config *cfg, lens_err *err)
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
+        /* jansson leaves the text empty for some allocation failures */
+        if (!jerr.text[0] || json_error_code(&jerr) == json_error_out_of_memory)
+            return lens_fail(err, LENS_ENOMEM, "%s: out of memory reading it", path);
         if (jerr.line <= 0) return lens_fail(err, LENS_ENOENT, "%s: %s", path, jerr.text);
         return lens_fail(err, LENS_EFORMAT, "%s: %s (line %d)", path, jerr.text, jerr.line);
     }

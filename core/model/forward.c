@@ -290,7 +290,7 @@ int lens_forward(const lens_model *m, const lens_batch *batch, const lens_forwar
                       &m->p.ln_emb, (int)N, C, c->ln_eps);
     keep_hidden(act, w.x, 0, C);
     for (int l = 0; l < L; l++) {
-        if (opts && opts->cancel && *opts->cancel) {
+        if (opts && lens_cancelled(opts->cancel)) {
             lens_fail(err, LENS_ECANCEL, "cancelled at layer %d of %d", l, L);
             goto fail;
         }
