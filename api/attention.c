@@ -71,10 +71,10 @@ static void write_count(jw *w, const char *key, int v)
     else jw_int(w, v);
 }
 
-static void write_num(jw *w, const char *key, double v)
+static void write_num(jw *w, const char *key, double v, int precision)
 {
     jw_key(w, key);
-    jw_float(w, v, 6); /* NaN -> null */
+    jw_float(w, v, precision); /* NaN -> null */
 }
 
 static void write_head(jw *w, const attention_req *r, const lens_head_attention *h, int head, const float *raw,
@@ -102,11 +102,11 @@ static void write_head(jw *w, const attention_req *r, const lens_head_attention 
     else jw_null(w);
     jw_key(w, "stats");
     jw_obj(w);
-    write_num(w, "pearson", h->ok ? h->pearson : NAN);
-    write_num(w, "special_mass_raw", h->ok ? h->special_mass_raw : NAN);
-    write_num(w, "special_mass_effective", h->ok ? h->special_mass_effective : NAN);
-    write_num(w, "punct_mass_raw", h->ok ? h->punct_mass_raw : NAN);
-    write_num(w, "punct_mass_effective", h->ok ? h->punct_mass_effective : NAN);
+    write_num(w, "pearson", h->ok ? h->pearson : NAN, r->format.precision);
+    write_num(w, "special_mass_raw", h->ok ? h->special_mass_raw : NAN, r->format.precision);
+    write_num(w, "special_mass_effective", h->ok ? h->special_mass_effective : NAN, r->format.precision);
+    write_num(w, "punct_mass_raw", h->ok ? h->punct_mass_raw : NAN, r->format.precision);
+    write_num(w, "punct_mass_effective", h->ok ? h->punct_mass_effective : NAN, r->format.precision);
     jw_end(w);
     if (!h->ok) {
         jw_key(w, "error");
