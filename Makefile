@@ -69,6 +69,13 @@ clean:
 
 .PHONY: all deps test test-asan run bench clean
 
+# Regenerates tests/fixtures by running the command each fixture records
+# (tests/reference scripts: PyTorch, node; needs ../shared; not in CI).
+fixtures:
+	scripts/fixtures.sh
+
+.PHONY: fixtures
+
 # Trains the demo models with lensd (45-60 minutes on 2 cores; not part of CI).
 demo-models: all
 	scripts/train-demo.sh $(BUILD)/lensd
