@@ -95,7 +95,12 @@ $(BUILD)/bench/json_encode: $(BUILD)/bench/json_encode.o $(BUILD)/libapp.a $(BUI
 bench-serve: deps all
 	bench/serve.sh $(BUILD)/lensd
 
-.PHONY: bench-serve
+# p99 of /v1/forward at c=8 while exact hidden attribution runs, one lane vs the fast lane
+bench-serve-lanes: deps all
+	@scripts/deps.sh bench
+	bench/serve-lanes.sh $(BUILD)/lensd
+
+.PHONY: bench-serve bench-serve-lanes
 
 # Builds the Dockerfile with buildah (no Docker engine), starts the image, checks it (slow; not in `make test`).
 image-test:

@@ -7,6 +7,8 @@
 # changed.
 set -eu
 cd "$(dirname "$0")/.."
+# the recorded commands say python3: Debian's, which has python3-torch (not a pyenv shim)
+PATH=/usr/bin:$PATH
 [ -d ../shared/models ] || { echo "fixtures: ../shared/models is missing" >&2; exit 1; }
 ORACLE_DIR=${ORACLE_DIR:-/tmp/tokoracle}
 if [ ! -d "$ORACLE_DIR/node_modules/@huggingface/transformers" ]; then

@@ -654,13 +654,78 @@ static void test_auth_cors(void)
     CHECK(server_terminate(&s) == 0, "server B exits 0 on SIGTERM");
 }
 
+/* ------------------------------------------- cost lanes (server F) */
+
+static int metric_value(const test_server *s, const char *name)
+{
+    http_resp r;
+    http_get(s, &r, "/metrics");
+    const char *p = r.body ? strstr(r.body, name) : NULL;
+    int v = p ? atoi(p + strlen(name)) : -1;
+    http_resp_free(&r);
+    return v;
+}
+
+/* issue 16 item 3: with one general worker busy on an exact hidden
+ * attribution, a forward pass is answered by the fast lane while the
+ * attribution still runs (no timing threshold: the order of events). */
+static void test_lanes(void)
+{
+    if (access("models/demo-sst2/config.json", R_OK)) {
+        SKIP("models/demo-sst2 is absent: the fast lane is not checked");
+        return;
+    }
+    const char *args[] = {"--model", "demo=models/demo-sst2", "--workers", "1", "--timeout", "600", NULL};
+    test_server s;
+    if (server_launch(&s, args)) {
+        CHECK(0, "server F did not start");
+        return;
+    }
+    char heavy_body[2048];
+    size_t k = (size_t)snprintf(heavy_body, sizeof heavy_body, "{\"text\": \"");
+    for (int i = 0; i < 20; i++) k += (size_t)snprintf(heavy_body + k, sizeof heavy_body - k, "a charming film ");
+    snprintf(heavy_body + k, sizeof heavy_body - k, "\", \"method\": \"exact\", \"layers\": [2]}");
+    CURLM *multi = curl_multi_init();
+    http_resp heavy;
+    struct curl_slist *hl;
+    CURL *e = http_easy(s.port, &heavy, "POST", "/v1/hidden-attribution", "application/json", heavy_body,
+                        strlen(heavy_body), NULL, &hl);
+    curl_multi_add_handle(multi, e);
+    int running = 1;
+    /* until the general worker has the attribution (or it is already over) */
+    while (running) {
+        curl_multi_perform(multi, &running);
+        if (metric_value(&s, "\nlensd_workers_busy ") >= 1) break;
+        curl_multi_poll(multi, NULL, 0, 20, NULL);
+    }
+    CHECK(running, "the hidden attribution was still running when the forward pass was sent");
+    http_resp r;
+    http_post_json(&s, &r, "/v1/forward", "{\"text\": \"a charming film\"}");
+    curl_multi_perform(multi, &running);
+    CHECK(r.status == 200 && running, "forward answered (%ld) while the hidden attribution still runs (%d)", r.status,
+          running);
+    http_resp_free(&r);
+    while (running) {
+        curl_multi_perform(multi, &running);
+        if (running) curl_multi_poll(multi, NULL, 0, 100, NULL);
+    }
+    curl_multi_remove_handle(multi, e);
+    http_finish(e, &heavy, hl);
+    curl_multi_cleanup(multi);
+    CHECK(heavy.status == 200, "the hidden attribution finished: %ld %.200s", heavy.status, heavy.body);
+    http_resp_free(&heavy);
+    CHECK(server_terminate(&s) == 0, "server F exits 0");
+}
+
 /* ------------------------------- queue, timeout, shutdown (servers C, D) */
 
 static void test_queue_and_shutdown(void)
 {
     char model[512];
     snprintf(model, sizeof model, "bert=%s/bert", tmpdir);
-    const char *args[] = {"--model", model, "--workers", "1", "--queue", "1", "--debug-delay-ms", "800", NULL};
+    /* one lane (no fast-lane worker), so the queue arithmetic is workers + queue */
+    const char *args[] = {"--model", model, "--workers", "1", "--fast-workers", "0", "--queue", "1", "--debug-delay-ms",
+                          "800", NULL};
     test_server s;
     if (server_launch(&s, args)) {
         CHECK(0, "server C did not start");
@@ -843,6 +908,7 @@ int main(void)
     }
     test_auth_cors();
     test_queue_and_shutdown();
+    test_lanes();
     test_golden();
 
     remove_test_files(tmpdir);
