@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/cost.h"
 #include "api/request.h"
 #include "core/analysis/attribution.h"
 
@@ -139,6 +140,7 @@ int api_attribution_prepare(api_call *c)
         return -1;
     if (gpt2 && r->tree) /* the tree rules single out BERT's [CLS] row */
         return api_fail(c, 422, "invalid_request", "tree", "the attribution tree is defined for BERT classifiers only");
+    api_cost_hint(c, API_COST_ATTRIBUTION);
     return api_decode_async(c, "attribution");
 }
 
@@ -207,6 +209,13 @@ void api_attribution_run(api_call *c)
     api_seq seq;
     if (api_seq_begin(c, &r->in, &seq)) return;
     int T = seq.T;
+    /* per target layer, steps forward + backward passes (~3 forwards) of the whole model */
+    const int n_targets = r->tree ? m->cfg.n_layers : r->layers.n;
+    const double flops = 3.0 * r->steps * n_targets * api_cost_forward_flops(&m->cfg, T, m->cfg.n_layers);
+    if (api_cost_check(c, API_COST_ATTRIBUTION, flops, "text")) {
+        api_seq_free(&seq);
+        return;
+    }
     double t1 = api_now();
     api_progress(c, 0);
 

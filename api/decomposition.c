@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/cost.h"
 #include "api/request.h"
 #include "core/analysis/decomposition.h"
 
@@ -257,6 +258,7 @@ int api_decomposition_prepare(api_call *c)
         return api_fail(c, 422, "invalid_request", texts ? "length" : "windows",
                         "windows need at least %d tokens (%s)", min_T,
                         r->drop_first ? "2 positions after dropping the first" : "2 positions");
+    api_cost_hint(c, API_COST_DECOMPOSITION);
     return api_decode_async(c, "decomposition");
 }
 
@@ -365,6 +367,11 @@ void api_decomposition_run(api_call *c)
         }
     }
     c->n_tokens = r->T;
+    if (api_cost_check(c, API_COST_DECOMPOSITION, (double)W * api_cost_forward_flops(&m->cfg, r->T, m->cfg.n_layers),
+                       r->texts ? "texts" : "windows")) {
+        free(own_ids), free(own_labels);
+        return;
+    }
     double t1 = api_now();
     decomp_progress prog = {.c = c, .base = 0.02, .span = 0.93};
     api_progress(c, prog.base);

@@ -388,7 +388,8 @@ int api_fail_core(api_call *c, const lens_err *err, const char *limit_field, con
 {
     switch (err->code) {
     case LENS_ECANCEL:
-        return api_fail(c, 503, "timeout", NULL, "the computation was stopped (deadline passed or job cancelled)");
+        return api_fail(c, 503, "timeout", NULL, "the computation was stopped (deadline passed or job cancelled)%s%s",
+                        c->hint ? "; " : "", c->hint ? c->hint : "");
     case LENS_ELIMIT: return api_fail(c, 413, "too_many_tokens", limit_field, "%s", err->msg);
     case LENS_EINVAL: return api_fail(c, 422, "invalid_request", invalid_field, "%s", err->msg);
     default: return api_fail(c, 500, "internal", NULL, "%s failed: %s", what, err->msg);

@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api/cost.h"
 #include "api/request.h"
 #include "server/log.h"
 #include "server/metrics.h"
@@ -274,8 +275,8 @@ static void job_run(pool_job *job)
         nanosleep(&ts, NULL);
     }
     if (job->cancel) {
-        api_fail(&r->call, 503, "timeout", NULL, "the request waited longer than the server's timeout (%g s)",
-                 cfg->timeout);
+        api_fail(&r->call, 503, "timeout", NULL, "the request waited longer than the server's timeout (%g s)%s%s",
+                 cfg->timeout, r->call.hint ? "; " : "", r->call.hint ? r->call.hint : "");
     } else {
         r->call.cancel = &job->cancel;
         r->call.threads = job->threads;
@@ -638,6 +639,8 @@ server *server_start(const lensd_config *cfg)
         jobs_destroy(s->jobs);
         goto fail;
     }
+    /* the cost model's rate, measured before any request competes for the cores */
+    const api_cost_rate *rate = api_cost_calibrate(cfg->threads_per_worker);
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = info ? info->port : atoi(port);
     jw w;
@@ -654,6 +657,8 @@ server *server_start(const lensd_config *cfg)
     jw_int(&w, cfg->threads_per_worker);
     jw_key(&w, "fast_workers");
     jw_int(&w, cfg->fast_workers);
+    jw_key(&w, "gemm_gflops");
+    jw_float(&w, rate->gflops, 1);
     log_emit(&w);
     return s;
 fail:

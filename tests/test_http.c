@@ -717,6 +717,71 @@ static void test_lanes(void)
     CHECK(server_terminate(&s) == 0, "server F exits 0");
 }
 
+/* ----------------------------------------- cost model (servers G, H) */
+
+static void text_of(char *out, size_t size, int repeats, const char *tail)
+{
+    size_t k = (size_t)snprintf(out, size, "{\"text\": \"");
+    for (int i = 0; i < repeats; i++) k += (size_t)snprintf(out + k, size - k, "a charming film ");
+    snprintf(out + k, size - k, "\"%s}", tail);
+}
+
+/* issue 16 item 1: the measured rate is reported; an analysis that cannot
+ * finish within the deadline is refused up front with a hint; a request that
+ * misses its deadline anyway names the same hint in its 503. */
+static void test_cost_model(void)
+{
+    if (access("models/demo-identifiable/config.json", R_OK)) {
+        SKIP("models/demo-identifiable is absent: the cost model is not checked");
+        return;
+    }
+    const char *args[] = {"--model", "demo=models/demo-identifiable", "--timeout", "2", NULL};
+    test_server s;
+    if (server_launch(&s, args)) {
+        CHECK(0, "server G did not start");
+        return;
+    }
+    http_resp r;
+    http_get(&s, &r, "/v1/info");
+    json_t *cm = json_object_get(r.json, "cost_model");
+    CHECK(r.status == 200 && json_number_value(json_object_get(cm, "gemm_gflops")) > 0 &&
+              json_object_size(json_object_get(cm, "efficiency")) == 5,
+          "/v1/info reports the measured rate and 5 analyses' efficiencies: %.300s", r.body);
+    http_resp_free(&r);
+    static char body[8192];
+    /* 125 tokens: the key-aware step alone is ~560 GFLOP of least squares (50.7 s measured) */
+    text_of(body, sizeof body, 41, ", \"identifiability\": true");
+    double t0 = api_now();
+    http_post_json(&s, &r, "/v1/attention", body);
+    const char *msg = json_string_value(json_object_get(json_object_get(r.json, "error"), "message"));
+    CHECK(r.status == 413 && msg && strstr(msg, "\"identifiability\": false"),
+          "identifiability of 125 tokens with a 2 s deadline: 413 with a hint up front (%ld %.300s)", r.status, r.body);
+    printf("  attention identifiability, 125 tokens, --timeout 2: %ld after %.2f s\n", r.status, api_now() - t0);
+    http_resp_free(&r);
+    text_of(body, sizeof body, 20, ", \"method\": \"exact\"");
+    http_post_json(&s, &r, "/v1/hidden-attribution", body);
+    msg = json_string_value(json_object_get(json_object_get(r.json, "error"), "message"));
+    CHECK(r.status == 413 && msg && strstr(msg, "\"method\": \"estimate\"") && strstr(msg, "\"async\": true"),
+          "exact hidden attribution over the deadline: 413 naming the estimate and a job (%ld %.300s)", r.status,
+          r.body);
+    http_resp_free(&r);
+    CHECK(server_terminate(&s) == 0, "server G exits 0");
+
+    /* the deadline passes while queued: the 503 names the alternatives too */
+    const char *args2[] = {"--model", "demo=models/demo-identifiable", "--timeout", "1", "--debug-delay-ms", "1500", NULL};
+    if (server_launch(&s, args2)) {
+        CHECK(0, "server H did not start");
+        return;
+    }
+    http_post_json(&s, &r, "/v1/hidden-attribution", "{\"text\": \"a charming film\"}");
+    msg = json_string_value(json_object_get(json_object_get(r.json, "error"), "message"));
+    CHECK(r.status == 503 && err_code(&r) && !strcmp(err_code(&r), "timeout") && msg &&
+              strstr(msg, "\"method\": \"estimate\""),
+          "hidden attribution past its deadline: 503 timeout naming the estimate (%ld %.300s)", r.status, r.body);
+    http_resp_free(&r);
+    CHECK(server_terminate(&s) == 0, "server H exits 0");
+}
+
 /* ------------------------------- queue, timeout, shutdown (servers C, D) */
 
 static void test_queue_and_shutdown(void)
@@ -909,6 +974,7 @@ int main(void)
     test_auth_cors();
     test_queue_and_shutdown();
     test_lanes();
+    test_cost_model();
     test_golden();
 
     remove_test_files(tmpdir);
