@@ -128,6 +128,13 @@ clean:
 
 .PHONY: all deps deps-test test test-asan test-tsan fuzz fuzz-bin fuzz-build run bench clean
 
+# Regenerates tests/fixtures by running the command each fixture records
+# (tests/reference scripts: PyTorch, node; needs ../shared; not in CI).
+fixtures:
+	scripts/fixtures.sh
+
+.PHONY: fixtures
+
 # Trains the demo models with lensd (45-60 minutes on 2 cores; not part of CI).
 demo-models: all
 	scripts/train-demo.sh $(BUILD)/lensd
@@ -147,7 +154,12 @@ $(BUILD)/bench/json_encode: $(BUILD)/bench/json_encode.o $(BUILD)/libapp.a $(BUI
 bench-serve: deps all
 	bench/serve.sh $(BUILD)/lensd
 
-.PHONY: bench-serve
+# p99 of /v1/forward at c=8 while exact hidden attribution runs, one lane vs the fast lane
+bench-serve-lanes: deps all
+	@scripts/deps.sh bench
+	bench/serve-lanes.sh $(BUILD)/lensd
+
+.PHONY: bench-serve bench-serve-lanes
 
 # Builds the Dockerfile with buildah (no Docker engine), starts the image, checks it (slow; not in `make test`).
 image-test:

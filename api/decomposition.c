@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/cost.h"
 #include "api/request.h"
 #include "core/analysis/decomposition.h"
 
@@ -313,6 +314,7 @@ int api_decomposition_prepare(api_call *c)
         api_decode_index_list(c, "layers", 0, cfg->n_layers, &r->layers))
         return -1;
     if (decode_window_set(c, r, "", has_len) || decode_definition(c, r)) return -1;
+    api_cost_hint(c, API_COST_DECOMPOSITION);
     return api_decode_async(c, "decomposition");
 }
 
@@ -468,6 +470,12 @@ void api_decomposition_run(api_call *c)
         return;
     }
     c->n_tokens = r->T;
+    const lens_config *cfg = &r->model->model->cfg;
+    if (api_cost_check(c, API_COST_DECOMPOSITION, (double)(W + ref_W) * api_cost_forward_flops(cfg, r->T, cfg->n_layers),
+                       r->texts ? "texts" : "windows")) {
+        free(own_ids), free(own_labels), free(ref_own_ids), free(ref_own_labels);
+        return;
+    }
     double t1 = api_now();
     /* progress: the reference windows first, then the windows */
     const double share = r->ref ? (double)ref_W / (ref_W + W) : 0;

@@ -435,7 +435,8 @@ int api_fail_core(api_call *c, const lens_err *err, const char *limit_field, con
 {
     switch (err->code) {
     case LENS_ECANCEL:
-        return api_fail(c, 503, "timeout", NULL, "the computation was stopped (deadline passed or job cancelled)");
+        return api_fail(c, 503, "timeout", NULL, "the computation was stopped (deadline passed or job cancelled)%s%s",
+                        c->hint ? "; " : "", c->hint ? c->hint : "");
     case LENS_ELIMIT: return api_fail(c, 413, "too_many_tokens", limit_field, "%s", err->msg);
     case LENS_EINVAL: return api_fail(c, 422, "invalid_request", invalid_field, "%s", err->msg);
     default: return api_fail(c, 500, "internal", NULL, "%s failed: %s", what, err->msg);
@@ -498,7 +499,7 @@ int api_index_list_has(const api_index_list *l, int v)
 
 int api_decode_format(api_call *c, api_format *f)
 {
-    f->precision = 6;
+    f->precision = 6 | JW_SIGNIFICANT;
     f->base64 = 0;
     json_t *v = field_value(c, "format");
     if (!v) return 0;
@@ -506,9 +507,10 @@ int api_decode_format(api_call *c, api_format *f)
         return api_fail(c, 422, "invalid_request", "format", "format must be an object");
     json_t *p = json_object_get(v, "precision");
     if (p && !json_is_null(p)) {
-        if (!json_is_integer(p) || json_integer_value(p) < 0 || json_integer_value(p) > 9)
-            return api_fail(c, 422, "invalid_request", "format.precision", "format.precision must be an integer in [0, 9]");
-        f->precision = (int)json_integer_value(p);
+        if (!json_is_integer(p) || json_integer_value(p) < 1 || json_integer_value(p) > 9)
+            return api_fail(c, 422, "invalid_request", "format.precision",
+                            "format.precision (significant digits) must be an integer in [1, 9]");
+        f->precision = (int)json_integer_value(p) | JW_SIGNIFICANT;
     }
     json_t *e = json_object_get(v, "encoding");
     if (e && !json_is_null(e)) {

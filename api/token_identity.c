@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/cost.h"
 #include "api/request.h"
 #include "core/analysis/token_identity.h"
 
@@ -153,6 +154,7 @@ int api_token_identity_prepare(api_call *c)
     const api_model *m;
     if (api_decode_model(c, &m) || api_decode_input(c, m, &r->in)) return -1;
     r->top_k = 5;
+    api_cost_hint(c, API_COST_TOKEN_IDENTITY);
     if (api_decode_index_list(c, "layers", 0, m->model->cfg.n_layers, &r->layers) || decode_metric(c, &r->metric) ||
         api_get_int(c, "top_k", 0, MAX_TOP_K, &r->top_k) < 0 || api_get_bool(c, "vocabulary", &r->vocabulary) < 0)
         return -1;
@@ -205,6 +207,13 @@ void api_token_identity_run(api_call *c)
     api_seq seq;
     if (api_seq_begin(c, &r->in, &seq)) return;
     const int T = seq.T;
+    /* the forward pass, then per layer T x T (and with vocabulary T x V) distances of C-vectors */
+    const double per_layer = 2.0 * T * m->cfg.d_model * (T + (r->vocabulary ? m->cfg.vocab_size : 0));
+    if (api_cost_check(c, API_COST_TOKEN_IDENTITY,
+                       api_cost_forward_flops(&m->cfg, T, m->cfg.n_layers) + per_layer * r->layers.n, "text")) {
+        api_seq_free(&seq);
+        return;
+    }
     double t1 = api_now();
     lens_ti_opts opts = {
         .metric = r->metric,

@@ -48,10 +48,7 @@ static json_t *load_fixture(const char *name)
 {
     char path[256];
     snprintf(path, sizeof path, "tests/fixtures/%s", name);
-    json_error_t e;
-    json_t *j = json_load_file(path, 0, &e);
-    CHECK(j != NULL, "%s: %s (line %d); run tests/reference/attention_reference.py", path, e.text, e.line);
-    return j;
+    return fixture_load(path); /* make fixtures regenerates it (tests/reference/attention_reference.py) */
 }
 
 static uint32_t rng_state = 12345;
@@ -128,7 +125,7 @@ static void test_synthetic_fixture(void)
     printf("synthetic heads vs attention_synthetic.json\n");
     json_t *fx = load_fixture("attention_synthetic.json");
     if (!fx) return;
-    json_t *cases = json_object_get(fx, "cases");
+    const json_t *cases = fixture_list(fx, "cases", "attention_synthetic.json");
     for (size_t ci = 0; ci < json_array_size(cases); ci++) {
         const json_t *cs = json_array_get(cases, ci);
         const char *name = json_string_value(json_object_get(cs, "name"));
@@ -618,7 +615,7 @@ static void test_shared(const char *shared, const char *name)
     lens_err err = {0};
     lens_model *m = lens_model_load(path, &err);
     CHECK(m != NULL, "%s: %s", path, err.msg);
-    const json_t *examples = json_object_get(fx, "examples");
+    const json_t *examples = fixture_list(fx, "examples", path);
     for (size_t e = 0; m && e < json_array_size(examples); e++) {
         const json_t *ex = json_array_get(examples, e);
         const char *label = json_string_value(json_object_get(ex, "name"));

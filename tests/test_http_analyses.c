@@ -511,13 +511,15 @@ static void test_attribution(test_server *s)
             double mx = -INFINITY;
             for (size_t i = 0; i < T * T; i++) mx = fmax(mx, a[i]), total += a[i];
             double imp = num(get(json_array_get(heads, h), "importance"));
-            /* importance = max_ij attribution, written with 9 decimals */
-            CHECK(fabs(imp - mx) <= 0.5e-9 + 1e-7 * fabs(mx), "layer %zu head %zu: importance %g = max %g", l, h, imp, mx);
+            /* importance = max_ij attribution, written with format.precision = 6 significant digits */
+            CHECK(fabs(imp - mx) <= 0.5e-5 * fabs(mx) * (1 + 1e-6), "layer %zu head %zu: importance %g = max %g", l, h,
+                  imp, mx);
             free(a);
         }
         CHECK(ok, "layer %zu: 2 heads of base64 [T][T] attributions", l);
-        /* attr_sum is the float64 sum of the same float32 entries, written with 6 decimals */
-        CHECK(fabs(total - num(get(L, "attr_sum"))) <= 0.5e-6 + 1e-6 * fabs(total), "layer %zu: attr_sum = sum of entries", l);
+        /* attr_sum is the float64 sum of the same float32 entries, written as a float32 with 6 significant digits */
+        CHECK(fabs(total - num(get(L, "attr_sum"))) <= (0.5e-5 + 1e-6) * fabs(total), "layer %zu: attr_sum = sum of entries",
+              l);
     }
     json_t *tree = get(r.json, "tree");
     long long root = ival(tree, "root");
@@ -530,6 +532,25 @@ static void test_attribution(test_server *s)
                   ival(e, "to") < (long long)T && num(get(e, "score")) >= 0.3 - 1e-6;
     }
     CHECK(tree_ok, "tree: root is a non-[CLS] token, one node per edge plus the root, scores >= threshold");
+
+    /* format.precision is significant digits and applies to the scalars too (issue 16 item 7) */
+    http_resp rp;
+    http_post_json(s, &rp, AT,
+                   "{\"model\": \"bert\", \"text\": \"a fine movie, truly\", \"steps\": 8, \"format\": {\"precision\": 3}}");
+    int sig_ok = rp.status == 200, n_scalars = 0;
+    for (size_t l = 0; sig_ok && l < json_array_size(get(rp.json, "layers")); l++) {
+        json_t *L = json_array_get(get(rp.json, "layers"), l), *want_heads = get(json_array_get(layers, l), "heads");
+        for (size_t h = 0; h < json_array_size(get(L, "heads")); h++) {
+            double imp = num(get(json_array_get(get(L, "heads"), h), "importance"));
+            double full = num(get(json_array_get(want_heads, h), "importance")); /* 6 digits, above */
+            double scaled = imp / pow(10.0, floor(log10(fabs(imp))) - 2); /* 3 significant digits: an integer */
+            sig_ok &= imp != 0 && fabs(scaled - round(scaled)) < 1e-6 && fabs(imp - full) <= 0.51e-2 * fabs(full);
+            n_scalars++;
+        }
+    }
+    CHECK(sig_ok && n_scalars == 4, "precision 3: every importance has 3 significant digits and is within 0.5e-2 "
+                                    "relative of the 6-digit value (%d checked)", n_scalars);
+    http_resp_free(&rp);
 
     /* async: true is a job of kind attribution with the same result (issue 16 item 7) */
     http_resp ra;

@@ -335,7 +335,7 @@ def main():
             golden = json.load(f)
         examples = [analyze(model, is_bert, model_dir, f"{name}/{label}", ids)
                     for label, ids in example_ids(golden, is_bert)]
-        fixture = {"model": name, "generated_by": "tests/reference/attention_reference.py (PyTorch %s, float64)"
+        fixture = {"command": "python3 tests/reference/attention_reference.py ../shared", "model": name, "generated_by": "tests/reference/attention_reference.py (PyTorch %s, float64)"
                    % torch.__version__,
                    "eps_f32": EPS_F32, "key_aware_max_unknowns": KEY_AWARE_MAX_UNKNOWNS,
                    "full_heads": [f"{l}.{h}" for l, h in FULL_HEADS], "examples": examples}
@@ -345,7 +345,7 @@ def main():
         print(f"{name}: wrote {os.path.relpath(path, repo)} ({os.path.getsize(path)} bytes)")
     path = os.path.join(repo, "tests", "fixtures", "attention_synthetic.json")
     with open(path, "w") as f:
-        f.write(rf.to_json({"generated_by": "tests/reference/attention_reference.py", "cases": synthetic_cases()}) + "\n")
+        f.write(rf.to_json({"command": "python3 tests/reference/attention_reference.py ../shared", "generated_by": "tests/reference/attention_reference.py", "cases": synthetic_cases()}) + "\n")
     print(f"synthetic: wrote {os.path.relpath(path, repo)} ({os.path.getsize(path)} bytes)")
     path = os.path.join(repo, "tests", "fixtures", "attention_causal_rows.json")
     with open(path, "w") as f:
