@@ -157,32 +157,7 @@ void lens_text_free(lens_text *t)
 /* ------------------------------------------------------------------------ */
 /* Vocabulary                                                                */
 
-uint64_t lens_fnv1a(uint64_t h, const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 0x100000001b3ULL;
-    }
-    return h;
-}
 
-/* Id of prefix+s (prefix may be empty: "##" for WordPiece continuations),
- * hashing the two parts without concatenating them. */
-int lens_vocab_find2(const lens_tokenizer *tok, const char *prefix, size_t plen,
-                       const char *s, size_t n)
-{
-    uint64_t h = lens_fnv1a(lens_fnv1a(LENS_FNV_OFFSET, prefix, plen), s, n);
-    size_t total = plen + n;
-    for (uint32_t i = (uint32_t)h & tok->vocab_mask;; i = (i + 1) & tok->vocab_mask) {
-        uint32_t slot = tok->vocab_slots[i];
-        if (!slot) return -1;
-        int id = (int)slot - 1;
-        const char *p = tok->piece[id];
-        if ((size_t)tok->piece_len[id] == total && memcmp(p, prefix, plen) == 0 &&
-            memcmp(p + plen, s, n) == 0)
-            return id;
-    }
-}
 
 /* Insert id under its piece; a later duplicate string takes the slot, as
  * Python's dict and Rust's HashMap do when reading vocab.txt. */
@@ -311,16 +286,13 @@ int lens_piece_set(lens_tokenizer *tok, int id, const char *s, size_t n, lens_er
 }
 
 
-int lens_tok_push(lens_tok_vec *out, int id, int start, int end, int segment)
+int lens_tok_grow(lens_tok_vec *out)
 {
-    if (out->n == out->cap) {
-        int cap = out->cap ? out->cap * 2 : 64;
-        lens_token *grown = realloc(out->v, (size_t)cap * sizeof *grown);
-        if (!grown) return -1;
-        out->v = grown;
-        out->cap = cap;
-    }
-    out->v[out->n++] = (lens_token){ .id = id, .start = start, .end = end, .segment = segment };
+    int cap = out->cap ? out->cap * 2 : 64;
+    lens_token *grown = realloc(out->v, (size_t)cap * sizeof *grown);
+    if (!grown) return -1;
+    out->v = grown;
+    out->cap = cap;
     return 0;
 }
 
@@ -423,7 +395,7 @@ static int model_word(void *arg, const lens_text *t, int i, int j)
 {
     enc_ctx *c = arg;
     if (c->tok->kind == LENS_TOK_BPE) return lens_bpe_word(c->tok, c->bpe, t, i, j, c->segment, c->out);
-    return lens_wp_word(c->tok, c->wp, t->cp + i, j - i, i, c->segment, c->out);
+    return lens_wp_word(c->tok, c->wp, t->cp + i, j - i, i, NULL, c->segment, c->out);
 }
 
 /* Does anything change the text before the model (so offsets need a map)? */
@@ -596,29 +568,37 @@ static void enc_free(enc_ctx *c)
     free(c->nt.byte_off);
 }
 
-/* The post-processor: the template's special tokens around the sequences'
- * tokens (with the template's type ids), or A (B) as they are. */
-static int apply_template(const lens_tokenizer *tok, const lens_tok_vec *seq, int n_a, int pair, lens_tok_vec *out)
+/* The post-processor, in place in seq (A then B): the template's special
+ * tokens around the sequences' tokens, with the template's type ids; with
+ * no template A (B) stay as they are, segments 0 / 1. Filled from the back:
+ * a token only moves right, past tokens already read (the loaders refuse
+ * templates with B before A). */
+static int apply_template(const lens_tokenizer *tok, lens_tok_vec *seq, int n_a, int pair)
 {
-    if (!tok->has_template) {
-        for (int k = 0; k < seq->n; k++) {
-            lens_token v = seq->v[k];
-            if (lens_tok_push(out, v.id, v.start, v.end, k < n_a ? 0 : 1) < 0) return -1;
-        }
-        return 0;
-    }
+    if (!tok->has_template) return 0;
     const lens_tmpl_item *items = pair ? tok->pair : tok->single;
-    int n = pair ? tok->n_pair : tok->n_single;
-    for (int i = 0; i < n; i++) {
+    int n = pair ? tok->n_pair : tok->n_single, total = 0;
+    for (int i = 0; i < n; i++) total += items[i].id >= 0 ? 1 : items[i].seq == 0 ? n_a : seq->n - n_a;
+    if (total > seq->cap) {
+        lens_token *grown = realloc(seq->v, (size_t)total * sizeof *grown);
+        if (!grown) return -1;
+        seq->v = grown;
+        seq->cap = total;
+    }
+    int pos = total;
+    for (int i = n - 1; i >= 0; i--) {
         const lens_tmpl_item *it = &items[i];
         if (it->id >= 0) {
-            if (lens_tok_push(out, it->id, -1, -1, it->type_id) < 0) return -1;
+            seq->v[--pos] = (lens_token){ .id = it->id, .start = -1, .end = -1, .segment = it->type_id };
             continue;
         }
         int lo = it->seq == 0 ? 0 : n_a, hi = it->seq == 0 ? n_a : seq->n;
-        for (int k = lo; k < hi; k++)
-            if (lens_tok_push(out, seq->v[k].id, seq->v[k].start, seq->v[k].end, it->type_id) < 0) return -1;
+        for (int k = hi - 1; k >= lo; k--) {
+            seq->v[--pos] = seq->v[k];
+            seq->v[pos].segment = it->type_id;
+        }
     }
+    seq->n = total;
     return 0;
 }
 
@@ -748,22 +728,21 @@ int lens_tokenize(const lens_tokenizer *tok, const char *text, size_t len,
         lens_text_free(&t);
         return -1;
     }
-    lens_tok_vec seq = { 0 }, v = { 0 };
-    enc_ctx c = { .tok = tok, .wp = lens_wp_scratch_new(), .bpe = lens_bpe_scratch_new(), .out = &seq };
+    lens_tok_vec v = { 0 };
+    enc_ctx c = { .tok = tok, .wp = lens_wp_scratch_new(), .bpe = lens_bpe_scratch_new(), .out = &v };
     int rc = !c.wp || !c.bpe ? -1 : encode_text(&c, &t);
-    int n_a = seq.n;
+    int n_a = v.n;
     c.segment = 1;
     if (!rc && pair) rc = encode_text(&c, &tp);
-    if (!rc) rc = apply_template(tok, &seq, n_a, pair != NULL, &v);
+    if (!rc) rc = apply_template(tok, &v, n_a, pair != NULL);
     enc_free(&c);
-    free(seq.v);
     lens_text_free(&t);
     lens_text_free(&tp);
     if (rc) {
         free(v.v);
         return lens_fail(err, LENS_ENOMEM, "out of memory while tokenizing");
     }
-    for (int k = 0; k < v.n; k++) v.v[k].special = lens_tokenizer_is_special(tok, v.v[k].id);
+    for (int k = 0; k < v.n; k++) v.v[k].special = tok->special[v.v[k].id]; /* ids come from the vocabulary */
     if (v.n > 0 && v.n < v.cap) {
         lens_token *shrunk = realloc(v.v, (size_t)v.n * sizeof *shrunk);
         if (shrunk) v.v = shrunk;

@@ -15,6 +15,8 @@
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+#include <utf8proc.h>
 
 #include "core/io/tokenizer.h"
 
@@ -132,11 +134,50 @@ void lens_text_free(lens_text *t);
 
 /* ---- Unicode classes (tokenizer_normalize.c) -------------------------- */
 
-int lens_uni_white_space(uint32_t cp); /* White_Space: \s of Rust onig / Python regex */
-int lens_uni_letter(uint32_t cp);      /* \p{L} */
-int lens_uni_number(uint32_t cp);      /* \p{N} */
-int lens_bert_is_whitespace(uint32_t cp);
-int lens_bert_is_punct(uint32_t cp);
+/* Inline, with an ASCII fast path: they run once or twice per character. */
+/* White_Space: \s of Rust onig / Python regex; \p{L}; \p{N}; BERT's own
+ * white space and punctuation. */
+static inline int lens_uni_white_space(uint32_t cp)
+{
+    if (cp < 0x80) return cp == ' ' || (cp >= 0x09 && cp <= 0x0D);
+    return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
+           cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+static inline int lens_uni_letter(uint32_t cp)
+{
+    if (cp < 0x80) return (cp | 0x20) >= 'a' && (cp | 0x20) <= 'z';
+    utf8proc_category_t c = utf8proc_category((utf8proc_int32_t)cp);
+    return c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_LO;
+}
+
+static inline int lens_uni_number(uint32_t cp)
+{
+    if (cp < 0x80) return cp >= '0' && cp <= '9';
+    utf8proc_category_t c = utf8proc_category((utf8proc_int32_t)cp);
+    return c >= UTF8PROC_CATEGORY_ND && c <= UTF8PROC_CATEGORY_NO;
+}
+
+static inline int lens_bert_is_whitespace(uint32_t cp)
+{
+    if (cp == ' ' || cp == '\t' || cp == '\n' || cp == '\r') return 1;
+    if (cp < 0x80) return 0;
+    utf8proc_category_t c = utf8proc_category((utf8proc_int32_t)cp);
+    return c == UTF8PROC_CATEGORY_ZS || c == UTF8PROC_CATEGORY_ZL || c == UTF8PROC_CATEGORY_ZP;
+}
+
+/* HF _is_punctuation: ASCII non-alphanumeric printables count even where
+ * Unicode says symbol ("$", "+", "^"), plus every P* category. */
+static inline int lens_bert_is_punct(uint32_t cp)
+{
+    if ((cp >= 33 && cp <= 47) || (cp >= 58 && cp <= 64) || (cp >= 91 && cp <= 96) ||
+        (cp >= 123 && cp <= 126))
+        return 1;
+    if (cp < 0x80) return 0;
+    utf8proc_category_t c = utf8proc_category((utf8proc_int32_t)cp);
+    return c >= UTF8PROC_CATEGORY_PC && c <= UTF8PROC_CATEGORY_PO;
+}
+
 
 /* ---- Normalised text with alignments (tokenizer_normalize.c) ---------- */
 
@@ -146,7 +187,15 @@ typedef struct {
     int n, cap;
 } lens_norm_buf;
 
-int lens_norm_push(lens_norm_buf *b, uint32_t cp, int os, int oe);
+int lens_norm_reserve(lens_norm_buf *b, int need);
+static inline int lens_norm_push(lens_norm_buf *b, uint32_t cp, int os, int oe)
+{
+    if (b->n == b->cap && lens_norm_reserve(b, b->n + 1) < 0) return -1;
+    b->cp[b->n] = cp;
+    b->os[b->n] = os;
+    b->oe[b->n++] = oe;
+    return 0;
+}
 void lens_norm_buf_free(lens_norm_buf *b);
 /* Apply one normalizer: in -> out (out is cleared first). */
 int lens_normalize_step(const lens_norm *nm, const lens_norm_buf *in, lens_norm_buf *out);
@@ -160,13 +209,44 @@ typedef struct {
     int n, cap;
 } lens_tok_vec;
 
-int lens_tok_push(lens_tok_vec *out, int id, int start, int end, int segment);
+int lens_tok_grow(lens_tok_vec *out);
+static inline int lens_tok_push(lens_tok_vec *out, int id, int start, int end, int segment)
+{
+    if (out->n == out->cap && lens_tok_grow(out) < 0) return -1;
+    out->v[out->n++] = (lens_token){ .id = id, .start = start, .end = end, .segment = segment };
+    return 0;
+}
 
 /* ---- Vocabulary and merges --------------------------------------------- */
 
-uint64_t lens_fnv1a(uint64_t h, const char *s, size_t n);
 #define LENS_FNV_OFFSET 0xcbf29ce484222325ULL
-int lens_vocab_find2(const lens_tokenizer *tok, const char *prefix, size_t plen, const char *s, size_t n);
+static inline uint64_t lens_fnv1a(uint64_t h, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+/* Id of prefix+s (prefix may be empty: "##" for WordPiece continuations),
+ * hashing the two parts without concatenating them. */
+static inline int lens_vocab_find2(const lens_tokenizer *tok, const char *prefix, size_t plen,
+                       const char *s, size_t n)
+{
+    uint64_t h = lens_fnv1a(lens_fnv1a(LENS_FNV_OFFSET, prefix, plen), s, n);
+    size_t total = plen + n;
+    for (uint32_t i = (uint32_t)h & tok->vocab_mask;; i = (i + 1) & tok->vocab_mask) {
+        uint32_t slot = tok->vocab_slots[i];
+        if (!slot) return -1;
+        int id = (int)slot - 1;
+        const char *p = tok->piece[id];
+        if ((size_t)tok->piece_len[id] == total && memcmp(p, prefix, plen) == 0 &&
+            memcmp(p + plen, s, n) == 0)
+            return id;
+    }
+}
+
 int lens_vocab_alloc(lens_tokenizer *tok, int size, lens_err *err);
 int lens_piece_set(lens_tokenizer *tok, int id, const char *s, size_t n, lens_err *err);
 int lens_vocab_build_index(lens_tokenizer *tok, lens_err *err);
@@ -188,9 +268,10 @@ const char *lens_tok_json_text(const json_t *v);
 typedef struct lens_wp_scratch lens_wp_scratch;
 typedef struct lens_bpe_scratch lens_bpe_scratch;
 
-/* WordPiece (wordpiece.c): word w[0..n) -> pieces with offsets k0 + [0, n). */
+/* WordPiece (wordpiece.c): word w[0..n) -> pieces with offsets k0 + [0, n),
+ * through nb's alignments when nb is not NULL. */
 int lens_wp_word(const lens_tokenizer *tok, lens_wp_scratch *sc, const uint32_t *w, int n, int k0,
-                 int segment, lens_tok_vec *out);
+                 const lens_norm_buf *nb, int segment, lens_tok_vec *out);
 int lens_wp_bert_range(const lens_tokenizer *tok, lens_wp_scratch *sc, const lens_text *t, int a, int b,
                        int segment, lens_tok_vec *out);
 lens_wp_scratch *lens_wp_scratch_new(void);

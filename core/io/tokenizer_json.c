@@ -429,6 +429,10 @@ static int read_post(loader *L, const json_t *n)
         if (ns < 0) return -1;
         int np = template_side(L, json_object_get(n, "pair"), specials, pair, 64);
         if (np < 0) return -1;
+        for (int i = 0, saw_b = 0; i < np; i++) {
+            if (pair[i].id < 0 && pair[i].seq == 0 && saw_b) return bad(L, "TemplateProcessing pair with B before A is not supported");
+            saw_b |= pair[i].id < 0 && pair[i].seq == 1;
+        }
         return set_template(tok, single, ns, pair, np, L->err);
     }
     if (!strcmp(type, "BertProcessing") || !strcmp(type, "RobertaProcessing")) {

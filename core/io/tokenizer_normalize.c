@@ -25,62 +25,26 @@ static utf8proc_category_t ucat(uint32_t cp)
     return utf8proc_category((utf8proc_int32_t)cp);
 }
 
-int lens_uni_white_space(uint32_t cp)
-{
-    if (cp < 0x80) return cp == ' ' || (cp >= 0x09 && cp <= 0x0D);
-    return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
-           cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
-}
 
-int lens_uni_letter(uint32_t cp)
-{
-    if (cp < 0x80) return (cp | 0x20) >= 'a' && (cp | 0x20) <= 'z';
-    utf8proc_category_t c = ucat(cp);
-    return c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_LO;
-}
 
-int lens_uni_number(uint32_t cp)
-{
-    if (cp < 0x80) return cp >= '0' && cp <= '9';
-    utf8proc_category_t c = ucat(cp);
-    return c >= UTF8PROC_CATEGORY_ND && c <= UTF8PROC_CATEGORY_NO;
-}
 
 /* HF _is_control: every C* category, but \t \n \r are whitespace. */
 static int bert_is_control(uint32_t cp)
 {
-    if (cp == '\t' || cp == '\n' || cp == '\r') return 0;
+    if (cp < 0x80) return (cp < 0x20 || cp == 0x7F) && cp != '\t' && cp != '\n' && cp != '\r';
     utf8proc_category_t c = ucat(cp);
     return c == UTF8PROC_CATEGORY_CN || c >= UTF8PROC_CATEGORY_CC;
 }
 
-int lens_bert_is_whitespace(uint32_t cp)
-{
-    if (cp == ' ' || cp == '\t' || cp == '\n' || cp == '\r') return 1;
-    if (cp < 0x80) return 0;
-    utf8proc_category_t c = ucat(cp);
-    return c == UTF8PROC_CATEGORY_ZS || c == UTF8PROC_CATEGORY_ZL || c == UTF8PROC_CATEGORY_ZP;
-}
 
-/* HF _is_punctuation: ASCII non-alphanumeric printables count even where
- * Unicode says symbol ("$", "+", "^"), plus every P* category. */
-int lens_bert_is_punct(uint32_t cp)
-{
-    if ((cp >= 33 && cp <= 47) || (cp >= 58 && cp <= 64) || (cp >= 91 && cp <= 96) ||
-        (cp >= 123 && cp <= 126))
-        return 1;
-    if (cp < 0x80) return 0;
-    utf8proc_category_t c = ucat(cp);
-    return c >= UTF8PROC_CATEGORY_PC && c <= UTF8PROC_CATEGORY_PO;
-}
 
 /* HF _is_chinese_char: the CJK Unified Ideographs blocks, not kana/hangul. */
 static int bert_is_chinese(uint32_t cp)
 {
-    return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) ||
+    return cp >= 0x3400 && ((cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) ||
            (cp >= 0x20000 && cp <= 0x2A6DF) || (cp >= 0x2A700 && cp <= 0x2B73F) ||
            (cp >= 0x2B740 && cp <= 0x2B81F) || (cp >= 0x2B820 && cp <= 0x2CEAF) ||
-           (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0x2F800 && cp <= 0x2FA1F);
+           (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0x2F800 && cp <= 0x2FA1F));
 }
 
 /* Python's str.lower "cased" and "case-ignorable" (Unicode 3.13 D135/D136),
@@ -109,24 +73,21 @@ static int is_case_ignorable(uint32_t cp)
 
 /* ------------------------------------------------------------------------ */
 
-int lens_norm_push(lens_norm_buf *b, uint32_t cp, int os, int oe)
+int lens_norm_reserve(lens_norm_buf *b, int need)
 {
-    if (b->n == b->cap) {
-        int cap = b->cap ? b->cap * 2 : 256;
-        uint32_t *c = realloc(b->cp, (size_t)cap * sizeof *c);
-        if (!c) return -1;
-        b->cp = c;
-        int *s = realloc(b->os, (size_t)cap * sizeof *s);
-        if (!s) return -1;
-        b->os = s;
-        int *e = realloc(b->oe, (size_t)cap * sizeof *e);
-        if (!e) return -1;
-        b->oe = e;
-        b->cap = cap;
-    }
-    b->cp[b->n] = cp;
-    b->os[b->n] = os;
-    b->oe[b->n++] = oe;
+    if (need <= b->cap) return 0;
+    int cap = b->cap ? b->cap : 256;
+    while (cap < need) cap *= 2;
+    uint32_t *c = realloc(b->cp, (size_t)cap * sizeof *c);
+    if (!c) return -1;
+    b->cp = c;
+    int *s = realloc(b->os, (size_t)cap * sizeof *s);
+    if (!s) return -1;
+    b->os = s;
+    int *e = realloc(b->oe, (size_t)cap * sizeof *e);
+    if (!e) return -1;
+    b->oe = e;
+    b->cap = cap;
     return 0;
 }
 
@@ -138,23 +99,29 @@ void lens_norm_buf_free(lens_norm_buf *b)
     memset(b, 0, sizeof *b);
 }
 
-/* Lower-case of in->cp[i]: a simple per code point mapping plus İ -> "i̇"
- * (the only unconditional multi-character one); with final_sigma, Python's
- * str.lower rule for Σ (the slow BertTokenizer), without it Rust's
- * char::to_lowercase (tokenizers' normalizers). */
-static int lower_at(const lens_norm_buf *in, int i, int final_sigma, uint32_t out[2])
+static int bert_dropped(uint32_t cp)
 {
-    uint32_t cp = in->cp[i];
+    return cp == 0 || cp == 0xFFFD || bert_is_control(cp);
+}
+
+/* Lower-case of cps[i] (cps[lo..hi) its text): a simple per code point
+ * mapping plus İ -> "i̇" (the only unconditional multi-character one);
+ * with final_sigma, Python's str.lower rule for Σ (the slow BertTokenizer;
+ * code points BERT's cleaning drops are skipped like case-ignorable ones),
+ * without it Rust's char::to_lowercase (tokenizers' normalizers). */
+static int lower_cp(const uint32_t *cps, int lo, int hi, int i, int final_sigma, uint32_t out[2])
+{
+    uint32_t cp = cps[i];
     if (cp < 0x80) { out[0] = (cp >= 'A' && cp <= 'Z') ? cp + 32 : cp; return 1; }
     if (cp == 0x130) { out[0] = 'i'; out[1] = 0x307; return 2; }
     if (cp == 0x3A3 && final_sigma) {
         int j = i - 1;
-        while (j >= 0 && is_case_ignorable(in->cp[j])) j--;
-        int final = j >= 0 && is_cased(in->cp[j]);
+        while (j >= lo && (is_case_ignorable(cps[j]) || bert_dropped(cps[j]))) j--;
+        int final = j >= lo && is_cased(cps[j]);
         if (final) {
             j = i + 1;
-            while (j < in->n && is_case_ignorable(in->cp[j])) j++;
-            final = j == in->n || !is_cased(in->cp[j]);
+            while (j < hi && (is_case_ignorable(cps[j]) || bert_dropped(cps[j]))) j++;
+            final = j == hi || !is_cased(cps[j]);
         }
         out[0] = final ? 0x3C2 : 0x3C3;
         return 1;
@@ -178,30 +145,29 @@ static int strip_push(lens_norm_buf *out, uint32_t cp, int os, int oe)
     return 0;
 }
 
-/* BertNormalizer over code points [a, b) of t: clean (drop U+0000, U+FFFD,
- * C* except \t\n\r; whitespace -> ' '), ' ' around CJK ideographs,
- * lower-case, NFD and drop Mn. */
+/* BertNormalizer over code points [a, b) of t, in one pass: clean (drop
+ * U+0000, U+FFFD, C* except \t\n\r; whitespace -> ' '), ' ' around CJK
+ * ideographs, lower-case, NFD and drop Mn. */
 int lens_bert_normalize(const lens_norm *nm, const lens_text *t, int a, int b, lens_norm_buf *out)
 {
-    lens_norm_buf cl = { 0 };
     out->n = 0;
-    int rc = 0;
+    /* room for the usual case (no expansion) up front: no regrowth */
+    int rc = lens_norm_reserve(out, b - a + 16);
     for (int i = a; i < b && !rc; i++) {
         uint32_t cp = t->cp[i];
-        if (nm->clean && (cp == 0 || cp == 0xFFFD || bert_is_control(cp))) continue;
-        if (nm->clean && lens_bert_is_whitespace(cp)) rc = lens_norm_push(&cl, ' ', i, i + 1);
-        else if (nm->chinese && bert_is_chinese(cp))
-            rc = lens_norm_push(&cl, ' ', i, i + 1) | lens_norm_push(&cl, cp, i, i + 1) | lens_norm_push(&cl, ' ', i, i + 1);
-        else rc = lens_norm_push(&cl, cp, i, i + 1);
-    }
-    for (int i = 0; i < cl.n && !rc; i++) {
-        uint32_t low[2] = { cl.cp[i], 0 };
-        int k = nm->lowercase ? lower_at(&cl, i, nm->final_sigma, low) : 1;
+        if (nm->clean && bert_dropped(cp)) continue;
+        if (nm->clean && lens_bert_is_whitespace(cp)) {
+            rc = lens_norm_push(out, ' ', i, i + 1);
+            continue;
+        }
+        int cjk = nm->chinese && bert_is_chinese(cp);
+        if (cjk) rc = lens_norm_push(out, ' ', i, i + 1);
+        uint32_t low[2] = { cp, 0 };
+        int k = nm->lowercase ? lower_cp(t->cp, a, b, i, nm->final_sigma, low) : 1;
         for (int j = 0; j < k && !rc; j++)
-            rc = nm->strip_accents ? strip_push(out, low[j], cl.os[i], cl.oe[i])
-                                   : lens_norm_push(out, low[j], cl.os[i], cl.oe[i]);
+            rc = nm->strip_accents ? strip_push(out, low[j], i, i + 1) : lens_norm_push(out, low[j], i, i + 1);
+        if (cjk && !rc) rc = lens_norm_push(out, ' ', i, i + 1);
     }
-    lens_norm_buf_free(&cl);
     return rc;
 }
 
@@ -300,7 +266,7 @@ int lens_normalize_step(const lens_norm *nm, const lens_norm_buf *in, lens_norm_
     case NORM_LOWERCASE:
         for (int i = 0; i < in->n && !rc; i++) {
             uint32_t low[2];
-            int k = lower_at(in, i, 0, low);
+            int k = lower_cp(in->cp, 0, in->n, i, 0, low);
             for (int j = 0; j < k && !rc; j++) rc = lens_norm_push(out, low[j], in->os[i], in->oe[i]);
         }
         return rc;

@@ -141,6 +141,14 @@ static int is_delim(const lens_pre *p, const lens_text *t, int i, int b, int *le
     }
 }
 
+/* The next step for piece [a, b): pre-tokenizer k + 1, or the model. */
+static inline int next_step(const lens_tokenizer *tok, int k, const lens_text *t, int a, int b, lens_word_fn word,
+                            void *ctx)
+{
+    if (k + 1 == tok->n_pre) return a < b ? word(ctx, t, a, b) : 0;
+    return lens_pretokenize(tok, k + 1, t, a, b, word, ctx);
+}
+
 /* Cut [a, b) at delimiters with one of HF's behaviours. */
 static int split_delims(const lens_tokenizer *tok, int k, const lens_text *t, int a, int b, lens_word_fn word,
                         void *ctx)
@@ -156,26 +164,26 @@ static int split_delims(const lens_tokenizer *tok, int k, const lens_text *t, in
             while (e < b && is_delim(p, t, e, b, &len)) e += len;
         switch (how) {
         case SPLIT_REMOVED:
-            if (i > start) rc = lens_pretokenize(tok, k + 1, t, start, i, word, ctx);
+            if (i > start) rc = next_step(tok, k, t, start, i, word, ctx);
             start = e;
             break;
         case SPLIT_ISOLATED: case SPLIT_CONTIGUOUS:
-            if (i > start) rc = lens_pretokenize(tok, k + 1, t, start, i, word, ctx);
-            if (!rc) rc = lens_pretokenize(tok, k + 1, t, i, e, word, ctx);
+            if (i > start) rc = next_step(tok, k, t, start, i, word, ctx);
+            if (!rc) rc = next_step(tok, k, t, i, e, word, ctx);
             start = e;
             break;
         case SPLIT_MERGED_PREV:
-            rc = lens_pretokenize(tok, k + 1, t, start, e, word, ctx);
+            rc = next_step(tok, k, t, start, e, word, ctx);
             start = e;
             break;
         case SPLIT_MERGED_NEXT:
-            if (i > start) rc = lens_pretokenize(tok, k + 1, t, start, i, word, ctx);
+            if (i > start) rc = next_step(tok, k, t, start, i, word, ctx);
             start = i;
             break;
         }
         i = e;
     }
-    if (!rc && b > start) rc = lens_pretokenize(tok, k + 1, t, start, b, word, ctx);
+    if (!rc && b > start) rc = next_step(tok, k, t, start, b, word, ctx);
     return rc;
 }
 
@@ -189,12 +197,12 @@ int lens_pretokenize(const lens_tokenizer *tok, int k, const lens_text *t, int a
     int rc = 0;
     switch (p->kind) {
     case PRE_BYTELEVEL:
-        if (!p->use_regex) return lens_pretokenize(tok, k + 1, t, a, b, word, ctx);
+        if (!p->use_regex) return next_step(tok, k, t, a, b, word, ctx);
         /* fall through */
     case PRE_REGEX:
         for (int i = a; i < b && !rc;) {
             int j = regex_word_end(p->regex, cp, i, b);
-            rc = lens_pretokenize(tok, k + 1, t, i, j, word, ctx);
+            rc = next_step(tok, k, t, i, j, word, ctx);
             i = j;
         }
         return rc;
@@ -205,7 +213,7 @@ int lens_pretokenize(const lens_tokenizer *tok, int k, const lens_text *t, int a
             int j = i + 1;
             if (!lens_bert_is_punct(cp[i]))
                 while (j < b && !lens_uni_white_space(cp[j]) && !lens_bert_is_punct(cp[j])) j++;
-            rc = lens_pretokenize(tok, k + 1, t, i, j, word, ctx);
+            rc = next_step(tok, k, t, i, j, word, ctx);
             i = j;
         }
         return rc;
@@ -215,12 +223,12 @@ int lens_pretokenize(const lens_tokenizer *tok, int k, const lens_text *t, int a
             if (lens_uni_white_space(cp[i])) { i++; continue; }
             int w = is_word_char(cp[i]), j = i + 1;
             while (j < b && !lens_uni_white_space(cp[j]) && is_word_char(cp[j]) == w) j++;
-            rc = lens_pretokenize(tok, k + 1, t, i, j, word, ctx);
+            rc = next_step(tok, k, t, i, j, word, ctx);
             i = j;
         }
         return rc;
     case PRE_METASPACE:
-        if (!p->split) return lens_pretokenize(tok, k + 1, t, a, b, word, ctx);
+        if (!p->split) return next_step(tok, k, t, a, b, word, ctx);
         return split_delims(tok, k, t, a, b, word, ctx);
     case PRE_DIGITS: case PRE_SPLIT_STRING: case PRE_WHITESPACE_SPLIT: case PRE_PUNCTUATION:
         /* behaviour set at load: Digits Isolated or Contiguous, WhitespaceSplit Removed */

@@ -35,11 +35,13 @@ void lens_wp_scratch_free(lens_wp_scratch *sc)
 }
 
 /* One word w[0..n) -> pieces; offsets are k0 + [start, end) in the caller's
- * code-point space. */
+ * code-point space, mapped through al's alignments when al is not NULL. */
 int lens_wp_word(const lens_tokenizer *tok, lens_wp_scratch *sc, const uint32_t *w, int n, int k0,
-                 int segment, lens_tok_vec *out)
+                 const lens_norm_buf *al, int segment, lens_tok_vec *out)
 {
-    if (n > tok->max_input_chars_per_word) return lens_tok_push(out, tok->unk_id, k0, k0 + n, segment);
+#define WP_START(k) (al ? al->os[k0 + (k)] : k0 + (k))
+#define WP_END(k) (al ? al->oe[k0 + (k) - 1] : k0 + (k))
+    if (n > tok->max_input_chars_per_word) return lens_tok_push(out, tok->unk_id, WP_START(0), WP_END(n), segment);
     if (n + 1 > sc->word_cap) {
         int cap = (n + 1) * 2;
         char *u = realloc(sc->word_utf8, (size_t)cap * 4);
@@ -71,12 +73,14 @@ int lens_wp_word(const lens_tokenizer *tok, lens_wp_scratch *sc, const uint32_t 
         if (id < 0) {
             /* Like HF: one unmatched rest makes the whole word [UNK]. */
             out->n = first;
-            return lens_tok_push(out, tok->unk_id, k0, k0 + n, segment);
+            return lens_tok_push(out, tok->unk_id, WP_START(0), WP_END(n), segment);
         }
-        if (lens_tok_push(out, id, k0 + start, k0 + end, segment) < 0) return -1;
+        if (lens_tok_push(out, id, WP_START(start), WP_END(end), segment) < 0) return -1;
         start = end;
     }
     return 0;
+#undef WP_START
+#undef WP_END
 }
 
 /* Code points [a, b) of t, free of added tokens -> WordPiece tokens, with
@@ -86,7 +90,6 @@ int lens_wp_bert_range(const lens_tokenizer *tok, lens_wp_scratch *sc, const len
 {
     lens_norm_buf *nm = &sc->normal;
     if (lens_bert_normalize(&tok->norm[0], t, a, b, nm) < 0) return -1;
-    int first = out->n;
     int ws = -1; /* start of the current word in nm, -1 when none */
     for (int i = 0; i <= nm->n; i++) {
         uint32_t cp = i < nm->n ? nm->cp[i] : ' ';
@@ -96,15 +99,9 @@ int lens_wp_bert_range(const lens_tokenizer *tok, lens_wp_scratch *sc, const len
             if (ws < 0) ws = i;
             continue;
         }
-        if (ws >= 0 && lens_wp_word(tok, sc, nm->cp + ws, i - ws, ws, segment, out) < 0) return -1;
+        if (ws >= 0 && lens_wp_word(tok, sc, nm->cp + ws, i - ws, ws, nm, segment, out) < 0) return -1;
         ws = -1;
-        if (!space && lens_wp_word(tok, sc, nm->cp + i, 1, i, segment, out) < 0) return -1;
-    }
-    for (int k = first; k < out->n; k++) {
-        lens_token *v = &out->v[k];
-        int s = v->start, e = v->end;
-        v->start = nm->os[s];
-        v->end = nm->oe[e - 1];
+        if (!space && lens_wp_word(tok, sc, nm->cp + i, 1, i, nm, segment, out) < 0) return -1;
     }
     return 0;
 }
