@@ -16,13 +16,18 @@
  *            under $LENS_TOKENIZER_NPM (default /tmp/tokoracle/node_modules);
  *            skipped with a message when absent or of another size.
  * Also: malformed tokenizer.json files fail with LENS_EFORMAT and a message
- * naming the part, never a crash. */
+ * naming the part, never a crash; a checkpoint without tokenizer files loads
+ * with no tokenizer (text fails with LENS_ENOENT), a folder of tokenizer
+ * files only loads as a tokenizer-only model that supports no analysis. */
 #include <jansson.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "check.h"
 #include "core/io/tokenizer.h"
+#include "core/model/model.h"
 
 static int n_cases_total;
 
@@ -283,6 +288,60 @@ static void check_malformed(void)
     printf("malformed tokenizer.json: %d cases\n", n);
 }
 
+/* A checkpoint folder without tokenizer files, and tokenizer files without
+ * a checkpoint. */
+static void check_folders(const char *shared)
+{
+    char tmp[] = "/tmp/lens_notok_XXXXXX", from[PATH_MAX + 64], to[256], abs[PATH_MAX];
+    if (!mkdtemp(tmp) || !realpath(shared, abs)) { SKIP("mkdtemp / realpath failed: no folder checks"); return; }
+    static const char *const files[] = { "config.json", "model.safetensors" };
+    for (int i = 0; i < 2; i++) {
+        snprintf(from, sizeof from, "%s/models/bert-tiny-sst2/%s", abs, files[i]);
+        snprintf(to, sizeof to, "%s/%s", tmp, files[i]);
+        CHECK(symlink(from, to) == 0, "symlink %s", to);
+    }
+    lens_err err = { 0 };
+    lens_model *m = lens_model_load(tmp, &err);
+    CHECK(m != NULL && m->tok == NULL, "checkpoint without tokenizer files: loads with no tokenizer (%s)", err.msg);
+    if (m) {
+        lens_token *t = NULL;
+        int n = -1;
+        int rc = lens_tokenize(m->tok, "hello", 5, NULL, 0, &t, &n, &err);
+        CHECK(rc == -1 && err.code == LENS_ENOENT && strstr(err.msg, "no tokenizer") && n == 0 && t == NULL,
+              "text without a tokenizer: LENS_ENOENT, got rc %d %s", rc, err.msg);
+        CHECK(lens_tokenizer_piece(m->tok, 5) == NULL && !lens_tokenizer_is_special(m->tok, 101) &&
+              lens_tokenizer_vocab_size(m->tok) == 0 && lens_tokenizer_id(m->tok, "[CLS]") == -1,
+              "tokenizer queries on NULL answer nothing");
+        CHECK(lens_model_supports(m, LENS_ANALYSIS_FORWARD, NULL), "a checkpoint without tokenizer still runs forward");
+    }
+    lens_model_free(m);
+    for (int i = 0; i < 2; i++) {
+        snprintf(to, sizeof to, "%s/%s", tmp, files[i]);
+        unlink(to);
+    }
+    rmdir(tmp);
+
+    char dir[PATH_MAX + 64];
+    snprintf(dir, sizeof dir, "%s/vocab/bert-base-uncased", abs);
+    m = lens_model_tokenizer_only(dir, &err);
+    CHECK(m != NULL && m->tok != NULL && m->tokenizer_only, "tokenizer files only: %s", err.msg);
+    if (m) {
+        const char *why = NULL;
+        CHECK(!lens_model_supports(m, LENS_ANALYSIS_FORWARD, &why) && why && strstr(why, "tokenizer"),
+              "a tokenizer-only folder supports no analysis (%s)", why ? why : "no reason");
+        /* [MASK] typed in the text: special, with its span, as the same id given alone */
+        lens_token *t = NULL;
+        int n = 0;
+        CHECK(!lens_tokenize(m->tok, "a [MASK] b", 10, NULL, 0, &t, &n, &err), "tokenize: %s", err.msg);
+        int mask = lens_tokenizer_id(m->tok, "[MASK]");
+        CHECK(n == 5 && t[0].special && t[0].start == -1 && !t[1].special && t[2].id == mask && t[2].special &&
+              t[2].start == 2 && t[2].end == 8 && !t[3].special && t[4].special && lens_tokenizer_is_special(m->tok, mask),
+              "typed [MASK]: special with its span [2, 8)");
+        free(t);
+    }
+    lens_model_free(m);
+}
+
 int main(void)
 {
     check_malformed();
@@ -298,6 +357,7 @@ int main(void)
         if (bert) check_fixture(bert, "bert", "tokenizer.json");
         lens_tokenizer_free(bert);
         check_gpt2_and_roberta(shared);
+        check_folders(shared);
     }
     const char *npm[] = { "llama3", "qwen2_5", "gemma", "llama2" };
     for (int i = 0; i < 4; i++) check_npm(npm[i]);
