@@ -348,20 +348,6 @@ void api_input_free(api_input *in)
     in->input_ids = NULL;
 }
 
-/* Special tokens when ids come without text: bracketed WordPiece specials
- * ([CLS], [SEP], [PAD], [MASK], [UNK]) and GPT-2's <|endoftext|>. */
-static int is_special_piece(const char *piece)
-{
-    if (!piece) return 0;
-    size_t n = strlen(piece);
-    if (n >= 3 && piece[0] == '[' && piece[n - 1] == ']') {
-        static const char *const names[] = {"[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]"};
-        for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-            if (!strcmp(piece, names[i])) return 1;
-    }
-    return !strcmp(piece, "<|endoftext|>");
-}
-
 int api_tokenize_input(api_call *c, const api_input *in, lens_token **toks, int *n)
 {
     const lens_model *m = in->model->model;
@@ -373,12 +359,15 @@ int api_tokenize_input(api_call *c, const api_input *in, lens_token **toks, int 
         for (int i = 0; i < in->n_input_ids; i++) {
             t[i].id = in->input_ids[i];
             t[i].start = t[i].end = -1;
-            t[i].special = is_special_piece(lens_tokenizer_piece(m->tok, t[i].id));
+            t[i].special = lens_tokenizer_is_special(m->tok, t[i].id);
         }
         *toks = t, *n = in->n_input_ids;
         return 0;
     }
     lens_err err = {0};
+    if (!m->tok)
+        return api_fail(c, 422, "invalid_request", "text",
+                        "model \"%s\" has no tokenizer (no tokenizer files in its folder): send input_ids", in->model->name);
     if (lens_tokenize(m->tok, in->text, in->text_len, in->pair, in->pair ? in->pair_len : 0, toks, n, &err)) {
         *toks = NULL, *n = 0;
         if (err.code == LENS_EINVAL) return api_fail(c, 422, "invalid_request", "text", "%s", err.msg);
@@ -534,11 +523,13 @@ void api_write_tokens(jw *w, const lens_model *m, const lens_token *t, int n)
         jw_int(w, t[i].id);
         jw_key(w, "text");
         jw_str(w, lens_tokenizer_piece(m->tok, t[i].id));
+        /* template tokens and input_ids have no span; special tokens typed
+         * in the text keep theirs */
         jw_key(w, "start");
-        if (t[i].special || t[i].start < 0) jw_null(w);
+        if (t[i].start < 0) jw_null(w);
         else jw_int(w, t[i].start);
         jw_key(w, "end");
-        if (t[i].special || t[i].end < 0) jw_null(w);
+        if (t[i].end < 0) jw_null(w);
         else jw_int(w, t[i].end);
         jw_key(w, "special");
         jw_bool(w, t[i].special);

@@ -379,7 +379,11 @@ static int cmd_request(const cli_command *cmd, int argc, char **argv)
     }
 
     lens_err err = {0};
-    lens_model *m = lens_model_load(dir, &err);
+    /* tokenize also takes a folder of tokenizer files only (no config.json) */
+    char config[4096];
+    snprintf(config, sizeof config, "%s/config.json", dir);
+    int tok_only = cmd->opts == tokenize_opts && access(config, F_OK) != 0;
+    lens_model *m = tok_only ? lens_model_tokenizer_only(dir, &err) : lens_model_load(dir, &err);
     if (!m) {
         fprintf(stderr, "lensd: %s\n", err.msg);
         json_decref(body);

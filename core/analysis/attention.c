@@ -1000,7 +1000,7 @@ void lens_attention_token_masks(const lens_model *m, const int *ids, int T, unsi
         const char *piece = m->tok ? lens_tokenizer_piece(m->tok, ids[t]) : NULL;
         if (special) {
             if (gpt2) special[t] = t == 0;
-            else special[t] = piece && (!strcmp(piece, "[CLS]") || !strcmp(piece, "[SEP]") || !strcmp(piece, "[PAD]"));
+            else special[t] = lens_tokenizer_is_special(m->tok, ids[t]);
         }
         if (punct) {
             const char *core = piece;

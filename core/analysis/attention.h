@@ -92,8 +92,9 @@ int lens_attention_head(const float *A, const float *V, int ldv, const float *Q,
 int lens_attention_effective(const float *A, const float *V, int ldv, int T, int DV, int causal, float *effective,
                              int *rank, lens_err *err);
 
-/* special / punct masks of a token sequence: BERT [CLS], [SEP] (and [PAD]);
- * GPT-2 the first token (the attention sink); punctuation: the piece without
+/* special / punct masks of a token sequence: for encoders the tokenizer's
+ * special tokens (lens_tokenizer_is_special: [CLS], [SEP], [PAD], [MASK],
+ * [UNK], ...); GPT-2 the first token (the attention sink); punctuation: the piece without
  * "##" / "Ġ" is non-empty and only Unicode punctuation (P*) characters. */
 void lens_attention_token_masks(const lens_model *m, const int *ids, int T, unsigned char *special,
                                 unsigned char *punct);

@@ -110,12 +110,17 @@ typedef struct lens_model {
     lens_config cfg;
     lens_params p;
     lens_weights *weights;
-    lens_tokenizer *tok;
+    lens_tokenizer *tok; /* NULL when the folder has no tokenizer files */
+    int tokenizer_only;  /* lens_model_tokenizer_only: no config, no weights */
     size_t n_params;
     float *packed;   /* one allocation holding every lens_linear.packed */
 } lens_model;
 
 lens_model *lens_model_load(const char *dir, lens_err *err);
+/* A folder holding only tokenizer files (tokenizer.json and/or
+ * tokenizer_config.json, or vocab files), as AutoTokenizer reads it: serves
+ * tokenize and nothing else (lens_model_supports says so). */
+lens_model *lens_model_tokenizer_only(const char *dir, lens_err *err);
 void lens_model_free(lens_model *m);
 
 /* The analyses lensd serves, as named in the API (endpoints and job kinds).
