@@ -159,6 +159,8 @@ void api_models(api_call *c);
 void api_model_get(api_call *c);
 int api_tokenize_prepare(api_call *c);
 void api_tokenize_run(api_call *c);
+int api_detokenize_prepare(api_call *c);
+void api_detokenize_run(api_call *c);
 int api_forward_prepare(api_call *c);
 void api_forward_run(api_call *c);
 int api_attention_prepare(api_call *c);

@@ -1,8 +1,8 @@
 /* forward.c - POST /v1/forward and `lensd forward`.
  *
  * Request {model?, text | input_ids, text_pair?, outputs?, layers?, heads?,
- * positions?, format?}. outputs is a subset of logits, hidden_states,
- * attentions; the default is ["logits"] for models with a task head and
+ * positions?, k?, logit_lens?, format?}. outputs is a subset of logits,
+ * hidden_states, attentions, top_k (api/predictions.c); the default is ["logits"] for models with a task head and
  * ["hidden_states"] for bare encoders. layers selects hidden-state layers
  * (0 = embedding output .. L) and attention layers (1..L; 0 is skipped for
  * attentions); heads selects attention heads. positions restricts
@@ -10,22 +10,24 @@
  *
  * Response {model, tokens, logits?, probs?, label?, label_id?, positions?,
  * hidden_layers?, hidden_states?: [layer][token][dim],
- * attentions?: [{layer, heads: [{head, weights: [T][T]}]}], timing_ms}.
+ * attentions?: [{layer, heads: [{head, weights: [T][T]}]}],
+ * top_k?: [{position, predictions}], logit_lens?: [{position, layers}], timing_ms}.
  * With format.encoding "base64" every float matrix (logits, each layer's
  * hidden states, each head's weights) is {dtype, shape, data} instead. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/request.h"
+#include "api/predictions.h"
 
-enum { OUT_LOGITS = 1, OUT_HIDDEN = 2, OUT_ATTN = 4 };
+enum { OUT_LOGITS = 1, OUT_HIDDEN = 2, OUT_ATTN = 4, OUT_TOP_K = 8 };
 
 typedef struct {
     api_input in;
     unsigned outputs;
     api_index_list layers, heads, positions;
     api_format format;
+    api_predictions pred; /* top_k, logit_lens (api/predictions.c) */
 } forward_req;
 
 static void forward_req_free(void *p)
@@ -59,9 +61,10 @@ static int decode_outputs(api_call *c, const lens_config *cfg, unsigned *out)
         if (!strcmp(s, "logits")) *out |= OUT_LOGITS;
         else if (!strcmp(s, "hidden_states")) *out |= OUT_HIDDEN;
         else if (!strcmp(s, "attentions")) *out |= OUT_ATTN;
+        else if (!strcmp(s, "top_k")) *out |= OUT_TOP_K;
         else
             return api_fail(c, 422, "invalid_request", "outputs",
-                            "unknown output \"%.64s\" (known: logits, hidden_states, attentions)", s);
+                            "unknown output \"%.64s\" (known: logits, hidden_states, attentions, top_k)", s);
     }
     if ((*out & OUT_LOGITS) && !has_head)
         return api_fail(c, 422, "invalid_request", "outputs", "this model (%s) has no task head, so no logits",
@@ -81,7 +84,7 @@ int api_forward_prepare(api_call *c)
     if (decode_outputs(c, cfg, &r->outputs) ||
         api_decode_index_list(c, "layers", 0, cfg->n_layers, &r->layers) ||
         api_decode_index_list(c, "heads", 0, cfg->n_heads - 1, &r->heads) ||
-        api_decode_format(c, &r->format))
+        api_decode_format(c, &r->format) || api_decode_predictions(c, m->model, r->outputs & OUT_TOP_K, &r->pred))
         return -1;
     json_t *pos = json_object_get(c->body, "positions");
     if (pos && !json_is_null(pos)) {
@@ -184,8 +187,8 @@ void api_forward_run(api_call *c)
 
     lens_batch batch = {.n_seqs = 1, .lengths = &T, .ids = seq.ids, .type_ids = seq.types};
     lens_forward_opts opts = {.keep = 0, .cancel = c->cancel, .pool = c->threads};
-    if (r->outputs & OUT_LOGITS) opts.keep |= LENS_KEEP_LOGITS;
-    if (r->outputs & OUT_HIDDEN) opts.keep |= LENS_KEEP_HIDDEN;
+    if (r->outputs & (OUT_LOGITS | OUT_TOP_K)) opts.keep |= LENS_KEEP_LOGITS;
+    if ((r->outputs & OUT_HIDDEN) || r->pred.logit_lens) opts.keep |= LENS_KEEP_HIDDEN;
     if (r->outputs & OUT_ATTN) opts.keep |= LENS_KEEP_ATTN;
     lens_activations act;
     memset(&act, 0, sizeof act);
@@ -200,9 +203,20 @@ void api_forward_run(api_call *c)
     double t2 = api_now();
 
     jw *w = &c->out;
+    int *rows = NULL, n_rows = 0;
+    if ((r->outputs & OUT_TOP_K) || r->pred.logit_lens) n_rows = api_prediction_rows(m, seq.ids, T, &r->positions, &rows);
     api_write_head(w, &r->in, &seq);
     api_seq_free(&seq);
     if (r->outputs & OUT_LOGITS) write_logits(c, r, m, &act, T);
+    if (r->outputs & OUT_TOP_K)
+        api_write_top_k(w, m, lens_act_logits(m, &act, 0), rows, n_rows, r->pred.k, r->format.precision);
+    if (r->pred.logit_lens &&
+        api_write_logit_lens(c, w, m, &act, rows, n_rows, r->pred.k, r->format.precision)) {
+        free(rows);
+        lens_activations_free(&act);
+        return;
+    }
+    free(rows);
     if (r->outputs & OUT_HIDDEN) {
         jw_key(w, "hidden_layers");
         jw_ints(w, r->layers.v, (size_t)r->layers.n);

@@ -24,6 +24,7 @@ const api_route api_routes[] = {
     {"GET",  "/openapi.yaml",    NULL,                 api_openapi,     0, 0, 1, 0, "the OpenAPI spec"},
     {"GET",  "/v1/jobs",         NULL,                 api_jobs_list,   0, 0, 0, 0, "stored jobs, newest first"},
     {"POST", "/v1/tokenize",     api_tokenize_prepare, api_tokenize_run, 1, 1, 0, 1, "tokenize text"},
+    {"POST", "/v1/detokenize",   api_detokenize_prepare, api_detokenize_run, 1, 1, 0, 1, "token ids to text"},
     {"POST", "/v1/forward",      api_forward_prepare,  api_forward_run,  1, 1, 0, 1, "forward pass outputs"},
     {"POST", "/v1/decomposition", api_decomposition_prepare, api_decomposition_run, 1, 1, 0, 1, "position / context decomposition"},
     {"POST", "/v1/attribution",  api_attribution_prepare, api_attribution_run, 1, 1, 0, 1, "self-attention attribution"},

@@ -1362,3 +1362,125 @@ int lens_tokenize(const lens_tokenizer *tok, const char *text, size_t len,
     *n_out = v.n;
     return 0;
 }
+
+/* ------------------------------------------------------------------------ */
+/* Decoding: ids -> text                                                     */
+
+/* Growable output buffer of lens_tokenizer_decode. */
+typedef struct {
+    char *s;
+    size_t len, cap;
+} text_buf;
+
+static int buf_put(text_buf *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *grown = realloc(b->s, cap);
+        if (!grown) return -1;
+        b->s = grown, b->cap = cap;
+    }
+    memcpy(b->s + b->len, s, n);
+    b->len += n;
+    b->s[b->len] = 0;
+    return 0;
+}
+
+static int is_added(const lens_tokenizer *tok, int id)
+{
+    for (int i = 0; i < tok->n_added; i++)
+        if (tok->added[i].id == id) return 1;
+    return 0;
+}
+
+/* HF's clean_up_tokenization (BERT tokenizers default to it): no space
+ * before . ? ! , and English contractions. In place. */
+static void clean_up_spaces(char *s, size_t *len)
+{
+    static const char *const pairs[][2] = {{" .", "."},     {" ?", "?"},     {" !", "!"},   {" ,", ","},
+                                           {" ' ", "'"},    {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"},
+                                           {" 've", "'ve"}, {" 're", "'re"}};
+    for (size_t p = 0; p < sizeof pairs / sizeof *pairs; p++) {
+        size_t from = strlen(pairs[p][0]), to = strlen(pairs[p][1]), w = 0;
+        for (size_t r = 0; r < *len;) {
+            if (*len - r >= from && !memcmp(s + r, pairs[p][0], from)) {
+                memmove(s + w, pairs[p][1], to);
+                w += to, r += from;
+            } else {
+                s[w++] = s[r++];
+            }
+        }
+        *len = w;
+        s[w] = 0;
+    }
+}
+
+/* Byte-level BPE: each code point of a piece stands for one byte
+ * (byte_to_unicode's inverse); pieces are concatenated as bytes, and byte
+ * runs that are not valid UTF-8 become U+FFFD, as HF's errors="replace". */
+static int decode_bytes(const lens_tokenizer *tok, const int *ids, int n, int skip_special, text_buf *out)
+{
+    int byte_of[256 + 68];
+    for (int b = 0; b < 256; b++) byte_of[byte_to_unicode(b)] = b;
+    text_buf raw = {0};
+    for (int i = 0; i < n; i++) {
+        const char *p = lens_tokenizer_piece(tok, ids[i]);
+        if (!p || (skip_special && is_added(tok, ids[i]))) continue;
+        size_t len = strlen(p);
+        for (size_t k = 0; k < len;) {
+            uint32_t cp;
+            int step = utf8_next((const unsigned char *)p + k, len - k, &cp);
+            if (step == 0) step = 1, cp = 0xFFFD;
+            k += (size_t)step;
+            char byte = (char)(cp < 256 + 68 ? byte_of[cp] : '?');
+            if (buf_put(&raw, &byte, 1)) return free(raw.s), -1;
+        }
+    }
+    for (size_t k = 0; k < raw.len;) {
+        uint32_t cp;
+        int step = utf8_next((const unsigned char *)raw.s + k, raw.len - k, &cp);
+        int rc = step ? buf_put(out, raw.s + k, (size_t)step) : buf_put(out, "\xEF\xBF\xBD", 3);
+        k += step ? (size_t)step : 1;
+        if (rc) return free(raw.s), -1;
+    }
+    free(raw.s);
+    return out->s || !buf_put(out, "", 0) ? 0 : -1;
+}
+
+/* WordPiece: pieces joined by spaces, "##" continuations glued to the
+ * previous piece, then clean_up_spaces. */
+static int decode_wordpiece(const lens_tokenizer *tok, const int *ids, int n, int skip_special, text_buf *out)
+{
+    if (buf_put(out, "", 0)) return -1;
+    for (int i = 0; i < n; i++) {
+        const char *p = lens_tokenizer_piece(tok, ids[i]);
+        if (!p || (skip_special && (ids[i] == tok->cls_id || ids[i] == tok->sep_id || is_added(tok, ids[i]))))
+            continue;
+        int glue = !strncmp(p, "##", 2);
+        if (glue) p += 2;
+        else if (out->len && buf_put(out, " ", 1)) return -1;
+        if (buf_put(out, p, strlen(p))) return -1;
+    }
+    clean_up_spaces(out->s, &out->len);
+    return 0;
+}
+
+int lens_tokenizer_decode(const lens_tokenizer *tok, const int *ids, int n, int skip_special, char **text,
+                          size_t *len, lens_err *err)
+{
+    for (int i = 0; i < n; i++)
+        if (!lens_tokenizer_piece(tok, ids[i]))
+            return lens_fail(err, LENS_EINVAL, "id %d at index %d is not in the vocabulary (size %d)", ids[i], i,
+                             tok->vocab_size);
+    text_buf out = {0};
+    int rc = tok->kind == LENS_TOK_BPE ? decode_bytes(tok, ids, n, skip_special, &out)
+                                       : decode_wordpiece(tok, ids, n, skip_special, &out);
+    if (rc) {
+        free(out.s);
+        return lens_fail(err, LENS_ENOMEM, "out of memory decoding %d ids", n);
+    }
+    *text = out.s;
+    if (len) *len = out.len;
+    return 0;
+}
