@@ -39,6 +39,7 @@ struct api_ctx {
     api_model *models; /* set once every model is loaded, then read-only */
     int n_models;
     int max_tokens;    /* per request, after tokenization */
+    int max_batch_items, max_batch_tokens; /* texts per batch request, their tokens in total (0 = api/batch.h defaults) */
     const char *data_dir; /* datasets jobs may read by path (params.data); NULL = none */
     double timeout;       /* seconds a synchronous request may take (server --timeout); 0 = no deadline */
     /* Hooks the server fills; the CLI leaves them NULL (= always ready, no
@@ -176,6 +177,17 @@ void api_triggers_run(api_call *c);
 
 int api_hidden_attribution_prepare(api_call *c);
 void api_hidden_attribution_run(api_call *c);
+/* The same endpoints taking texts: [...] too (api/batch.c); the route table uses these. */
+int api_forward_batched_prepare(api_call *c);
+void api_forward_batched_run(api_call *c);
+int api_attention_batched_prepare(api_call *c);
+void api_attention_batched_run(api_call *c);
+int api_attribution_batched_prepare(api_call *c);
+void api_attribution_batched_run(api_call *c);
+int api_token_identity_batched_prepare(api_call *c);
+void api_token_identity_batched_run(api_call *c);
+int api_hidden_attribution_batched_prepare(api_call *c);
+void api_hidden_attribution_batched_run(api_call *c);
 int api_token_identity_prepare(api_call *c);
 void api_token_identity_run(api_call *c);
 int api_token_identity_map_prepare(api_call *c);

@@ -105,7 +105,7 @@ void api_write_top_k(jw *w, const lens_model *m, const float *logits, const int 
     jw_end(w);
 }
 
-int api_write_logit_lens(api_call *c, jw *w, const lens_model *m, const lens_activations *act, const int *rows,
+int api_write_logit_lens(api_call *c, jw *w, const lens_model *m, const lens_activations *act, int s, const int *rows,
                          int n_rows, int k, int precision)
 {
     const int C = m->cfg.d_model, V = m->cfg.vocab_size, L = m->cfg.n_layers;
@@ -118,7 +118,7 @@ int api_write_logit_lens(api_call *c, jw *w, const lens_model *m, const lens_act
             rc = lens_fail(&err, LENS_ECANCEL, "cancelled at layer %d", l);
             break;
         }
-        const float *h = lens_act_hidden(m, act, l, 0);
+        const float *h = lens_act_hidden(m, act, l, s);
         for (int i = 0; i < n_rows; i++) memcpy(x + (size_t)i * C, h + (size_t)rows[i] * C, (size_t)C * sizeof *x);
         rc = lens_logit_lens(m, x, n_rows, l, all + (size_t)l * n_rows * V, c->threads, &err);
     }

@@ -21,8 +21,8 @@ int api_prediction_rows(const lens_model *m, const int *ids, int T, const api_in
 void api_write_top_k(jw *w, const lens_model *m, const float *logits, const int *rows, int n_rows, int k,
                      int precision);
 /* "logit_lens": [{position, layers: [{layer, predictions}]}] for layers 0..L
- * (hidden states kept); 0, or -1 with the error written to c. */
-int api_write_logit_lens(api_call *c, jw *w, const lens_model *m, const lens_activations *act, const int *rows,
+ * of sequence s (hidden states kept); 0, or -1 with the error written to c. */
+int api_write_logit_lens(api_call *c, jw *w, const lens_model *m, const lens_activations *act, int s, const int *rows,
                          int n_rows, int k, int precision);
 
 #endif

@@ -19,6 +19,8 @@ typedef struct {
     int threads_per_worker;  /* 0 until resolved: cores / workers */
     int queue;
     int max_tokens;
+    int max_batch_items;     /* texts per batch request */
+    int max_batch_tokens;    /* their tokens in total */
     long long max_body;
     double timeout;          /* seconds */
     char *api_key_file;

@@ -558,6 +558,8 @@ server *server_start(const lensd_config *cfg)
     atomic_init(&s->next_id, 1);
     s->id_prefix = (unsigned)(time(NULL) ^ ((unsigned)getpid() << 16));
     s->ctx.max_tokens = cfg->max_tokens;
+    s->ctx.max_batch_items = cfg->max_batch_items;
+    s->ctx.max_batch_tokens = cfg->max_batch_tokens;
     s->ctx.data_dir = cfg->data_dir;
     s->ctx.timeout = cfg->timeout;
     s->ctx.state = ctx_state;
