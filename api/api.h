@@ -57,6 +57,8 @@ struct api_ctx {
     void (*job_cancel)(api_call *c, const char *id);
     /* GET /v1/jobs: the stored jobs in state (NULL = any), newest first, at most limit. */
     void (*job_list)(api_call *c, const char *state, int limit);
+    /* GET /v1/jobs/{id}/events: sets c's stream to the job's events, or 404. */
+    void (*job_events)(api_call *c, const char *id);
     /* Resident models loaded and unloaded at run time (server/registry.c).
      * NULL in the CLI, where models[] is the fixed table. acquire returns a
      * counted reference to the model named name[0..len) (name NULL: the only
@@ -103,6 +105,13 @@ struct api_call {
     /* The request's query argument name (GET /v1/jobs?state=...), NULL when absent. */
     const char *(*query_arg)(const api_call *c, const char *name);
     void *conn;                 /* the server's connection, for query_arg */
+    /* A streamed response (Server-Sent Events) instead of c->out: read fills
+     * buf with up to max bytes and returns how many, 0 when there is nothing
+     * yet (the server asks again a moment later), -1 at the end; free_user
+     * when the connection is done. Set by run(); the server takes them over. */
+    long (*stream_read)(void *user, char *buf, size_t max);
+    void (*stream_free)(void *user);
+    void *stream_user;
     api_model *model_ref;       /* the counted reference api_decode_model took (released by api_call_free) */
     /* for the request log */
     int n_tokens;
@@ -207,6 +216,7 @@ void api_jobs_submit(api_call *c);
 void api_job_get(api_call *c);
 void api_job_delete(api_call *c);
 void api_jobs_list(api_call *c);
+void api_job_events(api_call *c);
 void api_capabilities(api_call *c);
 void api_openapi(api_call *c);
 

@@ -38,6 +38,8 @@ void api_call_free(api_call *c)
     if (c->body) json_decref(c->body);
     c->body = NULL;
     jw_free(&c->out);
+    if (c->stream_free) c->stream_free(c->stream_user); /* a stream the server never took */
+    c->stream_read = NULL, c->stream_free = NULL;
     api_model_release(c->ctx, c->model_ref); /* after the request, which may point into the model */
     c->model_ref = NULL;
 }

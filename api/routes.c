@@ -23,6 +23,7 @@ const api_route api_routes[] = {
     {"GET",  "/v1/capabilities", NULL,                 api_capabilities, 0, 0, 0, 0, "analyses, job kinds, data files"},
     {"GET",  "/openapi.yaml",    NULL,                 api_openapi,     0, 0, 1, 0, "the OpenAPI spec"},
     {"GET",  "/v1/jobs",         NULL,                 api_jobs_list,   0, 0, 0, 0, "stored jobs, newest first"},
+    {"GET",  "/v1/jobs/{id}/events", NULL,             api_job_events,  0, 0, 0, 0, "a job's progress as Server-Sent Events"},
     {"POST", "/v1/tokenize",     api_tokenize_prepare, api_tokenize_run, 1, 1, 0, 1, "tokenize text"},
     {"POST", "/v1/detokenize",   api_detokenize_prepare, api_detokenize_run, 1, 1, 0, 1, "token ids to text"},
     {"POST", "/v1/forward",      api_forward_batched_prepare,  api_forward_batched_run,  1, 1, 0, 1, "forward pass outputs"},

@@ -28,6 +28,7 @@ typedef struct {
     int max_jobs;            /* async jobs running at once (job threads) */
     int max_stored_jobs;     /* queued + running + finished jobs kept before 429 */
     double job_ttl;          /* seconds a finished job's result is kept */
+    double sse_keepalive;    /* seconds between keep-alive comments of an idle event stream */
     char *data_dir;          /* datasets jobs may read by path; NULL = none */
     char *openapi;           /* the spec GET /openapi.yaml serves (resolved at parse: repo or installed copy) */
     int debug_delay_ms;      /* testing only: each pool job first sleeps this long */

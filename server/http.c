@@ -36,12 +36,14 @@
 #include "server/metrics.h"
 #include "server/jobs.h"
 #include "server/pool.h"
+#include "server/stream.h"
 
 struct server {
     const lensd_config *cfg;
     api_ctx ctx;
     pool *pool;
     jobs *jobs;
+    streams *streams; /* SSE responses (server/stream.c) */
     struct MHD_Daemon *daemon;
     int port;
     atomic_int state;     /* api_state */
@@ -148,6 +150,12 @@ static void ctx_job_cancel(api_call *c, const char *id)
     jobs_cancel(s->jobs, c, id);
 }
 
+static void ctx_job_events(api_call *c, const char *id)
+{
+    server *s = c->ctx->server;
+    jobs_events(s->jobs, c, id);
+}
+
 static void ctx_job_list(api_call *c, const char *state, int limit)
 {
     server *s = c->ctx->server;
@@ -232,12 +240,20 @@ static enum MHD_Result respond(request *r)
 {
     api_call *c = &r->call;
     size_t len = 0;
-    char *body = jw_take(&c->out, &len);
-    if (!body) body = strdup(""), len = 0;
-    struct MHD_Response *resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
-    if (!resp) {
-        free(body);
-        return MHD_NO;
+    struct MHD_Response *resp;
+    if (c->stream_read) {
+        resp = streams_response(r->srv->streams, r->conn, c);
+        if (!resp) return MHD_NO;
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        MHD_add_response_header(resp, "X-Accel-Buffering", "no"); /* nginx: pass events through at once */
+    } else {
+        char *body = jw_take(&c->out, &len);
+        if (!body) body = strdup(""), len = 0;
+        resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+        if (!resp) {
+            free(body);
+            return MHD_NO;
+        }
     }
     if (len || c->status != 204) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, c->content_type);
     MHD_add_response_header(resp, "X-Request-Id", r->request_id);
@@ -570,6 +586,7 @@ server *server_start(const lensd_config *cfg)
     s->ctx.job_get = ctx_job_get;
     s->ctx.job_cancel = ctx_job_cancel;
     s->ctx.job_list = ctx_job_list;
+    s->ctx.job_events = ctx_job_events;
     s->ctx.openapi_path = cfg->openapi;
     if (cfg->api_key_file && load_api_keys(s, cfg->api_key_file)) goto fail;
     if (cfg->cors_origin) parse_cors(s, cfg->cors_origin);
@@ -597,12 +614,15 @@ server *server_start(const lensd_config *cfg)
 
     s->pool = pool_create(cfg->workers, cfg->queue, cfg->threads_per_worker);
     s->jobs = jobs_create(cfg->max_jobs, cfg->max_stored_jobs, cfg->job_ttl, cfg->threads_per_worker, cfg->debug_delay_ms);
-    if (!s->pool || !s->jobs) {
+    s->streams = streams_create(100);
+    if (!s->pool || !s->jobs || !s->streams) {
         freeaddrinfo(ai);
         pool_destroy(s->pool);
         jobs_destroy(s->jobs);
+        streams_destroy(s->streams);
         goto fail;
     }
+    jobs_set_keepalive(s->jobs, cfg->sse_keepalive);
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
@@ -613,6 +633,7 @@ server *server_start(const lensd_config *cfg)
         log_msg("error", "cannot listen on %s (address in use or not permitted?)", cfg->listen);
         pool_destroy(s->pool);
         jobs_destroy(s->jobs);
+        streams_destroy(s->streams);
         goto fail;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
@@ -649,6 +670,7 @@ int server_drain(server *s, double max_wait)
 {
     atomic_store(&s->state, API_DRAINING);
     log_msg("info", "shutting down: refusing new work, finishing in-flight requests");
+    streams_close_all(s->streams); /* event streams end now rather than hold the drain */
     double until = api_now() + max_wait;
     while (atomic_load(&s->in_flight) > 0 && api_now() < until) {
         struct timespec ts = {0, 10 * 1000 * 1000};
@@ -662,7 +684,9 @@ void server_stop(server *s)
     if (!s) return;
     /* queued jobs finish and resume their connections before the daemon stops */
     pool_destroy(s->pool);
+    streams_close_all(s->streams); /* no connection may stay suspended past MHD_stop_daemon */
     MHD_stop_daemon(s->daemon);
+    streams_destroy(s->streams);
     /* running jobs see their cancel flag at the next check; models outlive this */
     jobs_destroy(s->jobs);
     server_free(s);
