@@ -48,7 +48,7 @@ deps:
 
 test: deps
 	$(MAKE) all $(TEST_BIN)
-	@BUILD=$(BUILD) scripts/run-tests.sh $(TEST_BIN)
+	@BUILD=$(BUILD) scripts/run-tests.sh $(TEST_BIN) clients/python/test_client.py
 
 test-asan:
 	$(MAKE) test BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"

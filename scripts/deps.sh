@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Makes sure the Debian packages lensd needs are installed.
-#   deps.sh build   compiler, libraries, test client (make, make test, make run)
+#   deps.sh build   compiler, libraries, test clients: curl, python3 (make, make test, make run)
 #   deps.sh bench   + PyTorch (python3-torch), wrk and node for the peers
 # As root it installs what is missing with apt-get; otherwise it prints the
 # exact apt-get line and fails.
 set -eu
-build_pkgs="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev liblapacke-dev libutf8proc-dev libcurl4-openssl-dev"
+build_pkgs="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev liblapacke-dev libutf8proc-dev libcurl4-openssl-dev python3"
 bench_pkgs="python3-torch python3-numpy wrk nodejs npm"
 # a NodeSource nodejs already ships npm and conflicts with Debian's npm package
 command -v node >/dev/null && command -v npm >/dev/null && bench_pkgs="python3-torch python3-numpy wrk"
