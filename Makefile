@@ -46,9 +46,13 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libapp.a $(BUILD)/libcore.a
 deps:
 	@scripts/deps.sh build
 
+# Every response the HTTP tests receive is logged and checked last by
+# tests/openapi_validate.py (an independent validator of openapi.yaml).
 test: deps
 	$(MAKE) all $(TEST_BIN)
-	@BUILD=$(BUILD) scripts/run-tests.sh $(TEST_BIN) clients/python/test_client.py
+	@rm -f $(BUILD)/responses.jsonl
+	@BUILD=$(BUILD) LENSD_RESPONSE_LOG=$(abspath $(BUILD))/responses.jsonl \
+	    scripts/run-tests.sh $(TEST_BIN) clients/python/test_client.py tests/openapi_validate.py
 
 test-asan:
 	$(MAKE) test BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
@@ -68,6 +72,14 @@ clean:
 	rm -rf build build-asan
 
 .PHONY: all deps test test-asan run bench clean
+
+# @redocly/cli lint (recommended rules) of openapi.yaml: 0 errors, 0 warnings
+# expected. Test-only tooling pinned by tools/openapi/package-lock.json;
+# `npm ci` needs the npm registry, so this is not part of `make test`.
+lint-openapi:
+	cd tools/openapi && npm ci --no-audit --no-fund --loglevel=error && npx --no-install redocly lint ../../openapi.yaml --max-problems 1000
+
+.PHONY: lint-openapi
 
 # Trains the demo models with lensd (45-60 minutes on 2 cores; not part of CI).
 demo-models: all

@@ -5,7 +5,7 @@
 # As root it installs what is missing with apt-get; otherwise it prints the
 # exact apt-get line and fails.
 set -eu
-build_pkgs="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev liblapacke-dev libutf8proc-dev libcurl4-openssl-dev python3"
+build_pkgs="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev liblapacke-dev libutf8proc-dev libcurl4-openssl-dev python3 python3-yaml"
 bench_pkgs="python3-torch python3-numpy wrk nodejs npm"
 # a NodeSource nodejs already ships npm and conflicts with Debian's npm package
 command -v node >/dev/null && command -v npm >/dev/null && bench_pkgs="python3-torch python3-numpy wrk"
