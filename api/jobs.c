@@ -62,7 +62,8 @@ int api_jobs_prepare(api_call *c)
     json_t *inner = json_is_object(params) ? json_incref(params) : json_object();
     c->body = inner;
     c->field_prefix = "params.";
-    int rc = c->job_kind->prepare ? c->job_kind->prepare(c) : 0;
+    int rc = api_check_fields(c, c->job_kind->kind);
+    if (!rc && c->job_kind->prepare) rc = c->job_kind->prepare(c);
     c->field_prefix = NULL;
     c->body = body;
     if (rc) {

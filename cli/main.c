@@ -58,7 +58,7 @@ static void usage(FILE *f)
             "            [--probes 16] [--seed 1] [--norms]\n"
             "            print what POST /v1/hidden-attribution returns (Jacobian norms)\n"
             "  info      BLAS library, core and threads (GET /v1/info without server limits)\n"
-            "  mkmodel   --arch bert|gpt2 --preset tiny|small|base [--task T] --seed N --out DIR\n"
+            "  mkmodel   --arch bert|gpt2 --preset micro|tiny|small|base [--task T] --seed N --out DIR\n"
             "            write a random-weight checkpoint in Hugging Face format\n"
             "  train     classify|mlm|causal|vocab ...  train a BERT classifier / masked LM, a GPT-2 causal LM,\n"
             "            learn a WordPiece or byte-level BPE vocabulary\n"

@@ -31,6 +31,8 @@ typedef struct {
     double sse_keepalive;    /* seconds between keep-alive comments of an idle event stream */
     char *data_dir;          /* datasets jobs may read by path; NULL = none */
     char *openapi;           /* the spec GET /openapi.yaml serves (resolved at parse: repo or installed copy) */
+    char *web_dir;           /* dashboard folder; NULL = installed copy or the repository's web/ */
+    int no_web;              /* 1: no dashboard */
     int debug_delay_ms;      /* testing only: each pool job first sleeps this long */
 } lensd_config;
 

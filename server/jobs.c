@@ -227,6 +227,8 @@ static void *job_thread(void *arg)
         jb->body = NULL, jb->req = NULL, jb->model_ref = NULL;
         c.cancel = &jb->cancel;
         c.threads = threads;
+        c.job_kind = jb->kind;
+        c.field_prefix = "params."; /* run-time errors name the params field, as prepare's do */
         c.progress = on_progress;
         c.progress_user = jb;
         for (int waited = 0; waited < j->debug_delay_ms && !jb->cancel; waited += 10) {
