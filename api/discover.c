@@ -133,6 +133,11 @@ void api_capabilities(api_call *c)
         jw_str(w, k->summary);
         write_schema_ref(w, "params_schema", k->params_schema);
         write_schema_ref(w, "result_schema", k->result_schema);
+        jw_key(w, "params_fields"); /* what POST /v1/jobs accepts in params (the allowed-fields table) */
+        jw_arr(w);
+        const char *const *fields = api_allowed_fields(k->kind);
+        for (int f = 0; fields && fields[f]; f++) jw_str(w, fields[f]);
+        jw_end(w);
         jw_end(w);
     }
     jw_end(w);

@@ -299,6 +299,11 @@ static void test_discovery(test_server *s)
                  get(get(get(openapi, "components"), "schemas"), ref + strlen(prefix)) &&
                  get(get(get(openapi, "components"), "schemas"), res + strlen(prefix));
         CHECK(ok, "job kind %zu: schemas %s, %s exist in openapi.yaml", i, ref ? ref : "-", res ? res : "-");
+        const json_t *fields = get(json_array_get(kinds, i), "params_fields");
+        int has_model = 0;
+        for (size_t f = 0; f < json_array_size(fields); f++)
+            has_model |= !strcmp(json_string_value(json_array_get(fields, f)) ?: "", "model");
+        CHECK(has_model, "job kind %zu: params_fields lists model (%zu fields)", i, json_array_size(fields));
     }
     const json_t *files = get(r.json, "data_files");
     CHECK(json_is_true(get(r.json, "data_dir")) && json_array_size(files) == 1 &&
