@@ -7,7 +7,9 @@
  *     are the softmax of that row (|diff| <= 2e-6: 6 decimals in JSON,
  *     softmax in double here), most probable first;
  *   - the logit lens at the last layer equals top_k exactly (the readout of
- *     layer L is the model's own head), it has L+1 layers;
+ *     layer L is the model's own head), it has L+1 layers, and at every
+ *     layer matches tests/fixtures/logit_lens_demo.json (PyTorch,
+ *     tests/reference/logit_lens_reference.py): top-5 ids, probs within 1e-5;
  *   - a masked LM reads its [MASK] positions by default;
  *   - every prediction's token text is /v1/detokenize of its id, and
  *     detokenize(tokenize(text)) gives the text back (GPT-2: exactly;
@@ -152,6 +154,69 @@ static void test_mlm(test_server *s)
     json_decref(ids);
 }
 
+/* The logit lens against tests/fixtures/logit_lens_demo.json
+ * (tests/reference/logit_lens_reference.py, an independent PyTorch forward):
+ * per model, position and layer the top-5 ids equal (a swap of two ids whose
+ * probabilities are within 1e-6 is a tie, not an error) and the
+ * probabilities within 1e-5 (float32 forward passes on both sides). */
+static void test_reference(test_server *s)
+{
+    json_error_t jerr;
+    json_t *fx = json_load_file("tests/fixtures/logit_lens_demo.json", 0, &jerr);
+    const json_t *models = get(fx, "models");
+    CHECK(json_array_size(models) >= 2, "logit_lens_demo.json: %zu models (want 2)", json_array_size(models));
+    int compared = 0;
+    for (size_t mi = 0; mi < json_array_size(models); mi++) {
+        const json_t *m = json_array_get(models, mi);
+        const char *name = json_string_value(get(m, "model")) ?: "-";
+        /* the fixture names the demo folders; this server serves them as gpt and mlm */
+        const char *served = !strcmp(name, "demo-gpt2") ? "gpt" : "mlm";
+        json_t *req = json_pack("{s:s, s:O, s:[s], s:i, s:b, s:O, s:{s:i}}", "model", served, "input_ids",
+                                get(m, "input_ids"), "outputs", "top_k", "k", 5, "logit_lens", 1, "positions",
+                                get(m, "positions"), "format", "precision", 9);
+        char *body = json_dumps(req, 0);
+        json_decref(req);
+        const char *what = name;
+        http_resp r;
+        posted(s, &r, "/v1/forward", body);
+        free(body);
+        CHECK(r.status == 200, "%s logit lens -> %ld %.200s", what, r.status, r.body ? r.body : "");
+        const json_t *lens = get(r.json, "logit_lens"), *layers = get(m, "layers");
+        double worst = 0;
+        int ids_ok = 1;
+        for (size_t l = 0; l < json_array_size(layers); l++) {
+            const json_t *rows = json_array_get(layers, l);
+            for (size_t i = 0; i < json_array_size(rows); i++) {
+                const json_t *want = json_array_get(rows, i);
+                const json_t *got = get(json_array_get(get(json_array_get(lens, i), "layers"), l), "predictions");
+                CHECK(json_array_size(got) == 5, "%s layer %zu row %zu: 5 predictions", what, l, i);
+                for (size_t k = 0; k < 5 && k < json_array_size(got); k++) {
+                    double wp = json_number_value(json_array_get(get(want, "probs"), k));
+                    double gp = json_number_value(get(json_array_get(got, k), "prob"));
+                    long long wid = json_integer_value(json_array_get(get(want, "ids"), k));
+                    long long gid = json_integer_value(get(json_array_get(got, k), "id"));
+                    worst = fmax(worst, fabs(wp - gp));
+                    if (wid != gid) {
+                        /* a tie: the other id sits next to it with the same probability */
+                        int tie = 0;
+                        for (size_t j = (k ? k - 1 : 0); j <= k + 1 && j < 5; j++)
+                            tie |= json_integer_value(json_array_get(get(want, "ids"), j)) == gid &&
+                                   fabs(json_number_value(json_array_get(get(want, "probs"), j)) - wp) < 1e-6;
+                        ids_ok &= tie;
+                    }
+                    compared++;
+                }
+            }
+        }
+        CHECK(ids_ok && worst <= 1e-5, "%s: top-5 ids as PyTorch's, probabilities within %.2g (want <= 1e-5)", what,
+              worst);
+        printf("  %s logit lens vs PyTorch: max |dp| %.2g over %zu layers\n", what, worst, json_array_size(layers));
+        http_resp_free(&r);
+    }
+    CHECK(compared >= 100, "%d (layer, position, rank) entries compared", compared);
+    json_decref(fx);
+}
+
 static void test_bad(test_server *s)
 {
     const bad_case cases[] = {
@@ -185,6 +250,7 @@ int main(void)
     if (s.pid) {
         test_gpt2(&s);
         test_mlm(&s);
+        test_reference(&s);
         test_bad(&s);
         CHECK(server_terminate(&s) == 0, "clean exit");
     }
