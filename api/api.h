@@ -39,6 +39,7 @@ struct api_ctx {
     api_model *models; /* set once every model is loaded, then read-only */
     int n_models;
     int max_tokens;    /* per request, after tokenization */
+    int max_batch_items, max_batch_tokens; /* texts per batch request, their tokens in total (0 = api/batch.h defaults) */
     const char *data_dir; /* datasets jobs may read by path (params.data); NULL = none */
     double timeout;       /* seconds a synchronous request may take (server --timeout); 0 = no deadline */
     /* Hooks the server fills; the CLI leaves them NULL (= always ready, no
@@ -56,6 +57,8 @@ struct api_ctx {
     void (*job_cancel)(api_call *c, const char *id);
     /* GET /v1/jobs: the stored jobs in state (NULL = any), newest first, at most limit. */
     void (*job_list)(api_call *c, const char *state, int limit);
+    /* GET /v1/jobs/{id}/events: sets c's stream to the job's events, or 404. */
+    void (*job_events)(api_call *c, const char *id);
     /* Resident models loaded and unloaded at run time (server/registry.c).
      * NULL in the CLI, where models[] is the fixed table. acquire returns a
      * counted reference to the model named name[0..len) (name NULL: the only
@@ -103,6 +106,13 @@ struct api_call {
     /* The request's query argument name (GET /v1/jobs?state=...), NULL when absent. */
     const char *(*query_arg)(const api_call *c, const char *name);
     void *conn;                 /* the server's connection, for query_arg */
+    /* A streamed response (Server-Sent Events) instead of c->out: read fills
+     * buf with up to max bytes and returns how many, 0 when there is nothing
+     * yet (the server asks again a moment later), -1 at the end; free_user
+     * when the connection is done. Set by run(); the server takes them over. */
+    long (*stream_read)(void *user, char *buf, size_t max);
+    void (*stream_free)(void *user);
+    void *stream_user;
     api_model *model_ref;       /* the counted reference api_decode_model took (released by api_call_free) */
     /* for the request log */
     int n_tokens;
@@ -165,6 +175,8 @@ void api_models(api_call *c);
 void api_model_get(api_call *c);
 int api_tokenize_prepare(api_call *c);
 void api_tokenize_run(api_call *c);
+int api_detokenize_prepare(api_call *c);
+void api_detokenize_run(api_call *c);
 int api_forward_prepare(api_call *c);
 void api_forward_run(api_call *c);
 int api_attention_prepare(api_call *c);
@@ -180,6 +192,17 @@ void api_triggers_run(api_call *c);
 
 int api_hidden_attribution_prepare(api_call *c);
 void api_hidden_attribution_run(api_call *c);
+/* The same endpoints taking texts: [...] too (api/batch.c); the route table uses these. */
+int api_forward_batched_prepare(api_call *c);
+void api_forward_batched_run(api_call *c);
+int api_attention_batched_prepare(api_call *c);
+void api_attention_batched_run(api_call *c);
+int api_attribution_batched_prepare(api_call *c);
+void api_attribution_batched_run(api_call *c);
+int api_token_identity_batched_prepare(api_call *c);
+void api_token_identity_batched_run(api_call *c);
+int api_hidden_attribution_batched_prepare(api_call *c);
+void api_hidden_attribution_batched_run(api_call *c);
 int api_token_identity_prepare(api_call *c);
 void api_token_identity_run(api_call *c);
 int api_token_identity_map_prepare(api_call *c);
@@ -199,6 +222,7 @@ void api_jobs_submit(api_call *c);
 void api_job_get(api_call *c);
 void api_job_delete(api_call *c);
 void api_jobs_list(api_call *c);
+void api_job_events(api_call *c);
 void api_capabilities(api_call *c);
 void api_openapi(api_call *c);
 
