@@ -67,7 +67,15 @@ bench: deps all $(BUILD)/bench/forward
 clean:
 	rm -rf build build-asan
 
-.PHONY: all deps test test-asan run bench clean
+# The dashboard (web/) in Debian's headless chromium against live lensd
+# servers on the demo models, direct and behind nginx under a path prefix;
+# screenshots in $(BUILD)/web-shots/ (tests/web/run.sh). scripts/dev.sh test
+# (so .ci/run) runs it after `make test`.
+test-web: all
+	@scripts/deps.sh web
+	@BUILD=$(BUILD) tests/web/run.sh
+
+.PHONY: all deps test test-asan test-web run bench clean
 
 # Trains the demo models with lensd (45-60 minutes on 2 cores; not part of CI).
 demo-models: all

@@ -1,0 +1,134 @@
+// text.js - Text and tokens: tokens with their offsets highlighted in the
+// text, predictions (class probabilities, or top-k next / masked tokens) and,
+// on servers that have it, the logit lens per layer.
+import { el, barChart, fmt, seqColor, colorLegend } from '../plot.js';
+import { textForm, into, pieceText, section, note } from './common.js';
+
+export const id = 'text';
+export const title = 'Text and tokens';
+
+// The text with each token's [start, end) range as a hoverable span.
+function highlightedText(text, pair, tokens) {
+  const block = (s, segment) => {
+    const spans = [];
+    let at = 0;
+    tokens.forEach((t, i) => {
+      if (t.start === null || t.segment !== segment) return;
+      if (t.start > at) spans.push(document.createTextNode(s.slice(at, t.start)));
+      spans.push(el('span', { class: `tok-span c${i % 2}`, 'data-token': i, 'data-tip': `token ${i}: ${t.text} [${t.start}, ${t.end})` },
+        s.slice(t.start, t.end)));
+      at = Math.max(at, t.end);
+    });
+    if (at < s.length) spans.push(document.createTextNode(s.slice(at)));
+    return el('p', { class: 'source-text' }, spans);
+  };
+  return [block(text, 0), pair ? block(pair, 1) : null];
+}
+
+function tokenChips(tokens) {
+  return el('ol', { class: 'tokens' }, tokens.map((t, i) => el('li', {
+    class: `chip${t.special ? ' special' : ''} c${i % 2}`, 'data-token': i,
+    'data-tip': `id ${t.id}${t.start === null ? ' (special)' : ` · chars [${t.start}, ${t.end})`} · segment ${t.segment}`,
+  }, el('span', { class: 'idx', text: i }), pieceText(t.text))));
+}
+
+// Hovering a chip marks its span in the text and the other way round.
+function linkHover(root) {
+  root.addEventListener('mouseover', ev => {
+    const t = ev.target.closest('[data-token]');
+    root.querySelectorAll('.hot').forEach(e => e.classList.remove('hot'));
+    if (t) root.querySelectorAll(`[data-token="${t.dataset.token}"]`).forEach(e => e.classList.add('hot'));
+  });
+}
+
+// Positions to predict at: masked tokens for an MLM, the last token for a causal LM.
+function predictPositions(model, tokens) {
+  if (model.task === 'masked-lm') return tokens.flatMap((t, i) => (t.text === '[MASK]' ? [i] : []));
+  if (model.task === 'causal-lm') return [tokens.length - 1];
+  return [];
+}
+
+function softmaxTopK(row, k) {
+  const max = Math.max(...row);
+  const exps = row.map(v => Math.exp(v - max)), sum = exps.reduce((a, b) => a + b, 0);
+  return exps.map((e, id) => ({ id, prob: e / sum })).sort((a, b) => b.prob - a.prob).slice(0, k);
+}
+
+// top_k of a /v1/forward response as [{position, items: [{id, text, prob}]}].
+export function readTopK(resp) {
+  const list = resp.top_k || resp.predictions;
+  if (!Array.isArray(list)) return null;
+  return list.map(entry => {
+    const items = entry.tokens || entry.top || entry.predictions || entry.items || [];
+    return { position: entry.position, items: items.map(t => ({ id: t.id, text: t.text ?? t.token, prob: t.prob ?? t.probability })) };
+  });
+}
+
+// Older servers: logits at the positions, softmax and top-k here, pieces
+// named through /v1/tokenize with input_ids.
+async function topKFromLogits(ctx, input, positions, k) {
+  const resp = await ctx.api('v1/forward', { ...input, outputs: ['logits'], positions });
+  const rows = positions.length === 1 && !Array.isArray(resp.logits[0]) ? [resp.logits] : resp.logits;
+  const tops = rows.map(row => softmaxTopK(row, k));
+  const ids = tops.flat().map(t => t.id);
+  const named = await ctx.api('v1/tokenize', { model: input.model, input_ids: ids });
+  let n = 0;
+  return tops.map((items, p) => ({ position: positions[p], items: items.map(t => ({ ...t, text: named.tokens[n++].text })) }));
+}
+
+function topKList(entry, tokens) {
+  return el('div', { class: 'topk-box' },
+    el('h3', { text: `after token ${entry.position} “${pieceText(tokens[entry.position].text)}”` }),
+    el('ol', { class: 'topk', 'data-position': entry.position }, entry.items.map(t => el('li', { 'data-id': t.id, 'data-prob': t.prob },
+      el('span', { class: 'bar', style: `width:${Math.round(100 * t.prob)}%;background:${seqColor(0.3 + 0.6 * t.prob)}` }),
+      el('span', { class: 'piece', text: pieceText(t.text) }), el('span', { class: 'prob', text: fmt(t.prob) })))));
+}
+
+// logit_lens: per layer, per position, top-k; drawn as a layer × rank table.
+function logitLensTable(lens, position, tokens) {
+  const rows = lens.map(layerEntry => {
+    const at = (readTopK(layerEntry) || []).find(e => e.position === position) || { items: [] };
+    return el('tr', {}, el('th', { text: layerEntry.layer === 0 ? 'embeddings' : `layer ${layerEntry.layer}` }),
+      at.items.map(t => el('td', { style: `background:${seqColor(t.prob)};color:${t.prob > 0.6 ? '#000' : '#fff'}`,
+        'data-tip': `layer ${layerEntry.layer}, position ${position}: ${t.text} p=${fmt(t.prob)}`, text: pieceText(t.text) })));
+  });
+  return el('figure', { class: 'plot' }, el('figcaption', { text: `Logit lens at token ${position} “${pieceText(tokens[position].text)}”: top predictions read from each layer (rows), best first (columns)` }),
+    el('div', { class: 'scroll' }, el('table', { class: 'lens' }, el('thead', {}, el('tr', {}, el('th', { text: 'layer \\ rank' }),
+      (lens[0] ? (readTopK(lens[0])[0] || { items: [] }).items : []).map((_, r) => el('th', { text: r + 1 })))), el('tbody', {}, rows))),
+    colorLegend(0, 1, false, 'probability'));
+}
+
+async function predictions(ctx, input, tokens) {
+  const m = ctx.model;
+  if (m.task === 'classification') {
+    const resp = await ctx.api('v1/forward', { ...input, outputs: ['logits'] });
+    return section('Prediction', barChart({ title: `Class probabilities (predicted: ${resp.label})`, labels: m.labels || resp.probs.map((_, i) => `class ${i}`),
+      values: resp.probs, xLabel: 'probability', yLabel: 'class', domain: [0, 1], highlight: resp.label_id }));
+  }
+  const positions = predictPositions(m, tokens);
+  if (!positions.length) return section('Predictions', note('Put [MASK] in the text to see the masked-LM predictions.'));
+  const k = 10;
+  let tops, lens = null;
+  if (ctx.modern) {
+    const resp = await ctx.api('v1/forward', { ...input, outputs: ['top_k'], k, positions, logit_lens: true });
+    tops = readTopK(resp);
+    lens = resp.logit_lens || null;
+  }
+  if (!tops) tops = await topKFromLogits(ctx, input, positions, k);
+  const out = [section(`Top-${k} predictions`, el('div', { class: 'row' }, tops.map(e => topKList(e, tokens))))];
+  if (Array.isArray(lens) && lens.length) out.push(section('Logit lens', logitLensTable(lens, positions[positions.length - 1], tokens)));
+  else out.push(note('Logit lens: this server does not offer "logit_lens" on /v1/forward.'));
+  return out;
+}
+
+export async function render(root, ctx) {
+  const out = el('div', { class: 'output' });
+  const form = textForm(ctx, input => into(out, async () => {
+    const tok = await ctx.api('v1/tokenize', input);
+    const tokensPanel = section(`Tokens (${tok.tokens.length})`, ...highlightedText(input.text, input.text_pair, tok.tokens), tokenChips(tok.tokens));
+    linkHover(tokensPanel);
+    return [tokensPanel, await predictions(ctx, input, tok.tokens)].flat();
+  }));
+  root.append(form, out);
+  await form.run();
+}
