@@ -18,7 +18,7 @@ if ! command -v make >/dev/null || ! command -v cc >/dev/null; then
   fi
   apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q make build-essential >&2
 fi
-bash scripts/deps.sh build
+bash scripts/deps.sh "$([ "$1" = test ] && echo test || echo build)"
 if [ "$1" = test ]; then
   make -j"$(nproc)" test
   exec make test-web

@@ -76,6 +76,9 @@ static const config_opt options[] = {
     {"data-dir", "LENSD_DATA_DIR", NULL, "DIR",
      "datasets jobs may read by path (params.data, e.g. a TSV); paths must resolve inside DIR; unset = none",
      KIND_STR, OFF(data_dir), 0, 0, INFO_NONE},
+    {"openapi", "LENSD_OPENAPI", NULL, "FILE",
+     "the spec GET /openapi.yaml serves; unset = ./openapi.yaml, else /usr/share/lensd/openapi.yaml", KIND_STR,
+     OFF(openapi), 0, 0, INFO_NONE},
     {"web-dir", "LENSD_WEB_DIR", NULL, "DIR",
      "dashboard files served at / (default /usr/share/lensd/web when present, else the repository's web/)",
      KIND_STR, OFF(web_dir), 0, 0, INFO_NONE},
@@ -241,6 +244,11 @@ int lensd_config_parse(lensd_config *cfg, int argc, char **argv)
             return -1;
         }
     }
+    if (!cfg->openapi) {
+        /* a checkout's spec, else the installed copy (Dockerfile) */
+        const char *spec = access("openapi.yaml", R_OK) ? "/usr/share/lensd/openapi.yaml" : "openapi.yaml";
+        cfg->openapi = strdup(spec);
+    }
     int cores = lensd_cores();
     int fair = cores / cfg->workers > 0 ? cores / cfg->workers : 1;
     if (cfg->threads_per_worker == 0) {
@@ -263,6 +271,7 @@ void lensd_config_free(lensd_config *cfg)
     free(cfg->api_key_file);
     free(cfg->cors_origin);
     free(cfg->data_dir);
+    free(cfg->openapi);
     free(cfg->web_dir);
     memset(cfg, 0, sizeof *cfg);
 }

@@ -19,7 +19,7 @@ cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   [ -f "$tmp/nginx.pid" ] && kill "$(cat "$tmp/nginx.pid")" 2>/dev/null || true
-  rm -rf "$tmp"
+  if [ "${KEEP_TMP:-0}" = 1 ]; then echo "kept $tmp" >&2; else rm -rf "$tmp"; fi
 }
 trap cleanup EXIT
 
@@ -57,7 +57,7 @@ sed -e "s|^pid .*|pid $tmp/nginx.pid;|" \
     -e "s|server lensd-1:8080|server 127.0.0.1:$port_a|" -e "/server lensd-2:8080/d" \
     -e "s|listen 8080;|listen 127.0.0.1:$port_c;|" -e "/listen \[::\]:8080;/d" \
     -e "s|^http {|http {\n    client_body_temp_path $tmp/body; proxy_temp_path $tmp/proxy;\n    fastcgi_temp_path $tmp/fcgi; uwsgi_temp_path $tmp/uwsgi; scgi_temp_path $tmp/scgi;|" \
-    -e "s|^        location / {|        # test: the dashboard and API under a path prefix\n        location = /lensd { return 301 /lensd/; }\n        location /lensd/ {\n            limit_req zone=lensd_per_client burst=20 nodelay;\n            limit_conn lensd_conn 32;\n            proxy_pass http://lensd/;\n        }\n\n        location / {|" \
+    -e "s|^        location / {|        # test: the dashboard and API under a path prefix, with the same limits\n        location = /lensd { return 301 /lensd/; }\n        location = /lensd/ { proxy_pass http://lensd/; }\n        location /lensd/web/ { proxy_pass http://lensd/web/; }\n        location /lensd/ {\n            limit_req zone=lensd_per_client burst=20 nodelay;\n            limit_conn lensd_conn 32;\n            proxy_pass http://lensd/;\n        }\n\n        location / {|" \
     deploy/compose/nginx.conf >"$tmp/nginx.conf"
 grep -q "127.0.0.1:$port_a" "$tmp/nginx.conf" && grep -q "location /lensd/" "$tmp/nginx.conf" || {
   echo "deriving the nginx test config from deploy/compose/nginx.conf failed" >&2; exit 1; }

@@ -67,6 +67,9 @@ async function gotoView(page, base, model, view) {
   await waitReady(page, view);
   const err = await page.$$eval('section.view .error', els => els.map(e => e.textContent));
   check(err.length === 0, `${view}/${model}: no error box (${err.join('; ')})`);
+  // plots and tables scroll inside their panels; the page itself never scrolls sideways
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  check(overflow <= 1, `${view}/${model}: no page-wide horizontal scroll at ${page.viewport().width}px (${overflow}px)`);
 }
 
 async function shot(page, name) {
@@ -87,6 +90,9 @@ const TEXT = 'a charming and often affecting journey .';
 const models = (await get(LENSD_URL, 'v1/models')).models;
 const modelInfo = id => models.find(m => m.id === id);
 const modern = models.some(m => Array.isArray(m.analyses));
+// top_k and logit_lens on /v1/forward (the served spec says so)
+const specRes = modern ? await fetch(new URL('openapi.yaml', LENSD_URL)) : null;
+const predictionsApi = !!specRes && specRes.ok && (await specRes.text()).includes('logit_lens:');
 check(models.length === 4, `four demo models served (${models.length})`);
 
 async function textView(page, base) {
@@ -118,11 +124,21 @@ async function textView(page, base) {
       const probs = await page.$$eval(`ol.topk[data-position="${pos}"] li`, els => els.map(e => Number(e.dataset.prob)));
       check(probs.every((v, i) => i === 0 || v <= probs[i - 1] + 1e-9) && probs[0] > 0 && probs[0] <= 1, `${model} probabilities sorted in (0, 1]`);
     }
-    if (modern) {
-      const lensRows = await page.$$eval('table.lens tbody tr', els => els.length);
-      check(lensRows === modelInfo(model).num_layers + 1 || lensRows === modelInfo(model).num_layers, `${model} logit lens rows per layer (${lensRows})`);
+    if (predictionsApi) {
+      const pred = await post(LENSD_URL, 'v1/forward', { model, text, outputs: ['top_k'], k: 10, positions, logit_lens: true });
+      for (const entry of pred.top_k) {
+        const drawn = await page.$$eval(`ol.topk[data-position="${entry.position}"] li`, els => els.map(e => Number(e.dataset.id)));
+        check(JSON.stringify(drawn) === JSON.stringify(entry.predictions.map(p => p.id)), `${model} top-10 at ${entry.position} = /v1/forward top_k`);
+      }
+      const lens = pred.logit_lens[pred.logit_lens.length - 1];
+      const rows = await page.$$eval('table.lens', (tables, n) => {
+        const t = tables[n];
+        return t ? [...t.querySelectorAll('tbody tr')].map(r => [...r.querySelectorAll('td')].map(td => Number(td.dataset.id))) : [];
+      }, pred.logit_lens.length - 1);
+      check(rows.length === lens.layers.length && rows.length > 0, `${model} logit lens: one row per layer (${rows.length} vs ${lens.layers.length})`);
+      check(JSON.stringify(rows) === JSON.stringify(lens.layers.map(l => l.predictions.map(p => p.id))), `${model} logit lens cells = the response's ids`);
     } else {
-      skip(`${model} logit lens: this server has no logit_lens (API branch not merged)`);
+      skip(`${model} top_k and logit lens: this server's spec has no logit_lens`);
     }
     await shot(page, `text-${model}`);
     noErrors(page, `text/${model}`);

@@ -3,7 +3,7 @@
 // {id, title, needs, render(root, ctx)}; render resolves when the view has
 // drawn, and the shell then marks the view root with data-ready="1" (the
 // browser test waits for it).
-import { api, ApiError } from './api.js';
+import { api, ApiError, authHeaders } from './api.js';
 import { el, installTips } from './plot.js';
 import { setErrorBox } from './views/common.js';
 import * as textView from './views/text.js';
@@ -36,6 +36,8 @@ const state = {
   epoch: 0,
 };
 
+let specText = null; // promise of GET openapi.yaml's text
+
 const ctx = {
   api,
   state,
@@ -47,6 +49,16 @@ const ctx = {
   },
   // newer servers: /v1/models lists analyses, and capabilities/jobs list/top_k exist
   get modern() { return state.capabilities !== null; },
+  // Does the served openapi.yaml mention needle? Features that arrived after
+  // /v1/capabilities (top_k and logit_lens, job event streams) are looked up
+  // in the spec rather than probed, so the console never shows a 404 or 422.
+  async specHas(needle) {
+    if (!this.modern) return false;
+    if (specText === null) {
+      specText = fetch('openapi.yaml', { headers: authHeaders() }).then(r => (r.ok ? r.text() : '')).catch(() => '');
+    }
+    return (await specText).includes(needle);
+  },
   tokenLabels(tokens) {
     return tokens.map((t, i) => `${i}:${t.text}`);
   },

@@ -99,7 +99,7 @@ function jobRow(ctx, job, onShow) {
 
 // Follows one job until it is final: SSE on servers with /v1/jobs/{id}/events, else polling.
 async function follow(ctx, row, id, alive) {
-  if (ctx.modern) {
+  if (await ctx.specHas('/v1/jobs/{id}/events')) {
     try {
       const ctl = new AbortController();
       await sse(`v1/jobs/${encodeURIComponent(id)}/events`, ({ data }) => {

@@ -54,13 +54,14 @@ function softmaxTopK(row, k) {
   return exps.map((e, id) => ({ id, prob: e / sum })).sort((a, b) => b.prob - a.prob).slice(0, k);
 }
 
-// top_k of a /v1/forward response as [{position, items: [{id, text, prob}]}].
+// top_k of a /v1/forward response ([{position, predictions: [{id, token, prob}]}])
+// as [{position, items: [{id, text, prob}]}].
 export function readTopK(resp) {
-  const list = resp.top_k || resp.predictions;
+  const list = resp.top_k;
   if (!Array.isArray(list)) return null;
   return list.map(entry => {
-    const items = entry.tokens || entry.top || entry.predictions || entry.items || [];
-    return { position: entry.position, items: items.map(t => ({ id: t.id, text: t.text ?? t.token, prob: t.prob ?? t.probability })) };
+    const items = entry.predictions || [];
+    return { position: entry.position, items: items.map(t => ({ id: t.id, text: t.token ?? t.text, prob: t.prob })) };
   });
 }
 
@@ -84,17 +85,19 @@ function topKList(entry, tokens) {
       el('span', { class: 'piece', text: pieceText(t.text) }), el('span', { class: 'prob', text: fmt(t.prob) })))));
 }
 
-// logit_lens: per layer, per position, top-k; drawn as a layer × rank table.
-function logitLensTable(lens, position, tokens) {
-  const rows = lens.map(layerEntry => {
-    const at = (readTopK(layerEntry) || []).find(e => e.position === position) || { items: [] };
-    return el('tr', {}, el('th', { text: layerEntry.layer === 0 ? 'embeddings' : `layer ${layerEntry.layer}` }),
-      at.items.map(t => el('td', { style: `background:${seqColor(t.prob)};color:${t.prob > 0.6 ? '#000' : '#fff'}`,
-        'data-tip': `layer ${layerEntry.layer}, position ${position}: ${t.text} p=${fmt(t.prob)}`, text: pieceText(t.text) })));
-  });
-  return el('figure', { class: 'plot' }, el('figcaption', { text: `Logit lens at token ${position} “${pieceText(tokens[position].text)}”: top predictions read from each layer (rows), best first (columns)` }),
-    el('div', { class: 'scroll' }, el('table', { class: 'lens' }, el('thead', {}, el('tr', {}, el('th', { text: 'layer \\ rank' }),
-      (lens[0] ? (readTopK(lens[0])[0] || { items: [] }).items : []).map((_, r) => el('th', { text: r + 1 })))), el('tbody', {}, rows))),
+// logit_lens: [{position, layers: [{layer, predictions}]}]; drawn as a
+// layer × rank table coloured by probability.
+function logitLensTable(lens, tokens) {
+  const k = Math.max(...lens.layers.map(l => l.predictions.length));
+  const rows = lens.layers.map(l => el('tr', { 'data-layer': l.layer }, el('th', { text: l.layer === 0 ? 'embeddings' : `layer ${l.layer}` }),
+    l.predictions.map(t => el('td', { style: `background:${seqColor(t.prob)};color:${t.prob > 0.6 ? '#000' : '#fff'}`,
+      'data-id': t.id, 'data-tip': `layer ${l.layer}, after token ${lens.position}: ${t.token} p=${fmt(t.prob)}`, text: pieceText(t.token) }))));
+  return el('figure', { class: 'plot' },
+    el('figcaption', { text: `Logit lens after token ${lens.position} “${pieceText(tokens[lens.position].text)}”: each layer's hidden state read through the final norm and LM head` }),
+    el('div', { class: 'axis-note', text: 'rows: layer · columns: rank (1 = most probable)' }),
+    el('div', { class: 'scroll' }, el('table', { class: 'lens' },
+      el('thead', {}, el('tr', {}, el('th', { text: 'layer \\ rank' }), Array.from({ length: k }, (_, r) => el('th', { text: r + 1 })))),
+      el('tbody', {}, rows))),
     colorLegend(0, 1, false, 'probability'));
 }
 
@@ -109,14 +112,14 @@ async function predictions(ctx, input, tokens) {
   if (!positions.length) return section('Predictions', note('Put [MASK] in the text to see the masked-LM predictions.'));
   const k = 10;
   let tops, lens = null;
-  if (ctx.modern) {
+  if (await ctx.specHas('logit_lens:')) {
     const resp = await ctx.api('v1/forward', { ...input, outputs: ['top_k'], k, positions, logit_lens: true });
     tops = readTopK(resp);
     lens = resp.logit_lens || null;
   }
   if (!tops) tops = await topKFromLogits(ctx, input, positions, k);
   const out = [section(`Top-${k} predictions`, el('div', { class: 'row' }, tops.map(e => topKList(e, tokens))))];
-  if (Array.isArray(lens) && lens.length) out.push(section('Logit lens', logitLensTable(lens, positions[positions.length - 1], tokens)));
+  if (Array.isArray(lens) && lens.length) out.push(section('Logit lens', el('div', { class: 'row' }, lens.map(l => logitLensTable(l, tokens)))));
   else out.push(note('Logit lens: this server does not offer "logit_lens" on /v1/forward.'));
   return out;
 }
