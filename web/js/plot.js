@@ -112,7 +112,7 @@ export function colorLegend(lo, hi, diverging, label) {
     const t = i / 10;
     stops.push(el('stop', { offset: `${t * 100}%`, 'stop-color': diverging ? divColor(2 * t - 1) : seqColor(t) }));
   }
-  const svg = el('svg', { class: 'legend', width: w + 40, height: 44, role: 'img', 'aria-label': `colour scale ${label}` },
+  const svg = el('svg', { class: 'legend', width: w + 70, height: 44, role: 'img', 'aria-label': `colour scale ${label}` },
     el('defs', {}, el('linearGradient', { id }, stops)),
     el('text', { x: 20, y: 10, text: label || 'value', class: 'legend-label' }),
     el('rect', { x: 20, y: 14, width: w, height: 10, fill: `url(#${id})`, stroke: '#999' }),

@@ -37,7 +37,7 @@ export function textForm(ctx, onRun, extra) {
 
 // Byte-level BPE pieces read better with the space marker shown as such.
 export function pieceText(s) {
-  return String(s).replace(/Ġ/g, '␣').replace(/Ċ/g, '⏎');
+  return String(s).replace(/[Ġ ]/g, '␣').replace(/[Ċ\n]/g, '⏎');
 }
 
 export function labels(tokens) {

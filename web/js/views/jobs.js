@@ -59,9 +59,17 @@ function pruningCurve(r) {
 
 function triggerTable(r) {
   return el('table', { class: 'stats triggers' },
-    el('tr', {}, ['class', 'found', 'trigger tokens', 'positions'].map(t => el('th', { text: t }))),
+    el('tr', {}, ['class', 'found', 'trigger tokens', 'relative positions', 'count', 'score'].map(t => el('th', { text: t }))),
     r.triggers.map(t => el('tr', {}, el('td', { text: t.label_name ?? t.label }), el('td', { text: t.found ? 'yes' : 'no' }),
-      el('td', { text: (t.tokens || t.token_texts || t.token_ids || []).join(' ') }), el('td', { text: JSON.stringify(t.positions ?? t.relative_positions ?? '') }))));
+      el('td', { text: (t.tokens || []).join(' ') }), el('td', { text: (t.positions || []).map(fmt).join(', ') }),
+      el('td', { text: t.count ?? '' }), el('td', { text: t.score === undefined ? '' : fmt(t.score) }))));
+}
+
+function attackTable(r) {
+  return el('table', { class: 'stats attack' },
+    el('tr', {}, ['victims of class', 'n', 'trigger of class', 'accuracy before', 'accuracy after'].map(t => el('th', { text: t }))),
+    r.attack.map(a => el('tr', {}, el('td', { text: a.label_name ?? a.label }), el('td', { text: a.n }),
+      el('td', { text: a.trigger_from ?? 'none' }), el('td', { text: fmt(a.accuracy_before) }), el('td', { text: fmt(a.accuracy_after) }))));
 }
 
 export function resultPanels(job) {
@@ -73,7 +81,8 @@ export function resultPanels(job) {
         values: r.heads.map(h => h.attribution), xLabel: 'mean max attribution', yLabel: 'head' }))];
   }
   if (job.kind === 'adversarial-triggers') {
-    return [section(`Triggers (accuracy ${fmt(r.accuracy_before)} → ${fmt(r.accuracy_after)} on ${r.victims} victims)`, triggerTable(r))];
+    return [section(`Triggers (${r.sources} source rows, top ${r.top_k} pairs each)`, triggerTable(r)),
+      section(`Attack: accuracy ${fmt(r.accuracy_before)} → ${fmt(r.accuracy_after)} on ${r.victims} victims`, attackTable(r))];
   }
   if (job.kind === 'decomposition') return decompositionPlots(r);
   return [el('pre', { class: 'json', text: JSON.stringify(r, null, 1).slice(0, 4000) })];

@@ -77,9 +77,9 @@ async function topKFromLogits(ctx, input, positions, k) {
   return tops.map((items, p) => ({ position: positions[p], items: items.map(t => ({ ...t, text: named.tokens[n++].text })) }));
 }
 
-function topKList(entry, tokens) {
+function topKList(entry, tokens, where) {
   return el('div', { class: 'topk-box' },
-    el('h3', { text: `after token ${entry.position} “${pieceText(tokens[entry.position].text)}”` }),
+    el('h3', { text: `${where} token ${entry.position} “${pieceText(tokens[entry.position].text)}”` }),
     el('ol', { class: 'topk', 'data-position': entry.position }, entry.items.map(t => el('li', { 'data-id': t.id, 'data-prob': t.prob },
       el('span', { class: 'bar', style: `width:${Math.round(100 * t.prob)}%;background:${seqColor(0.3 + 0.6 * t.prob)}` }),
       el('span', { class: 'piece', text: pieceText(t.text) }), el('span', { class: 'prob', text: fmt(t.prob) })))));
@@ -87,18 +87,20 @@ function topKList(entry, tokens) {
 
 // logit_lens: [{position, layers: [{layer, predictions}]}]; drawn as a
 // layer × rank table coloured by probability.
-function logitLensTable(lens, tokens) {
+function logitLensTable(lens, tokens, where) {
   const k = Math.max(...lens.layers.map(l => l.predictions.length));
+  // colour up to the largest probability in the table, so low-confidence layers still differ
+  const top = Math.max(...lens.layers.flatMap(l => l.predictions.map(p => p.prob)), 1e-6);
   const rows = lens.layers.map(l => el('tr', { 'data-layer': l.layer }, el('th', { text: l.layer === 0 ? 'embeddings' : `layer ${l.layer}` }),
-    l.predictions.map(t => el('td', { style: `background:${seqColor(t.prob)};color:${t.prob > 0.6 ? '#000' : '#fff'}`,
-      'data-id': t.id, 'data-tip': `layer ${l.layer}, after token ${lens.position}: ${t.token} p=${fmt(t.prob)}`, text: pieceText(t.token) }))));
+    l.predictions.map(t => el('td', { style: `background:${seqColor(t.prob / top)};color:${t.prob / top > 0.6 ? '#000' : '#fff'}`,
+      'data-id': t.id, 'data-tip': `layer ${l.layer}, ${where} token ${lens.position}: ${t.token} p=${fmt(t.prob)}`, text: pieceText(t.token) }))));
   return el('figure', { class: 'plot' },
-    el('figcaption', { text: `Logit lens after token ${lens.position} “${pieceText(tokens[lens.position].text)}”: each layer's hidden state read through the final norm and LM head` }),
+    el('figcaption', { text: `Logit lens ${where} token ${lens.position} “${pieceText(tokens[lens.position].text)}”: each layer's hidden state read through the final norm and LM head` }),
     el('div', { class: 'axis-note', text: 'rows: layer · columns: rank (1 = most probable)' }),
     el('div', { class: 'scroll' }, el('table', { class: 'lens' },
       el('thead', {}, el('tr', {}, el('th', { text: 'layer \\ rank' }), Array.from({ length: k }, (_, r) => el('th', { text: r + 1 })))),
       el('tbody', {}, rows))),
-    colorLegend(0, 1, false, 'probability'));
+    colorLegend(0, top, false, 'probability'));
 }
 
 async function predictions(ctx, input, tokens) {
@@ -118,8 +120,9 @@ async function predictions(ctx, input, tokens) {
     lens = resp.logit_lens || null;
   }
   if (!tops) tops = await topKFromLogits(ctx, input, positions, k);
-  const out = [section(`Top-${k} predictions`, el('div', { class: 'row' }, tops.map(e => topKList(e, tokens))))];
-  if (Array.isArray(lens) && lens.length) out.push(section('Logit lens', el('div', { class: 'row' }, lens.map(l => logitLensTable(l, tokens)))));
+  const where = m.task === 'masked-lm' ? 'at' : 'after';
+  const out = [section(`Top-${k} predictions`, el('div', { class: 'row' }, tops.map(e => topKList(e, tokens, where))))];
+  if (Array.isArray(lens) && lens.length) out.push(section('Logit lens', el('div', { class: 'row' }, lens.map(l => logitLensTable(l, tokens, where)))));
   else out.push(note('Logit lens: this server does not offer "logit_lens" on /v1/forward.'));
   return out;
 }
