@@ -2,7 +2,8 @@
 # make test-web: the dashboard in Debian's headless chromium against live
 # lensd servers on the demo models in models/:
 #   A  plain lensd (every view, 1280x800 and 390x844)
-#   B  lensd with --api-key-file (the page asks for the key after a 401)
+#   B  lensd with --api-key-file (the page asks for the key after a 401) and
+#      --debug-delay-ms 3000 (a job is still waiting when Cancel is clicked)
 #   C  nginx in front of A under the path prefix /lensd/, with a config made
 #      from deploy/compose/nginx.conf (same limits, logs and error pages;
 #      upstream = A, a prefix location added, paths moved to a temp folder)
@@ -47,7 +48,7 @@ start_lensd() { # port, extra args...
 }
 
 port_a=$(free_port); start_lensd "$port_a"
-port_b=$(free_port); echo "web-test-key" >"$tmp/keys"; start_lensd "$port_b" --api-key-file "$tmp/keys"
+port_b=$(free_port); echo "web-test-key" >"$tmp/keys"; start_lensd "$port_b" --api-key-file "$tmp/keys" --debug-delay-ms 3000
 
 port_c=$(free_port)
 sed -e "s|^pid .*|pid $tmp/nginx.pid;|" \

@@ -92,7 +92,9 @@ const modelInfo = id => models.find(m => m.id === id);
 const modern = models.some(m => Array.isArray(m.analyses));
 // top_k and logit_lens on /v1/forward (the served spec says so)
 const specRes = modern ? await fetch(new URL('openapi.yaml', LENSD_URL)) : null;
-const predictionsApi = !!specRes && specRes.ok && (await specRes.text()).includes('logit_lens:');
+const specText = specRes && specRes.ok ? await specRes.text() : '';
+const predictionsApi = specText.includes('logit_lens:');
+const eventsApi = specText.includes('/v1/jobs/{id}/events');
 check(models.length === 4, `four demo models served (${models.length})`);
 
 async function textView(page, base) {
@@ -238,6 +240,9 @@ async function jobsView(page, base) {
   const series = await page.$$eval('svg.chart polyline.series', els => els.map(p => p.getAttribute('points').trim().split(' ').length));
   const n = job.result.pruning.fraction.length;
   check(series.length === 3 && series.every(k => k === n), `pruning curve: attribution, attention, random with ${n} points (${series})`);
+  const streamed = await page.evaluate(() => performance.getEntriesByType('resource').some(e => e.name.includes('/events')));
+  if (eventsApi) check(streamed, 'progress followed through /v1/jobs/{id}/events (SSE)');
+  else check(!streamed, 'no event stream asked of a server without one (polling)');
   await shot(page, 'jobs-demo-sst2');
   noErrors(page, 'jobs');
 }
@@ -272,7 +277,19 @@ if (KEY_URL) {
   await waitReady(page, 'attention');
   const cells = await page.$$eval('.head-cell', els => els.length);
   check(cells > 0, `after the key the attention view draws (${cells} head cells)`);
-  noErrors(page, 'API key flow');
+  // cancel: this server delays every job by 3 s (--debug-delay-ms), so it is still queued or waiting
+  await page.evaluate(() => { location.hash = '#/jobs'; });
+  await waitReady(page, 'jobs');
+  await page.select('select[name=kind]', 'head-importance');
+  await page.click('form.input-form button[type=submit]');
+  await page.waitForSelector('table.jobs tbody tr button.cancel:not([disabled])', { timeout: 10000 });
+  const id = await page.$eval('table.jobs tbody tr', e => e.dataset.job);
+  await page.click(`tr[data-job="${id}"] button.cancel`);
+  await page.waitForFunction(j => document.querySelector(`tr[data-job="${j}"] .state`).textContent === 'cancelled', { timeout: 15000 }, id);
+  const job = await (await fetch(new URL(`v1/jobs/${id}`, KEY_URL), { headers: { Authorization: `Bearer ${API_KEY}` } })).json();
+  check(job.state === 'cancelled', `Cancel cancels the job on the server (${job.state})`);
+  await shot(page, 'jobs-cancelled');
+  noErrors(page, 'API key flow and cancel');
   await page.close();
 } else skip('API key flow: no KEY_URL');
 
