@@ -192,6 +192,36 @@ async function attributionView(page, base) {
   check(bars === m.num_layers * m.num_heads, `head importance: one bar per head (${bars})`);
   await shot(page, 'attribution-demo-sst2');
   noErrors(page, 'attribution');
+
+  // GPT-2: next-token target, no tree
+  await gotoView(page, base, 'demo-gpt2', 'attribution');
+  const g = modelInfo('demo-gpt2');
+  const gmaps = await page.$$eval('.maps svg.heatmap', els => els.length);
+  check(gmaps === g.num_layers, `demo-gpt2: one heatmap per layer (${gmaps})`);
+  check(await page.$$eval('svg.tree', els => els.length) === 0, 'demo-gpt2: no tree drawn');
+  await shot(page, 'attribution-demo-gpt2');
+  noErrors(page, 'attribution/demo-gpt2');
+}
+
+// A 60-token text: cells keep their size and the heatmap scrolls in its box.
+async function longSequence(page, base) {
+  await gotoView(page, base, 'demo-sst2', 'identity');
+  const long = Array.from({ length: 6 }, () => 'a charming and often affecting journey , funny').join(' ');
+  await page.$eval('textarea[name=text]', (e, v) => { e.value = v; }, long);
+  await page.click('form.input-form button[type=submit]');
+  await page.waitForFunction(() => document.querySelectorAll('.contrib rect.cell').length > 2000, { timeout: 60000 });
+  const T = (await post(LENSD_URL, 'v1/tokenize', { model: 'demo-sst2', text: long })).tokens.length;
+  const info = await page.$eval('.contrib', box => {
+    const cell = box.querySelector('rect.cell'), scroller = box.querySelector('.scroll');
+    return { n: box.querySelectorAll('rect.cell').length, w: Number(cell.getAttribute('width')), sw: scroller.scrollWidth, cw: scroller.clientWidth,
+      svgW: Number(box.querySelector('svg.heatmap').getAttribute('width')) };
+  });
+  check(info.n === T * T && T >= 50, `long text: ${T} tokens, ${info.n} cells`);
+  check(info.w >= 17, `cells keep their size (${info.w}px)`);
+  check(info.sw >= info.svgW && (info.svgW <= info.cw || info.sw > info.cw), `the whole heatmap is reachable: box scrolls when narrower (svg ${info.svgW}, box ${info.cw}, scroll ${info.sw})`);
+  if (page.viewport().width < 600) check(info.sw > info.cw, `on a phone the heatmap scrolls inside its box (${info.sw} > ${info.cw})`);
+  await shot(page, 'identity-long-text');
+  noErrors(page, 'long sequence');
 }
 
 async function identityView(page, base) {
@@ -228,10 +258,15 @@ async function decompositionView(page, base) {
 
 async function jobsView(page, base) {
   await gotoView(page, base, 'demo-sst2', 'jobs');
-  await page.select('select[name=kind]', 'head-importance');
-  await page.click('form.input-form button[type=submit]');
-  await page.waitForSelector('table.jobs tbody tr', { timeout: 10000 });
-  const id = await page.$eval('table.jobs tbody tr', e => e.dataset.job);
+  // jobs of earlier runs are listed too: follow the row of the new job
+  const startJob = async kind => {
+    const before = await page.$$eval('table.jobs tbody tr', els => els.map(e => e.dataset.job));
+    await page.select('select[name=kind]', kind);
+    await page.click('form.input-form button[type=submit]');
+    await page.waitForFunction(b => [...document.querySelectorAll('table.jobs tbody tr')].some(e => !b.includes(e.dataset.job)), { timeout: 10000 }, before);
+    return page.$$eval('table.jobs tbody tr', (els, b) => els.find(e => !b.includes(e.dataset.job)).dataset.job, before);
+  };
+  const id = await startJob('head-importance');
   await page.waitForFunction(() => [...document.querySelectorAll('figcaption')].some(f => f.textContent.startsWith('Accuracy as heads are pruned')), { timeout: 60000 });
   const job = await get(LENSD_URL, `v1/jobs/${id}`);
   check(job.state === 'done', `job ${id} done`);
@@ -244,12 +279,29 @@ async function jobsView(page, base) {
   if (eventsApi) check(streamed, 'progress followed through /v1/jobs/{id}/events (SSE)');
   else check(!streamed, 'no event stream asked of a server without one (polling)');
   await shot(page, 'jobs-demo-sst2');
+
+  for (const kind of ['adversarial-triggers', 'decomposition']) {
+    const jid = await startJob(kind);
+    await page.waitForFunction(j => document.querySelector(`tr[data-job="${j}"] .state`).textContent === 'done', { timeout: 60000 }, jid);
+    const r = (await get(LENSD_URL, `v1/jobs/${jid}`)).result;
+    if (kind === 'adversarial-triggers') {
+      await page.waitForSelector('table.triggers', { timeout: 10000 });
+      const rows = await page.$$eval('table.triggers tr', els => els.length - 1);
+      const attack = await page.$$eval('table.attack tr', els => els.length - 1);
+      check(rows === r.triggers.length && attack === r.attack.length, `trigger table ${rows}/${r.triggers.length}, attack table ${attack}/${r.attack.length}`);
+    } else {
+      await page.waitForFunction(() => document.querySelectorAll('.spirals svg.scatter').length > 0, { timeout: 10000 });
+      const spirals = await page.$$eval('.spirals svg.scatter', els => els.map(s => s.querySelectorAll('circle.point').length));
+      check(spirals.length === r.layers.length && spirals.every(n => n === r.positions), `decomposition job: ${spirals.length} spirals of ${r.positions} positions`);
+    }
+    await shot(page, `jobs-${kind}`);
+  }
   noErrors(page, 'jobs');
 }
 
 // ------------------------------------------------------------------- runs
 
-const views = [textView, attentionView, attributionView, identityView, decompositionView, jobsView];
+const views = [textView, attentionView, attributionView, identityView, decompositionView, jobsView, longSequence];
 for (const vp of VIEWPORTS) {
   const page = await openPage(vp);
   const t0 = Date.now();
