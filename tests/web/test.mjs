@@ -165,6 +165,20 @@ async function attentionView(page, base) {
   const rank = await page.$eval('.focus table.stats tr:nth-child(2) td', e => Number(e.textContent));
   const lastHead = att.layers[att.layers.length - 1].heads[att.layers[0].heads.length - 1];
   check(rank === lastHead.rank, `focused head's rank = the response's (${rank} vs ${lastHead.rank})`);
+  // colours encode the response: every raw cell's fill = viridis(weight), and the scales' fixed points
+  const fills = await page.evaluate(async () => {
+    const plot = await import(new URL('web/js/plot.js', document.baseURI).href);
+    const cells = [...document.querySelectorAll('.focus svg.heatmap')][0].querySelectorAll('rect.cell');
+    return { cells: [...cells].map(c => [Number(c.dataset.r), Number(c.dataset.c), c.getAttribute('fill')]),
+      fixed: [plot.seqColor(0), plot.seqColor(1), plot.divColor(0), plot.divColor(-1), plot.divColor(1)] };
+  });
+  check(JSON.stringify(fills.fixed) === JSON.stringify(['rgb(68,1,84)', 'rgb(253,231,37)', 'rgb(247,247,247)', 'rgb(103,0,31)', 'rgb(5,48,97)']),
+    `colour scales: viridis ends, diverging white at 0, red below, blue above (${fills.fixed})`);
+  const wantFill = await page.evaluate(async vals => {
+    const plot = await import(new URL('web/js/plot.js', document.baseURI).href);
+    return vals.map(row => row.map(v => plot.seqColor(v)));
+  }, lastHead.raw);
+  check(fills.cells.length > 0 && fills.cells.every(([r, c, f]) => f === wantFill[r][c]), 'focused raw heatmap: each cell coloured by the response weight');
   const points = await page.$$eval('svg.scatter circle.point', els => els.length);
   check(points === 2 * m.num_layers * m.num_heads, `mass plot: 2 points per head (${points})`);
   // hovering a cell shows the token pair and the value

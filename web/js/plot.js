@@ -112,13 +112,14 @@ export function colorLegend(lo, hi, diverging, label) {
     const t = i / 10;
     stops.push(el('stop', { offset: `${t * 100}%`, 'stop-color': diverging ? divColor(2 * t - 1) : seqColor(t) }));
   }
-  const svg = el('svg', { class: 'legend', width: w + 70, height: 44, role: 'img', 'aria-label': `colour scale ${label}` },
+  const x0 = 34; // room for a negative end label centred under the bar's start
+  const svg = el('svg', { class: 'legend', width: w + 2 * x0, height: 44, role: 'img', 'aria-label': `colour scale ${label}` },
     el('defs', {}, el('linearGradient', { id }, stops)),
-    el('text', { x: 20, y: 10, text: label || 'value', class: 'legend-label' }),
-    el('rect', { x: 20, y: 14, width: w, height: 10, fill: `url(#${id})`, stroke: '#999' }),
-    el('text', { x: 20, y: 38, 'text-anchor': 'middle', text: fmt(lo) }),
-    el('text', { x: 20 + w, y: 38, 'text-anchor': 'middle', text: fmt(hi) }));
-  if (diverging) svg.append(el('text', { x: 20 + w / 2, y: 38, 'text-anchor': 'middle', text: '0' }));
+    el('text', { x: x0, y: 10, text: label || 'value', class: 'legend-label' }),
+    el('rect', { x: x0, y: 14, width: w, height: 10, fill: `url(#${id})`, stroke: '#999' }),
+    el('text', { x: x0, y: 38, 'text-anchor': 'middle', text: fmt(lo) }),
+    el('text', { x: x0 + w, y: 38, 'text-anchor': 'middle', text: fmt(hi) }));
+  if (diverging) svg.append(el('text', { x: x0 + w / 2, y: 38, 'text-anchor': 'middle', text: '0' }));
   return svg;
 }
 
@@ -212,7 +213,9 @@ export function lineChart({ title, xLabel, yLabel, series, yDomain, xTickLabels,
   const xs = scale(x0, x1, box.l, box.l + box.w), ys = scale(y0, y1, box.t + box.h, box.t);
   // layers and counts: no ticks between integers
   if (series.every(s => s.xs.every(Number.isInteger))) xs.ticks = xs.ticks.filter(Number.isInteger);
-  const svg = el('svg', { class: 'chart', viewBox: `0 0 ${width} ${height}`, width, height, role: 'img', 'aria-label': title });
+  // scales down to narrow screens (viewBox), never up
+  const svg = el('svg', { class: 'chart', viewBox: `0 0 ${width} ${height}`, width, height, style: `width:100%;max-width:${width}px;height:auto`,
+    role: 'img', 'aria-label': title });
   axes(svg, box, xs, ys, xLabel, yLabel, xTickLabels && xTickLabels.map((lab, i) => [i, lab]));
   for (const s of series) {
     const pts = s.xs.map((x, i) => [x, s.ys[i]]).filter(([, y]) => Number.isFinite(y));
