@@ -59,9 +59,6 @@ const ctx = {
     }
     return (await specText).includes(needle);
   },
-  tokenLabels(tokens) {
-    return tokens.map((t, i) => `${i}:${t.text}`);
-  },
 };
 
 function errorBox(err) {

@@ -237,7 +237,8 @@ export function barChart({ title, labels, values, xLabel, yLabel, diverging, dom
   if (diverging) { const m = Math.max(Math.abs(lo), Math.abs(hi)); lo = -m; hi = m; }
   const box = { l: labelW, t: 6, w: width - labelW - 80, h: labels.length * barH };
   const xs = scale(lo, hi, box.l, box.l + box.w);
-  const svg = el('svg', { class: 'chart bars', width, height, role: 'img', 'aria-label': title });
+  const svg = el('svg', { class: 'chart bars', viewBox: `0 0 ${width} ${height}`, width, height,
+    style: `width:100%;max-width:${width}px;height:auto`, role: 'img', 'aria-label': title });
   svg.append(el('line', { class: 'axis', x1: xs.map(0), x2: xs.map(0), y1: box.t, y2: box.t + box.h }));
   labels.forEach((label, i) => {
     const v = values[i], x0 = xs.map(Math.min(0, v)), x1 = xs.map(Math.max(0, v));
