@@ -47,7 +47,10 @@ start_lensd() { # port, extra args...
   echo "lensd on $port did not become ready:" >&2; cat "$tmp/lensd-$port.log" >&2; return 1
 }
 
-port_a=$(free_port); start_lensd "$port_a"
+# SST-2's TSVs for the Jobs view's dataset picker, when ../shared is there
+data_args=()
+[ -d ../shared/data/sst2 ] && data_args=(--data-dir ../shared/data/sst2)
+port_a=$(free_port); start_lensd "$port_a" "${data_args[@]}"
 port_b=$(free_port); echo "web-test-key" >"$tmp/keys"; start_lensd "$port_b" --api-key-file "$tmp/keys" --debug-delay-ms 3000
 
 port_c=$(free_port)

@@ -179,6 +179,10 @@ async function attentionView(page, base) {
     return vals.map(row => row.map(v => plot.seqColor(v)));
   }, lastHead.raw);
   check(fills.cells.length > 0 && fills.cells.every(([r, c, f]) => f === wantFill[r][c]), 'focused raw heatmap: each cell coloured by the response weight');
+  const table = await page.$$eval('table.heads tr[data-layer]', els => els.map(r => [...r.children].map(td => td.textContent)));
+  const wantRows = att.layers.flatMap(l => l.heads.map(h => [String(l.layer), String(h.head), String(h.rank), String(h.null_dim)]));
+  check(table.length === m.num_layers * m.num_heads && JSON.stringify(table.map(r => r.slice(0, 4))) === JSON.stringify(wantRows),
+    `every-head table: layer, head, rank, null dim of all ${wantRows.length} heads = the response's`);
   const points = await page.$$eval('svg.scatter circle.point', els => els.length);
   check(points === 2 * m.num_layers * m.num_heads, `mass plot: 2 points per head (${points})`);
   // hovering a cell shows the token pair and the value
@@ -280,6 +284,13 @@ async function jobsView(page, base) {
     await page.waitForFunction(b => [...document.querySelectorAll('table.jobs tbody tr')].some(e => !b.includes(e.dataset.job)), { timeout: 10000 }, before);
     return page.$$eval('table.jobs tbody tr', (els, b) => els.find(e => !b.includes(e.dataset.job)).dataset.job, before);
   };
+  const options = await page.$$eval('select[name=data] option', els => els.map(e => e.value).filter(Boolean));
+  if (modern) {
+    const caps = await get(LENSD_URL, 'v1/capabilities');
+    const tsv = caps.data_files.filter(f => f.path.endsWith('.tsv')).map(f => f.path);
+    if (!caps.data_dir) skip('dataset picker: the server has no --data-dir (../shared absent)');
+    else check(tsv.length > 0 && JSON.stringify(options) === JSON.stringify(tsv), `dataset picker lists the data dir's TSV files (${options})`);
+  } else check(options.length === 0, 'no dataset picker without /v1/capabilities');
   const id = await startJob('head-importance');
   await page.waitForFunction(() => [...document.querySelectorAll('figcaption')].some(f => f.textContent.startsWith('Accuracy as heads are pruned')), { timeout: 60000 });
   const job = await get(LENSD_URL, `v1/jobs/${id}`);

@@ -55,6 +55,20 @@ function massPlot(resp) {
     yLabel: 'effective mass', points: pts, groups: ['special tokens', 'punctuation'] });
 }
 
+// Every head at once: the numbers behind the grid, sortable by eye.
+function headsTable(resp) {
+  const idl = l => resp.identifiability.layers.find(x => x.layer === l);
+  return el('div', { class: 'scroll' }, el('table', { class: 'stats heads' },
+    el('tr', {}, ['layer', 'head', 'rank V', 'null dim', 'identifiable', 'key-aware dim', 'special raw', 'special eff.', 'punct. raw', 'punct. eff.']
+      .map(t => el('th', { text: t }))),
+    resp.layers.flatMap(layer => layer.heads.map(h => {
+      const k = idl(layer.layer).heads.find(x => x.head === h.head).key_aware;
+      return el('tr', { 'data-layer': layer.layer, 'data-head': h.head }, [layer.layer, h.head, h.rank, h.null_dim, h.identifiable ? 'yes' : 'no',
+        k.dim ?? 'n/a', fmt(h.stats.special_mass_raw), fmt(h.stats.special_mass_effective), fmt(h.stats.punct_mass_raw),
+        fmt(h.stats.punct_mass_effective)].map(v => el('td', { text: String(v) })));
+    }))));
+}
+
 function boundsTable(idf) {
   const rows = [['sequence length T', idf.seq_len], ['head dim (value) d_v', idf.head_dim_value], ['head dim (key) d_k', idf.head_dim_key],
     ['Brunner et al. bound (T ≤ d_v identifiable)', idf.brunner_bound], ['identifiable by length', idf.length_identifiable ? 'yes' : 'no'],
@@ -74,6 +88,7 @@ export async function render(root, ctx) {
     const grid = headGrid(resp, pick);
     const panels = [section(`Heads (${resp.layers.length} layers × ${resp.layers[0].heads.length} heads)`, grid),
       section('Focused head', focus), section('Identifiability bounds', boundsTable(resp.identifiability)),
+      section('Every head', headsTable(resp)),
       section('Special-token and punctuation mass', massPlot(resp), note('Points below the diagonal: effective attention gives less weight than raw attention.'))];
     pick(resp.layers[0], resp.layers[0].heads[0]);
     return panels;

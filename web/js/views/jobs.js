@@ -22,9 +22,11 @@ const ROWS = [
   ['smart , sharp and full of life .', 1], ['a tedious film with no heart .', 0],
 ].map(([text, label]) => ({ text, label }));
 
-function paramsFor(kind, model) {
-  if (kind === 'head-importance') return { model, rows: ROWS, seeds: 2, steps: 8 };
-  if (kind === 'adversarial-triggers') return { model, rows: ROWS, steps: 8, top_k: 3 };
+// data: '' for the built-in rows, else a TSV path under the server's --data-dir.
+function paramsFor(kind, model, data) {
+  const source = data ? { data, max_rows: 200 } : { rows: ROWS };
+  if (kind === 'head-importance') return { model, ...source, seeds: 2, steps: 8 };
+  if (kind === 'adversarial-triggers') return { model, ...source, steps: 8, top_k: 3 };
   return { model, texts: ROWS.map(r => r.text), labels: ROWS.map(r => (r.label ? 'positive' : 'negative')), length: 8 };
 }
 
@@ -130,6 +132,10 @@ export async function render(root, ctx) {
   const m = ctx.model;
   const kinds = ['head-importance', 'adversarial-triggers', 'decomposition'].filter(k => ctx.supports(k.replace(/-/g, '_')));
   const kindSel = el('select', { name: 'kind', 'aria-label': 'job kind' }, kinds.map(k => el('option', { value: k, text: k })));
+  // TSV files the server offers under --data-dir (GET /v1/capabilities), for the dataset kinds
+  const files = ((ctx.state.capabilities || {}).data_files || []).filter(f => f.path.endsWith('.tsv'));
+  const dataSel = el('select', { name: 'data', 'aria-label': 'dataset' }, el('option', { value: '', text: `${ROWS.length} built-in labelled sentences` }),
+    files.map(f => el('option', { value: f.path, text: `${f.path} (first 200 rows)` })));
   const body = el('tbody', {});
   const result = el('div', { class: 'output' });
   const alive = () => root.isConnected;
@@ -140,12 +146,12 @@ export async function render(root, ctx) {
     if (!final(job.state)) follow(ctx, row, job.id, alive).then(() => { if (row.querySelector('.state').textContent === 'done' && root.dataset.autoshow === job.id) onShow(job.id); });
     return row;
   };
-  const form = el('form', { class: 'input-form' }, el('label', {}, 'job ', kindSel),
-    el('span', { class: 'muted', text: `on ${m.id} with ${ROWS.length} built-in labelled sentences` }), el('button', { type: 'submit', text: 'Start job' }));
+  const form = el('form', { class: 'input-form' }, el('label', {}, 'job ', kindSel), el('label', {}, `on ${m.id} with `, dataSel),
+    el('button', { type: 'submit', text: 'Start job' }));
   form.addEventListener('submit', async ev => {
     ev.preventDefault();
     try {
-      const job = await ctx.api('v1/jobs', { kind: kindSel.value, params: paramsFor(kindSel.value, m.id) });
+      const job = await ctx.api('v1/jobs', { kind: kindSel.value, params: paramsFor(kindSel.value, m.id, kindSel.value === 'decomposition' ? '' : dataSel.value) });
       remember(job.id);
       root.dataset.autoshow = job.id;
       add(job);
