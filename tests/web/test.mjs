@@ -108,6 +108,16 @@ async function textView(page, base) {
   const bars = await page.$$eval('svg.bars rect.bar', els => els.length);
   check(bars === modelInfo('demo-sst2').labels.length, `one probability bar per label (${bars})`);
   await shot(page, 'text-demo-sst2');
+  // a text pair: its tokens are segment 1 and are marked in the second paragraph
+  const pair = 'the second segment';
+  await page.type('input[name=text_pair]', pair);
+  await page.click('form.input-form button[type=submit]');
+  await page.waitForFunction(() => document.querySelectorAll('.source-text').length === 2, { timeout: 20000 });
+  const tp = await post(LENSD_URL, 'v1/tokenize', { model: 'demo-sst2', text: TEXT, text_pair: pair });
+  const second = await page.$$eval('.source-text', els => [...els[1].querySelectorAll('.tok-span')].map(e => e.textContent));
+  const wantSecond = tp.tokens.filter(t => t.segment === 1 && t.start !== null).map(t => pair.slice(t.start, t.end));
+  check(second.length > 0 && JSON.stringify(second) === JSON.stringify(wantSecond), `pair tokens marked in the second text (${second})`);
+  await page.$eval('input[name=text_pair]', e => { e.value = ''; });
   noErrors(page, 'text/demo-sst2');
 
   for (const model of ['demo-gpt2', 'demo-mlm']) {
