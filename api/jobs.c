@@ -21,7 +21,7 @@ const api_job_kind api_job_kinds[] = {
      "HeadImportanceResult", api_head_importance_shard, api_head_importance_merge},
     {"adversarial-triggers", api_triggers_prepare, api_triggers_run,
      "top attributed token pairs inserted into other examples; accuracy before/after per label", "DatasetJobParams",
-     "TriggersResult", NULL, NULL},
+     "TriggersResult", api_triggers_shard, api_triggers_merge},
     {"token-identity-map", api_token_identity_map_prepare, api_token_identity_map_run,
      "fit the linear maps from every layer to layer 0 (token identifiability) and keep them with the model",
      "TokenIdentityMapParams", "TokenIdentityMapResult", NULL, NULL},
