@@ -201,7 +201,13 @@ static json_t *manifest_args(json_t **env)
                 json_object_set_new(*env, name, json_string(value));
             *name = 0;
         }
-        if ((p = strstr(line, "args: ["))) args = json_loads(p + 6, 0, NULL);
+        if ((p = strstr(line, "args: ["))) { /* the flow sequence, over as many lines as it takes */
+            char seq[8192] = "";
+            size_t used = 0;
+            for (char *part = p + 6; part; part = strchr(seq, ']') ? NULL : fgets(line, sizeof line, f) ? line : NULL)
+                used += (size_t)snprintf(seq + used, used < sizeof seq ? sizeof seq - used : 0, "%s", part);
+            args = json_loads(seq, JSON_DISABLE_EOF_CHECK, NULL);
+        }
     }
     fclose(f);
     return args;
