@@ -220,7 +220,7 @@ int lens_head_importance_run(const lens_model *m, const lens_example *ex, int n,
     }
 done:
     free(attr_sum), free(attn_sum), free(order), free(mask);
-    if (rc) lens_head_importance_free(out);
+    if (rc || (opts && opts->stage == LENS_HEAD_EXAMPLES)) lens_head_importance_free(out); /* examples: no result */
     return rc;
 }
 

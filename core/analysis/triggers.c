@@ -246,7 +246,7 @@ int lens_triggers_run(const lens_model *m, const lens_example *src, int n_src, c
     if (!rc && opts && opts->progress) opts->progress(opts->progress_user, 1.0);
 done:
     free(pat), free(attacked), free(ids);
-    if (rc) lens_trigger_result_free(out);
+    if (rc || (opts && opts->stage == LENS_TRIGGER_SOURCES)) lens_trigger_result_free(out); /* sources: no result */
     return rc;
 }
 
