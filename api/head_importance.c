@@ -371,7 +371,8 @@ void api_head_importance_merge(api_call *c, lens_partial *const *parts, int n_pa
     free(seen);
     if (rc) {
         free(attr), free(attn);
-        api_fail(c, 422, "partial_mismatch", "parts", "%s", err.msg);
+        if (err.code == LENS_EFORMAT) api_fail(c, 422, "partial_mismatch", "parts", "%s", err.msg);
+        else api_fail_core(c, &err, "parts", NULL, "head importance");
         return;
     }
     lens_example *ex = NULL;
@@ -542,7 +543,8 @@ void api_triggers_merge(api_call *c, lens_partial *const *parts, int n_parts)
     free(seen);
     if (rc) {
         free(src);
-        api_fail(c, 422, "partial_mismatch", "parts", "%s", err.msg);
+        if (err.code == LENS_EFORMAT) api_fail(c, 422, "partial_mismatch", "parts", "%s", err.msg);
+        else api_fail_core(c, &err, "parts", NULL, "adversarial triggers");
         return;
     }
     lens_example *ex = NULL;
