@@ -94,6 +94,7 @@ struct api_call {
     void (*progress)(void *user, double fraction);
     void *progress_user;
     const char *field_prefix;   /* prepended to api_fail's field ("params." for job params) */
+    const char *hint;           /* what to do instead when over the deadline (api/cost.h); NULL = none */
     int answered;               /* prepare() already wrote the response: do not run() */
     const struct api_job_kind *job_kind; /* POST /v1/jobs: the kind prepare() found */
     /* response */
@@ -130,8 +131,13 @@ int api_fail(api_call *c, int status, const char *code, const char *field,
              const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 /* Parse body bytes into c->body: 400 "invalid_json" for malformed JSON or
- * invalid UTF-8, 422 when it is not an object. */
+ * invalid UTF-8, 422 when it is not an object, 500 when memory ran out. */
 int api_parse_body(api_call *c, const char *data, size_t len);
+
+/* Points jansson's allocator at malloc/free through a wrapper that notes
+ * failures (for api_parse_body); once per process, before the first
+ * request, or earlier to route model loading's JSON through it too. */
+void api_json_init(void);
 
 /* ---- routes (api/routes.c) ---- */
 

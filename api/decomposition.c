@@ -11,15 +11,20 @@
  * (hidden-state indices 0..L, default all), labels? (one string or integer
  * per text / window / corpus file), drop_first_position? = true, causal?
  * = false (BERT run causally, as the paper), top_k? (principal angles,
- * default 10), async? = false}. corpus names files inside --data-dir, each
+ * default 10), async? = false, definition? = "paper-code" | "lensd",
+ * topics_self_pairs? (paper-code true), topics_pca? = 0, screenot_k? = 20,
+ * reference_texts | reference_windows | reference_corpus? (a second set of
+ * the same T whose pos and mean the metrics use; docs/reproducing.md)}. corpus names files inside --data-dir, each
  * read as one text and, without labels, its own topic. texts are tokenized without special
  * tokens, concatenated and cut into windows of T (the tail is dropped; with
  * labels no window spans two labels). async: true answers 202 with a job of
  * kind "decomposition" (GET /v1/jobs/{id} for progress and the result).
  *
  * Response {model, length, positions, first_position, windows, n_tokens,
+ * definition, topics_self_pairs, topics_pca, screenot_k, reference_windows,
  * labels?, layers: [{layer, variance_share {mean, pos, ctx, resid},
- * relative_norm {pos, ctx, resid}, pos_stable_rank, pos_explained {k2, k10,
+ * relative_norm {pos, ctx, resid}, pos_stable_rank, pos_screenot {rank,
+ * threshold, explained}, pos_explained {k2, k10,
  * k2_sq, k10_sq}, pos_smoothness, pos_pca: [[x, y]..per position..],
  * orthogonality {max_abs_cos, mean_abs_cos, principal_angles_deg}, topics?
  * {within, between, within_pairs, between_pairs}}], timing_ms}. */
@@ -28,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/cost.h"
 #include "api/request.h"
 #include "core/analysis/decomposition.h"
 
@@ -134,7 +140,9 @@ static int decode_corpus(api_call *c, decomp_req *r, json_t *v, const char *fiel
         r->texts[i] = r->corpus_data[i];
         r->text_lens[i] = (size_t)size;
     }
-    if (json_object_get(c->body, "labels")) return 0; /* decode_labels takes them */
+    /* the main set's labels: decode_labels takes them; a reference set has none, and its
+     * files stay separate topics so that no window spans two files */
+    if (json_object_get(c->body, "labels") && strcmp(field, "reference_corpus")) return 0;
     r->labels = malloc(n * sizeof *r->labels);
     r->label_names = calloc(n, sizeof *r->label_names);
     if (!r->labels || !r->label_names) return api_fail(c, 500, "internal", NULL, "out of memory");
@@ -306,6 +314,7 @@ int api_decomposition_prepare(api_call *c)
         api_decode_index_list(c, "layers", 0, cfg->n_layers, &r->layers))
         return -1;
     if (decode_window_set(c, r, "", has_len) || decode_definition(c, r)) return -1;
+    api_cost_hint(c, API_COST_DECOMPOSITION);
     return api_decode_async(c, "decomposition");
 }
 
@@ -461,6 +470,12 @@ void api_decomposition_run(api_call *c)
         return;
     }
     c->n_tokens = r->T;
+    const lens_config *cfg = &r->model->model->cfg;
+    if (api_cost_check(c, API_COST_DECOMPOSITION, (double)(W + ref_W) * api_cost_forward_flops(cfg, r->T, cfg->n_layers),
+                       r->texts ? "texts" : "windows")) {
+        free(own_ids), free(own_labels), free(ref_own_ids), free(ref_own_labels);
+        return;
+    }
     double t1 = api_now();
     /* progress: the reference windows first, then the windows */
     const double share = r->ref ? (double)ref_W / (ref_W + W) : 0;

@@ -248,7 +248,8 @@ static int tokenize_rows(api_call *c, const dataset_req *r, lens_example **out)
         int n = 0;
         lens_err err = {0};
         if (lens_tokenize(m->tok, r->rows[i].text, strlen(r->rows[i].text), NULL, 0, &toks, &n, &err))
-            return api_fail(c, 422, "invalid_request", "rows", "row %d: %s", i, err.msg);
+            return err.code == LENS_ENOMEM ? api_fail(c, 500, "internal", NULL, "row %d: %s", i, err.msg)
+                                           : api_fail(c, 422, "invalid_request", "rows", "row %d: %s", i, err.msg);
         int *ids = malloc(sizeof(int) * (n ? n : 1));
         if (!ids) {
             free(toks);

@@ -9,6 +9,7 @@
 #include "api/request.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,11 +93,43 @@ int api_fail(api_call *c, int status, const char *code, const char *field, const
     return -1;
 }
 
+/* jansson reports most allocation failures as syntax errors ("invalid
+ * token" when a string cannot be copied), so its allocator is wrapped to
+ * note them: a body that failed to parse for want of memory is the server's
+ * fault (500), not the client's (400). */
+static _Thread_local int json_alloc_failed;
+
+static void *json_malloc_noting(size_t n)
+{
+    void *p = malloc(n);
+    if (!p) json_alloc_failed = 1;
+    return p;
+}
+
+static void json_free_noting(void *p) { free(p); }
+
+static void json_alloc_install(void) { json_set_alloc_funcs(json_malloc_noting, json_free_noting); }
+
+void api_json_init(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, json_alloc_install);
+}
+
 int api_parse_body(api_call *c, const char *data, size_t len)
 {
     json_error_t jerr;
     if (len == 0) return api_fail(c, 400, "invalid_json", NULL, "request body is empty; expected a JSON object");
+    api_json_init();
+    json_alloc_failed = 0;
     c->body = json_loadb(data, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+    if (json_alloc_failed || (!c->body && json_error_code(&jerr) == json_error_out_of_memory)) {
+        /* even a parse that succeeded may hold a cut string: jansson's lexer
+         * does not check every buffer append */
+        json_decref(c->body);
+        c->body = NULL;
+        return api_fail(c, 500, "internal", NULL, "out of memory parsing the request body");
+    }
     if (!c->body)
         return api_fail(c, 400, "invalid_json", NULL, "malformed JSON at line %d column %d: %s",
                         jerr.line, jerr.column, jerr.text);
@@ -320,20 +353,6 @@ void api_input_free(api_input *in)
     in->input_ids = NULL;
 }
 
-/* Special tokens when ids come without text: bracketed WordPiece specials
- * ([CLS], [SEP], [PAD], [MASK], [UNK]) and GPT-2's <|endoftext|>. */
-static int is_special_piece(const char *piece)
-{
-    if (!piece) return 0;
-    size_t n = strlen(piece);
-    if (n >= 3 && piece[0] == '[' && piece[n - 1] == ']') {
-        static const char *const names[] = {"[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]"};
-        for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-            if (!strcmp(piece, names[i])) return 1;
-    }
-    return !strcmp(piece, "<|endoftext|>");
-}
-
 int api_tokenize_input(api_call *c, const api_input *in, lens_token **toks, int *n)
 {
     const lens_model *m = in->model->model;
@@ -345,12 +364,15 @@ int api_tokenize_input(api_call *c, const api_input *in, lens_token **toks, int 
         for (int i = 0; i < in->n_input_ids; i++) {
             t[i].id = in->input_ids[i];
             t[i].start = t[i].end = -1;
-            t[i].special = is_special_piece(lens_tokenizer_piece(m->tok, t[i].id));
+            t[i].special = lens_tokenizer_is_special(m->tok, t[i].id);
         }
         *toks = t, *n = in->n_input_ids;
         return 0;
     }
     lens_err err = {0};
+    if (!m->tok)
+        return api_fail(c, 422, "invalid_request", "text",
+                        "model \"%s\" has no tokenizer (no tokenizer files in its folder): send input_ids", in->model->name);
     if (lens_tokenize(m->tok, in->text, in->text_len, in->pair, in->pair ? in->pair_len : 0, toks, n, &err)) {
         *toks = NULL, *n = 0;
         if (err.code == LENS_EINVAL) return api_fail(c, 422, "invalid_request", "text", "%s", err.msg);
@@ -407,7 +429,8 @@ int api_fail_core(api_call *c, const lens_err *err, const char *limit_field, con
 {
     switch (err->code) {
     case LENS_ECANCEL:
-        return api_fail(c, 503, "timeout", NULL, "the computation was stopped (deadline passed or job cancelled)");
+        return api_fail(c, 503, "timeout", NULL, "the computation was stopped (deadline passed or job cancelled)%s%s",
+                        c->hint ? "; " : "", c->hint ? c->hint : "");
     case LENS_ELIMIT: return api_fail(c, 413, "too_many_tokens", limit_field, "%s", err->msg);
     case LENS_EINVAL: return api_fail(c, 422, "invalid_request", invalid_field, "%s", err->msg);
     default: return api_fail(c, 500, "internal", NULL, "%s failed: %s", what, err->msg);
@@ -470,7 +493,7 @@ int api_index_list_has(const api_index_list *l, int v)
 
 int api_decode_format(api_call *c, api_format *f)
 {
-    f->precision = 6;
+    f->precision = 6 | JW_SIGNIFICANT;
     f->base64 = 0;
     json_t *v = field_value(c, "format");
     if (!v) return 0;
@@ -478,9 +501,10 @@ int api_decode_format(api_call *c, api_format *f)
         return api_fail(c, 422, "invalid_request", "format", "format must be an object");
     json_t *p = json_object_get(v, "precision");
     if (p && !json_is_null(p)) {
-        if (!json_is_integer(p) || json_integer_value(p) < 0 || json_integer_value(p) > 9)
-            return api_fail(c, 422, "invalid_request", "format.precision", "format.precision must be an integer in [0, 9]");
-        f->precision = (int)json_integer_value(p);
+        if (!json_is_integer(p) || json_integer_value(p) < 1 || json_integer_value(p) > 9)
+            return api_fail(c, 422, "invalid_request", "format.precision",
+                            "format.precision (significant digits) must be an integer in [1, 9]");
+        f->precision = (int)json_integer_value(p) | JW_SIGNIFICANT;
     }
     json_t *e = json_object_get(v, "encoding");
     if (e && !json_is_null(e)) {
@@ -504,11 +528,13 @@ void api_write_tokens(jw *w, const lens_model *m, const lens_token *t, int n)
         jw_int(w, t[i].id);
         jw_key(w, "text");
         jw_str(w, lens_tokenizer_piece(m->tok, t[i].id));
+        /* template tokens and input_ids have no span; special tokens typed
+         * in the text keep theirs */
         jw_key(w, "start");
-        if (t[i].special || t[i].start < 0) jw_null(w);
+        if (t[i].start < 0) jw_null(w);
         else jw_int(w, t[i].start);
         jw_key(w, "end");
-        if (t[i].special || t[i].end < 0) jw_null(w);
+        if (t[i].end < 0) jw_null(w);
         else jw_int(w, t[i].end);
         jw_key(w, "special");
         jw_bool(w, t[i].special);

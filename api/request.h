@@ -18,7 +18,7 @@ typedef struct {
 } api_input;
 
 typedef struct {
-    int precision; /* 0..9 decimals, default 6 */
+    int precision; /* significant digits 1..9 (default 6), or'ed with JW_SIGNIFICANT: pass it to jw_float* as is */
     int base64;    /* encoding "base64" */
 } api_format;
 

@@ -7,6 +7,7 @@
  * same /v1/info object without a server. */
 #include <string.h>
 
+#include "api/cost.h"
 #include "api/request.h"
 #include "core/base/blas.h"
 
@@ -71,6 +72,7 @@ void api_write_info(jw *w, const api_ctx *ctx)
     jw_key(w, "threads");
     jw_int(w, lens_blas_threads());
     jw_end(w);
+    api_cost_write_info(w);
     if (ctx && ctx->write_server_info) ctx->write_server_info(w, ctx);
     jw_end(w);
 }

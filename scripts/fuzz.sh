@@ -4,9 +4,11 @@
 # summary line "fuzz: N passed, N failed" (scripts/run-tests.sh sums it).
 #   fuzz.sh [TARGET...]   default: every $FUZZ_BUILD/tests/fuzz/fuzz_* binary
 # Environment: FUZZ_BUILD (build-fuzz), FUZZ_SECONDS per target (3),
-# FUZZ_RUNS (optional cap on executions per target).
+# FUZZ_RUNS (optional cap on executions per target), FUZZ_CORPUS (a folder
+# that keeps what the runs find, per target; default: a temporary one, so a
+# CI run always starts from the seeds alone and takes the same time).
 # Target fuzz_NAME starts from the seeds in tests/fuzz/corpus/NAME/ (a target
-# without seeds fails) and keeps what it finds in $FUZZ_BUILD/fuzz-corpus/NAME/;
+# without seeds fails) and FUZZ_CORPUS/NAME/;
 # a crash, leak or sanitizer report fails the target and leaves the input in
 # $FUZZ_BUILD/fuzz-crashes/ and the log in $FUZZ_BUILD/fuzz-logs/.
 set -u
@@ -27,6 +29,11 @@ if [ ${#targets[@]} -eq 0 ]; then
   failed=1
 fi
 mkdir -p "$build/fuzz-crashes" "$build/fuzz-logs"
+corpus=${FUZZ_CORPUS:-}
+if [ -z "$corpus" ]; then
+  corpus=$(mktemp -d "${TMPDIR:-/tmp}/lensd-fuzz-corpus-XXXXXX")
+  trap 'rm -rf "$corpus"' EXIT
+fi
 for t in "${targets[@]}"; do
   [ -x "$t" ] || t="$build/tests/fuzz/$t"
   name=$(basename "$t")
@@ -38,10 +45,10 @@ for t in "${targets[@]}"; do
     failed=$((failed + 1))
     continue
   fi
-  mkdir -p "$build/fuzz-corpus/$name"
+  mkdir -p "$corpus/$name"
   start=$(date +%s.%N)
   "$t" -max_total_time="$seconds" ${runs:+-runs=$runs} -print_final_stats=1 \
-    -artifact_prefix="$build/fuzz-crashes/$name-" "$build/fuzz-corpus/$name" "$seeds" >"$log" 2>&1
+    -artifact_prefix="$build/fuzz-crashes/$name-" "$corpus/$name" "$seeds" >"$log" 2>&1
   rc=$?
   secs=$(echo "$(date +%s.%N) - $start" | bc)
   execs=$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+)/\1/p' "$log" | tail -n 1)

@@ -9,7 +9,10 @@
  * uses the process-wide OpenBLAS thread count, so the machine runs at most
  * workers x threads-per-worker compute threads; keeping that <= cores avoids
  * oversubscription (N request threads x M BLAS threads). The count is set
- * once at start-up with lens_blas_set_threads. */
+ * once at start-up with lens_blas_set_threads. The fast lane
+ * (--fast-workers x --fast-threads, default 1 x 1) comes on top: its
+ * requests are short, and a core shared with an analysis for milliseconds
+ * is the price of a forward pass not waiting seconds behind it. */
 #include "server/config.h"
 
 #include <errno.h>
@@ -53,6 +56,12 @@ static const config_opt options[] = {
     {"threads-per-worker", "LENSD_THREADS_PER_WORKER", "0", "N",
      "BLAS threads per worker; 0 = cores / workers, so workers x threads <= cores", KIND_INT,
      OFF(threads_per_worker), 0, 1024, INFO_TOP},
+    {"fast-workers", "LENSD_FAST_WORKERS", "1", "N",
+     "extra workers that run only cheap requests (tokenize, forward), so they never wait behind analyses; 0 = "
+     "one lane",
+     KIND_INT, OFF(fast_workers), 0, 64, INFO_TOP},
+    {"fast-threads", "LENSD_FAST_THREADS", "1", "N", "BLAS threads of each fast-lane worker", KIND_INT,
+     OFF(fast_threads), 1, 1024, INFO_TOP},
     {"queue", "LENSD_QUEUE", "64", "N", "requests waiting for a worker before 429", KIND_INT, OFF(queue), 0,
      1000000, INFO_LIMIT},
     {"max-tokens", "LENSD_MAX_TOKENS", "512", "N", "tokens per request before 413 (also capped by the model)",

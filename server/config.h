@@ -17,6 +17,8 @@ typedef struct {
     char *models_dir;
     int workers;
     int threads_per_worker;  /* 0 until resolved: cores / workers */
+    int fast_workers;        /* fast-lane workers: tokenize and forward only (server/pool.h) */
+    int fast_threads;        /* threads of each fast-lane worker */
     int queue;
     int max_tokens;
     int max_batch_items;     /* texts per batch request */

@@ -32,6 +32,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api/batch.h"
+#include "api/cost.h"
 #include "api/request.h"
 #include "server/log.h"
 #include "server/metrics.h"
@@ -315,13 +317,13 @@ static void job_run(pool_job *job)
 {
     request *r = (request *)((char *)job - offsetof(request, job));
     const lensd_config *cfg = r->srv->cfg;
-    for (int waited = 0; waited < cfg->debug_delay_ms && !job->cancel; waited += 10) {
+    for (int waited = 0; waited < cfg->debug_delay_ms && !lens_cancelled(&job->cancel); waited += 10) {
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    if (job->cancel) {
-        api_fail(&r->call, 503, "timeout", NULL, "the request waited longer than the server's timeout (%g s)",
-                 cfg->timeout);
+    if (lens_cancelled(&job->cancel)) {
+        api_fail(&r->call, 503, "timeout", NULL, "the request waited longer than the server's timeout (%g s)%s%s",
+                 cfg->timeout, r->call.hint ? "; " : "", r->call.hint ? r->call.hint : "");
     } else {
         r->call.cancel = &job->cancel;
         r->call.threads = job->threads;
@@ -426,6 +428,16 @@ static void append_body(request *r, const char *data, size_t n)
     r->body_len += n;
 }
 
+/* Routes whose requests cost milliseconds (one tokenization or forward
+ * pass, bounded by --max-tokens): they may take the fast lane (pool.h). */
+static int route_is_cheap(const api_route *route)
+{
+    static const char *const cheap[] = {"/v1/tokenize", "/v1/forward"};
+    for (size_t i = 0; i < sizeof cheap / sizeof *cheap; i++)
+        if (!strcmp(route->path, cheap[i])) return 1;
+    return 0;
+}
+
 /* The whole body is in: validate, then run inline or hand to the pool. */
 static enum MHD_Result complete(request *r)
 {
@@ -458,6 +470,7 @@ static enum MHD_Result complete(request *r)
     }
     r->job.fn = job_run;
     r->job.done = job_done;
+    r->job.cheap = route_is_cheap(r->route) && !api_is_batch(c); /* a batch is bounded by --max-batch-tokens */
     r->job.deadline = c->t_start + s->cfg->timeout;
     r->phase = PHASE_QUEUED;
     MHD_suspend_connection(r->conn);
@@ -616,6 +629,7 @@ static void server_free(server *s)
 
 server *server_start(const lensd_config *cfg)
 {
+    api_json_init(); /* before any thread uses jansson (model loading, requests) */
     server *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->cfg = cfg;
@@ -669,7 +683,7 @@ server *server_start(const lensd_config *cfg)
         goto fail;
     }
 
-    s->pool = pool_create(cfg->workers, cfg->queue, cfg->threads_per_worker);
+    s->pool = pool_create(cfg->workers, cfg->fast_workers, cfg->queue, cfg->threads_per_worker, cfg->fast_threads);
     s->jobs = jobs_create(cfg->max_jobs, cfg->max_stored_jobs, cfg->job_ttl, cfg->threads_per_worker, cfg->debug_delay_ms);
     s->streams = streams_create(100);
     if (!s->pool || !s->jobs || !s->streams) {
@@ -693,6 +707,8 @@ server *server_start(const lensd_config *cfg)
         streams_destroy(s->streams);
         goto fail;
     }
+    /* the cost model's rate, measured before any request competes for the cores */
+    const api_cost_rate *rate = api_cost_calibrate(cfg->threads_per_worker);
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = info ? info->port : atoi(port);
     jw w;
@@ -707,6 +723,10 @@ server *server_start(const lensd_config *cfg)
     jw_int(&w, cfg->workers);
     jw_key(&w, "threads_per_worker");
     jw_int(&w, cfg->threads_per_worker);
+    jw_key(&w, "fast_workers");
+    jw_int(&w, cfg->fast_workers);
+    jw_key(&w, "gemm_gflops");
+    jw_float(&w, rate->gflops, 1);
     log_emit(&w);
     return s;
 fail:

@@ -184,7 +184,7 @@ static void finish(job *jb, api_call *c)
 {
     jb->finished = wall_now();
     jb->finished_mono = api_now();
-    if (jb->cancel) {
+    if (lens_cancelled(&jb->cancel)) {
         jb->state = JOB_CANCELLED;
         jb->error = error_json("cancelled", "the job was cancelled (DELETE /v1/jobs/{id} or shutdown)");
         return;
@@ -231,11 +231,11 @@ static void *job_thread(void *arg)
         c.field_prefix = "params."; /* run-time errors name the params field, as prepare's do */
         c.progress = on_progress;
         c.progress_user = jb;
-        for (int waited = 0; waited < j->debug_delay_ms && !jb->cancel; waited += 10) {
+        for (int waited = 0; waited < j->debug_delay_ms && !lens_cancelled(&jb->cancel); waited += 10) {
             struct timespec ts = {0, 10 * 1000 * 1000};
             nanosleep(&ts, NULL);
         }
-        if (!jb->cancel) jb->kind->run(&c);
+        if (!lens_cancelled(&jb->cancel)) jb->kind->run(&c);
 
         pthread_mutex_lock(&j->lock);
         finish(jb, &c);
@@ -284,7 +284,7 @@ void jobs_destroy(jobs *j)
     if (!j) return;
     pthread_mutex_lock(&j->lock);
     j->stopping = 1;
-    for (job *jb = j->all; jb; jb = jb->next) jb->cancel = 1;
+    for (job *jb = j->all; jb; jb = jb->next) lens_cancel_set(&jb->cancel, 1);
     /* queued jobs never start */
     for (job *jb = j->queue_head; jb; jb = jb->queue_next) {
         jb->state = JOB_CANCELLED;
@@ -379,13 +379,13 @@ void jobs_cancel(jobs *j, api_call *c, const char *id)
             *pp = jb->queue_next;
             if (j->queue_tail == jb) j->queue_tail = prev;
         }
-        jb->cancel = 1;
+        lens_cancel_set(&jb->cancel, 1);
         jb->state = JOB_CANCELLED;
         jb->finished = wall_now();
         jb->finished_mono = api_now();
         jb->error = error_json("cancelled", "the job was cancelled before it started");
     } else if (jb && jb->state == JOB_RUNNING) {
-        jb->cancel = 1; /* run() stops at its next check; the state turns cancelled then */
+        lens_cancel_set(&jb->cancel, 1); /* run() stops at its next check; the state turns cancelled then */
     }
     if (jb) {
         write_job(&c->out, jb, j->ttl);

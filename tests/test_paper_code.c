@@ -127,6 +127,7 @@ static void test_decomposition(const char *shared, const char *name)
     lens_decomp_result ref = {0};
     const lens_decomp_opts ref_opts = {.screenot_k = k};
     int n_checked = 0;
+    double worst[8] = {0}; /* largest |lensd - reference| per quantity, printed for the docs */
     if (m && W >= 2 && W_ref >= 2 && decompose(m, T, ref_ids, NULL, W_ref, &ref_opts, &ref) == 0) {
         for (size_t v = 0; v < json_array_size(variants); v++) {
             const json_t *var = json_array_get(variants, v);
@@ -161,7 +162,9 @@ static void test_decomposition(const char *shared, const char *name)
                 };
                 for (size_t q = 0; q < sizeof f / sizeof f[0]; q++) {
                     snprintf(what, sizeof what, "%s %s layer %d %s", name, which, l, f[q].key);
-                    close_to(what, f[q].got, num(want, f[q].key), f[q].atol, f[q].rtol);
+                    const double w = num(want, f[q].key);
+                    close_to(what, f[q].got, w, f[q].atol, f[q].rtol);
+                    worst[q] = fmax(worst[q], fabs(f[q].got - w) / (f[q].rtol ? fabs(w) : 1));
                 }
                 /* the within mean counts every ordered pair of a label, self-pairs included */
                 CHECK(r->topics_within_pairs == (long)W * W / 4, "%s: %ld within pairs", name, r->topics_within_pairs);
@@ -175,8 +178,10 @@ static void test_decomposition(const char *shared, const char *name)
               "%s: a reference of another T must be refused", name);
     }
     CHECK(n_checked > 0, "%s: no layer was checked", name);
-    printf("%s: %d layer x variant cases (ScreeNOT k = %d, reference W = %d, W = %d, T = %d)\n", name, n_checked, k,
-           W_ref, W, T);
+    printf("%s: %d layer x variant cases (ScreeNOT k = %d, reference W = %d, W = %d, T = %d); max diff: threshold "
+           "%.1e, stable rank %.1e (rel), explained %.1e, relative norm %.1e, topics %.1e %.1e %.1e %.1e\n",
+           name, n_checked, k, W_ref, W, T, worst[0], worst[1], worst[2], worst[3], worst[4], worst[5], worst[6],
+           worst[7]);
     lens_decomp_result_free(&ref);
     free(ids), free(ref_ids);
     lens_model_free(m);
@@ -267,6 +272,23 @@ static void test_attattr(const char *shared)
         n_trig++;
     }
     CHECK(n_trig == n, "triggers checked on %d of %d examples", n_trig, n);
+    /* a 3-token source ([CLS] x [SEP]): the released rule may pick [CLS] / [SEP]; positions stay finite
+     * and the attacked victim is 2 tokens longer */
+    const int short_ids[3] = {ex[0].ids[0], ex[0].ids[1], ex[0].ids[ex[0].T - 1]};
+    lens_example short_ex = {.ids = short_ids, .T = 3, .label = 0};
+    lens_trigger_opts to = {.steps = steps, .riemann = LENS_RIEMANN_LEFT, .rule = LENS_TRIGGER_RULE_RELEASED};
+    lens_trigger_result tr;
+    if (lens_triggers_run(m, &short_ex, 1, &ex[1], 1, &to, &tr, &err) == 0) {
+        int found = 0;
+        for (int k = 0; k < tr.n_labels; k++) {
+            if (!tr.triggers[k].found) continue;
+            found++;
+            CHECK(isfinite(tr.triggers[k].pos_a) && isfinite(tr.triggers[k].pos_b), "3-token source: positions %g %g",
+                  tr.triggers[k].pos_a, tr.triggers[k].pos_b);
+        }
+        CHECK(found == 1, "3-token source gives one trigger (found %d)", found);
+        lens_trigger_result_free(&tr);
+    } else CHECK(0, "3-token source: %s", err.msg);
     printf("attattr: %d examples (head importance towards gold, %d heads; released trigger rule)\n", n, L * NH);
     free(ids);
     lens_model_free(m);

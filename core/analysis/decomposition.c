@@ -251,7 +251,7 @@ int lens_decomp_add(lens_decomp *a, const int *ids, const int *labels, int n_win
     lens_forward_opts fo = {.keep = LENS_KEEP_HIDDEN, .cancel = a->opts.cancel, .pool = a->opts.pool,
                             .causal = a->opts.causal};
     for (int start = 0; start < n_windows && rc == 0; start += batch) {
-        if (a->opts.cancel && *a->opts.cancel) {
+        if (lens_cancelled(a->opts.cancel)) {
             rc = lens_fail(err, LENS_ECANCEL, "decomposition cancelled after %ld windows", a->W);
             break;
         }
@@ -790,7 +790,7 @@ int lens_decomp_finish(lens_decomp *a, lens_decomp_result *res, lens_err *err)
     res->has_labels = a->labels_state == 1;
     int rc = 0;
     for (int l = 0; l < a->n_layers && rc == 0; l++) {
-        if (a->opts.cancel && *a->opts.cancel) rc = lens_fail(err, LENS_ECANCEL, "decomposition cancelled");
+        if (lens_cancelled(a->opts.cancel)) rc = lens_fail(err, LENS_ECANCEL, "decomposition cancelled");
         else rc = finish_layer(a, &a->acc[l], &s, &res->layers[l], err);
     }
     scratch_free(&s);

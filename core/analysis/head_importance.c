@@ -12,7 +12,7 @@
 
 #define BATCH_TOKENS 8192
 
-static int cancelled(const volatile int *c) { return c && *c; }
+static int cancelled(const volatile int *c) { return lens_cancelled(c); }
 
 int lens_head_accuracy(const lens_model *m, const lens_example *ex, int n, const unsigned char *mask,
                        lens_pool *pool, const volatile int *cancel, int *pred, double *accuracy, lens_err *err)

@@ -132,8 +132,8 @@ int lens_triggers_run(const lens_model *m, const lens_example *src, int n_src, c
         lens_attr_opts ao = {.steps = opts ? opts->steps : 0, .riemann = opts ? opts->riemann : LENS_RIEMANN_RIGHT,
                              .target = -1, .cancel = opts ? opts->cancel : NULL, .pool = opts ? opts->pool : NULL};
         const int T = src[e].T;
-        if (T < 4 && !released) continue; /* fewer than two content tokens */
-        if (T * T < top_k) continue;
+        /* lensd: fewer than two content tokens; released: [CLS] [SEP] alone has no content to place */
+        if (T < (released ? 3 : 4)) continue;
         lens_attribution a;
         if (lens_attribution_run(m, src[e].ids, src[e].type_ids, T, &ao, &a, err)) {
             rc = -1;

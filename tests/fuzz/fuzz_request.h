@@ -22,6 +22,7 @@
 #include "core/base/blas.h"
 #include "core/model/mkmodel.h"
 #include "tests/fuzz/fuzz.h"
+#include "tests/job_inline.h"
 
 static api_model fuzz_models[3];
 static api_ctx fuzz_ctx;
@@ -43,15 +44,11 @@ static void fuzz_check_answer(const api_call *c, const char *what)
     json_decref(body);
 }
 
-/* server/jobs.c's job thread, inline: the job takes the call's body and
- * decoded request, runs on a call of its own; the submit answers 202. */
+/* server/jobs.c's job thread, inline; the submit answers 202. */
 static void fuzz_job_submit(api_call *c, const api_job_kind *kind)
 {
     api_call job;
-    api_call_init(&job, c->ctx, api_now());
-    job.body = c->body, job.req = c->req, job.free_req = c->free_req;
-    c->body = NULL, c->req = NULL, c->free_req = NULL;
-    kind->run(&job);
+    job_run_inline(c, kind, &job);
     fuzz_check_answer(&job, kind->kind);
     api_call_free(&job);
     c->status = 202;

@@ -8,9 +8,6 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    fuzz_file_part(data, size, 0, "vocab.json");
-    fuzz_file_part(data, size, 1, "merges.txt");
-    fuzz_file_part(data, size, 2, "tokenizer_config.json");
-    fuzz_tokenize(data, size, 3);
-    return 0;
+    static const char *const files[] = {"vocab.json", "merges.txt", "tokenizer_config.json"};
+    return fuzz_tokenizer_input(data, size, files, 3);
 }

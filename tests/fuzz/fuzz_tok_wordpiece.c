@@ -9,9 +9,6 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    fuzz_file_part(data, size, 0, "vocab.txt");
-    fuzz_file_part(data, size, 1, "tokenizer_config.json");
-    fuzz_file_part(data, size, 2, "special_tokens_map.json");
-    fuzz_tokenize(data, size, 3);
-    return 0;
+    static const char *const files[] = {"vocab.txt", "tokenizer_config.json", "special_tokens_map.json"};
+    return fuzz_tokenizer_input(data, size, files, 3);
 }

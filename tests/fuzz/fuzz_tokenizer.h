@@ -25,15 +25,18 @@ static inline int fuzz_code_points(const char *s, size_t len)
     return n;
 }
 
-/* Loads the tokenizer from fuzz_dir() and tokenizes parts text_part and
- * text_part + 1 (the pair, when the input has that many parts). */
-static inline void fuzz_tokenize(const uint8_t *data, size_t size, int text_part)
+/* Input parts 0..n_files-1 become the files named (empty: absent), then
+ * the tokenizer loaded from fuzz_dir() tokenizes part n_files and part
+ * n_files + 1 (the pair, when the input has that many parts). */
+static inline int fuzz_tokenizer_input(const uint8_t *data, size_t size, const char *const *files, int n_files)
 {
+    for (int i = 0; i < n_files; i++) fuzz_file_part(data, size, i, files[i]);
+    const int text_part = n_files;
     lens_err err = {0};
     lens_tokenizer *tok = lens_tokenizer_load(fuzz_dir(), &err);
     if (!tok) {
         FUZZ_REQUIRE(err.msg[0], "refused without a message");
-        return;
+        return 0;
     }
     int V = lens_tokenizer_vocab_size(tok);
     FUZZ_REQUIRE(V > 0, "empty vocabulary accepted");
@@ -63,6 +66,7 @@ static inline void fuzz_tokenize(const uint8_t *data, size_t size, int text_part
         FUZZ_REQUIRE(err.msg[0], "tokenize failed without a message");
     }
     lens_tokenizer_free(tok);
+    return 0;
 }
 
 #endif

@@ -38,6 +38,10 @@ sequence (> DV = 64) where row DV - 1 of layer 2 head 0 moved by 1.4e-3 before
 the rank of each prefix was certified. A, V (float32) and the per-row SVD
 effective matrix, so the C test runs on the same inputs.
 
+Writes tests/fixtures/attention_key_aware.json: rank(J), rank(M J) of two heads
+of models/demo-identifiable at 125 tokens (1000 unknowns) from the explicit
+matrices, with their A, V, Q (see key_aware_demo_cases).
+
 Usage (repo root):  /usr/bin/python3 tests/reference/attention_reference.py [SHARED_DIR]"""
 import json
 import math
@@ -293,6 +297,33 @@ def causal_rows_cases(shared):
             % torch.__version__, "gpt2_input_ids": ids, "cases": result}
 
 
+def key_aware_demo_cases(repo):
+    """tests/fixtures/attention_key_aware.json: the key-aware ranks at the length of the
+    issue (125 tokens) on models/demo-identifiable (DK 8, DV 128: 1000 unknowns), two
+    heads, with the float32 A, V, Q the C test feeds to lensd's Gram/inertia method; the
+    ranks here are torch.linalg.svdvals of the explicit J (15625 x 1000) and M J
+    (16000 x 1000) in float64."""
+    model_dir = os.path.join(repo, "models", "demo-identifiable")
+    model, _ = rf.load(model_dir)
+    T = 125
+    ids = [2] + [500 + (7919 * t) % 7000 for t in range(1, T - 1)] + [3]
+    out = rf.run_one(model, ids, [0] * T)
+    cases = []
+    for l, h in [(1, 1), (2, 0)]:
+        Qall = queries(model, True, out["hidden_states"], l)
+        V_all = out["values"][l - 1]
+        DV, DK = V_all.shape[1] // model.nh, Qall.shape[1] // model.nh
+        A = out["attentions"][l - 1][h].float()
+        V = V_all[:, h * DV:(h + 1) * DV].float()
+        Q = Qall[:, h * DK:(h + 1) * DK].float()
+        ka = key_aware(A.double(), V.double(), Q.double(), False)
+        print(f"key-aware demo-identifiable layer {l} head {h}: T {T} {ka}")
+        cases.append({"name": f"demo-identifiable layer {l} head {h}", "T": T, "DK": DK, "DV": DV,
+                      "A": rf.F32(A), "V": rf.F32(V), "Q": rf.F32(Q), "key_aware": ka})
+    return {"generated_by": "tests/reference/attention_reference.py (PyTorch %s, float64 svdvals of the explicit "
+            "matrices)" % torch.__version__, "input_ids": ids, "cases": cases}
+
+
 def main():
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     shared = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(repo), "shared")
@@ -304,7 +335,7 @@ def main():
             golden = json.load(f)
         examples = [analyze(model, is_bert, model_dir, f"{name}/{label}", ids)
                     for label, ids in example_ids(golden, is_bert)]
-        fixture = {"model": name, "generated_by": "tests/reference/attention_reference.py (PyTorch %s, float64)"
+        fixture = {"command": "python3 tests/reference/attention_reference.py ../shared", "model": name, "generated_by": "tests/reference/attention_reference.py (PyTorch %s, float64)"
                    % torch.__version__,
                    "eps_f32": EPS_F32, "key_aware_max_unknowns": KEY_AWARE_MAX_UNKNOWNS,
                    "full_heads": [f"{l}.{h}" for l, h in FULL_HEADS], "examples": examples}
@@ -314,12 +345,16 @@ def main():
         print(f"{name}: wrote {os.path.relpath(path, repo)} ({os.path.getsize(path)} bytes)")
     path = os.path.join(repo, "tests", "fixtures", "attention_synthetic.json")
     with open(path, "w") as f:
-        f.write(rf.to_json({"generated_by": "tests/reference/attention_reference.py", "cases": synthetic_cases()}) + "\n")
+        f.write(rf.to_json({"command": "python3 tests/reference/attention_reference.py ../shared", "generated_by": "tests/reference/attention_reference.py", "cases": synthetic_cases()}) + "\n")
     print(f"synthetic: wrote {os.path.relpath(path, repo)} ({os.path.getsize(path)} bytes)")
     path = os.path.join(repo, "tests", "fixtures", "attention_causal_rows.json")
     with open(path, "w") as f:
         f.write(rf.to_json(causal_rows_cases(shared)) + "\n")
     print(f"causal rows: wrote {os.path.relpath(path, repo)} ({os.path.getsize(path)} bytes)")
+    path = os.path.join(repo, "tests", "fixtures", "attention_key_aware.json")
+    with open(path, "w") as f:
+        f.write(rf.to_json(key_aware_demo_cases(repo)) + "\n")
+    print(f"key-aware: wrote {os.path.relpath(path, repo)} ({os.path.getsize(path)} bytes)")
 
 
 if __name__ == "__main__":
