@@ -32,6 +32,7 @@ static const fixture_lists table[] = {
     {"forward_bert-tiny-sst2.json", {"examples"}},
     {"forward_gpt2-tiny-wikitext.json", {"examples"}},
     {"hidden_attribution_shared.json", {"models"}},
+    {"logit_lens_demo.json", {"models"}},
     {"token_identity_shared.json", {"rankings", "vocabulary", "fit"}},
     {"tokenizer_bert.json", {"cases"}},
     {"tokenizer_gpt2.json", {"cases"}},
