@@ -131,7 +131,7 @@ bench: deps all $(BUILD)/bench/forward
 clean:
 	rm -rf build build-asan build-fuzz build-tsan build-campaign
 
-.PHONY: all deps deps-test test test-asan test-tsan fuzz fuzz-bin fuzz-build run bench clean
+.PHONY: all deps deps-test test test-asan test-tsan test-web fuzz fuzz-bin fuzz-build run bench clean
 
 # Regenerates tests/fixtures by running the command each fixture records
 # (tests/reference scripts: PyTorch, node; needs ../shared; not in CI).
@@ -147,6 +147,14 @@ lint-openapi:
 	cd tools/openapi && npm ci --no-audit --no-fund --loglevel=error && npx --no-install redocly lint ../../openapi.yaml --max-problems 1000
 
 .PHONY: lint-openapi
+
+# The dashboard (web/) in Debian's headless chromium against live lensd
+# servers on the demo models, direct and behind nginx under a path prefix;
+# screenshots in $(BUILD)/web-shots/ (tests/web/run.sh). scripts/dev.sh test
+# (so .ci/run) runs it after `make test`.
+test-web: all
+	@scripts/deps.sh web
+	@BUILD=$(BUILD) tests/web/run.sh
 
 # Trains the demo models with lensd (45-60 minutes on 2 cores; not part of CI).
 demo-models: all
@@ -191,3 +199,9 @@ bench-train: deps all $(BUILD)/bench/train
 	bench/train.sh $(BUILD)/lensd
 
 .PHONY: bench-train
+
+# Sharded head importance (bench/shard.sh): 1 process vs 2 shard processes + merge, same rows.
+bench-shard: all
+	bench/shard.sh $(BUILD)/lensd
+
+.PHONY: bench-shard

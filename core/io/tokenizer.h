@@ -73,7 +73,7 @@ int lens_tokenize(const lens_tokenizer *tok, const char *text, size_t len,
 /* Ids back to text, as HF's tokenizer.decode: WordPiece joins pieces with
  * spaces, glues "##" continuations and cleans up spaces before punctuation;
  * byte-level BPE maps each piece's symbols back to bytes (invalid UTF-8 runs
- * become U+FFFD). skip_special drops special tokens (lens_tokenizer_is_special). An id
+ * become U+FFFD). skip_special drops [CLS], [SEP] and added tokens. An id
  * outside the vocabulary fails with LENS_EINVAL. *text is malloc'd. */
 int lens_tokenizer_decode(const lens_tokenizer *tok, const int *ids, int n, int skip_special, char **text,
                           size_t *len, lens_err *err);
