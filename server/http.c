@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api/batch.h"
 #include "api/cost.h"
 #include "api/request.h"
 #include "server/log.h"
@@ -469,7 +470,7 @@ static enum MHD_Result complete(request *r)
     }
     r->job.fn = job_run;
     r->job.done = job_done;
-    r->job.cheap = route_is_cheap(r->route);
+    r->job.cheap = route_is_cheap(r->route) && !api_is_batch(c); /* a batch is bounded by --max-batch-tokens */
     r->job.deadline = c->t_start + s->cfg->timeout;
     r->phase = PHASE_QUEUED;
     MHD_suspend_connection(r->conn);

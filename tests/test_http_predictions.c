@@ -20,6 +20,7 @@
 #include <math.h>
 
 #include "tests/check.h"
+#include "tests/fixture.h"
 #include "tests/http_util.h"
 
 static json_t *get(const json_t *o, const char *k) { return json_object_get(o, k); }
@@ -161,9 +162,8 @@ static void test_mlm(test_server *s)
  * probabilities within 1e-5 (float32 forward passes on both sides). */
 static void test_reference(test_server *s)
 {
-    json_error_t jerr;
-    json_t *fx = json_load_file("tests/fixtures/logit_lens_demo.json", 0, &jerr);
-    const json_t *models = get(fx, "models");
+    json_t *fx = fixture_load("tests/fixtures/logit_lens_demo.json");
+    const json_t *models = fixture_list(fx, "models", "logit_lens_demo.json");
     CHECK(json_array_size(models) >= 2, "logit_lens_demo.json: %zu models (want 2)", json_array_size(models));
     int compared = 0;
     for (size_t mi = 0; mi < json_array_size(models); mi++) {

@@ -45,7 +45,8 @@ def readout(model, cfg, h, layer):
 
 def main():
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    out = {"generated_by": "tests/reference/logit_lens_reference.py", "top": TOP, "models": []}
+    out = {"command": "python3 tests/reference/logit_lens_reference.py",
+           "generated_by": "tests/reference/logit_lens_reference.py", "top": TOP, "models": []}
     for name, ids, positions in CASES:
         model, cfg = load(os.path.join(root, "models", name))
         res = run_one(model, ids, [0] * len(ids))
