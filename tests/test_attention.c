@@ -541,7 +541,7 @@ static void *cancel_after_first_head(void *p)
 {
     cancel_watch *w = p;
     while (atomic_load(&w->done) < 1) sched_yield();
-    w->cancel = 1;
+    lens_cancel_set(&w->cancel, 1);
     return NULL;
 }
 
@@ -567,7 +567,7 @@ static void test_cancel(void)
               "cancel before start: rc %d code %s, %d heads ran", rc, lens_status_name(err.code), atomic_load(&w.done));
         /* set by another thread once the first head is done: the running head stops at its next
          * check, the others do not start (dense SVDs: 0.1-0.5 s per head here) */
-        w.cancel = 0;
+        lens_cancel_set(&w.cancel, 0);
         atomic_store(&w.done, 0);
         pthread_t th;
         pthread_create(&th, NULL, cancel_after_first_head, &w);
