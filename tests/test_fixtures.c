@@ -22,9 +22,7 @@ typedef struct {
 
 static const fixture_lists table[] = {
     {"attention_bert-tiny-sst2.json", {"examples"}},
-    {"attention_causal_rows.json", {"cases"}},
     {"attention_gpt2-tiny-wikitext.json", {"examples"}},
-    {"attention_key_aware.json", {"cases"}},
     {"attention_synthetic.json", {"cases"}},
     {"attribution_sst2.json", {"examples"}},
     {"decomposition_bert-tiny-mlm.json", {"windows", "labels", "variants"}},
