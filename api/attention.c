@@ -185,11 +185,13 @@ void api_attention_run(api_call *c)
     if (api_seq_begin(c, &r->in, &seq)) return;
     int T = seq.T;
     if (r->identifiability) {
-        /* the key-aware dimension per head: a least-squares system of T² equations in n = T·DK
-         * unknowns (SVD ~ 4 T² n² + 8 n³) while n is within the limit; past it, a closed form */
-        const double n = (double)T * cfg->d_head_k, eqs = (double)T * T;
-        const double per_head = n <= LENS_ATTN_KEY_AWARE_MAX_UNKNOWNS ? 4 * eqs * n * n + 8 * n * n * n
-                                                                      : 2.0 * T * T * cfg->d_head_v;
+        /* the key-aware dimension per head while T·DK is within the limit: the Gram matrices of J
+         * and M J, n = T·rank(Q) <= T·min(T, DK) square, formed by dsyrk/dsyr2k over T rows
+         * (5 T n² flops) and counted by two LDL^T (4/3 n³); past the limit, a closed form */
+        const double n = (double)T * (T < cfg->d_head_k ? T : cfg->d_head_k);
+        const double per_head = (double)T * cfg->d_head_k <= LENS_ATTN_KEY_AWARE_MAX_UNKNOWNS
+                                    ? 5 * (double)T * n * n + 4.0 / 3.0 * n * n * n
+                                    : 2.0 * T * T * cfg->d_head_v;
         const double flops = api_cost_forward_flops(cfg, T, cfg->n_layers) + per_head * r->layers.n * r->heads.n;
         if (api_cost_check(c, API_COST_IDENTIFIABILITY, flops, "text")) {
             api_seq_free(&seq);

@@ -281,7 +281,7 @@ static void test_causal_rows_fixture(void)
     printf("causal rows vs per-row SVD (attention_causal_rows.json)\n");
     json_t *fx = load_fixture("attention_causal_rows.json");
     if (!fx) return;
-    const json_t *cases = json_object_get(fx, "cases");
+    const json_t *cases = fixture_list(fx, "cases", "attention_causal_rows.json");
     CHECK(json_array_size(cases) >= 5, "attention_causal_rows.json: %zu cases, want the constructed one and 4 gpt2 heads",
           json_array_size(cases));
     int rows = 0;
@@ -501,7 +501,7 @@ static void test_key_aware_fixture(void)
     printf("key-aware ranks at T = 125 vs attention_key_aware.json\n");
     json_t *fx = load_fixture("attention_key_aware.json");
     if (!fx) return;
-    const json_t *cases = json_object_get(fx, "cases");
+    const json_t *cases = fixture_list(fx, "cases", "attention_key_aware.json");
     CHECK(json_array_size(cases) >= 2, "attention_key_aware.json: %zu cases", json_array_size(cases));
     for (size_t ci = 0; ci < json_array_size(cases); ci++) {
         const json_t *cs = json_array_get(cases, ci), *ka = json_object_get(cs, "key_aware");
@@ -541,7 +541,7 @@ static void *cancel_after_first_head(void *p)
 {
     cancel_watch *w = p;
     while (atomic_load(&w->done) < 1) sched_yield();
-    w->cancel = 1;
+    lens_cancel_set(&w->cancel, 1);
     return NULL;
 }
 
@@ -567,7 +567,7 @@ static void test_cancel(void)
               "cancel before start: rc %d code %s, %d heads ran", rc, lens_status_name(err.code), atomic_load(&w.done));
         /* set by another thread once the first head is done: the running head stops at its next
          * check, the others do not start (dense SVDs: 0.1-0.5 s per head here) */
-        w.cancel = 0;
+        lens_cancel_set(&w.cancel, 0);
         atomic_store(&w.done, 0);
         pthread_t th;
         pthread_create(&th, NULL, cancel_after_first_head, &w);

@@ -91,7 +91,6 @@ const char *lens_key_aware_method_name(lens_key_aware_method m)
 }
 
 static int imax(int a, int b) { return a > b ? a : b; }
-static int cancelled(const volatile int *cancel) { return cancel && *cancel; }
 static int imin(int a, int b) { return a < b ? a : b; }
 
 static double rank_tol(double sigma_max, int m, int n) { return sigma_max * EPS_F32 * imax(m, n); }
@@ -546,7 +545,7 @@ static int key_aware_closed_form(const float *A, const float *V, int ldv, int T,
     int *idx = malloc((size_t)T * sizeof *idx), total = 0;
     if (!idx) return lens_fail(err, LENS_ENOMEM, "out of memory for the key-aware dimension");
     for (int i = 0; i < T; i++) {
-        if (cancelled(cancel)) {
+        if (lens_cancelled(cancel)) {
             free(idx);
             return lens_fail(err, LENS_ECANCEL, "key-aware dimension cancelled at row %d", i);
         }
@@ -610,12 +609,12 @@ static int key_aware_explicit(const float *A, const float *V, int ldv, const flo
             }
         }
     }
-    if (cancelled(cancel)) {
+    if (lens_cancelled(cancel)) {
         lens_fail(err, LENS_ECANCEL, "key-aware dimension cancelled");
         goto done;
     }
     int rj = numeric_rank(J, rows_j, n, T * DK, "the key Jacobian J", err);
-    if (rj >= 0 && cancelled(cancel)) rj = lens_fail(err, LENS_ECANCEL, "key-aware dimension cancelled");
+    if (rj >= 0 && lens_cancelled(cancel)) rj = lens_fail(err, LENS_ECANCEL, "key-aware dimension cancelled");
     int rmj = rj < 0 ? -1 : numeric_rank(MJ, rows_mj, n, T * DK, "M J", err);
     if (rj >= 0 && rmj >= 0) {
         res->rank_j = rj, res->rank_mj = rmj;
@@ -773,10 +772,10 @@ static int key_aware_gram(const float *A, const float *V, int ldv, const float *
             for (int c = 0; c < rq; c++)
                 for (int d = c; d < rq; d++) G[(size_t)(m * rq + c) * n + m * rq + d] += x[c] * x[d];
         }
-    if (cancelled(cancel)) goto stop;
+    if (lens_cancelled(cancel)) goto stop;
     const int rj = gram_rank(G, n, rows_j, T * DK, work, ipiv, "the key Jacobian J", err);
     if (rj < 0) goto done;
-    if (cancelled(cancel)) goto stop;
+    if (lens_cancelled(cancel)) goto stop;
     /* M J: G = (X1^T X1) ∘ (K ⊗ 1 1^T), then + X1^T B + B^T X1 with B = |y|^2/2 X1 - X3 */
     cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, n, T, 1.0, X1, n, 0.0, G, n);
     cblas_dsyrk(CblasRowMajor, CblasUpper, CblasNoTrans, T, DV, 1.0, vd, DV, 0.0, K, T);
@@ -796,7 +795,7 @@ static int key_aware_gram(const float *A, const float *V, int ldv, const float *
         }
     }
     cblas_dsyr2k(CblasRowMajor, CblasUpper, CblasTrans, n, T, 1.0, X1, n, X2, n, 1.0, G, n);
-    if (cancelled(cancel)) goto stop;
+    if (lens_cancelled(cancel)) goto stop;
     const int rmj = gram_rank(G, n, T * DV, T * DK, work, ipiv, "M J", err);
     if (rmj < 0) goto done;
     res->rank_j = rj, res->rank_mj = rmj;
@@ -924,7 +923,7 @@ int lens_attention_head(const float *A, const float *V, int ldv, const float *Q,
     const lens_attention_opts defaults = {0};
     if (!opts) opts = &defaults;
     head_init(res, T, DV, DK, causal);
-    if (cancelled(opts->cancel)) {
+    if (lens_cancelled(opts->cancel)) {
         lens_fail(err, LENS_ECANCEL, "attention analysis cancelled");
         return head_failed(res, err);
     }
@@ -1136,7 +1135,7 @@ int lens_attention_analyze(const lens_model *m, const lens_activations *act, int
     for (int li = 0; li < res->n_layers; li++) {
         const int l = res->layers[li];
         const lens_block *blk = &m->p.blocks[l - 1];
-        if (cancelled(req->head.cancel)) {
+        if (lens_cancelled(req->head.cancel)) {
             rc = lens_fail(err, LENS_ECANCEL, "attention analysis cancelled before layer %d", l);
             goto done;
         }
