@@ -6,6 +6,7 @@
  * is strict about types of known fields (422 naming the field) and ignores
  * unknown top-level fields, so clients may send extra keys. */
 #include "api/request.h"
+#include "core/model/arch.h"
 
 #include <limits.h>
 #include <stdarg.h>
@@ -181,8 +182,8 @@ int api_decode_input(api_call *c, const api_model *m, api_input *in)
         return api_fail(c, 422, "invalid_request", "text", "text must not be empty");
     if (has_pair && !has_text)
         return api_fail(c, 422, "invalid_request", "text_pair", "text_pair needs text (not input_ids)");
-    if (has_pair && m->model->cfg.arch != LENS_ARCH_BERT)
-        return api_fail(c, 422, "invalid_request", "text_pair", "text_pair is only supported by BERT models");
+    if (has_pair && !lens_has_cap(&m->model->cfg, LENS_CAP_SEGMENTS))
+        return api_fail(c, 422, "invalid_request", "text_pair", "text_pair needs a model with segment embeddings (BERT)");
     if (has_pair && in->pair_len == 0)
         return api_fail(c, 422, "invalid_request", "text_pair", "text_pair must not be empty");
     if (has_text && memchr(in->text, 0, in->text_len))

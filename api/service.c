@@ -9,6 +9,7 @@
 
 #include "api/request.h"
 #include "core/base/blas.h"
+#include "core/model/arch.h"
 
 static api_state state_of(const api_ctx *ctx)
 {
@@ -90,7 +91,7 @@ static void write_model_info(jw *w, const api_model *am)
     jw_key(w, "architecture");
     jw_str(w, cfg->architecture);
     jw_key(w, "model_type");
-    jw_str(w, cfg->arch == LENS_ARCH_BERT ? "bert" : "gpt2");
+    jw_str(w, cfg->family->model_type);
     jw_key(w, "num_layers");
     jw_int(w, cfg->n_layers);
     jw_key(w, "num_heads");

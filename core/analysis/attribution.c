@@ -492,9 +492,9 @@ static int attribute_layer(engine *e, const lens_activations *act, int l, int ta
 
 static int check_model(const lens_model *m, lens_err *err)
 {
-    if (m->cfg.arch != LENS_ARCH_BERT || m->cfg.task != LENS_TASK_CLASSIFICATION)
-        return lens_fail(err, LENS_EINVAL, "attribution needs a BERT sequence classifier; this model is %s",
-                         m->cfg.architecture);
+    const char *why = NULL;
+    if (!lens_model_supports(m, LENS_ANALYSIS_ATTRIBUTION, &why))
+        return lens_fail(err, LENS_EINVAL, "%s; this model is %s", why, m->cfg.architecture);
     return 0;
 }
 
@@ -504,9 +504,9 @@ int lens_attribution_run(const lens_model *m, const int *ids, const int *type_id
     const lens_config *c = &m->cfg;
     const int L = c->n_layers, NH = c->n_heads;
     memset(out, 0, sizeof *out);
-    if (c->arch == LENS_ARCH_GPT2 && c->task == LENS_TASK_CAUSAL_LM) /* target = next-token id */
-        return lens_attribution_gpt2_run(m, ids, T, opts, out, err);
     if (check_model(m, err)) return -1;
+    if (c->task == LENS_TASK_CAUSAL_LM) /* target = next-token id */
+        return lens_attribution_gpt2_run(m, ids, T, opts, out, err);
     const int steps = opts && opts->steps ? opts->steps : DEFAULT_STEPS;
     const lens_riemann riemann = opts ? opts->riemann : LENS_RIEMANN_RIGHT;
     if (steps < 1 || steps > 10000) return lens_fail(err, LENS_EINVAL, "steps must be in 1..10000, not %d", steps);

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 
 #include "core/io/safetensors.h"
+#include "core/model/arch.h"
 
 const char *const lens_mkmodel_presets[] = {"tiny", "small", "base", NULL};
 
@@ -25,11 +26,13 @@ typedef struct {
     int layers, hidden, heads, ff, positions;
 } preset;
 
-static int find_preset(const char *name, int gpt2, preset *p)
+/* Decoders get 256 positions when tiny (cheap causal tests) and GPT-2's
+ * 1024 at base size; encoders BERT's 512. */
+static int find_preset(const char *name, int causal, preset *p)
 {
-    if (!strcmp(name, "tiny")) *p = (preset){2, 128, 2, 512, gpt2 ? 256 : 512};
+    if (!strcmp(name, "tiny")) *p = (preset){2, 128, 2, 512, causal ? 256 : 512};
     else if (!strcmp(name, "small")) *p = (preset){4, 256, 4, 1024, 512};
-    else if (!strcmp(name, "base")) *p = (preset){12, 768, 12, 3072, gpt2 ? 1024 : 512};
+    else if (!strcmp(name, "base")) *p = (preset){12, 768, 12, 3072, causal ? 1024 : 512};
     else return -1;
     return 0;
 }
@@ -54,103 +57,42 @@ static float rng_normal(rng *r)
     return (float)(sqrt(-2.0 * log(rng_uniform(r))) * cos(2.0 * M_PI * rng_uniform(r)));
 }
 
-/* The tensors being built: names and data owned here until written. */
+/* Visitor of the family's walker (arch.h): every tensor gets data, random
+ * N(0, init_std) for embeddings and weights in walk order (reproducible for
+ * a seed), LayerNorm gains 1, biases 0. Names and data owned here until
+ * written. */
 typedef struct {
+    lens_param_visitor v; /* first member */
     lens_st_out *t;
     int n, cap;
     rng r;
-    int failed;
 } builder;
 
-static void add(builder *b, const char *name, int64_t d0, int64_t d1, float fill, int random)
+static const float *add(lens_param_visitor *v, const lens_param_desc *d)
 {
-    if (b->failed) return;
+    builder *b = (builder *)v;
     if (b->n == b->cap) {
         int cap = b->cap ? 2 * b->cap : 64;
         lens_st_out *t = realloc(b->t, sizeof *t * cap);
         if (!t) {
-            b->failed = 1;
-            return;
+            v->failed = 1;
+            return NULL;
         }
         b->t = t, b->cap = cap;
     }
-    size_t n = (size_t)d0 * (size_t)(d1 ? d1 : 1);
+    size_t n = (size_t)d->shape[0] * (size_t)(d->ndim == 2 ? d->shape[1] : 1);
     float *data = malloc(n * sizeof(float));
-    char *copy = strdup(name);
+    char *copy = strdup(d->name);
     if (!data || !copy) {
         free(data), free(copy);
-        b->failed = 1;
-        return;
+        v->failed = 1;
+        return NULL;
     }
-    for (size_t i = 0; i < n; i++) data[i] = random ? 0.02f * rng_normal(&b->r) : fill;
-    b->t[b->n++] = (lens_st_out){.name = copy, .ndim = d1 ? 2 : 1, .shape = {d0, d1}, .data = data};
-}
-
-static void add_linear(builder *b, const char *name, int out, int in, int conv1d)
-{
-    char s[320];
-    snprintf(s, sizeof s, "%s.weight", name);
-    add(b, s, conv1d ? in : out, conv1d ? out : in, 0, 1);
-    snprintf(s, sizeof s, "%s.bias", name);
-    add(b, s, out, 0, 0, 0);
-}
-
-static void add_layernorm(builder *b, const char *name, int C)
-{
-    char s[320];
-    snprintf(s, sizeof s, "%s.weight", name);
-    add(b, s, C, 0, 1, 0);
-    snprintf(s, sizeof s, "%s.bias", name);
-    add(b, s, C, 0, 0, 0);
-}
-
-static void build_bert(builder *b, const preset *p, const char *task, int vocab)
-{
-    const int C = p->hidden;
-    char n[256];
-    add(b, "bert.embeddings.word_embeddings.weight", vocab, C, 0, 1);
-    add(b, "bert.embeddings.position_embeddings.weight", p->positions, C, 0, 1);
-    add(b, "bert.embeddings.token_type_embeddings.weight", 2, C, 0, 1);
-    add_layernorm(b, "bert.embeddings.LayerNorm", C);
-    for (int l = 0; l < p->layers; l++) {
-#define AT(suffix) (snprintf(n, sizeof n, "bert.encoder.layer.%d.%s", l, suffix), n)
-        add_linear(b, AT("attention.self.query"), C, C, 0);
-        add_linear(b, AT("attention.self.key"), C, C, 0);
-        add_linear(b, AT("attention.self.value"), C, C, 0);
-        add_linear(b, AT("attention.output.dense"), C, C, 0);
-        add_layernorm(b, AT("attention.output.LayerNorm"), C);
-        add_linear(b, AT("intermediate.dense"), p->ff, C, 0);
-        add_linear(b, AT("output.dense"), C, p->ff, 0);
-        add_layernorm(b, AT("output.LayerNorm"), C);
-#undef AT
-    }
-    if (!strcmp(task, "classification")) {
-        add_linear(b, "bert.pooler.dense", C, C, 0);
-        add_linear(b, "classifier", 2, C, 0);
-    } else if (!strcmp(task, "masked-lm")) {
-        add_linear(b, "cls.predictions.transform.dense", C, C, 0);
-        add_layernorm(b, "cls.predictions.transform.LayerNorm", C);
-        add(b, "cls.predictions.bias", vocab, 0, 0, 0);
-    }
-}
-
-static void build_gpt2(builder *b, const preset *p, int vocab)
-{
-    const int C = p->hidden;
-    char n[256];
-    add(b, "transformer.wte.weight", vocab, C, 0, 1);
-    add(b, "transformer.wpe.weight", p->positions, C, 0, 1);
-    for (int l = 0; l < p->layers; l++) {
-#define AT(suffix) (snprintf(n, sizeof n, "transformer.h.%d.%s", l, suffix), n)
-        add_layernorm(b, AT("ln_1"), C);
-        add_linear(b, AT("attn.c_attn"), 3 * C, C, 1);
-        add_linear(b, AT("attn.c_proj"), C, C, 1);
-        add_layernorm(b, AT("ln_2"), C);
-        add_linear(b, AT("mlp.c_fc"), p->ff, C, 1);
-        add_linear(b, AT("mlp.c_proj"), C, p->ff, 1);
-#undef AT
-    }
-    add_layernorm(b, "transformer.ln_f", C);
+    const int random = d->kind == LENS_PARAM_EMBEDDING || d->kind == LENS_PARAM_WEIGHT;
+    const float fill = d->kind == LENS_PARAM_NORM_WEIGHT ? 1.0f : 0.0f;
+    for (size_t i = 0; i < n; i++) data[i] = random ? d->init_std * rng_normal(&b->r) : fill;
+    b->t[b->n++] = (lens_st_out){.name = copy, .ndim = d->ndim, .shape = {d->shape[0], d->shape[1]}, .data = data};
+    return data;
 }
 
 static FILE *open_in(const char *dir, const char *name, lens_err *err)
@@ -234,64 +176,51 @@ static int write_gpt2_vocab(const char *dir, int vocab, lens_err *err)
     return close_file(v, dir, "vocab.json", err) || rc ? -1 : 0;
 }
 
-static int write_config(const char *dir, const char *arch, const char *task, const preset *p, int vocab,
-                        lens_err *err)
+static int write_config(const char *dir, const lens_config *c, lens_err *err)
 {
     FILE *f = open_in(dir, "config.json", err);
     if (!f) return -1;
-    if (!strcmp(arch, "gpt2")) {
-        fprintf(f,
-                "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
-                "  \"activation_function\": \"gelu_new\",\n  \"n_embd\": %d,\n  \"n_layer\": %d,\n"
-                "  \"n_head\": %d,\n  \"n_inner\": null,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n"
-                "  \"vocab_size\": %d,\n  \"layer_norm_epsilon\": 1e-05,\n  \"bos_token_id\": %d,\n"
-                "  \"eos_token_id\": %d,\n  \"lensd_random_weights\": true\n}\n",
-                p->hidden, p->layers, p->heads, p->positions, p->positions, vocab, vocab - 1, vocab - 1);
-    } else {
-        const char *archname = !strcmp(task, "classification") ? "BertForSequenceClassification"
-                               : !strcmp(task, "masked-lm")    ? "BertForMaskedLM"
-                                                               : "BertModel";
-        fprintf(f,
-                "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"bert\",\n  \"hidden_act\": \"gelu\",\n"
-                "  \"hidden_size\": %d,\n  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
-                "  \"intermediate_size\": %d,\n  \"max_position_embeddings\": %d,\n  \"type_vocab_size\": 2,\n"
-                "  \"vocab_size\": %d,\n  \"layer_norm_eps\": 1e-12,\n  \"pad_token_id\": 0,\n"
-                "  \"position_embedding_type\": \"absolute\",\n%s  \"lensd_random_weights\": true\n}\n",
-                archname, p->hidden, p->layers, p->heads, p->ff, p->positions, vocab,
-                !strcmp(task, "classification")
-                    ? "  \"id2label\": {\"0\": \"negative\", \"1\": \"positive\"},\n"
-                      "  \"label2id\": {\"negative\": 0, \"positive\": 1},\n"
-                    : "");
-    }
+    c->family->write_config(f, c, 1);
     return close_file(f, dir, "config.json", err);
+}
+
+static int write_tensors(const char *path, const lens_config *c, unsigned long long seed, lens_err *err)
+{
+    lens_params p = {0};
+    p.blocks = calloc((size_t)c->n_layers, sizeof *p.blocks);
+    builder b = {.v = {.tensor = add}, .r = {seed}};
+    if (p.blocks) c->family->walk(c, &p, &b.v);
+    int rc = !p.blocks || b.v.failed ? lens_fail(err, LENS_ENOMEM, "out of memory building %s", c->architecture)
+                                     : lens_st_write(path, b.t, b.n, err);
+    for (int i = 0; i < b.n; i++) free((char *)b.t[i].name), free((float *)b.t[i].data);
+    free(b.t);
+    free(p.blocks);
+    return rc;
 }
 
 int lens_mkmodel(const char *arch, const char *preset_name, const char *task, unsigned long long seed,
                  const char *out_dir, lens_err *err)
 {
-    int gpt2 = !strcmp(arch, "gpt2");
-    if (!gpt2 && strcmp(arch, "bert")) return lens_fail(err, LENS_EINVAL, "unknown arch \"%s\" (bert, gpt2)", arch);
+    const lens_family *family = lens_family_find(arch);
+    if (!family) return lens_fail(err, LENS_EINVAL, "unknown arch \"%s\" (%s)", arch, lens_family_names());
     preset p;
-    if (find_preset(preset_name, gpt2, &p))
+    if (find_preset(preset_name, family->caps & LENS_CAP_CAUSAL, &p))
         return lens_fail(err, LENS_EINVAL, "unknown preset \"%s\" (tiny, small, base)", preset_name);
-    if (!task) task = gpt2 ? "causal-lm" : "classification";
-    if (gpt2 ? strcmp(task, "causal-lm") != 0
-             : strcmp(task, "classification") && strcmp(task, "masked-lm") && strcmp(task, "encoder"))
-        return lens_fail(err, LENS_EINVAL, "task \"%s\" is not available for %s", task, arch);
-    if (mkdir(out_dir, 0755) && errno != EEXIST)
-        return lens_fail(err, LENS_EIO, "%s: %s", out_dir, strerror(errno));
-    const int vocab = gpt2 ? 50257 : 30522;
-
-    builder b = {.r = {seed}};
-    if (gpt2) build_gpt2(&b, &p, vocab);
-    else build_bert(&b, &p, task, vocab);
+    lens_config c = {.family = family};
+    int rc = -1;
+    if (family->new_config(&c, task, err)) goto out;
+    c.n_layers = p.layers, c.d_model = p.hidden, c.n_heads = p.heads, c.d_ff = p.ff, c.max_positions = p.positions;
+    c.d_head_k = c.d_head_v = p.hidden / p.heads;
+    if (mkdir(out_dir, 0755) && errno != EEXIST) {
+        lens_fail(err, LENS_EIO, "%s: %s", out_dir, strerror(errno));
+        goto out;
+    }
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
-    int rc = b.failed ? lens_fail(err, LENS_ENOMEM, "out of memory building %s %s", arch, preset_name)
-                      : lens_st_write(path, b.t, b.n, err);
-    for (int i = 0; i < b.n; i++) free((char *)b.t[i].name), free((float *)b.t[i].data);
-    free(b.t);
-    if (rc) return -1;
-    if (write_config(out_dir, arch, task, &p, vocab, err)) return -1;
-    return gpt2 ? write_gpt2_vocab(out_dir, vocab, err) : write_bert_vocab(out_dir, vocab, err);
+    if (write_tensors(path, &c, seed, err) || write_config(out_dir, &c, err)) goto out;
+    rc = family->caps & LENS_CAP_BYTE_BPE ? write_gpt2_vocab(out_dir, c.vocab_size, err)
+                                          : write_bert_vocab(out_dir, c.vocab_size, err);
+out:
+    lens_config_free(&c);
+    return rc;
 }

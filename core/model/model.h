@@ -18,7 +18,9 @@
 #include "core/io/safetensors.h"
 #include "core/io/tokenizer.h"
 
-typedef enum { LENS_ARCH_BERT, LENS_ARCH_GPT2 } lens_arch;
+/* A model family: its config keys, tensor names, forward and capabilities
+ * (core/model/arch.h). */
+typedef struct lens_family lens_family;
 
 typedef enum {
     LENS_TASK_ENCODER,        /* BertModel: hidden states only */
@@ -28,7 +30,7 @@ typedef enum {
 } lens_task;
 
 typedef struct {
-    lens_arch arch;
+    const lens_family *family; /* from config "model_type" */
     lens_task task;
     char architecture[64]; /* config "architectures"[0], e.g. "BertForMaskedLM" */
     int n_layers, n_heads, d_model, d_ff;
@@ -59,6 +61,7 @@ static inline int lens_head_summed_column(const lens_config *c, int m)
 int lens_config_load(const char *path, lens_config *cfg, lens_err *err);
 void lens_config_free(lens_config *cfg);
 const char *lens_task_name(lens_task task); /* "classification", ... as in API.md */
+int lens_task_parse(const char *name, lens_task *task); /* -1: unknown name */
 
 /* A linear map y = x W^T + b (HF nn.Linear, W is [out][in]) or y = x W + b
  * (GPT-2 Conv1D, W is [in][out]); ld is W's row stride, which lets GPT-2's
