@@ -175,11 +175,7 @@ int lens_hta_embed(const lens_model *m, const int *ids, const int *type_ids, int
         return lens_fail(err, LENS_ELIMIT, "sequence of %d tokens (the model takes 1..%d)", T, c->max_positions);
     for (int t = 0; t < T; t++)
         if (ids[t] < 0 || ids[t] >= c->vocab_size) return lens_fail(err, LENS_EINVAL, "token id %d out of range", ids[t]);
-    const int segments = lens_has_cap(c, LENS_CAP_SEGMENTS);
-    lens_embedding_forward(h0, ids, segments ? type_ids : NULL, m->p.tok_emb, m->p.pos_emb,
-                           segments ? m->p.type_emb : NULL, T, c->d_model);
-    if (!lens_has_cap(c, LENS_CAP_PRE_NORM))
-        lens_layernorm_forward(h0, NULL, NULL, h0, &m->p.ln_emb, T, c->d_model, c->ln_eps);
+    c->family->embed(m, ids, lens_has_cap(c, LENS_CAP_SEGMENTS) ? type_ids : NULL, T, h0, NULL, NULL);
     return 0;
 }
 

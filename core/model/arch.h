@@ -116,9 +116,11 @@ struct lens_family {
     /* Every tensor of a cfg checkpoint, in HF order, bound into p. */
     void (*walk)(const lens_config *cfg, lens_params *p, lens_param_visitor *v);
 
-    /* x[N][C] = embedding output of the batch (incl. an embedding LayerNorm,
-     * statistics in slot 0 when kept). */
-    void (*embed)(const lens_model *m, const lens_batch *b, const int *row_start, lens_block_io *io);
+    /* x[T][C] = embedding output of one sequence (ids, type_ids [T], type_ids
+     * NULL = all 0), incl. an embedding LayerNorm whose statistics go to
+     * mean, rstd [T] when not NULL. Checked ids only (lens_forward does). */
+    void (*embed)(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
+                  float *rstd);
     /* x = block l (x); what analyses need goes to io (values, statistics). */
     void (*block_forward)(const lens_model *m, lens_block_io *io, int l);
     /* After the last block: final LayerNorm (pre-norm families), or NULL. */
@@ -143,9 +145,6 @@ int lens_parse_activation(const char *path, const char *act, int *gelu_tanh, len
 int lens_parse_labels(struct json_t *root, const char *path, lens_config *cfg, lens_err *err);
 void lens_write_labels(FILE *f, const lens_config *c);
 
-/* x[N][C] = token + position (+ segment when the model has them) embeddings
- * of every sequence of b (forward.c). */
-void lens_embed_sum(const lens_model *m, const lens_batch *b, const int *row_start, float *x);
 
 static inline int lens_has_cap(const lens_config *c, unsigned cap) { return (c->family->caps & cap) != 0; }
 

@@ -159,13 +159,13 @@ static void bert_walk(const lens_config *c, lens_params *p, lens_param_visitor *
     }
 }
 
-/* x = LN(token + position + segment embeddings), statistics in slot 0. */
-static void bert_embed(const lens_model *m, const lens_batch *b, const int *row_start, lens_block_io *io)
+/* x = LN(token + position + segment embeddings). */
+static void bert_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
+                       float *rstd)
 {
     const lens_config *c = &m->cfg;
-    lens_embed_sum(m, b, row_start, io->x);
-    lens_add_layernorm(io->pool, io->x, lens_ln_slot(io, io->ln_mean, 0), lens_ln_slot(io, io->ln_rstd, 0), io->x,
-                       NULL, &m->p.ln_emb, io->N, c->d_model, c->ln_eps);
+    lens_embedding_forward(x, ids, type_ids, m->p.tok_emb, m->p.pos_emb, m->p.type_emb, T, c->d_model);
+    lens_add_layernorm(NULL, x, mean, rstd, x, NULL, &m->p.ln_emb, T, c->d_model, c->ln_eps);
 }
 
 /* a = LN(x + Attn(x)); x' = LN(a + FFN(a)), both in place on io->x. */

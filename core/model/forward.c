@@ -67,14 +67,14 @@ static int check_batch(const lens_model *m, const lens_batch *b, size_t *N, int 
     return 0;
 }
 
-void lens_embed_sum(const lens_model *m, const lens_batch *b, const int *row_start, float *x)
+/* x[N][C] = the family's embedding of every sequence (statistics in slot 0). */
+static void embed(const lens_model *m, const lens_batch *b, lens_activations *act, float *x)
 {
-    const lens_params *p = &m->p;
     const int C = m->cfg.d_model;
     for (int s = 0; s < b->n_seqs; s++) {
-        const size_t r = (size_t)row_start[s];
-        lens_embedding_forward(x + r * C, b->ids + r, b->type_ids ? b->type_ids + r : NULL, p->tok_emb, p->pos_emb,
-                               p->type_emb, b->lengths[s], C);
+        const size_t r = (size_t)act->row_start[s];
+        m->cfg.family->embed(m, b->ids + r, b->type_ids ? b->type_ids + r : NULL, b->lengths[s], x + r * C,
+                             act->ln_mean ? act->ln_mean + r : NULL, act->ln_rstd ? act->ln_rstd + r : NULL);
     }
 }
 
@@ -238,7 +238,7 @@ int lens_forward(const lens_model *m, const lens_batch *batch, const lens_forwar
         goto fail;
     }
 
-    c->family->embed(m, batch, act->row_start, &w.io);
+    embed(m, batch, act, w.io.x);
     keep_hidden(act, w.io.x, 0, C);
     for (int l = 0; l < L; l++) {
         if (opts && opts->cancel && *opts->cancel) {

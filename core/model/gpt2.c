@@ -107,9 +107,11 @@ static void gpt2_walk(const lens_config *c, lens_params *p, lens_param_visitor *
 }
 
 /* x = token + position embeddings. */
-static void gpt2_embed(const lens_model *m, const lens_batch *b, const int *row_start, lens_block_io *io)
+static void gpt2_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
+                       float *rstd)
 {
-    lens_embed_sum(m, b, row_start, io->x);
+    (void)type_ids, (void)mean, (void)rstd; /* no segments, no embedding LayerNorm */
+    lens_embedding_forward(x, ids, NULL, m->p.tok_emb, m->p.pos_emb, NULL, T, m->cfg.d_model);
 }
 
 /* a = x + Attn(LN1(x)); x' = a + FFN(LN2(a)), in place on io->x. */
