@@ -275,7 +275,7 @@ static void head_forward(engine *e, int copies, int target, double *F)
     const size_t stride = e->cls_rows ? 1 : (size_t)e->T;
     for (int i = 0; i < copies; i++) memcpy(e->cls + (size_t)i * C, e->x + i * stride * C, sizeof(float) * C);
     lens_gemm_linear(e->pooled, e->cls, &e->m->p.pooler, copies, e->pool);
-    lens_tanh_forward(e->pooled, (size_t)copies * C);
+    (c->head_relu ? lens_relu_forward : lens_tanh_forward)(e->pooled, (size_t)copies * C);
     lens_gemm_linear(e->logits, e->pooled, &e->m->p.classifier, copies, e->pool);
     for (int i = 0; i < copies; i++) {
         float *z = e->logits + (size_t)i * K;
@@ -298,7 +298,7 @@ static void head_backward(engine *e, int copies, int target)
     memset(e->dpre, 0, sizeof(float) * copies * C);
     memset(e->dcls, 0, sizeof(float) * copies * C);
     lens_linear_backward(e->dpooled, NULL, NULL, e->dlogits, NULL, &e->m->p.classifier, copies);
-    lens_tanh_backward(e->dpre, e->pooled, e->dpooled, (size_t)copies * C);
+    (c->head_relu ? lens_relu_backward : lens_tanh_backward)(e->dpre, e->pooled, e->dpooled, (size_t)copies * C);
     lens_linear_backward(e->dcls, NULL, NULL, e->dpre, NULL, &e->m->p.pooler, copies);
     const size_t stride = e->cls_rows ? 1 : (size_t)e->T;
     memset(e->x, 0, sizeof(float) * R * C);

@@ -85,6 +85,17 @@ int lens_parse_labels(json_t *root, const char *path, lens_config *cfg, lens_err
     return 0;
 }
 
+int lens_config_task(json_t *root, const char *path, lens_config *cfg, lens_err *err)
+{
+    for (lens_task t = LENS_TASK_ENCODER; t <= LENS_TASK_CAUSAL_LM; t++) {
+        const char *name = cfg->family->task_archs[t];
+        if (!name || strcmp(name, cfg->architecture)) continue;
+        cfg->task = t;
+        return t == LENS_TASK_CLASSIFICATION ? lens_parse_labels(root, path, cfg, err) : 0;
+    }
+    return lens_fail(err, LENS_EFORMAT, "%s: unsupported architecture \"%s\"", path, cfg->architecture);
+}
+
 int lens_head_combination_parse(const char *name, int *combine)
 {
     static const char *const names[] = {"concat", "sum", "sum_adjacent"};
@@ -189,5 +200,19 @@ void lens_write_labels(FILE *f, const lens_config *c)
         }
         fprintf(f, "}");
         fprintf(f, pass ? "\n" : ",\n");
+    }
+}
+
+/* The end of a config.json: the random-weights mark, then id2label /
+ * label2id of a classifier or lensd's task name. */
+void lens_write_task_tail(FILE *f, const lens_config *c, int random_weights)
+{
+    if (random_weights) fprintf(f, "  \"lensd_random_weights\": true,\n");
+    if (c->task == LENS_TASK_CLASSIFICATION) {
+        fprintf(f, "  \"problem_type\": \"single_label_classification\",\n");
+        lens_write_labels(f, c);
+        fprintf(f, "}\n");
+    } else {
+        fprintf(f, "  \"lensd_task\": \"%s\"\n}\n", lens_task_name(c->task));
     }
 }

@@ -10,7 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 
-const lens_family *const lens_families[] = {&lens_family_bert, &lens_family_gpt2, NULL};
+const lens_family *const lens_families[] = {&lens_family_bert, &lens_family_gpt2, &lens_family_roberta,
+                                            &lens_family_distilbert, NULL};
 
 const lens_family *lens_family_find(const char *model_type)
 {

@@ -103,7 +103,12 @@ struct lens_family {
     const char *model_type;   /* config "model_type": "bert" */
     const char *base_prefix;  /* base-model tensor prefix inside task checkpoints: "bert." */
     const char *default_arch; /* config "architectures"[0] when absent */
+    const char *task_archs[4]; /* HF class of each lens_task, NULL = not supported */
     unsigned caps;            /* LENS_CAP_* */
+    /* mkmodel's tokenizer files: tokenizer_config.json "tokenizer_class", and
+     * for byte-level BPE the special tokens at ids 0.. and at the last id */
+    const char *tokenizer_class;
+    const char *bpe_first[4], *bpe_last;
 
     /* Reads the family's HF config keys into cfg (architecture already set). */
     int (*parse_config)(struct json_t *root, const char *path, lens_config *cfg, lens_err *err);
@@ -133,7 +138,7 @@ const lens_family *lens_family_find(const char *model_type); /* NULL when unknow
 /* "bert, gpt2, ..." for error messages. */
 const char *lens_family_names(void);
 
-extern const lens_family lens_family_bert, lens_family_gpt2;
+extern const lens_family lens_family_bert, lens_family_gpt2, lens_family_roberta, lens_family_distilbert;
 
 /* Shared by the family files: JSON config helpers (config.c). */
 int lens_json_int(struct json_t *root, const char *path, const char *key, int fallback, int min, int max, int *out,
@@ -144,7 +149,26 @@ const char *lens_json_str(struct json_t *root, const char *key);
 int lens_parse_activation(const char *path, const char *act, int *gelu_tanh, lens_err *err);
 int lens_parse_labels(struct json_t *root, const char *path, lens_config *cfg, lens_err *err);
 void lens_write_labels(FILE *f, const lens_config *c);
+void lens_write_task_tail(FILE *f, const lens_config *c, int random_weights);
 
+
+/* cfg->task from cfg->architecture via the family's task_archs (labels
+ * read for classifiers). */
+int lens_config_task(struct json_t *root, const char *path, lens_config *cfg, lens_err *err);
+
+/* BERT's pieces its descendants (RoBERTa, DistilBERT) share (bert.c):
+ * the BERT config keys except the task, the embeddings + encoder tensors
+ * under prefix ("bert.", "roberta."), tok + pos (+ seg) + LayerNorm, and
+ * the post-norm block. */
+int lens_bert_parse_keys(struct json_t *root, const char *path, lens_config *cfg, lens_err *err);
+void lens_bert_walk_encoder(const lens_config *c, lens_params *p, lens_param_visitor *v, const char *prefix);
+void lens_bert_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
+                     float *rstd);
+void lens_bert_block_forward(const lens_model *m, lens_block_io *io, int l);
+void lens_bert_write_config(FILE *f, const lens_config *c, int random_weights);
+/* A new encoder config's task from its name (NULL: classification with
+ * labels negative / positive), for new_config. */
+int lens_new_encoder_task(lens_config *c, const char *task, lens_err *err);
 
 static inline int lens_has_cap(const lens_config *c, unsigned cap) { return (c->family->caps & cap) != 0; }
 

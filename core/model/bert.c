@@ -18,7 +18,7 @@
 #include "core/base/gemm.h"
 #include "core/nn/ops.h"
 
-static int bert_parse_config(json_t *root, const char *path, lens_config *cfg, lens_err *err)
+int lens_bert_parse_keys(json_t *root, const char *path, lens_config *cfg, lens_err *err)
 {
     if (lens_json_int(root, path, "hidden_size", -1, 1, 1 << 16, &cfg->d_model, err) ||
         lens_json_int(root, path, "num_hidden_layers", -1, 1, 1024, &cfg->n_layers, err) ||
@@ -45,30 +45,20 @@ static int bert_parse_config(json_t *root, const char *path, lens_config *cfg, l
     if (combine && lens_head_combination_parse(combine, &cfg->head_combination))
         return lens_fail(err, LENS_EFORMAT, "%s: head_combination \"%s\" is not one of concat, sum, sum_adjacent",
                          path, combine);
-
-    if (!strcmp(cfg->architecture, "BertForSequenceClassification")) {
-        cfg->task = LENS_TASK_CLASSIFICATION;
-        return lens_parse_labels(root, path, cfg, err);
-    }
-    if (!strcmp(cfg->architecture, "BertForMaskedLM")) cfg->task = LENS_TASK_MASKED_LM;
-    else if (!strcmp(cfg->architecture, "BertModel")) cfg->task = LENS_TASK_ENCODER;
-    else return lens_fail(err, LENS_EFORMAT, "%s: unsupported architecture \"%s\"", path, cfg->architecture);
-    return 0;
+    return lens_json_int(root, path, "pad_token_id", 0, 0, cfg->vocab_size - 1, &cfg->pad_token_id, err);
 }
 
-/* The HF class of each task (config "architectures"). */
-static const char *const archs[] = {[LENS_TASK_ENCODER] = "BertModel",
-                                    [LENS_TASK_CLASSIFICATION] = "BertForSequenceClassification",
-                                    [LENS_TASK_MASKED_LM] = "BertForMaskedLM", [LENS_TASK_CAUSAL_LM] = NULL};
+static int bert_parse_config(json_t *root, const char *path, lens_config *cfg, lens_err *err)
+{
+    return lens_bert_parse_keys(root, path, cfg, err) || lens_config_task(root, path, cfg, err) ? -1 : 0;
+}
 
-static int bert_new_config(lens_config *c, const char *task, lens_err *err)
+int lens_new_encoder_task(lens_config *c, const char *task, lens_err *err)
 {
     c->task = LENS_TASK_CLASSIFICATION;
-    if (task && (lens_task_parse(task, &c->task) || !archs[c->task]))
-        return lens_fail(err, LENS_EINVAL, "task \"%s\" is not available for bert (classification, masked-lm, encoder)",
-                         task);
-    snprintf(c->architecture, sizeof c->architecture, "%s", archs[c->task]);
-    c->vocab_size = 30522, c->max_positions = 512, c->type_vocab_size = 2, c->ln_eps = 1e-12f, c->gelu_tanh = 0;
+    if (task && (lens_task_parse(task, &c->task) || !c->family->task_archs[c->task]))
+        return lens_fail(err, LENS_EINVAL, "task \"%s\" is not available for %s", task, c->family->model_type);
+    snprintf(c->architecture, sizeof c->architecture, "%s", c->family->task_archs[c->task]);
     if (c->task != LENS_TASK_CLASSIFICATION) return 0;
     static const char *const names[] = {"negative", "positive"};
     c->labels = calloc(2, sizeof *c->labels);
@@ -79,30 +69,33 @@ static int bert_new_config(lens_config *c, const char *task, lens_err *err)
     return 0;
 }
 
-static void bert_write_config(FILE *f, const lens_config *c, int random_weights)
+static int bert_new_config(lens_config *c, const char *task, lens_err *err)
+{
+    c->vocab_size = 30522, c->max_positions = 512, c->type_vocab_size = 2, c->ln_eps = 1e-12f, c->gelu_tanh = 0;
+    return lens_new_encoder_task(c, task, err);
+}
+
+/* BertConfig keys (RobertaConfig has the same ones; its position table is
+ * position_offset rows longer and its bos / eos are <s> = 0, </s> = 2). */
+void lens_bert_write_config(FILE *f, const lens_config *c, int random_weights)
 {
     fprintf(f,
-            "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"bert\",\n"
+            "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n"
             "  \"hidden_act\": \"%s\",\n  \"hidden_size\": %d,\n  \"num_hidden_layers\": %d,\n"
             "  \"num_attention_heads\": %d,\n  \"intermediate_size\": %d,\n  \"max_position_embeddings\": %d,\n"
             "  \"type_vocab_size\": %d,\n  \"vocab_size\": %d,\n  \"layer_norm_eps\": %g,\n"
             "  \"hidden_dropout_prob\": 0.0,\n  \"attention_probs_dropout_prob\": 0.0,\n"
-            "  \"pad_token_id\": 0,\n  \"position_embedding_type\": \"absolute\",\n"
+            "  \"pad_token_id\": %d,\n  \"position_embedding_type\": \"absolute\",\n"
             "  \"tie_word_embeddings\": true,\n",
-            archs[c->task] ? archs[c->task] : c->architecture, c->gelu_tanh ? "gelu_new" : "gelu", c->d_model, c->n_layers, c->n_heads, c->d_ff,
-            c->max_positions, c->type_vocab_size, c->vocab_size, (double)c->ln_eps);
+            c->family->task_archs[c->task], c->family->model_type, c->gelu_tanh ? "gelu_new" : "gelu", c->d_model,
+            c->n_layers, c->n_heads, c->d_ff, c->max_positions + c->position_offset, c->type_vocab_size, c->vocab_size,
+            (double)c->ln_eps, c->pad_token_id);
+    if (c->position_offset) fprintf(f, "  \"bos_token_id\": 0,\n  \"eos_token_id\": 2,\n");
     const int dh = c->d_model / c->n_heads;
     if (c->d_head_k != dh || c->d_head_v != dh || c->head_combination)
         fprintf(f, "  \"head_dim_key\": %d,\n  \"head_dim_value\": %d,\n  \"head_combination\": \"%s\",\n",
                 c->d_head_k, c->d_head_v, lens_head_combination_name(c->head_combination));
-    if (random_weights) fprintf(f, "  \"lensd_random_weights\": true,\n");
-    if (c->task == LENS_TASK_CLASSIFICATION) {
-        fprintf(f, "  \"problem_type\": \"single_label_classification\",\n");
-        lens_write_labels(f, c);
-        fprintf(f, "}\n");
-    } else {
-        fprintf(f, "  \"lensd_task\": \"%s\"\n}\n", lens_task_name(c->task));
-    }
+    lens_write_task_tail(f, c, random_weights);
 }
 
 /* Summed heads (model.h): attention.output.dense.weight is [C][DV] in the
@@ -121,22 +114,25 @@ static void walk_summed_output(const lens_config *c, lens_param_visitor *v, lens
     lin->in = VO, lin->out = C, lin->ld = v->tiles_summed ? VO : c->d_head_v, lin->w_in_out = 0, lin->packed = NULL;
 }
 
-/* HF order: embeddings, encoder.layer.{l}, then the task head. Base-model
- * tensors carry "bert." (BertModel checkpoints drop it; the loader copes). */
-static void bert_walk(const lens_config *c, lens_params *p, lens_param_visitor *v)
+/* HF order: embeddings, encoder.layer.{l} (the task head follows). Base-
+ * model tensors carry the prefix ("bert."; BertModel checkpoints drop it,
+ * the loader copes). */
+void lens_bert_walk_encoder(const lens_config *c, lens_params *p, lens_param_visitor *v, const char *prefix)
 {
     const int C = c->d_model, QK = c->n_heads * c->d_head_k, VO = c->n_heads * c->d_head_v;
     const float sd = 0.02f;
-    p->tok_emb = lens_walk_tensor(v, "bert.embeddings.word_embeddings.weight", c->vocab_size, C, LENS_PARAM_EMBEDDING, sd);
-    p->pos_emb = lens_walk_tensor(v, "bert.embeddings.position_embeddings.weight", c->max_positions, C,
-                                  LENS_PARAM_EMBEDDING, sd);
-    p->type_emb = lens_walk_tensor(v, "bert.embeddings.token_type_embeddings.weight", c->type_vocab_size, C,
+    char n[160];
+#define AT(suffix) (snprintf(n, sizeof n, "%s%s", prefix, suffix), n)
+    p->tok_emb = lens_walk_tensor(v, AT("embeddings.word_embeddings.weight"), c->vocab_size, C, LENS_PARAM_EMBEDDING, sd);
+    p->pos_emb = lens_walk_tensor(v, AT("embeddings.position_embeddings.weight"), c->max_positions + c->position_offset,
+                                  C, LENS_PARAM_EMBEDDING, sd);
+    p->type_emb = lens_walk_tensor(v, AT("embeddings.token_type_embeddings.weight"), c->type_vocab_size, C,
                                    LENS_PARAM_EMBEDDING, sd);
-    lens_walk_layernorm(v, &p->ln_emb, "bert.embeddings.LayerNorm", C);
+    lens_walk_layernorm(v, &p->ln_emb, AT("embeddings.LayerNorm"), C);
+#undef AT
     for (int l = 0; l < c->n_layers; l++) {
         lens_block *blk = &p->blocks[l];
-        char n[128];
-#define AT(suffix) (snprintf(n, sizeof n, "bert.encoder.layer.%d.%s", l, suffix), n)
+#define AT(suffix) (snprintf(n, sizeof n, "%sencoder.layer.%d.%s", prefix, l, suffix), n)
         lens_walk_linear(v, &blk->q, AT("attention.self.query"), C, QK, 0, sd);
         lens_walk_linear(v, &blk->k, AT("attention.self.key"), C, QK, 0, sd);
         lens_walk_linear(v, &blk->v, AT("attention.self.value"), C, VO, 0, sd);
@@ -148,19 +144,27 @@ static void bert_walk(const lens_config *c, lens_params *p, lens_param_visitor *
         lens_walk_layernorm(v, &blk->ln_ff, AT("output.LayerNorm"), C);
 #undef AT
     }
+}
+
+/* Heads: BertForSequenceClassification's pooler + classifier,
+ * BertForMaskedLM's cls.predictions (decoder weight tied to the word
+ * embeddings; HF saves no copy). */
+static void bert_walk(const lens_config *c, lens_params *p, lens_param_visitor *v)
+{
+    const int C = c->d_model;
+    lens_bert_walk_encoder(c, p, v, "bert.");
     if (c->task == LENS_TASK_CLASSIFICATION) {
-        lens_walk_linear(v, &p->pooler, "bert.pooler.dense", C, C, 0, sd);
-        lens_walk_linear(v, &p->classifier, "classifier", C, c->n_labels, 0, sd);
+        lens_walk_linear(v, &p->pooler, "bert.pooler.dense", C, C, 0, 0.02f);
+        lens_walk_linear(v, &p->classifier, "classifier", C, c->n_labels, 0, 0.02f);
     } else if (c->task == LENS_TASK_MASKED_LM) {
-        /* decoder weight tied to the word embeddings (HF saves no copy) */
-        lens_walk_linear(v, &p->mlm_transform, "cls.predictions.transform.dense", C, C, 0, sd);
+        lens_walk_linear(v, &p->mlm_transform, "cls.predictions.transform.dense", C, C, 0, 0.02f);
         lens_walk_layernorm(v, &p->mlm_ln, "cls.predictions.transform.LayerNorm", C);
         p->mlm_bias = lens_walk_tensor(v, "cls.predictions.bias", c->vocab_size, 0, LENS_PARAM_BIAS, 0);
     }
 }
 
 /* x = LN(token + position + segment embeddings). */
-static void bert_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
+void lens_bert_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
                        float *rstd)
 {
     const lens_config *c = &m->cfg;
@@ -169,7 +173,7 @@ static void bert_embed(const lens_model *m, const int *ids, const int *type_ids,
 }
 
 /* a = LN(x + Attn(x)); x' = LN(a + FFN(a)), both in place on io->x. */
-static void bert_block_forward(const lens_model *m, lens_block_io *io, int l)
+void lens_bert_block_forward(const lens_model *m, lens_block_io *io, int l)
 {
     const lens_config *c = &m->cfg;
     const lens_block *blk = &m->p.blocks[l];
@@ -192,12 +196,15 @@ const lens_family lens_family_bert = {
     .model_type = "bert",
     .base_prefix = "bert.",
     .default_arch = "BertModel",
+    .task_archs = {[LENS_TASK_ENCODER] = "BertModel", [LENS_TASK_CLASSIFICATION] = "BertForSequenceClassification",
+                   [LENS_TASK_MASKED_LM] = "BertForMaskedLM"},
     .caps = LENS_CAP_SEGMENTS | LENS_CAP_POOLER | LENS_CAP_TIED_HEAD | LENS_CAP_CLS_FIRST | LENS_CAP_TRAIN,
+    .tokenizer_class = "BertTokenizer",
     .parse_config = bert_parse_config,
     .new_config = bert_new_config,
-    .write_config = bert_write_config,
+    .write_config = lens_bert_write_config,
     .walk = bert_walk,
-    .embed = bert_embed,
-    .block_forward = bert_block_forward,
+    .embed = lens_bert_embed,
+    .block_forward = lens_bert_block_forward,
     .final_forward = NULL,
 };

@@ -139,7 +139,7 @@ static int task_head(const lens_model *m, lens_activations *act, scratch *w)
         for (int s = 0; s < act->n_seqs; s++)
             memcpy(w->io.h + (size_t)s * C, w->io.x + (size_t)act->row_start[s] * C, sizeof(float) * C);
         lens_gemm_linear(act->pooled, w->io.h, &p->pooler, act->n_seqs, w->io.pool);
-        lens_tanh_forward(act->pooled, (size_t)act->n_seqs * C);
+        (c->head_relu ? lens_relu_forward : lens_tanh_forward)(act->pooled, (size_t)act->n_seqs * C);
         lens_gemm_linear(act->logits, act->pooled, &p->classifier, act->n_seqs, w->io.pool);
     } else if (c->task == LENS_TASK_MASKED_LM || c->task == LENS_TASK_CAUSAL_LM) {
         act->logits = alloc_floats((size_t)N * c->vocab_size, &failed);

@@ -37,10 +37,7 @@ static int gpt2_parse_config(json_t *root, const char *path, lens_config *cfg, l
         return lens_fail(err, LENS_EFORMAT, "%s: non-default GPT-2 attention scaling is not supported", path);
     cfg->d_head_k = cfg->d_head_v = cfg->d_model / cfg->n_heads;
     cfg->type_vocab_size = 0;
-    if (!strcmp(cfg->architecture, "GPT2LMHeadModel")) cfg->task = LENS_TASK_CAUSAL_LM;
-    else if (!strcmp(cfg->architecture, "GPT2Model")) cfg->task = LENS_TASK_ENCODER;
-    else return lens_fail(err, LENS_EFORMAT, "%s: unsupported architecture \"%s\"", path, cfg->architecture);
-    return 0;
+    return lens_config_task(root, path, cfg, err);
 }
 
 
@@ -148,7 +145,10 @@ const lens_family lens_family_gpt2 = {
     .model_type = "gpt2",
     .base_prefix = "transformer.",
     .default_arch = "GPT2LMHeadModel",
+    .task_archs = {[LENS_TASK_ENCODER] = "GPT2Model", [LENS_TASK_CAUSAL_LM] = "GPT2LMHeadModel"},
     .caps = LENS_CAP_CAUSAL | LENS_CAP_PRE_NORM | LENS_CAP_TIED_HEAD | LENS_CAP_TRAIN | LENS_CAP_BYTE_BPE,
+    .tokenizer_class = NULL, /* GPT2Tokenizer is what the files mean; mkmodel writes no tokenizer_config */
+    .bpe_last = "<|endoftext|>",
     .parse_config = gpt2_parse_config,
     .new_config = gpt2_new_config,
     .write_config = gpt2_write_config,

@@ -110,7 +110,7 @@ static int close_file(FILE *f, const char *dir, const char *name, lens_err *err)
     return 0;
 }
 
-static int write_bert_vocab(const char *dir, int vocab, lens_err *err)
+static int write_bert_vocab(const char *dir, int vocab, const char *tokenizer_class, lens_err *err)
 {
     FILE *f = open_in(dir, "vocab.txt", err);
     if (!f) return -1;
@@ -126,7 +126,7 @@ static int write_bert_vocab(const char *dir, int vocab, lens_err *err)
     if (close_file(f, dir, "vocab.txt", err)) return -1;
     f = open_in(dir, "tokenizer_config.json", err);
     if (!f) return -1;
-    fprintf(f, "{\"do_lower_case\": true, \"tokenizer_class\": \"BertTokenizer\"}\n");
+    fprintf(f, "{\"do_lower_case\": true, \"tokenizer_class\": \"%s\"}\n", tokenizer_class);
     return close_file(f, dir, "tokenizer_config.json", err);
 }
 
@@ -147,7 +147,16 @@ static void put_utf8(FILE *f, int cp)
     else fputc(0xC0 | (cp >> 6), f), fputc(0x80 | (cp & 0x3F), f); /* cp < 0x800 here */
 }
 
-static int write_gpt2_vocab(const char *dir, int vocab, lens_err *err)
+static void put_json_token(FILE *v, int *n, const char *token)
+{
+    fprintf(v, "%s\"%s\": %d", *n ? ", " : "", token, *n);
+    (*n)++;
+}
+
+/* vocab.json + merges.txt: the family's first special tokens, the 256 byte
+ * symbols, "Ġ" + letter and letter pairs with their merges, fillers, and
+ * the family's last special token at id vocab - 1. */
+static int write_bpe_vocab(const char *dir, int vocab, const lens_family *family, lens_err *err)
 {
     FILE *v = open_in(dir, "vocab.json", err);
     if (!v) return -1;
@@ -159,6 +168,7 @@ static int write_gpt2_vocab(const char *dir, int vocab, lens_err *err)
     fprintf(mg, "#version: 0.2\n");
     fputc('{', v);
     int n = 0;
+    for (int i = 0; i < 4 && family->bpe_first[i]; i++) put_json_token(v, &n, family->bpe_first[i]);
     for (int byte = 0; byte < 256; byte++, n++) {
         int cp = byte_symbol(byte);
         fputs(n ? ", \"" : "\"", v);
@@ -171,9 +181,16 @@ static int write_gpt2_vocab(const char *dir, int vocab, lens_err *err)
     for (int a = 'a'; a <= 'z'; a++)
         for (int c = 'a'; c <= 'z'; c++, n++) fprintf(v, ", \"%c%c\": %d", a, c, n), fprintf(mg, "%c %c\n", a, c);
     for (int i = 0; n < vocab - 1; i++, n++) fprintf(v, ", \"<|filler%d|>\": %d", i, n);
-    fprintf(v, ", \"<|endoftext|>\": %d}\n", n);
+    put_json_token(v, &n, family->bpe_last);
+    fprintf(v, "}\n");
     int rc = close_file(mg, dir, "merges.txt", err);
-    return close_file(v, dir, "vocab.json", err) || rc ? -1 : 0;
+    if (close_file(v, dir, "vocab.json", err) || rc) return -1;
+    if (!family->tokenizer_class) return 0;
+    FILE *f = open_in(dir, "tokenizer_config.json", err);
+    if (!f) return -1;
+    fprintf(f, "{\"tokenizer_class\": \"%s\", \"bos_token\": \"%s\", \"eos_token\": \"%s\"}\n",
+            family->tokenizer_class, family->bpe_first[0], family->bpe_first[2]);
+    return close_file(f, dir, "tokenizer_config.json", err);
 }
 
 static int write_config(const char *dir, const lens_config *c, lens_err *err)
@@ -218,8 +235,8 @@ int lens_mkmodel(const char *arch, const char *preset_name, const char *task, un
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
     if (write_tensors(path, &c, seed, err) || write_config(out_dir, &c, err)) goto out;
-    rc = family->caps & LENS_CAP_BYTE_BPE ? write_gpt2_vocab(out_dir, c.vocab_size, err)
-                                          : write_bert_vocab(out_dir, c.vocab_size, err);
+    rc = family->caps & LENS_CAP_BYTE_BPE ? write_bpe_vocab(out_dir, c.vocab_size, family, err)
+                                          : write_bert_vocab(out_dir, c.vocab_size, family->tokenizer_class, err);
 out:
     lens_config_free(&c);
     return rc;

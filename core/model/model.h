@@ -39,6 +39,10 @@ typedef struct {
     int vocab_size, max_positions, type_vocab_size;
     float ln_eps;
     int gelu_tanh;           /* 1: tanh approximation (gelu_new), 0: exact erf */
+    int head_relu;           /* classifier's first-token layer: 1 ReLU (DistilBERT pre_classifier), 0 tanh (pooler) */
+    int position_offset;     /* first position id (RoBERTa: padding_idx + 1); the table has
+                                max_positions + position_offset rows */
+    int pad_token_id;
     int n_labels;            /* classification only, else 0 */
     char **labels;           /* id2label[n_labels], or NULL */
     int random_weights;      /* written by lens_mkmodel ("lensd_random_weights"): not a trained model */
@@ -91,7 +95,7 @@ typedef struct {
     lens_layernorm ln_emb; /* BERT embeddings LayerNorm; GPT-2: unused */
     lens_block *blocks;    /* [L] */
     lens_layernorm ln_final; /* GPT-2 ln_f */
-    lens_linear pooler;      /* BERT classification: C -> C, tanh */
+    lens_linear pooler;      /* classification: first token C -> C, tanh (or ReLU: head_relu) */
     lens_linear classifier;  /* C -> K */
     lens_linear mlm_transform;  /* BERT MLM: C -> C, GELU, LayerNorm */
     lens_layernorm mlm_ln;
