@@ -12,8 +12,10 @@
  *   HTA exact    ||dh^l_j/dh^0_i||_F^2 [L][T][T]  |diff| <= 1e-3 |ref| + 1e-4 max|ref|
  * plus exact identities: every analysis is either supported or has a
  * sentence saying why, and every family in lens_families has a case (so a
- * new family inherits these checks or this test fails). The reference
- * needs /usr/bin/python3 with torch and numpy; without them the
+ * new family inherits these checks or this test fails), and mkmodel's
+ * RoBERTa vocabulary from GPT-2's (../shared). The reference
+ * needs /usr/bin/python3 with torch and numpy; without them (or with
+ * LENS_FAMILIES_NO_REFERENCE=1, for quick runs) the
  * comparisons are skipped (and counted as skipped). */
 #include <jansson.h>
 #include <stdio.h>
@@ -216,6 +218,50 @@ static void run_case(const family_case *fc, int with_reference)
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
 }
 
+/* mkmodel --vocab: GPT-2's released vocabulary with RoBERTa's specials at
+ * 0..3 and <mask> last, every GPT-2 token 4 ids later (needs ../shared). */
+static void check_roberta_vocab(void)
+{
+    const char *shared = check_shared_dir();
+    if (!shared) {
+        SKIP("roberta --vocab: no ../shared (GPT-2 vocabulary)");
+        return;
+    }
+    char dir[] = "/tmp/lensd-family-vocab-XXXXXX", gpt2[512], path[600];
+    snprintf(gpt2, sizeof gpt2, "%s/vocab/gpt2", shared);
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp");
+        return;
+    }
+    lens_err err = {0};
+    lens_model *m = NULL;
+    if (!lens_mkmodel_vocab("roberta", "tiny", "masked-lm", 1, gpt2, dir, &err)) m = lens_model_load(dir, &err);
+    CHECK(m != NULL, "roberta --vocab: %s", err.msg);
+    snprintf(path, sizeof path, "%s/encoder.json", gpt2);
+    json_t *enc = json_load_file(path, 0, NULL);
+    CHECK(enc != NULL, "%s", path);
+    if (m && enc) {
+        const lens_tokenizer *tok = m->tok;
+        const int V = m->cfg.vocab_size;
+        CHECK(V == (int)json_object_size(enc) + 5 && lens_tokenizer_vocab_size(tok) == V, "vocab_size %d, GPT-2 %zu",
+              V, json_object_size(enc));
+        CHECK(lens_tokenizer_id(tok, "<s>") == 0 && lens_tokenizer_id(tok, "<pad>") == 1 &&
+                  lens_tokenizer_id(tok, "</s>") == 2 && lens_tokenizer_id(tok, "<unk>") == 3 &&
+                  lens_tokenizer_id(tok, "<mask>") == V - 1,
+              "roberta specials at 0..3 and last");
+        int shifted = 0;
+        const char *key;
+        json_t *val;
+        json_object_foreach(enc, key, val) shifted += lens_tokenizer_id(tok, key) == json_integer_value(val) + 4;
+        CHECK(shifted == (int)json_object_size(enc), "%d of %zu GPT-2 tokens at id + 4", shifted, json_object_size(enc));
+        printf("roberta --vocab %s: %d tokens, specials 0..3 and %d\n", gpt2, V, V - 1);
+    }
+    json_decref(enc);
+    lens_model_free(m);
+    snprintf(path, sizeof path, "rm -rf %s", dir);
+    if (system(path) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
 int main(void)
 {
     /* the table covers every family lensd knows */
@@ -227,7 +273,8 @@ int main(void)
     }
     CHECK(N_CASES > 0 && n_families > 0, "empty table");
     printf("%d cases over %d families\n", N_CASES, n_families);
-    const int with_reference = have_reference();
+    const int with_reference = getenv("LENS_FAMILIES_NO_REFERENCE") ? 0 : have_reference();
     for (int k = 0; k < N_CASES; k++) run_case(&cases[k], with_reference);
+    check_roberta_vocab();
     return check_done("test_families");
 }

@@ -10,12 +10,14 @@
 #include "core/model/mkmodel.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/io/safetensors.h"
 #include "core/model/arch.h"
@@ -110,7 +112,7 @@ static int close_file(FILE *f, const char *dir, const char *name, lens_err *err)
     return 0;
 }
 
-static int write_bert_vocab(const char *dir, int vocab, const char *tokenizer_class, lens_err *err)
+static int write_bert_vocab(const char *dir, int vocab, lens_err *err)
 {
     FILE *f = open_in(dir, "vocab.txt", err);
     if (!f) return -1;
@@ -123,10 +125,20 @@ static int write_bert_vocab(const char *dir, int vocab, const char *tokenizer_cl
     for (int a = 'a'; a <= 'z' && n < vocab; a++)
         for (int c = 'a'; c <= 'z' && n < vocab; c++) fprintf(f, "%c%c\n##%c%c\n", a, c, a, c), n += 2;
     for (int i = 0; n < vocab; i++) fprintf(f, "[filler%d]\n", i), n++;
-    if (close_file(f, dir, "vocab.txt", err)) return -1;
-    f = open_in(dir, "tokenizer_config.json", err);
+    return close_file(f, dir, "vocab.txt", err);
+}
+
+/* tokenizer_config.json: the family's tokenizer_class (which picks the
+ * template: [CLS] A [SEP], <s> A </s></s> B </s>, ...). */
+static int write_tokenizer_config(const char *dir, const lens_family *family, lens_err *err)
+{
+    if (!family->tokenizer_class) return 0;
+    FILE *f = open_in(dir, "tokenizer_config.json", err);
     if (!f) return -1;
-    fprintf(f, "{\"do_lower_case\": true, \"tokenizer_class\": \"%s\"}\n", tokenizer_class);
+    if (family->caps & LENS_CAP_BYTE_BPE)
+        fprintf(f, "{\"tokenizer_class\": \"%s\", \"bos_token\": \"%s\", \"eos_token\": \"%s\"}\n",
+                family->tokenizer_class, family->bpe_first[0], family->bpe_first[2]);
+    else fprintf(f, "{\"do_lower_case\": true, \"tokenizer_class\": \"%s\"}\n", family->tokenizer_class);
     return close_file(f, dir, "tokenizer_config.json", err);
 }
 
@@ -184,13 +196,78 @@ static int write_bpe_vocab(const char *dir, int vocab, const lens_family *family
     put_json_token(v, &n, family->bpe_last);
     fprintf(v, "}\n");
     int rc = close_file(mg, dir, "merges.txt", err);
-    if (close_file(v, dir, "vocab.json", err) || rc) return -1;
-    if (!family->tokenizer_class) return 0;
-    FILE *f = open_in(dir, "tokenizer_config.json", err);
-    if (!f) return -1;
-    fprintf(f, "{\"tokenizer_class\": \"%s\", \"bos_token\": \"%s\", \"eos_token\": \"%s\"}\n",
-            family->tokenizer_class, family->bpe_first[0], family->bpe_first[2]);
-    return close_file(f, dir, "tokenizer_config.json", err);
+    return close_file(v, dir, "vocab.json", err) || rc ? -1 : 0;
+}
+
+/* from_dir/from -> dir/name; *lines (if not NULL) = its line count. */
+static int copy_text(const char *from_dir, const char *from, const char *dir, const char *name, int *lines,
+                     lens_err *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", from_dir, from);
+    FILE *in = fopen(path, "r");
+    if (!in) return lens_fail(err, LENS_ENOENT, "%s: %s", path, strerror(errno));
+    FILE *out = open_in(dir, name, err);
+    if (!out) {
+        fclose(in);
+        return -1;
+    }
+    int ch, n = 0;
+    while ((ch = fgetc(in)) != EOF) fputc(ch, out), n += ch == '\n';
+    fclose(in);
+    if (lines) *lines = n;
+    return close_file(out, dir, name, err);
+}
+
+/* Tokenizer files from an existing vocabulary in from_dir: a WordPiece
+ * vocab.txt is copied; a byte-level BPE vocab.json (GPT-2's) is renumbered
+ * after the family's first special tokens (RoBERTa: <s> <pad> </s> <unk> at
+ * 0..3, as roberta-base) with its last one (<mask>) appended unless present,
+ * merges.txt copied. *vocab = the resulting vocabulary size. */
+static int copy_vocab(const char *from_dir, const char *dir, const lens_family *family, int *vocab, lens_err *err)
+{
+    if (!(family->caps & LENS_CAP_BYTE_BPE)) return copy_text(from_dir, "vocab.txt", dir, "vocab.txt", vocab, err);
+    /* HF names, or OpenAI's release names (encoder.json, vocab.bpe) */
+    char path[4096];
+    const int openai = (snprintf(path, sizeof path, "%s/vocab.json", from_dir), access(path, R_OK) != 0);
+    if (openai) snprintf(path, sizeof path, "%s/encoder.json", from_dir);
+    json_error_t jerr;
+    json_t *src = json_load_file(path, 0, &jerr), *dst = json_object();
+    int rc = -1;
+    if (!json_is_object(src) || !dst) {
+        lens_fail(err, LENS_EFORMAT, "%s: %s", path, src ? "not a JSON object" : jerr.text);
+        goto out;
+    }
+    const size_t n_src = json_object_size(src);
+    const char **by_id = calloc(n_src, sizeof *by_id);
+    if (!by_id) {
+        lens_fail(err, LENS_ENOMEM, "out of memory");
+        goto out;
+    }
+    const char *key;
+    json_t *val;
+    json_object_foreach(src, key, val)
+    {
+        json_int_t id = json_integer_value(val);
+        if (id >= 0 && (size_t)id < n_src) by_id[id] = key;
+    }
+    int n = 0;
+    for (int i = 0; i < 4 && family->bpe_first[i]; i++) json_object_set_new(dst, family->bpe_first[i], json_integer(n++));
+    for (size_t id = 0; id < n_src; id++)
+        if (by_id[id] && !json_object_get(dst, by_id[id])) json_object_set_new(dst, by_id[id], json_integer(n++));
+    if (family->bpe_last && !json_object_get(dst, family->bpe_last))
+        json_object_set_new(dst, family->bpe_last, json_integer(n++));
+    free(by_id);
+    snprintf(path, sizeof path, "%s/vocab.json", dir);
+    if (json_dump_file(dst, path, JSON_PRESERVE_ORDER | JSON_COMPACT)) {
+        lens_fail(err, LENS_EIO, "%s: write failed", path);
+        goto out;
+    }
+    *vocab = n;
+    rc = copy_text(from_dir, openai ? "vocab.bpe" : "merges.txt", dir, "merges.txt", NULL, err);
+out:
+    json_decref(src), json_decref(dst);
+    return rc;
 }
 
 static int write_config(const char *dir, const lens_config *c, lens_err *err)
@@ -218,6 +295,12 @@ static int write_tensors(const char *path, const lens_config *c, unsigned long l
 int lens_mkmodel(const char *arch, const char *preset_name, const char *task, unsigned long long seed,
                  const char *out_dir, lens_err *err)
 {
+    return lens_mkmodel_vocab(arch, preset_name, task, seed, NULL, out_dir, err);
+}
+
+int lens_mkmodel_vocab(const char *arch, const char *preset_name, const char *task, unsigned long long seed,
+                       const char *vocab_dir, const char *out_dir, lens_err *err)
+{
     const lens_family *family = lens_family_find(arch);
     if (!family) return lens_fail(err, LENS_EINVAL, "unknown arch \"%s\" (%s)", arch, lens_family_names());
     preset p;
@@ -232,11 +315,17 @@ int lens_mkmodel(const char *arch, const char *preset_name, const char *task, un
         lens_fail(err, LENS_EIO, "%s: %s", out_dir, strerror(errno));
         goto out;
     }
+    /* the vocabulary first: a copied one sets vocab_size */
+    if (vocab_dir ? copy_vocab(vocab_dir, out_dir, family, &c.vocab_size, err)
+        : family->caps & LENS_CAP_BYTE_BPE ? write_bpe_vocab(out_dir, c.vocab_size, family, err)
+                                           : write_bert_vocab(out_dir, c.vocab_size, err))
+        goto out;
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
-    if (write_tensors(path, &c, seed, err) || write_config(out_dir, &c, err)) goto out;
-    rc = family->caps & LENS_CAP_BYTE_BPE ? write_bpe_vocab(out_dir, c.vocab_size, family, err)
-                                          : write_bert_vocab(out_dir, c.vocab_size, family->tokenizer_class, err);
+    if (write_tokenizer_config(out_dir, family, err) || write_tensors(path, &c, seed, err) ||
+        write_config(out_dir, &c, err))
+        goto out;
+    rc = 0;
 out:
     lens_config_free(&c);
     return rc;

@@ -17,6 +17,14 @@
 int lens_mkmodel(const char *arch, const char *preset, const char *task,
                  unsigned long long seed, const char *out_dir, lens_err *err);
 
+/* The same with the tokenizer files made from an existing vocabulary
+ * (vocab_dir, NULL = generated): WordPiece vocab.txt copied; GPT-2's
+ * vocab.json + merges.txt with the family's special tokens added (RoBERTa:
+ * <s> <pad> </s> <unk> at 0..3 and <mask> last, as roberta-base); the
+ * model's vocab_size follows. */
+int lens_mkmodel_vocab(const char *arch, const char *preset, const char *task, unsigned long long seed,
+                       const char *vocab_dir, const char *out_dir, lens_err *err);
+
 /* Names of the presets, NULL-terminated, for --help. */
 extern const char *const lens_mkmodel_presets[];
 
