@@ -1,6 +1,7 @@
 # lensd build. `make` builds build/libcore.a and build/lensd; `make test`
 # runs every tests/test_*.c binary plus the HTTP integration tests;
-# `make test-asan` does the same with AddressSanitizer + UBSan.
+# `make test-asan` does the same with AddressSanitizer + UBSan; `make fuzz`,
+# `make test-tsan` and `make test-fault` are described at their rules.
 # Sources are found by wildcard: adding a file to a folder of core/ (base, nn,
 # io, model, analysis, train), api/, server/ or cli/ needs no edit here.
 
@@ -46,12 +47,45 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libapp.a $(BUILD)/libcore.a
 deps:
 	@scripts/deps.sh build
 
-test: deps
+# + clang and its sanitizer/libFuzzer runtimes for the fuzz targets.
+deps-test:
+	@scripts/deps.sh test
+
+# The fuzz smoke run (every target for FUZZ_CI_SECONDS) is one more line of
+# the summary; the sanitizer builds below leave it to `make test`.
+FUZZ_IN_TEST ?= 1
+test: deps-test
 	$(MAKE) all $(TEST_BIN)
-	@BUILD=$(BUILD) scripts/run-tests.sh $(TEST_BIN)
+	$(if $(filter 1,$(FUZZ_IN_TEST)),$(MAKE) fuzz-build)
+	@BUILD=$(BUILD) FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_CI_SECONDS) \
+	    scripts/run-tests.sh $(TEST_BIN) $(if $(filter 1,$(FUZZ_IN_TEST)),scripts/fuzz.sh)
 
 test-asan:
-	$(MAKE) test BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
+	$(MAKE) test BUILD=build-asan FUZZ_IN_TEST=0 OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
+
+# libFuzzer targets: every tests/fuzz/fuzz_*.c, built with Debian's clang,
+# ASan and UBSan in $(FUZZ_BUILD)/ (scripts/deps.sh test installs clang and
+# libclang-rt-14-dev). `make fuzz` runs each for FUZZ_SECONDS (FUZZ_RUNS
+# caps executions; FUZZ_TARGETS picks some, e.g. "fuzz_config fuzz_tok_bpe"),
+# seeded from tests/fuzz/corpus/<name>/ and growing $(FUZZ_BUILD)/fuzz-corpus/;
+# crashes land in $(FUZZ_BUILD)/fuzz-crashes/. `make test` runs each for
+# FUZZ_CI_SECONDS (tests/fuzz/README.md).
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 3600
+FUZZ_CI_SECONDS ?= 3
+FUZZ_OPT := -O1 -g -fno-omit-frame-pointer -Wno-unknown-warning-option -Wno-unknown-attributes -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+FUZZ_BIN = $(patsubst tests/fuzz/%.c,$(BUILD)/tests/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
+
+$(BUILD)/tests/fuzz/%: $(BUILD)/tests/fuzz/%.o $(BUILD)/libapp.a $(BUILD)/libcore.a
+	$(CC) $(CFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
+
+fuzz-bin: $(FUZZ_BIN)
+
+fuzz-build: deps-test
+	$(MAKE) BUILD=$(FUZZ_BUILD) CC=clang OPT="$(FUZZ_OPT)" fuzz-bin
+
+fuzz: fuzz-build
+	FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_RUNS=$(FUZZ_RUNS) scripts/fuzz.sh $(FUZZ_TARGETS)
 
 # Serves the demo models trained by lensd and committed in models/ (see
 # models/README.md); one that is not there is left out.
@@ -65,16 +99,16 @@ bench: deps all $(BUILD)/bench/forward
 	bench/run.sh $(BUILD)/lensd
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz build-tsan build-fault
 
-.PHONY: all deps test test-asan run bench clean
+.PHONY: all deps deps-test test test-asan fuzz fuzz-bin fuzz-build run bench clean
 
 # Trains the demo models with lensd (45-60 minutes on 2 cores; not part of CI).
 demo-models: all
 	scripts/train-demo.sh $(BUILD)/lensd
 
 .PHONY: demo-models
--include $(wildcard $(BUILD)/*/*.d $(BUILD)/*/*/*.d)
+-include $(wildcard $(BUILD)/*/*.d $(BUILD)/*/*/*.d $(BUILD)/*/*/*/*.d)
 
 # Benchmark drivers: bench/NAME.c -> $(BUILD)/bench/NAME, linked with libcore.
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libcore.a

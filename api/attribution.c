@@ -10,7 +10,8 @@
  * (default) | a label name | a class index), steps? = 20 (1..1000),
  * riemann? = "right" | "left", layers? (1..L, default all), heads? (default
  * all; selects what is returned), include_matrices? = true, tree? (true, or
- * {threshold: 0.4}; default none), format?}.
+ * {threshold: 0.4}; default none), format?, async? = false (true: 202 with a
+ * job of kind "attribution")}.
  *
  * Response {model, tokens, target: {index, label, prob}, predicted: {index,
  * label}, steps, riemann, layers: [{layer, f_zero, attr_sum, heads: [{head,
@@ -137,7 +138,7 @@ int api_attribution_prepare(api_call *c)
         return -1;
     if (r->tree && !lens_model_supports(m->model, LENS_ANALYSIS_ATTRIBUTION_TREE, &why))
         return api_fail(c, 422, "invalid_request", "tree", "%s", why);
-    return 0;
+    return api_decode_async(c, "attribution");
 }
 
 static void write_tree(jw *w, const lens_attr_tree *t)

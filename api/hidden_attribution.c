@@ -6,7 +6,7 @@
  * Request {model?, text | input_ids, text_pair?, layers? (0..L, default
  * 1..L), method? = "exact" | "estimate", probes? = 16 (estimate, 2..4096),
  * seed? = 1, include_norms? (default false for exact, true for estimate),
- * format?}.
+ * format?, async? = false (true: 202 with a job of kind "hidden-attribution")}.
  *
  * Response {model, tokens, method, probes (estimate), layers: [{layer,
  * contributions [T][T], self [T], self_rank [T], by_distance [T],
@@ -72,7 +72,7 @@ int api_hidden_attribution_prepare(api_call *c)
         memmove(r->layers.v, r->layers.v + 1, sizeof *r->layers.v * (size_t)L);
         r->layers.n = L;
     }
-    return 0;
+    return api_decode_async(c, "hidden-attribution");
 }
 
 /* Floating-point operations of the exact method: T·C tangents, each T rows

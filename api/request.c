@@ -3,8 +3,9 @@
  * Owns: api_call lifetime, api_fail (the one place the error JSON shape is
  * written), body parsing, and the decoders of fields that many endpoints
  * accept (model, text/text_pair/input_ids, index lists, format). Validation
- * is strict about types of known fields (422 naming the field) and ignores
- * unknown top-level fields, so clients may send extra keys. */
+ * is strict about types of known fields (422 naming the field), and an
+ * unknown top-level field is a 422 naming it too (api_check_fields): a typo
+ * such as "output" for "outputs" must not silently answer with defaults. */
 #include "api/request.h"
 #include "core/model/arch.h"
 
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <utf8proc.h>
 
 double api_now(void)
 {
@@ -39,6 +41,22 @@ void api_call_free(api_call *c)
     if (c->body) json_decref(c->body);
     c->body = NULL;
     jw_free(&c->out);
+    api_model_release(c->ctx, c->model_ref); /* after the request, which may point into the model */
+    c->model_ref = NULL;
+}
+
+/* A message quotes client bytes (a jansson error's "near" text, a name cut
+ * by %.64s, the 600-byte bound) and may end inside or hold a broken UTF-8
+ * sequence; the error body must stay valid JSON, so such bytes become '?'. */
+static void make_valid_utf8(char *s)
+{
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
+        if (k > 0) i += (size_t)k;
+        else s[i++] = '?';
+    }
 }
 
 int api_fail(api_call *c, int status, const char *code, const char *field, const char *fmt, ...)
@@ -48,6 +66,7 @@ int api_fail(api_call *c, int status, const char *code, const char *field, const
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    make_valid_utf8(msg);
     jw_free(&c->out);
     c->status = status;
     c->content_type = "application/json";
@@ -82,6 +101,87 @@ int api_parse_body(api_call *c, const char *data, size_t len)
                         jerr.line, jerr.column, jerr.text);
     if (!json_is_object(c->body))
         return api_fail(c, 422, "invalid_request", NULL, "request body must be a JSON object");
+    return 0;
+}
+
+/* ------------------------------------------------------- allowed fields */
+
+/* The top-level fields each endpoint (by route path) and each job kind (its
+ * params, by kind) accepts. A new request field is one word in its row. */
+#define INPUT_FIELDS "model", "text", "text_pair", "input_ids"
+#define DATASET_FIELDS "model", "data", "rows", "max_rows", "steps", "riemann"
+typedef struct {
+    const char *name;
+    const char *fields[24]; /* NULL-terminated */
+} api_field_set;
+
+static const api_field_set field_sets[] = {
+    {"/v1/tokenize", {INPUT_FIELDS}},
+    {"/v1/forward", {INPUT_FIELDS, "outputs", "layers", "heads", "positions", "format"}},
+    {"/v1/attention", {INPUT_FIELDS, "layers", "heads", "effective", "include_raw", "null", "identifiability", "format"}},
+    {"/v1/attribution",
+     {INPUT_FIELDS, "layers", "heads", "steps", "riemann", "target", "tree", "include_matrices", "format", "async"}},
+    {"/v1/decomposition",
+     {"model", "texts", "windows", "corpus", "labels", "length", "drop_first_position", "top_k", "causal", "layers",
+      "async", "definition", "topics_self_pairs", "topics_pca", "screenot_k", "reference_texts", "reference_windows",
+      "reference_corpus"}},
+    {"/v1/token-identity", {INPUT_FIELDS, "layers", "metric", "top_k", "mapping", "vocabulary"}},
+    {"/v1/hidden-attribution",
+     {INPUT_FIELDS, "layers", "method", "probes", "seed", "include_norms", "format", "async"}},
+    {"/v1/jobs", {"kind", "params"}},
+    /* job kinds: params */
+    {"decomposition",
+     {"model", "texts", "windows", "corpus", "labels", "length", "drop_first_position", "top_k", "causal", "layers",
+      "async", "definition", "topics_self_pairs", "topics_pca", "screenot_k", "reference_texts", "reference_windows",
+      "reference_corpus"}},
+    {"attribution",
+     {INPUT_FIELDS, "layers", "heads", "steps", "riemann", "target", "tree", "include_matrices", "format", "async"}},
+    {"hidden-attribution", {INPUT_FIELDS, "layers", "method", "probes", "seed", "include_norms", "format", "async"}},
+    {"head-importance", {DATASET_FIELDS, "seeds", "seed", "definition", "target", "prune_count"}},
+    {"adversarial-triggers", {DATASET_FIELDS, "sources", "top_k", "definition", "rule"}},
+    {"token-identity-map", {"model", "texts", "data", "max_texts", "metric", "save", "ridge", "heldout_fraction"}},
+};
+
+const char *const *api_allowed_fields(const char *name)
+{
+    for (size_t i = 0; i < sizeof field_sets / sizeof *field_sets; i++)
+        if (!strcmp(field_sets[i].name, name)) return field_sets[i].fields;
+    return NULL;
+}
+
+int api_check_fields(api_call *c, const char *name)
+{
+    const char *const *allowed = api_allowed_fields(name);
+    if (!allowed || !json_is_object(c->body)) return 0;
+    const char *key;
+    json_t *value;
+    json_object_foreach(c->body, key, value) {
+        int known = 0;
+        for (int i = 0; allowed[i] && !known; i++) known = !strcmp(allowed[i], key);
+        if (known) continue;
+        char list[512];
+        size_t used = 0;
+        for (int i = 0; allowed[i] && used < sizeof list; i++) {
+            int n = snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", allowed[i]);
+            if (n > 0) used += (size_t)n;
+        }
+        return api_fail(c, 422, "invalid_request", key, "unknown field \"%.64s\" (this %s takes: %s)", key,
+                        name[0] == '/' ? "endpoint" : "job kind's params", list);
+    }
+    return 0;
+}
+
+/* async: true turns a synchronous request into a job of kind (202 with the
+ * job); inside a job it is moot. */
+int api_decode_async(api_call *c, const char *kind)
+{
+    int async = 0;
+    if (api_get_bool(c, "async", &async) < 0) return -1;
+    if (!async || c->field_prefix) return 0;
+    if (!c->ctx->job_submit)
+        return api_fail(c, 422, "invalid_request", "async", "async needs the server (lensd serve)");
+    c->ctx->job_submit(c, api_job_kind_find(kind));
+    c->answered = 1;
     return 0;
 }
 
@@ -143,24 +243,18 @@ int api_decode_model(api_call *c, const api_model **out)
     size_t len = 0;
     int r = api_get_string(c, "model", &name, &len);
     if (r < 0) return -1;
-    const api_ctx *ctx = c->ctx;
-    if (r == 0) {
-        if (ctx->n_models == 1) {
-            *out = &ctx->models[0];
-            c->model_name = ctx->models[0].name;
-            return 0;
-        }
-        return api_fail(c, 422, "invalid_request", "model",
-                        "model is required when %d models are loaded", ctx->n_models);
-    }
-    for (int i = 0; i < ctx->n_models; i++) {
-        if (strlen(ctx->models[i].name) == len && !memcmp(ctx->models[i].name, name, len)) {
-            *out = &ctx->models[i];
-            c->model_name = ctx->models[i].name;
-            return 0;
-        }
-    }
-    return api_fail(c, 404, "model_not_found", "model", "no model named \"%.100s\" is loaded (see GET /v1/models)", name);
+    int n_resident = 0;
+    api_model *m = api_model_acquire(c->ctx, r ? name : NULL, len, &n_resident);
+    if (!m && r == 0)
+        return api_fail(c, 422, "invalid_request", "model", "model is required when %d models are loaded", n_resident);
+    if (!m)
+        return api_fail(c, 404, "model_not_found", "model", "no model named \"%.100s\" is loaded (see GET /v1/models)",
+                        name);
+    api_model_release(c->ctx, c->model_ref); /* a batch or a retry decodes again */
+    c->model_ref = m;
+    c->model_name = m->name;
+    *out = m;
+    return 0;
 }
 
 /* ------------------------------------------------------------------ input */
@@ -453,14 +547,35 @@ void api_write_timing(api_call *c, double t_tokenize, double t_compute, double e
     jw_end(w);
 }
 
+/* What the endpoint (or job kind) of c takes inline instead of a dataset
+ * path, from its field list: "rows", "texts", "texts or windows". */
+static void inline_alternative(const api_call *c, char *out, size_t size)
+{
+    const char *name = c->job_kind ? c->job_kind->kind : c->route ? c->route->path : "";
+    const char *const *fields = api_allowed_fields(name);
+    static const char *const inline_fields[] = {"rows", "texts", "windows"};
+    size_t used = 0;
+    out[0] = 0;
+    for (size_t k = 0; k < sizeof inline_fields / sizeof *inline_fields; k++)
+        for (int i = 0; fields && fields[i]; i++)
+            if (!strcmp(fields[i], inline_fields[k]) && used < size) {
+                int n = snprintf(out + used, size - used, "%s%s", used ? " or " : "", fields[i]);
+                if (n > 0) used += (size_t)n;
+            }
+    if (!out[0]) snprintf(out, size, "the data inline");
+}
+
 /* PATH inside the data directory: realpath of both, then a prefix check
  * that ends at a '/' (so /data2 is not inside /data). */
 int api_resolve_data_path(api_call *c, const char *field, const char *path, char *out)
 {
     const char *dir = c->ctx->data_dir;
-    if (!dir || !*dir)
+    if (!dir || !*dir) {
+        char alt[64];
+        inline_alternative(c, alt, sizeof alt);
         return api_fail(c, 422, "invalid_request", field,
-                        "this server reads no datasets by path (start it with --data-dir); send rows instead");
+                        "this server reads no datasets by path (start it with --data-dir); send %s instead", alt);
+    }
     char real_dir[PATH_MAX], joined[PATH_MAX * 2];
     if (!realpath(dir, real_dir))
         return api_fail(c, 500, "internal", NULL, "the data directory cannot be resolved");

@@ -58,8 +58,8 @@ static void usage(FILE *f)
             "            [--probes 16] [--seed 1] [--norms]\n"
             "            print what POST /v1/hidden-attribution returns (Jacobian norms)\n"
             "  info      BLAS library, core and threads (GET /v1/info without server limits)\n"
-            "  mkmodel   --arch bert|gpt2|roberta|distilbert --preset tiny|small|base [--task T] --seed N\n"
-            "            --out DIR [--vocab DIR]\n"
+            "  mkmodel   --arch bert|gpt2|roberta|distilbert --preset micro|tiny|small|base [--task T]\n"
+            "            --seed N --out DIR [--vocab DIR]\n"
             "            write a random-weight checkpoint in Hugging Face format (--vocab: tokenizer files\n"
             "            from a vocabulary, e.g. ../shared/vocab/gpt2 for roberta, else generated)\n"
             "  train     classify|mlm|causal|vocab ...  train a BERT classifier / masked LM, a GPT-2 causal LM,\n"
@@ -96,14 +96,13 @@ static int cmd_serve(int argc, char **argv)
         lensd_config_free(&cfg);
         return 1;
     }
-    api_model *models = NULL;
-    int n_models = 0;
-    if (registry_load(&cfg, &models, &n_models)) {
+    registry *models = registry_create(&cfg);
+    if (!models) {
         server_stop(srv);
         lensd_config_free(&cfg);
         return 1;
     }
-    server_set_models(srv, models, n_models);
+    server_set_registry(srv, models);
 
     int sig = 0;
     sigwait(&stop, &sig);
@@ -111,7 +110,7 @@ static int cmd_serve(int argc, char **argv)
     int left = server_drain(srv, cfg.timeout + 5);
     if (left) log_msg("warn", "%d requests still in flight at exit", left);
     server_stop(srv);
-    registry_free(models, n_models);
+    registry_free(models);
     log_msg("info", "stopped");
     lensd_config_free(&cfg);
     return 0;

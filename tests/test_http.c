@@ -150,10 +150,15 @@ static void test_tokenize(test_server *s)
           "offsets of the first word");
     http_resp_free(&r);
 
-    /* the single GPT-2 path, unknown fields ignored */
-    http_post_json(s, &r, "/v1/tokenize", "{\"model\": \"gpt\", \"text\": \"hello world\", \"whatever\": {\"x\": [1]}}");
-    CHECK(r.status == 200, "gpt tokenize with an unknown field: %ld %.200s", r.status, r.body);
+    /* the single GPT-2 path */
+    http_post_json(s, &r, "/v1/tokenize", "{\"model\": \"gpt\", \"text\": \"hello world\"}");
+    CHECK(r.status == 200, "gpt tokenize: %ld %.200s", r.status, r.body);
     check_schema(&r, "/v1/tokenize", "POST");
+    http_resp_free(&r);
+    /* an unknown field is refused, naming it (issue 16 item 7) */
+    http_post_json(s, &r, "/v1/tokenize", "{\"model\": \"gpt\", \"text\": \"hello world\", \"whatever\": {\"x\": [1]}}");
+    CHECK(r.status == 422 && err_field(&r) && !strcmp(err_field(&r), "whatever"),
+          "tokenize with an unknown field: %ld %.200s", r.status, r.body);
     http_resp_free(&r);
 
     /* the CLI prints the same JSON (timing aside) */
@@ -403,6 +408,12 @@ static void test_bad_inputs(test_server *s)
         {"GET", F, NULL, NULL, 405, "method_not_allowed", NULL, NULL},
         {"PUT", TK, J, "{}", 405, "method_not_allowed", NULL, NULL},
         {"POST", "/healthz", J, "{}", 405, "method_not_allowed", NULL, NULL},
+        /* unknown top-level fields (a typo must not answer 200 with defaults) */
+        {"POST", F, J, "{\"model\": \"bert\", \"text\": \"a\", \"output\": [\"logits\"]}", 422, "invalid_request",
+         "output", F},
+        {"POST", TK, J, "{\"model\": \"bert\", \"text\": \"a\", \"txt\": 1}", 422, "invalid_request", "txt", TK},
+        {"POST", "/v1/jobs", J, "{\"kind\": \"attribution\", \"params\": {}, \"priority\": 1}", 422, "invalid_request",
+         "priority", "/v1/jobs"},
     };
     int n = (int)(sizeof cases / sizeof *cases);
     CHECK(n >= 40, "the bad-input matrix has %d cases", n);
@@ -439,24 +450,128 @@ static void test_bad_inputs(test_server *s)
     http_resp_free(&r);
 }
 
+/* A raw-socket client that, like Python's urllib, writes the whole body
+ * before it reads, in small slow pieces: it must read the typed error
+ * (status want, error.code code) rather than a connection reset. */
+static void raw_post_must_read(test_server *s, const char *ctype, size_t body_len, int want, const char *code)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                            .sin_port = htons((unsigned short)s->port)};
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a)) {
+        CHECK(0, "raw client: cannot connect");
+        if (fd >= 0) close(fd);
+        return;
+    }
+    char head[256];
+    int n = snprintf(head, sizeof head,
+                     "POST /v1/tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: %s\r\n"
+                     "Content-Length: %zu\r\n\r\n",
+                     ctype, body_len);
+    int write_failed = send(fd, head, (size_t)n, MSG_NOSIGNAL) != n;
+    static char chunk[32768];
+    memset(chunk, ' ', sizeof chunk);
+    for (size_t sent = 0, k = 0; !write_failed && sent < body_len; sent += k) {
+        k = body_len - sent < sizeof chunk ? body_len - sent : sizeof chunk;
+        ssize_t w = send(fd, chunk, k, MSG_NOSIGNAL);
+        if (w <= 0) write_failed = 1;
+        else k = (size_t)w;
+        sleep_ms(1);
+    }
+    CHECK(!write_failed, "raw client (%s, %zu bytes): the server stopped reading the body (%s)", ctype, body_len,
+          strerror(errno));
+    char resp[8192];
+    size_t got = 0;
+    ssize_t r;
+    struct timeval tv = {30, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    while (got < sizeof resp - 1 && (r = recv(fd, resp + got, sizeof resp - 1 - got, 0)) > 0) {
+        got += (size_t)r;
+        resp[got] = 0;
+        const char *body = strstr(resp, "\r\n\r\n");
+        const char *cl = strcasestr(resp, "\r\nContent-Length:");
+        if (body && cl && got - (size_t)(body + 4 - resp) >= strtoul(cl + 17, NULL, 10)) break;
+    }
+    resp[got] = 0;
+    close(fd);
+    int status = 0;
+    sscanf(resp, "HTTP/1.%*d %d", &status);
+    const char *body = strstr(resp, "\r\n\r\n");
+    json_t *j = body ? json_loads(body + 4, 0, NULL) : NULL;
+    const char *c = json_string_value(json_object_get(json_object_get(j, "error"), "code"));
+    CHECK(status == want && c && !strcmp(c, code), "raw client (%s, %zu bytes) read status %d code %s, want %d %s",
+          ctype, body_len, status, c ? c : "-", want, code);
+    json_decref(j);
+}
+
+/* issue 16 item 2: errors decided from the headers reach clients that keep sending */
+static void test_drained_errors(test_server *s)
+{
+    raw_post_must_read(s, "application/json", 3u << 20, 413, "payload_too_large");
+    raw_post_must_read(s, "text/plain", 1u << 20, 415, "unsupported_media_type");
+    http_resp r;
+    http_get(s, &r, "/healthz");
+    CHECK(r.status == 200, "/healthz answers after the drained bodies");
+    http_resp_free(&r);
+}
+
+/* Every series of the exposition (the text before the value) at most once. */
+static int metrics_duplicates(const char *body, char *first, size_t size)
+{
+    int dups = 0, n = 0;
+    char **seen = NULL;
+    for (const char *p = body; p && *p;) {
+        const char *eol = strchr(p, '\n');
+        size_t len = eol ? (size_t)(eol - p) : strlen(p);
+        const char *space = memrchr(p, ' ', len);
+        if (*p != '#' && space) {
+            char *series = strndup(p, (size_t)(space - p));
+            for (int i = 0; i < n; i++)
+                if (!strcmp(seen[i], series)) {
+                    if (!dups++) snprintf(first, size, "%s", series);
+                    break;
+                }
+            seen = realloc(seen, (size_t)(n + 1) * sizeof *seen);
+            seen[n++] = series;
+        }
+        p = eol ? eol + 1 : NULL;
+    }
+    for (int i = 0; i < n; i++) free(seen[i]);
+    free(seen);
+    return dups;
+}
+
 static void test_metrics(test_server *s)
 {
     http_resp r;
+    /* two routes share the path /v1/jobs/{id}: their series differ by method */
+    http_get(s, &r, "/v1/jobs/abc");
+    CHECK(r.status == 404, "GET /v1/jobs/abc: %ld", r.status);
+    http_resp_free(&r);
+    http_do(s, &r, "DELETE", "/v1/jobs/abc", NULL, NULL, 0, NULL);
+    CHECK(r.status == 404, "DELETE /v1/jobs/abc: %ld", r.status);
+    http_resp_free(&r);
     http_get(s, &r, "/metrics");
     char ct[128];
     http_header(&r, "Content-Type", ct, sizeof ct);
     CHECK(r.status == 200 && !strncmp(ct, "text/plain", 10), "/metrics: %ld %s", r.status, ct);
-    const char *want[] = {"lensd_requests_total{route=\"/v1/forward\",status=\"200\"}",
-                          "lensd_requests_total{route=\"/v1/forward\",status=\"422\"}",
-                          "lensd_requests_total{route=\"unmatched\",status=\"404\"}",
-                          "lensd_request_duration_seconds_bucket{route=\"/v1/forward\",le=\"+Inf\"}",
-                          "lensd_request_duration_seconds_count{route=\"/v1/tokenize\"}",
+    const char *want[] = {"lensd_requests_total{method=\"POST\",route=\"/v1/forward\",status=\"200\"}",
+                          "lensd_requests_total{method=\"POST\",route=\"/v1/forward\",status=\"422\"}",
+                          "lensd_requests_total{method=\"\",route=\"unmatched\",status=\"404\"}",
+                          "lensd_requests_total{method=\"GET\",route=\"/v1/jobs/{id}\",status=\"404\"} 1",
+                          "lensd_requests_total{method=\"DELETE\",route=\"/v1/jobs/{id}\",status=\"404\"} 1",
+                          "lensd_request_duration_seconds_bucket{method=\"POST\",route=\"/v1/forward\",le=\"+Inf\"}",
+                          "lensd_request_duration_seconds_count{method=\"POST\",route=\"/v1/tokenize\"}",
+                          "lensd_request_duration_seconds_count{method=\"DELETE\",route=\"/v1/jobs/{id}\"} 1",
                           "lensd_queue_depth 0",
                           "lensd_in_flight ",
                           "lensd_model_bytes{model=\"bert\"}",
                           "lensd_model_bytes{model=\"gpt\"}"};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
         CHECK(r.body && strstr(r.body, want[i]), "/metrics lacks %s", want[i]);
+    char dup[512] = "";
+    int dups = r.body ? metrics_duplicates(r.body, dup, sizeof dup) : -1;
+    CHECK(dups == 0, "/metrics prints %d series more than once, e.g. %s", dups, dup);
     http_resp_free(&r);
 }
 
@@ -719,6 +834,7 @@ int main(void)
         test_tokenize(&s);
         test_forward(&s);
         test_bad_inputs(&s);
+        test_drained_errors(&s);
         test_metrics(&s);
         CHECK(server_terminate(&s) == 0, "lensd exits 0 on SIGTERM");
     }

@@ -347,8 +347,9 @@ static void test_decomposition(test_server *s)
     json_t *jerr = get(job, "error");
     CHECK(job && !strcmp(json_string_value(get(job, "state")), "failed") && jerr &&
               !strcmp(json_string_value(get(jerr, "code")), "invalid_request") &&
-              !strcmp(json_string_value(get(jerr, "field")), "texts") && !get(job, "result"),
-          "a job whose input gives 1 window fails with the typed error");
+              !strcmp(json_string_value(get(jerr, "field")), "params.texts") && !get(job, "result"),
+          "a job whose input gives 1 window fails with the typed error naming params.texts (got %s)",
+          jerr ? json_string_value(get(jerr, "field")) : "-");
     json_decref(job);
     http_resp_free(&r);
     json_decref(want);
@@ -400,6 +401,11 @@ static void test_decomposition(test_server *s)
         {"/v1/jobs", "{\"kind\": \"decomposition\", \"params\": {\"model\": \"bert\", \"texts\": [\"a\"]}}", 422, "invalid_request", "params.length"},
         {"/v1/jobs", "{\"kind\": \"decomposition\", \"params\": {\"model\": \"nope\"}}", 404, "model_not_found", "params.model"},
         {"/v1/jobs", "{\"kind\": \"decomposition\", \"params\": {\"model\": \"bert\", \"texts\": [\"a\"], \"length\": 900}}", 413, "too_many_tokens", "params.length"},
+        {"/v1/jobs", "{\"kind\": \"decomposition\", \"params\": {\"model\": \"bert\", \"texts\": [\"a\"], \"length\": 4, \"lenght\": 4}}", 422, "invalid_request", "params.lenght"},
+        {"/v1/decomposition", "{\"model\": \"bert\", \"texts\": [\"a\"], \"length\": 4, \"layer\": [1]}", 422, "invalid_request", "layer"},
+        {"/v1/attribution", "{\"model\": \"bert\", \"text\": \"a\", \"step\": 4}", 422, "invalid_request", "step"},
+        {"/v1/attribution", "{\"model\": \"bert\", \"text\": \"a\", \"async\": 1}", 422, "invalid_request", "async"},
+        {"/v1/attention", "{\"model\": \"bert\", \"text\": \"a\", \"identifiable\": true}", 422, "invalid_request", "identifiable"},
         {"/v1/jobs", "[]", 422, "invalid_request", NULL},
         {"/v1/jobs", "{\"kind\": ", 400, "invalid_json", NULL},
     };
@@ -453,6 +459,28 @@ static void test_attribution(test_server *s)
                   ival(e, "to") < (long long)T && num(get(e, "score")) >= 0.3 - 1e-6;
     }
     CHECK(tree_ok, "tree: root is a non-[CLS] token, one node per edge plus the root, scores >= threshold");
+
+    /* async: true is a job of kind attribution with the same result (issue 16 item 7) */
+    http_resp ra;
+    http_post_json(s, &ra, AT,
+                   "{\"model\": \"bert\", \"text\": \"a fine movie, truly\", \"steps\": 8, \"tree\": {\"threshold\": 0.3}, "
+                   "\"format\": {\"encoding\": \"base64\"}, \"async\": true}");
+    CHECK(ra.status == 202, "async attribution: %ld %.300s", ra.status, ra.body);
+    check_schema(&ra, AT, "POST");
+    const char *aid = json_string_value(get(ra.json, "id"));
+    CHECK(aid && !strcmp(json_string_value(get(ra.json, "kind")), "attribution"), "202 body is an attribution job");
+    json_t *ajob = aid ? poll_job(s, aid, NULL, 60000) : NULL;
+    CHECK(ajob && !strcmp(json_string_value(get(ajob, "state")), "done"), "async attribution job is done");
+    if (ajob) {
+        json_t *res = json_deep_copy(get(ajob, "result")), *sync = json_deep_copy(r.json);
+        json_object_del(res, "timing_ms");
+        json_object_del(sync, "timing_ms");
+        CHECK(json_equal(res, sync), "the attribution job's result equals the synchronous response");
+        json_decref(res);
+        json_decref(sync);
+        json_decref(ajob);
+    }
+    http_resp_free(&ra);
     http_resp_free(&r);
 
     /* target by label name, selection, no matrices */

@@ -248,6 +248,29 @@ static void test_tiny(void)
         {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"model\": \"gpt\", \"data\": \"small.tsv\"}}", 422, "invalid_request", "params.model"},
     };
     run_bad_cases(&s, no_dir, 2);
+    /* the hint names what each endpoint takes instead of a path (issue 16 item 7) */
+    const struct {
+        const char *path, *body, *field, *hint;
+    } hints[] = {
+        {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"model\": \"bert\", \"data\": \"small.tsv\"}}",
+         "params.data", "send rows instead"},
+        {"/v1/jobs", "{\"kind\": \"token-identity-map\", \"params\": {\"model\": \"bert\", \"data\": \"small.tsv\"}}",
+         "params.data", "send texts instead"},
+        {"/v1/decomposition", "{\"model\": \"bert\", \"corpus\": [\"small.tsv\"], \"length\": 4}", "corpus",
+         "send texts or windows instead"},
+    };
+    int n_hints = (int)(sizeof hints / sizeof *hints);
+    for (int i = 0; i < n_hints; i++) {
+        http_resp r;
+        http_post_json(&s, &r, hints[i].path, hints[i].body);
+        const char *msg = json_string_value(get(get(r.json, "error"), "message"));
+        const char *field = json_string_value(get(get(r.json, "error"), "field"));
+        CHECK(r.status == 422 && field && !strcmp(field, hints[i].field) && msg && strstr(msg, hints[i].hint),
+              "no --data-dir hint %d: %ld %.300s (want field %s and \"%s\")", i, r.status, r.body, hints[i].field,
+              hints[i].hint);
+        http_resp_free(&r);
+    }
+    CHECK(n_hints == 3, "3 hint cases");
     test_gpt2_attribution(&s);
     CHECK(server_terminate(&s) == 0, "lensd exits 0");
 }

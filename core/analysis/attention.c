@@ -30,7 +30,12 @@
  *    and a_eff,i = a_i; otherwise a_eff,i = V_{0..i} z_i with
  *        z_i = B H^-1 B^T y_i,  H = B^T V_{0..i}^T V_{0..i} B,  y_i = V^T a_i,
  *    H's Cholesky factor kept up to date by rank-one updates (rebuilt when B
- *    grows), and A_eff = tril(Z V^T). rank / null_dim / identifiable of a
+ *    grows), and A_eff = tril(Z V^T). The prefix rank is certified as the
+ *    per-row SVD counts it (σ_min(V_{0..i}) > tol, not only each Gram-Schmidt
+ *    distance > tol: a square prefix at row DV - 1 can be near-singular with
+ *    every distance well above tol): by 1/||L^-1||_F while every row added a
+ *    direction, else by the eigenvalues of H; rows of a prefix with a singular
+ *    value <= tol are projected on H's eigenvectors above tol^2. rank / null_dim / identifiable of a
  *    causal head are those of the full V (the last row's prefix).
  * 2. Row-stochastic refinement (Bhardwaj): alternatives must keep rows summing
  *    to 1, Δ 1 = 0 as well: dimension T - rank([V, 1]) per query row (causal:
@@ -334,33 +339,62 @@ static void cholesky_update(double *R, int ld, int n, double *c)
     }
 }
 
-/* x_eff [n] = projection of x [n] onto col(M), M [n][D] double (destroyed),
- * ranks with the absolute tolerance tol. The slow path of causal rows whose
- * Gram matrix failed to factor. */
-static int project_svd(double *M, int n, int D, const double *x, double tol, double *x_eff, lens_err *err)
+/* Row i of L^-1 [DV][DV] (lower, stride DV) for L_{i+1} = [L_i 0; l^T d], the
+ * Gram-Schmidt factor V_{0..i} = L B: x = -(L_i^-T l) / d, then 1/d.
+ * Returns the squared norm the new row adds to ||L^-1||_F^2. */
+static double inverse_row(double *Linv, int DV, int i, const double *l, double d)
 {
-    const int k = imin(n, D);
-    double *s = malloc((size_t)k * sizeof *s), *ut = malloc((size_t)k * n * sizeof *ut);
-    double *w = malloc((size_t)k * D * sizeof *w);
-    if (!s || !ut || !w) {
-        free(s), free(ut), free(w);
-        return lens_fail(err, LENS_ENOMEM, "out of memory projecting a causal row");
-    }
-    int info = LAPACKE_dgesdd(LAPACK_COL_MAJOR, 'S', D, n, M, D, s, w, D, ut, k); /* U row-major [n][k] */
-    free(w);
-    if (info) {
-        free(s), free(ut);
-        return lens_fail(err, LENS_EFORMAT, "LAPACK dgesdd failed on a causal prefix of V (info %d)", info);
-    }
-    const int r = count_above(s, k, tol);
-    for (int j = 0; j < n; j++) x_eff[j] = 0;
-    for (int c = 0; c < r; c++) {
-        double dot = 0;
-        for (int j = 0; j < n; j++) dot += ut[(size_t)j * k + c] * x[j];
-        for (int j = 0; j < n; j++) x_eff[j] += dot * ut[(size_t)j * k + c];
-    }
-    free(s), free(ut);
-    return 0;
+    double *row = Linv + (size_t)i * DV, sq = 1.0 / (d * d);
+    memcpy(row, l, (size_t)i * sizeof *row);
+    if (i > 0) cblas_dtrmv(CblasRowMajor, CblasLower, CblasTrans, CblasNonUnit, i, Linv, DV, row, 1);
+    for (int k = 0; k < i; k++) row[k] = -row[k] / d, sq += row[k] * row[k];
+    row[i] = 1.0 / d;
+    return sq;
+}
+
+/* Causal workspace: everything effective_causal keeps between rows. */
+typedef struct {
+    int T, DV;
+    double *v;      /* [T][DV] V in double */
+    double *y;      /* [T][DV] y_i = V^T a_i */
+    double *z;      /* [T][DV] a_eff,i = V z_i on j <= i */
+    double *basis;  /* [r][DV] orthonormal rows spanning V's row prefix */
+    double *R;      /* [r][r] (stride DV) Cholesky factor of H */
+    double *E;      /* [r][r] (stride DV) eigenvectors of H (uncertified rows) */
+    double *Linv;   /* [i+1][i+1] (stride DV) inverse of the Gram-Schmidt factor while col(V_{0..i}) = R^{i+1} */
+    double *C;      /* [T][r] V_{0..i} B^T when H is rebuilt */
+    double *w;      /* [4 DV] coef, l, resid, g / lambda */
+} causal_ws;
+
+/* H = C^T C, C = V_{0..i} B^T [i+1][r]: σ(C) = σ(V_{0..i}) restricted to span(B).
+ * Its eigenvalues decide, exactly as the per-row SVD does, whether every
+ * singular value exceeds tol (returns 1: certified, R = chol(H), or 0 when
+ * dpotrf fails), or not (returns 2: E, lambda hold the eigenpairs for this
+ * row's projection). -1: dsyevd failed. */
+static int causal_rebuild(causal_ws *ws, int i, int r, double tol, double *lambda)
+{
+    const int DV = ws->DV;
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i + 1, r, DV, 1.0, ws->v, DV, ws->basis, DV, 0.0, ws->C, r);
+    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, r, i + 1, 1.0, ws->C, r, 0.0, ws->R, DV);
+    for (int a = 0; a < r; a++) memcpy(ws->E + (size_t)a * DV, ws->R + (size_t)a * DV, (size_t)r * sizeof *ws->E);
+    if (LAPACKE_dsyevd(LAPACK_ROW_MAJOR, 'V', 'U', r, ws->E, DV, lambda)) return -1;
+    /* λ ascending; squared, the rank test reads λ_k > tol^2 (λ carries an absolute
+     * error ~r ε_f64 σ_max^2, ~1e-8 of tol^2: the SVD's decision, see thin_svd) */
+    if (lambda[0] <= tol * tol) return 2;
+    return LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'U', r, ws->R, DV) == 0 ? 1 : 0;
+}
+
+/* z = B^T W_k Λ_k^-1 W_k^T B y over the eigenpairs with λ > tol^2: the projection
+ * onto the singular vectors of V_{0..i} above tol, as the per-row SVD. */
+static void causal_project_eig(const causal_ws *ws, int r, double tol, const double *lambda, const double *y,
+                               double *g, double *h, double *z)
+{
+    const int DV = ws->DV;
+    cblas_dgemv(CblasRowMajor, CblasNoTrans, r, DV, 1.0, ws->basis, DV, y, 1, 0.0, g, 1);
+    cblas_dgemv(CblasRowMajor, CblasTrans, r, r, 1.0, ws->E, DV, g, 1, 0.0, h, 1);
+    for (int k = 0; k < r; k++) h[k] = lambda[k] > tol * tol ? h[k] / lambda[k] : 0.0;
+    cblas_dgemv(CblasRowMajor, CblasNoTrans, r, r, 1.0, ws->E, DV, h, 1, 0.0, g, 1);
+    cblas_dgemv(CblasRowMajor, CblasTrans, r, DV, 1.0, ws->basis, DV, g, 1, 0.0, z, 1);
 }
 
 /* eff [T][T]: row i = projection of A[i][0..i] onto col(V[0..i]); see the top comment. */
@@ -368,37 +402,42 @@ static int effective_causal(const float *A, const float *V, int ldv, int T, int 
                             lens_err *err)
 {
     const size_t TD = (size_t)T * DV, DD = (size_t)DV * DV;
-    double *v = malloc(TD * sizeof *v);      /* [T][DV] */
-    double *y = calloc(TD, sizeof *y);       /* [T][DV] y_i = V^T a_i */
-    double *z = calloc(TD, sizeof *z);       /* [T][DV] a_eff,i = V z_i on j <= i */
-    double *basis = malloc(DD * sizeof *basis); /* [r][DV] orthonormal rows spanning V's row prefix */
-    double *R = malloc(DD * sizeof *R);      /* [r][r] (stride DV) Cholesky factor of H */
-    double *C = malloc(TD * sizeof *C);      /* [T][r] V_{0..i} B^T when H is rebuilt */
-    double *w = malloc((size_t)(3 * DV + T) * sizeof *w);
-    unsigned char *full = calloc((size_t)T, 1); /* row i: col(V_{0..i}) = R^{i+1} */
-    double *fallback = NULL;
+    causal_ws ws = {.T = T, .DV = DV};
+    ws.v = malloc(TD * sizeof *ws.v), ws.y = calloc(TD, sizeof *ws.y), ws.z = calloc(TD, sizeof *ws.z);
+    ws.basis = malloc(DD * sizeof *ws.basis), ws.R = malloc(DD * sizeof *ws.R), ws.E = malloc(DD * sizeof *ws.E);
+    ws.Linv = malloc(DD * sizeof *ws.Linv), ws.C = malloc(TD * sizeof *ws.C);
+    ws.w = malloc((size_t)(6 * DV) * sizeof *ws.w);
+    unsigned char *full = calloc((size_t)T, 1); /* row i: col(V_{0..i}) = R^{i+1} (certified) */
     int rc = 0;
-    if (!v || !y || !z || !basis || !R || !C || !w || !full) {
+    if (!ws.v || !ws.y || !ws.z || !ws.basis || !ws.R || !ws.E || !ws.Linv || !ws.C || !ws.w || !full) {
         rc = lens_fail(err, LENS_ENOMEM, "out of memory for causal effective attention (T %d)", T);
         goto done;
     }
-    double *coef = w, *resid = w + DV, *g = w + 2 * DV, *row_eff = w + 3 * DV;
+    double *coef = ws.w, *l = ws.w + DV, *resid = ws.w + 2 * DV, *g = ws.w + 3 * DV, *lambda = ws.w + 4 * DV;
+    double *h = ws.w + 5 * DV;
+    double *v = ws.v, *basis = ws.basis, *R = ws.R;
     for (int t = 0; t < T; t++)
         for (int c = 0; c < DV; c++) v[(size_t)t * DV + c] = V[(size_t)t * ldv + c];
     for (int i = 0; i < T; i++)
         for (int j = 0; j <= i; j++) {
             const double a = A[(size_t)i * T + j];
-            if (a != 0) cblas_daxpy(DV, a, v + (size_t)j * DV, 1, y + (size_t)i * DV, 1);
+            if (a != 0) cblas_daxpy(DV, a, v + (size_t)j * DV, 1, ws.y + (size_t)i * DV, 1);
         }
 
-    int r = 0, have_H = 0;
+    /* certified: every singular value of C = V_{0..i} B^T is above tol. Adding a row
+     * to C never lowers a singular value (interlacing), so it stays certified until
+     * B grows; then H is rebuilt and checked again. */
+    int r = 0, have_H = 0, certified = 0;
+    double linv_f2 = 0; /* ||L^-1||_F^2 while every row added a direction */
     for (int i = 0; i < T; i++) {
         const double *vi = v + (size_t)i * DV;
-        /* Gram-Schmidt twice ("twice is enough") against the current basis. */
+        /* Gram-Schmidt twice ("twice is enough") against the current basis; l = the coefficients. */
         memcpy(resid, vi, (size_t)DV * sizeof *resid);
+        memset(l, 0, (size_t)DV * sizeof *l);
         for (int pass = 0; pass < 2 && r > 0; pass++) {
             cblas_dgemv(CblasRowMajor, CblasNoTrans, r, DV, 1.0, basis, DV, resid, 1, 0.0, coef, 1);
             cblas_dgemv(CblasRowMajor, CblasTrans, r, DV, -1.0, basis, DV, coef, 1, 1.0, resid, 1);
+            cblas_daxpy(r, 1.0, coef, 1, l, 1);
         }
         const double dist = cblas_dnrm2(DV, resid, 1);
         if (r < DV && dist > tol) {
@@ -407,49 +446,54 @@ static int effective_causal(const float *A, const float *V, int ldv, int T, int 
             have_H = 0;
         }
         if (r == i + 1) {
-            full[i] = 1;
-            continue;
+            /* Gram-Schmidt distances above tol do not make σ_min(V_{0..i}) > tol (a square
+             * prefix can be near-singular with every distance well above it): certify
+             * σ_min = σ_min(L) >= 1 / ||L^-1||_F > 2 tol, else decide by the eigenvalues. */
+            linv_f2 += inverse_row(ws.Linv, DV, i, l, dist);
+            if (1.0 / linv_f2 > 4 * tol * tol) {
+                full[i] = 1;
+                continue;
+            }
         }
-        if (!have_H) {
-            /* H = C^T C with C = V_{0..i} B^T [i+1][r] */
-            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i + 1, r, DV, 1.0, v, DV, basis, DV, 0.0, C, r);
-            cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, r, i + 1, 1.0, C, r, 0.0, R, DV);
-            have_H = LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'U', r, R, DV) == 0;
+        if (!have_H || !certified) {
+            const int k = causal_rebuild(&ws, i, r, tol, lambda);
+            if (k < 0) {
+                rc = lens_fail(err, LENS_EFORMAT, "LAPACK dsyevd failed on a causal prefix of V (row %d)", i);
+                goto done;
+            }
+            certified = k == 1, have_H = k == 1;
+            if (k == 1 && r == i + 1) {
+                full[i] = 1;
+                continue;
+            }
+            if (k != 1) {
+                /* near-singular prefix (or H not positive definite in floating point):
+                 * this row from the eigenpairs, the next row rebuilds again */
+                causal_project_eig(&ws, r, tol, lambda, ws.y + (size_t)i * DV, g, h, ws.z + (size_t)i * DV);
+                continue;
+            }
         } else {
             cblas_dgemv(CblasRowMajor, CblasNoTrans, r, DV, 1.0, basis, DV, vi, 1, 0.0, coef, 1);
             cholesky_update(R, DV, r, coef);
         }
-        if (!have_H) {
-            /* Gram matrix not positive definite in floating point: project this row by SVD. */
-            if (!fallback && !(fallback = malloc(TD * sizeof *fallback))) {
-                rc = lens_fail(err, LENS_ENOMEM, "out of memory for causal effective attention");
-                goto done;
-            }
-            memcpy(fallback, v, (size_t)(i + 1) * DV * sizeof *fallback);
-            double *a_i = C; /* [i+1]; C is rebuilt before its next use */
-            for (int j = 0; j <= i; j++) a_i[j] = A[(size_t)i * T + j];
-            if ((rc = project_svd(fallback, i + 1, DV, a_i, tol, row_eff, err))) goto done;
-            full[i] = 2;
-            for (int j = 0; j <= i; j++) eff[(size_t)i * T + j] = (float)row_eff[j];
-            continue;
-        }
         /* z_i = B^T R^-1 R^-T B y_i */
-        cblas_dgemv(CblasRowMajor, CblasNoTrans, r, DV, 1.0, basis, DV, y + (size_t)i * DV, 1, 0.0, g, 1);
+        cblas_dgemv(CblasRowMajor, CblasNoTrans, r, DV, 1.0, basis, DV, ws.y + (size_t)i * DV, 1, 0.0, g, 1);
         cblas_dtrsv(CblasRowMajor, CblasUpper, CblasTrans, CblasNonUnit, r, R, DV, g, 1);
         cblas_dtrsv(CblasRowMajor, CblasUpper, CblasNoTrans, CblasNonUnit, r, R, DV, g, 1);
-        cblas_dgemv(CblasRowMajor, CblasTrans, r, DV, 1.0, basis, DV, g, 1, 0.0, z + (size_t)i * DV, 1);
+        cblas_dgemv(CblasRowMajor, CblasTrans, r, DV, 1.0, basis, DV, g, 1, 0.0, ws.z + (size_t)i * DV, 1);
     }
     /* a_eff,i[j] = v_j . z_i for j <= i */
     for (int i = 0; i < T; i++) {
         float *out = eff + (size_t)i * T;
-        if (full[i] == 1) memcpy(out, A + (size_t)i * T, (size_t)(i + 1) * sizeof *out);
-        else if (full[i] == 0)
+        if (full[i]) memcpy(out, A + (size_t)i * T, (size_t)(i + 1) * sizeof *out);
+        else
             for (int j = 0; j <= i; j++)
-                out[j] = (float)cblas_ddot(DV, v + (size_t)j * DV, 1, z + (size_t)i * DV, 1);
+                out[j] = (float)cblas_ddot(DV, v + (size_t)j * DV, 1, ws.z + (size_t)i * DV, 1);
         for (int j = i + 1; j < T; j++) out[j] = 0;
     }
 done:
-    free(v), free(y), free(z), free(basis), free(R), free(C), free(w), free(full), free(fallback);
+    free(ws.v), free(ws.y), free(ws.z), free(ws.basis), free(ws.R), free(ws.E), free(ws.Linv), free(ws.C), free(ws.w);
+    free(full);
     return rc;
 }
 

@@ -22,19 +22,24 @@
 #include "core/io/safetensors.h"
 #include "core/model/arch.h"
 
-const char *const lens_mkmodel_presets[] = {"tiny", "small", "base", NULL};
+const char *const lens_mkmodel_presets[] = {"micro", "tiny", "small", "base", NULL};
 
 typedef struct {
     int layers, hidden, heads, ff, positions;
+    int vocab; /* 0: the arch's real size (BERT 30522, GPT-2 50257) */
 } preset;
 
-/* Decoders get 256 positions when tiny (cheap causal tests) and GPT-2's
- * 1024 at base size; encoders BERT's 512. */
+/* micro is for tests that run a model millions of times (the fuzzers of
+ * tests/fuzz): 1000 tokens still hold every generated vocabulary entry
+ * (GPT-2: 256 bytes + 702 merges + <|endoftext|>; RoBERTa 4 more specials).
+ * Decoders get 256 positions when tiny (cheap causal tests) and GPT-2's 1024
+ * at base size; encoders BERT's 512. */
 static int find_preset(const char *name, int causal, preset *p)
 {
-    if (!strcmp(name, "tiny")) *p = (preset){2, 128, 2, 512, causal ? 256 : 512};
-    else if (!strcmp(name, "small")) *p = (preset){4, 256, 4, 1024, 512};
-    else if (!strcmp(name, "base")) *p = (preset){12, 768, 12, 3072, causal ? 1024 : 512};
+    if (!strcmp(name, "micro")) *p = (preset){2, 16, 2, 64, 64, 1000};
+    else if (!strcmp(name, "tiny")) *p = (preset){2, 128, 2, 512, causal ? 256 : 512, 0};
+    else if (!strcmp(name, "small")) *p = (preset){4, 256, 4, 1024, 512, 0};
+    else if (!strcmp(name, "base")) *p = (preset){12, 768, 12, 3072, causal ? 1024 : 512, 0};
     else return -1;
     return 0;
 }
@@ -305,12 +310,13 @@ int lens_mkmodel_vocab(const char *arch, const char *preset_name, const char *ta
     if (!family) return lens_fail(err, LENS_EINVAL, "unknown arch \"%s\" (%s)", arch, lens_family_names());
     preset p;
     if (find_preset(preset_name, family->caps & LENS_CAP_CAUSAL, &p))
-        return lens_fail(err, LENS_EINVAL, "unknown preset \"%s\" (tiny, small, base)", preset_name);
+        return lens_fail(err, LENS_EINVAL, "unknown preset \"%s\" (micro, tiny, small, base)", preset_name);
     lens_config c = {.family = family};
     int rc = -1;
     if (family->new_config(&c, task, err)) goto out;
     c.n_layers = p.layers, c.d_model = p.hidden, c.n_heads = p.heads, c.d_ff = p.ff, c.max_positions = p.positions;
     c.d_head_k = c.d_head_v = p.hidden / p.heads;
+    if (p.vocab) c.vocab_size = p.vocab;
     if (mkdir(out_dir, 0755) && errno != EEXIST) {
         lens_fail(err, LENS_EIO, "%s: %s", out_dir, strerror(errno));
         goto out;
