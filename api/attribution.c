@@ -66,7 +66,7 @@ static int decode_target(api_call *c, const lens_config *cfg, int *target)
     json_t *v = json_object_get(c->body, "target");
     *target = -1;
     if (!v || json_is_null(v)) return 0;
-    if (cfg->arch == LENS_ARCH_GPT2) return decode_token_target(c, cfg, v, target);
+    if (cfg->task == LENS_TASK_CAUSAL_LM) return decode_token_target(c, cfg, v, target);
     if (json_is_integer(v)) {
         long long k = json_integer_value(v);
         if (k < 0 || k >= cfg->n_labels)
@@ -119,11 +119,10 @@ int api_attribution_prepare(api_call *c)
     const api_model *m;
     if (api_decode_model(c, &m)) return -1;
     const lens_config *cfg = &m->model->cfg;
-    const int gpt2 = cfg->arch == LENS_ARCH_GPT2 && cfg->task == LENS_TASK_CAUSAL_LM;
-    if (cfg->task != LENS_TASK_CLASSIFICATION && !gpt2)
-        return api_fail(c, 422, "invalid_request", "model",
-                        "attribution needs a sequence classifier or GPT-2; %s is %s (%s)", m->name, lens_task_name(cfg->task),
-                        cfg->architecture);
+    const char *why = NULL;
+    if (!lens_model_supports(m->model, LENS_ANALYSIS_ATTRIBUTION, &why))
+        return api_fail(c, 422, "invalid_request", "model", "%s; %s is %s (%s)", why, m->name,
+                        lens_task_name(cfg->task), cfg->architecture);
     if (api_decode_input(c, m, &r->in)) return -1;
     r->steps = 20;
     r->matrices = 1;
@@ -138,8 +137,8 @@ int api_attribution_prepare(api_call *c)
         api_decode_index_list(c, "layers", 1, cfg->n_layers, &r->layers) ||
         api_decode_index_list(c, "heads", 0, cfg->n_heads - 1, &r->heads) || api_decode_format(c, &r->format))
         return -1;
-    if (gpt2 && r->tree) /* the tree rules single out BERT's [CLS] row */
-        return api_fail(c, 422, "invalid_request", "tree", "the attribution tree is defined for BERT classifiers only");
+    if (r->tree && !lens_model_supports(m->model, LENS_ANALYSIS_ATTRIBUTION_TREE, &why))
+        return api_fail(c, 422, "invalid_request", "tree", "%s", why);
     api_cost_hint(c, API_COST_ATTRIBUTION);
     return api_decode_async(c, "attribution");
 }
@@ -189,7 +188,7 @@ static void write_class(jw *w, const lens_model *m, const char *key, int index, 
     jw_key(w, "index");
     jw_int(w, index);
     jw_key(w, "label");
-    if (cfg->arch == LENS_ARCH_GPT2) jw_str(w, lens_tokenizer_piece(m->tok, index)); /* the next token */
+    if (cfg->task == LENS_TASK_CAUSAL_LM) jw_str(w, lens_tokenizer_piece(m->tok, index)); /* the next token */
     else jw_str(w, cfg->labels && index >= 0 && index < cfg->n_labels ? cfg->labels[index] : NULL);
     if (!isnan(prob)) {
         jw_key(w, "prob");

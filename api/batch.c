@@ -163,7 +163,7 @@ void api_batch_run(api_call *c, void (*run_packed)(api_call *c, api_batch *b))
     } else {
         for (int i = 0; i < b->n; i++) {
             if (!b->items[i].prepared || b->items[i].call.answered) continue; /* answered: async, a job */
-            if (c->cancel && *c->cancel) {
+            if (lens_cancelled(c->cancel)) {
                 api_fail(c, 503, "timeout", NULL, "the batch passed the server's deadline at item %d of %d", i, b->n);
                 return;
             }

@@ -162,9 +162,10 @@ static int dataset_prepare(api_call *c, dataset_req **out)
     *out = r;
     if (api_decode_model(c, &r->model)) return -1;
     const lens_config *cfg = &r->model->model->cfg;
-    if (cfg->arch != LENS_ARCH_BERT || cfg->task != LENS_TASK_CLASSIFICATION)
-        return api_fail(c, 422, "invalid_request", "model", "this job needs a BERT sequence classifier; %s is %s (%s)",
-                        r->model->name, lens_task_name(cfg->task), cfg->architecture);
+    const char *why = NULL;
+    if (!lens_model_supports(r->model->model, LENS_ANALYSIS_HEAD_IMPORTANCE, &why))
+        return api_fail(c, 422, "invalid_request", "model", "%s; %s is %s (%s)", why, r->model->name,
+                        lens_task_name(cfg->task), cfg->architecture);
     r->steps = 20;
     int max_rows = DEFAULT_MAX_ROWS;
     const char *riemann = NULL, *data = NULL;

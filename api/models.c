@@ -10,6 +10,7 @@
 
 #include "api/request.h"
 #include "core/base/gemm.h"
+#include "core/model/arch.h"
 
 api_model *api_model_acquire(const api_ctx *ctx, const char *name, size_t len, int *n_resident)
 {
@@ -69,7 +70,7 @@ void api_write_model_info(jw *w, const api_model *am)
     jw_key(w, "architecture");
     jw_str(w, cfg->architecture);
     jw_key(w, "model_type");
-    jw_str(w, cfg->arch == LENS_ARCH_BERT ? "bert" : "gpt2");
+    jw_str(w, cfg->family->model_type);
     jw_key(w, "num_layers");
     jw_int(w, cfg->n_layers);
     jw_key(w, "num_heads");

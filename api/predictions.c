@@ -114,7 +114,7 @@ int api_write_logit_lens(api_call *c, jw *w, const lens_model *m, const lens_act
     lens_err err = {0};
     int rc = x && all ? 0 : lens_fail(&err, LENS_ENOMEM, "out of memory for the logit lens");
     for (int l = 0; !rc && l <= L; l++) {
-        if (c->cancel && *c->cancel) {
+        if (lens_cancelled(c->cancel)) {
             rc = lens_fail(&err, LENS_ECANCEL, "cancelled at layer %d", l);
             break;
         }

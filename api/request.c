@@ -7,6 +7,7 @@
  * unknown top-level field is a 422 naming it too (api_check_fields): a typo
  * such as "output" for "outputs" must not silently answer with defaults. */
 #include "api/request.h"
+#include "core/model/arch.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -313,8 +314,8 @@ int api_decode_input(api_call *c, const api_model *m, api_input *in)
         return api_fail(c, 422, "invalid_request", "text", "text must not be empty");
     if (has_pair && !has_text)
         return api_fail(c, 422, "invalid_request", "text_pair", "text_pair needs text (not input_ids)");
-    if (has_pair && m->model->cfg.arch != LENS_ARCH_BERT)
-        return api_fail(c, 422, "invalid_request", "text_pair", "text_pair is only supported by BERT models");
+    if (has_pair && !lens_has_cap(&m->model->cfg, LENS_CAP_SEGMENTS))
+        return api_fail(c, 422, "invalid_request", "text_pair", "text_pair needs a model with segment embeddings (BERT)");
     if (has_pair && in->pair_len == 0)
         return api_fail(c, 422, "invalid_request", "text_pair", "text_pair must not be empty");
     if (has_text && memchr(in->text, 0, in->text_len))

@@ -61,8 +61,10 @@ static void usage(FILE *f)
             "            [--probes 16] [--seed 1] [--norms]\n"
             "            print what POST /v1/hidden-attribution returns (Jacobian norms)\n"
             "  info      BLAS library, core and threads (GET /v1/info without server limits)\n"
-            "  mkmodel   --arch bert|gpt2 --preset micro|tiny|small|base [--task T] --seed N --out DIR\n"
-            "            write a random-weight checkpoint in Hugging Face format\n"
+            "  mkmodel   --arch bert|gpt2|roberta|distilbert --preset micro|tiny|small|base [--task T]\n"
+            "            --seed N --out DIR [--vocab DIR]\n"
+            "            write a random-weight checkpoint in Hugging Face format (--vocab: tokenizer files\n"
+            "            from a vocabulary, e.g. ../shared/vocab/gpt2 for roberta, else generated)\n"
             "  job       run --kind K --params FILE --shard I/N --out PART | merge --out RESULT PART...\n"
             "            one shard of a dataset job, and the merge of every shard (`lensd job` lists the options)\n"
             "  train     classify|mlm|causal|vocab ...  train a BERT classifier / masked LM, a GPT-2 causal LM,\n"
@@ -438,7 +440,7 @@ static int cmd_info(void)
 
 static int cmd_mkmodel(int argc, char **argv)
 {
-    const char *arch = NULL, *preset = NULL, *task = NULL, *out = NULL;
+    const char *arch = NULL, *preset = NULL, *task = NULL, *out = NULL, *vocab = NULL;
     unsigned long long seed = 1;
     for (int a = 0; a < argc; a++) {
         const char *val = a + 1 < argc ? argv[a + 1] : NULL;
@@ -451,6 +453,7 @@ static int cmd_mkmodel(int argc, char **argv)
         else if (!strcmp(argv[a], "--task")) task = val;
         else if (!strcmp(argv[a], "--seed")) seed = strtoull(val, NULL, 10);
         else if (!strcmp(argv[a], "--out")) out = val;
+        else if (!strcmp(argv[a], "--vocab")) vocab = val;
         else {
             fprintf(stderr, "lensd mkmodel: unknown option %s\n", argv[a]);
             return 2;
@@ -464,7 +467,7 @@ static int cmd_mkmodel(int argc, char **argv)
         return 2;
     }
     lens_err err = {0};
-    if (lens_mkmodel(arch, preset, task, seed, out, &err)) {
+    if (lens_mkmodel_vocab(arch, preset, task, seed, vocab, out, &err)) {
         fprintf(stderr, "lensd mkmodel: %s\n", err.msg);
         return 1;
     }

@@ -29,6 +29,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/model/arch.h"
 #include "core/analysis/attention.h"
 #include "core/model/mkmodel.h"
 #include "core/model/model.h"
@@ -345,7 +346,7 @@ static int analyze_all(const lens_model *m, const lens_activations *act, const i
     CHECK(rc == 0, "%s: lens_attention_analyze: %s", label, err.msg);
     if (rc) return rc;
     const lens_config *c = &m->cfg;
-    const int T = res->T, causal = c->arch == LENS_ARCH_GPT2;
+    const int T = res->T, causal = lens_has_cap(c, LENS_CAP_CAUSAL);
     CHECK(res->n_layers == c->n_layers && res->n_heads == c->n_heads && res->n_failed == 0,
           "%s: %d layers %d heads %d failed", label, res->n_layers, res->n_heads, res->n_failed);
     CHECK(res->scores_max_diff <= TOL_SCORES, "%s: softmax(QK^T/sqrt DK) differs from kept A by %g", label,

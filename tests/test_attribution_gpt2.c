@@ -1,5 +1,5 @@
 /* test_attribution_gpt2.c - attribution on GPT-2 with target = a next-token
- * id at the last position (core/analysis/attribution_gpt2.c).
+ * id at the last position (core/analysis/attribution.c, the engine classifiers use).
  *
  * Models: a random tiny GPT-2 from lens_mkmodel (always) and
  * gpt2-tiny-wikitext (SKIP without ../shared). Checks, per layer:

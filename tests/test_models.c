@@ -26,6 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/model/arch.h"
 #include "core/model/model.h"
 #include "tests/check.h"
 #include "tests/fixture.h"
@@ -102,7 +103,7 @@ static void check_attn_identities(const lens_model *m, const lens_activations *a
                 double sum = 0;
                 for (int j = 0; j < T; j++) {
                     sum += P[(size_t)i * T + j];
-                    if (c->arch == LENS_ARCH_GPT2 && j > i && P[(size_t)i * T + j] != 0.0f) future++;
+                    if (lens_has_cap(c, LENS_CAP_CAUSAL) && j > i && P[(size_t)i * T + j] != 0.0f) future++;
                 }
                 if (!(fabs(sum - 1) <= worst_sum)) worst_sum = fabs(sum - 1);
             }

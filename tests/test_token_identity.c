@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/model/arch.h"
 #include "core/base/blas.h"
 #include "core/analysis/token_identity.h"
 #include "tests/check.h"
@@ -229,7 +230,7 @@ static void test_rankings(const char *shared, const json_t *models, int top_k, l
         lens_model *m = lens_model_load(dir, &err);
         CHECK(m != NULL, "%s: %s", dir, err.msg);
         if (!m) continue;
-        const int bert = m->cfg.arch == LENS_ARCH_BERT;
+        const int bert = lens_has_cap(&m->cfg, LENS_CAP_CLS_FIRST); /* [CLS] ... [SEP] */
         for (size_t e = 0; e < json_array_size(examples); e++) {
             json_t *ex = json_array_get(examples, e);
             int T;

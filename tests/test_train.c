@@ -11,6 +11,7 @@
 #include <jansson.h>
 
 #include "check.h"
+#include "core/model/arch.h"
 #include "core/model/model.h"
 #include "core/model/mkmodel.h"
 #include "core/io/safetensors.h"
@@ -335,7 +336,7 @@ static void check_gpt2_tied_gradients(lens_trainer *t)
 static void check_gpt2_overfit(void)
 {
     enum { S = 4, T = 16 };
-    lens_config c = {.arch = LENS_ARCH_GPT2, .task = LENS_TASK_CAUSAL_LM, .n_layers = 2, .n_heads = 2, .d_model = 64,
+    lens_config c = {.family = &lens_family_gpt2, .task = LENS_TASK_CAUSAL_LM, .n_layers = 2, .n_heads = 2, .d_model = 64,
                      .d_ff = 256, .vocab_size = 64, .max_positions = 32, .ln_eps = 1e-5f, .gelu_tanh = 1};
     lens_err err;
     lens_trainer *t = lens_trainer_new(&c, 21, &err);
@@ -398,7 +399,7 @@ static void check_gpt2(void)
     lens_model *r = lens_model_load(out, &err);
     CHECK(r != NULL, "gpt2 reload: %s", r ? "" : err.msg);
     if (r && want) {
-        CHECK(r->cfg.arch == LENS_ARCH_GPT2 && r->cfg.task == LENS_TASK_CAUSAL_LM && r->cfg.gelu_tanh &&
+        CHECK(r->cfg.family == &lens_family_gpt2 && r->cfg.task == LENS_TASK_CAUSAL_LM && r->cfg.gelu_tanh &&
                   r->cfg.d_ff == 512 && r->cfg.max_positions == 256,
               "gpt2 reloaded config");
         lens_forward_opts opts = {.keep = LENS_KEEP_LOGITS};
@@ -496,7 +497,7 @@ static void check_train_causal(void)
     CHECK(r.steps == 4 && r.dev_loss > 0 && r.dev_loss < 11.5f && r.tokens_per_s > 0,
           "train causal: %ld steps, dev loss %g", r.steps, r.dev_loss);
     lens_model *m = lens_model_load(out, &err);
-    CHECK(m && m->cfg.arch == LENS_ARCH_GPT2 && m->cfg.d_model == 32 && m->cfg.max_positions == 16,
+    CHECK(m && m->cfg.family == &lens_family_gpt2 && m->cfg.d_model == 32 && m->cfg.max_positions == 16,
           "train causal: reload: %s", m ? "" : err.msg);
     check_model_max_length(out, 16, "train causal");
     lens_model_free(m);

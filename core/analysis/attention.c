@@ -75,6 +75,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "core/model/arch.h"
 #include "core/nn/ops.h"
 
 #define EPS_F32 ((double)FLT_EPSILON)
@@ -994,17 +995,19 @@ static int is_punct_piece(const char *s)
 void lens_attention_token_masks(const lens_model *m, const int *ids, int T, unsigned char *special,
                                 unsigned char *punct)
 {
-    const int gpt2 = m->cfg.arch == LENS_ARCH_GPT2;
+    /* decoders add no markers: their first token plays the sink role */
+    const int causal = lens_has_cap(&m->cfg, LENS_CAP_CAUSAL);
+    const int bpe = m->tok && lens_tokenizer_kind(m->tok) == LENS_TOK_BPE;
     for (int t = 0; t < T; t++) {
         const char *piece = m->tok ? lens_tokenizer_piece(m->tok, ids[t]) : NULL;
         if (special) {
-            if (gpt2) special[t] = t == 0;
+            if (causal) special[t] = t == 0;
             else special[t] = lens_tokenizer_is_special(m->tok, ids[t]);
         }
         if (punct) {
             const char *core = piece;
-            if (core && gpt2 && !strncmp(core, "\xC4\xA0", 2)) core += 2; /* Ġ: a leading space */
-            if (core && !gpt2 && !strncmp(core, "##", 2)) core += 2;
+            if (core && bpe && !strncmp(core, "\xC4\xA0", 2)) core += 2; /* Ġ: a leading space */
+            if (core && !bpe && !strncmp(core, "##", 2)) core += 2;
             punct[t] = is_punct_piece(core);
         }
     }
@@ -1093,7 +1096,7 @@ int lens_attention_analyze(const lens_model *m, const lens_activations *act, int
     if (need_q && !act->hidden)
         return lens_fail(err, LENS_EINVAL, "the key-aware dimension needs kept hidden states (LENS_KEEP_HIDDEN)");
     const int T = act->lengths[seq], NH = c->n_heads, DK = c->d_head_k, DV = c->d_head_v, C = c->d_model;
-    const int causal = c->arch == LENS_ARCH_GPT2;
+    const int causal = lens_has_cap(c, LENS_CAP_CAUSAL);
     res->T = T;
     if (select_indices(req->layers, req->n_layers, 1, c->n_layers, "layer", &res->layers, &res->n_layers, err) ||
         select_indices(req->heads, req->n_heads, 0, NH - 1, "head", &res->heads, &res->n_heads, err)) {

@@ -1,6 +1,16 @@
-/* attribution.c - self-attention attribution, Hao et al. AAAI 2021.
+/* attribution.c - self-attention attribution, Hao et al. AAAI 2021, for
+ * sequence classifiers and causal LMs.
  *
- *     Attr_l = A_l ⊙ (1/m) Σ_k ∂F/∂X |_{X = α_k A_l},   F = p(c | x)
+ *     Attr_l = A_l ⊙ (1/m) Σ_k ∂F/∂X |_{X = α_k A_l},
+ *     F = p(c | x) (classifier) or p(next token = c) at the last position (causal LM)
+ *
+ * Blocks are post-norm (BERT: h = x + attn(x); a = LN_1(h); x' = LN_2(a +
+ * FFN(a))) or pre-norm (GPT-2, LENS_CAP_PRE_NORM: h = x + attn(LN_1(x)); x' =
+ * h + FFN(LN_2(h))). Either way the residual stream after the attention half,
+ * "mid" h = residual + attn_out(ctx), is followed by one LayerNorm (post:
+ * ln_attn, pre: ln_ff) feeding the FFN, which is what makes one engine serve
+ * both. F reads one row of the last layer, the objective row: 0 ([CLS]-like
+ * first token) for classifiers, T-1 for causal LMs.
  *
  * (formula, conventions and shapes in attribution.h; docs/attribution.md).
  *
@@ -36,33 +46,40 @@
 #include <string.h>
 
 #include "core/base/gemm.h"
+#include "core/model/arch.h"
 #include "core/nn/ops.h"
 
 #define DEFAULT_STEPS 20
 #define DEFAULT_SCRATCH ((size_t)256 << 20)
 
-/* Forward values one BERT layer's backward reads, for R = copies * T rows. */
+/* Forward values one layer's backward reads, for R = copies * T rows. */
 typedef struct {
     float *q, *k, *v;              /* [R][NH*DK], [R][NH*DK], [R][NH*DV]; NULL for the target layer */
     float *probs;                  /* [copies][NH][T][T]; NULL for the target layer */
-    float *h_attn;                 /* [R][C] LN_attn input: x + attn_out(ctx) */
-    float *mean_attn, *rstd_attn;  /* [R] */
+    float *h_attn;                 /* [R][C] mid: residual + attn_out(ctx), input of the mid LayerNorm */
+    float *mean_attn, *rstd_attn;  /* [R] mid LayerNorm statistics */
     float *ff_pre;                 /* [R][d_ff] GELU input */
-    float *h_ff;                   /* [R][C] LN_ff input: a + ff_out(gelu(ff_pre)) */
-    float *mean_ff, *rstd_ff;      /* [R] */
+    float *h_ff;                   /* [R][C] post-norm: LN_ff input a + ff_out(gelu(ff_pre));
+                                      pre-norm: the layer input, LN_1's input */
+    float *mean_ff, *rstd_ff;      /* [R] LN_ff (post) / LN_1 (pre) statistics */
 } layer_cache;
 
 typedef struct {
     const lens_model *m;
     int T, max_copies, lowest; /* lowest: smallest 0-based target layer */
-    int cls_rows;              /* 1: the last layer ran on the [CLS] rows only, row i = copy i */
+    int pre_norm, causal;      /* LENS_CAP_PRE_NORM, LENS_CAP_CAUSAL */
+    int lm;                    /* objective: next-token probability (causal LM), else class probability */
+    int K;                     /* outputs of the head: labels, or the vocabulary */
+    int obj_row;               /* the row F reads: 0 (classifier) or T-1 (causal LM) */
+    int cls_rows;              /* 1: the last layer ran on the objective rows only, row i = copy i */
     layer_cache *cache;        /* [L] */
     lens_pool *pool;           /* threads for the GEMMs of the forward steps */
     /* forward work [R][...]; reused as gradients in the backward */
     float *x, *a, *ctx, *ff;   /* [R][C], [R][C], [R][NH*DV], [R][d_ff] */
     float *dh, *dq, *dk, *dv;  /* [R][C], [R][NH*DK] x2, [R][NH*DV] */
     float *dprobs, *dscores;   /* per pool thread: [NH][T][T], [T][T] */
-    float *cls, *pooled, *logits, *dcls, *dpooled, *dpre, *dlogits; /* [copies][C or K] */
+    float *cls, *pooled, *logits, *dcls, *dpooled, *dpre, *dlogits; /* [copies][C or K]; LM: pooled = ln_f(cls) */
+    float *mean_f, *rstd_f;    /* LM: [copies] ln_f statistics */
     /* target layer, computed once per layer */
     float *v_l, *attn_out_l;   /* [T][NH*DV] values, [T][C] (A v) W_O without bias */
     float *dctx_sum;           /* [T][NH*DV] Σ over copies of dF/dctx */
@@ -82,7 +99,8 @@ static size_t bytes_per_copy(const lens_config *c, int T, int lowest)
     const size_t C = c->d_model, QK = (size_t)c->n_heads * c->d_head_k, VO = (size_t)c->n_heads * c->d_head_v;
     const size_t per_target = T * (2 * C + c->d_ff + 4);
     const size_t per_above = T * (2 * QK + VO) + (size_t)c->n_heads * T * T;
-    const size_t work = T * (3 * C + VO + c->d_ff + 2 * QK + VO) + 7 * C;
+    const size_t work = T * (3 * C + VO + c->d_ff + 2 * QK + VO) + 7 * C +
+                        (c->task == LENS_TASK_CAUSAL_LM ? 2 * (size_t)c->vocab_size : 0); /* logits, dlogits */
     return sizeof(float) * ((c->n_layers - lowest) * per_target + (c->n_layers - 1 - lowest) * per_above + work);
 }
 
@@ -98,17 +116,20 @@ static void engine_free(engine *e)
     free(e->x), free(e->a), free(e->ctx), free(e->ff), free(e->dh), free(e->dq), free(e->dk), free(e->dv);
     free(e->dprobs), free(e->dscores), free(e->cls), free(e->pooled), free(e->logits), free(e->dcls);
     free(e->dpooled), free(e->dpre), free(e->dlogits), free(e->v_l), free(e->attn_out_l), free(e->grad_sum);
-    free(e->dctx_sum);
+    free(e->dctx_sum), free(e->mean_f), free(e->rstd_f);
 }
 
 static int engine_init(engine *e, const lens_model *m, int T, int max_copies, int lowest, lens_pool *pool)
 {
     const lens_config *c = &m->cfg;
     const size_t C = c->d_model, QK = (size_t)c->n_heads * c->d_head_k, VO = (size_t)c->n_heads * c->d_head_v;
-    const size_t R = (size_t)max_copies * T, NH = c->n_heads, K = c->n_labels, TT = (size_t)T * T;
+    const int lm = c->task == LENS_TASK_CAUSAL_LM;
+    const size_t R = (size_t)max_copies * T, NH = c->n_heads, K = lm ? c->vocab_size : c->n_labels, TT = (size_t)T * T;
     int failed = 0;
     memset(e, 0, sizeof *e);
     e->m = m, e->T = T, e->max_copies = max_copies, e->lowest = lowest, e->pool = pool;
+    e->pre_norm = lens_has_cap(c, LENS_CAP_PRE_NORM), e->causal = lens_has_cap(c, LENS_CAP_CAUSAL);
+    e->lm = lm, e->K = (int)K, e->obj_row = lm ? T - 1 : 0;
     const size_t threads = (size_t)lens_pool_threads(pool);
     e->cache = calloc((size_t)c->n_layers, sizeof *e->cache);
     if (!e->cache) return -1;
@@ -149,6 +170,8 @@ static int engine_init(engine *e, const lens_model *m, int T, int max_copies, in
     e->attn_out_l = alloc_floats(T * C, &failed);
     e->grad_sum = alloc_floats(NH * TT, &failed);
     e->dctx_sum = alloc_floats(T * VO, &failed);
+    e->mean_f = alloc_floats(max_copies, &failed);
+    e->rstd_f = alloc_floats(max_copies, &failed);
     return failed ? -1 : 0;
 }
 
@@ -179,8 +202,16 @@ static void run_tasks(task_job *j, int per_copy)
     lens_pool_run(j->e->pool, (j->units + j->chunk - 1) / j->chunk, task_run, j);
 }
 
-/* The FFN half of BERT layer l on x = a (post-LN_attn) for R rows:
- * h_ff = a + W2 gelu(W1 a + b1) + b2, x = LN_ff(h_ff). */
+/* The LayerNorm after the mid residual: post-norm ln_attn, pre-norm ln_2. */
+static const lens_layernorm *mid_ln(const engine *e, int l)
+{
+    const lens_block *blk = &e->m->p.blocks[l];
+    return e->pre_norm ? &blk->ln_ff : &blk->ln_attn;
+}
+
+/* The FFN half of layer l on a = LN_mid(mid) for R rows:
+ * post-norm: h_ff = a + W2 gelu(W1 a + b1) + b2, x = LN_ff(h_ff);
+ * pre-norm:  x = mid + W2 gelu(W1 a + b1) + b2. */
 static void ffn_forward(engine *e, int l, int R)
 {
     const lens_config *c = &e->m->cfg;
@@ -189,6 +220,11 @@ static void ffn_forward(engine *e, int l, int R)
     lens_gemm_linear(k->ff_pre, e->a, &blk->ff_in, R, e->pool);
     memcpy(e->ff, k->ff_pre, sizeof(float) * R * c->d_ff);
     lens_gelu_rows(e->pool, e->ff, (size_t)c->d_ff, R, c->d_ff, c->gelu_tanh);
+    if (e->pre_norm) {
+        lens_gemm_linear(e->x, e->ff, &blk->ff_out, R, e->pool);
+        lens_residual_layernorm(e->pool, e->x, k->h_attn, NULL, NULL, NULL, NULL, R, c->d_model, c->ln_eps);
+        return;
+    }
     lens_gemm_linear(k->h_ff, e->ff, &blk->ff_out, R, e->pool);
     lens_add_layernorm(e->pool, e->x, k->mean_ff, k->rstd_ff, k->h_ff, e->a, &blk->ln_ff, R, c->d_model, c->ln_eps);
 }
@@ -203,41 +239,51 @@ static void attention_copies(const task_job *j, int c0, int c1)
     for (int i = c0; i < c1; i++) {
         const size_t r = (size_t)i * T;
         lens_attention_forward(j->e->ctx + r * VO, k->probs + i * NH * TT, TT, k->q + r * QK, k->k + r * QK,
-                               k->v + r * VO, T, NH, c->d_head_k, c->d_head_v, 0, c->attn_scale);
+                               k->v + r * VO, T, NH, c->d_head_k, c->d_head_v, j->e->causal, c->attn_scale);
     }
 }
 
-/* Full BERT layer l (above the target) on e->x for `copies` copies; with
- * cls_only (the last layer) only each copy's [CLS] row past the attention. */
+/* Full layer l (above the target) on e->x for `copies` copies; with
+ * cls_only (the last layer) only each copy's objective row past the
+ * attention. Pre-norm: LN_1's input (the layer input) is kept in h_ff. */
 static void layer_forward(engine *e, int l, int copies, int cls_only)
 {
     const lens_config *c = &e->m->cfg;
     const lens_block *blk = &e->m->p.blocks[l];
     layer_cache *k = &e->cache[l];
-    const int T = e->T, R = copies * T, C = c->d_model;
+    const int T = e->T, R = copies * T, C = c->d_model, r = e->obj_row;
     const size_t VO = (size_t)c->n_heads * c->d_head_v;
-    lens_gemm_linear(k->q, e->x, &blk->q, R, e->pool);
-    lens_gemm_linear(k->k, e->x, &blk->k, R, e->pool);
-    lens_gemm_linear(k->v, e->x, &blk->v, R, e->pool);
+    const float *in = e->x;
+    if (e->pre_norm) { /* forward: n1 = LN_1(x) */
+        memcpy(k->h_ff, e->x, sizeof(float) * R * C);
+        lens_add_layernorm(e->pool, e->a, k->mean_ff, k->rstd_ff, k->h_ff, NULL, &blk->ln_attn, R, C, c->ln_eps);
+        in = e->a;
+    }
+    lens_gemm_linear(k->q, in, &blk->q, R, e->pool);
+    lens_gemm_linear(k->k, in, &blk->k, R, e->pool);
+    lens_gemm_linear(k->v, in, &blk->v, R, e->pool);
     task_job j = {.e = e, .l = l, .units = copies, .fn = attention_copies};
     run_tasks(&j, 1);
-    /* F reads only the [CLS] row of the last layer's output: past the
+    /* F reads only the objective row of the last layer's output: past the
      * attention, the last layer runs on one row per copy (row i = copy i) */
     int rows = R;
     if (cls_only) {
-        for (int i = 1; i < copies; i++) { /* row i*T -> row i; i < i*T, so no source is overwritten first */
-            memmove(e->ctx + i * VO, e->ctx + (size_t)i * T * VO, sizeof(float) * VO);
-            memmove(e->x + (size_t)i * C, e->x + (size_t)i * T * C, sizeof(float) * C);
+        for (int i = 0; i < copies; i++) { /* row i*T + r -> row i <= i*T + r: sources are read before overwritten */
+            const size_t from = (size_t)i * T + r;
+            if (from == (size_t)i) continue;
+            memmove(e->ctx + i * VO, e->ctx + from * VO, sizeof(float) * VO);
+            memmove(e->x + (size_t)i * C, e->x + from * C, sizeof(float) * C);
         }
         rows = copies;
     }
+    /* forward: mid = x + attn_out(ctx); a = LN_mid(mid) */
     lens_gemm_linear(k->h_attn, e->ctx, &blk->attn_out, rows, e->pool);
-    lens_add_layernorm(e->pool, e->a, k->mean_attn, k->rstd_attn, k->h_attn, e->x, &blk->ln_attn, rows, C, c->ln_eps);
+    lens_add_layernorm(e->pool, e->a, k->mean_attn, k->rstd_attn, k->h_attn, e->x, mid_ln(e, l), rows, C, c->ln_eps);
     ffn_forward(e, l, rows);
 }
 
-/* forward (target layer): h_attn = x_l + alpha (A v W_O) + b_O, then
- * a = LN_attn(h_attn), for copies c0 .. c1 - 1 */
+/* forward (target layer): mid = x_l + alpha (A v W_O) + b_O, then
+ * a = LN_mid(mid), for copies c0 .. c1 - 1 */
 static void target_copies(const task_job *j, int c0, int c1)
 {
     const engine *e = j->e;
@@ -253,7 +299,7 @@ static void target_copies(const task_job *j, int c0, int c1)
                 const size_t n = (size_t)t * C + d;
                 h[n] = j->alpha[i] * e->attn_out_l[n] + blk->attn_out.b[d] + j->x_l[n];
             }
-        lens_layernorm_forward(e->a + r * C, k->mean_attn + r, k->rstd_attn + r, h, &blk->ln_attn, T, C,
+        lens_layernorm_forward(e->a + r * C, k->mean_attn + r, k->rstd_attn + r, h, mid_ln(e, j->l), T, C,
                                c->ln_eps);
     }
 }
@@ -267,16 +313,31 @@ static void target_forward(engine *e, int l, const float *x_l, const float *alph
     ffn_forward(e, l, copies * e->T);
 }
 
-/* Classifier on the [CLS] row of each copy: F[i] = softmax(W_c tanh(W_p x + b_p) + b_c)[target]. */
+/* The tied LM decoder: logits = t E^T. */
+static lens_linear lm_decoder(const engine *e)
+{
+    const lens_config *c = &e->m->cfg;
+    return (lens_linear){.w = e->m->p.tok_emb, .in = c->d_model, .out = c->vocab_size, .ld = c->d_model};
+}
+
+/* The head on the objective row of each copy, F[i] = softmax(z)[target] with
+ * classifier: z = W_c act(W_p x + b_p) + b_c (act tanh, or ReLU);
+ * causal LM:  z = ln_f(x) E^T. */
 static void head_forward(engine *e, int copies, int target, double *F)
 {
     const lens_config *c = &e->m->cfg;
-    const int C = c->d_model, K = c->n_labels;
-    const size_t stride = e->cls_rows ? 1 : (size_t)e->T;
-    for (int i = 0; i < copies; i++) memcpy(e->cls + (size_t)i * C, e->x + i * stride * C, sizeof(float) * C);
-    lens_gemm_linear(e->pooled, e->cls, &e->m->p.pooler, copies, e->pool);
-    lens_tanh_forward(e->pooled, (size_t)copies * C);
-    lens_gemm_linear(e->logits, e->pooled, &e->m->p.classifier, copies, e->pool);
+    const int C = c->d_model, K = e->K;
+    const size_t stride = e->cls_rows ? 1 : (size_t)e->T, r = e->cls_rows ? 0 : (size_t)e->obj_row;
+    for (int i = 0; i < copies; i++) memcpy(e->cls + (size_t)i * C, e->x + (i * stride + r) * C, sizeof(float) * C);
+    if (e->lm) {
+        const lens_linear dec = lm_decoder(e);
+        lens_layernorm_forward(e->pooled, e->mean_f, e->rstd_f, e->cls, &e->m->p.ln_final, copies, C, c->ln_eps);
+        lens_gemm_linear(e->logits, e->pooled, &dec, copies, e->pool);
+    } else {
+        lens_gemm_linear(e->pooled, e->cls, &e->m->p.pooler, copies, e->pool);
+        (c->head_relu ? lens_relu_forward : lens_tanh_forward)(e->pooled, (size_t)copies * C);
+        lens_gemm_linear(e->logits, e->pooled, &e->m->p.classifier, copies, e->pool);
+    }
     for (int i = 0; i < copies; i++) {
         float *z = e->logits + (size_t)i * K;
         lens_softmax_forward(z, 1, K, 0); /* logits -> probabilities in place */
@@ -284,11 +345,11 @@ static void head_forward(engine *e, int copies, int target, double *F)
     }
 }
 
-/* dF/dx_L for the first `copies` copies, into e->x (zero except [CLS] rows). */
+/* dF/dx_L for the first `copies` copies, into e->x (zero except objective rows). */
 static void head_backward(engine *e, int copies, int target)
 {
     const lens_config *c = &e->m->cfg;
-    const int C = c->d_model, K = c->n_labels, R = copies * e->T;
+    const int C = c->d_model, K = e->K, R = copies * e->T;
     /* forward: F = p_target, p = softmax(z): dF/dz_k = p_t (δ_tk - p_k) */
     for (int i = 0; i < copies; i++) {
         const float *p = e->logits + (size_t)i * K;
@@ -297,12 +358,19 @@ static void head_backward(engine *e, int copies, int target)
     memset(e->dpooled, 0, sizeof(float) * copies * C);
     memset(e->dpre, 0, sizeof(float) * copies * C);
     memset(e->dcls, 0, sizeof(float) * copies * C);
-    lens_linear_backward(e->dpooled, NULL, NULL, e->dlogits, NULL, &e->m->p.classifier, copies);
-    lens_tanh_backward(e->dpre, e->pooled, e->dpooled, (size_t)copies * C);
-    lens_linear_backward(e->dcls, NULL, NULL, e->dpre, NULL, &e->m->p.pooler, copies);
-    const size_t stride = e->cls_rows ? 1 : (size_t)e->T;
+    if (e->lm) { /* forward: z = ln_f(x) E^T */
+        const lens_linear dec = lm_decoder(e);
+        lens_gemm_linear_backward(e->dpooled, e->dlogits, &dec, copies, 0, e->pool);
+        lens_layernorm_backward(e->dcls, NULL, NULL, e->dpooled, e->cls, e->mean_f, e->rstd_f, &e->m->p.ln_final,
+                                copies, C);
+    } else {
+        lens_linear_backward(e->dpooled, NULL, NULL, e->dlogits, NULL, &e->m->p.classifier, copies);
+        (c->head_relu ? lens_relu_backward : lens_tanh_backward)(e->dpre, e->pooled, e->dpooled, (size_t)copies * C);
+        lens_linear_backward(e->dcls, NULL, NULL, e->dpre, NULL, &e->m->p.pooler, copies);
+    }
+    const size_t stride = e->cls_rows ? 1 : (size_t)e->T, r = e->cls_rows ? 0 : (size_t)e->obj_row;
     memset(e->x, 0, sizeof(float) * R * C);
-    for (int i = 0; i < copies; i++) memcpy(e->x + i * stride * C, e->dcls + (size_t)i * C, sizeof(float) * C);
+    for (int i = 0; i < copies; i++) memcpy(e->x + (i * stride + r) * C, e->dcls + (size_t)i * C, sizeof(float) * C);
 }
 
 /* backward, rows r0 .. r1 - 1: dh = dF/dh_ff from dx = dF/d(layer output)
@@ -327,16 +395,28 @@ static void gelu_backward_rows(const task_job *j, int r0, int r1)
     lens_gelu_backward_inplace(j->e->ff + r0 * F, j->e->cache[j->l].ff_pre + r0 * F, (r1 - r0) * F, c->gelu_tanh);
 }
 
-/* backward: dh = dF/dh_attn from da (forward: a = LN_attn(h_attn)) */
+/* backward: dh = dF/dmid from da (forward: a = LN_mid(mid)); pre-norm
+ * adds to dh = dx, the gradient of the residual x' = mid + FFN(a) */
 static void ln_attn_backward_rows(const task_job *j, int r0, int r1)
 {
     const engine *e = j->e;
     const size_t C = e->m->cfg.d_model;
     const layer_cache *k = &e->cache[j->l];
     float *dh = e->dh + r0 * C;
-    memset(dh, 0, sizeof(float) * (r1 - r0) * C);
+    if (e->pre_norm) memcpy(dh, e->x + r0 * C, sizeof(float) * (r1 - r0) * C);
+    else memset(dh, 0, sizeof(float) * (r1 - r0) * C);
     lens_layernorm_backward(dh, NULL, NULL, e->a + r0 * C, k->h_attn + r0 * C, k->mean_attn + r0,
-                            k->rstd_attn + r0, &e->m->p.blocks[j->l].ln_attn, r1 - r0, C);
+                            k->rstd_attn + r0, mid_ln(e, j->l), r1 - r0, C);
+}
+
+/* backward (pre-norm): dx += LN_1 backward of dn1 = e->a (forward: n1 = LN_1(x)) */
+static void ln1_backward_rows(const task_job *j, int r0, int r1)
+{
+    const engine *e = j->e;
+    const size_t C = e->m->cfg.d_model;
+    const layer_cache *k = &e->cache[j->l];
+    lens_layernorm_backward(e->x + r0 * C, NULL, NULL, e->a + r0 * C, k->h_ff + r0 * C, k->mean_ff + r0,
+                            k->rstd_ff + r0, &e->m->p.blocks[j->l].ln_attn, r1 - r0, C);
 }
 
 /* backward of the attention of copies c0 .. c1 - 1: dq, dk, dv from dctx,
@@ -357,11 +437,26 @@ static void attention_backward_copies(const task_job *j, int c0, int c1)
         memset(dv, 0, sizeof(float) * T * VO);
         lens_attention_backward(dq, dk, dv, e->dprobs + thread * NH * TT, TT, e->dscores + thread * TT,
                                 e->ctx + r * VO, k->q + r * QK, k->k + r * QK, k->v + r * VO,
-                                k->probs + i * NH * TT, TT, T, NH, c->d_head_k, c->d_head_v, 0, c->attn_scale);
+                                k->probs + i * NH * TT, TT, T, NH, c->d_head_k, c->d_head_v, e->causal, c->attn_scale);
     }
 }
 
-/* Backward of BERT layer l for all copies: e->x holds dF/d(layer output) and
+/* Rows of `copies` copies compacted to one row each (row i = copy i's row
+ * r) go back to all rows: row i -> row i*T + r, the other rows get 0.
+ * Descending i: a destination i*T + r >= i never holds an unmoved source. */
+static void expand_rows(float *x, size_t width, int copies, int T, int r)
+{
+    for (int i = copies - 1; i >= 0; i--) {
+        const size_t to = (size_t)i * T + r;
+        if (to != (size_t)i) memmove(x + to * width, x + i * width, sizeof(float) * width);
+    }
+    for (int i = 0; i < copies; i++) {
+        memset(x + (size_t)i * T * width, 0, sizeof(float) * r * width);
+        memset(x + ((size_t)i * T + r + 1) * width, 0, sizeof(float) * (T - 1 - r) * width);
+    }
+}
+
+/* Backward of layer l for all copies: e->x holds dF/d(layer output) and
  * gets dF/d(layer input), unless l is the target layer: then e->ctx gets
  * dF/dctx. With cls_only everything up to dctx covers row i = copy i. */
 static void layer_backward(engine *e, int l, int copies, int is_target, int cls_only)
@@ -372,33 +467,35 @@ static void layer_backward(engine *e, int l, int copies, int is_target, int cls_
     const size_t VO = (size_t)c->n_heads * c->d_head_v;
     float *dh = e->dh, *dctx = e->ctx;
     task_job j = {.e = e, .l = l, .units = R};
-    j.fn = ln_ff_backward_rows, run_tasks(&j, 0);
-    /* forward: h_ff = ff_out(gelu(ff_in(a))) + a */
-    lens_gemm_linear_backward(e->ff, dh, &blk->ff_out, R, 0, e->pool);
+    /* forward, post-norm: x' = LN_ff(h_ff), h_ff = ff_out(gelu(ff_in(a))) + a;
+     *          pre-norm:  x' = mid + ff_out(gelu(ff_in(a))) */
+    if (e->pre_norm) lens_gemm_linear_backward(e->ff, e->x, &blk->ff_out, R, 0, e->pool);
+    else {
+        j.fn = ln_ff_backward_rows, run_tasks(&j, 0);
+        lens_gemm_linear_backward(e->ff, dh, &blk->ff_out, R, 0, e->pool);
+    }
     j.fn = gelu_backward_rows, run_tasks(&j, 0);
-    lens_gemm_linear_backward(e->a, e->ff, &blk->ff_in, R, 1, e->pool);
+    lens_gemm_linear_backward(e->a, e->ff, &blk->ff_in, R, !e->pre_norm, e->pool);
     j.fn = ln_attn_backward_rows, run_tasks(&j, 0);
-    /* forward: h_attn = attn_out(ctx) + x */
+    /* forward: mid = attn_out(ctx) + x */
     lens_gemm_linear_backward(dctx, dh, &blk->attn_out, R, 0, e->pool);
     if (is_target) return;
-    if (cls_only) { /* back to all rows: row i -> row i*T, the other rows get no gradient */
-        for (int i = copies - 1; i >= 1; i--) {
-            memmove(dctx + (size_t)i * T * VO, dctx + i * VO, sizeof(float) * VO);
-            memmove(dh + (size_t)i * T * C, dh + (size_t)i * C, sizeof(float) * C);
-            memset(dctx + i * VO, 0, sizeof(float) * VO);
-            memset(dh + (size_t)i * C, 0, sizeof(float) * C);
-        }
-        for (int i = 0; i < copies; i++) {
-            memset(dctx + ((size_t)i * T + 1) * VO, 0, sizeof(float) * (T - 1) * VO);
-            memset(dh + ((size_t)i * T + 1) * C, 0, sizeof(float) * (T - 1) * C);
-        }
+    if (cls_only) {
+        expand_rows(dctx, VO, copies, T, e->obj_row);
+        expand_rows(dh, (size_t)C, copies, T, e->obj_row);
     }
     j = (task_job){.e = e, .l = l, .units = copies, .fn = attention_backward_copies};
     run_tasks(&j, 1);
-    /* forward: q, k, v = x W_{Q,K,V} + b (attention and q, k, v cover every row) */
-    lens_gemm_linear_backward(e->x, e->dq, &blk->q, Rq, 1, e->pool);
-    lens_gemm_linear_backward(e->x, e->dk, &blk->k, Rq, 1, e->pool);
-    lens_gemm_linear_backward(e->x, e->dv, &blk->v, Rq, 1, e->pool);
+    /* forward: q, k, v = in W_{Q,K,V} + b, in = x (post-norm) or LN_1(x)
+     * (attention and q, k, v cover every row) */
+    float *din = e->pre_norm ? e->a : e->x;
+    lens_gemm_linear_backward(din, e->dq, &blk->q, Rq, !e->pre_norm, e->pool);
+    lens_gemm_linear_backward(din, e->dk, &blk->k, Rq, 1, e->pool);
+    lens_gemm_linear_backward(din, e->dv, &blk->v, Rq, 1, e->pool);
+    if (e->pre_norm) {
+        j = (task_job){.e = e, .l = l, .units = Rq, .fn = ln1_backward_rows};
+        run_tasks(&j, 0);
+    }
 }
 
 /* Σ over the copies of dF/dctx, then per head ∂F/∂P_h += dctx_h v_h^T
@@ -424,6 +521,10 @@ static void prepare_layer(engine *e, const float *x_l, int l, const float *P)
     const lens_block *blk = &e->m->p.blocks[l];
     const int T = e->T, DV = c->d_head_v;
     const size_t VO = (size_t)c->n_heads * DV, TT = (size_t)T * T;
+    if (e->pre_norm) { /* the values read LN_1(x_l) */
+        lens_layernorm_forward(e->a, NULL, NULL, x_l, &blk->ln_attn, T, c->d_model, c->ln_eps);
+        x_l = e->a;
+    }
     lens_gemm_linear(e->v_l, x_l, &blk->v, T, e->pool);
     for (int h = 0; h < c->n_heads; h++) /* forward: ctx_h = P_h v_h */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, DV, T, 1.0f, P + h * TT, T, e->v_l + h * DV,
@@ -454,6 +555,7 @@ static int attribute_layer(engine *e, const lens_activations *act, int l, int ta
     int zero_done = 0;
     out->f_zero = 0;
     for (int k0 = 0; k0 < steps;) {
+        if (cancelled(o)) return lens_fail(err, LENS_ECANCEL, "attribution cancelled at layer %d", l + 1);
         /* copies k0 .. k0+n-1 get gradients; one more forward-only copy at α = 0 first time */
         const int extra = zero_done ? 0 : 1;
         int n = e->max_copies - extra;
@@ -492,9 +594,9 @@ static int attribute_layer(engine *e, const lens_activations *act, int l, int ta
 
 static int check_model(const lens_model *m, lens_err *err)
 {
-    if (m->cfg.arch != LENS_ARCH_BERT || m->cfg.task != LENS_TASK_CLASSIFICATION)
-        return lens_fail(err, LENS_EINVAL, "attribution needs a BERT sequence classifier; this model is %s",
-                         m->cfg.architecture);
+    const char *why = NULL;
+    if (!lens_model_supports(m, LENS_ANALYSIS_ATTRIBUTION, &why))
+        return lens_fail(err, LENS_EINVAL, "%s; this model is %s", why, m->cfg.architecture);
     return 0;
 }
 
@@ -504,8 +606,6 @@ int lens_attribution_run(const lens_model *m, const int *ids, const int *type_id
     const lens_config *c = &m->cfg;
     const int L = c->n_layers, NH = c->n_heads;
     memset(out, 0, sizeof *out);
-    if (c->arch == LENS_ARCH_GPT2 && c->task == LENS_TASK_CAUSAL_LM) /* target = next-token id */
-        return lens_attribution_gpt2_run(m, ids, T, opts, out, err);
     if (check_model(m, err)) return -1;
     const int steps = opts && opts->steps ? opts->steps : DEFAULT_STEPS;
     const lens_riemann riemann = opts ? opts->riemann : LENS_RIEMANN_RIGHT;
@@ -521,23 +621,26 @@ int lens_attribution_run(const lens_model *m, const int *ids, const int *type_id
         lowest = layer - 1 < lowest ? layer - 1 : lowest;
     }
 
-    lens_batch batch = {.n_seqs = 1, .lengths = &T, .ids = ids, .type_ids = type_ids};
+    /* causal LM: the next token after the last position; segments mean nothing to it */
+    const int lm = c->task == LENS_TASK_CAUSAL_LM, K = lm ? c->vocab_size : c->n_labels;
+    lens_batch batch = {.n_seqs = 1, .lengths = &T, .ids = ids, .type_ids = lm ? NULL : type_ids};
     lens_forward_opts fo = {.keep = LENS_KEEP_HIDDEN | LENS_KEEP_ATTN | LENS_KEEP_LOGITS,
                             .cancel = opts ? opts->cancel : NULL,
                             .pool = opts ? opts->pool : NULL};
     lens_activations act;
     if (lens_forward(m, &batch, &fo, &act, err)) return -1;
-    const float *z = lens_act_logits(m, &act, 0);
+    const float *z = lens_act_logits(m, &act, 0) + (lm ? (size_t)(T - 1) * K : 0);
     int pred = 0;
-    for (int k = 1; k < c->n_labels; k++) pred = z[k] > z[pred] ? k : pred;
+    for (int k = 1; k < K; k++) pred = z[k] > z[pred] ? k : pred;
     const int target = opts && opts->target >= 0 ? opts->target : pred;
-    if (target >= c->n_labels) {
+    if (target >= K) {
         lens_activations_free(&act);
-        return lens_fail(err, LENS_EINVAL, "target %d is not a label index in 0..%d", target, c->n_labels - 1);
+        return lm ? lens_fail(err, LENS_EINVAL, "target %d is not a token id in 0..%d", target, K - 1)
+                  : lens_fail(err, LENS_EINVAL, "target %d is not a label index in 0..%d", target, K - 1);
     }
     double zmax = z[0], zsum = 0;
-    for (int k = 1; k < c->n_labels; k++) zmax = z[k] > zmax ? z[k] : zmax;
-    for (int k = 0; k < c->n_labels; k++) zsum += exp(z[k] - zmax);
+    for (int k = 1; k < K; k++) zmax = z[k] > zmax ? z[k] : zmax;
+    for (int k = 0; k < K; k++) zsum += exp(z[k] - zmax);
 
     const size_t budget = opts && opts->max_scratch_bytes ? opts->max_scratch_bytes : DEFAULT_SCRATCH;
     size_t per = bytes_per_copy(c, T, lowest), fit = budget / per;
@@ -575,7 +678,8 @@ int lens_attr_eval(const lens_model *m, const int *ids, const int *type_ids, int
     const lens_config *c = &m->cfg;
     if (check_model(m, err)) return -1;
     if (layer < 1 || layer > c->n_layers) return lens_fail(err, LENS_EINVAL, "layer %d is not in 1..%d", layer, c->n_layers);
-    if (target < 0 || target >= c->n_labels) return lens_fail(err, LENS_EINVAL, "target %d is not a label index", target);
+    const int K = c->task == LENS_TASK_CAUSAL_LM ? c->vocab_size : c->n_labels;
+    if (target < 0 || target >= K) return lens_fail(err, LENS_EINVAL, "target %d is not a label index or token id", target);
     lens_batch batch = {.n_seqs = 1, .lengths = &T, .ids = ids, .type_ids = type_ids};
     lens_forward_opts fo = {.keep = LENS_KEEP_HIDDEN};
     lens_activations act;
@@ -603,92 +707,4 @@ void lens_attribution_free(lens_attribution *a)
         for (int i = 0; i < a->n_layers; i++) free(a->layers[i].attr), free(a->layers[i].importance);
     free(a->layers);
     memset(a, 0, sizeof *a);
-}
-
-/* ------------------------------------------------------------------ tree
- * attattr's examples/attribution_tree.py, for any number of layers L (the
- * released script hard-codes 12); docs/attribution.md states the rules. */
-
-enum { NODE_ABSENT = -1, NODE_OPEN = 0, NODE_FIXED = 1 };
-
-int lens_attr_tree_build(const float *const *attr, int L, int NH, int T, float threshold,
-                         lens_attr_tree *tree, lens_err *err)
-{
-    memset(tree, 0, sizeof *tree);
-    if (L < 1 || NH < 1 || T < 2) return lens_fail(err, LENS_EINVAL, "a tree needs >= 1 layer and >= 2 tokens");
-    const size_t TT = (size_t)T * T;
-    float *prop = malloc(sizeof(float) * L * TT); /* per layer: Σ_h attr / |max over rows 1..T-1| */
-    double *total = calloc(TT, sizeof(double));   /* Σ_l Σ_h attr */
-    int *state = malloc(sizeof(int) * T);
-    tree->nodes = malloc(sizeof(lens_attr_node) * T);
-    tree->edges = malloc(sizeof(lens_attr_edge) * T);
-    if (!prop || !total || !state || !tree->nodes || !tree->edges) {
-        free(prop), free(total), free(state), lens_attr_tree_free(tree);
-        return lens_fail(err, LENS_ENOMEM, "out of memory for the attribution tree");
-    }
-    for (int l = 0; l < L; l++) {
-        float *p = prop + l * TT;
-        for (size_t ij = 0; ij < TT; ij++) {
-            double s = 0;
-            for (int h = 0; h < NH; h++) s += attr[l][h * TT + ij];
-            p[ij] = (float)s;
-            total[ij] += s;
-        }
-        float max = -INFINITY; /* rows 1.. : the [CLS] row is left out of the normaliser */
-        for (size_t ij = T; ij < TT; ij++) max = p[ij] > max ? p[ij] : max;
-        const float scale = fabsf(max);
-        for (size_t ij = 0; ij < TT; ij++) {
-            const float v = scale > 0 ? p[ij] / scale : 0.0f;
-            p[ij] = v > threshold ? v : 0.0f;
-        }
-    }
-    /* root: largest Σ_j max(0, total[i][j]) over j != i, among rows i >= 1
-     * (ties: the larger i, as the reversed argsort does) */
-    int root = T - 1;
-    double best = -1;
-    for (int i = 1; i < T; i++) {
-        double s = 0;
-        for (int j = 0; j < T; j++)
-            if (j != i && total[(size_t)i * T + j] > 0) s += total[(size_t)i * T + j];
-        if (s >= best) best = s, root = i;
-    }
-    tree->root = root;
-    tree->threshold = threshold;
-    for (int i = 0; i < T; i++) state[i] = NODE_ABSENT;
-    state[root] = NODE_OPEN;
-    tree->nodes[tree->n_nodes++] = (lens_attr_node){root, L};
-#define ADD_EDGE(li, i, j)                                                                               \
-    do {                                                                                                 \
-        tree->edges[tree->n_edges++] = (lens_attr_edge){(li) + 1, (i), (j), prop[(li) * TT + (size_t)(i) * T + (j)]}; \
-        tree->nodes[tree->n_nodes++] = (lens_attr_node){(j), (li) + 1};                                  \
-    } while (0)
-    if (L >= 2) { /* second-to-last layer: children of the root */
-        const int li = L - 2;
-        for (int j = 0; j < T; j++)
-            if (j != root && prop[li * TT + (size_t)root * T + j] > threshold) {
-                state[j] = NODE_OPEN;
-                state[root] = NODE_FIXED;
-                ADD_EDGE(li, root, j);
-            }
-    }
-    for (int li = L - 3; li >= 0; li--)
-        for (int i = 1; i < T; i++)
-            for (int j = 0; j < T; j++) {
-                /* an edge only from a node in the tree to a token not yet in it; the
-                 * parent becomes fixed when it gains its first child below the root layer */
-                if (prop[li * TT + (size_t)i * T + j] < threshold || state[i] == NODE_ABSENT) continue;
-                if (state[j] != NODE_ABSENT) continue;
-                state[i] = NODE_FIXED;
-                state[j] = NODE_OPEN;
-                ADD_EDGE(li, i, j);
-            }
-#undef ADD_EDGE
-    free(prop), free(total), free(state);
-    return 0;
-}
-
-void lens_attr_tree_free(lens_attr_tree *tree)
-{
-    free(tree->nodes), free(tree->edges);
-    memset(tree, 0, sizeof *tree);
 }

@@ -64,18 +64,14 @@ typedef struct {
 } lens_attribution;
 
 /* Attribution of one sequence (ids, type_ids NULL = segment 0, T tokens) on
- * a BERT classifier. Returns 0, or -1 with err filled (LENS_EINVAL for a
- * model that is not a sequence classifier, a bad target or layer). */
+ * a sequence classifier (target = a class index) or a causal LM (F = p(next
+ * token = target) at the last position, target a token id; -1 = the most
+ * probable; type_ids ignored; A_l is causal, so Attr_l is zero above the
+ * diagonal). Returns 0, or -1 with err filled (LENS_EINVAL for a model
+ * lens_model_supports refuses, a bad target or layer). */
 int lens_attribution_run(const lens_model *m, const int *ids, const int *type_ids, int T,
                          const lens_attr_opts *opts, lens_attribution *out, lens_err *err);
 void lens_attribution_free(lens_attribution *a);
-
-/* GPT-2 (causal LM; core/analysis/attribution_gpt2.c): F = p(next token = target)
- * at the last position, target a token id (-1 = the most probable next
- * token); same options and output. lens_attribution_run dispatches here
- * for GPT-2 models; type_ids are ignored. */
-int lens_attribution_gpt2_run(const lens_model *m, const int *ids, int T, const lens_attr_opts *opts,
-                              lens_attribution *out, lens_err *err);
 
 /* F = p(target | ids) with layer's (1-based) attention probabilities
  * replaced by probs [NH][T][T] (any values: rows need not sum to 1; zeros

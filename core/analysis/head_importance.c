@@ -115,9 +115,9 @@ int lens_head_importance_run(const lens_model *m, const lens_example *ex, int n,
     const lens_config *c = &m->cfg;
     const int L = c->n_layers, NH = c->n_heads, H = L * NH;
     memset(out, 0, sizeof *out);
-    if (c->arch != LENS_ARCH_BERT || c->task != LENS_TASK_CLASSIFICATION)
-        return lens_fail(err, LENS_EINVAL, "head importance needs a BERT sequence classifier; this model is %s",
-                         c->architecture);
+    const char *why = NULL;
+    if (!lens_model_supports(m, LENS_ANALYSIS_HEAD_IMPORTANCE, &why))
+        return lens_fail(err, LENS_EINVAL, "head importance: %s; this model is %s", why, c->architecture);
     if (n < 1) return lens_fail(err, LENS_EINVAL, "head importance needs at least one example");
     for (int i = 0; i < n; i++)
         if (ex[i].label < 0 || ex[i].label >= c->n_labels)

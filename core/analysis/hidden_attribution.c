@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "core/base/gemm.h"
+#include "core/model/arch.h"
 #include "core/nn/ops.h"
 
 #define DEFAULT_PROBES 16
@@ -81,7 +82,7 @@ static int primal_init(primal *p, const lens_model *m, int T)
     memset(p, 0, sizeof *p);
     p->m = m, p->T = T, p->L = c->n_layers, p->C = c->d_model, p->NH = c->n_heads, p->F = c->d_ff;
     p->QK = c->n_heads * c->d_head_k, p->VO = c->n_heads * c->d_head_v;
-    p->causal = c->arch == LENS_ARCH_GPT2;
+    p->causal = lens_has_cap(c, LENS_CAP_CAUSAL);
     int failed = 0;
     const size_t t = (size_t)T;
     p->cache = calloc((size_t)p->L, sizeof *p->cache);
@@ -126,7 +127,7 @@ static void primal_run(primal *p, const float *h0, float *hidden)
         const lens_block *b = &m->p.blocks[l];
         layer_cache *lc = &p->cache[l];
         const size_t TT = (size_t)T * T;
-        if (c->arch == LENS_ARCH_BERT) {
+        if (!lens_has_cap(c, LENS_CAP_PRE_NORM)) {
             /* a = LN_attn(x + attn_out(attention(x Wq, x Wk, x Wv))) */
             lens_linear_forward(lc->q, p->x, &b->q, T);
             lens_linear_forward(lc->k, p->x, &b->k, T);
@@ -162,7 +163,7 @@ static void primal_run(primal *p, const float *h0, float *hidden)
         }
         if (hidden) memcpy(hidden + (size_t)(l + 1) * TC, p->x, sizeof(float) * TC);
     }
-    if (c->arch == LENS_ARCH_GPT2) { /* HF hidden_states[L] has ln_f applied */
+    if (lens_has_cap(c, LENS_CAP_PRE_NORM)) { /* HF hidden_states[L] has the final LayerNorm applied */
         memcpy(p->lnf_in, p->x, sizeof(float) * TC);
         lens_layernorm_forward(p->a, p->lnf_mean, p->lnf_rstd, p->lnf_in, &m->p.ln_final, T, C, c->ln_eps);
         if (hidden) memcpy(hidden + (size_t)p->L * TC, p->a, sizeof(float) * TC);
@@ -176,10 +177,7 @@ int lens_hta_embed(const lens_model *m, const int *ids, const int *type_ids, int
         return lens_fail(err, LENS_ELIMIT, "sequence of %d tokens (the model takes 1..%d)", T, c->max_positions);
     for (int t = 0; t < T; t++)
         if (ids[t] < 0 || ids[t] >= c->vocab_size) return lens_fail(err, LENS_EINVAL, "token id %d out of range", ids[t]);
-    lens_embedding_forward(h0, ids, c->arch == LENS_ARCH_BERT ? type_ids : NULL, m->p.tok_emb, m->p.pos_emb,
-                           c->arch == LENS_ARCH_BERT ? m->p.type_emb : NULL, T, c->d_model);
-    if (c->arch == LENS_ARCH_BERT)
-        lens_layernorm_forward(h0, NULL, NULL, h0, &m->p.ln_emb, T, c->d_model, c->ln_eps);
+    c->family->embed(m, ids, lens_has_cap(c, LENS_CAP_SEGMENTS) ? type_ids : NULL, T, h0, NULL, NULL);
     return 0;
 }
 
@@ -328,7 +326,7 @@ static void layer_jvp(const primal *p, tangents *t, int l, int B, int row)
     const layer_cache *lc = &p->cache[l];
     const int T = p->T, C = p->C, R = B * T;
     const size_t RC = (size_t)R * C;
-    if (c->arch == LENS_ARCH_BERT) {
+    if (!lens_has_cap(c, LENS_CAP_PRE_NORM)) {
         qkv_jvp(p, t, b, t->tx, B, row);
         attention_jvp(t->tctx, t->tq, t->tk, t->tv, lc, B, T, p->NH, c->d_head_k, c->d_head_v, c->attn_scale, t->dS);
         linear_jvp(t->th, t->tctx, &b->attn_out, R);
@@ -451,7 +449,7 @@ static void sweep_token(void *ctx, int i)
             layer_jvp(p, t, l - 1, nb, l == 1 ? i : -1);
             if (job->want[l] < 0) continue;
             const float *y = t->tx;
-            if (l == L && m->cfg.arch == LENS_ARCH_GPT2) { /* ln_f */
+            if (l == L && lens_has_cap(&m->cfg, LENS_CAP_PRE_NORM)) { /* final LayerNorm */
                 layernorm_jvp(t->tn, t->tx, p->lnf_in, p->lnf_mean, p->lnf_rstd, &m->p.ln_final, nb, T, C, t->xhat);
                 y = t->tn;
             }
@@ -573,7 +571,7 @@ int lens_hidden_attribution(const lens_model *m, const int *ids, const int *type
                     y->norm2_stderr[e] = (float)sqrt(fmax(0.0, var) / P);
                 }
             }
-            aggregate(y, T, p.causal || c->arch == LENS_ARCH_GPT2);
+            aggregate(y, T, lens_has_cap(c, LENS_CAP_CAUSAL)); /* p is freed by now */
         }
     free(sum), free(sumsq);
     if (rc) lens_hta_result_free(out);

@@ -167,9 +167,9 @@ int lens_triggers_run(const lens_model *m, const lens_example *src, int n_src, c
     const int released = opts && opts->rule == LENS_TRIGGER_RULE_RELEASED;
     const int top_k = opts && opts->top_k > 0 ? opts->top_k : released ? 2 : 3;
     memset(out, 0, sizeof *out);
-    if (c->arch != LENS_ARCH_BERT || c->task != LENS_TASK_CLASSIFICATION)
-        return lens_fail(err, LENS_EINVAL, "triggers need a BERT sequence classifier; this model is %s",
-                         c->architecture);
+    const char *why = NULL;
+    if (!lens_model_supports(m, LENS_ANALYSIS_TRIGGERS, &why))
+        return lens_fail(err, LENS_EINVAL, "triggers: %s; this model is %s", why, c->architecture);
     if (n_src < 1 || n_victims < 1)
         return lens_fail(err, LENS_EINVAL, "triggers need at least one source and one victim example");
     for (int i = 0; i < n_src + n_victims; i++) {

@@ -1,18 +1,16 @@
 /* config.c - reading a Hugging Face config.json into lens_config.
  *
- * Supported model types: "bert" (BertModel, BertForSequenceClassification,
- * BertForMaskedLM) and "gpt2" (GPT2Model, GPT2LMHeadModel). The identifiable
- * encoder variant adds optional keys to a bert config: "head_dim_key",
- * "head_dim_value" (per-head key / value sizes) and "head_combination"
- * ("concat" | "sum" | "sum_adjacent"); see docs/identifiable-encoder.md. */
-#include "core/model/model.h"
+ * "model_type" picks the family (core/model/arch.h), whose parse_config
+ * reads its own keys with the helpers here (lens_json_*, activations,
+ * id2label); this file knows no family. */
+#include "core/model/arch.h"
 
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* An integer field that must be present (fallback < 0) or defaults. */
-static int get_int(json_t *root, const char *path, const char *key, int fallback,
+int lens_json_int(json_t *root, const char *path, const char *key, int fallback,
                    int min, int max, int *out, lens_err *err)
 {
     json_t *v = json_object_get(root, key);
@@ -30,7 +28,7 @@ static int get_int(json_t *root, const char *path, const char *key, int fallback
     return 0;
 }
 
-static int get_float(json_t *root, const char *path, const char *key, double fallback,
+int lens_json_eps(json_t *root, const char *path, const char *key, double fallback,
                      float *out, lens_err *err)
 {
     json_t *v = json_object_get(root, key);
@@ -45,14 +43,14 @@ static int get_float(json_t *root, const char *path, const char *key, double fal
     return 0;
 }
 
-static const char *get_str(json_t *root, const char *key)
+const char *lens_json_str(json_t *root, const char *key)
 {
     json_t *v = json_object_get(root, key);
     return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
 /* "gelu" is exact erf GELU in HF; the tanh forms are gelu_new & friends. */
-static int parse_activation(const char *path, const char *act, int *gelu_tanh, lens_err *err)
+int lens_parse_activation(const char *path, const char *act, int *gelu_tanh, lens_err *err)
 {
     if (strcmp(act, "gelu") == 0) *gelu_tanh = 0;
     else if (!strcmp(act, "gelu_new") || !strcmp(act, "gelu_pytorch_tanh") || !strcmp(act, "gelu_fast"))
@@ -61,7 +59,7 @@ static int parse_activation(const char *path, const char *act, int *gelu_tanh, l
     return 0;
 }
 
-static int parse_labels(json_t *root, const char *path, lens_config *cfg, lens_err *err)
+int lens_parse_labels(json_t *root, const char *path, lens_config *cfg, lens_err *err)
 {
     json_t *id2label = json_object_get(root, "id2label");
     int n = (int)json_object_size(id2label);
@@ -87,6 +85,17 @@ static int parse_labels(json_t *root, const char *path, lens_config *cfg, lens_e
     return 0;
 }
 
+int lens_config_task(json_t *root, const char *path, lens_config *cfg, lens_err *err)
+{
+    for (lens_task t = LENS_TASK_ENCODER; t <= LENS_TASK_CAUSAL_LM; t++) {
+        const char *name = cfg->family->task_archs[t];
+        if (!name || strcmp(name, cfg->architecture)) continue;
+        cfg->task = t;
+        return t == LENS_TASK_CLASSIFICATION ? lens_parse_labels(root, path, cfg, err) : 0;
+    }
+    return lens_fail(err, LENS_EFORMAT, "%s: unsupported architecture \"%s\"", path, cfg->architecture);
+}
+
 int lens_head_combination_parse(const char *name, int *combine)
 {
     static const char *const names[] = {"concat", "sum", "sum_adjacent"};
@@ -101,78 +110,6 @@ int lens_head_combination_parse(const char *name, int *combine)
 const char *lens_head_combination_name(int combine)
 {
     return combine == LENS_HEADS_SUM ? "sum" : combine == LENS_HEADS_SUM_ADJACENT ? "sum_adjacent" : "concat";
-}
-
-static int parse_bert(json_t *root, const char *path, lens_config *cfg, lens_err *err)
-{
-    cfg->arch = LENS_ARCH_BERT;
-    if (get_int(root, path, "hidden_size", -1, 1, 1 << 16, &cfg->d_model, err) ||
-        get_int(root, path, "num_hidden_layers", -1, 1, 1024, &cfg->n_layers, err) ||
-        get_int(root, path, "num_attention_heads", -1, 1, 1024, &cfg->n_heads, err) ||
-        get_int(root, path, "intermediate_size", -1, 1, 1 << 20, &cfg->d_ff, err) ||
-        get_int(root, path, "vocab_size", -1, 1, 1 << 24, &cfg->vocab_size, err) ||
-        get_int(root, path, "max_position_embeddings", 512, 1, 1 << 20, &cfg->max_positions, err) ||
-        get_int(root, path, "type_vocab_size", 2, 1, 1024, &cfg->type_vocab_size, err) ||
-        get_float(root, path, "layer_norm_eps", 1e-12, &cfg->ln_eps, err))
-        return -1;
-    const char *act = get_str(root, "hidden_act");
-    if (parse_activation(path, act ? act : "gelu", &cfg->gelu_tanh, err)) return -1;
-    const char *pos = get_str(root, "position_embedding_type");
-    if (pos && strcmp(pos, "absolute") != 0)
-        return lens_fail(err, LENS_EFORMAT, "%s: unsupported position_embedding_type \"%s\"", path, pos);
-    if (cfg->d_model % cfg->n_heads)
-        return lens_fail(err, LENS_EFORMAT, "%s: hidden_size %d is not a multiple of num_attention_heads %d",
-                         path, cfg->d_model, cfg->n_heads);
-    int dh = cfg->d_model / cfg->n_heads;
-    if (get_int(root, path, "head_dim_key", dh, 1, 1 << 16, &cfg->d_head_k, err) ||
-        get_int(root, path, "head_dim_value", dh, 1, 1 << 16, &cfg->d_head_v, err))
-        return -1;
-    const char *scale = get_str(root, "attention_scale");
-    if (scale && strcmp(scale, "DK") && strcmp(scale, "DV"))
-        return lens_fail(err, LENS_EFORMAT, "%s: attention_scale \"%s\" is not DK or DV", path, scale);
-    cfg->scale_by_dv = scale && !strcmp(scale, "DV");
-    const char *combine = get_str(root, "head_combination");
-    if (combine && lens_head_combination_parse(combine, &cfg->head_combination))
-        return lens_fail(err, LENS_EFORMAT, "%s: head_combination \"%s\" is not one of concat, sum, sum_adjacent",
-                         path, combine);
-
-    if (!strcmp(cfg->architecture, "BertForSequenceClassification")) {
-        cfg->task = LENS_TASK_CLASSIFICATION;
-        return parse_labels(root, path, cfg, err);
-    }
-    if (!strcmp(cfg->architecture, "BertForMaskedLM")) cfg->task = LENS_TASK_MASKED_LM;
-    else if (!strcmp(cfg->architecture, "BertModel")) cfg->task = LENS_TASK_ENCODER;
-    else return lens_fail(err, LENS_EFORMAT, "%s: unsupported architecture \"%s\"", path, cfg->architecture);
-    return 0;
-}
-
-static int parse_gpt2(json_t *root, const char *path, lens_config *cfg, lens_err *err)
-{
-    cfg->arch = LENS_ARCH_GPT2;
-    if (get_int(root, path, "n_embd", -1, 1, 1 << 16, &cfg->d_model, err) ||
-        get_int(root, path, "n_layer", -1, 1, 1024, &cfg->n_layers, err) ||
-        get_int(root, path, "n_head", -1, 1, 1024, &cfg->n_heads, err) ||
-        get_int(root, path, "vocab_size", -1, 1, 1 << 24, &cfg->vocab_size, err) ||
-        get_int(root, path, "n_positions", 1024, 1, 1 << 20, &cfg->max_positions, err) ||
-        get_float(root, path, "layer_norm_epsilon", 1e-5, &cfg->ln_eps, err))
-        return -1;
-    if (get_int(root, path, "n_inner", 4 * cfg->d_model, 1, 1 << 20, &cfg->d_ff, err)) return -1;
-    const char *act = get_str(root, "activation_function");
-    if (parse_activation(path, act ? act : "gelu_new", &cfg->gelu_tanh, err)) return -1;
-    if (cfg->d_model % cfg->n_heads)
-        return lens_fail(err, LENS_EFORMAT, "%s: n_embd %d is not a multiple of n_head %d", path,
-                         cfg->d_model, cfg->n_heads);
-    json_t *scale = json_object_get(root, "scale_attn_weights");
-    json_t *by_layer = json_object_get(root, "scale_attn_by_inverse_layer_idx");
-    json_t *reorder = json_object_get(root, "reorder_and_upcast_attn");
-    if (json_is_false(scale) || json_is_true(by_layer) || json_is_true(reorder))
-        return lens_fail(err, LENS_EFORMAT, "%s: non-default GPT-2 attention scaling is not supported", path);
-    cfg->d_head_k = cfg->d_head_v = cfg->d_model / cfg->n_heads;
-    cfg->type_vocab_size = 0;
-    if (!strcmp(cfg->architecture, "GPT2LMHeadModel")) cfg->task = LENS_TASK_CAUSAL_LM;
-    else if (!strcmp(cfg->architecture, "GPT2Model")) cfg->task = LENS_TASK_ENCODER;
-    else return lens_fail(err, LENS_EFORMAT, "%s: unsupported architecture \"%s\"", path, cfg->architecture);
-    return 0;
 }
 
 int lens_config_load(const char *path, lens_config *cfg, lens_err *err)
@@ -192,19 +129,21 @@ int lens_config_load(const char *path, lens_config *cfg, lens_err *err)
         lens_fail(err, LENS_EFORMAT, "%s: not a JSON object", path);
         goto out;
     }
-    const char *type = get_str(root, "model_type");
+    const char *type = lens_json_str(root, "model_type");
     if (!type) {
         lens_fail(err, LENS_EFORMAT, "%s: missing \"model_type\"", path);
         goto out;
     }
     json_t *archs = json_object_get(root, "architectures");
     const char *arch = json_string_value(json_array_get(archs, 0));
-    const char *fallback = !strcmp(type, "gpt2") ? "GPT2LMHeadModel" : "BertModel";
-    snprintf(cfg->architecture, sizeof cfg->architecture, "%s", arch ? arch : fallback);
+    cfg->family = lens_family_find(type);
+    if (!cfg->family) {
+        lens_fail(err, LENS_EFORMAT, "%s: unsupported model_type \"%s\" (%s)", path, type, lens_family_names());
+        goto out;
+    }
+    snprintf(cfg->architecture, sizeof cfg->architecture, "%s", arch ? arch : cfg->family->default_arch);
     cfg->random_weights = json_is_true(json_object_get(root, "lensd_random_weights"));
-    if (!strcmp(type, "bert")) rc = parse_bert(root, path, cfg, err);
-    else if (!strcmp(type, "gpt2")) rc = parse_gpt2(root, path, cfg, err);
-    else lens_fail(err, LENS_EFORMAT, "%s: unsupported model_type \"%s\" (bert, gpt2)", path, type);
+    rc = cfg->family->parse_config(root, path, cfg, err);
     if (rc == 0) lens_config_set_attn_scale(cfg);
 out:
     json_decref(root);
@@ -220,6 +159,16 @@ void lens_config_free(lens_config *cfg)
     cfg->n_labels = 0;
 }
 
+int lens_task_parse(const char *name, lens_task *task)
+{
+    for (lens_task t = LENS_TASK_ENCODER; t <= LENS_TASK_CAUSAL_LM; t++)
+        if (!strcmp(name, lens_task_name(t))) {
+            *task = t;
+            return 0;
+        }
+    return -1;
+}
+
 const char *lens_task_name(lens_task task)
 {
     switch (task) {
@@ -229,4 +178,45 @@ const char *lens_task_name(lens_task task)
     case LENS_TASK_CAUSAL_LM: return "causal-lm";
     }
     return "unknown";
+}
+
+static void put_json_string(FILE *f, const char *s)
+{
+    json_t *str = json_string(s);
+    char *text = str ? json_dumps(str, JSON_ENCODE_ANY) : NULL;
+    fputs(text ? text : "\"\"", f);
+    free(text);
+    json_decref(str);
+}
+
+/* "id2label": {...}, "label2id": {...} of a classifier (LABEL_i when unnamed). */
+void lens_write_labels(FILE *f, const lens_config *c)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        fprintf(f, pass ? "  \"label2id\": {" : "  \"id2label\": {");
+        for (int i = 0; i < c->n_labels; i++) {
+            char fallback[32];
+            snprintf(fallback, sizeof fallback, "LABEL_%d", i);
+            const char *name = c->labels ? c->labels[i] : fallback;
+            fputs(i ? ", " : "", f);
+            if (pass) put_json_string(f, name), fprintf(f, ": %d", i);
+            else fprintf(f, "\"%d\": ", i), put_json_string(f, name);
+        }
+        fprintf(f, "}");
+        fprintf(f, pass ? "\n" : ",\n");
+    }
+}
+
+/* The end of a config.json: the random-weights mark, then id2label /
+ * label2id of a classifier or lensd's task name. */
+void lens_write_task_tail(FILE *f, const lens_config *c, int random_weights)
+{
+    if (random_weights) fprintf(f, "  \"lensd_random_weights\": true,\n");
+    if (c->task == LENS_TASK_CLASSIFICATION) {
+        fprintf(f, "  \"problem_type\": \"single_label_classification\",\n");
+        lens_write_labels(f, c);
+        fprintf(f, "}\n");
+    } else {
+        fprintf(f, "  \"lensd_task\": \"%s\"\n}\n", lens_task_name(c->task));
+    }
 }

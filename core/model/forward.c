@@ -1,9 +1,12 @@
-/* forward.c - the BERT / GPT-2 forward pass over a packed batch.
+/* forward.c - the forward pass over a packed batch, for any family.
  *
  * Rows of all S sequences are packed into N rows, so every linear map is one
  * GEMM of N rows and no padding exists; attention runs per sequence and head.
  * Only what opts->keep asks for is stored in lens_activations; the rest lives
  * in per-call scratch, so concurrent calls on one model never share memory.
+ * The family (arch.h) computes the embedding and each block on the buffers
+ * of lens_block_io; this file owns the buffers, attention per (sequence,
+ * head), the task head and the layer loop (with its cancel check).
  *
  * Threads: everything runs through opts->pool (NULL = the caller alone).
  * Linear maps split over output panels and row blocks (lens_gemm), attention
@@ -14,23 +17,22 @@
 #include <string.h>
 
 #include "core/base/gemm.h"
-#include "core/model/model.h"
+#include "core/model/arch.h"
 #include "core/nn/ops.h"
 #include "core/base/pool.h"
 
+/* The block buffers (io, handed to the family's block_forward; ff has d_ff
+ * columns, rows padded off 4 KiB multiples, gemm.h) and what attention
+ * needs besides. io.v is the kept values' layer slice or v_scratch. */
 typedef struct {
-    float *x;     /* [N][C] residual stream */
-    float *h;     /* [N][C] normalised input of a sub-layer (GPT-2), sub-layer output */
-    float *q, *k; /* [N][NH*DK] */
-    float *v;     /* [N][NH*DV] when values are not kept */
-    float *ctx;   /* [N][NH*DV] concatenated head outputs */
-    float *ff;    /* [N][ff_ld]: d_ff columns, rows padded off 4 KiB multiples (gemm.h) */
-    size_t ff_ld;
+    lens_block_io io;
+    const lens_model *m;
+    lens_activations *act;
+    float *v_scratch; /* [N][NH*DV] when values are not kept */
     float *probs; /* [threads][Tmax][Tmax] when attention is not kept */
     int Tmax;
-    int causal;   /* mask keys after the query: GPT-2 always, BERT on request */
+    int causal;   /* mask keys after the query: causal families always, encoders on request */
     const unsigned char *head_mask; /* [L][NH] or NULL: 0 = pruned head */
-    lens_pool *pool;
 } scratch;
 
 static float *alloc_floats(size_t n, int *failed)
@@ -65,116 +67,61 @@ static int check_batch(const lens_model *m, const lens_batch *b, size_t *N, int 
     return 0;
 }
 
-/* x[N][C] = token + position (+ segment) embeddings of each sequence. */
-static void embed(const lens_model *m, const lens_batch *b, const int *row_start, float *x)
+/* x[N][C] = the family's embedding of every sequence (statistics in slot 0). */
+static void embed(const lens_model *m, const lens_batch *b, lens_activations *act, float *x)
 {
-    const lens_params *p = &m->p;
     const int C = m->cfg.d_model;
     for (int s = 0; s < b->n_seqs; s++) {
-        for (int t = 0; t < b->lengths[s]; t++) {
-            size_t n = (size_t)row_start[s] + t;
-            float *row = x + n * C;
-            const float *tok = p->tok_emb + (size_t)b->ids[n] * C, *pos = p->pos_emb + (size_t)t * C;
-            for (int i = 0; i < C; i++) row[i] = tok[i] + pos[i];
-            if (p->type_emb) {
-                const float *seg = p->type_emb + (size_t)(b->type_ids ? b->type_ids[n] : 0) * C;
-                for (int i = 0; i < C; i++) row[i] += seg[i];
-            }
-        }
+        const size_t r = (size_t)act->row_start[s];
+        m->cfg.family->embed(m, b->ids + r, b->type_ids ? b->type_ids + r : NULL, b->lengths[s], x + r * C,
+                             act->ln_mean ? act->ln_mean + r : NULL, act->ln_rstd ? act->ln_rstd + r : NULL);
     }
 }
 
 typedef struct {
-    const lens_model *m;
-    const lens_activations *act;
     const scratch *w;
-    const float *v;
     int layer;
 } attend_job;
 
 /* One (sequence, head) pair, as lens_attention_forward does for one head:
- * P = softmax(attn_scale q_h k_h^T) (causal for GPT-2 or on request), ctx_h = P v_h. */
+ * P = softmax(attn_scale q_h k_h^T) (causal for decoders or on request), ctx_h = P v_h. */
 static void attend_task(void *ctx, int task)
 {
     const attend_job *j = ctx;
-    const lens_config *c = &j->m->cfg;
-    const lens_activations *act = j->act;
+    const scratch *w = j->w;
+    const lens_config *c = &w->m->cfg;
+    const lens_activations *act = w->act;
     const int NH = c->n_heads, DK = c->d_head_k, DV = c->d_head_v, QK = NH * DK, VO = NH * DV;
     const int s = task / NH, h = task % NH, T = act->lengths[s];
     const size_t r = (size_t)act->row_start[s];
     /* kept layout [L][NH][sum T*T]: heads of one sequence are attn_layer_size
      * apart; unkept probabilities go to this thread's scratch block */
     float *probs = act->attn ? act->attn + ((size_t)j->layer * NH + h) * act->attn_layer_size + act->attn_start[s]
-                             : j->w->probs + (size_t)lens_pool_thread_index() * j->w->Tmax * j->w->Tmax;
-    if (j->w->head_mask && !j->w->head_mask[j->layer * NH + h]) { /* pruned: P_h = 0, so ctx_h = 0 */
+                             : w->probs + (size_t)lens_pool_thread_index() * w->Tmax * w->Tmax;
+    if (w->head_mask && !w->head_mask[j->layer * NH + h]) { /* pruned: P_h = 0, so ctx_h = 0 */
         memset(probs, 0, sizeof(float) * T * T);
-        for (int t = 0; t < T; t++) memset(j->w->ctx + (r + t) * VO + h * DV, 0, sizeof(float) * DV);
+        for (int t = 0; t < T; t++) memset(w->io.ctx + (r + t) * VO + h * DV, 0, sizeof(float) * DV);
         return;
     }
-    const lens_gemm_args scores = {.M = T, .N = T, .K = DK, .x = j->w->q + r * QK + h * DK, .ldx = (size_t)QK,
-                                   .w = j->w->k + r * QK + h * DK, .ld = (size_t)QK, .w_kn = 0,
+    const lens_gemm_args scores = {.M = T, .N = T, .K = DK, .x = w->io.q + r * QK + h * DK, .ldx = (size_t)QK,
+                                   .w = w->io.k + r * QK + h * DK, .ld = (size_t)QK, .w_kn = 0,
                                    .alpha = c->attn_scale, .y = probs, .ldy = (size_t)T};
     lens_gemm(&scores, NULL);
-    lens_softmax_forward(probs, T, T, j->w->causal);
+    lens_softmax_forward(probs, T, T, w->causal);
     const lens_gemm_args context = {.M = T, .N = DV, .K = T, .x = probs, .ldx = (size_t)T,
-                                    .w = j->v + r * VO + h * DV, .ld = (size_t)VO, .w_kn = 1, .alpha = 1.0f,
-                                    .y = j->w->ctx + r * VO + h * DV, .ldy = (size_t)VO};
+                                    .w = w->io.v + r * VO + h * DV, .ld = (size_t)VO, .w_kn = 1, .alpha = 1.0f,
+                                    .y = w->io.ctx + r * VO + h * DV, .ldy = (size_t)VO};
     lens_gemm(&context, NULL);
 }
 
-/* ctx = per-sequence multi-head attention of q, k, v, one task per
+/* io->ctx = per-sequence multi-head attention of q, k, v, one task per
  * (sequence, head); probabilities kept in act->attn for this layer or in
  * scratch. */
-static void attend(const lens_model *m, lens_activations *act, scratch *w, const float *v, int layer)
+static void attend(lens_block_io *io, int layer)
 {
-    attend_job j = {.m = m, .act = act, .w = w, .v = v, .layer = layer};
-    lens_pool_run(w->pool, act->n_seqs * m->cfg.n_heads, attend_task, &j);
-}
-
-static float *ln_slot(const lens_activations *act, float *stats, int slot)
-{
-    return stats ? stats + (size_t)slot * act->n_tokens : NULL;
-}
-
-static void bert_block(const lens_model *m, lens_activations *act, scratch *w, int l)
-{
-    const lens_config *c = &m->cfg;
-    const lens_block *blk = &m->p.blocks[l];
-    const int N = act->n_tokens, C = c->d_model;
-    float *v = act->values ? act->values + (size_t)l * N * c->n_heads * c->d_head_v : w->v;
-    lens_gemm_linear(w->q, w->x, &blk->q, N, w->pool);
-    lens_gemm_linear(w->k, w->x, &blk->k, N, w->pool);
-    lens_gemm_linear(v, w->x, &blk->v, N, w->pool);
-    attend(m, act, w, v, l);
-    lens_gemm_linear(w->h, w->ctx, &blk->attn_out, N, w->pool);
-    lens_add_layernorm(w->pool, w->x, ln_slot(act, act->ln_mean, 1 + 2 * l), ln_slot(act, act->ln_rstd, 1 + 2 * l), w->h,
-                  w->x, &blk->ln_attn, N, C, c->ln_eps);
-    lens_gemm_linear_ld(w->ff, w->ff_ld, w->x, (size_t)C, &blk->ff_in, N, w->pool);
-    lens_gelu_rows(w->pool, w->ff, w->ff_ld, N, c->d_ff, c->gelu_tanh);
-    lens_gemm_linear_ld(w->h, (size_t)C, w->ff, w->ff_ld, &blk->ff_out, N, w->pool);
-    lens_add_layernorm(w->pool, w->x, ln_slot(act, act->ln_mean, 2 + 2 * l), ln_slot(act, act->ln_rstd, 2 + 2 * l), w->h,
-                  w->x, &blk->ln_ff, N, C, c->ln_eps);
-}
-
-static void gpt2_block(const lens_model *m, lens_activations *act, scratch *w, int l)
-{
-    const lens_config *c = &m->cfg;
-    const lens_block *blk = &m->p.blocks[l];
-    const int N = act->n_tokens, C = c->d_model;
-    float *v = act->values ? act->values + (size_t)l * N * c->n_heads * c->d_head_v : w->v;
-    lens_add_layernorm(w->pool, w->h, ln_slot(act, act->ln_mean, 2 * l), ln_slot(act, act->ln_rstd, 2 * l), w->x, NULL,
-                  &blk->ln_attn, N, C, c->ln_eps);
-    lens_gemm_linear(w->q, w->h, &blk->q, N, w->pool);
-    lens_gemm_linear(w->k, w->h, &blk->k, N, w->pool);
-    lens_gemm_linear(v, w->h, &blk->v, N, w->pool);
-    attend(m, act, w, v, l);
-    lens_gemm_linear(w->h, w->ctx, &blk->attn_out, N, w->pool);
-    lens_residual_layernorm(w->pool, w->x, w->h, w->h, ln_slot(act, act->ln_mean, 2 * l + 1),
-                       ln_slot(act, act->ln_rstd, 2 * l + 1), &blk->ln_ff, N, C, c->ln_eps);
-    lens_gemm_linear_ld(w->ff, w->ff_ld, w->h, (size_t)C, &blk->ff_in, N, w->pool);
-    lens_gelu_rows(w->pool, w->ff, w->ff_ld, N, c->d_ff, c->gelu_tanh);
-    lens_gemm_linear_ld(w->h, (size_t)C, w->ff, w->ff_ld, &blk->ff_out, N, w->pool);
-    lens_residual_layernorm(w->pool, w->x, w->h, NULL, NULL, NULL, NULL, N, C, c->ln_eps);
+    scratch *w = (scratch *)io; /* io is the first member */
+    attend_job j = {.w = w, .layer = layer};
+    lens_pool_run(io->pool, w->act->n_seqs * w->m->cfg.n_heads, attend_task, &j);
 }
 
 /* Task head on the final hidden states x[N][C]. */
@@ -190,24 +137,24 @@ static int task_head(const lens_model *m, lens_activations *act, scratch *w)
         act->logits = alloc_floats((size_t)act->n_seqs * c->n_labels, &failed);
         if (failed) return -1;
         for (int s = 0; s < act->n_seqs; s++)
-            memcpy(w->h + (size_t)s * C, w->x + (size_t)act->row_start[s] * C, sizeof(float) * C);
-        lens_gemm_linear(act->pooled, w->h, &p->pooler, act->n_seqs, w->pool);
-        lens_tanh_forward(act->pooled, (size_t)act->n_seqs * C);
-        lens_gemm_linear(act->logits, act->pooled, &p->classifier, act->n_seqs, w->pool);
+            memcpy(w->io.h + (size_t)s * C, w->io.x + (size_t)act->row_start[s] * C, sizeof(float) * C);
+        lens_gemm_linear(act->pooled, w->io.h, &p->pooler, act->n_seqs, w->io.pool);
+        (c->head_relu ? lens_relu_forward : lens_tanh_forward)(act->pooled, (size_t)act->n_seqs * C);
+        lens_gemm_linear(act->logits, act->pooled, &p->classifier, act->n_seqs, w->io.pool);
     } else if (c->task == LENS_TASK_MASKED_LM || c->task == LENS_TASK_CAUSAL_LM) {
         act->logits = alloc_floats((size_t)N * c->vocab_size, &failed);
         if (failed) return -1;
         /* decoder tied to the word embeddings: logits = t E^T (+ bias) */
         lens_linear decoder = {.w = p->tok_emb, .in = C, .out = c->vocab_size, .ld = C};
-        const float *t = w->x;
+        const float *t = w->io.x;
         if (c->task == LENS_TASK_MASKED_LM) {
-            lens_gemm_linear(w->h, w->x, &p->mlm_transform, N, w->pool);
-            lens_gelu_rows(w->pool, w->h, (size_t)C, N, C, c->gelu_tanh);
-            lens_add_layernorm(w->pool, w->h, NULL, NULL, w->h, NULL, &p->mlm_ln, N, C, c->ln_eps);
+            lens_gemm_linear(w->io.h, w->io.x, &p->mlm_transform, N, w->io.pool);
+            lens_gelu_rows(w->io.pool, w->io.h, (size_t)C, N, C, c->gelu_tanh);
+            lens_add_layernorm(w->io.pool, w->io.h, NULL, NULL, w->io.h, NULL, &p->mlm_ln, N, C, c->ln_eps);
             decoder.b = p->mlm_bias;
-            t = w->h;
+            t = w->io.h;
         }
-        lens_gemm_linear(act->logits, t, &decoder, N, w->pool);
+        lens_gemm_linear(act->logits, t, &decoder, N, w->io.pool);
     }
     return 0;
 }
@@ -242,21 +189,26 @@ static int layout(const lens_model *m, const lens_batch *b, unsigned keep, size_
         act->ln_mean = alloc_floats((2 * L + 1) * N, &failed);
         act->ln_rstd = alloc_floats((2 * L + 1) * N, &failed);
     }
-    w->x = alloc_floats(N * C, &failed);
-    w->h = alloc_floats(N * C, &failed);
-    w->q = alloc_floats(N * QK, &failed);
-    w->k = alloc_floats(N * QK, &failed);
-    w->ctx = alloc_floats(N * VO, &failed);
-    w->ff_ld = (size_t)c->d_ff + (c->d_ff % 1024 == 0 ? 16 : 0);
-    w->ff = alloc_floats(N * w->ff_ld, &failed);
-    if (!act->values) w->v = alloc_floats(N * VO, &failed);
-    if (!act->attn) w->probs = alloc_floats((size_t)lens_pool_threads(w->pool) * Tmax * Tmax, &failed);
+    lens_block_io *io = &w->io;
+    io->N = (int)N;
+    io->x = alloc_floats(N * C, &failed);
+    io->h = alloc_floats(N * C, &failed);
+    io->q = alloc_floats(N * QK, &failed);
+    io->k = alloc_floats(N * QK, &failed);
+    io->ctx = alloc_floats(N * VO, &failed);
+    io->ff_ld = (size_t)c->d_ff + (c->d_ff % 1024 == 0 ? 16 : 0);
+    io->ff = alloc_floats(N * io->ff_ld, &failed);
+    io->ln_mean = act->ln_mean, io->ln_rstd = act->ln_rstd;
+    io->attend = attend;
+    if (!act->values) w->v_scratch = alloc_floats(N * VO, &failed);
+    if (!act->attn) w->probs = alloc_floats((size_t)lens_pool_threads(io->pool) * Tmax * Tmax, &failed);
     return failed ? -1 : 0;
 }
 
 static void scratch_free(scratch *w)
 {
-    free(w->x), free(w->h), free(w->q), free(w->k), free(w->v), free(w->ctx), free(w->ff), free(w->probs);
+    lens_block_io *io = &w->io;
+    free(io->x), free(io->h), free(io->q), free(io->k), free(io->ctx), free(io->ff), free(w->v_scratch), free(w->probs);
 }
 
 static void keep_hidden(lens_activations *act, const float *x, int layer, int C)
@@ -275,30 +227,29 @@ int lens_forward(const lens_model *m, const lens_batch *batch, const lens_forwar
     size_t N = 0;
     int Tmax = 0;
     if (check_batch(m, batch, &N, &Tmax, err)) return -1;
-    scratch w = {.pool = opts ? opts->pool : NULL,
+    scratch w = {.io = {.pool = opts ? opts->pool : NULL},
+                 .m = m,
+                 .act = act,
                  .Tmax = Tmax,
-                 .causal = c->arch == LENS_ARCH_GPT2 || (opts && opts->causal),
+                 .causal = lens_has_cap(c, LENS_CAP_CAUSAL) || (opts && opts->causal),
                  .head_mask = opts ? opts->head_mask : NULL};
     if (layout(m, batch, keep, N, Tmax, act, &w)) {
         lens_fail(err, LENS_ENOMEM, "out of memory for a batch of %zu tokens", N);
         goto fail;
     }
 
-    embed(m, batch, act->row_start, w.x);
-    if (c->arch == LENS_ARCH_BERT)
-        lens_add_layernorm(w.pool, w.x, ln_slot(act, act->ln_mean, 0), ln_slot(act, act->ln_rstd, 0), w.x, NULL,
-                      &m->p.ln_emb, (int)N, C, c->ln_eps);
-    keep_hidden(act, w.x, 0, C);
+    embed(m, batch, act, w.io.x);
+    keep_hidden(act, w.io.x, 0, C);
     for (int l = 0; l < L; l++) {
         if (opts && lens_cancelled(opts->cancel)) {
             lens_fail(err, LENS_ECANCEL, "cancelled at layer %d of %d", l, L);
             goto fail;
         }
-        (c->arch == LENS_ARCH_BERT ? bert_block : gpt2_block)(m, act, &w, l);
-        if (c->arch == LENS_ARCH_GPT2 && l == L - 1)
-            lens_add_layernorm(w.pool, w.x, ln_slot(act, act->ln_mean, 2 * L), ln_slot(act, act->ln_rstd, 2 * L), w.x,
-                          NULL, &m->p.ln_final, (int)N, C, c->ln_eps);
-        keep_hidden(act, w.x, l + 1, C);
+        /* this layer's kept values, or scratch */
+        w.io.v = act->values ? act->values + (size_t)l * N * c->n_heads * c->d_head_v : w.v_scratch;
+        c->family->block_forward(m, &w.io, l);
+        if (l == L - 1 && c->family->final_forward) c->family->final_forward(m, &w.io);
+        keep_hidden(act, w.io.x, l + 1, C);
     }
     if ((keep & LENS_KEEP_LOGITS) && task_head(m, act, &w)) {
         lens_fail(err, LENS_ENOMEM, "out of memory for the logits of %zu tokens", N);

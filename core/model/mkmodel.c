@@ -10,14 +10,17 @@
 #include "core/model/mkmodel.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/io/safetensors.h"
+#include "core/model/arch.h"
 
 const char *const lens_mkmodel_presets[] = {"micro", "tiny", "small", "base", NULL};
 
@@ -28,13 +31,15 @@ typedef struct {
 
 /* micro is for tests that run a model millions of times (the fuzzers of
  * tests/fuzz): 1000 tokens still hold every generated vocabulary entry
- * (GPT-2: 256 bytes + 702 merges + <|endoftext|>). */
-static int find_preset(const char *name, int gpt2, preset *p)
+ * (GPT-2: 256 bytes + 702 merges + <|endoftext|>; RoBERTa 4 more specials).
+ * Decoders get 256 positions when tiny (cheap causal tests) and GPT-2's 1024
+ * at base size; encoders BERT's 512. */
+static int find_preset(const char *name, int causal, preset *p)
 {
     if (!strcmp(name, "micro")) *p = (preset){2, 16, 2, 64, 64, 1000};
-    else if (!strcmp(name, "tiny")) *p = (preset){2, 128, 2, 512, gpt2 ? 256 : 512, 0};
+    else if (!strcmp(name, "tiny")) *p = (preset){2, 128, 2, 512, causal ? 256 : 512, 0};
     else if (!strcmp(name, "small")) *p = (preset){4, 256, 4, 1024, 512, 0};
-    else if (!strcmp(name, "base")) *p = (preset){12, 768, 12, 3072, gpt2 ? 1024 : 512, 0};
+    else if (!strcmp(name, "base")) *p = (preset){12, 768, 12, 3072, causal ? 1024 : 512, 0};
     else return -1;
     return 0;
 }
@@ -59,103 +64,42 @@ static float rng_normal(rng *r)
     return (float)(sqrt(-2.0 * log(rng_uniform(r))) * cos(2.0 * M_PI * rng_uniform(r)));
 }
 
-/* The tensors being built: names and data owned here until written. */
+/* Visitor of the family's walker (arch.h): every tensor gets data, random
+ * N(0, init_std) for embeddings and weights in walk order (reproducible for
+ * a seed), LayerNorm gains 1, biases 0. Names and data owned here until
+ * written. */
 typedef struct {
+    lens_param_visitor v; /* first member */
     lens_st_out *t;
     int n, cap;
     rng r;
-    int failed;
 } builder;
 
-static void add(builder *b, const char *name, int64_t d0, int64_t d1, float fill, int random)
+static const float *add(lens_param_visitor *v, const lens_param_desc *d)
 {
-    if (b->failed) return;
+    builder *b = (builder *)v;
     if (b->n == b->cap) {
         int cap = b->cap ? 2 * b->cap : 64;
         lens_st_out *t = realloc(b->t, sizeof *t * cap);
         if (!t) {
-            b->failed = 1;
-            return;
+            v->failed = 1;
+            return NULL;
         }
         b->t = t, b->cap = cap;
     }
-    size_t n = (size_t)d0 * (size_t)(d1 ? d1 : 1);
+    size_t n = (size_t)d->shape[0] * (size_t)(d->ndim == 2 ? d->shape[1] : 1);
     float *data = malloc(n * sizeof(float));
-    char *copy = strdup(name);
+    char *copy = strdup(d->name);
     if (!data || !copy) {
         free(data), free(copy);
-        b->failed = 1;
-        return;
+        v->failed = 1;
+        return NULL;
     }
-    for (size_t i = 0; i < n; i++) data[i] = random ? 0.02f * rng_normal(&b->r) : fill;
-    b->t[b->n++] = (lens_st_out){.name = copy, .ndim = d1 ? 2 : 1, .shape = {d0, d1}, .data = data};
-}
-
-static void add_linear(builder *b, const char *name, int out, int in, int conv1d)
-{
-    char s[320];
-    snprintf(s, sizeof s, "%s.weight", name);
-    add(b, s, conv1d ? in : out, conv1d ? out : in, 0, 1);
-    snprintf(s, sizeof s, "%s.bias", name);
-    add(b, s, out, 0, 0, 0);
-}
-
-static void add_layernorm(builder *b, const char *name, int C)
-{
-    char s[320];
-    snprintf(s, sizeof s, "%s.weight", name);
-    add(b, s, C, 0, 1, 0);
-    snprintf(s, sizeof s, "%s.bias", name);
-    add(b, s, C, 0, 0, 0);
-}
-
-static void build_bert(builder *b, const preset *p, const char *task, int vocab)
-{
-    const int C = p->hidden;
-    char n[256];
-    add(b, "bert.embeddings.word_embeddings.weight", vocab, C, 0, 1);
-    add(b, "bert.embeddings.position_embeddings.weight", p->positions, C, 0, 1);
-    add(b, "bert.embeddings.token_type_embeddings.weight", 2, C, 0, 1);
-    add_layernorm(b, "bert.embeddings.LayerNorm", C);
-    for (int l = 0; l < p->layers; l++) {
-#define AT(suffix) (snprintf(n, sizeof n, "bert.encoder.layer.%d.%s", l, suffix), n)
-        add_linear(b, AT("attention.self.query"), C, C, 0);
-        add_linear(b, AT("attention.self.key"), C, C, 0);
-        add_linear(b, AT("attention.self.value"), C, C, 0);
-        add_linear(b, AT("attention.output.dense"), C, C, 0);
-        add_layernorm(b, AT("attention.output.LayerNorm"), C);
-        add_linear(b, AT("intermediate.dense"), p->ff, C, 0);
-        add_linear(b, AT("output.dense"), C, p->ff, 0);
-        add_layernorm(b, AT("output.LayerNorm"), C);
-#undef AT
-    }
-    if (!strcmp(task, "classification")) {
-        add_linear(b, "bert.pooler.dense", C, C, 0);
-        add_linear(b, "classifier", 2, C, 0);
-    } else if (!strcmp(task, "masked-lm")) {
-        add_linear(b, "cls.predictions.transform.dense", C, C, 0);
-        add_layernorm(b, "cls.predictions.transform.LayerNorm", C);
-        add(b, "cls.predictions.bias", vocab, 0, 0, 0);
-    }
-}
-
-static void build_gpt2(builder *b, const preset *p, int vocab)
-{
-    const int C = p->hidden;
-    char n[256];
-    add(b, "transformer.wte.weight", vocab, C, 0, 1);
-    add(b, "transformer.wpe.weight", p->positions, C, 0, 1);
-    for (int l = 0; l < p->layers; l++) {
-#define AT(suffix) (snprintf(n, sizeof n, "transformer.h.%d.%s", l, suffix), n)
-        add_layernorm(b, AT("ln_1"), C);
-        add_linear(b, AT("attn.c_attn"), 3 * C, C, 1);
-        add_linear(b, AT("attn.c_proj"), C, C, 1);
-        add_layernorm(b, AT("ln_2"), C);
-        add_linear(b, AT("mlp.c_fc"), p->ff, C, 1);
-        add_linear(b, AT("mlp.c_proj"), C, p->ff, 1);
-#undef AT
-    }
-    add_layernorm(b, "transformer.ln_f", C);
+    const int random = d->kind == LENS_PARAM_EMBEDDING || d->kind == LENS_PARAM_WEIGHT;
+    const float fill = d->kind == LENS_PARAM_NORM_WEIGHT ? 1.0f : 0.0f;
+    for (size_t i = 0; i < n; i++) data[i] = random ? d->init_std * rng_normal(&b->r) : fill;
+    b->t[b->n++] = (lens_st_out){.name = copy, .ndim = d->ndim, .shape = {d->shape[0], d->shape[1]}, .data = data};
+    return data;
 }
 
 static FILE *open_in(const char *dir, const char *name, lens_err *err)
@@ -186,10 +130,20 @@ static int write_bert_vocab(const char *dir, int vocab, lens_err *err)
     for (int a = 'a'; a <= 'z' && n < vocab; a++)
         for (int c = 'a'; c <= 'z' && n < vocab; c++) fprintf(f, "%c%c\n##%c%c\n", a, c, a, c), n += 2;
     for (int i = 0; n < vocab; i++) fprintf(f, "[filler%d]\n", i), n++;
-    if (close_file(f, dir, "vocab.txt", err)) return -1;
-    f = open_in(dir, "tokenizer_config.json", err);
+    return close_file(f, dir, "vocab.txt", err);
+}
+
+/* tokenizer_config.json: the family's tokenizer_class (which picks the
+ * template: [CLS] A [SEP], <s> A </s></s> B </s>, ...). */
+static int write_tokenizer_config(const char *dir, const lens_family *family, lens_err *err)
+{
+    if (!family->tokenizer_class) return 0;
+    FILE *f = open_in(dir, "tokenizer_config.json", err);
     if (!f) return -1;
-    fprintf(f, "{\"do_lower_case\": true, \"tokenizer_class\": \"BertTokenizer\"}\n");
+    if (family->caps & LENS_CAP_BYTE_BPE)
+        fprintf(f, "{\"tokenizer_class\": \"%s\", \"bos_token\": \"%s\", \"eos_token\": \"%s\"}\n",
+                family->tokenizer_class, family->bpe_first[0], family->bpe_first[2]);
+    else fprintf(f, "{\"do_lower_case\": true, \"tokenizer_class\": \"%s\"}\n", family->tokenizer_class);
     return close_file(f, dir, "tokenizer_config.json", err);
 }
 
@@ -210,7 +164,16 @@ static void put_utf8(FILE *f, int cp)
     else fputc(0xC0 | (cp >> 6), f), fputc(0x80 | (cp & 0x3F), f); /* cp < 0x800 here */
 }
 
-static int write_gpt2_vocab(const char *dir, int vocab, lens_err *err)
+static void put_json_token(FILE *v, int *n, const char *token)
+{
+    fprintf(v, "%s\"%s\": %d", *n ? ", " : "", token, *n);
+    (*n)++;
+}
+
+/* vocab.json + merges.txt: the family's first special tokens, the 256 byte
+ * symbols, "Ġ" + letter and letter pairs with their merges, fillers, and
+ * the family's last special token at id vocab - 1. */
+static int write_bpe_vocab(const char *dir, int vocab, const lens_family *family, lens_err *err)
 {
     FILE *v = open_in(dir, "vocab.json", err);
     if (!v) return -1;
@@ -222,6 +185,7 @@ static int write_gpt2_vocab(const char *dir, int vocab, lens_err *err)
     fprintf(mg, "#version: 0.2\n");
     fputc('{', v);
     int n = 0;
+    for (int i = 0; i < 4 && family->bpe_first[i]; i++) put_json_token(v, &n, family->bpe_first[i]);
     for (int byte = 0; byte < 256; byte++, n++) {
         int cp = byte_symbol(byte);
         fputs(n ? ", \"" : "\"", v);
@@ -234,69 +198,141 @@ static int write_gpt2_vocab(const char *dir, int vocab, lens_err *err)
     for (int a = 'a'; a <= 'z'; a++)
         for (int c = 'a'; c <= 'z'; c++, n++) fprintf(v, ", \"%c%c\": %d", a, c, n), fprintf(mg, "%c %c\n", a, c);
     for (int i = 0; n < vocab - 1; i++, n++) fprintf(v, ", \"<|filler%d|>\": %d", i, n);
-    fprintf(v, ", \"<|endoftext|>\": %d}\n", n);
+    put_json_token(v, &n, family->bpe_last);
+    fprintf(v, "}\n");
     int rc = close_file(mg, dir, "merges.txt", err);
     return close_file(v, dir, "vocab.json", err) || rc ? -1 : 0;
 }
 
-static int write_config(const char *dir, const char *arch, const char *task, const preset *p, int vocab,
-                        lens_err *err)
+/* from_dir/from -> dir/name; *lines (if not NULL) = its line count. */
+static int copy_text(const char *from_dir, const char *from, const char *dir, const char *name, int *lines,
+                     lens_err *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", from_dir, from);
+    FILE *in = fopen(path, "r");
+    if (!in) return lens_fail(err, LENS_ENOENT, "%s: %s", path, strerror(errno));
+    FILE *out = open_in(dir, name, err);
+    if (!out) {
+        fclose(in);
+        return -1;
+    }
+    int ch, n = 0;
+    while ((ch = fgetc(in)) != EOF) fputc(ch, out), n += ch == '\n';
+    fclose(in);
+    if (lines) *lines = n;
+    return close_file(out, dir, name, err);
+}
+
+/* Tokenizer files from an existing vocabulary in from_dir: a WordPiece
+ * vocab.txt is copied; a byte-level BPE vocab.json (GPT-2's) is renumbered
+ * after the family's first special tokens (RoBERTa: <s> <pad> </s> <unk> at
+ * 0..3, as roberta-base) with its last one (<mask>) appended unless present,
+ * merges.txt copied. *vocab = the resulting vocabulary size. */
+static int copy_vocab(const char *from_dir, const char *dir, const lens_family *family, int *vocab, lens_err *err)
+{
+    if (!(family->caps & LENS_CAP_BYTE_BPE)) return copy_text(from_dir, "vocab.txt", dir, "vocab.txt", vocab, err);
+    /* HF names, or OpenAI's release names (encoder.json, vocab.bpe) */
+    char path[4096];
+    const int openai = (snprintf(path, sizeof path, "%s/vocab.json", from_dir), access(path, R_OK) != 0);
+    if (openai) snprintf(path, sizeof path, "%s/encoder.json", from_dir);
+    json_error_t jerr;
+    json_t *src = json_load_file(path, 0, &jerr), *dst = json_object();
+    int rc = -1;
+    if (!json_is_object(src) || !dst) {
+        lens_fail(err, LENS_EFORMAT, "%s: %s", path, src ? "not a JSON object" : jerr.text);
+        goto out;
+    }
+    const size_t n_src = json_object_size(src);
+    const char **by_id = calloc(n_src, sizeof *by_id);
+    if (!by_id) {
+        lens_fail(err, LENS_ENOMEM, "out of memory");
+        goto out;
+    }
+    const char *key;
+    json_t *val;
+    json_object_foreach(src, key, val)
+    {
+        json_int_t id = json_integer_value(val);
+        if (id >= 0 && (size_t)id < n_src) by_id[id] = key;
+    }
+    int n = 0;
+    for (int i = 0; i < 4 && family->bpe_first[i]; i++) json_object_set_new(dst, family->bpe_first[i], json_integer(n++));
+    for (size_t id = 0; id < n_src; id++)
+        if (by_id[id] && !json_object_get(dst, by_id[id])) json_object_set_new(dst, by_id[id], json_integer(n++));
+    if (family->bpe_last && !json_object_get(dst, family->bpe_last))
+        json_object_set_new(dst, family->bpe_last, json_integer(n++));
+    free(by_id);
+    snprintf(path, sizeof path, "%s/vocab.json", dir);
+    if (json_dump_file(dst, path, JSON_PRESERVE_ORDER | JSON_COMPACT)) {
+        lens_fail(err, LENS_EIO, "%s: write failed", path);
+        goto out;
+    }
+    *vocab = n;
+    rc = copy_text(from_dir, openai ? "vocab.bpe" : "merges.txt", dir, "merges.txt", NULL, err);
+out:
+    json_decref(src), json_decref(dst);
+    return rc;
+}
+
+static int write_config(const char *dir, const lens_config *c, lens_err *err)
 {
     FILE *f = open_in(dir, "config.json", err);
     if (!f) return -1;
-    if (!strcmp(arch, "gpt2")) {
-        fprintf(f,
-                "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
-                "  \"activation_function\": \"gelu_new\",\n  \"n_embd\": %d,\n  \"n_layer\": %d,\n"
-                "  \"n_head\": %d,\n  \"n_inner\": null,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n"
-                "  \"vocab_size\": %d,\n  \"layer_norm_epsilon\": 1e-05,\n  \"bos_token_id\": %d,\n"
-                "  \"eos_token_id\": %d,\n  \"lensd_random_weights\": true\n}\n",
-                p->hidden, p->layers, p->heads, p->positions, p->positions, vocab, vocab - 1, vocab - 1);
-    } else {
-        const char *archname = !strcmp(task, "classification") ? "BertForSequenceClassification"
-                               : !strcmp(task, "masked-lm")    ? "BertForMaskedLM"
-                                                               : "BertModel";
-        fprintf(f,
-                "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"bert\",\n  \"hidden_act\": \"gelu\",\n"
-                "  \"hidden_size\": %d,\n  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
-                "  \"intermediate_size\": %d,\n  \"max_position_embeddings\": %d,\n  \"type_vocab_size\": 2,\n"
-                "  \"vocab_size\": %d,\n  \"layer_norm_eps\": 1e-12,\n  \"pad_token_id\": 0,\n"
-                "  \"position_embedding_type\": \"absolute\",\n%s  \"lensd_random_weights\": true\n}\n",
-                archname, p->hidden, p->layers, p->heads, p->ff, p->positions, vocab,
-                !strcmp(task, "classification")
-                    ? "  \"id2label\": {\"0\": \"negative\", \"1\": \"positive\"},\n"
-                      "  \"label2id\": {\"negative\": 0, \"positive\": 1},\n"
-                    : "");
-    }
+    c->family->write_config(f, c, 1);
     return close_file(f, dir, "config.json", err);
+}
+
+static int write_tensors(const char *path, const lens_config *c, unsigned long long seed, lens_err *err)
+{
+    lens_params p = {0};
+    p.blocks = calloc((size_t)c->n_layers, sizeof *p.blocks);
+    builder b = {.v = {.tensor = add}, .r = {seed}};
+    if (p.blocks) c->family->walk(c, &p, &b.v);
+    int rc = !p.blocks || b.v.failed ? lens_fail(err, LENS_ENOMEM, "out of memory building %s", c->architecture)
+                                     : lens_st_write(path, b.t, b.n, err);
+    for (int i = 0; i < b.n; i++) free((char *)b.t[i].name), free((float *)b.t[i].data);
+    free(b.t);
+    free(p.blocks);
+    return rc;
 }
 
 int lens_mkmodel(const char *arch, const char *preset_name, const char *task, unsigned long long seed,
                  const char *out_dir, lens_err *err)
 {
-    int gpt2 = !strcmp(arch, "gpt2");
-    if (!gpt2 && strcmp(arch, "bert")) return lens_fail(err, LENS_EINVAL, "unknown arch \"%s\" (bert, gpt2)", arch);
-    preset p;
-    if (find_preset(preset_name, gpt2, &p))
-        return lens_fail(err, LENS_EINVAL, "unknown preset \"%s\" (micro, tiny, small, base)", preset_name);
-    if (!task) task = gpt2 ? "causal-lm" : "classification";
-    if (gpt2 ? strcmp(task, "causal-lm") != 0
-             : strcmp(task, "classification") && strcmp(task, "masked-lm") && strcmp(task, "encoder"))
-        return lens_fail(err, LENS_EINVAL, "task \"%s\" is not available for %s", task, arch);
-    if (mkdir(out_dir, 0755) && errno != EEXIST)
-        return lens_fail(err, LENS_EIO, "%s: %s", out_dir, strerror(errno));
-    const int vocab = p.vocab ? p.vocab : gpt2 ? 50257 : 30522;
+    return lens_mkmodel_vocab(arch, preset_name, task, seed, NULL, out_dir, err);
+}
 
-    builder b = {.r = {seed}};
-    if (gpt2) build_gpt2(&b, &p, vocab);
-    else build_bert(&b, &p, task, vocab);
+int lens_mkmodel_vocab(const char *arch, const char *preset_name, const char *task, unsigned long long seed,
+                       const char *vocab_dir, const char *out_dir, lens_err *err)
+{
+    const lens_family *family = lens_family_find(arch);
+    if (!family) return lens_fail(err, LENS_EINVAL, "unknown arch \"%s\" (%s)", arch, lens_family_names());
+    preset p;
+    if (find_preset(preset_name, family->caps & LENS_CAP_CAUSAL, &p))
+        return lens_fail(err, LENS_EINVAL, "unknown preset \"%s\" (micro, tiny, small, base)", preset_name);
+    lens_config c = {.family = family};
+    int rc = -1;
+    if (family->new_config(&c, task, err)) goto out;
+    c.n_layers = p.layers, c.d_model = p.hidden, c.n_heads = p.heads, c.d_ff = p.ff, c.max_positions = p.positions;
+    c.d_head_k = c.d_head_v = p.hidden / p.heads;
+    if (p.vocab) c.vocab_size = p.vocab;
+    if (mkdir(out_dir, 0755) && errno != EEXIST) {
+        lens_fail(err, LENS_EIO, "%s: %s", out_dir, strerror(errno));
+        goto out;
+    }
+    /* the vocabulary first: a copied one sets vocab_size */
+    if (vocab_dir ? copy_vocab(vocab_dir, out_dir, family, &c.vocab_size, err)
+        : family->caps & LENS_CAP_BYTE_BPE ? write_bpe_vocab(out_dir, c.vocab_size, family, err)
+                                           : write_bert_vocab(out_dir, c.vocab_size, err))
+        goto out;
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
-    int rc = b.failed ? lens_fail(err, LENS_ENOMEM, "out of memory building %s %s", arch, preset_name)
-                      : lens_st_write(path, b.t, b.n, err);
-    for (int i = 0; i < b.n; i++) free((char *)b.t[i].name), free((float *)b.t[i].data);
-    free(b.t);
-    if (rc) return -1;
-    if (write_config(out_dir, arch, task, &p, vocab, err)) return -1;
-    return gpt2 ? write_gpt2_vocab(out_dir, vocab, err) : write_bert_vocab(out_dir, vocab, err);
+    if (write_tokenizer_config(out_dir, family, err) || write_tensors(path, &c, seed, err) ||
+        write_config(out_dir, &c, err))
+        goto out;
+    rc = 0;
+out:
+    lens_config_free(&c);
+    return rc;
 }

@@ -9,7 +9,7 @@
  * BERT block (post-LN):  a = LN(x + Attn(x));      x' = LN(a + FFN(a))
  * GPT-2 block (pre-LN):  a = x + Attn(LN1(x));     x' = a + FFN(LN2(a))
  * with Attn(x) = concat_h softmax(q_h k_h^T / sqrt(DK)) v_h  W_O + b_O. */
-#include "core/model/model.h"
+#include "core/model/arch.h"
 #include "core/io/partial.h"
 
 #include <stdarg.h>
@@ -23,127 +23,31 @@
 
 /* ---------------------------------------------------------------- loading */
 
+/* Loading visitor: each tensor the family's walker names is looked up in
+ * the checkpoint with its shape checked; base-model checkpoints (BertModel,
+ * GPT2Model) store the names without the family's base prefix, which the
+ * first tensor decides for all. */
 typedef struct {
+    lens_param_visitor v; /* first member */
     lens_weights *w;
-    const char *prefix; /* "bert." / "transformer." / "" */
+    const char *base_prefix;
+    int strip;            /* -1: not decided yet, 0 / 1 */
     size_t n_params;
     lens_err *err;
 } binder;
 
-static const float *bind(binder *b, int ndim, int64_t d0, int64_t d1, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-
-/* The tensor named prefix + fmt, with shape [d0] or [d0][d1]; NULL on error. */
-static const float *bind(binder *b, int ndim, int64_t d0, int64_t d1, const char *fmt, ...)
+static const float *bind_tensor(lens_param_visitor *v, const lens_param_desc *d)
 {
-    char name[256];
-    int n = snprintf(name, sizeof name, "%s", b->prefix);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name + n, sizeof name - (size_t)n, fmt, ap);
-    va_end(ap);
-    int64_t shape[2] = {d0, d1};
-    const float *p = lens_weights_get(b->w, name, ndim, shape, b->err);
-    if (p) b->n_params += (size_t)(d0 * (ndim == 2 ? d1 : 1));
+    binder *b = (binder *)v;
+    const char *name = d->name;
+    const size_t plen = strlen(b->base_prefix);
+    const int prefixed = plen && !strncmp(name, b->base_prefix, plen);
+    if (b->strip < 0 && prefixed) b->strip = !lens_weights_has(b->w, name);
+    if (prefixed && b->strip == 1) name += plen;
+    const float *p = lens_weights_get(b->w, name, d->ndim, d->shape, b->err);
+    if (p) b->n_params += (size_t)(d->shape[0] * (d->ndim == 2 ? d->shape[1] : 1));
+    else v->failed = 1;
     return p;
-}
-
-/* HF nn.Linear: weight [out][in], bias [out]. */
-static int bind_linear(binder *b, lens_linear *lin, int in, int out, const char *name)
-{
-    lin->w = bind(b, 2, out, in, "%s.weight", name);
-    lin->b = lin->w ? bind(b, 1, out, 0, "%s.bias", name) : NULL;
-    lin->in = in, lin->out = out, lin->ld = in, lin->w_in_out = 0;
-    return lin->w && lin->b ? 0 : -1;
-}
-
-/* GPT-2 Conv1D: weight [in][out], bias [out]. */
-static int bind_conv1d(binder *b, lens_linear *lin, int in, int out, const char *name)
-{
-    lin->w = bind(b, 2, in, out, "%s.weight", name);
-    lin->b = lin->w ? bind(b, 1, out, 0, "%s.bias", name) : NULL;
-    lin->in = in, lin->out = out, lin->ld = out, lin->w_in_out = 1;
-    return lin->w && lin->b ? 0 : -1;
-}
-
-static int bind_layernorm(binder *b, lens_layernorm *ln, int C, const char *name)
-{
-    ln->w = bind(b, 1, C, 0, "%s.weight", name);
-    ln->b = ln->w ? bind(b, 1, C, 0, "%s.bias", name) : NULL;
-    return ln->w && ln->b ? 0 : -1;
-}
-
-static int bind_bert(binder *b, const lens_config *c, lens_params *p)
-{
-    const int C = c->d_model, QK = c->n_heads * c->d_head_k, VO = c->n_heads * c->d_head_v;
-    const int attn_in = c->head_combination ? c->d_head_v : VO; /* summed heads: [C][DV], tiled by expand_summed_heads */
-    b->prefix = lens_weights_has(b->w, "bert.embeddings.word_embeddings.weight") ? "bert." : "";
-    p->tok_emb = bind(b, 2, c->vocab_size, C, "embeddings.word_embeddings.weight");
-    p->pos_emb = p->tok_emb ? bind(b, 2, c->max_positions, C, "embeddings.position_embeddings.weight") : NULL;
-    p->type_emb = p->pos_emb ? bind(b, 2, c->type_vocab_size, C, "embeddings.token_type_embeddings.weight") : NULL;
-    if (!p->type_emb || bind_layernorm(b, &p->ln_emb, C, "embeddings.LayerNorm")) return -1;
-    for (int l = 0; l < c->n_layers; l++) {
-        lens_block *blk = &p->blocks[l];
-        char at[96], name[128];
-        snprintf(at, sizeof at, "encoder.layer.%d", l);
-#define NAME(suffix) (snprintf(name, sizeof name, "%s.%s", at, suffix), name)
-        if (bind_linear(b, &blk->q, C, QK, NAME("attention.self.query")) ||
-            bind_linear(b, &blk->k, C, QK, NAME("attention.self.key")) ||
-            bind_linear(b, &blk->v, C, VO, NAME("attention.self.value")) ||
-            bind_linear(b, &blk->attn_out, attn_in, C, NAME("attention.output.dense")) ||
-            bind_layernorm(b, &blk->ln_attn, C, NAME("attention.output.LayerNorm")) ||
-            bind_linear(b, &blk->ff_in, C, c->d_ff, NAME("intermediate.dense")) ||
-            bind_linear(b, &blk->ff_out, c->d_ff, C, NAME("output.dense")) ||
-            bind_layernorm(b, &blk->ln_ff, C, NAME("output.LayerNorm")))
-            return -1;
-#undef NAME
-    }
-    if (c->task == LENS_TASK_CLASSIFICATION) {
-        if (bind_linear(b, &p->pooler, C, C, "pooler.dense")) return -1;
-        b->prefix = "";
-        return bind_linear(b, &p->classifier, C, c->n_labels, "classifier");
-    }
-    if (c->task == LENS_TASK_MASKED_LM) {
-        b->prefix = "cls.predictions.";
-        if (bind_linear(b, &p->mlm_transform, C, C, "transform.dense") ||
-            bind_layernorm(b, &p->mlm_ln, C, "transform.LayerNorm"))
-            return -1;
-        p->mlm_bias = bind(b, 1, c->vocab_size, 0, "bias");
-        return p->mlm_bias ? 0 : -1;
-    }
-    return 0;
-}
-
-static int bind_gpt2(binder *b, const lens_config *c, lens_params *p)
-{
-    const int C = c->d_model;
-    b->prefix = lens_weights_has(b->w, "transformer.wte.weight") ? "transformer." : "";
-    p->tok_emb = bind(b, 2, c->vocab_size, C, "wte.weight");
-    p->pos_emb = p->tok_emb ? bind(b, 2, c->max_positions, C, "wpe.weight") : NULL;
-    if (!p->pos_emb) return -1;
-    for (int l = 0; l < c->n_layers; l++) {
-        lens_block *blk = &p->blocks[l];
-        char name[128];
-#define NAME(suffix) (snprintf(name, sizeof name, "h.%d.%s", l, suffix), name)
-        lens_linear qkv;
-        if (bind_layernorm(b, &blk->ln_attn, C, NAME("ln_1")) ||
-            bind_conv1d(b, &qkv, C, 3 * C, NAME("attn.c_attn")) ||
-            bind_conv1d(b, &blk->attn_out, C, C, NAME("attn.c_proj")) ||
-            bind_layernorm(b, &blk->ln_ff, C, NAME("ln_2")) ||
-            bind_conv1d(b, &blk->ff_in, C, c->d_ff, NAME("mlp.c_fc")) ||
-            bind_conv1d(b, &blk->ff_out, c->d_ff, C, NAME("mlp.c_proj")))
-            return -1;
-#undef NAME
-        /* c_attn is [C][3C] = [W_q | W_k | W_v]: three views with row stride 3C */
-        lens_linear *views[3] = {&blk->q, &blk->k, &blk->v};
-        for (int i = 0; i < 3; i++) {
-            *views[i] = qkv;
-            views[i]->w = qkv.w + i * C;
-            views[i]->b = qkv.b + i * C;
-            views[i]->out = C;
-        }
-    }
-    return bind_layernorm(b, &p->ln_final, C, "ln_f");
 }
 
 /* ---------------------------------------------------------------- packing */
@@ -206,7 +110,7 @@ static int pack_weights(lens_model *m, lens_err *err)
     const lens_config *c = &m->cfg;
     /* summed heads: the expanded output weights [L][C][NH*DV] lead the
      * allocation; attn_out.in is already the expanded NH*DV for sizing */
-    const int summed = c->arch == LENS_ARCH_BERT && c->head_combination;
+    const int summed = c->head_combination != LENS_HEADS_CONCAT;
     const size_t expanded =
         summed ? ((size_t)c->n_layers * c->d_model * c->n_heads * c->d_head_v + 15) & ~(size_t)15 : 0;
     for (int l = 0; summed && l < c->n_layers; l++) m->p.blocks[l].attn_out.in = c->n_heads * c->d_head_v;
@@ -259,8 +163,10 @@ lens_model *lens_model_load(const char *dir, lens_err *err)
         goto fail;
     }
     if (!(m->weights = lens_weights_open(dir, err))) goto fail;
-    binder b = {.w = m->weights, .err = err};
-    if ((m->cfg.arch == LENS_ARCH_BERT ? bind_bert : bind_gpt2)(&b, &m->cfg, &m->p)) goto fail;
+    binder b = {.v = {.tensor = bind_tensor}, .w = m->weights, .base_prefix = m->cfg.family->base_prefix,
+                .strip = -1, .err = err};
+    m->cfg.family->walk(&m->cfg, &m->p, &b.v);
+    if (b.v.failed) goto fail;
     m->n_params = b.n_params;
     if (pack_weights(m, err)) goto fail;
     /* no tokenizer files: the model serves input_ids (m->tok stays NULL) */
@@ -322,26 +228,37 @@ const char *lens_analysis_name(lens_analysis a)
     return (unsigned)a < LENS_ANALYSIS_COUNT ? names[a] : "unknown";
 }
 
+/* The rules are capabilities of the family plus the task: the attribution
+ * engine runs the post-norm block with a pooled classifier head, or the
+ * pre-norm causal block with the tied LM head (core/analysis/attribution*);
+ * the tree and the dataset analyses of classifiers read the first token as
+ * the summary of the input. */
 int lens_model_supports(const lens_model *m, lens_analysis a, const char **why)
 {
     const lens_config *c = &m->cfg;
     const int classifier = c->task == LENS_TASK_CLASSIFICATION;
     const int causal_lm = c->task == LENS_TASK_CAUSAL_LM;
+    const int pre_norm = lens_has_cap(c, LENS_CAP_PRE_NORM);
+    const int cls_classifier = classifier && lens_has_cap(c, LENS_CAP_CLS_FIRST) && lens_has_cap(c, LENS_CAP_POOLER);
     const char *no = NULL;
     if (m->tokenizer_only) a = LENS_ANALYSIS_COUNT; /* only tokenize */
     switch (a) {
     case LENS_ANALYSIS_ATTRIBUTION:
         if (!classifier && !causal_lm)
             no = "attribution needs a sequence classifier (class probability) or a causal LM (next-token probability)";
+        else if (classifier ? pre_norm || !lens_has_cap(c, LENS_CAP_POOLER) : !pre_norm)
+            no = "attribution runs post-norm classifiers with a pooler and pre-norm causal LMs; this model is neither";
         break;
     case LENS_ANALYSIS_ATTRIBUTION_TREE:
-        if (!classifier || c->arch != LENS_ARCH_BERT)
-            no = "the attribution tree is defined for BERT classifiers only (its root is the [CLS] token)";
+        if (!cls_classifier || pre_norm)
+            no = "the attribution tree is defined for classifiers whose first token is a [CLS]-like summary "
+                 "(its root)";
         break;
     case LENS_ANALYSIS_HEAD_IMPORTANCE:
     case LENS_ANALYSIS_TRIGGERS:
-        if (!classifier || c->arch != LENS_ARCH_BERT)
-            no = "this dataset analysis is defined for BERT sequence classifiers only";
+        if (!cls_classifier || pre_norm)
+            no = "this dataset analysis is defined for sequence classifiers whose first token is a [CLS]-like "
+                 "summary";
         break;
     case LENS_ANALYSIS_FORWARD:
     case LENS_ANALYSIS_ATTENTION:

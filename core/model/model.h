@@ -19,7 +19,9 @@
 #include "core/io/safetensors.h"
 #include "core/io/tokenizer.h"
 
-typedef enum { LENS_ARCH_BERT, LENS_ARCH_GPT2 } lens_arch;
+/* A model family: its config keys, tensor names, forward and capabilities
+ * (core/model/arch.h). */
+typedef struct lens_family lens_family;
 
 typedef enum {
     LENS_TASK_ENCODER,        /* BertModel: hidden states only */
@@ -29,7 +31,7 @@ typedef enum {
 } lens_task;
 
 typedef struct {
-    lens_arch arch;
+    const lens_family *family; /* from config "model_type" */
     lens_task task;
     char architecture[64]; /* config "architectures"[0], e.g. "BertForMaskedLM" */
     int n_layers, n_heads, d_model, d_ff;
@@ -40,6 +42,10 @@ typedef struct {
     int vocab_size, max_positions, type_vocab_size;
     float ln_eps;
     int gelu_tanh;           /* 1: tanh approximation (gelu_new), 0: exact erf */
+    int head_relu;           /* classifier's first-token layer: 1 ReLU (DistilBERT pre_classifier), 0 tanh (pooler) */
+    int position_offset;     /* first position id (RoBERTa: padding_idx + 1); the table has
+                                max_positions + position_offset rows */
+    int pad_token_id;
     int n_labels;            /* classification only, else 0 */
     char **labels;           /* id2label[n_labels], or NULL */
     int random_weights;      /* written by lens_mkmodel ("lensd_random_weights"): not a trained model */
@@ -69,6 +75,7 @@ static inline void lens_config_set_attn_scale(lens_config *c)
 int lens_config_load(const char *path, lens_config *cfg, lens_err *err);
 void lens_config_free(lens_config *cfg);
 const char *lens_task_name(lens_task task); /* "classification", ... as in API.md */
+int lens_task_parse(const char *name, lens_task *task); /* -1: unknown name */
 
 /* A linear map y = x W^T + b (HF nn.Linear, W is [out][in]) or y = x W + b
  * (GPT-2 Conv1D, W is [in][out]); ld is W's row stride, which lets GPT-2's
@@ -98,7 +105,7 @@ typedef struct {
     lens_layernorm ln_emb; /* BERT embeddings LayerNorm; GPT-2: unused */
     lens_block *blocks;    /* [L] */
     lens_layernorm ln_final; /* GPT-2 ln_f */
-    lens_linear pooler;      /* BERT classification: C -> C, tanh */
+    lens_linear pooler;      /* classification: first token C -> C, tanh (or ReLU: head_relu) */
     lens_linear classifier;  /* C -> K */
     lens_linear mlm_transform;  /* BERT MLM: C -> C, GELU, LayerNorm */
     lens_layernorm mlm_ln;

@@ -165,6 +165,16 @@ void lens_gelu_backward_inplace(float *d, const float *inp, size_t n, int tanh_a
         for (size_t i = 0; i < n; i++) d[i] *= gelu_grad(inp[i]);
 }
 
+void lens_relu_forward(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+void lens_relu_backward(float *dinp, const float *out, const float *dout, size_t n)
+{
+    for (size_t i = 0; i < n; i++) dinp[i] += out[i] > 0.0f ? dout[i] : 0.0f;
+}
+
 void lens_tanh_forward(float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++) x[i] = tanhf(x[i]);

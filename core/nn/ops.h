@@ -71,6 +71,11 @@ void lens_gelu_tanh_backward(float *dinp, const float *inp, const float *dout, s
 /* d[n] = GELU'(inp) * d in place (the FFN's hidden gradient needs no sum). */
 void lens_gelu_backward_inplace(float *d, const float *inp, size_t n, int tanh_approx);
 
+/* In place on x[n]: max(x, 0) (DistilBERT's pre_classifier). */
+void lens_relu_forward(float *x, size_t n);
+/* dinp[n] += (out > 0) dout, out = the forward's output. */
+void lens_relu_backward(float *dinp, const float *out, const float *dout, size_t n);
+
 /* In place on x[n]: tanh (BERT pooler). */
 void lens_tanh_forward(float *x, size_t n);
 /* dinp[n] += (1 - out^2) dout, out = the forward's output tanh(x). */

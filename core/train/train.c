@@ -29,6 +29,7 @@
 #include <jansson.h>
 
 #include "core/base/gemm.h"
+#include "core/model/arch.h"
 #include "core/nn/ops.h"
 #include "core/base/pool.h"
 #include "core/io/safetensors.h"
@@ -105,23 +106,33 @@ static float rng_normal(uint64_t *s)
     return (float)(sqrt(-2.0 * log(rng_uniform(s))) * cos(2.0 * M_PI * rng_uniform(s)));
 }
 
-/* Walks the tensors in HF order: counts them (param NULL) or binds t->p. */
+/* Parameter visitor of the family's walker (arch.h): the first walk counts
+ * the tensors (t->param NULL), the second binds t->p into t->param and
+ * records each tensor's name, file shape, decay and initialisation. */
 typedef struct {
+    lens_param_visitor v; /* first member */
     lens_trainer *t;
     size_t off;
     int n;
 } walker;
 
-static float *take(walker *w, const char *name, int64_t d0, int64_t d1, int decay)
+static const float *take(lens_param_visitor *v, const lens_param_desc *d)
 {
-    size_t count = (size_t)d0 * (size_t)(d1 ? d1 : 1);
+    walker *w = (walker *)v;
+    const lens_config *c = &w->t->cfg;
+    /* a summed output weight is held tiled, [C][NH*DV] (tile_summed) */
+    const size_t count = (size_t)d->shape[0] * (size_t)(d->summed ? c->n_heads * c->d_head_v
+                                                                   : d->ndim == 2 ? d->shape[1] : 1);
     if (w->t->tensors) {
         tensor_info *ti = &w->t->tensors[w->n];
-        snprintf(ti->name, sizeof ti->name, "%s", name);
-        ti->ndim = d1 ? 2 : 1;
-        ti->shape[0] = d0, ti->shape[1] = d1;
-        ti->off = w->off, ti->count = count, ti->decay = decay;
-        ti->summed = ti->layernorm = 0, ti->init_std = 0.02f;
+        snprintf(ti->name, sizeof ti->name, "%s", d->name);
+        ti->ndim = d->ndim;
+        ti->shape[0] = d->shape[0], ti->shape[1] = d->ndim == 2 ? d->shape[1] : 0;
+        ti->off = w->off, ti->count = count;
+        ti->decay = d->kind == LENS_PARAM_WEIGHT || d->kind == LENS_PARAM_EMBEDDING;
+        ti->summed = d->summed;
+        ti->layernorm = d->kind == LENS_PARAM_NORM_WEIGHT || d->kind == LENS_PARAM_NORM_BIAS;
+        ti->init_std = d->init_std;
     }
     float *p = w->t->param ? w->t->param + w->off : NULL;
     w->off += count;
@@ -129,113 +140,10 @@ static float *take(walker *w, const char *name, int64_t d0, int64_t d1, int deca
     return p;
 }
 
-static void take_linear(walker *w, lens_linear *lin, const char *name, int in, int out)
-{
-    char s[96];
-    snprintf(s, sizeof s, "%s.weight", name);
-    lin->w = take(w, s, out, in, 1);
-    snprintf(s, sizeof s, "%s.bias", name);
-    lin->b = take(w, s, out, 0, 0);
-    lin->in = in, lin->out = out, lin->ld = in, lin->w_in_out = 0, lin->packed = NULL;
-}
-
-/* GPT-2 Conv1D: weight [in][out] (decayed), bias [out]. */
-static void take_conv1d(walker *w, lens_linear *lin, const char *name, int in, int out)
-{
-    char s[96];
-    snprintf(s, sizeof s, "%s.weight", name);
-    lin->w = take(w, s, in, out, 1);
-    snprintf(s, sizeof s, "%s.bias", name);
-    lin->b = take(w, s, out, 0, 0);
-    lin->in = in, lin->out = out, lin->ld = out, lin->w_in_out = 1, lin->packed = NULL;
-}
-
-static void take_layernorm(walker *w, lens_layernorm *ln, const char *name, int C)
-{
-    char s[96];
-    snprintf(s, sizeof s, "%s.weight", name);
-    ln->w = take(w, s, C, 0, 0);
-    snprintf(s, sizeof s, "%s.bias", name);
-    ln->b = take(w, s, C, 0, 0);
-    if (w->t->tensors) w->t->tensors[w->n - 2].layernorm = w->t->tensors[w->n - 1].layernorm = 1;
-}
-
-/* GPT-2 in HF GPT2LMHeadModel order ("transformer." names; the LM head is
- * wte, so no tensor of its own). c_attn [C][3C] = [W_q | W_k | W_v] is one
- * tensor; q, k, v are views of it with row stride 3C, as the loader makes.
- * The two residual projections (attn.c_proj, mlp.c_proj) start at
- * 0.02 / sqrt(2 L), as HF and the GPT-2 paper initialise them. */
-static void walk_gpt2(lens_trainer *t, walker *w)
-{
-    const lens_config *c = &t->cfg;
-    const int C = c->d_model;
-    lens_params *p = &t->p;
-    *w = (walker){.t = t};
-    p->tok_emb = take(w, "transformer.wte.weight", c->vocab_size, C, 1);
-    p->pos_emb = take(w, "transformer.wpe.weight", c->max_positions, C, 1);
-    p->type_emb = NULL;
-    for (int l = 0; l < c->n_layers; l++) {
-        lens_block *blk = &p->blocks[l];
-        char n[80];
-#define AT(suffix) (snprintf(n, sizeof n, "transformer.h.%d.%s", l, suffix), n)
-        lens_linear qkv;
-        take_layernorm(w, &blk->ln_attn, AT("ln_1"), C);
-        take_conv1d(w, &qkv, AT("attn.c_attn"), C, 3 * C);
-        take_conv1d(w, &blk->attn_out, AT("attn.c_proj"), C, C);
-        if (t->tensors) t->tensors[w->n - 2].init_std = 0.02f / sqrtf(2.0f * c->n_layers);
-        take_layernorm(w, &blk->ln_ff, AT("ln_2"), C);
-        take_conv1d(w, &blk->ff_in, AT("mlp.c_fc"), C, c->d_ff);
-        take_conv1d(w, &blk->ff_out, AT("mlp.c_proj"), c->d_ff, C);
-        if (t->tensors) t->tensors[w->n - 2].init_std = 0.02f / sqrtf(2.0f * c->n_layers);
-#undef AT
-        lens_linear *views[3] = {&blk->q, &blk->k, &blk->v};
-        for (int i = 0; i < 3; i++) {
-            *views[i] = qkv;
-            views[i]->w = qkv.w ? qkv.w + i * C : NULL;
-            views[i]->b = qkv.b ? qkv.b + i * C : NULL;
-            views[i]->out = C;
-        }
-    }
-    take_layernorm(w, &p->ln_final, "transformer.ln_f", C);
-}
-
 static void walk(lens_trainer *t, walker *w)
 {
-    const lens_config *c = &t->cfg;
-    const int C = c->d_model, QK = c->n_heads * c->d_head_k, VO = c->n_heads * c->d_head_v;
-    lens_params *p = &t->p;
-    *w = (walker){.t = t};
-    p->tok_emb = take(w, "bert.embeddings.word_embeddings.weight", c->vocab_size, C, 1);
-    p->pos_emb = take(w, "bert.embeddings.position_embeddings.weight", c->max_positions, C, 1);
-    p->type_emb = take(w, "bert.embeddings.token_type_embeddings.weight", c->type_vocab_size, C, 1);
-    take_layernorm(w, &p->ln_emb, "bert.embeddings.LayerNorm", C);
-    for (int l = 0; l < c->n_layers; l++) {
-        lens_block *blk = &p->blocks[l];
-        char n[80];
-#define AT(suffix) (snprintf(n, sizeof n, "bert.encoder.layer.%d.%s", l, suffix), n)
-        take_linear(w, &blk->q, AT("attention.self.query"), C, QK);
-        take_linear(w, &blk->k, AT("attention.self.key"), C, QK);
-        take_linear(w, &blk->v, AT("attention.self.value"), C, VO);
-        take_linear(w, &blk->attn_out, AT("attention.output.dense"), VO, C);
-        if (c->head_combination && w->t->tensors) {
-            tensor_info *ti = &w->t->tensors[w->n - 2]; /* the weight, before its bias */
-            ti->summed = 1, ti->shape[1] = c->d_head_v;
-        }
-        take_layernorm(w, &blk->ln_attn, AT("attention.output.LayerNorm"), C);
-        take_linear(w, &blk->ff_in, AT("intermediate.dense"), C, c->d_ff);
-        take_linear(w, &blk->ff_out, AT("output.dense"), c->d_ff, C);
-        take_layernorm(w, &blk->ln_ff, AT("output.LayerNorm"), C);
-#undef AT
-    }
-    if (c->task == LENS_TASK_MASKED_LM) {
-        /* decoder weight tied to the word embeddings (HF saves no copy) */
-        take_linear(w, &p->mlm_transform, "cls.predictions.transform.dense", C, C);
-        take_layernorm(w, &p->mlm_ln, "cls.predictions.transform.LayerNorm", C);
-        p->mlm_bias = take(w, "cls.predictions.bias", c->vocab_size, 0, 0);
-    } else {
-        take_linear(w, &p->pooler, "bert.pooler.dense", C, C);
-        take_linear(w, &p->classifier, "classifier", C, c->n_labels);
-    }
+    *w = (walker){.v = {.tensor = take, .tiles_summed = 1}, .t = t};
+    t->cfg.family->walk(&t->cfg, &t->p, &w->v);
 }
 
 /* Summed heads (model.h): the trainer keeps W_O tiled, [C][NH*DV] with
@@ -310,22 +218,25 @@ static int copy_config(lens_config *dst, const lens_config *src)
 
 lens_trainer *lens_trainer_new(const lens_config *cfg, unsigned long long seed, lens_err *err)
 {
-    const int mlm = cfg->task == LENS_TASK_MASKED_LM, gpt2 = cfg->arch == LENS_ARCH_GPT2;
-    if (gpt2 ? cfg->d_model % cfg->n_heads != 0 : (cfg->arch != LENS_ARCH_BERT || (!mlm && cfg->n_labels < 2))) {
+    /* causal families train as causal LMs (pre-norm, tied head), the others
+     * as masked LMs or classifiers (post-norm, pooler) */
+    const int mlm = cfg->task == LENS_TASK_MASKED_LM, causal = cfg->family && lens_has_cap(cfg, LENS_CAP_CAUSAL);
+    if (!cfg->family || !lens_has_cap(cfg, LENS_CAP_TRAIN) ||
+        (causal ? cfg->d_model % cfg->n_heads != 0 : !mlm && cfg->n_labels < 2)) {
         lens_fail(err, LENS_EINVAL,
                   "training needs a BERT masked-LM or classification config (>= 2 labels) or a GPT-2 config");
         return NULL;
     }
     lens_trainer *t = calloc(1, sizeof *t);
     if (!t || copy_config(&t->cfg, cfg)) goto oom;
-    t->cfg.task = gpt2 ? LENS_TASK_CAUSAL_LM : mlm ? LENS_TASK_MASKED_LM : LENS_TASK_CLASSIFICATION;
-    if (mlm || gpt2) t->cfg.n_labels = 0;
+    t->cfg.task = causal ? LENS_TASK_CAUSAL_LM : mlm ? LENS_TASK_MASKED_LM : LENS_TASK_CLASSIFICATION;
+    if (mlm || causal) t->cfg.n_labels = 0;
     t->cfg.random_weights = 0;
-    if (gpt2) {
+    if (causal) {
         /* c_attn's [C][3C] fixes DK = DV = C / NH; GPT-2 has no summed variant or segments */
         t->cfg.d_head_k = t->cfg.d_head_v = cfg->d_model / cfg->n_heads;
         t->cfg.head_combination = 0, t->cfg.type_vocab_size = 0, t->cfg.scale_by_dv = 0;
-        snprintf(t->cfg.architecture, sizeof t->cfg.architecture, "GPT2LMHeadModel");
+        snprintf(t->cfg.architecture, sizeof t->cfg.architecture, "%s", cfg->family->default_arch);
     } else if (!t->cfg.type_vocab_size) {
         t->cfg.type_vocab_size = 2;
     }
@@ -333,8 +244,7 @@ lens_trainer *lens_trainer_new(const lens_config *cfg, unsigned long long seed, 
     t->p.blocks = calloc((size_t)cfg->n_layers, sizeof *t->p.blocks);
     if (!t->p.blocks) goto oom;
     walker w;
-    void (*walk_arch)(lens_trainer *, walker *) = gpt2 ? walk_gpt2 : walk;
-    walk_arch(t, &w); /* count */
+    walk(t, &w); /* count */
     t->n_param = w.off, t->n_tensors = w.n;
     t->tensors = calloc((size_t)w.n, sizeof *t->tensors);
     t->param = malloc(t->n_param * sizeof(float));
@@ -342,7 +252,7 @@ lens_trainer *lens_trainer_new(const lens_config *cfg, unsigned long long seed, 
     t->m = calloc(t->n_param, sizeof(float));
     t->v = calloc(t->n_param, sizeof(float));
     if (!t->tensors || !t->param || !t->grad || !t->m || !t->v) goto oom;
-    walk_arch(t, &w); /* bind */
+    walk(t, &w); /* bind */
     float *compact = NULL;
     if (t->cfg.head_combination) {
         const size_t n = (size_t)cfg->d_model * cfg->d_head_v, tiled = n * cfg->n_heads;
@@ -440,8 +350,8 @@ int lens_trainer_load_weights(lens_trainer *t, const char *dir, int *n_loaded, l
     for (int i = 0; i < t->n_tensors; i++) {
         const tensor_info *ti = &t->tensors[i];
         const char *name = ti->name;
-        if (!lens_weights_has(w, name) && !strncmp(name, "bert.", 5)) name += 5;
-        else if (!lens_weights_has(w, name) && !strncmp(name, "transformer.", 12)) name += 12;
+        const char *prefix = t->cfg.family->base_prefix;
+        if (!lens_weights_has(w, name) && !strncmp(name, prefix, strlen(prefix))) name += strlen(prefix);
         if (!lens_weights_has(w, name)) continue;
         const float *src = lens_weights_get(w, name, ti->ndim, ti->shape, err);
         if (!src) {
@@ -475,7 +385,7 @@ static int acts_reserve(lens_trainer *t, size_t N, size_t S, size_t A, size_t tm
     const size_t QK = NH * c->d_head_k, VO = NH * c->d_head_v, K = (size_t)c->n_labels;
     int failed = 0;
     if (N > a->N) {
-        if (c->arch == LENS_ARCH_GPT2) {
+        if (lens_has_cap(c, LENS_CAP_PRE_NORM)) {
             failed |= grow(&a->h1, L * N * C) | grow(&a->mid, L * N * C) | grow(&a->h2, L * N * C);
             failed |= grow(&a->xf, N * C) | grow(&a->lnf_mean, N) | grow(&a->lnf_rstd, N) | grow(&a->dxf, N * C);
             if (!a->lm_logits) failed |= grow(&a->lm_logits, (size_t)LM_ROWS * c->vocab_size);
@@ -791,7 +701,7 @@ static int encode(lens_trainer *t, const lens_batch *b, size_t *N_out, size_t *A
     for (size_t i = 0; i < N; i++) {
         if (b->ids[i] < 0 || b->ids[i] >= c->vocab_size)
             return lens_fail(err, LENS_EINVAL, "token id %d outside the vocabulary", b->ids[i]);
-        if (b->type_ids && c->arch == LENS_ARCH_BERT && (b->type_ids[i] < 0 || b->type_ids[i] >= c->type_vocab_size))
+        if (b->type_ids && lens_has_cap(c, LENS_CAP_SEGMENTS) && (b->type_ids[i] < 0 || b->type_ids[i] >= c->type_vocab_size))
             return lens_fail(err, LENS_EINVAL, "segment id %d out of range", b->type_ids[i]);
     }
     if (acts_reserve(t, N, (size_t)S, A, tmax2)) return lens_fail(err, LENS_ENOMEM, "out of memory for %zu tokens", N);
@@ -800,7 +710,7 @@ static int encode(lens_trainer *t, const lens_batch *b, size_t *N_out, size_t *A
         a->row_start[s] = r, a->attn_start[s] = q;
         r += b->lengths[s], q += b->lengths[s] * b->lengths[s];
     }
-    (c->arch == LENS_ARCH_GPT2 ? forward_gpt2 : forward)(t, b, N, A);
+    (lens_has_cap(c, LENS_CAP_PRE_NORM) ? forward_gpt2 : forward)(t, b, N, A);
     *N_out = N, *A_out = A;
     return 0;
 }
@@ -1045,81 +955,13 @@ static int copy_bpe_tokenizer(const char *from_dir, const char *to_dir, lens_err
                : 0;
 }
 
-static void put_json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') fputc('\\', f), fputc(*s, f);
-        else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
-        else fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
-/* HF GPT2Config of a GPT2LMHeadModel (no dropout: the trainer has none).
- * bos/eos = the last id: <|endoftext|> in GPT-2's vocabulary (50256) and in
- * the ones `train vocab --bpe` writes. */
-static void write_gpt2_config(const lens_config *c, FILE *f)
-{
-    fprintf(f,
-            "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
-            "  \"n_embd\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_positions\": %d,\n"
-            "  \"n_ctx\": %d,\n  \"n_inner\": %d,\n  \"vocab_size\": %d,\n  \"layer_norm_epsilon\": %g,\n"
-            "  \"activation_function\": \"%s\",\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n"
-            "  \"attn_pdrop\": 0.0,\n  \"initializer_range\": 0.02,\n  \"tie_word_embeddings\": true,\n"
-            "  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n  \"lensd_task\": \"causal-lm\"\n}\n",
-            c->d_model, c->n_layers, c->n_heads, c->max_positions, c->max_positions, c->d_ff, c->vocab_size,
-            (double)c->ln_eps, c->gelu_tanh ? "gelu_new" : "gelu", c->vocab_size - 1, c->vocab_size - 1);
-}
-
 static int write_config(const lens_trainer *t, const char *dir, lens_err *err)
 {
-    const lens_config *c = &t->cfg;
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     FILE *f = fopen(path, "w");
     if (!f) return lens_fail(err, LENS_EIO, "%s: %s", path, strerror(errno));
-    if (c->arch == LENS_ARCH_GPT2) {
-        write_gpt2_config(c, f);
-        if (ferror(f) | fclose(f)) return lens_fail(err, LENS_EIO, "%s: write failed", path);
-        return 0;
-    }
-    fprintf(f,
-            "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"bert\",\n"
-            "  \"hidden_act\": \"%s\",\n  \"hidden_size\": %d,\n  \"num_hidden_layers\": %d,\n"
-            "  \"num_attention_heads\": %d,\n  \"intermediate_size\": %d,\n  \"max_position_embeddings\": %d,\n"
-            "  \"type_vocab_size\": %d,\n  \"vocab_size\": %d,\n  \"layer_norm_eps\": %g,\n"
-            "  \"hidden_dropout_prob\": 0.0,\n  \"attention_probs_dropout_prob\": 0.0,\n"
-            "  \"pad_token_id\": 0,\n  \"position_embedding_type\": \"absolute\",\n"
-            "  \"tie_word_embeddings\": true,\n",
-            c->task == LENS_TASK_MASKED_LM ? "BertForMaskedLM" : "BertForSequenceClassification", c->gelu_tanh ? "gelu_new" : "gelu", c->d_model, c->n_layers, c->n_heads, c->d_ff, c->max_positions,
-            c->type_vocab_size, c->vocab_size, (double)c->ln_eps);
-    const int dh = c->d_model / c->n_heads;
-    if (c->d_head_k != dh || c->d_head_v != dh || c->head_combination)
-        fprintf(f, "  \"head_dim_key\": %d,\n  \"head_dim_value\": %d,\n  \"head_combination\": \"%s\",\n",
-                c->d_head_k, c->d_head_v, lens_head_combination_name(c->head_combination));
-    if (c->scale_by_dv) fprintf(f, "  \"attention_scale\": \"DV\",\n");
-    if (c->task == LENS_TASK_MASKED_LM) {
-        fprintf(f, "  \"lensd_task\": \"masked-lm\"\n}\n");
-        if (ferror(f) | fclose(f)) return lens_fail(err, LENS_EIO, "%s: write failed", path);
-        return 0;
-    }
-    fprintf(f, "  \"problem_type\": \"single_label_classification\",\n  \"id2label\": {");
-    for (int i = 0; i < c->n_labels; i++) {
-        fprintf(f, "%s\"%d\": ", i ? ", " : "", i);
-        char fallback[32];
-        snprintf(fallback, sizeof fallback, "LABEL_%d", i);
-        put_json_string(f, c->labels ? c->labels[i] : fallback);
-    }
-    fprintf(f, "},\n  \"label2id\": {");
-    for (int i = 0; i < c->n_labels; i++) {
-        char fallback[32];
-        snprintf(fallback, sizeof fallback, "LABEL_%d", i);
-        fputs(i ? ", " : "", f);
-        put_json_string(f, c->labels ? c->labels[i] : fallback);
-        fprintf(f, ": %d", i);
-    }
-    fprintf(f, "}\n}\n");
+    t->cfg.family->write_config(f, &t->cfg, 0);
     if (ferror(f) | fclose(f)) return lens_fail(err, LENS_EIO, "%s: write failed", path);
     return 0;
 }
@@ -1191,7 +1033,7 @@ int lens_trainer_save(const lens_trainer *t, const char *dir, const char *tokeni
     const float *params[1] = {t->param}, *moments[2] = {t->m, t->v};
     const char *plain[1] = {""}, *moment_names[2] = {"exp_avg.", "exp_avg_sq."};
     if (write_tensors(t, path, 1, params, plain, err) || write_config(t, dir, err)) return -1;
-    const int bpe = t->cfg.arch == LENS_ARCH_GPT2;
+    const int bpe = lens_has_cap(&t->cfg, LENS_CAP_BYTE_BPE);
     if (tokenizer_dir && ((bpe ? copy_bpe_tokenizer(tokenizer_dir, dir, err)
                                : copy_file(tokenizer_dir, dir, "vocab.txt", 1, err)) ||
                           write_tokenizer_config(tokenizer_dir, dir, t->cfg.max_positions, err)))

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/model/arch.h"
 #include "core/io/tokenizer.h"
 #include "core/train/train.h"
 #include "core/train/train_loop.h"
@@ -112,7 +113,7 @@ static int make_config(const lens_train_opts *o, const lens_tokenizer *tok, lens
 {
     memset(c, 0, sizeof *c);
     if (o->hidden % o->heads) return lens_fail(err, LENS_EINVAL, "hidden %d is not a multiple of heads %d", o->hidden, o->heads);
-    c->arch = LENS_ARCH_GPT2, c->task = LENS_TASK_CAUSAL_LM;
+    c->family = &lens_family_gpt2, c->task = LENS_TASK_CAUSAL_LM;
     snprintf(c->architecture, sizeof c->architecture, "GPT2LMHeadModel");
     c->n_layers = o->layers, c->n_heads = o->heads, c->d_model = o->hidden, c->d_ff = o->ff;
     c->d_head_k = c->d_head_v = o->hidden / o->heads;
@@ -141,8 +142,8 @@ int lens_train_causal(const lens_train_opts *o, lens_train_result *res, lens_err
     if (o->init_dir) {
         snprintf(path, sizeof path, "%s/config.json", o->init_dir);
         if (lens_config_load(path, &cfg, err)) goto done;
-        if (cfg.arch != LENS_ARCH_GPT2) {
-            lens_fail(err, LENS_EINVAL, "%s is not a GPT-2 checkpoint", o->init_dir);
+        if (!lens_has_cap(&cfg, LENS_CAP_CAUSAL) || !lens_has_cap(&cfg, LENS_CAP_TRAIN)) {
+            lens_fail(err, LENS_EINVAL, "%s is not a GPT-2 checkpoint (a causal LM the trainer implements)", o->init_dir);
             goto done;
         }
     } else if (make_config(o, tok, &cfg, err)) {

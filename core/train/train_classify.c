@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/model/arch.h"
 #include "core/train/train.h"
 #include "core/train/train_loop.h"
 
@@ -272,7 +273,7 @@ static int make_config(const lens_train_opts *o, const lens_tokenizer *tok, cons
 {
     memset(c, 0, sizeof *c);
     if (o->hidden % o->heads) return lens_fail(err, LENS_EINVAL, "hidden %d is not a multiple of heads %d", o->hidden, o->heads);
-    c->arch = LENS_ARCH_BERT, c->task = LENS_TASK_CLASSIFICATION;
+    c->family = &lens_family_bert, c->task = LENS_TASK_CLASSIFICATION;
     snprintf(c->architecture, sizeof c->architecture, "BertForSequenceClassification");
     c->n_layers = o->layers, c->n_heads = o->heads, c->d_model = o->hidden, c->d_ff = o->ff;
     c->d_head_k = o->d_head_k ? o->d_head_k : o->hidden / o->heads;

@@ -1,0 +1,257 @@
+#!/usr/bin/python3
+"""families_reference.py - an independent float64 PyTorch reference for every
+model family lensd reads (BERT, GPT-2, RoBERTa, DistilBERT), written from the
+Hugging Face modeling code's math (modeling_bert.py, modeling_gpt2.py,
+modeling_roberta.py, modeling_distilbert.py) and nothing of lensd. The
+family table test (tests/test_families.c) runs it on random checkpoints
+that `lensd mkmodel` writes and compares.
+
+  BERT        x0 = LN(E_word[id] + E_pos[t] + E_type[s]); a = LN(x + Attn(x));
+              x' = LN(a + W2 act(W1 a)); classifier W_c tanh(W_p x_L[0]);
+              MLM LN(act(W_t x_L)) E_word^T + bias
+  RoBERTa     BERT under "roberta." with position ids padding_idx + cumsum(id != pad)
+              (pad tokens at padding_idx); classifier.out_proj(tanh(classifier.dense(x_L[0])));
+              lm_head: layer_norm(gelu(dense(x_L))) E_word^T + lm_head.bias
+  DistilBERT  x0 = LN(E_word[id] + E_pos[t]) (no segments); blocks with q_lin ..
+              out_lin, sa_layer_norm, ffn.lin1/lin2, output_layer_norm (post-LN);
+              classifier(relu(pre_classifier(x_L[0]))); MLM vocab_layer_norm(act(
+              vocab_transform(x_L))) E_word^T + vocab_projector.bias
+  GPT-2       a = x + Attn(LN1(x)) (causal); x' = a + W2 gelu_new(W1 LN2(a));
+              hidden L = ln_f(x_L); logits ln_f(x_L) wte^T
+
+Analyses, from their papers' definitions:
+  attribution  Hao et al. 2021: Attr_l = A_l * (1/m) sum_k dF/dA_l at alpha_k A_l,
+               alpha_k = k/m (right Riemann), F = softmax(logits)[target] of the
+               classifier, or of the next token at the last position (causal LM)
+  hta          Brunner et al. 2020: ||d h^l_j / d h^0_i||_F^2 for every layer, by
+               autograd Jacobians of the layers from h^0 (the embedding output)
+
+Usage: families_reference.py REQUEST.json > RESULT.json, with REQUEST
+{"model": DIR, "ids": [...], "steps": m, "target": k or -1, "hta": bool,
+"attribution": bool}. Output: hidden [L+1][T][C], attentions [L][NH][T][T],
+logits, and attribution [L][NH][T][T] / target / f_full, hta [L][T][T] when
+asked. Needs only torch and numpy (no transformers / safetensors packages)."""
+import json
+import math
+import struct
+import sys
+
+import numpy as np
+import torch
+
+torch.set_num_threads(1)
+DT = torch.float64
+
+
+def read_safetensors(path):
+    """name -> float64 tensor. Format: u64 LE header size, JSON header, F32 data."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    data = blob[8 + n:]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        assert info["dtype"] == "F32", name
+        begin, end = info["data_offsets"]
+        arr = np.frombuffer(data, dtype="<f4", count=(end - begin) // 4, offset=begin)
+        out[name] = torch.from_numpy(arr.astype(np.float64)).reshape(info["shape"])
+    return out
+
+
+def gelu_erf(x):
+    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+def gelu_tanh(x):  # HF "gelu_new"
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+def act_fn(name):
+    return gelu_tanh if name in ("gelu_new", "gelu_pytorch_tanh", "gelu_fast") else gelu_erf
+
+
+def ln(x, w, b, eps):
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, eps)
+
+
+def lin(x, w, b):  # nn.Linear, W [out][in]
+    return x @ w.t() + b
+
+
+class Model:
+    """One family's forward on one sequence, with every layer's attention
+    probabilities replaceable (scale[l] multiplies A_l) for attribution."""
+
+    def __init__(self, d):
+        self.cfg = json.load(open(d + "/config.json"))
+        self.w = read_safetensors(d + "/model.safetensors")
+        self.type = self.cfg["model_type"]
+        self.arch = self.cfg["architectures"][0]
+        c = self.cfg
+        if self.type == "distilbert":
+            self.L, self.NH, self.eps = c["n_layers"], c["n_heads"], 1e-12
+            self.act = act_fn(c.get("activation", "gelu"))
+        elif self.type == "gpt2":
+            self.L, self.NH, self.eps = c["n_layer"], c["n_head"], c.get("layer_norm_epsilon", 1e-5)
+            self.act = act_fn(c.get("activation_function", "gelu_new"))
+        else:
+            self.L, self.NH, self.eps = c["num_hidden_layers"], c["num_attention_heads"], c["layer_norm_eps"]
+            self.act = act_fn(c.get("hidden_act", "gelu"))
+
+    def p(self, name):
+        return self.w[name]
+
+    # -------------------------------------------------------- embeddings
+    def embed(self, ids):
+        T = len(ids)
+        t = torch.tensor(ids)
+        if self.type == "gpt2":
+            return self.p("transformer.wte.weight")[t] + self.p("transformer.wpe.weight")[:T]
+        if self.type == "distilbert":
+            e = "distilbert.embeddings."
+            x = self.p(e + "word_embeddings.weight")[t] + self.p(e + "position_embeddings.weight")[:T]
+            return ln(x, self.p(e + "LayerNorm.weight"), self.p(e + "LayerNorm.bias"), 1e-12)
+        e = self.type + ".embeddings."
+        if self.type == "roberta":  # create_position_ids_from_input_ids
+            pad = self.cfg.get("pad_token_id", 1)
+            mask = (t != pad).long()
+            pos = torch.cumsum(mask, 0) * mask + pad
+        else:
+            pos = torch.arange(T)
+        x = (self.p(e + "word_embeddings.weight")[t] + self.p(e + "position_embeddings.weight")[pos] +
+             self.p(e + "token_type_embeddings.weight")[torch.zeros(T, dtype=torch.long)])
+        return ln(x, self.p(e + "LayerNorm.weight"), self.p(e + "LayerNorm.bias"), self.eps)
+
+    # -------------------------------------------------------- blocks
+    def attend(self, q, k, v, causal, scale):
+        T = q.shape[0]
+        split = lambda z: z.view(T, self.NH, -1).transpose(0, 1)  # [NH][T][D]
+        qh, kh, vh = split(q), split(k), split(v)
+        s = qh @ kh.transpose(-1, -2) / math.sqrt(qh.shape[-1])
+        if causal:
+            s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+        P = torch.softmax(s, -1)
+        if scale is not None:
+            P = P * scale
+        return (P @ vh).transpose(0, 1).reshape(T, -1), P
+
+    def block(self, l, x, scale=None):
+        p = self.p
+        if self.type == "gpt2":
+            b = f"transformer.h.{l}."
+            C = x.shape[1]
+            h = ln(x, p(b + "ln_1.weight"), p(b + "ln_1.bias"), self.eps)
+            qkv = h @ p(b + "attn.c_attn.weight") + p(b + "attn.c_attn.bias")
+            ctx, P = self.attend(qkv[:, :C], qkv[:, C:2 * C], qkv[:, 2 * C:], True, scale)
+            a = x + ctx @ p(b + "attn.c_proj.weight") + p(b + "attn.c_proj.bias")
+            h = ln(a, p(b + "ln_2.weight"), p(b + "ln_2.bias"), self.eps)
+            f = self.act(h @ p(b + "mlp.c_fc.weight") + p(b + "mlp.c_fc.bias"))
+            return a + f @ p(b + "mlp.c_proj.weight") + p(b + "mlp.c_proj.bias"), P
+        if self.type == "distilbert":
+            b = f"distilbert.transformer.layer.{l}."
+            n = {"q": "attention.q_lin", "k": "attention.k_lin", "v": "attention.v_lin", "o": "attention.out_lin",
+                 "ln1": "sa_layer_norm", "f1": "ffn.lin1", "f2": "ffn.lin2", "ln2": "output_layer_norm"}
+        else:
+            b = f"{self.type}.encoder.layer.{l}."
+            n = {"q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
+                 "o": "attention.output.dense", "ln1": "attention.output.LayerNorm", "f1": "intermediate.dense",
+                 "f2": "output.dense", "ln2": "output.LayerNorm"}
+        L_ = lambda key, z: lin(z, p(b + n[key] + ".weight"), p(b + n[key] + ".bias"))
+        ctx, P = self.attend(L_("q", x), L_("k", x), L_("v", x), False, scale)
+        a = ln(x + L_("o", ctx), p(b + n["ln1"] + ".weight"), p(b + n["ln1"] + ".bias"), self.eps)
+        f = L_("f2", self.act(L_("f1", a)))
+        return ln(a + f, p(b + n["ln2"] + ".weight"), p(b + n["ln2"] + ".bias"), self.eps), P
+
+    def layers(self, h0, scales=None):
+        hidden, probs, x = [h0], [], h0
+        for l in range(self.L):
+            x, P = self.block(l, x, scales[l] if scales else None)
+            probs.append(P)
+            hidden.append(x)
+        if self.type == "gpt2":
+            hidden[-1] = ln(x, self.p("transformer.ln_f.weight"), self.p("transformer.ln_f.bias"), self.eps)
+        return hidden, probs
+
+    # -------------------------------------------------------- heads
+    def head(self, hL):
+        p, a = self.p, self.arch
+        if a.endswith("SequenceClassification"):
+            if self.type == "bert":
+                pooled = torch.tanh(lin(hL[0], p("bert.pooler.dense.weight"), p("bert.pooler.dense.bias")))
+                return lin(pooled, p("classifier.weight"), p("classifier.bias"))
+            if self.type == "roberta":
+                pooled = torch.tanh(lin(hL[0], p("classifier.dense.weight"), p("classifier.dense.bias")))
+                return lin(pooled, p("classifier.out_proj.weight"), p("classifier.out_proj.bias"))
+            pooled = torch.relu(lin(hL[0], p("pre_classifier.weight"), p("pre_classifier.bias")))
+            return lin(pooled, p("classifier.weight"), p("classifier.bias"))
+        if a.endswith("MaskedLM"):
+            names = {"bert": ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm",
+                              "cls.predictions.bias", "bert."),
+                     "roberta": ("lm_head.dense", "lm_head.layer_norm", "lm_head.bias", "roberta."),
+                     "distilbert": ("vocab_transform", "vocab_layer_norm", "vocab_projector.bias", "distilbert.")}
+            d, lnn, bias, pre = names[self.type]
+            act = gelu_erf if self.type == "roberta" else self.act  # RobertaLMHead calls gelu()
+            t = ln(act(lin(hL, p(d + ".weight"), p(d + ".bias"))), p(lnn + ".weight"), p(lnn + ".bias"), self.eps)
+            return t @ p(pre + "embeddings.word_embeddings.weight").t() + p(bias)
+        if a == "GPT2LMHeadModel":
+            return hL @ p("transformer.wte.weight").t()
+        return None
+
+    def objective_logits(self, logits):
+        """The logits F is a softmax of: the classifier's, or the last position's next-token ones."""
+        return logits[-1] if self.arch == "GPT2LMHeadModel" else logits
+
+
+def attribution(m, h0, steps, target):
+    with torch.no_grad():
+        hidden, probs = m.layers(h0)
+        z = m.objective_logits(m.head(hidden[-1]))
+    if target < 0:
+        target = int(torch.argmax(z))
+    f_full = float(torch.softmax(z, -1)[target])
+    out = []
+    for l in range(m.L):
+        A = probs[l].detach()
+        g = torch.zeros_like(A)
+        for k in range(1, steps + 1):
+            scale = torch.full_like(A, k / steps).requires_grad_(True)
+            scales = [None] * m.L
+            scales[l] = scale
+            hid, _ = m.layers(h0, scales)
+            F = torch.softmax(m.objective_logits(m.head(hid[-1])), -1)[target]
+            (gs,) = torch.autograd.grad(F, scale)
+            g += gs  # dF/dscale = A * dF/dX at X = alpha_k A
+        out.append((g / steps).tolist())  # A * (1/m) sum_k dF/dX
+    return out, target, f_full
+
+
+def hta(m, h0):
+    T, C = h0.shape
+    out = []
+    for l in range(1, m.L + 1):
+        J = torch.autograd.functional.jacobian(lambda z: m.layers(z)[0][l], h0)  # [T][C][T][C]
+        out.append((J ** 2).sum(dim=(1, 3)).tolist())  # [j][i] = ||d h^l_j / d h^0_i||_F^2
+    return out
+
+
+def main():
+    req = json.load(open(sys.argv[1]))
+    m = Model(req["model"])
+    h0 = m.embed(req["ids"])
+    with torch.no_grad():
+        hidden, probs = m.layers(h0)
+        logits = m.head(hidden[-1])
+    res = {"hidden": [h.tolist() for h in hidden], "attentions": [P.tolist() for P in probs],
+           "logits": None if logits is None else logits.tolist()}
+    if req.get("attribution"):
+        res["attribution"], res["target"], res["f_full"] = attribution(m, h0, req["steps"], req.get("target", -1))
+    if req.get("hta"):
+        res["hta"] = hta(m, h0)
+    json.dump(res, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,280 @@
+/* test_families.c - every model family against an independent reference.
+ *
+ * A table of (family, task) cases; each runs on a random "tiny" checkpoint
+ * that lens_mkmodel writes with the family's exact HF tensor names (no
+ * ../shared needed), and compares lensd with tests/reference/
+ * families_reference.py (float64 PyTorch written from the HF modeling code):
+ *   forward      hidden states [L+1][T][C]    |diff| <= 1e-4 + 1e-4 |ref|
+ *                attentions [L][NH][T][T]     |diff| <= 1e-5
+ *                logits                       |diff| <= 1e-4 + 1e-4 |ref|
+ *   attribution  [L][NH][T][T], 4 steps       |diff| <= 1e-3 max|ref| + 1e-8
+ *                (classifiers and causal LMs; the others must get a reason)
+ *   HTA exact    ||dh^l_j/dh^0_i||_F^2 [L][T][T]  |diff| <= 1e-3 |ref| + 1e-4 max|ref|
+ * plus exact identities: every analysis is either supported or has a
+ * sentence saying why, and every family in lens_families has a case (so a
+ * new family inherits these checks or this test fails), and mkmodel's
+ * RoBERTa vocabulary from GPT-2's (../shared). The reference
+ * needs /usr/bin/python3 with torch and numpy; without them (or with
+ * LENS_FAMILIES_NO_REFERENCE=1, for quick runs) the
+ * comparisons are skipped (and counted as skipped). */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "core/analysis/attribution.h"
+#include "core/analysis/hidden_attribution.h"
+#include "core/model/arch.h"
+#include "core/model/mkmodel.h"
+
+#define PYTHON "/usr/bin/python3"
+#define REFERENCE "tests/reference/families_reference.py"
+
+typedef struct {
+    const char *arch, *task;
+} family_case;
+
+static const family_case cases[] = {
+    {"bert", "classification"},    {"bert", "masked-lm"},       {"gpt2", "causal-lm"},
+    {"roberta", "classification"}, {"roberta", "masked-lm"},    {"roberta", "encoder"},
+    {"distilbert", "classification"}, {"distilbert", "masked-lm"}, {"distilbert", "encoder"},
+};
+#define N_CASES ((int)(sizeof cases / sizeof cases[0]))
+
+/* A token sequence valid for every family's generated vocabulary; id 1 is
+ * RoBERTa's <pad>, so its position ids skip it. */
+static const int IDS[] = {0, 300, 301, 1, 302, 303, 2};
+#define T_IDS ((int)(sizeof IDS / sizeof IDS[0]))
+
+static int have_reference(void)
+{
+    return system(PYTHON " -c 'import torch, numpy' >/dev/null 2>&1") == 0;
+}
+
+/* The reference's answer for model dir, or NULL. */
+static json_t *reference(const char *dir, int attribution, int hta)
+{
+    char req[600], cmd[1400];
+    snprintf(req, sizeof req, "%s/request.json", dir);
+    FILE *f = fopen(req, "w");
+    if (!f) return NULL;
+    fprintf(f, "{\"model\": \"%s\", \"ids\": [", dir);
+    for (int t = 0; t < T_IDS; t++) fprintf(f, "%s%d", t ? ", " : "", IDS[t]);
+    fprintf(f, "], \"steps\": 4, \"target\": -1, \"attribution\": %s, \"hta\": %s}\n", attribution ? "true" : "false",
+            hta ? "true" : "false");
+    fclose(f);
+    snprintf(cmd, sizeof cmd, PYTHON " " REFERENCE " %s > %s/reference.json", req, dir);
+    if (system(cmd) != 0) return NULL;
+    snprintf(req, sizeof req, "%s/reference.json", dir);
+    return json_load_file(req, 0, NULL);
+}
+
+/* Flattens a nested JSON array of numbers into out (n floats); returns count. */
+static size_t flatten(json_t *v, float *out, size_t n)
+{
+    if (json_is_number(v)) {
+        if (n) out[0] = (float)json_number_value(v);
+        return 1;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < json_array_size(v); i++) k += flatten(json_array_get(v, i), out + k, n > k ? n - k : 0);
+    return k;
+}
+
+static double max_abs(const float *x, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fabs(x[i]) > m ? fabs(x[i]) : m;
+    return m;
+}
+
+static void compare(const char *what, json_t *ref, const float *got, size_t n, double atol, double rtol)
+{
+    float *want = malloc(sizeof(float) * (n + 1));
+    size_t k = want ? flatten(ref, want, n) : 0;
+    CHECK(k == n, "%s: reference has %zu values, lensd %zu", what, k, n);
+    if (k == n) {
+        double d = check_close(what, got, want, n, atol, rtol);
+        printf("  %-34s max |diff| %.2e (max |ref| %.2e)\n", what, d, max_abs(want, n));
+    }
+    free(want);
+}
+
+static void check_forward(const char *name, const lens_model *m, json_t *ref)
+{
+    const lens_config *c = &m->cfg;
+    const int L = c->n_layers, C = c->d_model, NH = c->n_heads, T = T_IDS;
+    const lens_batch b = {.n_seqs = 1, .lengths = (int[]){T}, .ids = IDS};
+    const lens_forward_opts o = {.keep = LENS_KEEP_HIDDEN | LENS_KEEP_ATTN | LENS_KEEP_LOGITS};
+    lens_activations act;
+    lens_err err = {0};
+    CHECK(!lens_forward(m, &b, &o, &act, &err), "%s: forward: %s", name, err.msg);
+    if (err.code) return;
+    char what[160];
+    snprintf(what, sizeof what, "%s hidden", name);
+    compare(what, json_object_get(ref, "hidden"), act.hidden, (size_t)(L + 1) * T * C, 1e-4, 1e-4);
+    snprintf(what, sizeof what, "%s attentions", name);
+    compare(what, json_object_get(ref, "attentions"), act.attn, (size_t)L * NH * T * T, 1e-5, 0);
+    if (c->task != LENS_TASK_ENCODER) {
+        const size_t n = c->task == LENS_TASK_CLASSIFICATION ? (size_t)c->n_labels : (size_t)T * c->vocab_size;
+        snprintf(what, sizeof what, "%s logits", name);
+        compare(what, json_object_get(ref, "logits"), act.logits, n, 1e-4, 1e-4);
+    } else {
+        CHECK(!act.logits && json_is_null(json_object_get(ref, "logits")), "%s: an encoder has no logits", name);
+    }
+    lens_activations_free(&act);
+}
+
+static void check_attribution(const char *name, const lens_model *m, json_t *ref)
+{
+    const lens_config *c = &m->cfg;
+    const lens_attr_opts o = {.steps = 4, .target = -1};
+    lens_attribution a;
+    lens_err err = {0};
+    CHECK(!lens_attribution_run(m, IDS, NULL, T_IDS, &o, &a, &err), "%s: attribution: %s", name, err.msg);
+    if (err.code) return;
+    CHECK(a.target == json_integer_value(json_object_get(ref, "target")), "%s: target %d, reference %lld", name,
+          a.target, json_integer_value(json_object_get(ref, "target")));
+    CHECK(fabs(a.f_full - json_number_value(json_object_get(ref, "f_full"))) < 1e-5, "%s: F %g, reference %g", name,
+          a.f_full, json_number_value(json_object_get(ref, "f_full")));
+    const size_t per = (size_t)c->n_heads * T_IDS * T_IDS;
+    float *got = malloc(sizeof(float) * per * a.n_layers), *want = malloc(sizeof(float) * per * a.n_layers);
+    for (int l = 0; l < a.n_layers; l++) memcpy(got + l * per, a.layers[l].attr, sizeof(float) * per);
+    flatten(json_object_get(ref, "attribution"), want, per * a.n_layers);
+    char what[160];
+    snprintf(what, sizeof what, "%s attribution", name);
+    compare(what, json_object_get(ref, "attribution"), got, per * a.n_layers, 1e-3 * max_abs(want, per * a.n_layers) + 1e-8,
+            0);
+    free(got), free(want);
+    lens_attribution_free(&a);
+}
+
+static void check_hta(const char *name, const lens_model *m, json_t *ref)
+{
+    const int L = m->cfg.n_layers, T = T_IDS;
+    const lens_hta_opts o = {.method = LENS_HTA_EXACT};
+    lens_hta_result r;
+    lens_err err = {0};
+    CHECK(!lens_hidden_attribution(m, IDS, NULL, T, &o, &r, &err), "%s: HTA: %s", name, err.msg);
+    if (err.code) return;
+    const size_t TT = (size_t)T * T;
+    float *got = malloc(sizeof(float) * TT * L), *want = malloc(sizeof(float) * TT * L);
+    for (int l = 0; l < r.n_layers && l < L; l++) memcpy(got + l * TT, r.layers[l].norm2, sizeof(float) * TT);
+    flatten(json_object_get(ref, "hta"), want, TT * L);
+    char what[160];
+    snprintf(what, sizeof what, "%s HTA norm2", name);
+    compare(what, json_object_get(ref, "hta"), got, TT * L, 1e-4 * max_abs(want, TT * L), 1e-3);
+    free(got), free(want);
+    lens_hta_result_free(&r);
+}
+
+/* Every analysis is either supported or says why (a typed 422 in the API). */
+static void check_supports(const char *name, const lens_model *m)
+{
+    for (int a = 0; a < LENS_ANALYSIS_COUNT; a++) {
+        const char *why = NULL;
+        const int ok = lens_model_supports(m, (lens_analysis)a, &why);
+        CHECK(ok ? why == NULL : why && strlen(why) > 10, "%s: %s: supported %d, why %s", name,
+              lens_analysis_name((lens_analysis)a), ok, why ? why : "(none)");
+    }
+    const int lm_or_classifier = m->cfg.task == LENS_TASK_CLASSIFICATION || m->cfg.task == LENS_TASK_CAUSAL_LM;
+    CHECK(lens_model_supports(m, LENS_ANALYSIS_FORWARD, NULL) && lens_model_supports(m, LENS_ANALYSIS_ATTENTION, NULL) &&
+              lens_model_supports(m, LENS_ANALYSIS_HIDDEN_ATTRIBUTION, NULL) &&
+              lens_model_supports(m, LENS_ANALYSIS_ATTRIBUTION, NULL) == lm_or_classifier,
+          "%s: the per-sequence analyses run on every family", name);
+}
+
+static void run_case(const family_case *fc, int with_reference)
+{
+    char dir[] = "/tmp/lensd-family-XXXXXX", name[96];
+    snprintf(name, sizeof name, "%s %s", fc->arch, fc->task);
+    printf("%s (random tiny checkpoint)\n", name);
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp");
+        return;
+    }
+    lens_err err = {0};
+    lens_model *m = NULL;
+    if (lens_mkmodel(fc->arch, "tiny", fc->task, 11, dir, &err) == 0) m = lens_model_load(dir, &err);
+    CHECK(m != NULL, "%s: %s", name, err.msg);
+    if (m) {
+        CHECK(!strcmp(m->cfg.family->model_type, fc->arch), "%s: loaded as %s", name, m->cfg.family->model_type);
+        check_supports(name, m);
+        const int attr = lens_model_supports(m, LENS_ANALYSIS_ATTRIBUTION, NULL);
+        json_t *ref = with_reference ? reference(dir, attr, 1) : NULL;
+        if (!with_reference) SKIP("%s: no " PYTHON " with torch for the reference", name);
+        else CHECK(ref != NULL, "%s: the reference script failed", name);
+        if (ref) {
+            check_forward(name, m, ref);
+            if (attr) check_attribution(name, m, ref);
+            check_hta(name, m, ref);
+            json_decref(ref);
+        }
+        lens_model_free(m);
+    }
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
+/* mkmodel --vocab: GPT-2's released vocabulary with RoBERTa's specials at
+ * 0..3 and <mask> last, every GPT-2 token 4 ids later (needs ../shared). */
+static void check_roberta_vocab(void)
+{
+    const char *shared = check_shared_dir();
+    if (!shared) {
+        SKIP("roberta --vocab: no ../shared (GPT-2 vocabulary)");
+        return;
+    }
+    char dir[] = "/tmp/lensd-family-vocab-XXXXXX", gpt2[512], path[600];
+    snprintf(gpt2, sizeof gpt2, "%s/vocab/gpt2", shared);
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp");
+        return;
+    }
+    lens_err err = {0};
+    lens_model *m = NULL;
+    if (!lens_mkmodel_vocab("roberta", "tiny", "masked-lm", 1, gpt2, dir, &err)) m = lens_model_load(dir, &err);
+    CHECK(m != NULL, "roberta --vocab: %s", err.msg);
+    snprintf(path, sizeof path, "%s/encoder.json", gpt2);
+    json_t *enc = json_load_file(path, 0, NULL);
+    CHECK(enc != NULL, "%s", path);
+    if (m && enc) {
+        const lens_tokenizer *tok = m->tok;
+        const int V = m->cfg.vocab_size;
+        CHECK(V == (int)json_object_size(enc) + 5 && lens_tokenizer_vocab_size(tok) == V, "vocab_size %d, GPT-2 %zu",
+              V, json_object_size(enc));
+        CHECK(lens_tokenizer_id(tok, "<s>") == 0 && lens_tokenizer_id(tok, "<pad>") == 1 &&
+                  lens_tokenizer_id(tok, "</s>") == 2 && lens_tokenizer_id(tok, "<unk>") == 3 &&
+                  lens_tokenizer_id(tok, "<mask>") == V - 1,
+              "roberta specials at 0..3 and last");
+        int shifted = 0;
+        const char *key;
+        json_t *val;
+        json_object_foreach(enc, key, val) shifted += lens_tokenizer_id(tok, key) == json_integer_value(val) + 4;
+        CHECK(shifted == (int)json_object_size(enc), "%d of %zu GPT-2 tokens at id + 4", shifted, json_object_size(enc));
+        printf("roberta --vocab %s: %d tokens, specials 0..3 and %d\n", gpt2, V, V - 1);
+    }
+    json_decref(enc);
+    lens_model_free(m);
+    snprintf(path, sizeof path, "rm -rf %s", dir);
+    if (system(path) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
+int main(void)
+{
+    /* the table covers every family lensd knows */
+    int n_families = 0;
+    for (int i = 0; lens_families[i]; i++, n_families++) {
+        int covered = 0;
+        for (int k = 0; k < N_CASES; k++) covered |= !strcmp(cases[k].arch, lens_families[i]->model_type);
+        CHECK(covered, "family %s has no case in the table", lens_families[i]->model_type);
+    }
+    CHECK(N_CASES > 0 && n_families > 0, "empty table");
+    printf("%d cases over %d families\n", N_CASES, n_families);
+    const int with_reference = getenv("LENS_FAMILIES_NO_REFERENCE") ? 0 : have_reference();
+    for (int k = 0; k < N_CASES; k++) run_case(&cases[k], with_reference);
+    check_roberta_vocab();
+    return check_done("test_families");
+}
