@@ -749,15 +749,10 @@ static void test_cost_model(void)
           "/v1/info reports the measured rate and 5 analyses' efficiencies: %.300s", r.body);
     http_resp_free(&r);
     static char body[8192];
-    /* 125 tokens: the key-aware step alone is ~560 GFLOP of least squares (50.7 s measured) */
-    text_of(body, sizeof body, 41, ", \"identifiability\": true");
-    double t0 = api_now();
-    http_post_json(&s, &r, "/v1/attention", body);
-    const char *msg = json_string_value(json_object_get(json_object_get(r.json, "error"), "message"));
-    CHECK(r.status == 413 && msg && strstr(msg, "\"identifiability\": false"),
-          "identifiability of 125 tokens with a 2 s deadline: 413 with a hint up front (%ld %.300s)", r.status, r.body);
-    printf("  attention identifiability, 125 tokens, --timeout 2: %ld after %.2f s\n", r.status, api_now() - t0);
-    http_resp_free(&r);
+    /* identifiability of 125 tokens: since the Gram-matrix method (issue 20 item 2)
+     * it costs ~0.3 s, so whether it fits a 2 s deadline depends on the measured
+     * rate; the over-deadline case below is exact hidden attribution (~1000x over) */
+    const char *msg;
     text_of(body, sizeof body, 20, ", \"method\": \"exact\"");
     http_post_json(&s, &r, "/v1/hidden-attribution", body);
     msg = json_string_value(json_object_get(json_object_get(r.json, "error"), "message"));

@@ -170,6 +170,7 @@ void lens_bert_write_config(FILE *f, const lens_config *c, int random_weights);
  * labels negative / positive), for new_config. */
 int lens_new_encoder_task(lens_config *c, const char *task, lens_err *err);
 
-static inline int lens_has_cap(const lens_config *c, unsigned cap) { return (c->family->caps & cap) != 0; }
+/* A tokenizer-only folder (lens_model_tokenizer_only) has no family: no capabilities. */
+static inline int lens_has_cap(const lens_config *c, unsigned cap) { return c->family && (c->family->caps & cap) != 0; }
 
 #endif
