@@ -1,11 +1,12 @@
 /* test_families.c - every model family against an independent reference.
  *
  * A table of (family, task) cases; each runs on a random "tiny" checkpoint
- * that lens_mkmodel writes with the family's exact HF tensor names (no
+ * that lens_mkmodel writes (preset micro) with the family's exact HF tensor names (no
  * ../shared needed), and compares lensd with tests/reference/
  * families_reference.py (float64 PyTorch written from the HF modeling code):
  *   forward      hidden states [L+1][T][C]    |diff| <= 1e-4 + 1e-4 |ref|
  *                attentions [L][NH][T][T]     |diff| <= 1e-5
+ *                effective attention          |diff| <= 1e-4 (T = 12 > DV = 8)
  *                logits                       |diff| <= 1e-4 + 1e-4 |ref|
  *   attribution  [L][NH][T][T], 4 steps       |diff| <= 1e-3 max|ref| + 1e-8
  *                (classifiers and causal LMs; the others must get a reason)
@@ -23,6 +24,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "core/analysis/attention.h"
 #include "core/analysis/attribution.h"
 #include "core/analysis/hidden_attribution.h"
 #include "core/model/arch.h"
@@ -43,8 +45,9 @@ static const family_case cases[] = {
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
 /* A token sequence valid for every family's generated vocabulary; id 1 is
- * RoBERTa's <pad>, so its position ids skip it. */
-static const int IDS[] = {0, 300, 301, 1, 302, 303, 2};
+ * RoBERTa's <pad>, so its position ids skip it. T = 12 > DV = 8 of the micro
+ * preset, so V has a left null space and effective attention differs from A. */
+static const int IDS[] = {0, 300, 301, 1, 302, 303, 304, 500, 42, 999, 7, 2};
 #define T_IDS ((int)(sizeof IDS / sizeof IDS[0]))
 
 static int have_reference(void)
@@ -106,7 +109,7 @@ static void check_forward(const char *name, const lens_model *m, json_t *ref)
     const lens_config *c = &m->cfg;
     const int L = c->n_layers, C = c->d_model, NH = c->n_heads, T = T_IDS;
     const lens_batch b = {.n_seqs = 1, .lengths = (int[]){T}, .ids = IDS};
-    const lens_forward_opts o = {.keep = LENS_KEEP_HIDDEN | LENS_KEEP_ATTN | LENS_KEEP_LOGITS};
+    const lens_forward_opts o = {.keep = LENS_KEEP_HIDDEN | LENS_KEEP_ATTN | LENS_KEEP_LOGITS | LENS_KEEP_VALUES};
     lens_activations act;
     lens_err err = {0};
     CHECK(!lens_forward(m, &b, &o, &act, &err), "%s: forward: %s", name, err.msg);
@@ -116,6 +119,23 @@ static void check_forward(const char *name, const lens_model *m, json_t *ref)
     compare(what, json_object_get(ref, "hidden"), act.hidden, (size_t)(L + 1) * T * C, 1e-4, 1e-4);
     snprintf(what, sizeof what, "%s attentions", name);
     compare(what, json_object_get(ref, "attentions"), act.attn, (size_t)L * NH * T * T, 1e-5, 0);
+    /* effective attention of every head from lensd's own A and V */
+    const int DV = c->d_head_v, causal = lens_has_cap(c, LENS_CAP_CAUSAL);
+    float *eff = malloc(sizeof(float) * L * NH * T * T);
+    int nontrivial = 0;
+    for (int l = 1; l <= L && eff; l++)
+        for (int h = 0; h < NH; h++) {
+            float *e = eff + ((size_t)(l - 1) * NH + h) * T * T;
+            const float *A = lens_act_attn(m, &act, l, h, 0);
+            CHECK(!lens_attention_effective(A, lens_act_values(m, &act, l, 0) + (size_t)h * DV, NH * DV, T, DV, causal,
+                                            e, NULL, &err),
+                  "%s: effective attention: %s", name, err.msg);
+            for (int i = 0; i < T * T; i++) nontrivial |= fabsf(e[i] - A[i]) > 1e-3f;
+        }
+    CHECK(nontrivial, "%s: T > DV, yet effective attention equals A", name);
+    snprintf(what, sizeof what, "%s effective attention", name);
+    if (eff) compare(what, json_object_get(ref, "effective"), eff, (size_t)L * NH * T * T, 1e-4, 0);
+    free(eff);
     if (c->task != LENS_TASK_ENCODER) {
         const size_t n = c->task == LENS_TASK_CLASSIFICATION ? (size_t)c->n_labels : (size_t)T * c->vocab_size;
         snprintf(what, sizeof what, "%s logits", name);
@@ -189,14 +209,14 @@ static void run_case(const family_case *fc, int with_reference)
 {
     char dir[] = "/tmp/lensd-family-XXXXXX", name[96];
     snprintf(name, sizeof name, "%s %s", fc->arch, fc->task);
-    printf("%s (random tiny checkpoint)\n", name);
+    printf("%s (random micro checkpoint)\n", name);
     if (!mkdtemp(dir)) {
         CHECK(0, "mkdtemp");
         return;
     }
     lens_err err = {0};
     lens_model *m = NULL;
-    if (lens_mkmodel(fc->arch, "tiny", fc->task, 11, dir, &err) == 0) m = lens_model_load(dir, &err);
+    if (lens_mkmodel(fc->arch, "micro", fc->task, 11, dir, &err) == 0) m = lens_model_load(dir, &err);
     CHECK(m != NULL, "%s: %s", name, err.msg);
     if (m) {
         CHECK(!strcmp(m->cfg.family->model_type, fc->arch), "%s: loaded as %s", name, m->cfg.family->model_type);

@@ -23,12 +23,14 @@ Analyses, from their papers' definitions:
   attribution  Hao et al. 2021: Attr_l = A_l * (1/m) sum_k dF/dA_l at alpha_k A_l,
                alpha_k = k/m (right Riemann), F = softmax(logits)[target] of the
                classifier, or of the next token at the last position (causal LM)
+  effective    Brunner et al. 2020: A_h with each row projected on the column space of
+               V_h (decoders: row i on that of V_0..i), pinv in float64
   hta          Brunner et al. 2020: ||d h^l_j / d h^0_i||_F^2 for every layer, by
                autograd Jacobians of the layers from h^0 (the embedding output)
 
 Usage: families_reference.py REQUEST.json > RESULT.json, with REQUEST
 {"model": DIR, "ids": [...], "steps": m, "target": k or -1, "hta": bool,
-"attribution": bool}. Output: hidden [L+1][T][C], attentions [L][NH][T][T],
+"attribution": bool}. Output: hidden [L+1][T][C], attentions and effective [L][NH][T][T],
 logits, and attribution [L][NH][T][T] / target / f_full, hta [L][T][T] when
 asked. Needs only torch and numpy (no transformers / safetensors packages)."""
 import json
@@ -134,6 +136,7 @@ class Model:
         if causal:
             s = s.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
         P = torch.softmax(s, -1)
+        self.last_v = vh.detach()  # [NH][T][DV], for effective attention
         if scale is not None:
             P = P * scale
         return (P @ vh).transpose(0, 1).reshape(T, -1), P
@@ -167,9 +170,11 @@ class Model:
 
     def layers(self, h0, scales=None):
         hidden, probs, x = [h0], [], h0
+        self.values = []
         for l in range(self.L):
             x, P = self.block(l, x, scales[l] if scales else None)
             probs.append(P)
+            self.values.append(self.last_v)
             hidden.append(x)
         if self.type == "gpt2":
             hidden[-1] = ln(x, self.p("transformer.ln_f.weight"), self.p("transformer.ln_f.bias"), self.eps)
@@ -228,6 +233,25 @@ def attribution(m, h0, steps, target):
     return out, target, f_full
 
 
+def effective(m, probs):
+    """Brunner et al. 2020: each row of A minus its component in the left null
+    space of V, i.e. a_i projected on the column space of V (decoders: of the
+    prefix V_0..i, the values row i can reach)."""
+    out = []
+    for l in range(m.L):
+        A, V = probs[l], m.values[l]
+        E = torch.zeros_like(A)
+        for h in range(m.NH):
+            T = A.shape[-1]
+            for i in range(T):
+                n = i + 1 if m.type == "gpt2" else T
+                Vi = V[h, :n]
+                P = Vi @ torch.linalg.pinv(Vi)  # projection on range(V_0..n-1)
+                E[h, i, :n] = A[h, i, :n] @ P
+        out.append(E.tolist())
+    return out
+
+
 def hta(m, h0):
     T, C = h0.shape
     out = []
@@ -245,7 +269,7 @@ def main():
         hidden, probs = m.layers(h0)
         logits = m.head(hidden[-1])
     res = {"hidden": [h.tolist() for h in hidden], "attentions": [P.tolist() for P in probs],
-           "logits": None if logits is None else logits.tolist()}
+           "logits": None if logits is None else logits.tolist(), "effective": effective(m, probs)}
     if req.get("attribution"):
         res["attribution"], res["target"], res["f_full"] = attribution(m, h0, req["steps"], req.get("target", -1))
     if req.get("hta"):
