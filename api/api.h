@@ -26,6 +26,8 @@ typedef struct {
     lens_model *model;
     api_ti_maps *ti_maps; /* learned token-identity maps or NULL: the one part that changes after load
                            * (api/token_identity.c swaps it under a lock; use api_maps_acquire) */
+    int refs;             /* server registry: counted references (its own + one per request or job using it);
+                           * guarded by the registry's lock, unused by the CLI */
 } api_model;
 
 typedef enum { API_LOADING, API_READY, API_DRAINING } api_state;
@@ -52,6 +54,24 @@ struct api_ctx {
     void (*job_submit)(api_call *c, const struct api_job_kind *kind);
     void (*job_get)(api_call *c, const char *id);
     void (*job_cancel)(api_call *c, const char *id);
+    /* GET /v1/jobs: the stored jobs in state (NULL = any), newest first, at most limit. */
+    void (*job_list)(api_call *c, const char *state, int limit);
+    /* Resident models loaded and unloaded at run time (server/registry.c).
+     * NULL in the CLI, where models[] is the fixed table. acquire returns a
+     * counted reference to the model named name[0..len) (name NULL: the only
+     * model when exactly one is resident) or NULL, and sets *n_resident;
+     * release drops one (the last frees the model, after DELETE unlinked it).
+     * acquire_all returns every resident model, each acquired, in a malloc'd
+     * array. load / unload answer POST /v1/models and DELETE /v1/models/{id}
+     * into c->out. write_failed writes the "failed" array of GET /v1/models. */
+    api_model *(*model_acquire)(const api_ctx *ctx, const char *name, size_t len, int *n_resident);
+    void (*model_release)(const api_ctx *ctx, api_model *m);
+    api_model **(*models_acquire_all)(const api_ctx *ctx, int *n);
+    void (*model_load)(api_call *c, const char *id, const char *path);
+    void (*model_unload)(api_call *c, const char *id);
+    void (*write_failed_models)(jw *w, const api_ctx *ctx);
+    void *registry;           /* the hooks' state */
+    const char *openapi_path; /* GET /openapi.yaml serves this file; NULL = not served */
 };
 
 struct api_route;
@@ -80,6 +100,10 @@ struct api_call {
     jw out;
     int retry_after;            /* seconds, 0 = no header */
     const char *allow;          /* Allow header for 405 */
+    /* The request's query argument name (GET /v1/jobs?state=...), NULL when absent. */
+    const char *(*query_arg)(const api_call *c, const char *name);
+    void *conn;                 /* the server's connection, for query_arg */
+    api_model *model_ref;       /* the counted reference api_decode_model took (released by api_call_free) */
     /* for the request log */
     int n_tokens;
     const char *model_name;
@@ -97,8 +121,13 @@ int api_fail(api_call *c, int status, const char *code, const char *field,
              const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 /* Parse body bytes into c->body: 400 "invalid_json" for malformed JSON or
- * invalid UTF-8, 422 when it is not an object. */
+ * invalid UTF-8, 422 when it is not an object, 500 when memory ran out. */
 int api_parse_body(api_call *c, const char *data, size_t len);
+
+/* Points jansson's allocator at malloc/free through a wrapper that notes
+ * failures (for api_parse_body); once per process, before the first
+ * request, or earlier to route model loading's JSON through it too. */
+void api_json_init(void);
 
 /* ---- routes (api/routes.c) ---- */
 
@@ -169,6 +198,9 @@ int api_jobs_prepare(api_call *c);
 void api_jobs_submit(api_call *c);
 void api_job_get(api_call *c);
 void api_job_delete(api_call *c);
+void api_jobs_list(api_call *c);
+void api_capabilities(api_call *c);
+void api_openapi(api_call *c);
 
 /* ---- job kinds (api/jobs.c) ----
  * A kind is an analysis that may run for minutes: POST /v1/jobs {kind,
@@ -182,11 +214,30 @@ typedef struct api_job_kind {
     api_prepare_fn prepare;
     api_run_fn run;
     const char *summary;
+    const char *params_schema, *result_schema; /* openapi.yaml components/schemas names */
 } api_job_kind;
 
 extern const api_job_kind api_job_kinds[];
 extern const int api_n_job_kinds;
 const api_job_kind *api_job_kind_find(const char *name);
+
+/* ---- resident models (api/models.c) ----
+ * The model lookups every endpoint uses: through the registry hooks when the
+ * server set them (counted references), else ctx->models (the CLI).
+ * acquire: name NULL picks the only model; NULL when there is none such.
+ * release(NULL) is a no-op. acquire_all: malloc'd array, each acquired;
+ * release_all drops them and frees the array. */
+api_model *api_model_acquire(const api_ctx *ctx, const char *name, size_t len, int *n_resident);
+void api_model_release(const api_ctx *ctx, api_model *m);
+api_model **api_models_acquire_all(const api_ctx *ctx, int *n);
+void api_models_release_all(const api_ctx *ctx, api_model **models, int n);
+/* Bytes a resident model holds: weights (mapped or converted) plus the
+ * packed GEMM panels made at load. */
+size_t api_model_memory_bytes(const lens_model *m);
+/* The ModelInfo object of GET /v1/models. */
+void api_write_model_info(jw *w, const api_model *am);
+void api_model_load(api_call *c);
+void api_model_unload(api_call *c);
 
 /* Writes the /v1/info object; shared with `lensd info`. */
 void api_write_info(jw *out, const api_ctx *ctx);

@@ -216,7 +216,7 @@ void api_attention_run(api_call *c)
             .ids = seq.ids,
             .want_effective = r->effective,
             .pool = c->threads,
-            .head = {.null_component = r->null, .key_aware = r->identifiability},
+            .head = {.null_component = r->null, .key_aware = r->identifiability, .cancel = c->cancel},
         };
         rc = lens_attention_analyze(m, &act, 0, &areq, &res, &err);
     }

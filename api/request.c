@@ -9,11 +9,13 @@
 #include "api/request.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <utf8proc.h>
 
 double api_now(void)
 {
@@ -39,6 +41,22 @@ void api_call_free(api_call *c)
     if (c->body) json_decref(c->body);
     c->body = NULL;
     jw_free(&c->out);
+    api_model_release(c->ctx, c->model_ref); /* after the request, which may point into the model */
+    c->model_ref = NULL;
+}
+
+/* A message quotes client bytes (a jansson error's "near" text, a name cut
+ * by %.64s, the 600-byte bound) and may end inside or hold a broken UTF-8
+ * sequence; the error body must stay valid JSON, so such bytes become '?'. */
+static void make_valid_utf8(char *s)
+{
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
+        if (k > 0) i += (size_t)k;
+        else s[i++] = '?';
+    }
 }
 
 int api_fail(api_call *c, int status, const char *code, const char *field, const char *fmt, ...)
@@ -48,6 +66,7 @@ int api_fail(api_call *c, int status, const char *code, const char *field, const
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    make_valid_utf8(msg);
     jw_free(&c->out);
     c->status = status;
     c->content_type = "application/json";
@@ -72,11 +91,43 @@ int api_fail(api_call *c, int status, const char *code, const char *field, const
     return -1;
 }
 
+/* jansson reports most allocation failures as syntax errors ("invalid
+ * token" when a string cannot be copied), so its allocator is wrapped to
+ * note them: a body that failed to parse for want of memory is the server's
+ * fault (500), not the client's (400). */
+static _Thread_local int json_alloc_failed;
+
+static void *json_malloc_noting(size_t n)
+{
+    void *p = malloc(n);
+    if (!p) json_alloc_failed = 1;
+    return p;
+}
+
+static void json_free_noting(void *p) { free(p); }
+
+static void json_alloc_install(void) { json_set_alloc_funcs(json_malloc_noting, json_free_noting); }
+
+void api_json_init(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, json_alloc_install);
+}
+
 int api_parse_body(api_call *c, const char *data, size_t len)
 {
     json_error_t jerr;
     if (len == 0) return api_fail(c, 400, "invalid_json", NULL, "request body is empty; expected a JSON object");
+    api_json_init();
+    json_alloc_failed = 0;
     c->body = json_loadb(data, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+    if (json_alloc_failed || (!c->body && json_error_code(&jerr) == json_error_out_of_memory)) {
+        /* even a parse that succeeded may hold a cut string: jansson's lexer
+         * does not check every buffer append */
+        json_decref(c->body);
+        c->body = NULL;
+        return api_fail(c, 500, "internal", NULL, "out of memory parsing the request body");
+    }
     if (!c->body)
         return api_fail(c, 400, "invalid_json", NULL, "malformed JSON at line %d column %d: %s",
                         jerr.line, jerr.column, jerr.text);
@@ -104,7 +155,8 @@ static const api_field_set field_sets[] = {
      {INPUT_FIELDS, "layers", "heads", "steps", "riemann", "target", "tree", "include_matrices", "format", "async"}},
     {"/v1/decomposition",
      {"model", "texts", "windows", "corpus", "labels", "length", "drop_first_position", "top_k", "causal", "layers",
-      "async"}},
+      "async", "definition", "topics_self_pairs", "topics_pca", "screenot_k", "reference_texts", "reference_windows",
+      "reference_corpus"}},
     {"/v1/token-identity", {INPUT_FIELDS, "layers", "metric", "top_k", "mapping", "vocabulary"}},
     {"/v1/hidden-attribution",
      {INPUT_FIELDS, "layers", "method", "probes", "seed", "include_norms", "format", "async"}},
@@ -112,12 +164,13 @@ static const api_field_set field_sets[] = {
     /* job kinds: params */
     {"decomposition",
      {"model", "texts", "windows", "corpus", "labels", "length", "drop_first_position", "top_k", "causal", "layers",
-      "async"}},
+      "async", "definition", "topics_self_pairs", "topics_pca", "screenot_k", "reference_texts", "reference_windows",
+      "reference_corpus"}},
     {"attribution",
      {INPUT_FIELDS, "layers", "heads", "steps", "riemann", "target", "tree", "include_matrices", "format", "async"}},
     {"hidden-attribution", {INPUT_FIELDS, "layers", "method", "probes", "seed", "include_norms", "format", "async"}},
-    {"head-importance", {DATASET_FIELDS, "seeds", "seed"}},
-    {"adversarial-triggers", {DATASET_FIELDS, "sources", "top_k"}},
+    {"head-importance", {DATASET_FIELDS, "seeds", "seed", "definition", "target", "prune_count"}},
+    {"adversarial-triggers", {DATASET_FIELDS, "sources", "top_k", "definition", "rule"}},
     {"token-identity-map", {"model", "texts", "data", "max_texts", "metric", "save", "ridge", "heldout_fraction"}},
 };
 
@@ -222,24 +275,18 @@ int api_decode_model(api_call *c, const api_model **out)
     size_t len = 0;
     int r = api_get_string(c, "model", &name, &len);
     if (r < 0) return -1;
-    const api_ctx *ctx = c->ctx;
-    if (r == 0) {
-        if (ctx->n_models == 1) {
-            *out = &ctx->models[0];
-            c->model_name = ctx->models[0].name;
-            return 0;
-        }
-        return api_fail(c, 422, "invalid_request", "model",
-                        "model is required when %d models are loaded", ctx->n_models);
-    }
-    for (int i = 0; i < ctx->n_models; i++) {
-        if (strlen(ctx->models[i].name) == len && !memcmp(ctx->models[i].name, name, len)) {
-            *out = &ctx->models[i];
-            c->model_name = ctx->models[i].name;
-            return 0;
-        }
-    }
-    return api_fail(c, 404, "model_not_found", "model", "no model named \"%.100s\" is loaded (see GET /v1/models)", name);
+    int n_resident = 0;
+    api_model *m = api_model_acquire(c->ctx, r ? name : NULL, len, &n_resident);
+    if (!m && r == 0)
+        return api_fail(c, 422, "invalid_request", "model", "model is required when %d models are loaded", n_resident);
+    if (!m)
+        return api_fail(c, 404, "model_not_found", "model", "no model named \"%.100s\" is loaded (see GET /v1/models)",
+                        name);
+    api_model_release(c->ctx, c->model_ref); /* a batch or a retry decodes again */
+    c->model_ref = m;
+    c->model_name = m->name;
+    *out = m;
+    return 0;
 }
 
 /* ------------------------------------------------------------------ input */
@@ -301,20 +348,6 @@ void api_input_free(api_input *in)
     in->input_ids = NULL;
 }
 
-/* Special tokens when ids come without text: bracketed WordPiece specials
- * ([CLS], [SEP], [PAD], [MASK], [UNK]) and GPT-2's <|endoftext|>. */
-static int is_special_piece(const char *piece)
-{
-    if (!piece) return 0;
-    size_t n = strlen(piece);
-    if (n >= 3 && piece[0] == '[' && piece[n - 1] == ']') {
-        static const char *const names[] = {"[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]"};
-        for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-            if (!strcmp(piece, names[i])) return 1;
-    }
-    return !strcmp(piece, "<|endoftext|>");
-}
-
 int api_tokenize_input(api_call *c, const api_input *in, lens_token **toks, int *n)
 {
     const lens_model *m = in->model->model;
@@ -326,12 +359,15 @@ int api_tokenize_input(api_call *c, const api_input *in, lens_token **toks, int 
         for (int i = 0; i < in->n_input_ids; i++) {
             t[i].id = in->input_ids[i];
             t[i].start = t[i].end = -1;
-            t[i].special = is_special_piece(lens_tokenizer_piece(m->tok, t[i].id));
+            t[i].special = lens_tokenizer_is_special(m->tok, t[i].id);
         }
         *toks = t, *n = in->n_input_ids;
         return 0;
     }
     lens_err err = {0};
+    if (!m->tok)
+        return api_fail(c, 422, "invalid_request", "text",
+                        "model \"%s\" has no tokenizer (no tokenizer files in its folder): send input_ids", in->model->name);
     if (lens_tokenize(m->tok, in->text, in->text_len, in->pair, in->pair ? in->pair_len : 0, toks, n, &err)) {
         *toks = NULL, *n = 0;
         if (err.code == LENS_EINVAL) return api_fail(c, 422, "invalid_request", "text", "%s", err.msg);
@@ -487,11 +523,13 @@ void api_write_tokens(jw *w, const lens_model *m, const lens_token *t, int n)
         jw_int(w, t[i].id);
         jw_key(w, "text");
         jw_str(w, lens_tokenizer_piece(m->tok, t[i].id));
+        /* template tokens and input_ids have no span; special tokens typed
+         * in the text keep theirs */
         jw_key(w, "start");
-        if (t[i].special || t[i].start < 0) jw_null(w);
+        if (t[i].start < 0) jw_null(w);
         else jw_int(w, t[i].start);
         jw_key(w, "end");
-        if (t[i].special || t[i].end < 0) jw_null(w);
+        if (t[i].end < 0) jw_null(w);
         else jw_int(w, t[i].end);
         jw_key(w, "special");
         jw_bool(w, t[i].special);

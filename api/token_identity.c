@@ -406,9 +406,11 @@ static int tokenize_texts(api_call *c, const map_req *r, int **ids_out, int **le
         lens_token *toks = NULL;
         int n = 0;
         lens_err err = {0};
-        if (lens_tokenize(m->tok, r->texts[i], strlen(r->texts[i]), NULL, 0, &toks, &n, &err) || n == 0) {
+        int rc = lens_tokenize(m->tok, r->texts[i], strlen(r->texts[i]), NULL, 0, &toks, &n, &err);
+        if (rc || n == 0) {
             free(lengths), free(ids), free(toks);
-            return api_fail(c, 422, "invalid_request", "texts", "text %d: %s", i, n ? err.msg : "no tokens");
+            if (rc && err.code == LENS_ENOMEM) return api_fail(c, 500, "internal", NULL, "text %d: %s", i, err.msg);
+            return api_fail(c, 422, "invalid_request", "texts", "text %d: %s", i, rc ? err.msg : "no tokens");
         }
         const int T = n > limit ? limit : n;
         if (n_ids + (size_t)T > cap) {

@@ -51,4 +51,5 @@ void api_tokenize_run(api_call *c)
     api_write_timing(c, t1 - t0, 0, t1);
     jw_end(w);
     c->status = 200;
+    if (w->oom) api_fail(c, 500, "internal", NULL, "out of memory while writing the response");
 }

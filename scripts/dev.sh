@@ -17,5 +17,5 @@ if ! command -v make >/dev/null || ! command -v cc >/dev/null; then
   fi
   apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q make build-essential >&2
 fi
-bash scripts/deps.sh build
+bash scripts/deps.sh "$([ "$1" = test ] && echo test || echo build)"
 exec make -j"$(nproc)" "$1"

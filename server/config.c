@@ -26,7 +26,7 @@ typedef struct config_opt config_opt;
 typedef int (*config_parser)(lensd_config *cfg, const config_opt *opt, const char *value, int from_cli);
 
 enum { INFO_NONE, INFO_TOP, INFO_LIMIT };
-enum { KIND_STR, KIND_INT, KIND_BYTES, KIND_SECONDS, KIND_LIST };
+enum { KIND_STR, KIND_INT, KIND_BYTES, KIND_SECONDS, KIND_LIST, KIND_BOOL };
 
 struct config_opt {
     const char *name;   /* --name */
@@ -85,6 +85,14 @@ static const config_opt options[] = {
     {"data-dir", "LENSD_DATA_DIR", NULL, "DIR",
      "datasets jobs may read by path (params.data, e.g. a TSV); paths must resolve inside DIR; unset = none",
      KIND_STR, OFF(data_dir), 0, 0, INFO_NONE},
+    {"openapi", "LENSD_OPENAPI", NULL, "FILE",
+     "the spec GET /openapi.yaml serves; unset = ./openapi.yaml, else /usr/share/lensd/openapi.yaml", KIND_STR,
+     OFF(openapi), 0, 0, INFO_NONE},
+    {"web-dir", "LENSD_WEB_DIR", NULL, "DIR",
+     "dashboard files served at / (default /usr/share/lensd/web when present, else the repository's web/)",
+     KIND_STR, OFF(web_dir), 0, 0, INFO_NONE},
+    {"no-web", "LENSD_NO_WEB", NULL, "", "do not serve the dashboard (/ answers 404); env: 1 or 0", KIND_BOOL,
+     OFF(no_web), 0, 1, INFO_NONE},
     {"debug-delay-ms", "LENSD_DEBUG_DELAY_MS", "0", "MS", "testing: each queued request and each job first waits MS",
      KIND_INT, OFF(debug_delay_ms), 0, 3600000, INFO_NONE},
 };
@@ -129,6 +137,13 @@ static int set_value(lensd_config *cfg, const config_opt *o, const char *value, 
         free(copy);
         return 0;
     }
+    case KIND_BOOL:
+        if (strcmp(value, "1") && strcmp(value, "0") && strcasecmp(value, "true") && strcasecmp(value, "false")) {
+            fprintf(stderr, "lensd: %s: %s must be 1, 0, true or false, got \"%s\"\n", source, o->name, value);
+            return -1;
+        }
+        *(int *)field(cfg, o) = !strcmp(value, "1") || !strcasecmp(value, "true");
+        return 0;
     case KIND_INT:
         if (parse_ll(value, &v, &end) || *end || v < o->lo || v > o->hi) {
             fprintf(stderr, "lensd: %s: %s must be an integer in [%lld, %lld], got \"%s\"\n", source, o->name,
@@ -179,7 +194,7 @@ void lensd_config_help(const char *prog)
     for (int i = 0; i < N_OPTIONS; i++) {
         const config_opt *o = &options[i];
         char flag[64];
-        snprintf(flag, sizeof flag, "--%s %s", o->name, o->arg);
+        snprintf(flag, sizeof flag, "--%s%s%s", o->name, *o->arg ? " " : "", o->arg);
         printf("  %-30s %s\n", flag, o->help);
         printf("  %-30s env %s%s%s\n", "", o->env, o->def ? ", default " : "", o->def ? o->def : "");
     }
@@ -218,7 +233,8 @@ int lensd_config_parse(lensd_config *cfg, int argc, char **argv)
             fprintf(stderr, "lensd serve: unknown option \"%s\" (see lensd serve --help)\n", arg);
             return -1;
         }
-        const char *value = eq ? eq + 1 : (a + 1 < argc ? argv[++a] : NULL);
+        /* a switch (--no-web) takes no value unless given as --no-web=0 */
+        const char *value = eq ? eq + 1 : o->kind == KIND_BOOL ? "1" : (a + 1 < argc ? argv[++a] : NULL);
         if (!value) {
             fprintf(stderr, "lensd serve: --%s needs a value\n", o->name);
             return -1;
@@ -236,6 +252,11 @@ int lensd_config_parse(lensd_config *cfg, int argc, char **argv)
         } else if (set_value(cfg, o, value, "command line")) {
             return -1;
         }
+    }
+    if (!cfg->openapi) {
+        /* a checkout's spec, else the installed copy (Dockerfile) */
+        const char *spec = access("openapi.yaml", R_OK) ? "/usr/share/lensd/openapi.yaml" : "openapi.yaml";
+        cfg->openapi = strdup(spec);
     }
     int cores = lensd_cores();
     int fair = cores / cfg->workers > 0 ? cores / cfg->workers : 1;
@@ -259,6 +280,8 @@ void lensd_config_free(lensd_config *cfg)
     free(cfg->api_key_file);
     free(cfg->cors_origin);
     free(cfg->data_dir);
+    free(cfg->openapi);
+    free(cfg->web_dir);
     memset(cfg, 0, sizeof *cfg);
 }
 

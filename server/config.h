@@ -29,6 +29,9 @@ typedef struct {
     int max_stored_jobs;     /* queued + running + finished jobs kept before 429 */
     double job_ttl;          /* seconds a finished job's result is kept */
     char *data_dir;          /* datasets jobs may read by path; NULL = none */
+    char *openapi;           /* the spec GET /openapi.yaml serves (resolved at parse: repo or installed copy) */
+    char *web_dir;           /* dashboard folder; NULL = installed copy or the repository's web/ */
+    int no_web;              /* 1: no dashboard */
     int debug_delay_ms;      /* testing only: each pool job first sleeps this long */
 } lensd_config;
 

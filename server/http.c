@@ -38,6 +38,7 @@
 #include "server/metrics.h"
 #include "server/jobs.h"
 #include "server/pool.h"
+#include "server/web.h"
 
 struct server {
     const lensd_config *cfg;
@@ -54,6 +55,7 @@ struct server {
     int n_api_keys;
     char **cors_origins;
     int n_cors_origins, cors_any;
+    char *web_dir; /* dashboard folder (realpath), NULL when off */
 };
 
 enum { PHASE_READING, PHASE_DRAINING, PHASE_QUEUED, PHASE_RESPONDED };
@@ -127,11 +129,14 @@ static void ctx_write_metrics(jw *w, const api_ctx *ctx)
     static const char model_bytes_help[] = "# HELP lensd_model_bytes Bytes of float32 weights held per model.\n"
                                            "# TYPE lensd_model_bytes gauge\n";
     jw_raw(w, model_bytes_help, sizeof model_bytes_help - 1);
-    for (int i = 0; i < ctx->n_models; i++) {
-        n = snprintf(line, sizeof line, "lensd_model_bytes{model=\"%s\"} %zu\n", ctx->models[i].name,
-                     lens_weights_bytes(ctx->models[i].model->weights));
+    int n_models = 0;
+    api_model **models = api_models_acquire_all(ctx, &n_models);
+    for (int i = 0; i < n_models; i++) {
+        n = snprintf(line, sizeof line, "lensd_model_bytes{model=\"%s\"} %zu\n", models[i]->name,
+                     lens_weights_bytes(models[i]->model->weights));
         jw_raw(w, line, (size_t)n);
     }
+    api_models_release_all(ctx, models, n_models);
 }
 
 static void ctx_job_submit(api_call *c, const api_job_kind *kind)
@@ -156,11 +161,22 @@ static void ctx_job_cancel(api_call *c, const char *id)
     jobs_cancel(s->jobs, c, id);
 }
 
+static void ctx_job_list(api_call *c, const char *state, int limit)
+{
+    server *s = c->ctx->server;
+    jobs_list(s->jobs, c, state, limit);
+}
+
 /* ------------------------------------------------------------- helpers */
 
 static const char *header(struct MHD_Connection *conn, const char *name)
 {
     return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, name);
+}
+
+static const char *query_arg(const api_call *c, const char *name)
+{
+    return MHD_lookup_connection_value(c->conn, MHD_GET_ARGUMENT_KIND, name);
 }
 
 /* A client's X-Request-Id is echoed when it is short and plain; else a new id. */
@@ -264,17 +280,31 @@ static enum MHD_Result respond(request *r)
     return ret;
 }
 
+/* GET / and /web/...: the dashboard's files (server/web.c), no API key. */
+static enum MHD_Result respond_web(request *r)
+{
+    int status = 404;
+    struct MHD_Response *resp =
+        web_respond(r->srv->web_dir, r->path, header(r->conn, MHD_HTTP_HEADER_IF_NONE_MATCH), &status);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "X-Request-Id", r->request_id);
+    enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    if (ret == MHD_YES) r->status = status, r->phase = PHASE_RESPONDED;
+    return ret;
+}
+
 /* ------------------------------------------------------------ pool jobs */
 
 static void job_run(pool_job *job)
 {
     request *r = (request *)((char *)job - offsetof(request, job));
     const lensd_config *cfg = r->srv->cfg;
-    for (int waited = 0; waited < cfg->debug_delay_ms && !job->cancel; waited += 10) {
+    for (int waited = 0; waited < cfg->debug_delay_ms && !lens_cancelled(&job->cancel); waited += 10) {
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    if (job->cancel) {
+    if (lens_cancelled(&job->cancel)) {
         api_fail(&r->call, 503, "timeout", NULL, "the request waited longer than the server's timeout (%g s)%s%s",
                  cfg->timeout, r->call.hint ? "; " : "", r->call.hint ? r->call.hint : "");
     } else {
@@ -447,6 +477,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->conn = conn;
         r->route_index = -1;
         api_call_init(&r->call, &s->ctx, api_now());
+        r->call.query_arg = query_arg;
+        r->call.conn = conn;
         snprintf(r->method, sizeof r->method, "%s", method);
         snprintf(r->path, sizeof r->path, "%s", url);
         assign_request_id(r);
@@ -455,6 +487,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             snprintf(r->origin, sizeof r->origin, "%s", origin);
             r->cors_origin = s->cors_any ? "*" : r->origin;
         }
+        if (web_wants(r->method, r->path)) return respond_web(r);
         if (!check_headers(r)) return MHD_YES;
         if (body_follows(r) != 1) return respond(r);
         r->phase = PHASE_DRAINING;
@@ -573,11 +606,13 @@ static void server_free(server *s)
     free(s->api_keys);
     for (int i = 0; i < s->n_cors_origins; i++) free(s->cors_origins[i]);
     free(s->cors_origins);
+    free(s->web_dir);
     free(s);
 }
 
 server *server_start(const lensd_config *cfg)
 {
+    api_json_init(); /* before any thread uses jansson (model loading, requests) */
     server *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->cfg = cfg;
@@ -595,8 +630,17 @@ server *server_start(const lensd_config *cfg)
     s->ctx.job_submit = ctx_job_submit;
     s->ctx.job_get = ctx_job_get;
     s->ctx.job_cancel = ctx_job_cancel;
+    s->ctx.job_list = ctx_job_list;
+    s->ctx.openapi_path = cfg->openapi;
     if (cfg->api_key_file && load_api_keys(s, cfg->api_key_file)) goto fail;
     if (cfg->cors_origin) parse_cors(s, cfg->cors_origin);
+    s->web_dir = web_resolve_dir(cfg->web_dir, cfg->no_web);
+    if (cfg->web_dir && !s->web_dir && !cfg->no_web) {
+        log_msg("error", "--web-dir %s: no such folder", cfg->web_dir);
+        goto fail;
+    }
+    if (s->web_dir) log_msg("info", "dashboard at / from %s", s->web_dir);
+    else log_msg("info", "dashboard off (--no-web, or no web/ folder found)");
 
     /* HOST:PORT, HOST may be [v6] */
     char host[256], port[16];
@@ -668,10 +712,9 @@ fail:
 
 int server_port(const server *s) { return s->port; }
 
-void server_set_models(server *s, api_model *models, int n)
+void server_set_registry(server *s, registry *models)
 {
-    s->ctx.models = models;
-    s->ctx.n_models = n;
+    registry_install(models, &s->ctx);
     atomic_store(&s->state, API_READY); /* seq_cst: publishes models before ready */
     log_msg("info", "ready");
 }

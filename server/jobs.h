@@ -25,6 +25,9 @@ void jobs_destroy(jobs *j);
 void jobs_submit(jobs *j, api_call *c, const api_job_kind *kind);
 void jobs_get(jobs *j, api_call *c, const char *id);
 void jobs_cancel(jobs *j, api_call *c, const char *id);
+/* GET /v1/jobs: jobs in state (NULL = any; else 422 naming "state"), newest
+ * first, at most limit, without their results; "total" counts every match. */
+void jobs_list(jobs *j, api_call *c, const char *state, int limit);
 
 /* Prometheus lines: lensd_jobs{state="..."} gauges. */
 void jobs_write_metrics(jobs *j, jw *w);

@@ -96,10 +96,10 @@ static void *watchdog_main(void *arg)
         double now = api_now();
         for (int lane = 0; lane < 2; lane++)
             for (pool_job *j = p->head[lane]; j; j = j->next)
-                if (j->deadline > 0 && now >= j->deadline) j->cancel = 1;
+                if (j->deadline > 0 && now >= j->deadline) lens_cancel_set(&j->cancel, 1);
         for (int i = 0; i < p->n_threads; i++) {
             pool_job *j = p->running[i];
-            if (j && j->deadline > 0 && now >= j->deadline) j->cancel = 1;
+            if (j && j->deadline > 0 && now >= j->deadline) lens_cancel_set(&j->cancel, 1);
         }
     }
     pthread_mutex_unlock(&p->lock);
@@ -164,7 +164,7 @@ int pool_reserve(pool *p)
 void pool_submit(pool *p, pool_job *job)
 {
     job->next = NULL;
-    job->cancel = 0;
+    lens_cancel_set(&job->cancel, 0);
     int lane = job->cheap && p->n_fast > 0; /* one lane when there is no fast lane */
     pthread_mutex_lock(&p->lock);
     p->reserved--;

@@ -224,6 +224,66 @@ static const char *decomp_texts =
     "\"stocks fell sharply on monday as investors worried about rates\", "
     "\"the central bank raised interest rates by a quarter point today\"]";
 
+/* definition / topics_self_pairs / reference_*: docs/reproducing.md */
+static void test_decomposition_definitions(test_server *s)
+{
+    const char *D = "/v1/decomposition";
+    const char *win = "[[10, 11, 12, 13, 14, 15], [20, 21, 22, 23, 24, 25], [30, 31, 32, 33, 34, 35], "
+                      "[40, 41, 42, 43, 44, 45]]";
+    char body[1024];
+    http_resp pc, ld, ref;
+    snprintf(body, sizeof body, "{\"model\": \"gpt\", \"windows\": %s, \"labels\": [0, 0, 1, 1], \"layers\": [1]}",
+             win);
+    http_post_json(s, &pc, D, body);
+    snprintf(body, sizeof body,
+             "{\"model\": \"gpt\", \"windows\": %s, \"labels\": [0, 0, 1, 1], \"layers\": [1], "
+             "\"definition\": \"lensd\"}", win);
+    http_post_json(s, &ld, D, body);
+    /* the reference set = the windows themselves: pos and mean are the windows' own, every number the same */
+    snprintf(body, sizeof body,
+             "{\"model\": \"gpt\", \"windows\": %s, \"labels\": [0, 0, 1, 1], \"layers\": [1], "
+             "\"reference_windows\": %s}", win, win);
+    http_post_json(s, &ref, D, body);
+    CHECK(pc.status == 200 && ld.status == 200 && ref.status == 200, "definitions: %ld %ld %ld %.200s", pc.status,
+          ld.status, ref.status, ref.body);
+    if (pc.status == 200 && ld.status == 200 && ref.status == 200) {
+        check_schema(&pc, D, "POST"), check_schema(&ref, D, "POST");
+        const json_t *a = json_array_get(get(pc.json, "layers"), 0), *b = json_array_get(get(ld.json, "layers"), 0),
+                     *c = json_array_get(get(ref.json, "layers"), 0);
+        CHECK(!strcmp(json_string_value(get(pc.json, "definition")), "paper-code") &&
+                  json_is_true(get(pc.json, "topics_self_pairs")) && json_is_false(get(ld.json, "topics_self_pairs")) &&
+                  json_is_null(get(pc.json, "reference_windows")) && ival(ref.json, "reference_windows") == 4,
+              "definition echoes");
+        /* 2 labels x 2 windows: lensd 2 pairs a < b; paper-code 2 x 2 ordered + 4 self = 8 */
+        CHECK(ival(get(b, "topics"), "within_pairs") == 2 && ival(get(a, "topics"), "within_pairs") == 8,
+              "within pairs %lld (lensd), %lld (paper-code)", ival(get(b, "topics"), "within_pairs"),
+              ival(get(a, "topics"), "within_pairs"));
+        const double wl = num(get(get(b, "topics"), "within")), wp = num(get(get(a, "topics"), "within"));
+        CHECK(fabs(wp - (2 * 2 * wl + 4) / 8) < 2e-6, "paper-code within %.6f = (2 S + W) / (2 p + W) from lensd's %.6f",
+              wp, wl);
+        CHECK(num(get(get(a, "topics"), "between")) == num(get(get(b, "topics"), "between")), "between is the same");
+        CHECK(get(a, "pos_screenot") && json_is_null(get(get(a, "pos_screenot"), "rank")),
+              "P = 5: ScreeNOT with k = 20 is null");
+        CHECK(json_equal(get(c, "relative_norm"), get(a, "relative_norm")) &&
+                  json_equal(get(c, "topics"), get(a, "topics")) &&
+                  num(get(c, "pos_stable_rank")) == num(get(a, "pos_stable_rank")),
+              "a reference equal to the windows changes nothing");
+    }
+    http_resp_free(&pc), http_resp_free(&ld), http_resp_free(&ref);
+    const bad_case cases[] = {
+#define W2 "{\"model\": \"gpt\", \"windows\": [[1, 2, 3], [4, 5, 6]], "
+        {D, W2 "\"definition\": \"paper\"}", 422, "invalid_request", "definition"},
+        {D, W2 "\"reference_windows\": [[1, 2], [3, 4]]}", 422, "invalid_request", "reference_windows"},
+        {D, W2 "\"reference_windows\": [[1, 2, 3]]}", 422, "invalid_request", "reference_windows"},
+        {D, W2 "\"topics_pca\": -1}", 422, "invalid_request", "topics_pca"},
+        {D, W2 "\"screenot_k\": 0}", 422, "invalid_request", "screenot_k"},
+        {D, W2 "\"reference_texts\": [\"a b\"], \"reference_windows\": [[1, 2, 3], [4, 5, 6]]}", 422, "invalid_request",
+         "reference_windows"},
+#undef W2
+    };
+    run_bad_cases(s, cases, (int)(sizeof cases / sizeof *cases));
+}
+
 static void test_decomposition(test_server *s)
 {
     const char *D = "/v1/decomposition";
@@ -287,6 +347,17 @@ static void test_decomposition(test_server *s)
         json_object_set_new(cli, "model", json_string("bert"));
         CHECK(json_equal(cli, want), "lensd decompose differs from POST /v1/decomposition");
     }
+    json_decref(cli);
+    /* the definition flags reach the request: lensd's within-topic pairs exclude self-pairs */
+    snprintf(cmd, sizeof cmd,
+             "%s decompose --model %s/bert --length 8 --layers 0 --labels a,a,b,b --definition lensd --screenot-k 2 "
+             "--texts-file %s", lensd_path(), tmpdir, path);
+    cli = run_json(cmd);
+    const json_t *tp = get(json_array_get(get(cli, "layers"), 0), "topics");
+    CHECK(cli && !strcmp(json_string_value(get(cli, "definition")), "lensd") &&
+              json_is_false(get(cli, "topics_self_pairs")) && ival(cli, "screenot_k") == 2 && tp &&
+              ival(tp, "within_pairs") < ival(get(json_array_get(get(sync_result, "layers"), 0), "topics"), "within_pairs"),
+          "lensd decompose --definition lensd --screenot-k 2");
     json_decref(cli);
 
     /* async: 202 with a job, then the same result */
@@ -701,6 +772,7 @@ int main(void)
     } else {
         test_attention(&s);
         test_decomposition(&s);
+        test_decomposition_definitions(&s);
         test_attribution(&s);
         CHECK(server_terminate(&s) == 0, "lensd exits 0 on SIGTERM");
     }

@@ -14,6 +14,7 @@
  * LENS_ENOENT, concurrent calls agree with sequential ones, and throughput on
  * WikiText-2 valid.txt is printed (not checked). */
 #include <jansson.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -614,9 +615,23 @@ int main(void)
     }
     char dir[1024];
     lens_err err = { 0 };
-    snprintf(dir, sizeof dir, "%s/vocab/bert-base-uncased", shared);
-    lens_tokenizer *bert = lens_tokenizer_load(dir, &err);
-    CHECK(bert != NULL, "load %s: %s", dir, err.msg);
+    /* vocab.txt alone (BertTokenizer's files): the folder's tokenizer.json
+     * would take precedence, and test_tokenizer_json.c covers that path */
+    char legacy[] = "/tmp/lens_tok_bert_XXXXXX";
+    lens_tokenizer *bert = NULL;
+    if (mkdtemp(legacy)) {
+        static const char *const files[] = { "vocab.txt", "tokenizer_config.json", "special_tokens_map.json" };
+        for (int i = 0; i < 3; i++) {
+            char from[PATH_MAX + 64], to[256], abs[PATH_MAX];
+            snprintf(from, sizeof from, "%s/vocab/bert-base-uncased/%s", realpath(shared, abs) ? abs : shared, files[i]);
+            snprintf(to, sizeof to, "%s/%s", legacy, files[i]);
+            CHECK(symlink(from, to) == 0, "symlink %s", to);
+        }
+        bert = lens_tokenizer_load(legacy, &err);
+        CHECK(bert != NULL, "load %s (vocab.txt of bert-base-uncased): %s", legacy, err.msg);
+        clear_dir(legacy);
+        rmdir(legacy);
+    }
     snprintf(dir, sizeof dir, "%s/vocab/gpt2", shared);
     lens_tokenizer *gpt2 = lens_tokenizer_load(dir, &err);
     CHECK(gpt2 != NULL, "load %s: %s", dir, err.msg);

