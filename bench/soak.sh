@@ -5,7 +5,7 @@
 #
 # Prints: requests and requests/s; responses by status; errors (anything but
 # 2xx and the designed 429 / 503, plus socket errors), which must be 0; the
-# server's RSS after a 20 s warm-up and at the end, with its value after
+# server's RSS after a 60 s warm-up and at the end, with its value after
 # each round to show the trend (growth must stay < 5% over at least 100k
 # requests; extra rounds top the count up); and the time from
 # SIGTERM to exit, which must be within --timeout + 5 s. Exit status 1 when
@@ -98,7 +98,7 @@ run() { # seconds -> accumulates
 
 start
 echo "lensd $("$LENSD" version), workers $WORKERS, --timeout $TIMEOUT, wrk -c 64, mix of 12 requests (404 on /v1/nope is designed)"
-run 20 # warm-up: every request kind once per worker thread, so allocator arenas and model pages are in
+run 60 # warm-up at full load: the working set of 64 concurrent requests (buffers, arenas) builds up in the first minute
 rss0=$(rss_kb) total=0
 run "$DURATION"
 while [ "$total" -lt 100000 ]; do run 20; done

@@ -35,6 +35,19 @@ static const fixture_lists table[] = {
     {"token_identity_shared.json", {"rankings", "vocabulary", "fit"}},
     {"tokenizer_bert.json", {"cases"}},
     {"tokenizer_gpt2.json", {"cases"}},
+    {"attention_causal_rows.json", {"cases"}},
+    {"attention_key_aware.json", {"cases"}},
+    {"attribution_paper_code.json", {"examples"}},
+    {"paper_code_bert-tiny-mlm.json", {"windows", "labels", "variants"}},
+    {"paper_code_gpt2-tiny-wikitext.json", {"windows", "labels", "variants"}},
+    {"screenot.json", {"cases"}},
+    {"tokenizer_json_bert.json", {"cases"}},
+    {"tokenizer_json_gemma.json", {"cases"}},
+    {"tokenizer_json_gpt2.json", {"cases"}},
+    {"tokenizer_json_llama2.json", {"cases"}},
+    {"tokenizer_json_llama3.json", {"cases"}},
+    {"tokenizer_json_qwen2_5.json", {"cases"}},
+    {"tokenizer_json_roberta.json", {"cases"}},
 };
 #define N_TABLE (int)(sizeof table / sizeof *table)
 

@@ -293,7 +293,8 @@ def causal_rows_cases(shared):
         print(f"causal rows {name}: T {T} DV {DV} rank {r} tol {tol:.3g} sigma_min(V[:DV]) {smin:.3g}")
         result.append({"name": name, "T": T, "DV": DV, "rank": r, "A": rf.F32(A), "V": rf.F32(V),
                        "effective": rf.F32(E.float())})
-    return {"generated_by": "tests/reference/attention_reference.py (PyTorch %s, float64, one SVD per prefix)"
+    return {"command": "python3 tests/reference/attention_reference.py ../shared",
+            "generated_by": "tests/reference/attention_reference.py (PyTorch %s, float64, one SVD per prefix)"
             % torch.__version__, "gpt2_input_ids": ids, "cases": result}
 
 
@@ -320,7 +321,8 @@ def key_aware_demo_cases(repo):
         print(f"key-aware demo-identifiable layer {l} head {h}: T {T} {ka}")
         cases.append({"name": f"demo-identifiable layer {l} head {h}", "T": T, "DK": DK, "DV": DV,
                       "A": rf.F32(A), "V": rf.F32(V), "Q": rf.F32(Q), "key_aware": ka})
-    return {"generated_by": "tests/reference/attention_reference.py (PyTorch %s, float64 svdvals of the explicit "
+    return {"command": "python3 tests/reference/attention_reference.py ../shared",
+            "generated_by": "tests/reference/attention_reference.py (PyTorch %s, float64 svdvals of the explicit "
             "matrices)" % torch.__version__, "input_ids": ids, "cases": cases}
 
 
