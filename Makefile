@@ -60,12 +60,17 @@ deps-test:
 
 # The fuzz smoke run (every target for FUZZ_CI_SECONDS) is one more line of
 # the summary; the sanitizer builds below leave it to `make test`.
+# Every response the HTTP tests receive is logged and checked last by
+# tests/openapi_validate.py (an independent validator of openapi.yaml).
 FUZZ_IN_TEST ?= 1
 test: deps-test
 	$(MAKE) all $(TEST_BIN)
 	$(if $(filter 1,$(FUZZ_IN_TEST)),$(MAKE) fuzz-build)
+	@rm -f $(BUILD)/responses.jsonl
 	@BUILD=$(BUILD) FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_CI_SECONDS) \
-	    scripts/run-tests.sh $(TEST_BIN) $(if $(filter 1,$(FUZZ_IN_TEST)),scripts/fuzz.sh)
+	    LENSD_RESPONSE_LOG=$(abspath $(BUILD))/responses.jsonl \
+	    scripts/run-tests.sh $(TEST_BIN) clients/python/test_client.py \
+	    $(if $(filter 1,$(FUZZ_IN_TEST)),scripts/fuzz.sh) tests/openapi_validate.py
 
 test-asan:
 	$(MAKE) test BUILD=build-asan FUZZ_IN_TEST=0 OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
@@ -126,7 +131,7 @@ bench: deps all $(BUILD)/bench/forward
 clean:
 	rm -rf build build-asan build-fuzz build-tsan build-campaign
 
-.PHONY: all deps deps-test test test-asan test-tsan fuzz fuzz-bin fuzz-build run bench clean
+.PHONY: all deps deps-test test test-asan test-tsan test-web fuzz fuzz-bin fuzz-build run bench clean
 
 # Regenerates tests/fixtures by running the command each fixture records
 # (tests/reference scripts: PyTorch, node; needs ../shared; not in CI).
@@ -134,6 +139,22 @@ fixtures:
 	scripts/fixtures.sh
 
 .PHONY: fixtures
+
+# @redocly/cli lint (recommended rules) of openapi.yaml: 0 errors, 0 warnings
+# expected. Test-only tooling pinned by tools/openapi/package-lock.json;
+# `npm ci` needs the npm registry, so this is not part of `make test`.
+lint-openapi:
+	cd tools/openapi && npm ci --no-audit --no-fund --loglevel=error && npx --no-install redocly lint ../../openapi.yaml --max-problems 1000
+
+.PHONY: lint-openapi
+
+# The dashboard (web/) in Debian's headless chromium against live lensd
+# servers on the demo models, direct and behind nginx under a path prefix;
+# screenshots in $(BUILD)/web-shots/ (tests/web/run.sh). scripts/dev.sh test
+# (so .ci/run) runs it after `make test`.
+test-web: all
+	@scripts/deps.sh web
+	@BUILD=$(BUILD) tests/web/run.sh
 
 # Trains the demo models with lensd (45-60 minutes on 2 cores; not part of CI).
 demo-models: all
@@ -186,3 +207,9 @@ bench-train: deps all $(BUILD)/bench/train
 	bench/train.sh $(BUILD)/lensd
 
 .PHONY: bench-train
+
+# Sharded head importance (bench/shard.sh): 1 process vs 2 shard processes + merge, same rows.
+bench-shard: all
+	bench/shard.sh $(BUILD)/lensd
+
+.PHONY: bench-shard

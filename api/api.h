@@ -15,6 +15,7 @@
 #include <stddef.h>
 
 #include "api/json_writer.h"
+#include "core/io/partial.h"
 #include "core/model/model.h"
 
 #define LENSD_VERSION "0.1.0"
@@ -39,6 +40,7 @@ struct api_ctx {
     api_model *models; /* set once every model is loaded, then read-only */
     int n_models;
     int max_tokens;    /* per request, after tokenization */
+    int max_batch_items, max_batch_tokens; /* texts per batch request, their tokens in total (0 = api/batch.h defaults) */
     const char *data_dir; /* datasets jobs may read by path (params.data); NULL = none */
     double timeout;       /* seconds a synchronous request may take (server --timeout); 0 = no deadline */
     /* Hooks the server fills; the CLI leaves them NULL (= always ready, no
@@ -56,6 +58,8 @@ struct api_ctx {
     void (*job_cancel)(api_call *c, const char *id);
     /* GET /v1/jobs: the stored jobs in state (NULL = any), newest first, at most limit. */
     void (*job_list)(api_call *c, const char *state, int limit);
+    /* GET /v1/jobs/{id}/events: sets c's stream to the job's events, or 404. */
+    void (*job_events)(api_call *c, const char *id);
     /* Resident models loaded and unloaded at run time (server/registry.c).
      * NULL in the CLI, where models[] is the fixed table. acquire returns a
      * counted reference to the model named name[0..len) (name NULL: the only
@@ -103,6 +107,13 @@ struct api_call {
     /* The request's query argument name (GET /v1/jobs?state=...), NULL when absent. */
     const char *(*query_arg)(const api_call *c, const char *name);
     void *conn;                 /* the server's connection, for query_arg */
+    /* A streamed response (Server-Sent Events) instead of c->out: read fills
+     * buf with up to max bytes and returns how many, 0 when there is nothing
+     * yet (the server asks again a moment later), -1 at the end; free_user
+     * when the connection is done. Set by run(); the server takes them over. */
+    long (*stream_read)(void *user, char *buf, size_t max);
+    void (*stream_free)(void *user);
+    void *stream_user;
     api_model *model_ref;       /* the counted reference api_decode_model took (released by api_call_free) */
     /* for the request log */
     int n_tokens;
@@ -165,21 +176,40 @@ void api_models(api_call *c);
 void api_model_get(api_call *c);
 int api_tokenize_prepare(api_call *c);
 void api_tokenize_run(api_call *c);
+int api_detokenize_prepare(api_call *c);
+void api_detokenize_run(api_call *c);
 int api_forward_prepare(api_call *c);
 void api_forward_run(api_call *c);
 int api_attention_prepare(api_call *c);
 void api_attention_run(api_call *c);
 int api_decomposition_prepare(api_call *c);
 void api_decomposition_run(api_call *c);
+int api_decomposition_shard(api_call *c, int index, int count, lens_partial *part);
+void api_decomposition_merge(api_call *c, lens_partial *const *parts, int n);
 int api_attribution_prepare(api_call *c);
 void api_attribution_run(api_call *c);
 int api_head_importance_prepare(api_call *c);
 void api_head_importance_run(api_call *c);
+int api_head_importance_shard(api_call *c, int index, int count, lens_partial *part);
+void api_head_importance_merge(api_call *c, lens_partial *const *parts, int n);
 int api_triggers_prepare(api_call *c);
 void api_triggers_run(api_call *c);
+int api_triggers_shard(api_call *c, int index, int count, lens_partial *part);
+void api_triggers_merge(api_call *c, lens_partial *const *parts, int n);
 
 int api_hidden_attribution_prepare(api_call *c);
 void api_hidden_attribution_run(api_call *c);
+/* The same endpoints taking texts: [...] too (api/batch.c); the route table uses these. */
+int api_forward_batched_prepare(api_call *c);
+void api_forward_batched_run(api_call *c);
+int api_attention_batched_prepare(api_call *c);
+void api_attention_batched_run(api_call *c);
+int api_attribution_batched_prepare(api_call *c);
+void api_attribution_batched_run(api_call *c);
+int api_token_identity_batched_prepare(api_call *c);
+void api_token_identity_batched_run(api_call *c);
+int api_hidden_attribution_batched_prepare(api_call *c);
+void api_hidden_attribution_batched_run(api_call *c);
 int api_token_identity_prepare(api_call *c);
 void api_token_identity_run(api_call *c);
 int api_token_identity_map_prepare(api_call *c);
@@ -199,6 +229,7 @@ void api_jobs_submit(api_call *c);
 void api_job_get(api_call *c);
 void api_job_delete(api_call *c);
 void api_jobs_list(api_call *c);
+void api_job_events(api_call *c);
 void api_capabilities(api_call *c);
 void api_openapi(api_call *c);
 
@@ -209,13 +240,37 @@ void api_openapi(api_call *c);
  * later calls run() with c->cancel (DELETE /v1/jobs/{id}) and c->progress
  * set. run() leaves the result (status 200) or an error in c->out, as a
  * route's run() does. Adding a kind is adding a row. */
+/* Sharded dataset kinds (lensd job run / merge, api/shard.c): shard()
+ * computes the partial state of shard index of count into part (rows
+ * r % count == index); merge() reduces every shard's partial, in shard order,
+ * into the kind's result, exactly as run() writes it. NULL for kinds that are
+ * not datasets. */
+typedef int (*api_shard_fn)(api_call *c, int index, int count, lens_partial *part);
+typedef void (*api_merge_fn)(api_call *c, lens_partial *const *parts, int n);
+
 typedef struct api_job_kind {
     const char *kind;
     api_prepare_fn prepare;
     api_run_fn run;
     const char *summary;
     const char *params_schema, *result_schema; /* openapi.yaml components/schemas names */
+    api_shard_fn shard;                        /* NULL: not a dataset kind, no shards */
+    api_merge_fn merge;
 } api_job_kind;
+
+/* api/shard.c: shard `index` of `count` of kind with c->req decoded by its
+ * prepare(): the partial with its self-describing header (kind, params and
+ * their hash, model fingerprint, shard). */
+int api_shard_run(api_call *c, const api_job_kind *kind, int index, int count, lens_partial *part);
+/* Checks that parts[0..n) are the count shards of one job (same kind,
+ * params, model; no duplicate; none missing, else the missing numbers), sorts
+ * them by shard and calls kind->merge. Errors are 422 "partial_mismatch". */
+void api_shard_merge(api_call *c, const api_job_kind *kind, lens_partial **parts, int n);
+/* run() of a sharded kind: shard 0 of 1, then merge, so a server job and a
+ * merged set of shards run the same code. */
+void api_shard_run_whole(api_call *c, const api_job_kind *kind);
+/* For a kind's shard(): record the dataset's row count and the rows this shard holds. */
+int api_shard_rows(lens_partial *part, long total, long in_shard); /* -1: out of memory */
 
 extern const api_job_kind api_job_kinds[];
 extern const int api_n_job_kinds;

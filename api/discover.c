@@ -1,7 +1,8 @@
-/* discover.c - what a client can ask this server: GET /v1/jobs,
+/* discover.c - what a client can ask this server: GET /v1/jobs, job events,
  * GET /v1/capabilities, GET /openapi.yaml.
  *
- * Owns: the job listing's query decoding (the store is server/jobs.c), the
+ * Owns: the job listing's query decoding, GET /v1/jobs/{id}/events (the
+ * stream itself is server/jobs.c's) (the store is server/jobs.c), the
  * capabilities object (analyses and their endpoints, job kinds with their
  * params and result schemas as JSON pointers into the served spec, the data
  * files under --data-dir jobs may name) and serving the spec file. */
@@ -39,6 +40,15 @@ void api_jobs_list(api_call *c)
         limit = (int)v;
     }
     c->ctx->job_list(c, state && *state ? state : NULL, limit);
+}
+
+void api_job_events(api_call *c)
+{
+    if (!c->ctx->job_events) {
+        api_fail(c, 404, "job_not_found", "id", "no job \"%.64s\"", c->param);
+        return;
+    }
+    c->ctx->job_events(c, c->param);
 }
 
 /* Which endpoint serves each analysis synchronously (NULL: a job kind only). */
@@ -123,6 +133,11 @@ void api_capabilities(api_call *c)
         jw_str(w, k->summary);
         write_schema_ref(w, "params_schema", k->params_schema);
         write_schema_ref(w, "result_schema", k->result_schema);
+        jw_key(w, "params_fields"); /* what POST /v1/jobs accepts in params (the allowed-fields table) */
+        jw_arr(w);
+        const char *const *fields = api_allowed_fields(k->kind);
+        for (int f = 0; fields && fields[f]; f++) jw_str(w, fields[f]);
+        jw_end(w);
         jw_end(w);
     }
     jw_end(w);

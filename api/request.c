@@ -41,6 +41,8 @@ void api_call_free(api_call *c)
     if (c->body) json_decref(c->body);
     c->body = NULL;
     jw_free(&c->out);
+    if (c->stream_free) c->stream_free(c->stream_user); /* a stream the server never took */
+    c->stream_read = NULL, c->stream_free = NULL;
     api_model_release(c->ctx, c->model_ref); /* after the request, which may point into the model */
     c->model_ref = NULL;
 }
@@ -141,6 +143,7 @@ int api_parse_body(api_call *c, const char *data, size_t len)
 /* The top-level fields each endpoint (by route path) and each job kind (its
  * params, by kind) accepts. A new request field is one word in its row. */
 #define INPUT_FIELDS "model", "text", "text_pair", "input_ids"
+#define BATCH_FIELDS "texts", "text_pairs" /* api/batch.c */
 #define DATASET_FIELDS "model", "data", "rows", "max_rows", "steps", "riemann"
 typedef struct {
     const char *name;
@@ -149,17 +152,19 @@ typedef struct {
 
 static const api_field_set field_sets[] = {
     {"/v1/tokenize", {INPUT_FIELDS}},
-    {"/v1/forward", {INPUT_FIELDS, "outputs", "layers", "heads", "positions", "format"}},
-    {"/v1/attention", {INPUT_FIELDS, "layers", "heads", "effective", "include_raw", "null", "identifiability", "format"}},
+    {"/v1/detokenize", {"model", "ids", "skip_special_tokens"}},
+    {"/v1/models", {"id", "path"}},
+    {"/v1/forward", {INPUT_FIELDS, BATCH_FIELDS, "outputs", "layers", "heads", "positions", "k", "logit_lens", "format"}},
+    {"/v1/attention", {INPUT_FIELDS, BATCH_FIELDS, "layers", "heads", "effective", "include_raw", "null", "identifiability", "format"}},
     {"/v1/attribution",
-     {INPUT_FIELDS, "layers", "heads", "steps", "riemann", "target", "tree", "include_matrices", "format", "async"}},
+     {INPUT_FIELDS, BATCH_FIELDS, "layers", "heads", "steps", "riemann", "target", "tree", "include_matrices", "format", "async"}},
     {"/v1/decomposition",
      {"model", "texts", "windows", "corpus", "labels", "length", "drop_first_position", "top_k", "causal", "layers",
       "async", "definition", "topics_self_pairs", "topics_pca", "screenot_k", "reference_texts", "reference_windows",
       "reference_corpus"}},
-    {"/v1/token-identity", {INPUT_FIELDS, "layers", "metric", "top_k", "mapping", "vocabulary"}},
+    {"/v1/token-identity", {INPUT_FIELDS, BATCH_FIELDS, "layers", "metric", "top_k", "mapping", "vocabulary"}},
     {"/v1/hidden-attribution",
-     {INPUT_FIELDS, "layers", "method", "probes", "seed", "include_norms", "format", "async"}},
+     {INPUT_FIELDS, BATCH_FIELDS, "layers", "method", "probes", "seed", "include_norms", "format", "async"}},
     {"/v1/jobs", {"kind", "params"}},
     /* job kinds: params */
     {"decomposition",

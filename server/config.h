@@ -21,6 +21,8 @@ typedef struct {
     int fast_threads;        /* threads of each fast-lane worker */
     int queue;
     int max_tokens;
+    int max_batch_items;     /* texts per batch request */
+    int max_batch_tokens;    /* their tokens in total */
     long long max_body;
     double timeout;          /* seconds */
     char *api_key_file;
@@ -28,6 +30,7 @@ typedef struct {
     int max_jobs;            /* async jobs running at once (job threads) */
     int max_stored_jobs;     /* queued + running + finished jobs kept before 429 */
     double job_ttl;          /* seconds a finished job's result is kept */
+    double sse_keepalive;    /* seconds between keep-alive comments of an idle event stream */
     char *data_dir;          /* datasets jobs may read by path; NULL = none */
     char *openapi;           /* the spec GET /openapi.yaml serves (resolved at parse: repo or installed copy) */
     char *web_dir;           /* dashboard folder; NULL = installed copy or the repository's web/ */

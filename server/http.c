@@ -39,6 +39,7 @@
 #include "server/metrics.h"
 #include "server/jobs.h"
 #include "server/pool.h"
+#include "server/stream.h"
 #include "server/web.h"
 
 struct server {
@@ -46,6 +47,7 @@ struct server {
     api_ctx ctx;
     pool *pool;
     jobs *jobs;
+    streams *streams; /* SSE responses (server/stream.c) */
     struct MHD_Daemon *daemon;
     int port;
     atomic_int state;     /* api_state */
@@ -162,6 +164,12 @@ static void ctx_job_cancel(api_call *c, const char *id)
     jobs_cancel(s->jobs, c, id);
 }
 
+static void ctx_job_events(api_call *c, const char *id)
+{
+    server *s = c->ctx->server;
+    jobs_events(s->jobs, c, id);
+}
+
 static void ctx_job_list(api_call *c, const char *state, int limit)
 {
     server *s = c->ctx->server;
@@ -246,12 +254,20 @@ static enum MHD_Result respond(request *r)
 {
     api_call *c = &r->call;
     size_t len = 0;
-    char *body = jw_take(&c->out, &len);
-    if (!body) body = strdup(""), len = 0;
-    struct MHD_Response *resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
-    if (!resp) {
-        free(body);
-        return MHD_NO;
+    struct MHD_Response *resp;
+    if (c->stream_read) {
+        resp = streams_response(r->srv->streams, r->conn, c);
+        if (!resp) return MHD_NO;
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        MHD_add_response_header(resp, "X-Accel-Buffering", "no"); /* nginx: pass events through at once */
+    } else {
+        char *body = jw_take(&c->out, &len);
+        if (!body) body = strdup(""), len = 0;
+        resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+        if (!resp) {
+            free(body);
+            return MHD_NO;
+        }
     }
     if (len || c->status != 204) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, c->content_type);
     MHD_add_response_header(resp, "X-Request-Id", r->request_id);
@@ -635,6 +651,8 @@ server *server_start(const lensd_config *cfg)
     atomic_init(&s->next_id, 1);
     s->id_prefix = (unsigned)(time(NULL) ^ ((unsigned)getpid() << 16));
     s->ctx.max_tokens = cfg->max_tokens;
+    s->ctx.max_batch_items = cfg->max_batch_items;
+    s->ctx.max_batch_tokens = cfg->max_batch_tokens;
     s->ctx.data_dir = cfg->data_dir;
     s->ctx.timeout = cfg->timeout;
     s->ctx.state = ctx_state;
@@ -645,6 +663,7 @@ server *server_start(const lensd_config *cfg)
     s->ctx.job_get = ctx_job_get;
     s->ctx.job_cancel = ctx_job_cancel;
     s->ctx.job_list = ctx_job_list;
+    s->ctx.job_events = ctx_job_events;
     s->ctx.openapi_path = cfg->openapi;
     if (cfg->api_key_file && load_api_keys(s, cfg->api_key_file)) goto fail;
     if (cfg->cors_origin) parse_cors(s, cfg->cors_origin);
@@ -679,12 +698,15 @@ server *server_start(const lensd_config *cfg)
 
     s->pool = pool_create(cfg->workers, cfg->fast_workers, cfg->queue, cfg->threads_per_worker, cfg->fast_threads);
     s->jobs = jobs_create(cfg->max_jobs, cfg->max_stored_jobs, cfg->job_ttl, cfg->threads_per_worker, cfg->debug_delay_ms);
-    if (!s->pool || !s->jobs) {
+    s->streams = streams_create(100);
+    if (!s->pool || !s->jobs || !s->streams) {
         freeaddrinfo(ai);
         pool_destroy(s->pool);
         jobs_destroy(s->jobs);
+        streams_destroy(s->streams);
         goto fail;
     }
+    jobs_set_keepalive(s->jobs, cfg->sse_keepalive);
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
@@ -695,6 +717,7 @@ server *server_start(const lensd_config *cfg)
         log_msg("error", "cannot listen on %s (address in use or not permitted?)", cfg->listen);
         pool_destroy(s->pool);
         jobs_destroy(s->jobs);
+        streams_destroy(s->streams);
         goto fail;
     }
     /* the cost model's rate, measured before any request competes for the cores */
@@ -737,6 +760,7 @@ int server_drain(server *s, double max_wait)
 {
     atomic_store(&s->state, API_DRAINING);
     log_msg("info", "shutting down: refusing new work, finishing in-flight requests");
+    streams_close_all(s->streams); /* event streams end now rather than hold the drain */
     double until = api_now() + max_wait;
     while (atomic_load(&s->in_flight) > 0 && api_now() < until) {
         struct timespec ts = {0, 10 * 1000 * 1000};
@@ -750,7 +774,9 @@ void server_stop(server *s)
     if (!s) return;
     /* queued jobs finish and resume their connections before the daemon stops */
     pool_destroy(s->pool);
+    streams_close_all(s->streams); /* no connection may stay suspended past MHD_stop_daemon */
     MHD_stop_daemon(s->daemon);
+    streams_destroy(s->streams);
     /* running jobs see their cancel flag at the next check; models outlive this */
     jobs_destroy(s->jobs);
     server_free(s);

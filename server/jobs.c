@@ -62,6 +62,7 @@ struct jobs {
     int debug_delay_ms;
     int threads_per_job;
     int stopping;
+    double sse_keepalive; /* seconds between keep-alive comments on an idle event stream */
     unsigned long long id_seed, id_counter;
 };
 
@@ -259,6 +260,7 @@ jobs *jobs_create(int max_running, int max_stored, double ttl_seconds, int threa
     j->max_stored = max_stored;
     j->ttl = ttl_seconds;
     j->debug_delay_ms = debug_delay_ms;
+    j->sse_keepalive = 15;
     j->threads_per_job = threads_per_job;
     unsigned long long seed = (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 32);
     int fd = open("/dev/urandom", O_RDONLY);
@@ -441,4 +443,113 @@ void jobs_list(jobs *j, api_call *c, const char *state, int limit)
     jw_end(w);
     pthread_mutex_unlock(&j->lock);
     c->status = 200;
+}
+
+/* ------------------------------------------------ GET /v1/jobs/{id}/events */
+
+/* One SSE subscriber: what it was last sent, and the unsent rest of an event. */
+typedef struct {
+    jobs *owner;
+    char id[24];
+    int sent_any, ended;
+    job_state last_state;
+    double last_progress;
+    double last_sent; /* api_now() */
+    jw pending;
+    size_t pending_off;
+} job_events;
+
+static void events_free(void *user)
+{
+    job_events *ev = user;
+    jw_free(&ev->pending);
+    free(ev);
+}
+
+/* "event: NAME\ndata: JSON\n\n" into ev->pending; data is jb's job object
+ * when jb is given, else error_data. Lock held. */
+static void queue_event(job_events *ev, const char *name, const job *jb, const char *error_data)
+{
+    jw *w = &ev->pending;
+    jw data;
+    jw_init(&data);
+    if (jb) write_job(&data, jb, ev->owner->ttl);
+    else jw_raw(&data, error_data, strlen(error_data));
+    jw_reset(w);
+    jw_raw(w, "event: ", 7);
+    jw_raw(w, name, strlen(name));
+    jw_raw(w, "\ndata: ", 7);
+    if (data.buf) jw_raw(w, data.buf, data.len);
+    jw_raw(w, "\n\n", 2);
+    jw_free(&data);
+    ev->pending_off = 0;
+}
+
+/* The next bytes of the stream: a state or progress change, a keep-alive
+ * comment when nothing was sent for keepalive seconds, else 0 (poll later).
+ * Ends after the event of a terminal state (done, failed, cancelled). */
+static long events_read(void *user, char *buf, size_t max)
+{
+    job_events *ev = user;
+    if (ev->pending_off < ev->pending.len) {
+        size_t n = ev->pending.len - ev->pending_off;
+        if (n > max) n = max;
+        memcpy(buf, ev->pending.buf + ev->pending_off, n);
+        ev->pending_off += n;
+        return (long)n;
+    }
+    if (ev->ended) return -1;
+    jobs *j = ev->owner;
+    double now = api_now();
+    pthread_mutex_lock(&j->lock);
+    job *jb = find(j, ev->id);
+    if (!jb) {
+        queue_event(ev, "error", NULL, "{\"code\":\"job_not_found\",\"message\":\"the job expired\",\"field\":\"id\"}");
+        ev->ended = 1;
+    } else if (!ev->sent_any || jb->state != ev->last_state || jb->progress != ev->last_progress) {
+        queue_event(ev, jb->state >= JOB_DONE ? state_names[jb->state] : "progress", jb, NULL);
+        ev->sent_any = 1;
+        ev->last_state = jb->state;
+        ev->last_progress = jb->progress;
+        ev->ended = jb->state >= JOB_DONE;
+    } else if (now - ev->last_sent >= j->sse_keepalive) {
+        jw_reset(&ev->pending);
+        jw_raw(&ev->pending, ": keep-alive\n\n", 14);
+        ev->pending_off = 0;
+    }
+    pthread_mutex_unlock(&j->lock);
+    if (ev->pending_off >= ev->pending.len) return 0;
+    ev->last_sent = now;
+    return events_read(user, buf, max);
+}
+
+void jobs_events(jobs *j, api_call *c, const char *id)
+{
+    pthread_mutex_lock(&j->lock);
+    sweep(j);
+    int known = find(j, id) != NULL;
+    pthread_mutex_unlock(&j->lock);
+    if (!known) {
+        api_fail(c, 404, "job_not_found", "id", "no job \"%.64s\" (unknown, or expired)", id);
+        return;
+    }
+    job_events *ev = calloc(1, sizeof *ev);
+    if (!ev) {
+        api_fail(c, 500, "internal", NULL, "out of memory");
+        return;
+    }
+    ev->owner = j;
+    snprintf(ev->id, sizeof ev->id, "%s", id);
+    ev->last_sent = api_now();
+    jw_init(&ev->pending);
+    c->content_type = "text/event-stream";
+    c->stream_read = events_read;
+    c->stream_free = events_free;
+    c->stream_user = ev;
+    c->status = 200;
+}
+
+void jobs_set_keepalive(jobs *j, double seconds)
+{
+    j->sse_keepalive = seconds;
 }

@@ -404,7 +404,7 @@ static void test_bad_inputs(test_server *s)
         {"POST", F, NULL, "{\"model\": \"bert\", \"text\": \"a\"}", 415, "unsupported_media_type", NULL, F},
         {"POST", F, "application/jsonx", "{\"model\": \"bert\", \"text\": \"a\"}", 415, "unsupported_media_type", NULL, F},
         {"GET", "/v1/nope", NULL, NULL, 404, "not_found", NULL, NULL},
-        {"GET", "/", NULL, NULL, 404, "not_found", NULL, NULL},
+        {"GET", "/index.html", NULL, NULL, 404, "not_found", NULL, NULL}, /* the dashboard is at / */
         {"GET", "/v1/models/", NULL, NULL, 404, "not_found", NULL, NULL},
         {"GET", "/v1/models/nope", NULL, NULL, 404, "model_not_found", "id", "/v1/models/{id}"},
         {"DELETE", "/v1/models", NULL, NULL, 405, "method_not_allowed", NULL, NULL},

@@ -14,7 +14,8 @@
  *     later ones get 404, and the server log shows the model freed after
  *     the request, not before (under `make test-asan` a read of freed
  *     weights would abort the server and fail the request);
- *   - GET /v1/jobs (state filter, limit, newest first), /v1/capabilities,
+ *   - GET /v1/jobs (state filter, limit, newest first), job events (SSE),
+ *     /v1/capabilities,
  *     /openapi.yaml equal to the repository file.
  * Every JSON response is checked against openapi.yaml. */
 #include <pthread.h>
@@ -239,6 +240,48 @@ static void test_jobs_list(test_server *s)
     http_resp_free(&r);
 }
 
+/* GET /v1/jobs/{id}/events: progress events, keep-alive comments while the
+ * job waits (--debug-delay-ms 1000, --sse-keepalive 0.2), a final "done"
+ * event carrying the result, then the stream closes. */
+static void test_events(test_server *s)
+{
+    http_resp r;
+    http_post_json(s, &r, "/v1/jobs", "{\"kind\": \"hidden-attribution\", \"params\": {\"model\": \"bert\", \"text\": \"a b c\"}}");
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s/events", json_string_value(get(r.json, "id")) ?: "-");
+    http_resp_free(&r);
+    http_get(s, &r, path);
+    char ct[128];
+    http_header(&r, "Content-Type", ct, sizeof ct);
+    CHECK(r.status == 200 && !strcmp(ct, "text/event-stream"), "events -> %ld %s", r.status, ct);
+    int progress = 0, keepalive = 0, done = 0, after_done = 0;
+    json_t *last = NULL;
+    for (char *line = r.body ? strtok(r.body, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        if (done && line[0]) after_done++;
+        if (!strcmp(line, ": keep-alive")) keepalive++;
+        else if (!strcmp(line, "event: progress")) progress++;
+        else if (!strcmp(line, "event: done")) done = 1;
+        else if (!strncmp(line, "data: ", 6)) {
+            json_decref(last);
+            last = json_loads(line + 6, 0, NULL);
+            if (done) after_done--;
+        }
+    }
+    CHECK(progress >= 1 && keepalive >= 1 && done && after_done == 0, "%d progress events, %d keep-alives, done last (%d)",
+          progress, keepalive, after_done);
+    CHECK(last && !strcmp(json_string_value(get(last, "state")) ?: "", "done") && get(last, "result"),
+          "the done event carries the finished job with its result");
+    char err[512];
+    const json_t *job_schema = get(get(get(openapi, "components"), "schemas"), "Job");
+    CHECK(last && schema_validate(openapi, job_schema, last, err, sizeof err) == 0, "done event data is a Job: %s", err);
+    json_decref(last);
+    http_resp_free(&r);
+    http_get(s, &r, "/v1/jobs/0123456789abcdef/events");
+    check_schema(&r, "/v1/jobs/{id}/events", "GET");
+    CHECK(r.status == 404 && !strcmp(err_code(&r) ?: "", "job_not_found"), "events of an unknown job -> %ld", r.status);
+    http_resp_free(&r);
+}
+
 static void test_discovery(test_server *s)
 {
     http_resp r;
@@ -256,6 +299,11 @@ static void test_discovery(test_server *s)
                  get(get(get(openapi, "components"), "schemas"), ref + strlen(prefix)) &&
                  get(get(get(openapi, "components"), "schemas"), res + strlen(prefix));
         CHECK(ok, "job kind %zu: schemas %s, %s exist in openapi.yaml", i, ref ? ref : "-", res ? res : "-");
+        const json_t *fields = get(json_array_get(kinds, i), "params_fields");
+        int has_model = 0;
+        for (size_t f = 0; f < json_array_size(fields); f++)
+            has_model |= !strcmp(json_string_value(json_array_get(fields, f)) ?: "", "model");
+        CHECK(has_model, "job kind %zu: params_fields lists model (%zu fields)", i, json_array_size(fields));
     }
     const json_t *files = get(r.json, "data_files");
     CHECK(json_is_true(get(r.json, "data_dir")) && json_array_size(files) == 1 &&
@@ -321,7 +369,7 @@ int main(void)
         snprintf(models_dir, sizeof models_dir, "%s/models", tmpdir);
         snprintf(data_dir, sizeof data_dir, "%s/data", tmpdir);
         const char *args[] = {"--models-dir", models_dir, "--data-dir", data_dir, "--debug-delay-ms", "1000",
-                              "--workers", "2", "--max-jobs", "2", NULL};
+                              "--workers", "2", "--max-jobs", "2", "--sse-keepalive", "0.2", NULL};
         test_server s;
         CHECK(server_launch(&s, args) == 0, "lensd starts with a corrupt folder in --models-dir");
         if (s.pid) {
@@ -329,6 +377,7 @@ int main(void)
             test_load_errors(&s);
             test_load_unload(&s);
             test_jobs_list(&s);
+            test_events(&s);
             test_discovery(&s);
             CHECK(server_terminate(&s) == 0, "clean exit");
         }
