@@ -175,6 +175,14 @@ $(BUILD)/bench/json_encode: $(BUILD)/bench/json_encode.o $(BUILD)/libapp.a $(BUI
 bench-serve: deps all
 	bench/serve.sh $(BUILD)/lensd
 
+# Soak: wrk c=64 for 60 s over a mix of endpoints on the demo models, then SIGTERM mid-load;
+# prints errors, RSS growth over >= 100k requests and the drain time, exits 1 past a bound.
+soak: deps all
+	@scripts/deps.sh bench
+	bench/soak.sh $(BUILD)/lensd
+
+.PHONY: soak
+
 # p99 of /v1/forward at c=8 while exact hidden attribution runs, one lane vs the fast lane
 bench-serve-lanes: deps all
 	@scripts/deps.sh bench

@@ -690,6 +690,7 @@ static void test_lanes(void)
     struct curl_slist *hl;
     CURL *e = http_easy(s.port, &heavy, "POST", "/v1/hidden-attribution", "application/json", heavy_body,
                         strlen(heavy_body), NULL, &hl);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT, 600L); /* seconds under -O3, minutes under ASan */
     curl_multi_add_handle(multi, e);
     int running = 1;
     /* until the general worker has the attribution (or it is already over) */

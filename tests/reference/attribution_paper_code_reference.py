@@ -76,6 +76,7 @@ def main():
     pruned_base = [min(int(i / 10 * 12 * 12), 144) for i in range(11)]  # BERT-base, the paper's model
     ranking = sorted(range(len(examples)), key=lambda e: sum(examples[e]["max_combined_attr"]), reverse=True)
     out = {"model": "bert-tiny-sst2", "steps": STEPS, "riemann": RIEMANN,
+           "command": "python3 tests/reference/attribution_paper_code_reference.py ../shared",
            "generated_by": "tests/reference/attribution_paper_code_reference.py (PyTorch %s, float64 autograd)"
                            % torch.__version__,
            "examples": examples, "head_importance_sum": record, "heads_pruned_floor": pruned,

@@ -152,7 +152,8 @@ def main():
     fx = os.path.join(repo, "tests", "fixtures")
     cases = synthetic_screenot()
     with open(os.path.join(fx, "screenot.json"), "w") as f:
-        json.dump({"generated_by": "tests/reference/paper_code_reference.py (PyTorch %s, float64)" % torch.__version__,
+        json.dump({"command": "python3 tests/reference/paper_code_reference.py ../shared",
+                   "generated_by": "tests/reference/paper_code_reference.py (PyTorch %s, float64)" % torch.__version__,
                    "cases": cases}, f, separators=(",", ":"))
         f.write("\n")
     print("screenot.json: ranks", [(c["planted_rank"], c["rank"]) for c in cases])
@@ -176,6 +177,7 @@ def main():
                 layers.append(row)
             variants.append({"variant": variant, "layers": layers})
         out = {"model": name,
+               "command": "python3 tests/reference/paper_code_reference.py ../shared",
                "generated_by": "tests/reference/paper_code_reference.py (PyTorch %s float64 on the float32 forward "
                                "of reference_forward.py)" % torch.__version__,
                "T": T, "screenot_k": SCREENOT_K, "windows": windows, "labels": labels, "reference_windows": ref,
