@@ -101,7 +101,7 @@ test-tsan: deps-test
 # FUZZ_CI_SECONDS (tests/fuzz/README.md).
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 3600
-FUZZ_CI_SECONDS ?= 3
+FUZZ_CI_SECONDS ?= 2
 FUZZ_OPT := -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
 FUZZ_BIN = $(patsubst tests/fuzz/%.c,$(BUILD)/tests/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 

@@ -3,7 +3,7 @@
 # and prints, per target, executions, seconds and crashes, then the house
 # summary line "fuzz: N passed, N failed" (scripts/run-tests.sh sums it).
 #   fuzz.sh [TARGET...]   default: every $FUZZ_BUILD/tests/fuzz/fuzz_* binary
-# Environment: FUZZ_BUILD (build-fuzz), FUZZ_SECONDS per target (3),
+# Environment: FUZZ_BUILD (build-fuzz), FUZZ_SECONDS per target (default 3),
 # FUZZ_RUNS (optional cap on executions per target), FUZZ_CORPUS (a folder
 # that keeps what the runs find, per target; default: a temporary one, so a
 # CI run always starts from the seeds alone and takes the same time).

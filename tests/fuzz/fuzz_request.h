@@ -95,6 +95,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         !c.answered)
         route->run(&c);
     fuzz_check_answer(&c, FUZZ_ROUTE);
+    if (getenv("FUZZ_PRINT")) /* replaying an input: what it was answered */
+        printf("%d %.*s\n", c.status, (int)(c.out.len < 300 ? c.out.len : 300), c.out.buf);
     api_call_free(&c);
     return 0;
 }

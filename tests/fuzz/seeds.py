@@ -92,7 +92,8 @@ for i, d in enumerate(bpe):
 
 B, G, M = "bert", "gpt2", "mlm"
 req = {
-    "req_tokenize": [{"model": B, "text": "Hello, wörld!", "text_pair": "again"}, {"model": G, "text": "hello world"}],
+    "req_tokenize": [{"model": B, "text": "Hello, wörld!", "text_pair": "again"}, {"model": G, "text": "hello world"},
+                     {"model": M, "text": "ab", "text_pair": "cd"}],
     "req_forward": [
         {"model": B, "text": "a charming film", "outputs": ["logits", "attentions"], "layers": [1], "heads": [0]},
         {"model": G, "text": "Hello world", "outputs": ["logits"], "positions": [1], "format": {"encoding": "base64"}},
@@ -101,7 +102,7 @@ req = {
     "req_attention": [
         {"model": B, "text": "the movie was great", "layers": [1], "heads": [0]},
         {"model": G, "text": "hello there world", "identifiability": True, "include_raw": True},
-        {"model": M, "text": "ab cd", "identifiability": {"key_aware": True, "key_aware_max_unknowns": 100}},
+        {"model": M, "text": "ab cd", "identifiability": True, "key_aware": True, "key_aware_max_unknowns": 100},
     ],
     "req_attribution": [
         {"model": B, "text": "a charming film", "steps": 4, "layers": [1], "tree": True, "threshold": 0.4},
