@@ -136,6 +136,15 @@ int api_get_int(api_call *c, const char *field, long long lo, long long hi, int 
 
 /* ------------------------------------------------------------------ model */
 
+/* A folder of tokenizer files only has no weights: it serves tokenize. */
+static int tokenizer_only_check(api_call *c, const api_model *m)
+{
+    const char *why = NULL;
+    if (!m->model->tokenizer_only || (c->route && !strcmp(c->route->path, "/v1/tokenize"))) return 0;
+    lens_model_supports(m->model, LENS_ANALYSIS_FORWARD, &why);
+    return api_fail(c, 422, "invalid_request", "model", "model \"%s\": %s", m->name, why);
+}
+
 int api_decode_model(api_call *c, const api_model **out)
 {
     const char *name = NULL;
@@ -147,19 +156,18 @@ int api_decode_model(api_call *c, const api_model **out)
         if (ctx->n_models == 1) {
             *out = &ctx->models[0];
             c->model_name = ctx->models[0].name;
-            return 0;
+            return tokenizer_only_check(c, *out);
         }
         return api_fail(c, 422, "invalid_request", "model",
                         "model is required when %d models are loaded", ctx->n_models);
     }
-    for (int i = 0; i < ctx->n_models; i++) {
-        if (strlen(ctx->models[i].name) == len && !memcmp(ctx->models[i].name, name, len)) {
-            *out = &ctx->models[i];
-            c->model_name = ctx->models[i].name;
-            return 0;
-        }
-    }
-    return api_fail(c, 404, "model_not_found", "model", "no model named \"%.100s\" is loaded (see GET /v1/models)", name);
+    *out = NULL;
+    for (int i = 0; i < ctx->n_models && !*out; i++)
+        if (strlen(ctx->models[i].name) == len && !memcmp(ctx->models[i].name, name, len)) *out = &ctx->models[i];
+    if (!*out)
+        return api_fail(c, 404, "model_not_found", "model", "no model named \"%.100s\" is loaded (see GET /v1/models)", name);
+    c->model_name = (*out)->name;
+    return tokenizer_only_check(c, *out);
 }
 
 /* ------------------------------------------------------------------ input */
@@ -181,8 +189,9 @@ int api_decode_input(api_call *c, const api_model *m, api_input *in)
         return api_fail(c, 422, "invalid_request", "text", "text must not be empty");
     if (has_pair && !has_text)
         return api_fail(c, 422, "invalid_request", "text_pair", "text_pair needs text (not input_ids)");
-    if (has_pair && m->model->cfg.arch != LENS_ARCH_BERT)
-        return api_fail(c, 422, "invalid_request", "text_pair", "text_pair is only supported by BERT models");
+    if (has_pair && !lens_tokenizer_pair_template(m->model->tok))
+        return api_fail(c, 422, "invalid_request", "text_pair",
+                        "text_pair needs a tokenizer with a pair template (BERT's [CLS] A [SEP] B [SEP], RoBERTa's <s> A </s></s> B </s>)");
     if (has_pair && in->pair_len == 0)
         return api_fail(c, 422, "invalid_request", "text_pair", "text_pair must not be empty");
     if (has_text && memchr(in->text, 0, in->text_len))

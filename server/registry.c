@@ -132,7 +132,11 @@ int registry_load(const lensd_config *cfg, api_model **out, int *n_out)
     for (int i = 0; i < n; i++) {
         double t0 = api_now();
         lens_err err = {0};
-        lens_model *m = lens_model_load(specs[i].dir, &err);
+        /* a folder of tokenizer files only (no config.json) serves /v1/tokenize */
+        char config[4096];
+        snprintf(config, sizeof config, "%s/config.json", specs[i].dir);
+        lens_model *m = access(config, F_OK) == 0 ? lens_model_load(specs[i].dir, &err)
+                                                  : lens_model_tokenizer_only(specs[i].dir, &err);
         if (!m) {
             log_msg("error", "loading model %s from %s failed: %s", specs[i].name, specs[i].dir, err.msg);
             registry_free(models, i);
