@@ -30,9 +30,9 @@ COPY scripts/deps.sh scripts/deps.sh
 RUN scripts/deps.sh build && rm -rf /var/lib/apt/lists/*
 COPY . .
 # Same Makefile as everywhere else; the demo models are the trained ones
-# committed in models/ (models/README.md); an empty web/ when the context has none.
+# committed in models/ (models/README.md).
 RUN make -j"$(nproc)" all OPT="$OPT" \
- && mkdir -p web \
+ && test -f web/index.html \
  && build/lensd version && build/lensd info
 
 # --------------------------------------------------------------- runtime
@@ -51,6 +51,7 @@ COPY --from=build /src/build/lensd /usr/local/bin/lensd
 COPY --from=build /src/models/ /models/
 # a second copy outside the volume, for init containers that fill a mounted /models
 COPY --from=build /src/models/ /usr/share/lensd/models/
+# the dashboard served at / (lensd's default --web-dir when present)
 COPY --from=build /src/web/ /usr/share/lensd/web/
 COPY --from=build /src/openapi.yaml /usr/share/lensd/openapi.yaml
 
@@ -73,6 +74,8 @@ COPY --from=build /src/openapi.yaml /usr/share/lensd/openapi.yaml
 #   LENSD_MAX_STORED_JOBS     --max-stored-jobs N         (100)
 #   LENSD_JOB_TTL             --job-ttl SECONDS           (3600)
 #   LENSD_DATA_DIR            --data-dir DIR              (unset: jobs read no files)
+#   LENSD_WEB_DIR             --web-dir DIR               (/usr/share/lensd/web: the dashboard at /)
+#   LENSD_NO_WEB              --no-web                    (1: no dashboard)
 #   OPENBLAS_CORETYPE         force the BLAS kernels; lensd sets it itself and
 #                             re-executes when OpenBLAS misdetects the CPU
 ENV LENSD_LISTEN=0.0.0.0:8080 \
@@ -89,7 +92,9 @@ ENV LENSD_LISTEN=0.0.0.0:8080 \
     LENSD_MAX_JOBS="" \
     LENSD_MAX_STORED_JOBS="" \
     LENSD_JOB_TTL="" \
-    LENSD_DATA_DIR=""
+    LENSD_DATA_DIR="" \
+    LENSD_WEB_DIR="" \
+    LENSD_NO_WEB=""
 
 # Checkpoints are mmap'd read-only: mount yours here (read-only is fine).
 # The image ships the four trained demo models in it.

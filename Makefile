@@ -1,6 +1,7 @@
 # lensd build. `make` builds build/libcore.a and build/lensd; `make test`
 # runs every tests/test_*.c binary plus the HTTP integration tests;
-# `make test-asan` does the same with AddressSanitizer + UBSan.
+# `make test-asan` does the same with AddressSanitizer + UBSan; `make fuzz`,
+# `make test-tsan` and the fault-injection test (tests/fault) are described at their rules.
 # Sources are found by wildcard: adding a file to a folder of core/ (base, nn,
 # io, model, analysis, train), api/, server/ or cli/ needs no edit here.
 
@@ -10,7 +11,7 @@ PKGS := libmicrohttpd jansson libutf8proc libcurl
 OPT ?= -O3 -march=native
 CFLAGS ?= $(OPT) -g
 CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -MMD -MP \
-          -I. -I/usr/include/x86_64-linux-gnu/openblas-pthread
+          -I. -I/usr/include/x86_64-linux-gnu/openblas-pthread $(WARN_EXTRA)
 LDLIBS := -ljansson -lutf8proc -llapacke -lopenblas -lm -lpthread
 SERVER_LIBS := -lmicrohttpd
 TEST_LIBS := -lcurl
@@ -21,7 +22,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o)
 APP_OBJ := $(APP_SRC:%.c=$(BUILD)/%.o)
-TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%) $(BUILD)/tests/fault/test_fault
 
 all: $(BUILD)/lensd $(BUILD)/libcore.a
 
@@ -41,17 +42,80 @@ $(BUILD)/lensd: $(BUILD)/cli/main.o $(BUILD)/libapp.a $(BUILD)/libcore.a
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libapp.a $(BUILD)/libcore.a
 	$(CC) $(CFLAGS) -o $@ $^ $(TEST_LIBS) $(SERVER_LIBS) $(LDLIBS)
 
+# Malloc-failure injection (tests/fault/README.md): test_fault is linked with
+# lensd's allocator calls wrapped, so each can be made to fail; it is one of
+# the test binaries of make test (about 10 s).
+FAULT_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=free,--wrap=strdup,--wrap=strndup,--wrap=aligned_alloc
+$(BUILD)/tests/fault/test_fault: $(BUILD)/tests/fault/test_fault.o $(BUILD)/libapp.a $(BUILD)/libcore.a
+	$(CC) $(CFLAGS) $(FAULT_WRAP) -o $@ $^ $(LDLIBS)
+
 # Debian packages the build, the tests and `make run` need (installs them
 # when root, prints the apt-get line otherwise).
 deps:
 	@scripts/deps.sh build
 
-test: deps
+# + clang and its sanitizer/libFuzzer runtimes for the fuzz targets.
+deps-test:
+	@scripts/deps.sh test
+
+# The fuzz smoke run (every target for FUZZ_CI_SECONDS) is one more line of
+# the summary; the sanitizer builds below leave it to `make test`.
+# Every response the HTTP tests receive is logged and checked last by
+# tests/openapi_validate.py (an independent validator of openapi.yaml).
+FUZZ_IN_TEST ?= 1
+test: deps-test
 	$(MAKE) all $(TEST_BIN)
-	@BUILD=$(BUILD) scripts/run-tests.sh $(TEST_BIN)
+	$(if $(filter 1,$(FUZZ_IN_TEST)),$(MAKE) fuzz-build)
+	@rm -f $(BUILD)/responses.jsonl
+	@BUILD=$(BUILD) FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_CI_SECONDS) \
+	    LENSD_RESPONSE_LOG=$(abspath $(BUILD))/responses.jsonl \
+	    scripts/run-tests.sh $(TEST_BIN) clients/python/test_client.py \
+	    $(if $(filter 1,$(FUZZ_IN_TEST)),scripts/fuzz.sh) tests/openapi_validate.py
 
 test-asan:
-	$(MAKE) test BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
+	$(MAKE) test BUILD=build-asan FUZZ_IN_TEST=0 OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
+
+# ThreadSanitizer (clang) over the tests that run threads: the compute pool
+# (test_gemm), the worker pool, jobs and the HTTP server (test_http*).
+# Every process writes its reports to build-tsan/tsan-reports/ and each
+# report fails (scripts/tsan-reports.sh, the summary's "tsan:" line);
+# tests/tsan.supp lists what is suppressed and why.
+# clang warns of some things gcc does not (gcc-only pragmas and attributes,
+# a loop counter bumped in the body to take an option's value)
+CLANG_WARN := -Wno-unknown-warning-option -Wno-unknown-attributes -Wno-for-loop-analysis
+TSAN_TESTS := test_gemm test_http test_http_analyses test_http_datasets test_http_identity
+TSAN_OPT := -O1 -g -fno-omit-frame-pointer -fsanitize=thread
+test-tsan: deps-test
+	$(MAKE) BUILD=build-tsan CC=clang OPT="$(TSAN_OPT)" WARN_EXTRA="$(CLANG_WARN)" build-tsan/lensd $(TSAN_TESTS:%=build-tsan/tests/%)
+	@rm -rf build-tsan/tsan-reports && mkdir -p build-tsan/tsan-reports
+	@TSAN_OPTIONS="log_path=$(CURDIR)/build-tsan/tsan-reports/race second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp $$TSAN_OPTIONS" \
+	    TSAN_REPORTS=build-tsan/tsan-reports BUILD=build-tsan \
+	    scripts/run-tests.sh $(TSAN_TESTS:%=build-tsan/tests/%) scripts/tsan-reports.sh
+
+# libFuzzer targets: every tests/fuzz/fuzz_*.c, built with Debian's clang,
+# ASan and UBSan in $(FUZZ_BUILD)/ (scripts/deps.sh test installs clang and
+# libclang-rt-14-dev). `make fuzz` runs each for FUZZ_SECONDS (FUZZ_RUNS
+# caps executions; FUZZ_TARGETS picks some, e.g. "fuzz_config fuzz_tok_bpe"),
+# seeded from tests/fuzz/corpus/<name>/ and growing $(FUZZ_BUILD)/fuzz-corpus/;
+# crashes land in $(FUZZ_BUILD)/fuzz-crashes/. `make test` runs each for
+# FUZZ_CI_SECONDS (tests/fuzz/README.md).
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 3600
+FUZZ_CI_SECONDS ?= 3
+FUZZ_OPT := -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+FUZZ_BIN = $(patsubst tests/fuzz/%.c,$(BUILD)/tests/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
+
+$(BUILD)/tests/fuzz/%: $(BUILD)/tests/fuzz/%.o $(BUILD)/libapp.a $(BUILD)/libcore.a
+	$(CC) $(CFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
+
+fuzz-bin: $(FUZZ_BIN)
+
+fuzz-build: deps-test
+	$(MAKE) BUILD=$(FUZZ_BUILD) CC=clang OPT="$(FUZZ_OPT)" WARN_EXTRA="$(CLANG_WARN)" fuzz-bin
+
+fuzz: fuzz-build
+	FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_RUNS=$(FUZZ_RUNS) FUZZ_CORPUS=$(FUZZ_BUILD)/fuzz-corpus \
+	    scripts/fuzz.sh $(FUZZ_TARGETS)
 
 # Serves the demo models trained by lensd and committed in models/ (see
 # models/README.md); one that is not there is left out.
@@ -65,16 +129,39 @@ bench: deps all $(BUILD)/bench/forward
 	bench/run.sh $(BUILD)/lensd
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz build-tsan build-campaign
 
-.PHONY: all deps test test-asan run bench clean
+.PHONY: all deps deps-test test test-asan test-tsan test-web fuzz fuzz-bin fuzz-build run bench clean
+
+# Regenerates tests/fixtures by running the command each fixture records
+# (tests/reference scripts: PyTorch, node; needs ../shared; not in CI).
+fixtures:
+	scripts/fixtures.sh
+
+.PHONY: fixtures
+
+# @redocly/cli lint (recommended rules) of openapi.yaml: 0 errors, 0 warnings
+# expected. Test-only tooling pinned by tools/openapi/package-lock.json;
+# `npm ci` needs the npm registry, so this is not part of `make test`.
+lint-openapi:
+	cd tools/openapi && npm ci --no-audit --no-fund --loglevel=error && npx --no-install redocly lint ../../openapi.yaml --max-problems 1000
+
+.PHONY: lint-openapi
+
+# The dashboard (web/) in Debian's headless chromium against live lensd
+# servers on the demo models, direct and behind nginx under a path prefix;
+# screenshots in $(BUILD)/web-shots/ (tests/web/run.sh). scripts/dev.sh test
+# (so .ci/run) runs it after `make test`.
+test-web: all
+	@scripts/deps.sh web
+	@BUILD=$(BUILD) tests/web/run.sh
 
 # Trains the demo models with lensd (45-60 minutes on 2 cores; not part of CI).
 demo-models: all
 	scripts/train-demo.sh $(BUILD)/lensd
 
 .PHONY: demo-models
--include $(wildcard $(BUILD)/*/*.d $(BUILD)/*/*/*.d)
+-include $(wildcard $(BUILD)/*/*.d $(BUILD)/*/*/*.d $(BUILD)/*/*/*/*.d)
 
 # Benchmark drivers: bench/NAME.c -> $(BUILD)/bench/NAME, linked with libcore.
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libcore.a
@@ -88,7 +175,12 @@ $(BUILD)/bench/json_encode: $(BUILD)/bench/json_encode.o $(BUILD)/libapp.a $(BUI
 bench-serve: deps all
 	bench/serve.sh $(BUILD)/lensd
 
-.PHONY: bench-serve
+# p99 of /v1/forward at c=8 while exact hidden attribution runs, one lane vs the fast lane
+bench-serve-lanes: deps all
+	@scripts/deps.sh bench
+	bench/serve-lanes.sh $(BUILD)/lensd
+
+.PHONY: bench-serve bench-serve-lanes
 
 # Builds the Dockerfile with buildah (no Docker engine), starts the image, checks it (slow; not in `make test`).
 image-test:

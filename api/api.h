@@ -26,6 +26,8 @@ typedef struct {
     lens_model *model;
     api_ti_maps *ti_maps; /* learned token-identity maps or NULL: the one part that changes after load
                            * (api/token_identity.c swaps it under a lock; use api_maps_acquire) */
+    int refs;             /* server registry: counted references (its own + one per request or job using it);
+                           * guarded by the registry's lock, unused by the CLI */
 } api_model;
 
 typedef enum { API_LOADING, API_READY, API_DRAINING } api_state;
@@ -37,6 +39,7 @@ struct api_ctx {
     api_model *models; /* set once every model is loaded, then read-only */
     int n_models;
     int max_tokens;    /* per request, after tokenization */
+    int max_batch_items, max_batch_tokens; /* texts per batch request, their tokens in total (0 = api/batch.h defaults) */
     const char *data_dir; /* datasets jobs may read by path (params.data); NULL = none */
     double timeout;       /* seconds a synchronous request may take (server --timeout); 0 = no deadline */
     /* Hooks the server fills; the CLI leaves them NULL (= always ready, no
@@ -52,6 +55,26 @@ struct api_ctx {
     void (*job_submit)(api_call *c, const struct api_job_kind *kind);
     void (*job_get)(api_call *c, const char *id);
     void (*job_cancel)(api_call *c, const char *id);
+    /* GET /v1/jobs: the stored jobs in state (NULL = any), newest first, at most limit. */
+    void (*job_list)(api_call *c, const char *state, int limit);
+    /* GET /v1/jobs/{id}/events: sets c's stream to the job's events, or 404. */
+    void (*job_events)(api_call *c, const char *id);
+    /* Resident models loaded and unloaded at run time (server/registry.c).
+     * NULL in the CLI, where models[] is the fixed table. acquire returns a
+     * counted reference to the model named name[0..len) (name NULL: the only
+     * model when exactly one is resident) or NULL, and sets *n_resident;
+     * release drops one (the last frees the model, after DELETE unlinked it).
+     * acquire_all returns every resident model, each acquired, in a malloc'd
+     * array. load / unload answer POST /v1/models and DELETE /v1/models/{id}
+     * into c->out. write_failed writes the "failed" array of GET /v1/models. */
+    api_model *(*model_acquire)(const api_ctx *ctx, const char *name, size_t len, int *n_resident);
+    void (*model_release)(const api_ctx *ctx, api_model *m);
+    api_model **(*models_acquire_all)(const api_ctx *ctx, int *n);
+    void (*model_load)(api_call *c, const char *id, const char *path);
+    void (*model_unload)(api_call *c, const char *id);
+    void (*write_failed_models)(jw *w, const api_ctx *ctx);
+    void *registry;           /* the hooks' state */
+    const char *openapi_path; /* GET /openapi.yaml serves this file; NULL = not served */
 };
 
 struct api_route;
@@ -71,6 +94,7 @@ struct api_call {
     void (*progress)(void *user, double fraction);
     void *progress_user;
     const char *field_prefix;   /* prepended to api_fail's field ("params." for job params) */
+    const char *hint;           /* what to do instead when over the deadline (api/cost.h); NULL = none */
     int answered;               /* prepare() already wrote the response: do not run() */
     const struct api_job_kind *job_kind; /* POST /v1/jobs: the kind prepare() found */
     /* response */
@@ -79,6 +103,17 @@ struct api_call {
     jw out;
     int retry_after;            /* seconds, 0 = no header */
     const char *allow;          /* Allow header for 405 */
+    /* The request's query argument name (GET /v1/jobs?state=...), NULL when absent. */
+    const char *(*query_arg)(const api_call *c, const char *name);
+    void *conn;                 /* the server's connection, for query_arg */
+    /* A streamed response (Server-Sent Events) instead of c->out: read fills
+     * buf with up to max bytes and returns how many, 0 when there is nothing
+     * yet (the server asks again a moment later), -1 at the end; free_user
+     * when the connection is done. Set by run(); the server takes them over. */
+    long (*stream_read)(void *user, char *buf, size_t max);
+    void (*stream_free)(void *user);
+    void *stream_user;
+    api_model *model_ref;       /* the counted reference api_decode_model took (released by api_call_free) */
     /* for the request log */
     int n_tokens;
     const char *model_name;
@@ -96,8 +131,13 @@ int api_fail(api_call *c, int status, const char *code, const char *field,
              const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 /* Parse body bytes into c->body: 400 "invalid_json" for malformed JSON or
- * invalid UTF-8, 422 when it is not an object. */
+ * invalid UTF-8, 422 when it is not an object, 500 when memory ran out. */
 int api_parse_body(api_call *c, const char *data, size_t len);
+
+/* Points jansson's allocator at malloc/free through a wrapper that notes
+ * failures (for api_parse_body); once per process, before the first
+ * request, or earlier to route model loading's JSON through it too. */
+void api_json_init(void);
 
 /* ---- routes (api/routes.c) ---- */
 
@@ -135,6 +175,8 @@ void api_models(api_call *c);
 void api_model_get(api_call *c);
 int api_tokenize_prepare(api_call *c);
 void api_tokenize_run(api_call *c);
+int api_detokenize_prepare(api_call *c);
+void api_detokenize_run(api_call *c);
 int api_forward_prepare(api_call *c);
 void api_forward_run(api_call *c);
 int api_attention_prepare(api_call *c);
@@ -150,6 +192,17 @@ void api_triggers_run(api_call *c);
 
 int api_hidden_attribution_prepare(api_call *c);
 void api_hidden_attribution_run(api_call *c);
+/* The same endpoints taking texts: [...] too (api/batch.c); the route table uses these. */
+int api_forward_batched_prepare(api_call *c);
+void api_forward_batched_run(api_call *c);
+int api_attention_batched_prepare(api_call *c);
+void api_attention_batched_run(api_call *c);
+int api_attribution_batched_prepare(api_call *c);
+void api_attribution_batched_run(api_call *c);
+int api_token_identity_batched_prepare(api_call *c);
+void api_token_identity_batched_run(api_call *c);
+int api_hidden_attribution_batched_prepare(api_call *c);
+void api_hidden_attribution_batched_run(api_call *c);
 int api_token_identity_prepare(api_call *c);
 void api_token_identity_run(api_call *c);
 int api_token_identity_map_prepare(api_call *c);
@@ -168,6 +221,10 @@ int api_jobs_prepare(api_call *c);
 void api_jobs_submit(api_call *c);
 void api_job_get(api_call *c);
 void api_job_delete(api_call *c);
+void api_jobs_list(api_call *c);
+void api_job_events(api_call *c);
+void api_capabilities(api_call *c);
+void api_openapi(api_call *c);
 
 /* ---- job kinds (api/jobs.c) ----
  * A kind is an analysis that may run for minutes: POST /v1/jobs {kind,
@@ -181,11 +238,30 @@ typedef struct api_job_kind {
     api_prepare_fn prepare;
     api_run_fn run;
     const char *summary;
+    const char *params_schema, *result_schema; /* openapi.yaml components/schemas names */
 } api_job_kind;
 
 extern const api_job_kind api_job_kinds[];
 extern const int api_n_job_kinds;
 const api_job_kind *api_job_kind_find(const char *name);
+
+/* ---- resident models (api/models.c) ----
+ * The model lookups every endpoint uses: through the registry hooks when the
+ * server set them (counted references), else ctx->models (the CLI).
+ * acquire: name NULL picks the only model; NULL when there is none such.
+ * release(NULL) is a no-op. acquire_all: malloc'd array, each acquired;
+ * release_all drops them and frees the array. */
+api_model *api_model_acquire(const api_ctx *ctx, const char *name, size_t len, int *n_resident);
+void api_model_release(const api_ctx *ctx, api_model *m);
+api_model **api_models_acquire_all(const api_ctx *ctx, int *n);
+void api_models_release_all(const api_ctx *ctx, api_model **models, int n);
+/* Bytes a resident model holds: weights (mapped or converted) plus the
+ * packed GEMM panels made at load. */
+size_t api_model_memory_bytes(const lens_model *m);
+/* The ModelInfo object of GET /v1/models. */
+void api_write_model_info(jw *w, const api_model *am);
+void api_model_load(api_call *c);
+void api_model_unload(api_call *c);
 
 /* Writes the /v1/info object; shared with `lensd info`. */
 void api_write_info(jw *out, const api_ctx *ctx);

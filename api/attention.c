@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/cost.h"
 #include "api/request.h"
 #include "core/analysis/attention.h"
 
@@ -52,6 +53,7 @@ int api_attention_prepare(api_call *c)
     c->free_req = attention_req_free;
     const api_model *m;
     if (api_decode_model(c, &m) || api_decode_input(c, m, &r->in)) return -1;
+    api_cost_hint(c, API_COST_IDENTIFIABILITY);
     const lens_config *cfg = &m->model->cfg;
     r->effective = r->raw = r->identifiability = 1;
     r->null = 0;
@@ -71,10 +73,10 @@ static void write_count(jw *w, const char *key, int v)
     else jw_int(w, v);
 }
 
-static void write_num(jw *w, const char *key, double v)
+static void write_num(jw *w, const char *key, double v, int precision)
 {
     jw_key(w, key);
-    jw_float(w, v, 6); /* NaN -> null */
+    jw_float(w, v, precision); /* NaN -> null */
 }
 
 static void write_head(jw *w, const attention_req *r, const lens_head_attention *h, int head, const float *raw,
@@ -102,11 +104,11 @@ static void write_head(jw *w, const attention_req *r, const lens_head_attention 
     else jw_null(w);
     jw_key(w, "stats");
     jw_obj(w);
-    write_num(w, "pearson", h->ok ? h->pearson : NAN);
-    write_num(w, "special_mass_raw", h->ok ? h->special_mass_raw : NAN);
-    write_num(w, "special_mass_effective", h->ok ? h->special_mass_effective : NAN);
-    write_num(w, "punct_mass_raw", h->ok ? h->punct_mass_raw : NAN);
-    write_num(w, "punct_mass_effective", h->ok ? h->punct_mass_effective : NAN);
+    write_num(w, "pearson", h->ok ? h->pearson : NAN, r->format.precision);
+    write_num(w, "special_mass_raw", h->ok ? h->special_mass_raw : NAN, r->format.precision);
+    write_num(w, "special_mass_effective", h->ok ? h->special_mass_effective : NAN, r->format.precision);
+    write_num(w, "punct_mass_raw", h->ok ? h->punct_mass_raw : NAN, r->format.precision);
+    write_num(w, "punct_mass_effective", h->ok ? h->punct_mass_effective : NAN, r->format.precision);
     jw_end(w);
     if (!h->ok) {
         jw_key(w, "error");
@@ -182,6 +184,18 @@ void api_attention_run(api_call *c)
     api_seq seq;
     if (api_seq_begin(c, &r->in, &seq)) return;
     int T = seq.T;
+    if (r->identifiability) {
+        /* the key-aware dimension per head: a least-squares system of T² equations in n = T·DK
+         * unknowns (SVD ~ 4 T² n² + 8 n³) while n is within the limit; past it, a closed form */
+        const double n = (double)T * cfg->d_head_k, eqs = (double)T * T;
+        const double per_head = n <= LENS_ATTN_KEY_AWARE_MAX_UNKNOWNS ? 4 * eqs * n * n + 8 * n * n * n
+                                                                      : 2.0 * T * T * cfg->d_head_v;
+        const double flops = api_cost_forward_flops(cfg, T, cfg->n_layers) + per_head * r->layers.n * r->heads.n;
+        if (api_cost_check(c, API_COST_IDENTIFIABILITY, flops, "text")) {
+            api_seq_free(&seq);
+            return;
+        }
+    }
     double t1 = api_now();
 
     lens_batch batch = {.n_seqs = 1, .lengths = &T, .ids = seq.ids, .type_ids = seq.types};
@@ -202,7 +216,7 @@ void api_attention_run(api_call *c)
             .ids = seq.ids,
             .want_effective = r->effective,
             .pool = c->threads,
-            .head = {.null_component = r->null, .key_aware = r->identifiability},
+            .head = {.null_component = r->null, .key_aware = r->identifiability, .cancel = c->cancel},
         };
         rc = lens_attention_analyze(m, &act, 0, &areq, &res, &err);
     }

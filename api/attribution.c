@@ -10,7 +10,8 @@
  * (default) | a label name | a class index), steps? = 20 (1..1000),
  * riemann? = "right" | "left", layers? (1..L, default all), heads? (default
  * all; selects what is returned), include_matrices? = true, tree? (true, or
- * {threshold: 0.4}; default none), format?}.
+ * {threshold: 0.4}; default none), format?, async? = false (true: 202 with a
+ * job of kind "attribution")}.
  *
  * Response {model, tokens, target: {index, label, prob}, predicted: {index,
  * label}, steps, riemann, layers: [{layer, f_zero, attr_sum, heads: [{head,
@@ -23,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/cost.h"
 #include "api/request.h"
 #include "core/analysis/attribution.h"
 
@@ -138,10 +140,11 @@ int api_attribution_prepare(api_call *c)
         return -1;
     if (gpt2 && r->tree) /* the tree rules single out BERT's [CLS] row */
         return api_fail(c, 422, "invalid_request", "tree", "the attribution tree is defined for BERT classifiers only");
-    return 0;
+    api_cost_hint(c, API_COST_ATTRIBUTION);
+    return api_decode_async(c, "attribution");
 }
 
-static void write_tree(jw *w, const lens_attr_tree *t)
+static void write_tree(jw *w, const lens_attr_tree *t, int precision)
 {
     jw_key(w, "tree");
     jw_obj(w);
@@ -171,14 +174,14 @@ static void write_tree(jw *w, const lens_attr_tree *t)
         jw_key(w, "to");
         jw_int(w, t->edges[i].to);
         jw_key(w, "score");
-        jw_float(w, t->edges[i].score, 6);
+        jw_float(w, t->edges[i].score, precision);
         jw_end(w);
     }
     jw_end(w);
     jw_end(w);
 }
 
-static void write_class(jw *w, const lens_model *m, const char *key, int index, double prob)
+static void write_class(jw *w, const lens_model *m, const char *key, int index, double prob, int precision)
 {
     const lens_config *cfg = &m->cfg;
     jw_key(w, key);
@@ -190,7 +193,7 @@ static void write_class(jw *w, const lens_model *m, const char *key, int index, 
     else jw_str(w, cfg->labels && index >= 0 && index < cfg->n_labels ? cfg->labels[index] : NULL);
     if (!isnan(prob)) {
         jw_key(w, "prob");
-        jw_float(w, prob, 6);
+        jw_float(w, prob, precision);
     }
     jw_end(w);
 }
@@ -206,6 +209,13 @@ void api_attribution_run(api_call *c)
     api_seq seq;
     if (api_seq_begin(c, &r->in, &seq)) return;
     int T = seq.T;
+    /* per target layer, steps forward + backward passes (~3 forwards) of the whole model */
+    const int n_targets = r->tree ? m->cfg.n_layers : r->layers.n;
+    const double flops = 3.0 * r->steps * n_targets * api_cost_forward_flops(&m->cfg, T, m->cfg.n_layers);
+    if (api_cost_check(c, API_COST_ATTRIBUTION, flops, "text")) {
+        api_seq_free(&seq);
+        return;
+    }
     double t1 = api_now();
     api_progress(c, 0);
 
@@ -248,8 +258,8 @@ void api_attribution_run(api_call *c)
     const size_t TT = (size_t)T * T;
     api_write_head(w, &r->in, &seq);
     api_seq_free(&seq);
-    write_class(w, m, "target", out.target, out.f_full);
-    write_class(w, m, "predicted", out.predicted, NAN);
+    write_class(w, m, "target", out.target, out.f_full, r->format.precision);
+    write_class(w, m, "predicted", out.predicted, NAN, r->format.precision);
     jw_key(w, "steps");
     jw_int(w, out.steps);
     jw_key(w, "riemann");
@@ -263,9 +273,9 @@ void api_attribution_run(api_call *c)
         jw_key(w, "layer");
         jw_int(w, L->layer);
         jw_key(w, "f_zero");
-        jw_float(w, L->f_zero, 6);
+        jw_float(w, L->f_zero, r->format.precision);
         jw_key(w, "attr_sum");
-        jw_float(w, L->attr_sum, 6);
+        jw_float(w, L->attr_sum, r->format.precision);
         jw_key(w, "heads");
         jw_arr(w);
         for (int hi = 0; hi < r->heads.n; hi++) {
@@ -274,7 +284,7 @@ void api_attribution_run(api_call *c)
             jw_key(w, "head");
             jw_int(w, h);
             jw_key(w, "importance");
-            jw_float(w, L->importance[h], 9);
+            jw_float(w, L->importance[h], r->format.precision);
             if (r->matrices) {
                 jw_key(w, "attribution");
                 api_write_matrix(w, L->attr + (size_t)h * TT, (size_t)T, (size_t)T, &r->format);
@@ -285,7 +295,7 @@ void api_attribution_run(api_call *c)
         jw_end(w);
     }
     jw_end(w);
-    if (r->tree) write_tree(w, &tree);
+    if (r->tree) write_tree(w, &tree, r->format.precision);
     lens_attr_tree_free(&tree);
     lens_attribution_free(&out);
     api_write_timing(c, t1 - t0, t2 - t1, t2);

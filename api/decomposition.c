@@ -11,15 +11,20 @@
  * (hidden-state indices 0..L, default all), labels? (one string or integer
  * per text / window / corpus file), drop_first_position? = true, causal?
  * = false (BERT run causally, as the paper), top_k? (principal angles,
- * default 10), async? = false}. corpus names files inside --data-dir, each
+ * default 10), async? = false, definition? = "paper-code" | "lensd",
+ * topics_self_pairs? (paper-code true), topics_pca? = 0, screenot_k? = 20,
+ * reference_texts | reference_windows | reference_corpus? (a second set of
+ * the same T whose pos and mean the metrics use; docs/reproducing.md)}. corpus names files inside --data-dir, each
  * read as one text and, without labels, its own topic. texts are tokenized without special
  * tokens, concatenated and cut into windows of T (the tail is dropped; with
  * labels no window spans two labels). async: true answers 202 with a job of
  * kind "decomposition" (GET /v1/jobs/{id} for progress and the result).
  *
  * Response {model, length, positions, first_position, windows, n_tokens,
+ * definition, topics_self_pairs, topics_pca, screenot_k, reference_windows,
  * labels?, layers: [{layer, variance_share {mean, pos, ctx, resid},
- * relative_norm {pos, ctx, resid}, pos_stable_rank, pos_explained {k2, k10,
+ * relative_norm {pos, ctx, resid}, pos_stable_rank, pos_screenot {rank,
+ * threshold, explained}, pos_explained {k2, k10,
  * k2_sq, k10_sq}, pos_smoothness, pos_pca: [[x, y]..per position..],
  * orthogonality {max_abs_cos, mean_abs_cos, principal_angles_deg}, topics?
  * {within, between, within_pairs, between_pairs}}], timing_ms}. */
@@ -28,10 +33,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/cost.h"
 #include "api/request.h"
 #include "core/analysis/decomposition.h"
 
-typedef struct {
+typedef struct decomp_req {
     const api_model *model;
     int T;                   /* window length, 0 until known */
     const char **texts;      /* point into the body or into corpus_data */
@@ -44,7 +50,10 @@ typedef struct {
     char **label_names;      /* distinct labels in order of first appearance */
     int n_label_names;
     api_index_list layers;
-    int drop_first, top_k, async, causal;
+    int drop_first, top_k, causal;
+    int paper_code;          /* definition "paper-code" (default) or "lensd" */
+    int topics_self_pairs, topics_pca, screenot_k;
+    struct decomp_req *ref;  /* reference_texts / reference_windows / reference_corpus, or NULL */
 } decomp_req;
 
 static void decomp_req_free(void *p)
@@ -59,6 +68,7 @@ static void decomp_req_free(void *p)
     for (int i = 0; i < r->n_label_names; i++) free(r->label_names[i]);
     free(r->label_names);
     free(r->layers.v);
+    if (r->ref) decomp_req_free(r->ref);
     free(r);
 }
 
@@ -67,23 +77,23 @@ static int token_limit(const api_call *c, const lens_config *cfg)
     return c->ctx->max_tokens < cfg->max_positions ? c->ctx->max_tokens : cfg->max_positions;
 }
 
-static int decode_texts(api_call *c, decomp_req *r, json_t *v)
+static int decode_texts(api_call *c, decomp_req *r, json_t *v, const char *field)
 {
-    if (!json_is_array(v)) return api_fail(c, 422, "invalid_request", "texts", "texts must be an array of strings");
+    if (!json_is_array(v)) return api_fail(c, 422, "invalid_request", field, "%s must be an array of strings", field);
     size_t n = json_array_size(v);
-    if (n == 0) return api_fail(c, 422, "invalid_request", "texts", "texts must not be empty");
-    if (n > 10000000) return api_fail(c, 422, "invalid_request", "texts", "too many texts");
+    if (n == 0) return api_fail(c, 422, "invalid_request", field, "%s must not be empty", field);
+    if (n > 10000000) return api_fail(c, 422, "invalid_request", field, "too many texts");
     r->texts = malloc(n * sizeof *r->texts);
     r->text_lens = malloc(n * sizeof *r->text_lens);
     if (!r->texts || !r->text_lens) return api_fail(c, 500, "internal", NULL, "out of memory");
     for (size_t i = 0; i < n; i++) {
         json_t *e = json_array_get(v, i);
         if (!json_is_string(e))
-            return api_fail(c, 422, "invalid_request", "texts", "texts[%zu] is not a string", i);
+            return api_fail(c, 422, "invalid_request", field, "%s[%zu] is not a string", field, i);
         r->texts[i] = json_string_value(e);
         r->text_lens[i] = json_string_length(e);
         if (memchr(r->texts[i], 0, r->text_lens[i]))
-            return api_fail(c, 422, "invalid_request", "texts", "texts[%zu] contains a NUL character", i);
+            return api_fail(c, 422, "invalid_request", field, "%s[%zu] contains a NUL character", field, i);
     }
     r->n_texts = (int)n;
     return 0;
@@ -95,13 +105,13 @@ static int decode_texts(api_call *c, decomp_req *r, json_t *v)
 #define CORPUS_MAX_FILES 256
 #define CORPUS_MAX_BYTES (256L << 20)
 
-static int decode_corpus(api_call *c, decomp_req *r, json_t *v)
+static int decode_corpus(api_call *c, decomp_req *r, json_t *v, const char *field)
 {
     if (!json_is_array(v) || json_array_size(v) == 0)
-        return api_fail(c, 422, "invalid_request", "corpus", "corpus must be a non-empty array of file paths");
+        return api_fail(c, 422, "invalid_request", field, "%s must be a non-empty array of file paths", field);
     size_t n = json_array_size(v);
     if (n > CORPUS_MAX_FILES)
-        return api_fail(c, 422, "invalid_request", "corpus", "corpus names %zu files; at most %d", n, CORPUS_MAX_FILES);
+        return api_fail(c, 422, "invalid_request", field, "%s names %zu files; at most %d", field, n, CORPUS_MAX_FILES);
     r->texts = calloc(n, sizeof *r->texts);
     r->text_lens = calloc(n, sizeof *r->text_lens);
     r->corpus_data = calloc(n, sizeof *r->corpus_data);
@@ -110,14 +120,14 @@ static int decode_corpus(api_call *c, decomp_req *r, json_t *v)
     for (size_t i = 0; i < n; i++) {
         json_t *e = json_array_get(v, i);
         char path[PATH_MAX];
-        if (!json_is_string(e)) return api_fail(c, 422, "invalid_request", "corpus", "corpus[%zu] is not a string", i);
-        if (api_resolve_data_path(c, "corpus", json_string_value(e), path)) return -1;
+        if (!json_is_string(e)) return api_fail(c, 422, "invalid_request", field, "%s[%zu] is not a string", field, i);
+        if (api_resolve_data_path(c, field, json_string_value(e), path)) return -1;
         FILE *f = fopen(path, "rb");
         long size = -1;
         if (f && fseek(f, 0, SEEK_END) == 0) size = ftell(f);
         if (size < 0 || (total += size) > CORPUS_MAX_BYTES) {
             if (f) fclose(f);
-            return api_fail(c, 422, "invalid_request", "corpus", "corpus[%zu] cannot be read or the corpus is over %ld MiB",
+            return api_fail(c, 422, "invalid_request", field, "%s[%zu] cannot be read or the corpus is over %ld MiB", field,
                             i, CORPUS_MAX_BYTES >> 20);
         }
         rewind(f);
@@ -130,7 +140,9 @@ static int decode_corpus(api_call *c, decomp_req *r, json_t *v)
         r->texts[i] = r->corpus_data[i];
         r->text_lens[i] = (size_t)size;
     }
-    if (json_object_get(c->body, "labels")) return 0; /* decode_labels takes them */
+    /* the main set's labels: decode_labels takes them; a reference set has none, and its
+     * files stay separate topics so that no window spans two files */
+    if (json_object_get(c->body, "labels") && strcmp(field, "reference_corpus")) return 0;
     r->labels = malloc(n * sizeof *r->labels);
     r->label_names = calloc(n, sizeof *r->label_names);
     if (!r->labels || !r->label_names) return api_fail(c, 500, "internal", NULL, "out of memory");
@@ -143,29 +155,29 @@ static int decode_corpus(api_call *c, decomp_req *r, json_t *v)
     return 0;
 }
 
-static int decode_windows(api_call *c, decomp_req *r, json_t *v, int vocab)
+static int decode_windows(api_call *c, decomp_req *r, json_t *v, int vocab, const char *field)
 {
     if (!json_is_array(v))
-        return api_fail(c, 422, "invalid_request", "windows", "windows must be an array of arrays of token ids");
+        return api_fail(c, 422, "invalid_request", field, "%s must be an array of arrays of token ids", field);
     size_t n = json_array_size(v);
-    if (n == 0) return api_fail(c, 422, "invalid_request", "windows", "windows must not be empty");
+    if (n == 0) return api_fail(c, 422, "invalid_request", field, "%s must not be empty", field);
     json_t *first = json_array_get(v, 0);
     if (!json_is_array(first) || json_array_size(first) == 0)
-        return api_fail(c, 422, "invalid_request", "windows", "windows[0] must be a non-empty array of token ids");
+        return api_fail(c, 422, "invalid_request", field, "%s[0] must be a non-empty array of token ids", field);
     size_t T = json_array_size(first);
     if (r->T && (size_t)r->T != T)
-        return api_fail(c, 422, "invalid_request", "windows", "windows[0] has %zu tokens but length is %d", T, r->T);
+        return api_fail(c, 422, "invalid_request", field, "%s[0] has %zu tokens but length is %d", field, T, r->T);
     int limit = token_limit(c, &r->model->model->cfg);
     if (T > (size_t)limit)
-        return api_fail(c, 413, "too_many_tokens", "windows", "windows of %zu tokens; the limit is %d", T, limit);
-    if (n > (size_t)(1u << 30) / T) return api_fail(c, 422, "invalid_request", "windows", "too many windows");
+        return api_fail(c, 413, "too_many_tokens", field, "%s of %zu tokens; the limit is %d", field, T, limit);
+    if (n > (size_t)(1u << 30) / T) return api_fail(c, 422, "invalid_request", field, "too many windows");
     r->T = (int)T;
     r->windows = malloc(n * T * sizeof *r->windows);
     if (!r->windows) return api_fail(c, 500, "internal", NULL, "out of memory");
     for (size_t w = 0; w < n; w++) {
         json_t *row = json_array_get(v, w);
         if (!json_is_array(row) || json_array_size(row) != T)
-            return api_fail(c, 422, "invalid_request", "windows", "windows[%zu] is not an array of %zu token ids", w, T);
+            return api_fail(c, 422, "invalid_request", field, "%s[%zu] is not an array of %zu token ids", field, w, T);
         for (size_t t = 0; t < T; t++) {
             json_t *e = json_array_get(row, t);
             long long id = json_is_integer(e) ? json_integer_value(e) : -1;
@@ -210,6 +222,78 @@ static int decode_labels(api_call *c, decomp_req *r, size_t want, const char *pe
     return 0;
 }
 
+/* One set of windows: {prefix}texts | {prefix}windows | {prefix}corpus (the
+ * reference set has prefix "reference_", no labels and the main set's T).
+ * Returns 0 when the set is absent and absent is allowed (a reference). */
+static int decode_window_set(api_call *c, decomp_req *r, const char *prefix, int has_len)
+{
+    const lens_config *cfg = &r->model->model->cfg;
+    char f_texts[32], f_windows[32], f_corpus[32];
+    snprintf(f_texts, sizeof f_texts, "%stexts", prefix);
+    snprintf(f_windows, sizeof f_windows, "%swindows", prefix);
+    snprintf(f_corpus, sizeof f_corpus, "%scorpus", prefix);
+    const int main_set = !*prefix;
+    json_t *texts = json_object_get(c->body, f_texts), *windows = json_object_get(c->body, f_windows);
+    json_t *corpus = json_object_get(c->body, f_corpus);
+    if (json_is_null(texts)) texts = NULL;
+    if (json_is_null(windows)) windows = NULL;
+    if (json_is_null(corpus)) corpus = NULL;
+    if (!!texts + !!windows + !!corpus > 1)
+        return api_fail(c, 422, "invalid_request", corpus ? f_corpus : f_windows, "give one of %s, %s or %s", f_texts,
+                        f_windows, f_corpus);
+    if (!texts && !windows && !corpus)
+        return main_set ? api_fail(c, 422, "invalid_request", f_texts, "texts, windows or corpus is required") : 0;
+    if (texts || corpus) {
+        if (!has_len)
+            return api_fail(c, 422, "invalid_request", "length", "length (the window size T) is required with %s",
+                            texts ? f_texts : f_corpus);
+        if ((texts ? decode_texts(c, r, texts, f_texts) : decode_corpus(c, r, corpus, f_corpus)) ||
+            (main_set && !r->labels && decode_labels(c, r, (size_t)r->n_texts, texts ? "text" : "corpus file")))
+            return -1;
+    } else {
+        if (decode_windows(c, r, windows, cfg->vocab_size, f_windows) ||
+            (main_set && decode_labels(c, r, (size_t)r->n_windows, "window")))
+            return -1;
+        if (r->n_windows < 2)
+            return api_fail(c, 422, "invalid_request", f_windows, "at least 2 windows are needed (got %d)",
+                            r->n_windows);
+    }
+    int min_T = r->drop_first ? 3 : 2; /* at least 2 kept positions */
+    if (r->T < min_T)
+        return api_fail(c, 422, "invalid_request", texts ? "length" : f_windows, "windows need at least %d tokens (%s)",
+                        min_T, r->drop_first ? "2 positions after dropping the first" : "2 positions");
+    return 0;
+}
+
+/* definition: "paper-code" (default; the released code of Song & Zhong) or
+ * "lensd" sets the defaults of topics_self_pairs; named options override it.
+ * Then the reference set, with the main set's T. docs/reproducing.md. */
+static int decode_definition(api_call *c, decomp_req *r)
+{
+    const char *def = NULL;
+    int has = api_get_string(c, "definition", &def, NULL);
+    if (has < 0) return -1;
+    if (has && strcmp(def, "paper-code") && strcmp(def, "lensd"))
+        return api_fail(c, 422, "invalid_request", "definition", "definition must be \"paper-code\" or \"lensd\"");
+    r->paper_code = !has || !strcmp(def, "paper-code");
+    r->topics_self_pairs = r->paper_code, r->topics_pca = 0, r->screenot_k = LENS_DECOMP_SCREENOT_K;
+    if (api_get_bool(c, "topics_self_pairs", &r->topics_self_pairs) < 0 ||
+        api_get_int(c, "topics_pca", 0, 4096, &r->topics_pca) < 0 ||
+        api_get_int(c, "screenot_k", 1, 1000, &r->screenot_k) < 0)
+        return -1;
+    r->ref = calloc(1, sizeof *r->ref);
+    if (!r->ref) return api_fail(c, 500, "internal", NULL, "out of memory");
+    r->ref->model = r->model, r->ref->T = r->T, r->ref->drop_first = r->drop_first;
+    if (decode_window_set(c, r->ref, "reference_", 1)) return -1;
+    if (!r->ref->texts && !r->ref->windows) {
+        decomp_req_free(r->ref);
+        r->ref = NULL;
+    } else if (r->ref->T != r->T)
+        return api_fail(c, 422, "invalid_request", "reference_windows",
+                        "reference windows have %d tokens; the windows have %d", r->ref->T, r->T);
+    return 0;
+}
+
 int api_decomposition_prepare(api_call *c)
 {
     decomp_req *r = calloc(1, sizeof *r);
@@ -226,46 +310,12 @@ int api_decomposition_prepare(api_call *c)
     if (has_len && r->T > limit)
         return api_fail(c, 413, "too_many_tokens", "length", "length %d is over the limit of %d tokens", r->T, limit);
     if (api_get_bool(c, "drop_first_position", &r->drop_first) < 0 ||
-        api_get_int(c, "top_k", 1, 1000, &r->top_k) < 0 || api_get_bool(c, "async", &r->async) < 0 ||
-        api_get_bool(c, "causal", &r->causal) < 0 ||
+        api_get_int(c, "top_k", 1, 1000, &r->top_k) < 0 || api_get_bool(c, "causal", &r->causal) < 0 ||
         api_decode_index_list(c, "layers", 0, cfg->n_layers, &r->layers))
         return -1;
-    json_t *texts = json_object_get(c->body, "texts"), *windows = json_object_get(c->body, "windows");
-    json_t *corpus = json_object_get(c->body, "corpus");
-    if (json_is_null(texts)) texts = NULL;
-    if (json_is_null(windows)) windows = NULL;
-    if (json_is_null(corpus)) corpus = NULL;
-    if (!!texts + !!windows + !!corpus > 1)
-        return api_fail(c, 422, "invalid_request", corpus ? "corpus" : "windows",
-                        "give one of texts, windows or corpus");
-    if (!texts && !windows && !corpus)
-        return api_fail(c, 422, "invalid_request", "texts", "texts, windows or corpus is required");
-    if (texts || corpus) {
-        if (!has_len)
-            return api_fail(c, 422, "invalid_request", "length", "length (the window size T) is required with %s",
-                            texts ? "texts" : "corpus");
-        if ((texts ? decode_texts(c, r, texts) : decode_corpus(c, r, corpus)) ||
-            (!r->labels && decode_labels(c, r, (size_t)r->n_texts, texts ? "text" : "corpus file")))
-            return -1;
-    } else {
-        if (decode_windows(c, r, windows, cfg->vocab_size) || decode_labels(c, r, (size_t)r->n_windows, "window"))
-            return -1;
-        if (r->n_windows < 2)
-            return api_fail(c, 422, "invalid_request", "windows", "at least 2 windows are needed (got %d)", r->n_windows);
-    }
-    int min_T = r->drop_first ? 3 : 2; /* at least 2 kept positions */
-    if (r->T < min_T)
-        return api_fail(c, 422, "invalid_request", texts ? "length" : "windows",
-                        "windows need at least %d tokens (%s)", min_T,
-                        r->drop_first ? "2 positions after dropping the first" : "2 positions");
-    /* async: become a job of this kind (not from inside a job, where async is moot) */
-    if (r->async && !c->field_prefix) {
-        if (!c->ctx->job_submit)
-            return api_fail(c, 422, "invalid_request", "async", "async needs the server (lensd serve)");
-        c->ctx->job_submit(c, api_job_kind_find("decomposition"));
-        c->answered = 1;
-    }
-    return 0;
+    if (decode_window_set(c, r, "", has_len) || decode_definition(c, r)) return -1;
+    api_cost_hint(c, API_COST_DECOMPOSITION);
+    return api_decode_async(c, "decomposition");
 }
 
 typedef struct {
@@ -306,6 +356,16 @@ static void write_layer(jw *w, const lens_decomp_layer *L, const lens_decomp_res
     jw_end(w);
     jw_key(w, "pos_stable_rank");
     jw_float(w, L->pos_stable_rank, 6);
+    jw_key(w, "pos_screenot");
+    jw_obj(w);
+    jw_key(w, "rank");
+    if (L->pos_screenot_rank < 0) jw_null(w);
+    else jw_int(w, L->pos_screenot_rank);
+    jw_key(w, "threshold");
+    jw_float(w, L->pos_screenot_threshold, 6);
+    jw_key(w, "explained");
+    jw_float(w, L->pos_explained_screenot, 6);
+    jw_end(w);
     jw_key(w, "pos_explained");
     jw_obj(w);
     jw_key(w, "k2");
@@ -349,49 +409,85 @@ static void write_layer(jw *w, const lens_decomp_layer *L, const lens_decomp_res
     jw_end(w);
 }
 
-void api_decomposition_run(api_call *c)
+/* The windows of a set (cut from its texts, or as given) into *ids / *labels
+ * (*own_* to free); 0, or -1 with the error answered. */
+static int set_windows(api_call *c, const decomp_req *r, const char *field, int **ids, int **labels, int *W,
+                       int **own_ids, int **own_labels)
 {
-    decomp_req *r = c->req;
-    const lens_model *m = r->model->model;
-    double t0 = api_now();
     lens_err err = {0};
-    int *ids = r->windows, *labels = r->labels, W = r->n_windows;
-    int *own_ids = NULL, *own_labels = NULL;
-    api_progress(c, 0);
-    if (r->texts) {
-        if (lens_decomp_windows_from_texts(m->tok, r->texts, r->text_lens, r->labels, r->n_texts, r->T, &own_ids,
-                                           r->labels ? &own_labels : NULL, &W, &err)) {
-            api_fail_core(c, &err, "length", "texts", "decomposition");
-            return;
-        }
-        ids = own_ids, labels = own_labels;
-        if (W < 2) {
-            free(own_ids), free(own_labels);
-            api_fail(c, 422, "invalid_request", "texts",
-                     "the texts give %d window%s of %d tokens; at least 2 are needed", W, W == 1 ? "" : "s", r->T);
-            return;
-        }
+    *ids = r->windows, *labels = r->labels, *W = r->n_windows, *own_ids = *own_labels = NULL;
+    if (!r->texts) return 0;
+    if (lens_decomp_windows_from_texts(r->model->model->tok, r->texts, r->text_lens, r->labels, r->n_texts, r->T,
+                                       own_ids, r->labels ? own_labels : NULL, W, &err))
+        return api_fail_core(c, &err, "length", field, "decomposition");
+    *ids = *own_ids, *labels = *own_labels;
+    if (*W < 2) {
+        free(*own_ids), free(*own_labels);
+        *own_ids = *own_labels = NULL;
+        return api_fail(c, 422, "invalid_request", field, "the %s give %d window%s of %d tokens; at least 2 are needed",
+                        field, *W, *W == 1 ? "" : "s", r->T);
     }
-    c->n_tokens = r->T;
-    double t1 = api_now();
-    decomp_progress prog = {.c = c, .base = 0.02, .span = 0.93};
-    api_progress(c, prog.base);
+    return 0;
+}
+
+/* One decomposition run over a set's windows (labels NULL for none). */
+static int run_set(api_call *c, const decomp_req *r, const int *ids, const int *labels, int W,
+                   const lens_decomp_result *reference, decomp_progress *prog, lens_decomp_result *res, lens_err *err)
+{
     lens_decomp_opts opts = {.keep_first_position = !r->drop_first,
                              .causal = r->causal,
                              .top_k = r->top_k,
                              .cancel = c->cancel,
                              .pool = c->threads,
                              .progress = on_progress,
-                             .progress_user = &prog,
-                             .windows_total = W};
-    lens_decomp_result res;
-    memset(&res, 0, sizeof res);
-    lens_decomp *acc = lens_decomp_begin(m, r->T, r->layers.v, r->layers.n, &opts, &err);
+                             .progress_user = prog,
+                             .windows_total = W,
+                             .topics_self_pairs = r->topics_self_pairs,
+                             .topics_pca = r->topics_pca,
+                             .screenot_k = r->screenot_k,
+                             .reference = reference};
+    memset(res, 0, sizeof *res);
+    lens_decomp *acc = lens_decomp_begin(r->model->model, r->T, r->layers.v, r->layers.n, &opts, err);
     int rc = acc ? 0 : -1;
-    if (acc) rc = lens_decomp_add(acc, ids, labels, W, &err);
-    if (acc && rc == 0) rc = lens_decomp_finish(acc, &res, &err);
+    if (acc) rc = lens_decomp_add(acc, ids, labels, W, err);
+    if (acc && rc == 0) rc = lens_decomp_finish(acc, res, err);
     lens_decomp_free(acc);
-    free(own_ids), free(own_labels);
+    return rc;
+}
+
+void api_decomposition_run(api_call *c)
+{
+    decomp_req *r = c->req;
+    double t0 = api_now();
+    lens_err err = {0};
+    int *ids, *labels, W, *own_ids, *own_labels;
+    int *ref_ids = NULL, *ref_labels = NULL, ref_W = 0, *ref_own_ids = NULL, *ref_own_labels = NULL;
+    api_progress(c, 0);
+    if (set_windows(c, r, "texts", &ids, &labels, &W, &own_ids, &own_labels)) return;
+    if (r->ref && set_windows(c, r->ref, "reference_texts", &ref_ids, &ref_labels, &ref_W, &ref_own_ids,
+                              &ref_own_labels)) {
+        free(own_ids), free(own_labels);
+        return;
+    }
+    c->n_tokens = r->T;
+    const lens_config *cfg = &r->model->model->cfg;
+    if (api_cost_check(c, API_COST_DECOMPOSITION, (double)(W + ref_W) * api_cost_forward_flops(cfg, r->T, cfg->n_layers),
+                       r->texts ? "texts" : "windows")) {
+        free(own_ids), free(own_labels), free(ref_own_ids), free(ref_own_labels);
+        return;
+    }
+    double t1 = api_now();
+    /* progress: the reference windows first, then the windows */
+    const double share = r->ref ? (double)ref_W / (ref_W + W) : 0;
+    decomp_progress prog = {.c = c, .base = 0.02, .span = 0.93 * share};
+    api_progress(c, prog.base);
+    lens_decomp_result res, ref_res;
+    memset(&ref_res, 0, sizeof ref_res);
+    int rc = r->ref ? run_set(c, r->ref, ref_ids, NULL, ref_W, NULL, &prog, &ref_res, &err) : 0;
+    prog.base += prog.span, prog.span = 0.93 * (1 - share);
+    if (rc == 0) rc = run_set(c, r, ids, labels, W, r->ref ? &ref_res : NULL, &prog, &res, &err);
+    lens_decomp_result_free(&ref_res);
+    free(own_ids), free(own_labels), free(ref_own_ids), free(ref_own_labels);
     if (rc) {
         api_fail_core(c, &err, "length", NULL, "decomposition");
         return;
@@ -411,6 +507,17 @@ void api_decomposition_run(api_call *c)
     jw_int(w, res.n_windows);
     jw_key(w, "n_tokens");
     jw_int(w, (long long)res.n_windows * res.T);
+    jw_key(w, "definition");
+    jw_str(w, r->paper_code ? "paper-code" : "lensd");
+    jw_key(w, "topics_self_pairs");
+    jw_bool(w, r->topics_self_pairs);
+    jw_key(w, "topics_pca");
+    jw_int(w, r->topics_pca);
+    jw_key(w, "screenot_k");
+    jw_int(w, r->screenot_k);
+    jw_key(w, "reference_windows");
+    if (r->ref) jw_int(w, ref_W);
+    else jw_null(w);
     if (r->labels) {
         jw_key(w, "labels");
         jw_arr(w);

@@ -1,8 +1,8 @@
 /* forward.c - POST /v1/forward and `lensd forward`.
  *
  * Request {model?, text | input_ids, text_pair?, outputs?, layers?, heads?,
- * positions?, format?}. outputs is a subset of logits, hidden_states,
- * attentions; the default is ["logits"] for models with a task head and
+ * positions?, k?, logit_lens?, format?}. outputs is a subset of logits,
+ * hidden_states, attentions, top_k (api/predictions.c); the default is ["logits"] for models with a task head and
  * ["hidden_states"] for bare encoders. layers selects hidden-state layers
  * (0 = embedding output .. L) and attention layers (1..L; 0 is skipped for
  * attentions); heads selects attention heads. positions restricts
@@ -10,22 +10,25 @@
  *
  * Response {model, tokens, logits?, probs?, label?, label_id?, positions?,
  * hidden_layers?, hidden_states?: [layer][token][dim],
- * attentions?: [{layer, heads: [{head, weights: [T][T]}]}], timing_ms}.
+ * attentions?: [{layer, heads: [{head, weights: [T][T]}]}],
+ * top_k?: [{position, predictions}], logit_lens?: [{position, layers}], timing_ms}.
  * With format.encoding "base64" every float matrix (logits, each layer's
  * hidden states, each head's weights) is {dtype, shape, data} instead. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/request.h"
+#include "api/batch.h"
+#include "api/predictions.h"
 
-enum { OUT_LOGITS = 1, OUT_HIDDEN = 2, OUT_ATTN = 4 };
+enum { OUT_LOGITS = 1, OUT_HIDDEN = 2, OUT_ATTN = 4, OUT_TOP_K = 8 };
 
 typedef struct {
     api_input in;
     unsigned outputs;
     api_index_list layers, heads, positions;
     api_format format;
+    api_predictions pred; /* top_k, logit_lens (api/predictions.c) */
 } forward_req;
 
 static void forward_req_free(void *p)
@@ -59,9 +62,10 @@ static int decode_outputs(api_call *c, const lens_config *cfg, unsigned *out)
         if (!strcmp(s, "logits")) *out |= OUT_LOGITS;
         else if (!strcmp(s, "hidden_states")) *out |= OUT_HIDDEN;
         else if (!strcmp(s, "attentions")) *out |= OUT_ATTN;
+        else if (!strcmp(s, "top_k")) *out |= OUT_TOP_K;
         else
             return api_fail(c, 422, "invalid_request", "outputs",
-                            "unknown output \"%.64s\" (known: logits, hidden_states, attentions)", s);
+                            "unknown output \"%.64s\" (known: logits, hidden_states, attentions, top_k)", s);
     }
     if ((*out & OUT_LOGITS) && !has_head)
         return api_fail(c, 422, "invalid_request", "outputs", "this model (%s) has no task head, so no logits",
@@ -81,7 +85,7 @@ int api_forward_prepare(api_call *c)
     if (decode_outputs(c, cfg, &r->outputs) ||
         api_decode_index_list(c, "layers", 0, cfg->n_layers, &r->layers) ||
         api_decode_index_list(c, "heads", 0, cfg->n_heads - 1, &r->heads) ||
-        api_decode_format(c, &r->format))
+        api_decode_format(c, &r->format) || api_decode_predictions(c, m->model, r->outputs & OUT_TOP_K, &r->pred))
         return -1;
     json_t *pos = json_object_get(c->body, "positions");
     if (pos && !json_is_null(pos)) {
@@ -109,11 +113,12 @@ static void write_vector(jw *w, const float *x, size_t n, const api_format *f)
     else jw_floats(w, x, n, f->precision);
 }
 
-static void write_logits(api_call *c, forward_req *r, const lens_model *m, const lens_activations *act, int T)
+static void write_logits(api_call *c, forward_req *r, const lens_model *m, const lens_activations *act, int s,
+                         int T)
 {
     jw *w = &c->out;
     const lens_config *cfg = &m->cfg;
-    const float *logits = lens_act_logits(m, act, 0);
+    const float *logits = lens_act_logits(m, act, s);
     if (cfg->task == LENS_TASK_CLASSIFICATION) {
         int K = cfg->n_labels, best = 0;
         float *probs = malloc((size_t)(K > 0 ? K : 1) * sizeof *probs);
@@ -164,52 +169,33 @@ static void write_logits(api_call *c, forward_req *r, const lens_model *m, const
     }
 }
 
-void api_forward_run(api_call *c)
+/* One item's response {model, tokens, ...} from sequence s of the packed activations. */
+static void write_response(api_call *c, const lens_model *m, const lens_activations *act, int s, api_seq *seq,
+                           double t_tokenize, double t_compute, double t_end)
 {
     forward_req *r = c->req;
-    const lens_model *m = r->in.model->model;
     const lens_config *cfg = &m->cfg;
-    double t0 = api_now();
-    api_seq seq;
-    if (api_seq_begin(c, &r->in, &seq)) return;
-    int T = seq.T;
-    for (int i = 0; r->positions.given && i < r->positions.n; i++) {
-        if (r->positions.v[i] >= T) {
-            api_fail(c, 422, "invalid_request", "positions", "position %d is outside the %d tokens", r->positions.v[i], T);
-            api_seq_free(&seq);
-            return;
-        }
-    }
-    double t1 = api_now();
-
-    lens_batch batch = {.n_seqs = 1, .lengths = &T, .ids = seq.ids, .type_ids = seq.types};
-    lens_forward_opts opts = {.keep = 0, .cancel = c->cancel, .pool = c->threads};
-    if (r->outputs & OUT_LOGITS) opts.keep |= LENS_KEEP_LOGITS;
-    if (r->outputs & OUT_HIDDEN) opts.keep |= LENS_KEEP_HIDDEN;
-    if (r->outputs & OUT_ATTN) opts.keep |= LENS_KEEP_ATTN;
-    lens_activations act;
-    memset(&act, 0, sizeof act);
-    lens_err err = {0};
-    int rc = lens_forward(m, &batch, &opts, &act, &err);
-    if (rc) {
-        api_seq_free(&seq);
-        lens_activations_free(&act);
-        api_fail_core(c, &err, "text", NULL, "the forward pass");
+    const int T = seq->T;
+    jw *w = &c->out;
+    int *rows = NULL, n_rows = 0;
+    if ((r->outputs & OUT_TOP_K) || r->pred.logit_lens) n_rows = api_prediction_rows(m, seq->ids, T, &r->positions, &rows);
+    api_write_head(w, &r->in, seq);
+    if (r->outputs & OUT_LOGITS) write_logits(c, r, m, act, s, T);
+    if (r->outputs & OUT_TOP_K)
+        api_write_top_k(w, m, lens_act_logits(m, act, s), rows, n_rows, r->pred.k, r->format.precision);
+    if (r->pred.logit_lens &&
+        api_write_logit_lens(c, w, m, act, s, rows, n_rows, r->pred.k, r->format.precision)) {
+        free(rows);
         return;
     }
-    double t2 = api_now();
-
-    jw *w = &c->out;
-    api_write_head(w, &r->in, &seq);
-    api_seq_free(&seq);
-    if (r->outputs & OUT_LOGITS) write_logits(c, r, m, &act, T);
+    free(rows);
     if (r->outputs & OUT_HIDDEN) {
         jw_key(w, "hidden_layers");
         jw_ints(w, r->layers.v, (size_t)r->layers.n);
         jw_key(w, "hidden_states");
         jw_arr(w);
         for (int i = 0; i < r->layers.n; i++)
-            write_matrix(w, lens_act_hidden(m, &act, r->layers.v[i], 0), (size_t)T, (size_t)cfg->d_model, &r->format);
+            write_matrix(w, lens_act_hidden(m, act, r->layers.v[i], s), (size_t)T, (size_t)cfg->d_model, &r->format);
         jw_end(w);
     }
     if (r->outputs & OUT_ATTN) {
@@ -228,7 +214,7 @@ void api_forward_run(api_call *c)
                 jw_key(w, "head");
                 jw_int(w, r->heads.v[j]);
                 jw_key(w, "weights");
-                write_matrix(w, lens_act_attn(m, &act, layer, r->heads.v[j], 0), (size_t)T, (size_t)T, &r->format);
+                write_matrix(w, lens_act_attn(m, act, layer, r->heads.v[j], s), (size_t)T, (size_t)T, &r->format);
                 jw_end(w);
             }
             jw_end(w);
@@ -236,9 +222,99 @@ void api_forward_run(api_call *c)
         }
         jw_end(w);
     }
-    lens_activations_free(&act);
-    api_write_timing(c, t1 - t0, t2 - t1, t2);
+    api_write_timing(c, t_tokenize, t_compute, t_end);
     jw_end(w);
     if (w->oom) api_fail(c, 500, "internal", NULL, "out of memory while writing the response");
     else c->status = 200;
+}
+
+/* Tokenize item i; 0, or -1 with the item's error written (positions past its tokens). */
+static int begin_item(api_call *c, api_seq *seq)
+{
+    forward_req *r = c->req;
+    if (api_seq_begin(c, &r->in, seq)) return -1;
+    for (int i = 0; r->positions.given && i < r->positions.n; i++) {
+        if (r->positions.v[i] >= seq->T) {
+            api_fail(c, 422, "invalid_request", "positions", "position %d is outside the %d tokens", r->positions.v[i],
+                     seq->T);
+            api_seq_free(seq);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The n calls (same model and options, their own texts) through one
+ * lens_forward: the sequences are packed row after row (no padding
+ * computed), then each call's response is written from its sequence.
+ * parent carries the deadline and threads. */
+static void forward_packed(api_call *parent, api_call *const *calls, int n)
+{
+    double t0 = api_now();
+    api_seq *seqs = calloc((size_t)n, sizeof *seqs);
+    api_call **live = calloc((size_t)n, sizeof *live); /* the calls whose input tokenized */
+    int *lengths = calloc((size_t)n, sizeof *lengths);
+    if (!seqs || !live || !lengths) {
+        for (int i = 0; i < n; i++) api_fail(calls[i], 500, "internal", NULL, "out of memory");
+        goto done;
+    }
+    int S = 0;
+    size_t N = 0;
+    for (int i = 0; i < n; i++) {
+        if (begin_item(calls[i], &seqs[S])) continue;
+        live[S] = calls[i];
+        lengths[S] = seqs[S].T;
+        N += (size_t)seqs[S].T;
+        S++;
+    }
+    if (S == 0) goto done;
+    int *ids = malloc(N * sizeof *ids), *types = malloc(N * sizeof *types);
+    for (int i = 0, row = 0; ids && types && i < S; row += seqs[i].T, i++) {
+        memcpy(ids + row, seqs[i].ids, (size_t)seqs[i].T * sizeof *ids);
+        memcpy(types + row, seqs[i].types, (size_t)seqs[i].T * sizeof *types);
+    }
+    const forward_req *r = live[0]->req;
+    const lens_model *m = r->in.model->model;
+    double t1 = api_now();
+    lens_batch batch = {.n_seqs = S, .lengths = lengths, .ids = ids, .type_ids = types};
+    lens_forward_opts opts = {.keep = 0, .cancel = parent->cancel, .pool = parent->threads};
+    if (r->outputs & (OUT_LOGITS | OUT_TOP_K)) opts.keep |= LENS_KEEP_LOGITS;
+    if ((r->outputs & OUT_HIDDEN) || r->pred.logit_lens) opts.keep |= LENS_KEEP_HIDDEN;
+    if (r->outputs & OUT_ATTN) opts.keep |= LENS_KEEP_ATTN;
+    lens_activations act;
+    memset(&act, 0, sizeof act);
+    lens_err err = {0};
+    int rc = ids && types ? lens_forward(m, &batch, &opts, &act, &err) : lens_fail(&err, LENS_ENOMEM, "out of memory");
+    double t2 = api_now();
+    for (int i = 0; i < S; i++) {
+        if (rc) api_fail_core(live[i], &err, "text", NULL, "the forward pass");
+        else write_response(live[i], m, &act, i, &seqs[i], t1 - t0, t2 - t1, t2);
+    }
+    lens_activations_free(&act);
+    free(ids);
+    free(types);
+done:
+    for (int i = 0; seqs && i < n; i++) api_seq_free(&seqs[i]);
+    free(seqs);
+    free(live);
+    free(lengths);
+}
+
+void api_forward_run(api_call *c)
+{
+    forward_packed(c, &c, 1);
+}
+
+void api_forward_run_packed(api_call *c, api_batch *b)
+{
+    api_call **calls = malloc((size_t)b->n * sizeof *calls);
+    int n = 0;
+    for (int i = 0; calls && i < b->n; i++)
+        if (b->items[i].prepared) calls[n++] = &b->items[i].call;
+    if (!calls) {
+        api_fail(c, 500, "internal", NULL, "out of memory");
+        return;
+    }
+    if (n) forward_packed(c, calls, n);
+    free(calls);
 }

@@ -9,12 +9,15 @@
  * TSV with a header naming a "sentence" (or "text") and a "label" column,
  * as SST-2's dev.tsv; PATH relative to the server's --data-dir, and it must
  * resolve inside it), max_rows? = 1000 (first rows of data), steps? = 20
- * (1..1000), riemann? = "right" | "left"}. label: a class index, its
+ * (1..1000), riemann? = "right" | "left", definition? = "paper-code" |
+ * "lensd" (the defaults of the named choices below; docs/reproducing.md)}. label: a class index, its
  * decimal text or a label name. Texts longer than the token limit keep
  * their first limit - 1 tokens and the final [SEP].
- * head-importance adds {seeds? = 3 (1..20), seed? = 1}; adversarial-triggers
- * {sources? = half the rows (the first ones; the rest are victims),
- * top_k? = 3 (1..20)}. Results: see openapi.yaml (HeadImportanceResult,
+ * head-importance adds {seeds? = 3 (1..20), seed? = 1, target? = "gold" (paper-code) |
+ * "predicted" (lensd), prune_count? = "floor" (paper-code) | "round" (lensd)};
+ * adversarial-triggers {sources? = half the rows (the first ones; the rest
+ * are victims), rule? = "released" (paper-code) | "lensd", top_k? = 2
+ * (released) | 3 (lensd) (1..20)}. Results: see openapi.yaml (HeadImportanceResult,
  * TriggersResult). */
 #include <errno.h>
 #include <limits.h>
@@ -41,8 +44,11 @@ typedef struct {
     char *source; /* "rows" or the data path as given */
     int steps;
     lens_riemann riemann;
+    int paper_code;       /* definition "paper-code" (default) or "lensd": docs/reproducing.md */
     int seeds, seed;      /* head-importance */
+    int target_gold, prune_floor;
     int sources, top_k;   /* adversarial-triggers */
+    lens_trigger_rule rule;
 } dataset_req;
 
 static void dataset_req_free(void *p)
@@ -178,6 +184,26 @@ static int dataset_prepare(api_call *c, dataset_req **out)
     if (rows ? decode_rows(c, r, rows) : decode_tsv(c, r, data, max_rows)) return -1;
     r->source = strdup(rows ? "rows" : data);
     if (!r->source) return api_fail(c, 500, "internal", NULL, "out of memory");
+    const char *def = NULL;
+    int has_def = api_get_string(c, "definition", &def, NULL);
+    if (has_def < 0) return -1;
+    if (has_def && strcmp(def, "paper-code") && strcmp(def, "lensd"))
+        return api_fail(c, 422, "invalid_request", "definition", "definition must be \"paper-code\" or \"lensd\"");
+    r->paper_code = !has_def || !strcmp(def, "paper-code");
+    return 0;
+}
+
+/* An optional string field that must be one of two names: *v = 1 for the
+ * first, 0 for the second, unchanged when absent. */
+static int get_choice(api_call *c, const char *field, const char *one, const char *zero, int *v)
+{
+    const char *s = NULL;
+    int has = api_get_string(c, field, &s, NULL);
+    if (has < 0) return -1;
+    if (!has) return 0;
+    if (strcmp(s, one) && strcmp(s, zero))
+        return api_fail(c, 422, "invalid_request", field, "%s must be \"%s\" or \"%s\"", field, one, zero);
+    *v = !strcmp(s, one);
     return 0;
 }
 
@@ -186,7 +212,11 @@ int api_head_importance_prepare(api_call *c)
     dataset_req *r;
     if (dataset_prepare(c, &r)) return -1;
     r->seeds = 3, r->seed = 1;
-    if (api_get_int(c, "seeds", 1, 20, &r->seeds) < 0 || api_get_int(c, "seed", 1, INT_MAX, &r->seed) < 0) return -1;
+    r->target_gold = r->prune_floor = r->paper_code;
+    if (api_get_int(c, "seeds", 1, 20, &r->seeds) < 0 || api_get_int(c, "seed", 1, INT_MAX, &r->seed) < 0 ||
+        get_choice(c, "target", "gold", "predicted", &r->target_gold) ||
+        get_choice(c, "prune_count", "floor", "round", &r->prune_floor))
+        return -1;
     return 0;
 }
 
@@ -196,7 +226,10 @@ int api_triggers_prepare(api_call *c)
     if (dataset_prepare(c, &r)) return -1;
     if (r->n < 2)
         return api_fail(c, 422, "invalid_request", "rows", "adversarial-triggers needs at least 2 rows (sources and victims)");
-    r->sources = r->n / 2, r->top_k = 3;
+    int released = r->paper_code;
+    if (get_choice(c, "rule", "released", "lensd", &released)) return -1;
+    r->rule = released ? LENS_TRIGGER_RULE_RELEASED : LENS_TRIGGER_RULE_LENSD;
+    r->sources = r->n / 2, r->top_k = released ? 2 : 3;
     if (api_get_int(c, "sources", 1, r->n - 1, &r->sources) < 0 || api_get_int(c, "top_k", 1, 20, &r->top_k) < 0)
         return -1;
     return 0;
@@ -215,7 +248,8 @@ static int tokenize_rows(api_call *c, const dataset_req *r, lens_example **out)
         int n = 0;
         lens_err err = {0};
         if (lens_tokenize(m->tok, r->rows[i].text, strlen(r->rows[i].text), NULL, 0, &toks, &n, &err))
-            return api_fail(c, 422, "invalid_request", "rows", "row %d: %s", i, err.msg);
+            return err.code == LENS_ENOMEM ? api_fail(c, 500, "internal", NULL, "row %d: %s", i, err.msg)
+                                           : api_fail(c, 422, "invalid_request", "rows", "row %d: %s", i, err.msg);
         int *ids = malloc(sizeof(int) * (n ? n : 1));
         if (!ids) {
             free(toks);
@@ -259,6 +293,8 @@ static void write_common(jw *w, const dataset_req *r, int n)
     jw_int(w, r->steps);
     jw_key(w, "riemann");
     jw_str(w, r->riemann == LENS_RIEMANN_LEFT ? "left" : "right");
+    jw_key(w, "definition");
+    jw_str(w, r->paper_code ? "paper-code" : "lensd");
 }
 
 void api_head_importance_run(api_call *c)
@@ -273,7 +309,8 @@ void api_head_importance_run(api_call *c)
         return;
     }
     double t1 = api_now();
-    lens_head_opts o = {.steps = r->steps, .riemann = r->riemann, .n_seeds = r->seeds,
+    lens_head_opts o = {.steps = r->steps, .riemann = r->riemann, .target_gold = r->target_gold,
+                        .prune_floor = r->prune_floor, .n_seeds = r->seeds,
                         .seed = (unsigned long long)r->seed, .pool = c->threads, .cancel = c->cancel,
                         .progress = core_progress, .progress_user = c};
     lens_head_importance hi;
@@ -289,6 +326,10 @@ void api_head_importance_run(api_call *c)
     jw *w = &c->out;
     jw_obj(w);
     write_common(w, r, hi.n_examples);
+    jw_key(w, "target");
+    jw_str(w, r->target_gold ? "gold" : "predicted");
+    jw_key(w, "prune_count");
+    jw_str(w, r->prune_floor ? "floor" : "round");
     jw_key(w, "heads");
     jw_arr(w);
     for (int l = 0; l < L; l++)
@@ -344,7 +385,8 @@ void api_triggers_run(api_call *c)
         return;
     }
     double t1 = api_now();
-    lens_trigger_opts o = {.steps = r->steps, .riemann = r->riemann, .top_k = r->top_k, .pool = c->threads,
+    lens_trigger_opts o = {.steps = r->steps, .riemann = r->riemann, .rule = r->rule, .top_k = r->top_k,
+                           .pool = c->threads,
                            .cancel = c->cancel, .progress = core_progress, .progress_user = c};
     lens_trigger_result tr;
     lens_err err = {0};
@@ -362,6 +404,8 @@ void api_triggers_run(api_call *c)
     jw_int(w, r->sources);
     jw_key(w, "victims");
     jw_int(w, r->n - r->sources);
+    jw_key(w, "rule");
+    jw_str(w, r->rule == LENS_TRIGGER_RULE_RELEASED ? "released" : "lensd");
     jw_key(w, "top_k");
     jw_int(w, r->top_k);
     jw_key(w, "triggers");

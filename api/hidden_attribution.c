@@ -6,7 +6,7 @@
  * Request {model?, text | input_ids, text_pair?, layers? (0..L, default
  * 1..L), method? = "exact" | "estimate", probes? = 16 (estimate, 2..4096),
  * seed? = 1, include_norms? (default false for exact, true for estimate),
- * format?}.
+ * format?, async? = false (true: 202 with a job of kind "hidden-attribution")}.
  *
  * Response {model, tokens, method, probes (estimate), layers: [{layer,
  * contributions [T][T], self [T], self_rank [T], by_distance [T],
@@ -17,18 +17,17 @@
  *
  * The exact method pushes T·C tangents of T rows through every layer, so its
  * cost grows as T²·C; a synchronous server request that would outlast the
- * server's deadline (at EXACT_GFLOP_PER_S), or costs more than
- * EXACT_MAX_GFLOP, is refused up front with a hint to use the estimate or
- * the job kind "hidden-attribution" (jobs and the CLI have no such limit). */
+ * server's deadline at the measured rate (api/cost.h) is refused up front
+ * with a hint to use the estimate or a job (jobs and the CLI have no such
+ * limit). */
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/cost.h"
 #include "api/request.h"
 #include "core/analysis/hidden_attribution.h"
 
 #define MAX_PROBES 4096
-#define EXACT_MAX_GFLOP 5000.0  /* about a minute at this machine's rate */
-#define EXACT_GFLOP_PER_S 100.0 /* measured: ~70 GFLOP/s on one thread, 130-155 on two (bert-tiny, bert-small) */
 
 typedef struct {
     api_input in;
@@ -72,7 +71,8 @@ int api_hidden_attribution_prepare(api_call *c)
         memmove(r->layers.v, r->layers.v + 1, sizeof *r->layers.v * (size_t)L);
         r->layers.n = L;
     }
-    return 0;
+    api_cost_hint(c, API_COST_HIDDEN_ATTRIBUTION);
+    return api_decode_async(c, "hidden-attribution");
 }
 
 /* Floating-point operations of the exact method: T·C tangents, each T rows
@@ -118,17 +118,11 @@ void api_hidden_attribution_run(api_call *c)
     if (api_seq_begin(c, &r->in, &seq)) return;
     const int T = seq.T;
     int top = r->layers.v[r->layers.n - 1];
-    const double gflop = exact_flops(&m->cfg, T, top) * 1e-9;
-    const int synchronous = c->ctx->state && !c->progress; /* a server request, not a job */
-    double limit = EXACT_MAX_GFLOP;
-    if (c->ctx->timeout > 0 && c->ctx->timeout * EXACT_GFLOP_PER_S < limit) limit = c->ctx->timeout * EXACT_GFLOP_PER_S;
-    if (r->method == LENS_HTA_EXACT && synchronous && gflop > limit) {
+    /* the estimate: probes tangents instead of T·C */
+    const double flops = r->method == LENS_HTA_EXACT ? exact_flops(&m->cfg, T, top)
+                                                     : exact_flops(&m->cfg, T, top) * r->probes / m->cfg.d_model / T;
+    if (api_cost_check(c, API_COST_HIDDEN_ATTRIBUTION, flops, "text")) {
         api_seq_free(&seq);
-        api_fail(c, 413, "too_many_tokens", "text",
-                 "exact hidden attribution of %d tokens up to layer %d costs about %.0f GFLOP (limit %.0f for a "
-                 "request within the server's %g s deadline); use method \"estimate\", fewer tokens or the job "
-                 "kind \"hidden-attribution\"",
-                 T, top, gflop, limit, c->ctx->timeout);
         return;
     }
     double t1 = api_now();

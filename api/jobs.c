@@ -12,17 +12,22 @@
 const api_job_kind api_job_kinds[] = {
     /* kind             prepare (params)                 run (job thread) */
     {"decomposition", api_decomposition_prepare, api_decomposition_run,
-     "POST /v1/decomposition over many windows, with progress"},
-    {"attribution", api_attribution_prepare, api_attribution_run, "POST /v1/attribution (many steps, long inputs)"},
+     "POST /v1/decomposition over many windows, with progress", "DecompositionRequest", "DecompositionResponse"},
+    {"attribution", api_attribution_prepare, api_attribution_run, "POST /v1/attribution (many steps, long inputs)",
+     "AttributionRequest", "AttributionResponse"},
     {"head-importance", api_head_importance_prepare, api_head_importance_run,
-     "attribution importance per head over a labelled dataset and the head pruning curve"},
+     "attribution importance per head over a labelled dataset and the head pruning curve", "DatasetJobParams",
+     "HeadImportanceResult"},
     {"adversarial-triggers", api_triggers_prepare, api_triggers_run,
-     "top attributed token pairs inserted into other examples; accuracy before/after per label"},
+     "top attributed token pairs inserted into other examples; accuracy before/after per label", "DatasetJobParams",
+     "TriggersResult"},
     {"token-identity-map", api_token_identity_map_prepare, api_token_identity_map_run,
-     "fit the linear maps from every layer to layer 0 (token identifiability) and keep them with the model"},
+     "fit the linear maps from every layer to layer 0 (token identifiability) and keep them with the model",
+     "TokenIdentityMapParams", "TokenIdentityMapResult"},
     {"hidden-attribution", api_hidden_attribution_prepare, api_hidden_attribution_run,
-     "POST /v1/hidden-attribution (exact Jacobian norms of long inputs)"},
-    {NULL, NULL, NULL, NULL},
+     "POST /v1/hidden-attribution (exact Jacobian norms of long inputs)", "HiddenAttributionRequest",
+     "HiddenAttributionResponse"},
+    {NULL, NULL, NULL, NULL, NULL, NULL},
 };
 const int api_n_job_kinds = (int)(sizeof api_job_kinds / sizeof *api_job_kinds) - 1;
 
@@ -57,7 +62,8 @@ int api_jobs_prepare(api_call *c)
     json_t *inner = json_is_object(params) ? json_incref(params) : json_object();
     c->body = inner;
     c->field_prefix = "params.";
-    int rc = c->job_kind->prepare ? c->job_kind->prepare(c) : 0;
+    int rc = api_check_fields(c, c->job_kind->kind);
+    if (!rc && c->job_kind->prepare) rc = c->job_kind->prepare(c);
     c->field_prefix = NULL;
     c->body = body;
     if (rc) {

@@ -25,7 +25,8 @@ static const uint64_t pow10_u64[] = {
     10000000000000000ull, 100000000000000000ull, 1000000000000000000ull,
     10000000000000000000ull};
 
-static const double pow10_f64[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9};
+static const double pow10_f64[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,
+                                   1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18};
 
 void jw_init(jw *w) { memset(w, 0, sizeof *w); }
 
@@ -223,17 +224,10 @@ void jw_null(jw *w)
     jw_raw(w, "null", 4);
 }
 
-size_t jw_format_float(char *dst, float xf, int p)
+/* round(ax * 10^p) printed as fixed notation with p decimals, trailing
+ * zeros dropped; ax * 10^p < 2^60 and p <= 18. */
+static size_t format_fixed(char *dst, double x, double ax, int p)
 {
-    double x = xf;
-    if (!isfinite(x)) {
-        memcpy(dst, "null", 4);
-        return 4;
-    }
-    if (p < 0) p = 0;
-    if (p > 9) p = 9;
-    double ax = fabs(x);
-    if (ax >= 1e9) return (size_t)snprintf(dst, 32, "%.*e", p, x);
     uint64_t scaled = (uint64_t)(ax * pow10_f64[p] + 0.5);
     if (scaled == 0) {
         dst[0] = '0';
@@ -247,13 +241,64 @@ size_t jw_format_float(char *dst, float xf, int p)
         int digits = p;
         while (frac % 10 == 0) frac /= 10, digits--; /* drop trailing zeros */
         *d++ = '.';
-        for (int i = digits - 1; i >= 0; i--) {
-            d[i] = (char)('0' + frac % 10);
-            frac /= 10;
+        char *q = d + digits; /* digits right to left, two at a time, then the leading zeros */
+        while (frac >= 100) {
+            q -= 2;
+            memcpy(q, digit_pairs + 2 * (frac % 100), 2);
+            frac /= 100;
         }
+        if (frac >= 10) q -= 2, memcpy(q, digit_pairs + 2 * frac, 2);
+        else *--q = (char)('0' + frac);
+        while (q > d) *--q = '0';
         d += digits;
     }
     return (size_t)(d - dst);
+}
+
+/* floor(log10(ax)) for ax in [1e-9, 1e9): ax lies in [2^e2, 2^(e2+1)), so
+ * floor(log10 ax) is floor(e2 log10 2) (1233 / 4096 = log10 2 to 4e-5,
+ * exact for |e2| < 128) or one more: one table comparison, no log10. */
+static int decimal_exponent(double ax)
+{
+    static const double pow10_all[] = {1e-10, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1e0,
+                                       1e1,   1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10};
+    uint64_t bits;
+    memcpy(&bits, &ax, sizeof bits);
+    int e2 = (int)((bits >> 52) & 0x7ff) - 1023; /* ax normal: ax in [2^e2, 2^(e2+1)) */
+    int e = (e2 * 1233) >> 12;                   /* arithmetic shift: floor for negative values too */
+    return ax >= pow10_all[e + 11] ? e + 1 : e;
+}
+
+size_t jw_format_float(char *dst, float xf, int p)
+{
+    double x = xf;
+    if (!isfinite(x)) {
+        memcpy(dst, "null", 4);
+        return 4;
+    }
+    int significant = p & JW_SIGNIFICANT;
+    p &= ~JW_SIGNIFICANT;
+    if (p > 9) p = 9;
+    double ax = fabs(x);
+    if (significant) {
+        if (p < 1) p = 1;
+        if (ax == 0) {
+            dst[0] = '0';
+            return 1;
+        }
+        if (ax < 1e-9 || ax >= 1e9) return (size_t)snprintf(dst, 32, "%.*g", p, x);
+        int decimals = p - 1 - decimal_exponent(ax);
+        if (decimals >= 0) return format_fixed(dst, x, ax, decimals);
+        /* more integer digits than p: round to a multiple of 10^-decimals */
+        uint64_t unit = pow10_u64[-decimals];
+        char *d = dst;
+        if (x < 0) *d++ = '-';
+        d += format_u64(d, (uint64_t)(ax / (double)unit + 0.5) * unit);
+        return (size_t)(d - dst);
+    }
+    if (p < 0) p = 0;
+    if (ax >= 1e9) return (size_t)snprintf(dst, 32, "%.*e", p, x);
+    return format_fixed(dst, x, ax, p);
 }
 
 void jw_float(jw *w, double x, int precision)

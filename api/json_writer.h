@@ -14,6 +14,15 @@
  * so a parsed value y of written x satisfies
  *   |x - y| <= 0.5 * 10^-p * max(1, |x|)   (plus double rounding, < 1e-15 rel).
  *
+ * Precision p | JW_SIGNIFICANT (p in 1..9) counts significant digits
+ * instead, which is what format.precision means in the API (an attribution
+ * score of 3.2e-5 keeps its digits):
+ *   1e9 > |x| >= 1e-9 -> fixed notation rounded to p significant digits,
+ *                 trailing zeros dropped ("0.0000321", "12.3", "1234570")
+ *   otherwise  -> %.{p}g: p significant digits ("1e-10", "2.5e+10")
+ *   0          -> "0"
+ * so |x - y| <= 0.5 * 10^(1-p) * |x|   (plus double rounding).
+ *
  * Base64: float32 little-endian bytes, standard alphabet with padding
  * (RFC 4648 section 4), decoded exactly by any base64 decoder. */
 #ifndef LENS_JSON_WRITER_H
@@ -23,6 +32,7 @@
 #include <stdint.h>
 
 #define JW_MAX_DEPTH 32
+#define JW_SIGNIFICANT 0x100 /* or'ed into a precision: p significant digits, not p decimals */
 
 typedef struct {
     char *buf;

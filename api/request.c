@@ -3,16 +3,19 @@
  * Owns: api_call lifetime, api_fail (the one place the error JSON shape is
  * written), body parsing, and the decoders of fields that many endpoints
  * accept (model, text/text_pair/input_ids, index lists, format). Validation
- * is strict about types of known fields (422 naming the field) and ignores
- * unknown top-level fields, so clients may send extra keys. */
+ * is strict about types of known fields (422 naming the field), and an
+ * unknown top-level field is a 422 naming it too (api_check_fields): a typo
+ * such as "output" for "outputs" must not silently answer with defaults. */
 #include "api/request.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <utf8proc.h>
 
 double api_now(void)
 {
@@ -38,6 +41,24 @@ void api_call_free(api_call *c)
     if (c->body) json_decref(c->body);
     c->body = NULL;
     jw_free(&c->out);
+    if (c->stream_free) c->stream_free(c->stream_user); /* a stream the server never took */
+    c->stream_read = NULL, c->stream_free = NULL;
+    api_model_release(c->ctx, c->model_ref); /* after the request, which may point into the model */
+    c->model_ref = NULL;
+}
+
+/* A message quotes client bytes (a jansson error's "near" text, a name cut
+ * by %.64s, the 600-byte bound) and may end inside or hold a broken UTF-8
+ * sequence; the error body must stay valid JSON, so such bytes become '?'. */
+static void make_valid_utf8(char *s)
+{
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
+        if (k > 0) i += (size_t)k;
+        else s[i++] = '?';
+    }
 }
 
 int api_fail(api_call *c, int status, const char *code, const char *field, const char *fmt, ...)
@@ -47,6 +68,7 @@ int api_fail(api_call *c, int status, const char *code, const char *field, const
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    make_valid_utf8(msg);
     jw_free(&c->out);
     c->status = status;
     c->content_type = "application/json";
@@ -71,16 +93,132 @@ int api_fail(api_call *c, int status, const char *code, const char *field, const
     return -1;
 }
 
+/* jansson reports most allocation failures as syntax errors ("invalid
+ * token" when a string cannot be copied), so its allocator is wrapped to
+ * note them: a body that failed to parse for want of memory is the server's
+ * fault (500), not the client's (400). */
+static _Thread_local int json_alloc_failed;
+
+static void *json_malloc_noting(size_t n)
+{
+    void *p = malloc(n);
+    if (!p) json_alloc_failed = 1;
+    return p;
+}
+
+static void json_free_noting(void *p) { free(p); }
+
+static void json_alloc_install(void) { json_set_alloc_funcs(json_malloc_noting, json_free_noting); }
+
+void api_json_init(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, json_alloc_install);
+}
+
 int api_parse_body(api_call *c, const char *data, size_t len)
 {
     json_error_t jerr;
     if (len == 0) return api_fail(c, 400, "invalid_json", NULL, "request body is empty; expected a JSON object");
+    api_json_init();
+    json_alloc_failed = 0;
     c->body = json_loadb(data, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+    if (json_alloc_failed || (!c->body && json_error_code(&jerr) == json_error_out_of_memory)) {
+        /* even a parse that succeeded may hold a cut string: jansson's lexer
+         * does not check every buffer append */
+        json_decref(c->body);
+        c->body = NULL;
+        return api_fail(c, 500, "internal", NULL, "out of memory parsing the request body");
+    }
     if (!c->body)
         return api_fail(c, 400, "invalid_json", NULL, "malformed JSON at line %d column %d: %s",
                         jerr.line, jerr.column, jerr.text);
     if (!json_is_object(c->body))
         return api_fail(c, 422, "invalid_request", NULL, "request body must be a JSON object");
+    return 0;
+}
+
+/* ------------------------------------------------------- allowed fields */
+
+/* The top-level fields each endpoint (by route path) and each job kind (its
+ * params, by kind) accepts. A new request field is one word in its row. */
+#define INPUT_FIELDS "model", "text", "text_pair", "input_ids"
+#define BATCH_FIELDS "texts", "text_pairs" /* api/batch.c */
+#define DATASET_FIELDS "model", "data", "rows", "max_rows", "steps", "riemann"
+typedef struct {
+    const char *name;
+    const char *fields[24]; /* NULL-terminated */
+} api_field_set;
+
+static const api_field_set field_sets[] = {
+    {"/v1/tokenize", {INPUT_FIELDS}},
+    {"/v1/detokenize", {"model", "ids", "skip_special_tokens"}},
+    {"/v1/models", {"id", "path"}},
+    {"/v1/forward", {INPUT_FIELDS, BATCH_FIELDS, "outputs", "layers", "heads", "positions", "k", "logit_lens", "format"}},
+    {"/v1/attention", {INPUT_FIELDS, BATCH_FIELDS, "layers", "heads", "effective", "include_raw", "null", "identifiability", "format"}},
+    {"/v1/attribution",
+     {INPUT_FIELDS, BATCH_FIELDS, "layers", "heads", "steps", "riemann", "target", "tree", "include_matrices", "format", "async"}},
+    {"/v1/decomposition",
+     {"model", "texts", "windows", "corpus", "labels", "length", "drop_first_position", "top_k", "causal", "layers",
+      "async", "definition", "topics_self_pairs", "topics_pca", "screenot_k", "reference_texts", "reference_windows",
+      "reference_corpus"}},
+    {"/v1/token-identity", {INPUT_FIELDS, BATCH_FIELDS, "layers", "metric", "top_k", "mapping", "vocabulary"}},
+    {"/v1/hidden-attribution",
+     {INPUT_FIELDS, BATCH_FIELDS, "layers", "method", "probes", "seed", "include_norms", "format", "async"}},
+    {"/v1/jobs", {"kind", "params"}},
+    /* job kinds: params */
+    {"decomposition",
+     {"model", "texts", "windows", "corpus", "labels", "length", "drop_first_position", "top_k", "causal", "layers",
+      "async", "definition", "topics_self_pairs", "topics_pca", "screenot_k", "reference_texts", "reference_windows",
+      "reference_corpus"}},
+    {"attribution",
+     {INPUT_FIELDS, "layers", "heads", "steps", "riemann", "target", "tree", "include_matrices", "format", "async"}},
+    {"hidden-attribution", {INPUT_FIELDS, "layers", "method", "probes", "seed", "include_norms", "format", "async"}},
+    {"head-importance", {DATASET_FIELDS, "seeds", "seed", "definition", "target", "prune_count"}},
+    {"adversarial-triggers", {DATASET_FIELDS, "sources", "top_k", "definition", "rule"}},
+    {"token-identity-map", {"model", "texts", "data", "max_texts", "metric", "save", "ridge", "heldout_fraction"}},
+};
+
+const char *const *api_allowed_fields(const char *name)
+{
+    for (size_t i = 0; i < sizeof field_sets / sizeof *field_sets; i++)
+        if (!strcmp(field_sets[i].name, name)) return field_sets[i].fields;
+    return NULL;
+}
+
+int api_check_fields(api_call *c, const char *name)
+{
+    const char *const *allowed = api_allowed_fields(name);
+    if (!allowed || !json_is_object(c->body)) return 0;
+    const char *key;
+    json_t *value;
+    json_object_foreach(c->body, key, value) {
+        int known = 0;
+        for (int i = 0; allowed[i] && !known; i++) known = !strcmp(allowed[i], key);
+        if (known) continue;
+        char list[512];
+        size_t used = 0;
+        for (int i = 0; allowed[i] && used < sizeof list; i++) {
+            int n = snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", allowed[i]);
+            if (n > 0) used += (size_t)n;
+        }
+        return api_fail(c, 422, "invalid_request", key, "unknown field \"%.64s\" (this %s takes: %s)", key,
+                        name[0] == '/' ? "endpoint" : "job kind's params", list);
+    }
+    return 0;
+}
+
+/* async: true turns a synchronous request into a job of kind (202 with the
+ * job); inside a job it is moot. */
+int api_decode_async(api_call *c, const char *kind)
+{
+    int async = 0;
+    if (api_get_bool(c, "async", &async) < 0) return -1;
+    if (!async || c->field_prefix) return 0;
+    if (!c->ctx->job_submit)
+        return api_fail(c, 422, "invalid_request", "async", "async needs the server (lensd serve)");
+    c->ctx->job_submit(c, api_job_kind_find(kind));
+    c->answered = 1;
     return 0;
 }
 
@@ -151,23 +289,18 @@ int api_decode_model(api_call *c, const api_model **out)
     size_t len = 0;
     int r = api_get_string(c, "model", &name, &len);
     if (r < 0) return -1;
-    const api_ctx *ctx = c->ctx;
-    if (r == 0) {
-        if (ctx->n_models == 1) {
-            *out = &ctx->models[0];
-            c->model_name = ctx->models[0].name;
-            return tokenizer_only_check(c, *out);
-        }
-        return api_fail(c, 422, "invalid_request", "model",
-                        "model is required when %d models are loaded", ctx->n_models);
-    }
-    *out = NULL;
-    for (int i = 0; i < ctx->n_models && !*out; i++)
-        if (strlen(ctx->models[i].name) == len && !memcmp(ctx->models[i].name, name, len)) *out = &ctx->models[i];
-    if (!*out)
-        return api_fail(c, 404, "model_not_found", "model", "no model named \"%.100s\" is loaded (see GET /v1/models)", name);
-    c->model_name = (*out)->name;
-    return tokenizer_only_check(c, *out);
+    int n_resident = 0;
+    api_model *m = api_model_acquire(c->ctx, r ? name : NULL, len, &n_resident);
+    if (!m && r == 0)
+        return api_fail(c, 422, "invalid_request", "model", "model is required when %d models are loaded", n_resident);
+    if (!m)
+        return api_fail(c, 404, "model_not_found", "model", "no model named \"%.100s\" is loaded (see GET /v1/models)",
+                        name);
+    api_model_release(c->ctx, c->model_ref); /* a batch or a retry decodes again */
+    c->model_ref = m;
+    c->model_name = m->name;
+    *out = m;
+    return tokenizer_only_check(c, m);
 }
 
 /* ------------------------------------------------------------------ input */
@@ -306,7 +439,8 @@ int api_fail_core(api_call *c, const lens_err *err, const char *limit_field, con
 {
     switch (err->code) {
     case LENS_ECANCEL:
-        return api_fail(c, 503, "timeout", NULL, "the computation was stopped (deadline passed or job cancelled)");
+        return api_fail(c, 503, "timeout", NULL, "the computation was stopped (deadline passed or job cancelled)%s%s",
+                        c->hint ? "; " : "", c->hint ? c->hint : "");
     case LENS_ELIMIT: return api_fail(c, 413, "too_many_tokens", limit_field, "%s", err->msg);
     case LENS_EINVAL: return api_fail(c, 422, "invalid_request", invalid_field, "%s", err->msg);
     default: return api_fail(c, 500, "internal", NULL, "%s failed: %s", what, err->msg);
@@ -369,7 +503,7 @@ int api_index_list_has(const api_index_list *l, int v)
 
 int api_decode_format(api_call *c, api_format *f)
 {
-    f->precision = 6;
+    f->precision = 6 | JW_SIGNIFICANT;
     f->base64 = 0;
     json_t *v = field_value(c, "format");
     if (!v) return 0;
@@ -377,9 +511,10 @@ int api_decode_format(api_call *c, api_format *f)
         return api_fail(c, 422, "invalid_request", "format", "format must be an object");
     json_t *p = json_object_get(v, "precision");
     if (p && !json_is_null(p)) {
-        if (!json_is_integer(p) || json_integer_value(p) < 0 || json_integer_value(p) > 9)
-            return api_fail(c, 422, "invalid_request", "format.precision", "format.precision must be an integer in [0, 9]");
-        f->precision = (int)json_integer_value(p);
+        if (!json_is_integer(p) || json_integer_value(p) < 1 || json_integer_value(p) > 9)
+            return api_fail(c, 422, "invalid_request", "format.precision",
+                            "format.precision (significant digits) must be an integer in [1, 9]");
+        f->precision = (int)json_integer_value(p) | JW_SIGNIFICANT;
     }
     json_t *e = json_object_get(v, "encoding");
     if (e && !json_is_null(e)) {
@@ -452,14 +587,35 @@ void api_write_timing(api_call *c, double t_tokenize, double t_compute, double e
     jw_end(w);
 }
 
+/* What the endpoint (or job kind) of c takes inline instead of a dataset
+ * path, from its field list: "rows", "texts", "texts or windows". */
+static void inline_alternative(const api_call *c, char *out, size_t size)
+{
+    const char *name = c->job_kind ? c->job_kind->kind : c->route ? c->route->path : "";
+    const char *const *fields = api_allowed_fields(name);
+    static const char *const inline_fields[] = {"rows", "texts", "windows"};
+    size_t used = 0;
+    out[0] = 0;
+    for (size_t k = 0; k < sizeof inline_fields / sizeof *inline_fields; k++)
+        for (int i = 0; fields && fields[i]; i++)
+            if (!strcmp(fields[i], inline_fields[k]) && used < size) {
+                int n = snprintf(out + used, size - used, "%s%s", used ? " or " : "", fields[i]);
+                if (n > 0) used += (size_t)n;
+            }
+    if (!out[0]) snprintf(out, size, "the data inline");
+}
+
 /* PATH inside the data directory: realpath of both, then a prefix check
  * that ends at a '/' (so /data2 is not inside /data). */
 int api_resolve_data_path(api_call *c, const char *field, const char *path, char *out)
 {
     const char *dir = c->ctx->data_dir;
-    if (!dir || !*dir)
+    if (!dir || !*dir) {
+        char alt[64];
+        inline_alternative(c, alt, sizeof alt);
         return api_fail(c, 422, "invalid_request", field,
-                        "this server reads no datasets by path (start it with --data-dir); send rows instead");
+                        "this server reads no datasets by path (start it with --data-dir); send %s instead", alt);
+    }
     char real_dir[PATH_MAX], joined[PATH_MAX * 2];
     if (!realpath(dir, real_dir))
         return api_fail(c, 500, "internal", NULL, "the data directory cannot be resolved");

@@ -18,7 +18,7 @@ typedef struct {
 } api_input;
 
 typedef struct {
-    int precision; /* 0..9 decimals, default 6 */
+    int precision; /* significant digits 1..9 (default 6), or'ed with JW_SIGNIFICANT: pass it to jw_float* as is */
     int base64;    /* encoding "base64" */
 } api_format;
 
@@ -90,5 +90,15 @@ int api_resolve_data_path(api_call *c, const char *field, const char *path, char
 typedef int (*api_row_fn)(api_call *c, void *ctx, char **cols, int n_cols, int line_no);
 int api_read_data_file(api_call *c, const char *path, api_row_fn row, void *ctx);
 int api_get_int(api_call *c, const char *field, long long lo, long long hi, int *v);
+
+/* Unknown top-level fields: 422 naming the first one that name (a route
+ * path such as "/v1/forward", or a job kind for its params) does not take;
+ * 0 when all are known or name has no field list. */
+int api_check_fields(api_call *c, const char *name);
+/* The NULL-terminated field list of name, or NULL. */
+const char *const *api_allowed_fields(const char *name);
+/* Reads "async"; when true (and not already in a job) submits the call as a
+ * job of kind and marks it answered. 0, or -1 with the error written. */
+int api_decode_async(api_call *c, const char *kind);
 
 #endif

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/cost.h"
 #include "api/request.h"
 #include "core/analysis/token_identity.h"
 
@@ -153,6 +154,7 @@ int api_token_identity_prepare(api_call *c)
     const api_model *m;
     if (api_decode_model(c, &m) || api_decode_input(c, m, &r->in)) return -1;
     r->top_k = 5;
+    api_cost_hint(c, API_COST_TOKEN_IDENTITY);
     if (api_decode_index_list(c, "layers", 0, m->model->cfg.n_layers, &r->layers) || decode_metric(c, &r->metric) ||
         api_get_int(c, "top_k", 0, MAX_TOP_K, &r->top_k) < 0 || api_get_bool(c, "vocabulary", &r->vocabulary) < 0)
         return -1;
@@ -205,6 +207,13 @@ void api_token_identity_run(api_call *c)
     api_seq seq;
     if (api_seq_begin(c, &r->in, &seq)) return;
     const int T = seq.T;
+    /* the forward pass, then per layer T x T (and with vocabulary T x V) distances of C-vectors */
+    const double per_layer = 2.0 * T * m->cfg.d_model * (T + (r->vocabulary ? m->cfg.vocab_size : 0));
+    if (api_cost_check(c, API_COST_TOKEN_IDENTITY,
+                       api_cost_forward_flops(&m->cfg, T, m->cfg.n_layers) + per_layer * r->layers.n, "text")) {
+        api_seq_free(&seq);
+        return;
+    }
     double t1 = api_now();
     lens_ti_opts opts = {
         .metric = r->metric,
@@ -397,9 +406,11 @@ static int tokenize_texts(api_call *c, const map_req *r, int **ids_out, int **le
         lens_token *toks = NULL;
         int n = 0;
         lens_err err = {0};
-        if (lens_tokenize(m->tok, r->texts[i], strlen(r->texts[i]), NULL, 0, &toks, &n, &err) || n == 0) {
+        int rc = lens_tokenize(m->tok, r->texts[i], strlen(r->texts[i]), NULL, 0, &toks, &n, &err);
+        if (rc || n == 0) {
             free(lengths), free(ids), free(toks);
-            return api_fail(c, 422, "invalid_request", "texts", "text %d: %s", i, n ? err.msg : "no tokens");
+            if (rc && err.code == LENS_ENOMEM) return api_fail(c, 500, "internal", NULL, "text %d: %s", i, err.msg);
+            return api_fail(c, 422, "invalid_request", "texts", "text %d: %s", i, rc ? err.msg : "no tokens");
         }
         const int T = n > limit ? limit : n;
         if (n_ids + (size_t)T > cap) {

@@ -14,7 +14,12 @@
  * lens_attention_effective (one task per head) and the heads of
  * lens_attention_analyze; OpenBLAS at one thread (core/base/pool.h).
  * Token ids: xorshift32 from --seed, as bench/forward.c. One JSON line per T;
- * bench/peer/attention_torch.py prints the PyTorch counterpart. */
+ * bench/peer/attention_torch.py prints the PyTorch counterpart.
+ *
+ *   attention --key-aware DIR [--key-aware-T 125] [--threads 1] [--reps 3]
+ *
+ * times the key-aware identifiability of every head of DIR (see
+ * bench_key_aware) against the dense method it replaced. */
 #define _XOPEN_SOURCE 700
 #include <ftw.h>
 #include <stdint.h>
@@ -119,10 +124,76 @@ fail:
     return 1;
 }
 
+/* CPU time of the whole process (all pool threads), ms: on a shared machine the
+ * wall clock also counts other processes' time slices. */
+static double cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+/* Key-aware identifiability (issue 20 item 2): lens_attention_analyze with the
+ * key-aware dimension of every head, by the Gram/inertia method (median of reps)
+ * and by the dense SVDs of J and M J it replaced (the peer, once: ~50 s at
+ * T = 125 on demo-identifiable). Prints one JSON line with both times, their
+ * ratio and how many heads gave the same rank(J), rank(M J). */
+static int bench_key_aware(const char *dir, lens_pool *pool, int T, int reps, uint32_t seed)
+{
+    lens_err err = {0};
+    lens_model *m = lens_model_load(dir, &err);
+    if (!m) {
+        fprintf(stderr, "attention: %s: %s\n", dir, err.msg);
+        return 1;
+    }
+    int *ids = malloc(sizeof(int) * (size_t)T);
+    for (int t = 0; t < T; t++) ids[t] = (int)(xorshift32(&seed) % (uint32_t)m->cfg.vocab_size);
+    const lens_batch batch = {.n_seqs = 1, .lengths = &T, .ids = ids};
+    const lens_forward_opts keep = {.keep = LENS_KEEP_ATTN | LENS_KEEP_VALUES | LENS_KEEP_HIDDEN, .pool = pool};
+    lens_activations act;
+    double *t_gram = malloc(sizeof(double) * reps), *c_gram = malloc(sizeof(double) * reps), t_dense = 0, c_dense = 0;
+    lens_attention_result fast = {0}, dense = {0};
+    int rc = 1, agree = 0, nonzero = 0;
+    if (T < 1 || T > m->cfg.max_positions || lens_forward(m, &batch, &keep, &act, &err)) goto out;
+    lens_attention_request req = {.ids = ids, .pool = pool, .head = {.key_aware = 1}};
+    for (int r = -1; r < reps; r++) {
+        lens_attention_result_free(&fast);
+        double t0 = now_ms(), c0 = cpu_ms();
+        if (lens_attention_analyze(m, &act, 0, &req, &fast, &err)) goto free_act;
+        if (r >= 0) t_gram[r] = now_ms() - t0, c_gram[r] = cpu_ms() - c0;
+    }
+    req.head.key_aware_dense = 1;
+    double t0 = now_ms(), c0 = cpu_ms();
+    if (lens_attention_analyze(m, &act, 0, &req, &dense, &err)) goto free_act;
+    t_dense = now_ms() - t0, c_dense = cpu_ms() - c0;
+    const int n = fast.n_layers * fast.n_heads;
+    for (int k = 0; k < n; k++) {
+        const lens_head_attention *a = &fast.head[k], *b = &dense.head[k];
+        agree += a->ok && b->ok && a->key_aware_method == LENS_KEY_AWARE_EXPLICIT && a->rank_j == b->rank_j &&
+                 a->rank_mj == b->rank_mj;
+        nonzero += a->key_aware_dim > 0;
+    }
+    const double g = median(t_gram, reps), gc = median(c_gram, reps);
+    printf("{\"impl\":\"lensd\",\"bench\":\"key_aware\",\"model\":\"%s\",\"T\":%d,\"heads\":%d,\"threads\":%d,"
+           "\"reps\":%d,\"gram_ms\":%.1f,\"dense_ms\":%.1f,\"dense_over_gram\":%.1f,\"gram_cpu_ms\":%.1f,"
+           "\"dense_cpu_ms\":%.1f,\"agree\":%d,\"nonzero\":%d}\n",
+           dir, T, n, lens_pool_threads(pool), reps, g, t_dense, t_dense / g, gc, c_dense, agree, nonzero);
+    rc = 0;
+free_act:
+    lens_activations_free(&act);
+out:
+    if (rc) fprintf(stderr, "attention: key-aware %s T=%d: %s\n", dir, T, err.msg);
+    lens_attention_result_free(&fast), lens_attention_result_free(&dense);
+    free(ids), free(t_gram), free(c_gram);
+    lens_model_free(m);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     lens_blas_setup(argv);
-    const char *model_dir = NULL, *Ts = "128,512";
+    const char *model_dir = NULL, *Ts = "128,512", *ka_model = NULL;
+    int ka_T = 125;
     int threads = 1, reps = 3;
     unsigned seed = 42;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -131,12 +202,22 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--seed")) seed = (unsigned)strtoul(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--key-aware")) ka_model = argv[i + 1];
+        else if (!strcmp(argv[i], "--key-aware-T")) ka_T = atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: attention [--model DIR] [--T 128,512] [--threads 1] [--reps 3] [--seed 42]\n");
+            fprintf(stderr, "usage: attention [--model DIR] [--T 128,512] [--threads 1] [--reps 3] [--seed 42]\n"
+                            "       attention --key-aware DIR [--key-aware-T 125] [--threads 1] [--reps 3]\n");
             return 2;
         }
     }
     if (reps < 1 || threads < 1) return 2;
+    if (ka_model) {
+        lens_blas_set_threads(1);
+        lens_pool *pool = threads > 1 ? lens_pool_create(threads) : NULL;
+        int rc = bench_key_aware(ka_model, pool, ka_T, reps, seed ? seed : 1);
+        lens_pool_free(pool);
+        return rc;
+    }
     char tmp[] = "/tmp/lens-bench-attention-XXXXXX";
     int made = 0;
     lens_err err = {0};

@@ -1,6 +1,7 @@
 /* json_encode.c - the fast float writer (api/json_writer.c) against jansson's
  * per-number path on a full BERT-base attention tensor:
- * 12 layers x 12 heads x 512 x 512 float32 = 37.7M values, precision 6.
+ * 12 layers x 12 heads x 512 x 512 float32 = 37.7M values, precision 6
+ * (significant digits, what format.precision means; 6 decimals for comparison).
  *
  * jansson path: per (layer, head), a json array of 512 arrays of 512
  * json_real, dumped with JSON_REAL_PRECISION(6) and freed (building all 144
@@ -43,10 +44,20 @@ int main(int argc, char **argv)
     jw w;
     jw_init(&w);
     jw_arr(&w);
-    for (int m = 0; m < layers * NH; m++) jw_floats_2d(&w, attn + (size_t)m * per, T, T, T, 6);
+    for (int m = 0; m < layers * NH; m++) jw_floats_2d(&w, attn + (size_t)m * per, T, T, T, 6 | JW_SIGNIFICANT);
     jw_end(&w);
     double t_writer = now() - t0;
     size_t writer_bytes = w.len;
+    jw_free(&w);
+
+    /* the same with 6 decimals (the format before format.precision meant significant digits) */
+    t0 = now();
+    jw_init(&w);
+    jw_arr(&w);
+    for (int m = 0; m < layers * NH; m++) jw_floats_2d(&w, attn + (size_t)m * per, T, T, T, 6);
+    jw_end(&w);
+    double t_decimals = now() - t0;
+    size_t decimals_bytes = w.len;
     jw_free(&w);
 
     t0 = now();
@@ -81,8 +92,10 @@ int main(int argc, char **argv)
     printf("attention tensor: %d layers x %d heads x %d x %d = %zu floats, precision 6\n", layers, NH, T, T, n);
     printf("jansson (json_real + json_dumps): %8.3f s  %7.1f MB  %6.1f Mfloat/s\n", t_jansson, jansson_bytes / 1e6,
            n / t_jansson / 1e6);
-    printf("jw_floats_2d (lensd writer):      %8.3f s  %7.1f MB  %6.1f Mfloat/s  %.1fx faster\n", t_writer,
+    printf("jw_floats_2d (6 significant):     %8.3f s  %7.1f MB  %6.1f Mfloat/s  %.1fx faster\n", t_writer,
            writer_bytes / 1e6, n / t_writer / 1e6, t_jansson / t_writer);
+    printf("jw_floats_2d (6 decimals):        %8.3f s  %7.1f MB  %6.1f Mfloat/s  %.1fx faster\n", t_decimals,
+           decimals_bytes / 1e6, n / t_decimals / 1e6, t_jansson / t_decimals);
     printf("jw_base64_tensor:                 %8.3f s  %7.1f MB  %6.1f Mfloat/s  %.1fx faster\n", t_base64,
            base64_bytes / 1e6, n / t_base64 / 1e6, t_jansson / t_base64);
     free(attn);

@@ -2,7 +2,8 @@
 # lensd benchmarks (see bench/README.md for what is measured and why), one
 # section per issue, each lensd vs its PyTorch baseline on the same workload:
 #   forward        BERT-base forward pass vs PyTorch and ONNX Runtime (issue 2)
-#   attention      effective attention, all 144 heads, T=128 and 512 (issue 4)
+#   attention      effective attention, all 144 heads, T=128 and 512 (issue 4); key-aware
+#                  identifiability on demo-identifiable at T=125 vs the dense SVDs (issue 20)
 #   attribution    attention attribution, 12 layers, m=20, T=64 (+ lensd T=128) (issue 5)
 #   decomposition  256 windows x 128 tokens, tokens/s and peak RSS (issue 7)
 #   hta            hidden token attribution: exact (bert-tiny, T=32) vs PyTorch Jacobians,
@@ -243,6 +244,30 @@ for (T, th) in sorted(L):
     for text, ok in checks:
         print(f"  {text:<70} {'PASS' if ok else 'MISS'}")
         targets.write(f"attention\t{text}\t{'PASS' if ok else 'MISS'}\n")
+EOF
+  # Key-aware identifiability (issue 20 item 2): Gram/inertia vs the dense SVDs it replaced
+  # (the peer runs once: ~50 s idle), all 8 heads of demo-identifiable at 125 tokens.
+  local ka=$OUT/key-aware-results.jsonl
+  : >"$ka"
+  for threads in 1 2; do
+    log "attention: key-aware identifiability, demo-identifiable T=125, $threads thread(s) (dense peer ~1 min)"
+    "$BUILD/bench/attention" --key-aware models/demo-identifiable --key-aware-T 125 --threads "$threads" \
+      --reps 5 >>"$ka" || return 1
+  done
+  "$PY" - "$ka" "$TARGETS" <<'EOF' | tee -a "$OUT/attention-table.txt"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+targets = open(sys.argv[2], "a")
+print("\n== key-aware identifiability (issue 20 item 2): demo-identifiable, 8 heads, T = 125 ==")
+print("lensd: Gram matrices of J, M J from their Kronecker structure, ranks by LDL^T inertia (median of 5);")
+print("peer: dgesdd on the explicit 15625 x 1000 and 16000 x 1000 matrices (the previous lensd method, 1 run)")
+for r in rows:
+    ok = r["gram_ms"] < 1000 and r["agree"] == r["heads"]
+    text = (f"{r['threads']} thr: key-aware T={r['T']} < 1 s, same ranks ({r['gram_ms']:.0f} vs {r['dense_ms']:.0f} ms, "
+            f"{r['dense_over_gram']:.0f}x; CPU {r['gram_cpu_ms']:.0f} vs {r['dense_cpu_ms']:.0f} ms; "
+            f"{r['agree']}/{r['heads']} agree)")
+    print(f"  {text:<70} {'PASS' if ok else 'MISS'}")
+    targets.write(f"attention\t{text}\t{'PASS' if ok else 'MISS'}\n")
 EOF
 }
 

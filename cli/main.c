@@ -40,7 +40,9 @@ static void usage(FILE *f)
             "            [--precision N] [--encoding json|base64]\n"
             "            print what POST /v1/attention returns (effective attention, identifiability)\n"
             "  decompose --model DIR --length T [--layers 0,..] [--labels a,b,..] [--texts-file FILE]\n"
-            "            [--keep-first-position] [--top-k K] [TEXT..]\n"
+            "            [--keep-first-position] [--top-k K] [--definition paper-code|lensd]\n"
+            "            [--[no-]topics-self-pairs] [--topics-pca K] [--screenot-k K]\n"
+            "            [--reference-texts-file FILE] [TEXT..]\n"
             "            print what POST /v1/decomposition returns (texts: the arguments and/or the\n"
             "            file's non-empty lines; labels: one per text)\n"
             "  attribution --model DIR TEXT [--pair TEXT] [--target predicted|LABEL|INDEX] [--steps 20]\n"
@@ -58,7 +60,7 @@ static void usage(FILE *f)
             "            [--probes 16] [--seed 1] [--norms]\n"
             "            print what POST /v1/hidden-attribution returns (Jacobian norms)\n"
             "  info      BLAS library, core and threads (GET /v1/info without server limits)\n"
-            "  mkmodel   --arch bert|gpt2 --preset tiny|small|base [--task T] --seed N --out DIR\n"
+            "  mkmodel   --arch bert|gpt2 --preset micro|tiny|small|base [--task T] --seed N --out DIR\n"
             "            write a random-weight checkpoint in Hugging Face format\n"
             "  train     classify|mlm|causal|vocab ...  train a BERT classifier / masked LM, a GPT-2 causal LM,\n"
             "            learn a WordPiece or byte-level BPE vocabulary\n"
@@ -94,14 +96,13 @@ static int cmd_serve(int argc, char **argv)
         lensd_config_free(&cfg);
         return 1;
     }
-    api_model *models = NULL;
-    int n_models = 0;
-    if (registry_load(&cfg, &models, &n_models)) {
+    registry *models = registry_create(&cfg);
+    if (!models) {
         server_stop(srv);
         lensd_config_free(&cfg);
         return 1;
     }
-    server_set_models(srv, models, n_models);
+    server_set_registry(srv, models);
 
     int sig = 0;
     sigwait(&stop, &sig);
@@ -109,7 +110,7 @@ static int cmd_serve(int argc, char **argv)
     int left = server_drain(srv, cfg.timeout + 5);
     if (left) log_msg("warn", "%d requests still in flight at exit", left);
     server_stop(srv);
-    registry_free(models, n_models);
+    registry_free(models);
     log_msg("info", "stopped");
     lensd_config_free(&cfg);
     return 0;
@@ -153,7 +154,10 @@ static const cli_opt attention_opts[] = {
 static const cli_opt decompose_opts[] = {
     {"length", "length", OPT_INT}, {"layers", "layers", OPT_INTS}, {"labels", "labels", OPT_STRS},
     {"texts-file", "texts", OPT_LINES}, {"keep-first-position", "drop_first_position", OPT_FALSE},
-    {"top-k", "top_k", OPT_INT}, {NULL, NULL, 0}};
+    {"top-k", "top_k", OPT_INT}, {"definition", "definition", OPT_STR},
+    {"topics-self-pairs", "topics_self_pairs", OPT_TRUE}, {"no-topics-self-pairs", "topics_self_pairs", OPT_FALSE},
+    {"topics-pca", "topics_pca", OPT_INT}, {"screenot-k", "screenot_k", OPT_INT},
+    {"reference-texts-file", "reference_texts", OPT_LINES}, {NULL, NULL, 0}};
 
 static const cli_opt attribution_opts[] = {
     {"target", "target", OPT_STR_OR_INT}, {"steps", "steps", OPT_INT}, {"riemann", "riemann", OPT_STR},

@@ -17,6 +17,7 @@ static void usage(FILE *f)
             "usage: lensd train classify --train TSV [--dev TSV] --out DIR (--vocab DIR | --init DIR)\n"
             "         [--layers 2] [--hidden 128] [--heads 2] [--ff 512] [--max-len 64]\n"
             "         [--head-dim-key DK] [--head-dim-value DV] [--head-combination concat|sum|sum_adjacent]\n"
+            "         [--attention-scale DK|DV]\n"
             "         [--label-names a,b]\n"
             "         [--epochs 1] [--batch 32] [--lr 1e-3] [--warmup 0.06] [--weight-decay 0.01]\n"
             "         [--clip 1.0] [--seed 1] [--max-steps N] [--max-train N] [--save-every N]\n"
@@ -65,6 +66,13 @@ static int cmd_classify(int argc, char **argv, int mode)
         else if (!strcmp(k, "--max-len")) o.max_len = atoi(v);
         else if (!strcmp(k, "--head-dim-key")) o.d_head_k = atoi(v);
         else if (!strcmp(k, "--head-dim-value")) o.d_head_v = atoi(v);
+        else if (!strcmp(k, "--attention-scale")) {
+            if (strcmp(v, "DK") && strcmp(v, "DV")) {
+                fprintf(stderr, "lensd train: --attention-scale is DK (the paper) or DV (declare-lab's code), not %s\n", v);
+                return 2;
+            }
+            o.scale_by_dv = !strcmp(v, "DV");
+        }
         else if (!strcmp(k, "--head-combination")) {
             if (lens_head_combination_parse(v, &o.head_combination)) {
                 fprintf(stderr, "lensd train: --head-combination is concat, sum or sum_adjacent, not %s\n", v);

@@ -195,7 +195,7 @@ check forward 200 POST /v1/forward \
 grep -q '"logits"' "$work/resp-forward.json" && grep -q '"attentions"' "$work/resp-forward.json" ||
   fail "/v1/forward answer has no logits/attentions"
 check metrics 200 GET /metrics
-grep -q '^lensd_requests_total{route="/v1/forward",status="200"} 1' "$work/resp-metrics.json" ||
+grep -q '^lensd_requests_total{method="POST",route="/v1/forward",status="200"} 1' "$work/resp-metrics.json" ||
   fail "/metrics did not count the forward request"
 
 # the process runs as uid 10001 (found by its listening socket's inode)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The two commands of README.md, for a fresh Debian 12 machine:
 #   bash scripts/dev.sh run    install what is missing, build, start lensd on the demo models
-#   bash scripts/dev.sh test   install what is missing, build, run the whole test suite
+#   bash scripts/dev.sh test   install what is missing, build, run the whole test suite,
+#                              then the dashboard in headless chromium (make test-web)
 # Missing Debian packages are installed when run as root; otherwise the exact
 # apt-get line is printed.
 set -eu
@@ -17,5 +18,9 @@ if ! command -v make >/dev/null || ! command -v cc >/dev/null; then
   fi
   apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q make build-essential >&2
 fi
-bash scripts/deps.sh build
+bash scripts/deps.sh "$([ "$1" = test ] && echo test || echo build)"
+if [ "$1" = test ]; then
+  make -j"$(nproc)" test
+  exec make test-web
+fi
 exec make -j"$(nproc)" "$1"

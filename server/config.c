@@ -9,7 +9,10 @@
  * uses the process-wide OpenBLAS thread count, so the machine runs at most
  * workers x threads-per-worker compute threads; keeping that <= cores avoids
  * oversubscription (N request threads x M BLAS threads). The count is set
- * once at start-up with lens_blas_set_threads. */
+ * once at start-up with lens_blas_set_threads. The fast lane
+ * (--fast-workers x --fast-threads, default 1 x 1) comes on top: its
+ * requests are short, and a core shared with an analysis for milliseconds
+ * is the price of a forward pass not waiting seconds behind it. */
 #include "server/config.h"
 
 #include <errno.h>
@@ -23,7 +26,7 @@ typedef struct config_opt config_opt;
 typedef int (*config_parser)(lensd_config *cfg, const config_opt *opt, const char *value, int from_cli);
 
 enum { INFO_NONE, INFO_TOP, INFO_LIMIT };
-enum { KIND_STR, KIND_INT, KIND_BYTES, KIND_SECONDS, KIND_LIST };
+enum { KIND_STR, KIND_INT, KIND_BYTES, KIND_SECONDS, KIND_LIST, KIND_BOOL };
 
 struct config_opt {
     const char *name;   /* --name */
@@ -53,10 +56,21 @@ static const config_opt options[] = {
     {"threads-per-worker", "LENSD_THREADS_PER_WORKER", "0", "N",
      "BLAS threads per worker; 0 = cores / workers, so workers x threads <= cores", KIND_INT,
      OFF(threads_per_worker), 0, 1024, INFO_TOP},
+    {"fast-workers", "LENSD_FAST_WORKERS", "1", "N",
+     "extra workers that run only cheap requests (tokenize, forward), so they never wait behind analyses; 0 = "
+     "one lane",
+     KIND_INT, OFF(fast_workers), 0, 64, INFO_TOP},
+    {"fast-threads", "LENSD_FAST_THREADS", "1", "N", "BLAS threads of each fast-lane worker", KIND_INT,
+     OFF(fast_threads), 1, 1024, INFO_TOP},
     {"queue", "LENSD_QUEUE", "64", "N", "requests waiting for a worker before 429", KIND_INT, OFF(queue), 0,
      1000000, INFO_LIMIT},
     {"max-tokens", "LENSD_MAX_TOKENS", "512", "N", "tokens per request before 413 (also capped by the model)",
      KIND_INT, OFF(max_tokens), 1, 1000000, INFO_LIMIT},
+    {"max-batch-items", "LENSD_MAX_BATCH_ITEMS", "64", "N", "texts in one batch request (texts: [...]) before 413",
+     KIND_INT, OFF(max_batch_items), 1, 100000, INFO_LIMIT},
+    {"max-batch-tokens", "LENSD_MAX_BATCH_TOKENS", "16384", "N",
+     "tokens of all texts of one batch request before 413 (checked before any compute)", KIND_INT,
+     OFF(max_batch_tokens), 1, 100000000, INFO_LIMIT},
     {"max-body", "LENSD_MAX_BODY", "1MiB", "BYTES", "request body size before 413 (suffixes K, M, KiB, MiB)",
      KIND_BYTES, OFF(max_body), 1, 1LL << 32, INFO_LIMIT},
     {"timeout", "LENSD_TIMEOUT", "30", "SECONDS", "per-request deadline; past it the answer is 503 \"timeout\"",
@@ -73,9 +87,20 @@ static const config_opt options[] = {
      1000000, INFO_LIMIT},
     {"job-ttl", "LENSD_JOB_TTL", "3600", "SECONDS", "how long a finished job's result is kept", KIND_SECONDS,
      OFF(job_ttl), 0, 31536000, INFO_LIMIT},
+    {"sse-keepalive", "LENSD_SSE_KEEPALIVE", "15", "SECONDS",
+     "a comment line on an idle GET /v1/jobs/{id}/events stream this often, so proxies keep it open", KIND_SECONDS,
+     OFF(sse_keepalive), 0, 3600, INFO_NONE},
     {"data-dir", "LENSD_DATA_DIR", NULL, "DIR",
      "datasets jobs may read by path (params.data, e.g. a TSV); paths must resolve inside DIR; unset = none",
      KIND_STR, OFF(data_dir), 0, 0, INFO_NONE},
+    {"openapi", "LENSD_OPENAPI", NULL, "FILE",
+     "the spec GET /openapi.yaml serves; unset = ./openapi.yaml, else /usr/share/lensd/openapi.yaml", KIND_STR,
+     OFF(openapi), 0, 0, INFO_NONE},
+    {"web-dir", "LENSD_WEB_DIR", NULL, "DIR",
+     "dashboard files served at / (default /usr/share/lensd/web when present, else the repository's web/)",
+     KIND_STR, OFF(web_dir), 0, 0, INFO_NONE},
+    {"no-web", "LENSD_NO_WEB", NULL, "", "do not serve the dashboard (/ answers 404); env: 1 or 0", KIND_BOOL,
+     OFF(no_web), 0, 1, INFO_NONE},
     {"debug-delay-ms", "LENSD_DEBUG_DELAY_MS", "0", "MS", "testing: each queued request and each job first waits MS",
      KIND_INT, OFF(debug_delay_ms), 0, 3600000, INFO_NONE},
 };
@@ -120,6 +145,13 @@ static int set_value(lensd_config *cfg, const config_opt *o, const char *value, 
         free(copy);
         return 0;
     }
+    case KIND_BOOL:
+        if (strcmp(value, "1") && strcmp(value, "0") && strcasecmp(value, "true") && strcasecmp(value, "false")) {
+            fprintf(stderr, "lensd: %s: %s must be 1, 0, true or false, got \"%s\"\n", source, o->name, value);
+            return -1;
+        }
+        *(int *)field(cfg, o) = !strcmp(value, "1") || !strcasecmp(value, "true");
+        return 0;
     case KIND_INT:
         if (parse_ll(value, &v, &end) || *end || v < o->lo || v > o->hi) {
             fprintf(stderr, "lensd: %s: %s must be an integer in [%lld, %lld], got \"%s\"\n", source, o->name,
@@ -170,7 +202,7 @@ void lensd_config_help(const char *prog)
     for (int i = 0; i < N_OPTIONS; i++) {
         const config_opt *o = &options[i];
         char flag[64];
-        snprintf(flag, sizeof flag, "--%s %s", o->name, o->arg);
+        snprintf(flag, sizeof flag, "--%s%s%s", o->name, *o->arg ? " " : "", o->arg);
         printf("  %-30s %s\n", flag, o->help);
         printf("  %-30s env %s%s%s\n", "", o->env, o->def ? ", default " : "", o->def ? o->def : "");
     }
@@ -209,7 +241,8 @@ int lensd_config_parse(lensd_config *cfg, int argc, char **argv)
             fprintf(stderr, "lensd serve: unknown option \"%s\" (see lensd serve --help)\n", arg);
             return -1;
         }
-        const char *value = eq ? eq + 1 : (a + 1 < argc ? argv[++a] : NULL);
+        /* a switch (--no-web) takes no value unless given as --no-web=0 */
+        const char *value = eq ? eq + 1 : o->kind == KIND_BOOL ? "1" : (a + 1 < argc ? argv[++a] : NULL);
         if (!value) {
             fprintf(stderr, "lensd serve: --%s needs a value\n", o->name);
             return -1;
@@ -227,6 +260,11 @@ int lensd_config_parse(lensd_config *cfg, int argc, char **argv)
         } else if (set_value(cfg, o, value, "command line")) {
             return -1;
         }
+    }
+    if (!cfg->openapi) {
+        /* a checkout's spec, else the installed copy (Dockerfile) */
+        const char *spec = access("openapi.yaml", R_OK) ? "/usr/share/lensd/openapi.yaml" : "openapi.yaml";
+        cfg->openapi = strdup(spec);
     }
     int cores = lensd_cores();
     int fair = cores / cfg->workers > 0 ? cores / cfg->workers : 1;
@@ -250,6 +288,8 @@ void lensd_config_free(lensd_config *cfg)
     free(cfg->api_key_file);
     free(cfg->cors_origin);
     free(cfg->data_dir);
+    free(cfg->openapi);
+    free(cfg->web_dir);
     memset(cfg, 0, sizeof *cfg);
 }
 

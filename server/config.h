@@ -17,8 +17,12 @@ typedef struct {
     char *models_dir;
     int workers;
     int threads_per_worker;  /* 0 until resolved: cores / workers */
+    int fast_workers;        /* fast-lane workers: tokenize and forward only (server/pool.h) */
+    int fast_threads;        /* threads of each fast-lane worker */
     int queue;
     int max_tokens;
+    int max_batch_items;     /* texts per batch request */
+    int max_batch_tokens;    /* their tokens in total */
     long long max_body;
     double timeout;          /* seconds */
     char *api_key_file;
@@ -26,7 +30,11 @@ typedef struct {
     int max_jobs;            /* async jobs running at once (job threads) */
     int max_stored_jobs;     /* queued + running + finished jobs kept before 429 */
     double job_ttl;          /* seconds a finished job's result is kept */
+    double sse_keepalive;    /* seconds between keep-alive comments of an idle event stream */
     char *data_dir;          /* datasets jobs may read by path; NULL = none */
+    char *openapi;           /* the spec GET /openapi.yaml serves (resolved at parse: repo or installed copy) */
+    char *web_dir;           /* dashboard folder; NULL = installed copy or the repository's web/ */
+    int no_web;              /* 1: no dashboard */
     int debug_delay_ms;      /* testing only: each pool job first sleeps this long */
 } lensd_config;
 

@@ -10,7 +10,8 @@
  * Lifecycle (one internal polling thread with epoll, so every callback
  * below except job_run runs on that thread):
  *   1st call      headers only: match route, check policy; an error is
- *                 answered at once (the body is then never read)
+ *                 answered at once when no body follows, else after the
+ *                 body is drained (PHASE_DRAINING)
  *   next calls    body bytes appended to request.body
  *   final call    parse JSON (400), route prepare() validates (4xx);
  *                 pool routes reserve a queue slot, suspend the connection,
@@ -31,17 +32,21 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api/cost.h"
 #include "api/request.h"
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/jobs.h"
 #include "server/pool.h"
+#include "server/stream.h"
+#include "server/web.h"
 
 struct server {
     const lensd_config *cfg;
     api_ctx ctx;
     pool *pool;
     jobs *jobs;
+    streams *streams; /* SSE responses (server/stream.c) */
     struct MHD_Daemon *daemon;
     int port;
     atomic_int state;     /* api_state */
@@ -52,9 +57,18 @@ struct server {
     int n_api_keys;
     char **cors_origins;
     int n_cors_origins, cors_any;
+    char *web_dir; /* dashboard folder (realpath), NULL when off */
 };
 
-enum { PHASE_READING, PHASE_QUEUED, PHASE_RESPONDED };
+enum { PHASE_READING, PHASE_DRAINING, PHASE_QUEUED, PHASE_RESPONDED };
+
+/* An error decided from the headers waits until the body is read and
+ * dropped: a server that answers and closes while the client still sends
+ * makes the kernel reset the connection, and a client that writes the whole
+ * body before reading (Python urllib) then sees the reset, never the 413.
+ * Bodies announced larger than this are answered at once instead, so a
+ * client cannot make the server read gigabytes. */
+#define DRAIN_MAX (64LL << 20)
 
 typedef struct request {
     server *srv;
@@ -71,6 +85,7 @@ typedef struct request {
     size_t body_len, body_cap;
     int phase;
     int over_limit; /* body passed --max-body: bytes are dropped, 413 at the end */
+    long long drained; /* PHASE_DRAINING: body bytes dropped so far */
     int status;     /* sent status, 0 before a response */
     int preflight;  /* OPTIONS: answer with the CORS preflight headers */
     char allow[80]; /* Allow header value for 405 and OPTIONS */
@@ -116,11 +131,14 @@ static void ctx_write_metrics(jw *w, const api_ctx *ctx)
     static const char model_bytes_help[] = "# HELP lensd_model_bytes Bytes of float32 weights held per model.\n"
                                            "# TYPE lensd_model_bytes gauge\n";
     jw_raw(w, model_bytes_help, sizeof model_bytes_help - 1);
-    for (int i = 0; i < ctx->n_models; i++) {
-        n = snprintf(line, sizeof line, "lensd_model_bytes{model=\"%s\"} %zu\n", ctx->models[i].name,
-                     lens_weights_bytes(ctx->models[i].model->weights));
+    int n_models = 0;
+    api_model **models = api_models_acquire_all(ctx, &n_models);
+    for (int i = 0; i < n_models; i++) {
+        n = snprintf(line, sizeof line, "lensd_model_bytes{model=\"%s\"} %zu\n", models[i]->name,
+                     lens_weights_bytes(models[i]->model->weights));
         jw_raw(w, line, (size_t)n);
     }
+    api_models_release_all(ctx, models, n_models);
 }
 
 static void ctx_job_submit(api_call *c, const api_job_kind *kind)
@@ -145,11 +163,28 @@ static void ctx_job_cancel(api_call *c, const char *id)
     jobs_cancel(s->jobs, c, id);
 }
 
+static void ctx_job_events(api_call *c, const char *id)
+{
+    server *s = c->ctx->server;
+    jobs_events(s->jobs, c, id);
+}
+
+static void ctx_job_list(api_call *c, const char *state, int limit)
+{
+    server *s = c->ctx->server;
+    jobs_list(s->jobs, c, state, limit);
+}
+
 /* ------------------------------------------------------------- helpers */
 
 static const char *header(struct MHD_Connection *conn, const char *name)
 {
     return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, name);
+}
+
+static const char *query_arg(const api_call *c, const char *name)
+{
+    return MHD_lookup_connection_value(c->conn, MHD_GET_ARGUMENT_KIND, name);
 }
 
 /* A client's X-Request-Id is echoed when it is short and plain; else a new id. */
@@ -218,12 +253,20 @@ static enum MHD_Result respond(request *r)
 {
     api_call *c = &r->call;
     size_t len = 0;
-    char *body = jw_take(&c->out, &len);
-    if (!body) body = strdup(""), len = 0;
-    struct MHD_Response *resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
-    if (!resp) {
-        free(body);
-        return MHD_NO;
+    struct MHD_Response *resp;
+    if (c->stream_read) {
+        resp = streams_response(r->srv->streams, r->conn, c);
+        if (!resp) return MHD_NO;
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        MHD_add_response_header(resp, "X-Accel-Buffering", "no"); /* nginx: pass events through at once */
+    } else {
+        char *body = jw_take(&c->out, &len);
+        if (!body) body = strdup(""), len = 0;
+        resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+        if (!resp) {
+            free(body);
+            return MHD_NO;
+        }
     }
     if (len || c->status != 204) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, c->content_type);
     MHD_add_response_header(resp, "X-Request-Id", r->request_id);
@@ -253,19 +296,33 @@ static enum MHD_Result respond(request *r)
     return ret;
 }
 
+/* GET / and /web/...: the dashboard's files (server/web.c), no API key. */
+static enum MHD_Result respond_web(request *r)
+{
+    int status = 404;
+    struct MHD_Response *resp =
+        web_respond(r->srv->web_dir, r->path, header(r->conn, MHD_HTTP_HEADER_IF_NONE_MATCH), &status);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "X-Request-Id", r->request_id);
+    enum MHD_Result ret = MHD_queue_response(r->conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    if (ret == MHD_YES) r->status = status, r->phase = PHASE_RESPONDED;
+    return ret;
+}
+
 /* ------------------------------------------------------------ pool jobs */
 
 static void job_run(pool_job *job)
 {
     request *r = (request *)((char *)job - offsetof(request, job));
     const lensd_config *cfg = r->srv->cfg;
-    for (int waited = 0; waited < cfg->debug_delay_ms && !job->cancel; waited += 10) {
+    for (int waited = 0; waited < cfg->debug_delay_ms && !lens_cancelled(&job->cancel); waited += 10) {
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    if (job->cancel) {
-        api_fail(&r->call, 503, "timeout", NULL, "the request waited longer than the server's timeout (%g s)",
-                 cfg->timeout);
+    if (lens_cancelled(&job->cancel)) {
+        api_fail(&r->call, 503, "timeout", NULL, "the request waited longer than the server's timeout (%g s)%s%s",
+                 cfg->timeout, r->call.hint ? "; " : "", r->call.hint ? r->call.hint : "");
     } else {
         r->call.cancel = &job->cancel;
         r->call.threads = job->threads;
@@ -333,6 +390,18 @@ static int check_headers(request *r)
     return 0;
 }
 
+/* Will the client send a body after these headers (Content-Length > 0 or
+ * chunked)? 1: yes, small enough to drain; 0: no body; -1: over DRAIN_MAX. */
+static int body_follows(request *r)
+{
+    const char *cl = header(r->conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl) {
+        unsigned long long n = strtoull(cl, NULL, 10);
+        return n == 0 ? 0 : n > (unsigned long long)DRAIN_MAX ? -1 : 1;
+    }
+    return header(r->conn, MHD_HTTP_HEADER_TRANSFER_ENCODING) ? 1 : 0;
+}
+
 static void append_body(request *r, const char *data, size_t n)
 {
     long long max = r->srv->cfg->max_body;
@@ -358,6 +427,16 @@ static void append_body(request *r, const char *data, size_t n)
     r->body_len += n;
 }
 
+/* Routes whose requests cost milliseconds (one tokenization or forward
+ * pass, bounded by --max-tokens): they may take the fast lane (pool.h). */
+static int route_is_cheap(const api_route *route)
+{
+    static const char *const cheap[] = {"/v1/tokenize", "/v1/forward"};
+    for (size_t i = 0; i < sizeof cheap / sizeof *cheap; i++)
+        if (!strcmp(route->path, cheap[i])) return 1;
+    return 0;
+}
+
 /* The whole body is in: validate, then run inline or hand to the pool. */
 static enum MHD_Result complete(request *r)
 {
@@ -367,7 +446,9 @@ static enum MHD_Result complete(request *r)
         api_fail(c, 413, "payload_too_large", NULL, "the body is over the limit of %lld bytes", s->cfg->max_body);
         return respond(r);
     }
-    if (r->route->json_body && api_parse_body(c, r->body ? r->body : "", r->body_len)) return respond(r);
+    if (r->route->json_body &&
+        (api_parse_body(c, r->body ? r->body : "", r->body_len) || api_check_fields(c, r->route->path)))
+        return respond(r);
     free(r->body);
     r->body = NULL;
     if (r->route->prepare && r->route->prepare(c)) return respond(r);
@@ -388,6 +469,7 @@ static enum MHD_Result complete(request *r)
     }
     r->job.fn = job_run;
     r->job.done = job_done;
+    r->job.cheap = route_is_cheap(r->route);
     r->job.deadline = c->t_start + s->cfg->timeout;
     r->phase = PHASE_QUEUED;
     MHD_suspend_connection(r->conn);
@@ -411,6 +493,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->conn = conn;
         r->route_index = -1;
         api_call_init(&r->call, &s->ctx, api_now());
+        r->call.query_arg = query_arg;
+        r->call.conn = conn;
         snprintf(r->method, sizeof r->method, "%s", method);
         snprintf(r->path, sizeof r->path, "%s", url);
         assign_request_id(r);
@@ -419,8 +503,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             snprintf(r->origin, sizeof r->origin, "%s", origin);
             r->cors_origin = s->cors_any ? "*" : r->origin;
         }
-        if (check_headers(r)) return respond(r);
+        if (web_wants(r->method, r->path)) return respond_web(r);
+        if (!check_headers(r)) return MHD_YES;
+        if (body_follows(r) != 1) return respond(r);
+        r->phase = PHASE_DRAINING;
         return MHD_YES;
+    }
+    if (r->phase == PHASE_DRAINING) {
+        r->drained += (long long)*upload_data_size;
+        int more = *upload_data_size && r->drained <= DRAIN_MAX;
+        *upload_data_size = 0;
+        return more ? MHD_YES : respond(r);
     }
     if (r->phase == PHASE_RESPONDED) {
         *upload_data_size = 0; /* an early answer was sent; drop the rest */
@@ -529,11 +622,13 @@ static void server_free(server *s)
     free(s->api_keys);
     for (int i = 0; i < s->n_cors_origins; i++) free(s->cors_origins[i]);
     free(s->cors_origins);
+    free(s->web_dir);
     free(s);
 }
 
 server *server_start(const lensd_config *cfg)
 {
+    api_json_init(); /* before any thread uses jansson (model loading, requests) */
     server *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->cfg = cfg;
@@ -542,6 +637,8 @@ server *server_start(const lensd_config *cfg)
     atomic_init(&s->next_id, 1);
     s->id_prefix = (unsigned)(time(NULL) ^ ((unsigned)getpid() << 16));
     s->ctx.max_tokens = cfg->max_tokens;
+    s->ctx.max_batch_items = cfg->max_batch_items;
+    s->ctx.max_batch_tokens = cfg->max_batch_tokens;
     s->ctx.data_dir = cfg->data_dir;
     s->ctx.timeout = cfg->timeout;
     s->ctx.state = ctx_state;
@@ -551,8 +648,18 @@ server *server_start(const lensd_config *cfg)
     s->ctx.job_submit = ctx_job_submit;
     s->ctx.job_get = ctx_job_get;
     s->ctx.job_cancel = ctx_job_cancel;
+    s->ctx.job_list = ctx_job_list;
+    s->ctx.job_events = ctx_job_events;
+    s->ctx.openapi_path = cfg->openapi;
     if (cfg->api_key_file && load_api_keys(s, cfg->api_key_file)) goto fail;
     if (cfg->cors_origin) parse_cors(s, cfg->cors_origin);
+    s->web_dir = web_resolve_dir(cfg->web_dir, cfg->no_web);
+    if (cfg->web_dir && !s->web_dir && !cfg->no_web) {
+        log_msg("error", "--web-dir %s: no such folder", cfg->web_dir);
+        goto fail;
+    }
+    if (s->web_dir) log_msg("info", "dashboard at / from %s", s->web_dir);
+    else log_msg("info", "dashboard off (--no-web, or no web/ folder found)");
 
     /* HOST:PORT, HOST may be [v6] */
     char host[256], port[16];
@@ -575,14 +682,17 @@ server *server_start(const lensd_config *cfg)
         goto fail;
     }
 
-    s->pool = pool_create(cfg->workers, cfg->queue, cfg->threads_per_worker);
+    s->pool = pool_create(cfg->workers, cfg->fast_workers, cfg->queue, cfg->threads_per_worker, cfg->fast_threads);
     s->jobs = jobs_create(cfg->max_jobs, cfg->max_stored_jobs, cfg->job_ttl, cfg->threads_per_worker, cfg->debug_delay_ms);
-    if (!s->pool || !s->jobs) {
+    s->streams = streams_create(100);
+    if (!s->pool || !s->jobs || !s->streams) {
         freeaddrinfo(ai);
         pool_destroy(s->pool);
         jobs_destroy(s->jobs);
+        streams_destroy(s->streams);
         goto fail;
     }
+    jobs_set_keepalive(s->jobs, cfg->sse_keepalive);
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
@@ -593,8 +703,11 @@ server *server_start(const lensd_config *cfg)
         log_msg("error", "cannot listen on %s (address in use or not permitted?)", cfg->listen);
         pool_destroy(s->pool);
         jobs_destroy(s->jobs);
+        streams_destroy(s->streams);
         goto fail;
     }
+    /* the cost model's rate, measured before any request competes for the cores */
+    const api_cost_rate *rate = api_cost_calibrate(cfg->threads_per_worker);
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = info ? info->port : atoi(port);
     jw w;
@@ -609,6 +722,10 @@ server *server_start(const lensd_config *cfg)
     jw_int(&w, cfg->workers);
     jw_key(&w, "threads_per_worker");
     jw_int(&w, cfg->threads_per_worker);
+    jw_key(&w, "fast_workers");
+    jw_int(&w, cfg->fast_workers);
+    jw_key(&w, "gemm_gflops");
+    jw_float(&w, rate->gflops, 1);
     log_emit(&w);
     return s;
 fail:
@@ -618,10 +735,9 @@ fail:
 
 int server_port(const server *s) { return s->port; }
 
-void server_set_models(server *s, api_model *models, int n)
+void server_set_registry(server *s, registry *models)
 {
-    s->ctx.models = models;
-    s->ctx.n_models = n;
+    registry_install(models, &s->ctx);
     atomic_store(&s->state, API_READY); /* seq_cst: publishes models before ready */
     log_msg("info", "ready");
 }
@@ -630,6 +746,7 @@ int server_drain(server *s, double max_wait)
 {
     atomic_store(&s->state, API_DRAINING);
     log_msg("info", "shutting down: refusing new work, finishing in-flight requests");
+    streams_close_all(s->streams); /* event streams end now rather than hold the drain */
     double until = api_now() + max_wait;
     while (atomic_load(&s->in_flight) > 0 && api_now() < until) {
         struct timespec ts = {0, 10 * 1000 * 1000};
@@ -643,7 +760,9 @@ void server_stop(server *s)
     if (!s) return;
     /* queued jobs finish and resume their connections before the daemon stops */
     pool_destroy(s->pool);
+    streams_close_all(s->streams); /* no connection may stay suspended past MHD_stop_daemon */
     MHD_stop_daemon(s->daemon);
+    streams_destroy(s->streams);
     /* running jobs see their cancel flag at the next check; models outlive this */
     jobs_destroy(s->jobs);
     server_free(s);

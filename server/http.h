@@ -4,6 +4,7 @@
 
 #include "api/api.h"
 #include "server/config.h"
+#include "server/registry.h"
 
 typedef struct server server;
 
@@ -11,8 +12,8 @@ typedef struct server server;
  * worker pool. Returns NULL after logging why. */
 server *server_start(const lensd_config *cfg);
 int server_port(const server *s);
-/* Publish the loaded models and turn ready. */
-void server_set_models(server *s, api_model *models, int n);
+/* Publish the model registry (its hooks) and turn ready. */
+void server_set_registry(server *s, registry *models);
 /* Refuse new work (503), wait up to max_wait seconds for in-flight requests
  * to be answered. Returns the number still in flight (0 = clean). */
 int server_drain(server *s, double max_wait);

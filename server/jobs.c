@@ -39,7 +39,8 @@ typedef struct job {
     json_t *body;              /* params: the kind's run() reads it (decoded requests point into it) */
     void *req;                 /* the kind's decoded request */
     void (*free_req)(void *req);
-    const char *model_name;    /* from the api_ctx's model table, which outlives the jobs */
+    api_model *model_ref;      /* counted reference to the job's model until it has run (api_call_free drops it) */
+    char model_name[136];      /* a copy: the model may be unloaded while the job is stored */
     char *result;              /* done: JSON text */
     size_t result_len;
     char *error;               /* failed / cancelled: JSON text of {code, message, field} */
@@ -61,6 +62,7 @@ struct jobs {
     int debug_delay_ms;
     int threads_per_job;
     int stopping;
+    double sse_keepalive; /* seconds between keep-alive comments on an idle event stream */
     unsigned long long id_seed, id_counter;
 };
 
@@ -83,6 +85,7 @@ static unsigned long long mix64(unsigned long long x)
 static void job_free(job *jb)
 {
     if (jb->req && jb->free_req) jb->free_req(jb->req);
+    api_model_release(jb->ctx, jb->model_ref); /* a job cancelled before it ran */
     if (jb->body) json_decref(jb->body);
     free(jb->result);
     free(jb->error);
@@ -152,7 +155,7 @@ static void write_job(jw *w, const job *jb, double ttl)
     jw_key(w, "progress");
     jw_float(w, jb->progress, 4);
     jw_key(w, "model");
-    jw_str(w, jb->model_name);
+    jw_str(w, jb->model_name[0] ? jb->model_name : NULL);
     write_time(w, "created", jb->created);
     write_time(w, "started", jb->started);
     write_time(w, "finished", jb->finished);
@@ -181,7 +184,7 @@ static void finish(job *jb, api_call *c)
 {
     jb->finished = wall_now();
     jb->finished_mono = api_now();
-    if (jb->cancel) {
+    if (lens_cancelled(&jb->cancel)) {
         jb->state = JOB_CANCELLED;
         jb->error = error_json("cancelled", "the job was cancelled (DELETE /v1/jobs/{id} or shutdown)");
         return;
@@ -220,16 +223,19 @@ static void *job_thread(void *arg)
         c.body = jb->body;
         c.req = jb->req;
         c.free_req = jb->free_req;
-        jb->body = NULL, jb->req = NULL;
+        c.model_ref = jb->model_ref;
+        jb->body = NULL, jb->req = NULL, jb->model_ref = NULL;
         c.cancel = &jb->cancel;
         c.threads = threads;
+        c.job_kind = jb->kind;
+        c.field_prefix = "params."; /* run-time errors name the params field, as prepare's do */
         c.progress = on_progress;
         c.progress_user = jb;
-        for (int waited = 0; waited < j->debug_delay_ms && !jb->cancel; waited += 10) {
+        for (int waited = 0; waited < j->debug_delay_ms && !lens_cancelled(&jb->cancel); waited += 10) {
             struct timespec ts = {0, 10 * 1000 * 1000};
             nanosleep(&ts, NULL);
         }
-        if (!jb->cancel) jb->kind->run(&c);
+        if (!lens_cancelled(&jb->cancel)) jb->kind->run(&c);
 
         pthread_mutex_lock(&j->lock);
         finish(jb, &c);
@@ -254,6 +260,7 @@ jobs *jobs_create(int max_running, int max_stored, double ttl_seconds, int threa
     j->max_stored = max_stored;
     j->ttl = ttl_seconds;
     j->debug_delay_ms = debug_delay_ms;
+    j->sse_keepalive = 15;
     j->threads_per_job = threads_per_job;
     unsigned long long seed = (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 32);
     int fd = open("/dev/urandom", O_RDONLY);
@@ -277,7 +284,7 @@ void jobs_destroy(jobs *j)
     if (!j) return;
     pthread_mutex_lock(&j->lock);
     j->stopping = 1;
-    for (job *jb = j->all; jb; jb = jb->next) jb->cancel = 1;
+    for (job *jb = j->all; jb; jb = jb->next) lens_cancel_set(&jb->cancel, 1);
     /* queued jobs never start */
     for (job *jb = j->queue_head; jb; jb = jb->queue_next) {
         jb->state = JOB_CANCELLED;
@@ -327,7 +334,8 @@ void jobs_submit(jobs *j, api_call *c, const api_job_kind *kind)
     jb->ctx = c->ctx;
     jb->state = JOB_QUEUED;
     jb->created = wall_now();
-    jb->model_name = c->model_name;
+    snprintf(jb->model_name, sizeof jb->model_name, "%s", c->model_name ? c->model_name : "");
+    jb->model_ref = c->model_ref, c->model_ref = NULL;
     jb->body = c->body, c->body = NULL;
     jb->req = c->req, c->req = NULL;
     jb->free_req = c->free_req;
@@ -371,13 +379,13 @@ void jobs_cancel(jobs *j, api_call *c, const char *id)
             *pp = jb->queue_next;
             if (j->queue_tail == jb) j->queue_tail = prev;
         }
-        jb->cancel = 1;
+        lens_cancel_set(&jb->cancel, 1);
         jb->state = JOB_CANCELLED;
         jb->finished = wall_now();
         jb->finished_mono = api_now();
         jb->error = error_json("cancelled", "the job was cancelled before it started");
     } else if (jb && jb->state == JOB_RUNNING) {
-        jb->cancel = 1; /* run() stops at its next check; the state turns cancelled then */
+        lens_cancel_set(&jb->cancel, 1); /* run() stops at its next check; the state turns cancelled then */
     }
     if (jb) {
         write_job(&c->out, jb, j->ttl);
@@ -401,4 +409,147 @@ void jobs_write_metrics(jobs *j, jw *w)
         n = snprintf(line, sizeof line, "lensd_jobs{state=\"%s\"} %d\n", state_names[s], counts[s]);
         jw_raw(w, line, (size_t)n);
     }
+}
+
+void jobs_list(jobs *j, api_call *c, const char *state, int limit)
+{
+    int want = -1;
+    for (int s = 0; state && s < 5; s++)
+        if (!strcmp(state, state_names[s])) want = s;
+    if (state && want < 0) {
+        api_fail(c, 422, "invalid_request", "state",
+                 "state must be one of queued, running, done, failed, cancelled (got \"%.40s\")", state);
+        return;
+    }
+    jw *w = &c->out;
+    pthread_mutex_lock(&j->lock);
+    sweep(j);
+    int total = 0;
+    jw_obj(w);
+    jw_key(w, "jobs");
+    jw_arr(w);
+    /* the store list is newest first; results are left out (GET /v1/jobs/{id} has them) */
+    for (job *jb = j->all; jb; jb = jb->next) {
+        if (want >= 0 && (int)jb->state != want) continue;
+        if (total++ >= limit) continue;
+        char *result = jb->result;
+        jb->result = NULL;
+        write_job(w, jb, j->ttl);
+        jb->result = result;
+    }
+    jw_end(w);
+    jw_key(w, "total");
+    jw_int(w, total);
+    jw_end(w);
+    pthread_mutex_unlock(&j->lock);
+    c->status = 200;
+}
+
+/* ------------------------------------------------ GET /v1/jobs/{id}/events */
+
+/* One SSE subscriber: what it was last sent, and the unsent rest of an event. */
+typedef struct {
+    jobs *owner;
+    char id[24];
+    int sent_any, ended;
+    job_state last_state;
+    double last_progress;
+    double last_sent; /* api_now() */
+    jw pending;
+    size_t pending_off;
+} job_events;
+
+static void events_free(void *user)
+{
+    job_events *ev = user;
+    jw_free(&ev->pending);
+    free(ev);
+}
+
+/* "event: NAME\ndata: JSON\n\n" into ev->pending; data is jb's job object
+ * when jb is given, else error_data. Lock held. */
+static void queue_event(job_events *ev, const char *name, const job *jb, const char *error_data)
+{
+    jw *w = &ev->pending;
+    jw data;
+    jw_init(&data);
+    if (jb) write_job(&data, jb, ev->owner->ttl);
+    else jw_raw(&data, error_data, strlen(error_data));
+    jw_reset(w);
+    jw_raw(w, "event: ", 7);
+    jw_raw(w, name, strlen(name));
+    jw_raw(w, "\ndata: ", 7);
+    if (data.buf) jw_raw(w, data.buf, data.len);
+    jw_raw(w, "\n\n", 2);
+    jw_free(&data);
+    ev->pending_off = 0;
+}
+
+/* The next bytes of the stream: a state or progress change, a keep-alive
+ * comment when nothing was sent for keepalive seconds, else 0 (poll later).
+ * Ends after the event of a terminal state (done, failed, cancelled). */
+static long events_read(void *user, char *buf, size_t max)
+{
+    job_events *ev = user;
+    if (ev->pending_off < ev->pending.len) {
+        size_t n = ev->pending.len - ev->pending_off;
+        if (n > max) n = max;
+        memcpy(buf, ev->pending.buf + ev->pending_off, n);
+        ev->pending_off += n;
+        return (long)n;
+    }
+    if (ev->ended) return -1;
+    jobs *j = ev->owner;
+    double now = api_now();
+    pthread_mutex_lock(&j->lock);
+    job *jb = find(j, ev->id);
+    if (!jb) {
+        queue_event(ev, "error", NULL, "{\"code\":\"job_not_found\",\"message\":\"the job expired\",\"field\":\"id\"}");
+        ev->ended = 1;
+    } else if (!ev->sent_any || jb->state != ev->last_state || jb->progress != ev->last_progress) {
+        queue_event(ev, jb->state >= JOB_DONE ? state_names[jb->state] : "progress", jb, NULL);
+        ev->sent_any = 1;
+        ev->last_state = jb->state;
+        ev->last_progress = jb->progress;
+        ev->ended = jb->state >= JOB_DONE;
+    } else if (now - ev->last_sent >= j->sse_keepalive) {
+        jw_reset(&ev->pending);
+        jw_raw(&ev->pending, ": keep-alive\n\n", 14);
+        ev->pending_off = 0;
+    }
+    pthread_mutex_unlock(&j->lock);
+    if (ev->pending_off >= ev->pending.len) return 0;
+    ev->last_sent = now;
+    return events_read(user, buf, max);
+}
+
+void jobs_events(jobs *j, api_call *c, const char *id)
+{
+    pthread_mutex_lock(&j->lock);
+    sweep(j);
+    int known = find(j, id) != NULL;
+    pthread_mutex_unlock(&j->lock);
+    if (!known) {
+        api_fail(c, 404, "job_not_found", "id", "no job \"%.64s\" (unknown, or expired)", id);
+        return;
+    }
+    job_events *ev = calloc(1, sizeof *ev);
+    if (!ev) {
+        api_fail(c, 500, "internal", NULL, "out of memory");
+        return;
+    }
+    ev->owner = j;
+    snprintf(ev->id, sizeof ev->id, "%s", id);
+    ev->last_sent = api_now();
+    jw_init(&ev->pending);
+    c->content_type = "text/event-stream";
+    c->stream_read = events_read;
+    c->stream_free = events_free;
+    c->stream_user = ev;
+    c->status = 200;
+}
+
+void jobs_set_keepalive(jobs *j, double seconds)
+{
+    j->sse_keepalive = seconds;
 }

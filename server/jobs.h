@@ -25,6 +25,16 @@ void jobs_destroy(jobs *j);
 void jobs_submit(jobs *j, api_call *c, const api_job_kind *kind);
 void jobs_get(jobs *j, api_call *c, const char *id);
 void jobs_cancel(jobs *j, api_call *c, const char *id);
+/* GET /v1/jobs: jobs in state (NULL = any; else 422 naming "state"), newest
+ * first, at most limit, without their results; "total" counts every match. */
+void jobs_list(jobs *j, api_call *c, const char *state, int limit);
+/* GET /v1/jobs/{id}/events: 404, or c's stream set to Server-Sent Events:
+ * "progress" on every state or progress change, then one of "done",
+ * "failed", "cancelled" (the job object, with its result) and the end;
+ * "error" when the job expired meanwhile; ": keep-alive" comments when idle. */
+void jobs_events(jobs *j, api_call *c, const char *id);
+/* Seconds between keep-alive comments (default 15). */
+void jobs_set_keepalive(jobs *j, double seconds);
 
 /* Prometheus lines: lensd_jobs{state="..."} gauges. */
 void jobs_write_metrics(jobs *j, jw *w);

@@ -1,11 +1,15 @@
 /* metrics.c - the counters behind GET /metrics.
  *
- * Owns: lensd_requests_total{route,status} and
- * lensd_request_duration_seconds{route} (histogram). The gauges
+ * Owns: lensd_requests_total{method,route,status} and
+ * lensd_request_duration_seconds{method,route} (histogram). One series set
+ * per route-table row, and a row is a (method, path) pair, so two rows that
+ * share a path (GET and DELETE /v1/jobs/{id}) differ by their method label
+ * instead of printing the same series twice. The gauges
  * (queue depth, in-flight, model bytes) are read live by http.c when the
  * page is written. `route` is the route's path pattern ("/v1/models/{id}"),
  * never the raw URL, so label cardinality stays bounded; unmatched requests
- * count under route="unmatched". */
+ * count under method="", route="unmatched" (the raw method is client
+ * text and would make cardinality unbounded). */
 #include "server/metrics.h"
 
 #include <pthread.h>
@@ -48,47 +52,51 @@ void metrics_record(int route, int status, double seconds)
     pthread_mutex_unlock(&lock);
 }
 
-static const char *route_label(int i)
+/* method="...",route="..." of slot i, the labels every series of the slot shares */
+static void route_labels(int i, char *out, size_t size)
 {
-    return i == MAX_ROUTES ? "unmatched" : api_routes[i].path;
+    if (i == MAX_ROUTES) snprintf(out, size, "method=\"\",route=\"unmatched\"");
+    else snprintf(out, size, "method=\"%s\",route=\"%s\"", api_routes[i].method, api_routes[i].path);
 }
 
 void metrics_write(jw *w)
 {
-    char line[512];
+    char line[512], labels[320];
     int n;
     pthread_mutex_lock(&lock);
     n = snprintf(line, sizeof line,
-                 "# HELP lensd_requests_total HTTP requests by route pattern and status.\n"
+                 "# HELP lensd_requests_total HTTP requests by method, route pattern and status.\n"
                  "# TYPE lensd_requests_total counter\n");
     jw_raw(w, line, (size_t)n);
     for (int i = 0; i <= MAX_ROUTES; i++) {
         if (i < MAX_ROUTES && i >= api_n_routes) continue;
         route_metrics *r = &routes[i];
+        route_labels(i, labels, sizeof labels);
         for (int s = 0; s < r->n_status; s++) {
-            n = snprintf(line, sizeof line, "lensd_requests_total{route=\"%s\",status=\"%d\"} %llu\n",
-                         route_label(i), r->status[s], r->count[s]);
+            n = snprintf(line, sizeof line, "lensd_requests_total{%s,status=\"%d\"} %llu\n", labels, r->status[s],
+                         r->count[s]);
             jw_raw(w, line, (size_t)n);
         }
     }
     n = snprintf(line, sizeof line,
-                 "# HELP lensd_request_duration_seconds Time from request headers to response, by route.\n"
+                 "# HELP lensd_request_duration_seconds Time from request headers to response, by method and route.\n"
                  "# TYPE lensd_request_duration_seconds histogram\n");
     jw_raw(w, line, (size_t)n);
     for (int i = 0; i <= MAX_ROUTES; i++) {
         if (i < MAX_ROUTES && i >= api_n_routes) continue;
         route_metrics *r = &routes[i];
         if (i == MAX_ROUTES && !r->observations) continue;
+        route_labels(i, labels, sizeof labels);
         for (int b = 0; b < N_BUCKETS; b++) {
-            n = snprintf(line, sizeof line, "lensd_request_duration_seconds_bucket{route=\"%s\",le=\"%g\"} %llu\n",
-                         route_label(i), buckets[b], r->bucket[b]);
+            n = snprintf(line, sizeof line, "lensd_request_duration_seconds_bucket{%s,le=\"%g\"} %llu\n", labels,
+                         buckets[b], r->bucket[b]);
             jw_raw(w, line, (size_t)n);
         }
         n = snprintf(line, sizeof line,
-                     "lensd_request_duration_seconds_bucket{route=\"%s\",le=\"+Inf\"} %llu\n"
-                     "lensd_request_duration_seconds_sum{route=\"%s\"} %.6f\n"
-                     "lensd_request_duration_seconds_count{route=\"%s\"} %llu\n",
-                     route_label(i), r->observations, route_label(i), r->sum, route_label(i), r->observations);
+                     "lensd_request_duration_seconds_bucket{%s,le=\"+Inf\"} %llu\n"
+                     "lensd_request_duration_seconds_sum{%s} %.6f\n"
+                     "lensd_request_duration_seconds_count{%s} %llu\n",
+                     labels, r->observations, labels, r->sum, labels, r->observations);
         jw_raw(w, line, (size_t)n);
     }
     pthread_mutex_unlock(&lock);

@@ -1,7 +1,9 @@
 /* pool.c - worker threads, the bounded queue, and deadlines.
  *
  * Owns: the worker threads and everything queued or running on them. One
- * mutex guards the queue; workers wait on `work`. The watchdog wakes every
+ * mutex guards two FIFO queues, cheap and heavy (pool.h: cost lanes);
+ * workers wait on `work`. Workers 0..n_workers-1 are general (the older
+ * head of the two queues), the n_fast after them fast-lane (cheap only). The watchdog wakes every
  * 10 ms and raises the cancel flag of queued or running jobs whose deadline
  * has passed; a cancelled job still runs its fn (which sees the flag and
  * answers "timeout") so that every suspended connection is resumed. */
@@ -16,11 +18,12 @@
 struct pool {
     pthread_mutex_t lock;
     pthread_cond_t work, idle;
-    pool_job *head, *tail;
+    pool_job *head[2], *tail[2]; /* [0] heavy, [1] cheap */
     int queued, reserved, capacity;
-    int n_workers;
-    int threads_per_worker;
-    pool_job **running; /* [n_workers], NULL when idle */
+    int n_workers, n_fast, n_threads; /* general, fast lane, both */
+    int threads_per_worker, fast_threads;
+    unsigned long long next_seq;
+    pool_job **running; /* [n_threads], NULL when idle */
     int n_running;
     int stopping;
     pthread_t *threads;
@@ -32,20 +35,32 @@ typedef struct {
     int index;
 } worker_arg;
 
+/* The lane worker index should take from next, or -1 when it has none:
+ * fast-lane workers only the cheap queue, general ones the older head. */
+static int next_lane(const pool *p, int index)
+{
+    pool_job *heavy = p->head[0], *cheap = p->head[1];
+    if (index >= p->n_workers) return cheap ? 1 : -1;
+    if (heavy && cheap) return cheap->seq < heavy->seq ? 1 : 0;
+    return cheap ? 1 : heavy ? 0 : -1;
+}
+
 static void *worker_main(void *arg)
 {
     worker_arg *wa = arg;
     pool *p = wa->p;
     int index = wa->index;
     free(wa);
-    lens_pool *threads = lens_pool_create(p->threads_per_worker); /* NULL: compute on this thread alone */
+    /* NULL: compute on this thread alone */
+    lens_pool *threads = lens_pool_create(index < p->n_workers ? p->threads_per_worker : p->fast_threads);
     pthread_mutex_lock(&p->lock);
     for (;;) {
-        while (!p->head && !p->stopping) pthread_cond_wait(&p->work, &p->lock);
-        if (!p->head) break; /* stopping and drained */
-        pool_job *job = p->head;
-        p->head = job->next;
-        if (!p->head) p->tail = NULL;
+        int lane;
+        while ((lane = next_lane(p, index)) < 0 && !p->stopping) pthread_cond_wait(&p->work, &p->lock);
+        if (lane < 0) break; /* stopping and drained */
+        pool_job *job = p->head[lane];
+        p->head[lane] = job->next;
+        if (!p->head[lane]) p->tail[lane] = NULL;
         p->queued--;
         p->running[index] = job;
         p->n_running++;
@@ -72,33 +87,37 @@ static void *watchdog_main(void *arg)
 {
     pool *p = arg;
     pthread_mutex_lock(&p->lock);
-    while (!p->stopping || p->head || p->n_running) {
+    while (!p->stopping || p->head[0] || p->head[1] || p->n_running) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 10 * 1000 * 1000;
         if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
         pthread_cond_timedwait(&p->idle, &p->lock, &ts);
         double now = api_now();
-        for (pool_job *j = p->head; j; j = j->next)
-            if (j->deadline > 0 && now >= j->deadline) j->cancel = 1;
-        for (int i = 0; i < p->n_workers; i++) {
+        for (int lane = 0; lane < 2; lane++)
+            for (pool_job *j = p->head[lane]; j; j = j->next)
+                if (j->deadline > 0 && now >= j->deadline) lens_cancel_set(&j->cancel, 1);
+        for (int i = 0; i < p->n_threads; i++) {
             pool_job *j = p->running[i];
-            if (j && j->deadline > 0 && now >= j->deadline) j->cancel = 1;
+            if (j && j->deadline > 0 && now >= j->deadline) lens_cancel_set(&j->cancel, 1);
         }
     }
     pthread_mutex_unlock(&p->lock);
     return NULL;
 }
 
-pool *pool_create(int n_workers, int capacity, int threads_per_worker)
+pool *pool_create(int n_workers, int n_fast, int capacity, int threads_per_worker, int fast_threads)
 {
     pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->n_workers = n_workers;
+    p->n_fast = n_fast;
+    p->n_threads = n_workers + n_fast;
     p->threads_per_worker = threads_per_worker;
+    p->fast_threads = fast_threads;
     p->capacity = capacity;
-    p->running = calloc((size_t)n_workers, sizeof *p->running);
-    p->threads = calloc((size_t)n_workers, sizeof *p->threads);
+    p->running = calloc((size_t)p->n_threads, sizeof *p->running);
+    p->threads = calloc((size_t)p->n_threads, sizeof *p->threads);
     if (!p->running || !p->threads) {
         free(p->running), free(p->threads), free(p);
         return NULL;
@@ -106,7 +125,7 @@ pool *pool_create(int n_workers, int capacity, int threads_per_worker)
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->work, NULL);
     pthread_cond_init(&p->idle, NULL);
-    for (int i = 0; i < n_workers; i++) {
+    for (int i = 0; i < p->n_threads; i++) {
         worker_arg *wa = malloc(sizeof *wa);
         wa->p = p, wa->index = i;
         pthread_create(&p->threads[i], NULL, worker_main, wa);
@@ -123,7 +142,7 @@ void pool_destroy(pool *p)
     pthread_cond_broadcast(&p->work);
     pthread_cond_broadcast(&p->idle);
     pthread_mutex_unlock(&p->lock);
-    for (int i = 0; i < p->n_workers; i++) pthread_join(p->threads[i], NULL);
+    for (int i = 0; i < p->n_threads; i++) pthread_join(p->threads[i], NULL);
     pthread_join(p->watchdog, NULL);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->work);
@@ -136,7 +155,7 @@ void pool_destroy(pool *p)
 int pool_reserve(pool *p)
 {
     pthread_mutex_lock(&p->lock);
-    int ok = !p->stopping && p->queued + p->reserved < p->capacity + p->n_workers - p->n_running;
+    int ok = !p->stopping && p->queued + p->reserved < p->capacity + p->n_threads - p->n_running;
     if (ok) p->reserved++;
     pthread_mutex_unlock(&p->lock);
     return ok;
@@ -145,14 +164,16 @@ int pool_reserve(pool *p)
 void pool_submit(pool *p, pool_job *job)
 {
     job->next = NULL;
-    job->cancel = 0;
+    lens_cancel_set(&job->cancel, 0);
+    int lane = job->cheap && p->n_fast > 0; /* one lane when there is no fast lane */
     pthread_mutex_lock(&p->lock);
     p->reserved--;
     p->queued++;
-    if (p->tail) p->tail->next = job;
-    else p->head = job;
-    p->tail = job;
-    pthread_cond_signal(&p->work);
+    job->seq = p->next_seq++;
+    if (p->tail[lane]) p->tail[lane]->next = job;
+    else p->head[lane] = job;
+    p->tail[lane] = job;
+    pthread_cond_broadcast(&p->work); /* the right kind of worker must wake */
     pthread_mutex_unlock(&p->lock);
 }
 

@@ -1,13 +1,22 @@
-/* registry.h - the resident models: which to load, loading, freeing. */
+/* registry.h - the resident models: which to load, loading at start-up and
+ * at run time, counted references, unloading, the folders that failed. */
 #ifndef LENSD_REGISTRY_H
 #define LENSD_REGISTRY_H
 
 #include "api/api.h"
 #include "server/config.h"
 
-/* Load every model named by --model and --models-dir; on success sets
- * *models / *n (read-only from then on). On failure logs why and returns -1. */
-int registry_load(const lensd_config *cfg, api_model **models, int *n);
-void registry_free(api_model *models, int n);
+typedef struct registry registry;
+
+/* Load every model named by --model and --models-dir. A folder that fails
+ * to load is logged and listed as failed (GET /v1/models "failed"), the
+ * others are served. Returns NULL (after logging why) only when the flags
+ * are malformed, or when nothing loaded and there is no --models-dir to
+ * load into at run time. */
+registry *registry_create(const lensd_config *cfg);
+/* Frees every model; no request may hold one any more. */
+void registry_free(registry *r);
+/* Points ctx's model hooks (api.h) at r. */
+void registry_install(registry *r, api_ctx *ctx);
 
 #endif

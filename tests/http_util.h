@@ -3,7 +3,10 @@
  * port, talk to it with libcurl, and check responses against openapi.yaml
  * with a small reader for the block-YAML subset that file uses and a
  * validator for the schema keywords it uses ($ref, type, nullable,
- * required, properties, items, enum, oneOf). */
+ * required, properties, additionalProperties: false, items, enum, oneOf).
+ * With LENSD_RESPONSE_LOG set, every response is also appended to that file
+ * as a JSON line {method, path, status, content_type, body}, which
+ * tests/openapi_validate.py checks with its own validator (make test). */
 #ifndef LENS_TESTS_HTTP_UTIL_H
 #define LENS_TESTS_HTTP_UTIL_H
 
@@ -60,6 +63,8 @@ static int free_port(void)
 
 typedef struct {
     long status;
+    char method[16];
+    char path[512];
     char *body;
     size_t len;
     char headers[8192];
@@ -104,6 +109,8 @@ static CURL *http_easy(int port, http_resp *r, const char *method, const char *p
                        const char *body, size_t body_len, const char *const *headers, struct curl_slist **hl)
 {
     memset(r, 0, sizeof *r);
+    snprintf(r->method, sizeof r->method, "%s", method);
+    snprintf(r->path, sizeof r->path, "%s", path);
     CURL *c = curl_easy_init();
     char url[1024];
     snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
@@ -131,12 +138,35 @@ static CURL *http_easy(int port, http_resp *r, const char *method, const char *p
     return c;
 }
 
+static int http_header(const http_resp *r, const char *name, char *out, size_t out_size);
+
+/* One JSON line per response for tests/openapi_validate.py (LENSD_RESPONSE_LOG). */
+static void log_response(const http_resp *r)
+{
+    const char *path = getenv("LENSD_RESPONSE_LOG");
+    if (!path || !*path || r->status == 0) return;
+    char ct[256];
+    http_header(r, "Content-Type", ct, sizeof ct);
+    json_t *line = json_pack("{s:s, s:s, s:I, s:s, s:s%}", "method", r->method, "path", r->path, "status",
+                             (json_int_t)r->status, "content_type", ct, "body", r->body ? r->body : "",
+                             r->body ? r->len : 0);
+    char *text = line ? json_dumps(line, JSON_COMPACT) : NULL;
+    FILE *f = text ? fopen(path, "a") : NULL;
+    if (f) {
+        fprintf(f, "%s\n", text); /* one fprintf per line: whole lines even with parallel writers */
+        fclose(f);
+    }
+    free(text);
+    json_decref(line);
+}
+
 static void http_finish(CURL *c, http_resp *r, struct curl_slist *hl)
 {
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
     curl_easy_cleanup(c);
     curl_slist_free_all(hl);
     if (r->body) r->json = json_loadb(r->body, r->len, JSON_DECODE_ANY, NULL);
+    log_response(r);
 }
 
 static int http_do_port(int port, http_resp *r, const char *method, const char *path, const char *ctype,
@@ -475,6 +505,14 @@ static int schema_check(const json_t *doc, const json_t *schema, const json_t *v
         const json_t *props = json_object_get(schema, "properties");
         const char *key;
         const json_t *sub;
+        if (json_is_false(json_object_get(schema, "additionalProperties"))) {
+            json_object_foreach((json_t *)v, key, sub) {
+                if (!json_object_get(props, key))
+                    return snprintf(err, err_size, "%s: \"%s\" is not in the schema (additionalProperties: false)", where,
+                                    key),
+                           -1;
+            }
+        }
         json_object_foreach((json_t *)props, key, sub) {
             const json_t *field = json_object_get(v, key);
             if (!field) continue;

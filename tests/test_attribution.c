@@ -26,6 +26,7 @@
 #include "core/model/model.h"
 #include "core/base/pool.h"
 #include "tests/check.h"
+#include "tests/fixture.h"
 
 #define TOL_SCORE 1e-3   /* of the largest |score| */
 #define TOL_PROB 1e-5
@@ -264,12 +265,10 @@ int main(void)
     lens_err err = {0};
     lens_model *m = lens_model_load(path, &err);
     CHECK(m != NULL, "load %s: %s", path, err.msg);
-    json_error_t jerr;
-    json_t *fx = json_load_file("tests/fixtures/attribution_sst2.json", 0, &jerr);
-    CHECK(fx != NULL, "tests/fixtures/attribution_sst2.json: %s (run from the repository root)", jerr.text);
-    if (m && fx) {
+    json_t *fx = fixture_load("tests/fixtures/attribution_sst2.json");
+    const json_t *examples = fixture_list(fx, "examples", "attribution_sst2.json");
+    if (m && fx && examples) {
         const int steps = (int)json_integer_value(json_object_get(fx, "steps"));
-        const json_t *examples = json_object_get(fx, "examples");
         for (size_t i = 0; i < json_array_size(examples); i++) test_example(m, json_array_get(examples, i), steps);
         test_threads(m, json_array_get(examples, 0), steps);
     }

@@ -233,6 +233,8 @@ static void test_softmax(int causal)
 /* ---------------------------------------------------------------- attention */
 
 enum { AT = 4, ANH = 2, ADK = 3, ADV = 2 };
+/* the score scale: 1/sqrt(DV), as an "attention_scale": "DV" config, so the check covers a scale other than 1/sqrt(DK) */
+#define ASCALE (1.0f / sqrtf((float)ADV))
 
 typedef struct {
     float *q, *k, *v;
@@ -243,7 +245,7 @@ typedef struct {
 static void attn_fwd(void *p, float *out)
 {
     attn_ctx *c = p;
-    lens_attention_forward(out, c->probs, AT * AT, c->q, c->k, c->v, AT, ANH, ADK, ADV, c->causal);
+    lens_attention_forward(out, c->probs, AT * AT, c->q, c->k, c->v, AT, ANH, ADK, ADV, c->causal, ASCALE);
 }
 
 /* out_h = P_h v_h with P given: the map whose gradient dprobs is */
@@ -273,7 +275,7 @@ static void test_attention(int causal)
     float *dq = zeros(AT * ANH * ADK), *dk = zeros(AT * ANH * ADK), *dv = zeros(AT * ANH * ADV);
     float dprobs[ANH * AT * AT], dscores[AT * AT];
     lens_attention_backward(dq, dk, dv, dprobs, AT * AT, dscores, r, c.q, c.k, c.v, c.probs, AT * AT, AT, ANH,
-                            ADK, ADV, causal);
+                            ADK, ADV, causal, ASCALE);
     char what[64];
     snprintf(what, sizeof what, "attention%s dq", causal ? " (causal)" : "");
     check_grad(what, attn_fwd, &c, c.q, AT * ANH * ADK, dq, r, n_out);
@@ -287,7 +289,7 @@ static void test_attention(int causal)
     /* dq/dk/dv NULL: only dprobs, same values */
     float dprobs2[ANH * AT * AT];
     lens_attention_backward(NULL, NULL, NULL, dprobs2, AT * AT, NULL, r, c.q, c.k, c.v, c.probs, AT * AT, AT, ANH,
-                            ADK, ADV, causal);
+                            ADK, ADV, causal, ASCALE);
     check_close("attention dprobs alone == with dq/dk/dv", dprobs2, dprobs, ANH * AT * AT, 0, 0);
     free(c.q), free(c.k), free(c.v), free(r), free(out), free(dq), free(dk), free(dv);
 }

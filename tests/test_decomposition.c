@@ -42,6 +42,7 @@
 #include "core/model/mkmodel.h"
 #include "core/model/model.h"
 #include "tests/check.h"
+#include "tests/fixture.h"
 
 #define TOL_EXACT 1e-9
 #define TOL_STREAM 1e-5
@@ -450,16 +451,15 @@ static void test_reference(const char *shared, const char *name)
 {
     char path[512];
     snprintf(path, sizeof path, "tests/fixtures/decomposition_%s.json", name);
-    json_error_t jerr;
-    json_t *fx = json_load_file(path, 0, &jerr);
-    CHECK(fx != NULL, "%s: %s", path, jerr.text);
+    json_t *fx = fixture_load(path);
     if (!fx) return;
+    const json_t *jw = fixture_list(fx, "windows", path), *jl = fixture_list(fx, "labels", path);
+    const json_t *variants = fixture_list(fx, "variants", path);
     snprintf(path, sizeof path, "%s/models/%s", shared, name);
     lens_err err = {0};
     lens_model *m = lens_model_load(path, &err);
     CHECK(m != NULL, "%s: %s", path, err.msg);
     const int T = (int)json_integer_value(json_object_get(fx, "T"));
-    const json_t *jw = json_object_get(fx, "windows"), *jl = json_object_get(fx, "labels");
     const int W = (int)json_array_size(jw);
     int *ids = malloc((size_t)W * T * sizeof(int)), *labels = malloc((size_t)W * sizeof(int));
     for (int w = 0; w < W; w++) {
@@ -467,7 +467,6 @@ static void test_reference(const char *shared, const char *name)
         for (int t = 0; t < T; t++)
             ids[(size_t)w * T + t] = (int)json_integer_value(json_array_get(json_array_get(jw, (size_t)w), (size_t)t));
     }
-    const json_t *variants = json_object_get(fx, "variants");
     for (size_t v = 0; m && v < json_array_size(variants); v++) {
         const json_t *var = json_array_get(variants, v);
         int drop = json_is_true(json_object_get(var, "drop_first_position"));

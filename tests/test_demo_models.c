@@ -263,10 +263,8 @@ static void check_gpt2(const char *name, const lens_model *m, const json_t *exam
 
 int main(void)
 {
-    json_error_t jerr;
-    json_t *fixture = json_load_file("tests/fixtures/demo_models.json", 0, &jerr);
-    CHECK(fixture != NULL, "tests/fixtures/demo_models.json: %s (line %d)", jerr.text, jerr.line);
-    const json_t *models = json_object_get(fixture, "models");
+    json_t *fixture = fixture_load("tests/fixtures/demo_models.json");
+    const json_t *models = fixture_list(fixture, "models", "demo_models.json");
     for (size_t i = 0; i < sizeof MODELS / sizeof *MODELS; i++) {
         const char *name = MODELS[i];
         char dir[128];
@@ -281,8 +279,7 @@ int main(void)
             continue;
         }
         check_config(name, m, json_object_get(fx, "config"));
-        const json_t *examples = json_object_get(fx, "examples");
-        CHECK(json_array_size(examples) > 0, "%s: no examples in the fixture", name);
+        const json_t *examples = fixture_list(fx, "examples", name);
         if (m->cfg.task == LENS_TASK_CLASSIFICATION) check_classifier(name, m, examples);
         else if (m->cfg.task == LENS_TASK_MASKED_LM) check_mlm(name, m, examples);
         else if (m->cfg.task == LENS_TASK_CAUSAL_LM) check_gpt2(name, m, examples);

@@ -23,6 +23,7 @@
 
 #include "core/analysis/hidden_attribution.h"
 #include "tests/check.h"
+#include "tests/fixture.h"
 
 static void check_example(const lens_model *m, const char *name, json_t *ex, int idx)
 {
@@ -173,14 +174,15 @@ static void check_estimator(const char *shared)
 int main(void)
 {
     const char *shared = check_shared_dir();
-    json_t *fix = json_load_file("tests/fixtures/hidden_attribution_shared.json", 0, NULL);
-    CHECK(fix != NULL, "cannot read tests/fixtures/hidden_attribution_shared.json");
+    json_t *fix = fixture_load("tests/fixtures/hidden_attribution_shared.json");
+    const json_t *models = fixture_list(fix, "models", "hidden_attribution_shared.json");
     if (!shared) {
         SKIP("../shared is absent: hidden attribution vs PyTorch not checked");
-    } else if (fix) {
+    } else if (models) {
         const char *name;
         json_t *examples;
-        json_object_foreach(json_object_get(fix, "models"), name, examples) {
+        json_object_foreach((json_t *)models, name, examples) {
+            if (!fixture_cases(examples, name)) continue;
             char dir[512];
             snprintf(dir, sizeof dir, "%s/models/%s", shared, name);
             lens_err err = {0};

@@ -224,6 +224,66 @@ static const char *decomp_texts =
     "\"stocks fell sharply on monday as investors worried about rates\", "
     "\"the central bank raised interest rates by a quarter point today\"]";
 
+/* definition / topics_self_pairs / reference_*: docs/reproducing.md */
+static void test_decomposition_definitions(test_server *s)
+{
+    const char *D = "/v1/decomposition";
+    const char *win = "[[10, 11, 12, 13, 14, 15], [20, 21, 22, 23, 24, 25], [30, 31, 32, 33, 34, 35], "
+                      "[40, 41, 42, 43, 44, 45]]";
+    char body[1024];
+    http_resp pc, ld, ref;
+    snprintf(body, sizeof body, "{\"model\": \"gpt\", \"windows\": %s, \"labels\": [0, 0, 1, 1], \"layers\": [1]}",
+             win);
+    http_post_json(s, &pc, D, body);
+    snprintf(body, sizeof body,
+             "{\"model\": \"gpt\", \"windows\": %s, \"labels\": [0, 0, 1, 1], \"layers\": [1], "
+             "\"definition\": \"lensd\"}", win);
+    http_post_json(s, &ld, D, body);
+    /* the reference set = the windows themselves: pos and mean are the windows' own, every number the same */
+    snprintf(body, sizeof body,
+             "{\"model\": \"gpt\", \"windows\": %s, \"labels\": [0, 0, 1, 1], \"layers\": [1], "
+             "\"reference_windows\": %s}", win, win);
+    http_post_json(s, &ref, D, body);
+    CHECK(pc.status == 200 && ld.status == 200 && ref.status == 200, "definitions: %ld %ld %ld %.200s", pc.status,
+          ld.status, ref.status, ref.body);
+    if (pc.status == 200 && ld.status == 200 && ref.status == 200) {
+        check_schema(&pc, D, "POST"), check_schema(&ref, D, "POST");
+        const json_t *a = json_array_get(get(pc.json, "layers"), 0), *b = json_array_get(get(ld.json, "layers"), 0),
+                     *c = json_array_get(get(ref.json, "layers"), 0);
+        CHECK(!strcmp(json_string_value(get(pc.json, "definition")), "paper-code") &&
+                  json_is_true(get(pc.json, "topics_self_pairs")) && json_is_false(get(ld.json, "topics_self_pairs")) &&
+                  json_is_null(get(pc.json, "reference_windows")) && ival(ref.json, "reference_windows") == 4,
+              "definition echoes");
+        /* 2 labels x 2 windows: lensd 2 pairs a < b; paper-code 2 x 2 ordered + 4 self = 8 */
+        CHECK(ival(get(b, "topics"), "within_pairs") == 2 && ival(get(a, "topics"), "within_pairs") == 8,
+              "within pairs %lld (lensd), %lld (paper-code)", ival(get(b, "topics"), "within_pairs"),
+              ival(get(a, "topics"), "within_pairs"));
+        const double wl = num(get(get(b, "topics"), "within")), wp = num(get(get(a, "topics"), "within"));
+        CHECK(fabs(wp - (2 * 2 * wl + 4) / 8) < 2e-6, "paper-code within %.6f = (2 S + W) / (2 p + W) from lensd's %.6f",
+              wp, wl);
+        CHECK(num(get(get(a, "topics"), "between")) == num(get(get(b, "topics"), "between")), "between is the same");
+        CHECK(get(a, "pos_screenot") && json_is_null(get(get(a, "pos_screenot"), "rank")),
+              "P = 5: ScreeNOT with k = 20 is null");
+        CHECK(json_equal(get(c, "relative_norm"), get(a, "relative_norm")) &&
+                  json_equal(get(c, "topics"), get(a, "topics")) &&
+                  num(get(c, "pos_stable_rank")) == num(get(a, "pos_stable_rank")),
+              "a reference equal to the windows changes nothing");
+    }
+    http_resp_free(&pc), http_resp_free(&ld), http_resp_free(&ref);
+    const bad_case cases[] = {
+#define W2 "{\"model\": \"gpt\", \"windows\": [[1, 2, 3], [4, 5, 6]], "
+        {D, W2 "\"definition\": \"paper\"}", 422, "invalid_request", "definition"},
+        {D, W2 "\"reference_windows\": [[1, 2], [3, 4]]}", 422, "invalid_request", "reference_windows"},
+        {D, W2 "\"reference_windows\": [[1, 2, 3]]}", 422, "invalid_request", "reference_windows"},
+        {D, W2 "\"topics_pca\": -1}", 422, "invalid_request", "topics_pca"},
+        {D, W2 "\"screenot_k\": 0}", 422, "invalid_request", "screenot_k"},
+        {D, W2 "\"reference_texts\": [\"a b\"], \"reference_windows\": [[1, 2, 3], [4, 5, 6]]}", 422, "invalid_request",
+         "reference_windows"},
+#undef W2
+    };
+    run_bad_cases(s, cases, (int)(sizeof cases / sizeof *cases));
+}
+
 static void test_decomposition(test_server *s)
 {
     const char *D = "/v1/decomposition";
@@ -288,6 +348,17 @@ static void test_decomposition(test_server *s)
         CHECK(json_equal(cli, want), "lensd decompose differs from POST /v1/decomposition");
     }
     json_decref(cli);
+    /* the definition flags reach the request: lensd's within-topic pairs exclude self-pairs */
+    snprintf(cmd, sizeof cmd,
+             "%s decompose --model %s/bert --length 8 --layers 0 --labels a,a,b,b --definition lensd --screenot-k 2 "
+             "--texts-file %s", lensd_path(), tmpdir, path);
+    cli = run_json(cmd);
+    const json_t *tp = get(json_array_get(get(cli, "layers"), 0), "topics");
+    CHECK(cli && !strcmp(json_string_value(get(cli, "definition")), "lensd") &&
+              json_is_false(get(cli, "topics_self_pairs")) && ival(cli, "screenot_k") == 2 && tp &&
+              ival(tp, "within_pairs") < ival(get(json_array_get(get(sync_result, "layers"), 0), "topics"), "within_pairs"),
+          "lensd decompose --definition lensd --screenot-k 2");
+    json_decref(cli);
 
     /* async: 202 with a job, then the same result */
     snprintf(body, sizeof body,
@@ -347,8 +418,9 @@ static void test_decomposition(test_server *s)
     json_t *jerr = get(job, "error");
     CHECK(job && !strcmp(json_string_value(get(job, "state")), "failed") && jerr &&
               !strcmp(json_string_value(get(jerr, "code")), "invalid_request") &&
-              !strcmp(json_string_value(get(jerr, "field")), "texts") && !get(job, "result"),
-          "a job whose input gives 1 window fails with the typed error");
+              !strcmp(json_string_value(get(jerr, "field")), "params.texts") && !get(job, "result"),
+          "a job whose input gives 1 window fails with the typed error naming params.texts (got %s)",
+          jerr ? json_string_value(get(jerr, "field")) : "-");
     json_decref(job);
     http_resp_free(&r);
     json_decref(want);
@@ -400,6 +472,11 @@ static void test_decomposition(test_server *s)
         {"/v1/jobs", "{\"kind\": \"decomposition\", \"params\": {\"model\": \"bert\", \"texts\": [\"a\"]}}", 422, "invalid_request", "params.length"},
         {"/v1/jobs", "{\"kind\": \"decomposition\", \"params\": {\"model\": \"nope\"}}", 404, "model_not_found", "params.model"},
         {"/v1/jobs", "{\"kind\": \"decomposition\", \"params\": {\"model\": \"bert\", \"texts\": [\"a\"], \"length\": 900}}", 413, "too_many_tokens", "params.length"},
+        {"/v1/jobs", "{\"kind\": \"decomposition\", \"params\": {\"model\": \"bert\", \"texts\": [\"a\"], \"length\": 4, \"lenght\": 4}}", 422, "invalid_request", "params.lenght"},
+        {"/v1/decomposition", "{\"model\": \"bert\", \"texts\": [\"a\"], \"length\": 4, \"layer\": [1]}", 422, "invalid_request", "layer"},
+        {"/v1/attribution", "{\"model\": \"bert\", \"text\": \"a\", \"step\": 4}", 422, "invalid_request", "step"},
+        {"/v1/attribution", "{\"model\": \"bert\", \"text\": \"a\", \"async\": 1}", 422, "invalid_request", "async"},
+        {"/v1/attention", "{\"model\": \"bert\", \"text\": \"a\", \"identifiable\": true}", 422, "invalid_request", "identifiable"},
         {"/v1/jobs", "[]", 422, "invalid_request", NULL},
         {"/v1/jobs", "{\"kind\": ", 400, "invalid_json", NULL},
     };
@@ -434,13 +511,15 @@ static void test_attribution(test_server *s)
             double mx = -INFINITY;
             for (size_t i = 0; i < T * T; i++) mx = fmax(mx, a[i]), total += a[i];
             double imp = num(get(json_array_get(heads, h), "importance"));
-            /* importance = max_ij attribution, written with 9 decimals */
-            CHECK(fabs(imp - mx) <= 0.5e-9 + 1e-7 * fabs(mx), "layer %zu head %zu: importance %g = max %g", l, h, imp, mx);
+            /* importance = max_ij attribution, written with format.precision = 6 significant digits */
+            CHECK(fabs(imp - mx) <= 0.5e-5 * fabs(mx) * (1 + 1e-6), "layer %zu head %zu: importance %g = max %g", l, h,
+                  imp, mx);
             free(a);
         }
         CHECK(ok, "layer %zu: 2 heads of base64 [T][T] attributions", l);
-        /* attr_sum is the float64 sum of the same float32 entries, written with 6 decimals */
-        CHECK(fabs(total - num(get(L, "attr_sum"))) <= 0.5e-6 + 1e-6 * fabs(total), "layer %zu: attr_sum = sum of entries", l);
+        /* attr_sum is the float64 sum of the same float32 entries, written as a float32 with 6 significant digits */
+        CHECK(fabs(total - num(get(L, "attr_sum"))) <= (0.5e-5 + 1e-6) * fabs(total), "layer %zu: attr_sum = sum of entries",
+              l);
     }
     json_t *tree = get(r.json, "tree");
     long long root = ival(tree, "root");
@@ -453,6 +532,47 @@ static void test_attribution(test_server *s)
                   ival(e, "to") < (long long)T && num(get(e, "score")) >= 0.3 - 1e-6;
     }
     CHECK(tree_ok, "tree: root is a non-[CLS] token, one node per edge plus the root, scores >= threshold");
+
+    /* format.precision is significant digits and applies to the scalars too (issue 16 item 7) */
+    http_resp rp;
+    http_post_json(s, &rp, AT,
+                   "{\"model\": \"bert\", \"text\": \"a fine movie, truly\", \"steps\": 8, \"format\": {\"precision\": 3}}");
+    int sig_ok = rp.status == 200, n_scalars = 0;
+    for (size_t l = 0; sig_ok && l < json_array_size(get(rp.json, "layers")); l++) {
+        json_t *L = json_array_get(get(rp.json, "layers"), l), *want_heads = get(json_array_get(layers, l), "heads");
+        for (size_t h = 0; h < json_array_size(get(L, "heads")); h++) {
+            double imp = num(get(json_array_get(get(L, "heads"), h), "importance"));
+            double full = num(get(json_array_get(want_heads, h), "importance")); /* 6 digits, above */
+            double scaled = imp / pow(10.0, floor(log10(fabs(imp))) - 2); /* 3 significant digits: an integer */
+            sig_ok &= imp != 0 && fabs(scaled - round(scaled)) < 1e-6 && fabs(imp - full) <= 0.51e-2 * fabs(full);
+            n_scalars++;
+        }
+    }
+    CHECK(sig_ok && n_scalars == 4, "precision 3: every importance has 3 significant digits and is within 0.5e-2 "
+                                    "relative of the 6-digit value (%d checked)", n_scalars);
+    http_resp_free(&rp);
+
+    /* async: true is a job of kind attribution with the same result (issue 16 item 7) */
+    http_resp ra;
+    http_post_json(s, &ra, AT,
+                   "{\"model\": \"bert\", \"text\": \"a fine movie, truly\", \"steps\": 8, \"tree\": {\"threshold\": 0.3}, "
+                   "\"format\": {\"encoding\": \"base64\"}, \"async\": true}");
+    CHECK(ra.status == 202, "async attribution: %ld %.300s", ra.status, ra.body);
+    check_schema(&ra, AT, "POST");
+    const char *aid = json_string_value(get(ra.json, "id"));
+    CHECK(aid && !strcmp(json_string_value(get(ra.json, "kind")), "attribution"), "202 body is an attribution job");
+    json_t *ajob = aid ? poll_job(s, aid, NULL, 60000) : NULL;
+    CHECK(ajob && !strcmp(json_string_value(get(ajob, "state")), "done"), "async attribution job is done");
+    if (ajob) {
+        json_t *res = json_deep_copy(get(ajob, "result")), *sync = json_deep_copy(r.json);
+        json_object_del(res, "timing_ms");
+        json_object_del(sync, "timing_ms");
+        CHECK(json_equal(res, sync), "the attribution job's result equals the synchronous response");
+        json_decref(res);
+        json_decref(sync);
+        json_decref(ajob);
+    }
+    http_resp_free(&ra);
     http_resp_free(&r);
 
     /* target by label name, selection, no matrices */
@@ -652,6 +772,7 @@ int main(void)
     } else {
         test_attention(&s);
         test_decomposition(&s);
+        test_decomposition_definitions(&s);
         test_attribution(&s);
         CHECK(server_terminate(&s) == 0, "lensd exits 0 on SIGTERM");
     }

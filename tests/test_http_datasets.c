@@ -48,6 +48,20 @@ static void check_importance(const json_t *job, int H, int n, const char *what)
     printf(" (attribution/attention/random)\n");
 }
 
+/* The resolved definition fields of a head-importance result and its floor / round counts. */
+static void check_definition(const json_t *job, const char *def, const char *target, const char *count,
+                             const int *pruned)
+{
+    const json_t *res = get(job, "result"), *np = get(get(res, "pruning"), "heads_pruned");
+    CHECK(res && !strcmp(json_string_value(get(res, "definition")), def) &&
+              !strcmp(json_string_value(get(res, "target")), target) &&
+              !strcmp(json_string_value(get(res, "prune_count")), count),
+          "head-importance echoes definition %s, target %s, prune_count %s", def, target, count);
+    for (int i = 0; i < 11; i++)
+        CHECK(json_integer_value(json_array_get(np, (size_t)i)) == pruned[i], "%s: heads_pruned[%d] = %lld, want %d",
+              count, i, json_integer_value(json_array_get(np, (size_t)i)), pruned[i]);
+}
+
 static void check_triggers(const json_t *job, int K, const char *what)
 {
     const char *st = json_string_value(get(job, "state"));
@@ -165,6 +179,21 @@ static void test_tiny(void)
     snprintf(body, sizeof body, "{\"kind\": \"head-importance\", \"params\": {%s, \"steps\": 3}}", rows6);
     json_t *job = run_job(&s, body, 30000);
     check_importance(job, 4, 6, "tiny, rows");
+    /* paper-code by default: gold target, floor(f * 4) heads; lensd: predicted, round */
+    const int floor4[11] = {0, 0, 0, 1, 1, 2, 2, 2, 3, 3, 4}, round4[11] = {0, 0, 1, 1, 2, 2, 2, 3, 3, 4, 4};
+    check_definition(job, "paper-code", "gold", "floor", floor4);
+    json_decref(job);
+    snprintf(body, sizeof body, "{\"kind\": \"head-importance\", \"params\": {%s, \"steps\": 3, \"definition\": \"lensd\"}}",
+             rows6);
+    job = run_job(&s, body, 30000);
+    check_importance(job, 4, 6, "tiny, rows, lensd");
+    check_definition(job, "lensd", "predicted", "round", round4);
+    json_decref(job);
+    snprintf(body, sizeof body,
+             "{\"kind\": \"head-importance\", \"params\": {%s, \"steps\": 3, \"definition\": \"lensd\", "
+             "\"prune_count\": \"floor\"}}", rows6);
+    job = run_job(&s, body, 30000);
+    check_definition(job, "lensd", "predicted", "floor", floor4); /* a named field overrides the definition */
     json_decref(job);
     job = run_job(&s, "{\"kind\": \"head-importance\", \"params\": {\"data\": \"small.tsv\", \"steps\": 2, \"seeds\": 2}}",
                   30000);
@@ -181,6 +210,19 @@ static void test_tiny(void)
     job = run_job(&s, body, 30000);
     check_triggers(job, 2, "tiny triggers, rows");
     CHECK(job && json_integer_value(get(get(job, "result"), "victims")) == 3, "3 sources, 3 victims");
+    const json_t *res = get(job, "result");
+    CHECK(res && !strcmp(json_string_value(get(res, "rule")), "released") &&
+              json_integer_value(get(res, "top_k")) == 2,
+          "triggers default: the released rule, top 2");
+    json_decref(job);
+    snprintf(body, sizeof body,
+             "{\"kind\": \"adversarial-triggers\", \"params\": {%s, \"steps\": 3, \"sources\": 3, \"definition\": \"lensd\"}}",
+             rows6);
+    job = run_job(&s, body, 30000);
+    check_triggers(job, 2, "tiny triggers, rows, lensd rule");
+    res = get(job, "result");
+    CHECK(res && !strcmp(json_string_value(get(res, "rule")), "lensd") && json_integer_value(get(res, "top_k")) == 3,
+          "triggers lensd: lensd rule, top 3");
     json_decref(job);
 
     /* cancel a long job */
@@ -229,6 +271,10 @@ static void test_tiny(void)
         {"/v1/jobs", "{\"kind\": \"adversarial-triggers\", \"params\": {\"data\": \"small.tsv\", \"sources\": 4}}", 422, "invalid_request", "params.sources"},
         {"/v1/jobs", "{\"kind\": \"adversarial-triggers\", \"params\": {\"data\": \"small.tsv\", \"top_k\": 0}}", 422, "invalid_request", "params.top_k"},
         {"/v1/jobs", "{\"kind\": \"adversarial-triggers\", \"params\": {\"rows\": [{\"text\": \"a\", \"label\": 1}]}}", 422, "invalid_request", "params.rows"},
+        {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"data\": \"small.tsv\", \"definition\": \"paper\"}}", 422, "invalid_request", "params.definition"},
+        {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"data\": \"small.tsv\", \"target\": \"label\"}}", 422, "invalid_request", "params.target"},
+        {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"data\": \"small.tsv\", \"prune_count\": 3}}", 422, "invalid_request", "params.prune_count"},
+        {"/v1/jobs", "{\"kind\": \"adversarial-triggers\", \"params\": {\"data\": \"small.tsv\", \"rule\": \"paper\"}}", 422, "invalid_request", "params.rule"},
     };
     run_bad_cases(&s, cases, (int)(sizeof cases / sizeof *cases));
     test_corpus(&s);
@@ -248,6 +294,29 @@ static void test_tiny(void)
         {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"model\": \"gpt\", \"data\": \"small.tsv\"}}", 422, "invalid_request", "params.model"},
     };
     run_bad_cases(&s, no_dir, 2);
+    /* the hint names what each endpoint takes instead of a path (issue 16 item 7) */
+    const struct {
+        const char *path, *body, *field, *hint;
+    } hints[] = {
+        {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"model\": \"bert\", \"data\": \"small.tsv\"}}",
+         "params.data", "send rows instead"},
+        {"/v1/jobs", "{\"kind\": \"token-identity-map\", \"params\": {\"model\": \"bert\", \"data\": \"small.tsv\"}}",
+         "params.data", "send texts instead"},
+        {"/v1/decomposition", "{\"model\": \"bert\", \"corpus\": [\"small.tsv\"], \"length\": 4}", "corpus",
+         "send texts or windows instead"},
+    };
+    int n_hints = (int)(sizeof hints / sizeof *hints);
+    for (int i = 0; i < n_hints; i++) {
+        http_resp r;
+        http_post_json(&s, &r, hints[i].path, hints[i].body);
+        const char *msg = json_string_value(get(get(r.json, "error"), "message"));
+        const char *field = json_string_value(get(get(r.json, "error"), "field"));
+        CHECK(r.status == 422 && field && !strcmp(field, hints[i].field) && msg && strstr(msg, hints[i].hint),
+              "no --data-dir hint %d: %ld %.300s (want field %s and \"%s\")", i, r.status, r.body, hints[i].field,
+              hints[i].hint);
+        http_resp_free(&r);
+    }
+    CHECK(n_hints == 3, "3 hint cases");
     test_gpt2_attribution(&s);
     CHECK(server_terminate(&s) == 0, "lensd exits 0");
 }

@@ -47,6 +47,55 @@ static void test_format_cases(void)
     }
 }
 
+/* p | JW_SIGNIFICANT: p significant digits (format.precision of the API) */
+static void test_format_significant_cases(void)
+{
+    const int S = JW_SIGNIFICANT;
+    struct {
+        float x;
+        int p;
+        const char *want;
+    } cases[] = {
+        {0.0f, 6, "0"},           {-0.0f, 6, "0"},           {0.5f, 6, "0.5"},           {-3.0f, 6, "-3"},
+        {3.2145678e-5f, 6, "0.0000321457"}, {-3.2145678e-5f, 2, "-0.000032"}, {0.1234567f, 6, "0.123457"},
+        {12.25f, 3, "12.3"},      {123456.7f, 6, "123457"},  {1234567.0f, 6, "1234570"}, {1e9f, 2, "1e+09"},
+        {1e-10f, 6, "1e-10"},     {1.5e-9f, 3, "0.0000000015"}, {0.999999f, 3, "1"},     {9.9999e-6f, 2, "0.00001"},
+        {100.0f, 2, "100"},       {-2.5e10f, 3, "-2.5e+10"}, {NAN, 6, "null"},          {1.0f, 0, "1"},             {0.000123f, 9, "0.000123000005"},
+    };
+    int n = (int)(sizeof cases / sizeof *cases);
+    for (int i = 0; i < n; i++) {
+        char buf[40];
+        size_t k = jw_format_float(buf, cases[i].x, cases[i].p | S);
+        buf[k] = 0;
+        CHECK(!strcmp(buf, cases[i].want), "significant format(%.9g, %d) = \"%s\", want \"%s\"", (double)cases[i].x,
+              cases[i].p, buf, cases[i].want);
+    }
+    CHECK(n == 20, "20 significant-digit cases");
+}
+
+/* |x - y| <= 0.5 * 10^(1-p) * |x| for p significant digits, over 1e-12 .. 1e12 */
+static void test_float_roundtrip_significant(void)
+{
+    for (int p = 1; p <= 9; p++) {
+        int bad = 0;
+        for (int i = 0; i < 200000; i++) {
+            double mag = pow(10.0, -12.0 + 24.0 * uniform());
+            float x = (float)((rng() & 1) ? -mag : mag);
+            char buf[40];
+            size_t n = jw_format_float(buf, x, p | JW_SIGNIFICANT);
+            buf[n] = 0;
+            char *end;
+            double y = strtod(buf, &end);
+            double bound = 0.5 * pow(10.0, 1 - p) * fabs((double)x) * (1 + 1e-9);
+            if (*end || !(fabs((double)x - y) <= bound) || n > 24) {
+                if (!bad) fprintf(stderr, "  p=%d x=%.9g wrote \"%s\" err %g > %g\n", p, (double)x, buf, fabs(x - y), bound);
+                bad++;
+            }
+        }
+        CHECK(bad == 0, "significant precision %d: %d of 200000 values outside the relative bound", p, bad);
+    }
+}
+
 static void test_float_roundtrip(void)
 {
     for (int p = 0; p <= 9; p++) {
@@ -206,6 +255,8 @@ int main(void)
 {
     test_format_cases();
     test_float_roundtrip();
+    test_format_significant_cases();
+    test_float_roundtrip_significant();
     test_structure();
     test_base64();
     return check_done("test_json_writer");

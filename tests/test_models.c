@@ -317,7 +317,7 @@ static void test_model(const char *shared, const char *name)
     }
     printf("%s\n", name);
     snprintf(path, sizeof path, "tests/fixtures/forward_%s.json", name);
-    json_t *fixture = load_json(path);
+    json_t *fixture = fixture_load(path);
     snprintf(path, sizeof path, "%s/golden.json", dir);
     json_t *golden = load_json(path);
     lens_err err = {0};
@@ -331,7 +331,7 @@ static void test_model(const char *shared, const char *name)
     CHECK(strcmp(c->architecture, json_string_value(json_object_get(fixture, "architecture"))) == 0,
           "%s: architecture %s", name, c->architecture);
 
-    const json_t *fx_examples = json_object_get(fixture, "examples"), *g_examples = json_object_get(golden, "examples");
+    const json_t *fx_examples = fixture_list(fixture, "examples", name), *g_examples = json_object_get(golden, "examples");
     const int n = (int)json_array_size(fx_examples);
     CHECK(n >= (int)json_array_size(g_examples) && n > 0, "%s: fixture has %d examples", name, n);
     example *ex = calloc((size_t)n, sizeof *ex);

@@ -23,6 +23,7 @@
 #include <utf8proc.h>
 
 #include "check.h"
+#include "tests/fixture.h"
 #include "core/io/tokenizer.h"
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -273,7 +274,9 @@ static void check_fixture(const lens_tokenizer *tok, const char *path, int bert)
     json_t *root = json_load_file(path, JSON_ALLOW_NUL, &jerr);
     CHECK(root != NULL, "%s:%d: %s", path, jerr.line, jerr.text);
     if (!root) return;
-    json_t *cases = json_object_get(root, "cases");
+    const char *cmd = json_string_value(json_object_get(root, "command"));
+    CHECK(cmd && *cmd, "%s records no \"command\" that made it", path);
+    json_t *cases = (json_t *)fixture_list(root, "cases", path);
     CHECK(json_array_size(cases) >= 40, "%s: only %zu cases", path, json_array_size(cases));
     size_t i;
     json_t *c;

@@ -648,6 +648,39 @@ int main(void)
     }
     lens_trainer_free(t);
 
+    /* the same, scaled by 1/sqrt(DV) as declare-lab's code: gradient, training
+     * and a reload whose config says "attention_scale": "DV" */
+    cfg.scale_by_dv = 1;
+    snprintf(out_id, sizeof out_id, "%s/identifiable-dv", tmp_root);
+    t = lens_trainer_new(&cfg, 5, &err);
+    CHECK(t != NULL, "identifiable DV-scaled: %s", err.msg);
+    cfg.scale_by_dv = 0;
+    lens_trainer *t_dk = lens_trainer_new(&cfg, 5, &err); /* same seed: same weights, scaled by 1/sqrt(DK) */
+    cfg.scale_by_dv = 1;
+    if (t && t_dk) {
+        const lens_batch b = {.n_seqs = 2, .lengths = fd_lengths, .ids = fd_ids, .type_ids = fd_types};
+        float z_dv[4], z_dk[4], loss;
+        CHECK(!lens_trainer_batch(t, &b, fd_labels, 0, &loss, z_dv, &err) &&
+                  !lens_trainer_batch(t_dk, &b, fd_labels, 0, &loss, z_dk, &err),
+              "DV vs DK logits: %s", err.msg);
+        double d = 0;
+        for (int i = 0; i < 4; i++) d = fmax(d, fabs((double)z_dv[i] - z_dk[i]));
+        CHECK(d > 1e-6, "the DV scale changes nothing (max |diff| %g)", d);
+    }
+    lens_trainer_free(t_dk);
+    if (t) {
+        check_gradient(t, "identifiable, DV-scaled");
+        check_overfit(t, "identifiable, DV-scaled");
+        check_reload(t, base, out_id, "identifiable, DV-scaled");
+        lens_model *r = lens_model_load(out_id, &err);
+        CHECK(r && r->cfg.scale_by_dv && r->cfg.attn_scale == 1.0f / sqrtf(96.0f),
+              "DV-scaled reload: scale_by_dv %d, attn_scale %g", r ? r->cfg.scale_by_dv : -1,
+              r ? (double)r->cfg.attn_scale : 0.0);
+        lens_model_free(r);
+    }
+    lens_trainer_free(t);
+    cfg.scale_by_dv = 0;
+
     /* summed heads (Bhardwaj et al.): DK 8, DV 64; both variants */
     check_summed_checkpoint(base);
     for (int v = 0; v < 2; v++) {

@@ -30,7 +30,12 @@
  *    and a_eff,i = a_i; otherwise a_eff,i = V_{0..i} z_i with
  *        z_i = B H^-1 B^T y_i,  H = B^T V_{0..i}^T V_{0..i} B,  y_i = V^T a_i,
  *    H's Cholesky factor kept up to date by rank-one updates (rebuilt when B
- *    grows), and A_eff = tril(Z V^T). rank / null_dim / identifiable of a
+ *    grows), and A_eff = tril(Z V^T). The prefix rank is certified as the
+ *    per-row SVD counts it (σ_min(V_{0..i}) > tol, not only each Gram-Schmidt
+ *    distance > tol: a square prefix at row DV - 1 can be near-singular with
+ *    every distance well above tol): by 1/||L^-1||_F while every row added a
+ *    direction, else by the eigenvalues of H; rows of a prefix with a singular
+ *    value <= tol are projected on H's eigenvectors above tol^2. rank / null_dim / identifiable of a
  *    causal head are those of the full V (the last row's prefix).
  * 2. Row-stochastic refinement (Bhardwaj): alternatives must keep rows summing
  *    to 1, Δ 1 = 0 as well: dimension T - rank([V, 1]) per query row (causal:
@@ -48,8 +53,10 @@
  *    have the same nonzero singular values (and ranks with the same tol):
  *        J'[(i,j),(m,c)]  = S_i[j][m] P[i][c] / sqrt(DK)
  *        MJ'[(i,e),(m,c)] = a_im (V[m][e] - y_i[e]) P[i][c] / sqrt(DK),  y_i = V^T a_i,
- *    ranks by dgesdd with tol = σ_max ε_f32 max(rows, T·DK). Explicit when T·DK is at most
- *    LENS_ATTN_KEY_AWARE_MAX_UNKNOWNS (1024; the SVDs cost O(T^2 · (T·DK)^2)).
+ *    ranks with tol = σ_max ε_f32 max(rows, T·DK), from the T·rq-square Gram
+ *    matrices built on the Kronecker structure and counted by inertia
+ *    (key_aware_gram; the dense dgesdd of J' and MJ' on request). Explicit when
+ *    T·DK is at most LENS_ATTN_KEY_AWARE_MAX_UNKNOWNS (1024).
  *    When rank(Q) = T (T <= DK) range(J) splits by rows into range(S_i) =
  *    {x on supp(a_i), sum x = 0}, and dim = sum_i |supp a_i| - rank([V_supp, 1])
  *    for any T (closed form). Otherwise skipped, with the reason. Causal
@@ -84,6 +91,7 @@ const char *lens_key_aware_method_name(lens_key_aware_method m)
 }
 
 static int imax(int a, int b) { return a > b ? a : b; }
+static int cancelled(const volatile int *cancel) { return cancel && *cancel; }
 static int imin(int a, int b) { return a < b ? a : b; }
 
 static double rank_tol(double sigma_max, int m, int n) { return sigma_max * EPS_F32 * imax(m, n); }
@@ -333,33 +341,65 @@ static void cholesky_update(double *R, int ld, int n, double *c)
     }
 }
 
-/* x_eff [n] = projection of x [n] onto col(M), M [n][D] double (destroyed),
- * ranks with the absolute tolerance tol. The slow path of causal rows whose
- * Gram matrix failed to factor. */
-static int project_svd(double *M, int n, int D, const double *x, double tol, double *x_eff, lens_err *err)
+/* Row i of L^-1 [DV][DV] (lower, stride DV) for L_{i+1} = [L_i 0; l^T d], the
+ * Gram-Schmidt factor V_{0..i} = L B: x = -(L_i^-T l) / d, then 1/d.
+ * Returns the squared norm the new row adds to ||L^-1||_F^2. */
+static double inverse_row(double *Linv, int DV, int i, const double *l, double d)
 {
-    const int k = imin(n, D);
-    double *s = malloc((size_t)k * sizeof *s), *ut = malloc((size_t)k * n * sizeof *ut);
-    double *w = malloc((size_t)k * D * sizeof *w);
-    if (!s || !ut || !w) {
-        free(s), free(ut), free(w);
-        return lens_fail(err, LENS_ENOMEM, "out of memory projecting a causal row");
+    double *row = Linv + (size_t)i * DV, sq = 1.0 / (d * d);
+    memcpy(row, l, (size_t)i * sizeof *row);
+    if (i > 0) cblas_dtrmv(CblasRowMajor, CblasLower, CblasTrans, CblasNonUnit, i, Linv, DV, row, 1);
+    for (int k = 0; k < i; k++) row[k] = -row[k] / d, sq += row[k] * row[k];
+    row[i] = 1.0 / d;
+    return sq;
+}
+
+/* Causal workspace: everything effective_causal keeps between rows. */
+typedef struct {
+    int T, DV;
+    double *v;      /* [T][DV] V in double */
+    double *y;      /* [T][DV] y_i = V^T a_i */
+    double *z;      /* [T][DV] a_eff,i = V z_i on j <= i */
+    double *basis;  /* [r][DV] orthonormal rows spanning V's row prefix */
+    double *R;      /* [r][r] (stride DV) Cholesky factor of H */
+    double *E;      /* [r][r] (stride DV) eigenvectors of H (uncertified rows) */
+    double *Linv;   /* [i+1][i+1] (stride DV) inverse of the Gram-Schmidt factor while col(V_{0..i}) = R^{i+1} */
+    double *C;      /* [T][r] V_{0..i} B^T when H is rebuilt */
+    double *w;      /* [4 DV] coef, l, resid, g / lambda */
+} causal_ws;
+
+/* H = C^T C, C = V_{0..i} B^T [i+1][r]: σ(C) = σ(V_{0..i}) restricted to span(B).
+ * Its eigenvalues decide, exactly as the per-row SVD does, whether every
+ * singular value exceeds tol (returns 1: certified, R = chol(H), or 0 when
+ * dpotrf fails), or not (returns 2: E, lambda hold the eigenpairs for this
+ * row's projection). -1: dsyevd failed. */
+static int causal_rebuild(causal_ws *ws, int i, int r, double tol, double *lambda)
+{
+    const int DV = ws->DV;
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i + 1, r, DV, 1.0, ws->v, DV, ws->basis, DV, 0.0, ws->C, r);
+    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, r, i + 1, 1.0, ws->C, r, 0.0, ws->R, DV);
+    /* eigenvalues first (no vectors: ~7x cheaper), vectors only for an uncertified row */
+    for (int vectors = 0; vectors < 2; vectors++) {
+        for (int a = 0; a < r; a++) memcpy(ws->E + (size_t)a * DV, ws->R + (size_t)a * DV, (size_t)r * sizeof *ws->E);
+        if (LAPACKE_dsyevd(LAPACK_ROW_MAJOR, vectors ? 'V' : 'N', 'U', r, ws->E, DV, lambda)) return -1;
+        /* λ ascending; squared, the rank test reads λ_k > tol^2 (λ carries an absolute
+         * error ~r ε_f64 σ_max^2, ~1e-8 of tol^2: the SVD's decision, see thin_svd) */
+        if (lambda[0] > tol * tol) return LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'U', r, ws->R, DV) == 0 ? 1 : 0;
     }
-    int info = LAPACKE_dgesdd(LAPACK_COL_MAJOR, 'S', D, n, M, D, s, w, D, ut, k); /* U row-major [n][k] */
-    free(w);
-    if (info) {
-        free(s), free(ut);
-        return lens_fail(err, LENS_EFORMAT, "LAPACK dgesdd failed on a causal prefix of V (info %d)", info);
-    }
-    const int r = count_above(s, k, tol);
-    for (int j = 0; j < n; j++) x_eff[j] = 0;
-    for (int c = 0; c < r; c++) {
-        double dot = 0;
-        for (int j = 0; j < n; j++) dot += ut[(size_t)j * k + c] * x[j];
-        for (int j = 0; j < n; j++) x_eff[j] += dot * ut[(size_t)j * k + c];
-    }
-    free(s), free(ut);
-    return 0;
+    return 2;
+}
+
+/* z = B^T W_k Λ_k^-1 W_k^T B y over the eigenpairs with λ > tol^2: the projection
+ * onto the singular vectors of V_{0..i} above tol, as the per-row SVD. */
+static void causal_project_eig(const causal_ws *ws, int r, double tol, const double *lambda, const double *y,
+                               double *g, double *h, double *z)
+{
+    const int DV = ws->DV;
+    cblas_dgemv(CblasRowMajor, CblasNoTrans, r, DV, 1.0, ws->basis, DV, y, 1, 0.0, g, 1);
+    cblas_dgemv(CblasRowMajor, CblasTrans, r, r, 1.0, ws->E, DV, g, 1, 0.0, h, 1);
+    for (int k = 0; k < r; k++) h[k] = lambda[k] > tol * tol ? h[k] / lambda[k] : 0.0;
+    cblas_dgemv(CblasRowMajor, CblasNoTrans, r, r, 1.0, ws->E, DV, h, 1, 0.0, g, 1);
+    cblas_dgemv(CblasRowMajor, CblasTrans, r, DV, 1.0, ws->basis, DV, g, 1, 0.0, z, 1);
 }
 
 /* eff [T][T]: row i = projection of A[i][0..i] onto col(V[0..i]); see the top comment. */
@@ -367,37 +407,42 @@ static int effective_causal(const float *A, const float *V, int ldv, int T, int 
                             lens_err *err)
 {
     const size_t TD = (size_t)T * DV, DD = (size_t)DV * DV;
-    double *v = malloc(TD * sizeof *v);      /* [T][DV] */
-    double *y = calloc(TD, sizeof *y);       /* [T][DV] y_i = V^T a_i */
-    double *z = calloc(TD, sizeof *z);       /* [T][DV] a_eff,i = V z_i on j <= i */
-    double *basis = malloc(DD * sizeof *basis); /* [r][DV] orthonormal rows spanning V's row prefix */
-    double *R = malloc(DD * sizeof *R);      /* [r][r] (stride DV) Cholesky factor of H */
-    double *C = malloc(TD * sizeof *C);      /* [T][r] V_{0..i} B^T when H is rebuilt */
-    double *w = malloc((size_t)(3 * DV + T) * sizeof *w);
-    unsigned char *full = calloc((size_t)T, 1); /* row i: col(V_{0..i}) = R^{i+1} */
-    double *fallback = NULL;
+    causal_ws ws = {.T = T, .DV = DV};
+    ws.v = malloc(TD * sizeof *ws.v), ws.y = calloc(TD, sizeof *ws.y), ws.z = calloc(TD, sizeof *ws.z);
+    ws.basis = malloc(DD * sizeof *ws.basis), ws.R = malloc(DD * sizeof *ws.R), ws.E = malloc(DD * sizeof *ws.E);
+    ws.Linv = malloc(DD * sizeof *ws.Linv), ws.C = malloc(TD * sizeof *ws.C);
+    ws.w = malloc((size_t)(6 * DV) * sizeof *ws.w);
+    unsigned char *full = calloc((size_t)T, 1); /* row i: col(V_{0..i}) = R^{i+1} (certified) */
     int rc = 0;
-    if (!v || !y || !z || !basis || !R || !C || !w || !full) {
+    if (!ws.v || !ws.y || !ws.z || !ws.basis || !ws.R || !ws.E || !ws.Linv || !ws.C || !ws.w || !full) {
         rc = lens_fail(err, LENS_ENOMEM, "out of memory for causal effective attention (T %d)", T);
         goto done;
     }
-    double *coef = w, *resid = w + DV, *g = w + 2 * DV, *row_eff = w + 3 * DV;
+    double *coef = ws.w, *l = ws.w + DV, *resid = ws.w + 2 * DV, *g = ws.w + 3 * DV, *lambda = ws.w + 4 * DV;
+    double *h = ws.w + 5 * DV;
+    double *v = ws.v, *basis = ws.basis, *R = ws.R;
     for (int t = 0; t < T; t++)
         for (int c = 0; c < DV; c++) v[(size_t)t * DV + c] = V[(size_t)t * ldv + c];
     for (int i = 0; i < T; i++)
         for (int j = 0; j <= i; j++) {
             const double a = A[(size_t)i * T + j];
-            if (a != 0) cblas_daxpy(DV, a, v + (size_t)j * DV, 1, y + (size_t)i * DV, 1);
+            if (a != 0) cblas_daxpy(DV, a, v + (size_t)j * DV, 1, ws.y + (size_t)i * DV, 1);
         }
 
-    int r = 0, have_H = 0;
+    /* certified: every singular value of C = V_{0..i} B^T is above tol. Adding a row
+     * to C never lowers a singular value (interlacing), so it stays certified until
+     * B grows; then H is rebuilt and checked again. */
+    int r = 0, have_H = 0, certified = 0;
+    double linv_f2 = 0; /* ||L^-1||_F^2 while every row added a direction */
     for (int i = 0; i < T; i++) {
         const double *vi = v + (size_t)i * DV;
-        /* Gram-Schmidt twice ("twice is enough") against the current basis. */
+        /* Gram-Schmidt twice ("twice is enough") against the current basis; l = the coefficients. */
         memcpy(resid, vi, (size_t)DV * sizeof *resid);
+        memset(l, 0, (size_t)DV * sizeof *l);
         for (int pass = 0; pass < 2 && r > 0; pass++) {
             cblas_dgemv(CblasRowMajor, CblasNoTrans, r, DV, 1.0, basis, DV, resid, 1, 0.0, coef, 1);
             cblas_dgemv(CblasRowMajor, CblasTrans, r, DV, -1.0, basis, DV, coef, 1, 1.0, resid, 1);
+            cblas_daxpy(r, 1.0, coef, 1, l, 1);
         }
         const double dist = cblas_dnrm2(DV, resid, 1);
         if (r < DV && dist > tol) {
@@ -406,49 +451,54 @@ static int effective_causal(const float *A, const float *V, int ldv, int T, int 
             have_H = 0;
         }
         if (r == i + 1) {
-            full[i] = 1;
-            continue;
+            /* Gram-Schmidt distances above tol do not make σ_min(V_{0..i}) > tol (a square
+             * prefix can be near-singular with every distance well above it): certify
+             * σ_min = σ_min(L) >= 1 / ||L^-1||_F > 2 tol, else decide by the eigenvalues. */
+            linv_f2 += inverse_row(ws.Linv, DV, i, l, dist);
+            if (1.0 / linv_f2 > 4 * tol * tol) {
+                full[i] = 1;
+                continue;
+            }
         }
-        if (!have_H) {
-            /* H = C^T C with C = V_{0..i} B^T [i+1][r] */
-            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i + 1, r, DV, 1.0, v, DV, basis, DV, 0.0, C, r);
-            cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, r, i + 1, 1.0, C, r, 0.0, R, DV);
-            have_H = LAPACKE_dpotrf(LAPACK_ROW_MAJOR, 'U', r, R, DV) == 0;
+        if (!have_H || !certified) {
+            const int k = causal_rebuild(&ws, i, r, tol, lambda);
+            if (k < 0) {
+                rc = lens_fail(err, LENS_EFORMAT, "LAPACK dsyevd failed on a causal prefix of V (row %d)", i);
+                goto done;
+            }
+            certified = k == 1, have_H = k == 1;
+            if (k == 1 && r == i + 1) {
+                full[i] = 1;
+                continue;
+            }
+            if (k != 1) {
+                /* near-singular prefix (or H not positive definite in floating point):
+                 * this row from the eigenpairs, the next row rebuilds again */
+                causal_project_eig(&ws, r, tol, lambda, ws.y + (size_t)i * DV, g, h, ws.z + (size_t)i * DV);
+                continue;
+            }
         } else {
             cblas_dgemv(CblasRowMajor, CblasNoTrans, r, DV, 1.0, basis, DV, vi, 1, 0.0, coef, 1);
             cholesky_update(R, DV, r, coef);
         }
-        if (!have_H) {
-            /* Gram matrix not positive definite in floating point: project this row by SVD. */
-            if (!fallback && !(fallback = malloc(TD * sizeof *fallback))) {
-                rc = lens_fail(err, LENS_ENOMEM, "out of memory for causal effective attention");
-                goto done;
-            }
-            memcpy(fallback, v, (size_t)(i + 1) * DV * sizeof *fallback);
-            double *a_i = C; /* [i+1]; C is rebuilt before its next use */
-            for (int j = 0; j <= i; j++) a_i[j] = A[(size_t)i * T + j];
-            if ((rc = project_svd(fallback, i + 1, DV, a_i, tol, row_eff, err))) goto done;
-            full[i] = 2;
-            for (int j = 0; j <= i; j++) eff[(size_t)i * T + j] = (float)row_eff[j];
-            continue;
-        }
         /* z_i = B^T R^-1 R^-T B y_i */
-        cblas_dgemv(CblasRowMajor, CblasNoTrans, r, DV, 1.0, basis, DV, y + (size_t)i * DV, 1, 0.0, g, 1);
+        cblas_dgemv(CblasRowMajor, CblasNoTrans, r, DV, 1.0, basis, DV, ws.y + (size_t)i * DV, 1, 0.0, g, 1);
         cblas_dtrsv(CblasRowMajor, CblasUpper, CblasTrans, CblasNonUnit, r, R, DV, g, 1);
         cblas_dtrsv(CblasRowMajor, CblasUpper, CblasNoTrans, CblasNonUnit, r, R, DV, g, 1);
-        cblas_dgemv(CblasRowMajor, CblasTrans, r, DV, 1.0, basis, DV, g, 1, 0.0, z + (size_t)i * DV, 1);
+        cblas_dgemv(CblasRowMajor, CblasTrans, r, DV, 1.0, basis, DV, g, 1, 0.0, ws.z + (size_t)i * DV, 1);
     }
     /* a_eff,i[j] = v_j . z_i for j <= i */
     for (int i = 0; i < T; i++) {
         float *out = eff + (size_t)i * T;
-        if (full[i] == 1) memcpy(out, A + (size_t)i * T, (size_t)(i + 1) * sizeof *out);
-        else if (full[i] == 0)
+        if (full[i]) memcpy(out, A + (size_t)i * T, (size_t)(i + 1) * sizeof *out);
+        else
             for (int j = 0; j <= i; j++)
-                out[j] = (float)cblas_ddot(DV, v + (size_t)j * DV, 1, z + (size_t)i * DV, 1);
+                out[j] = (float)cblas_ddot(DV, v + (size_t)j * DV, 1, ws.z + (size_t)i * DV, 1);
         for (int j = i + 1; j < T; j++) out[j] = 0;
     }
 done:
-    free(v), free(y), free(z), free(basis), free(R), free(C), free(w), free(full), free(fallback);
+    free(ws.v), free(ws.y), free(ws.z), free(ws.basis), free(ws.R), free(ws.E), free(ws.Linv), free(ws.C), free(ws.w);
+    free(full);
     return rc;
 }
 
@@ -490,11 +540,16 @@ static int rank_v_one(const float *V, int ldv, int DV, const int *idx, int n, le
 }
 
 /* sum_i |supp a_i| - rank([V_supp(i), 1]); valid as the key-aware dimension when rank(Q) = T. */
-static int key_aware_closed_form(const float *A, const float *V, int ldv, int T, int DV, int rank_v1, lens_err *err)
+static int key_aware_closed_form(const float *A, const float *V, int ldv, int T, int DV, int rank_v1,
+                                 const volatile int *cancel, lens_err *err)
 {
     int *idx = malloc((size_t)T * sizeof *idx), total = 0;
     if (!idx) return lens_fail(err, LENS_ENOMEM, "out of memory for the key-aware dimension");
     for (int i = 0; i < T; i++) {
+        if (cancelled(cancel)) {
+            free(idx);
+            return lens_fail(err, LENS_ECANCEL, "key-aware dimension cancelled at row %d", i);
+        }
         int n = 0;
         for (int j = 0; j < T; j++)
             if (A[(size_t)i * T + j] > 0) idx[n++] = j;
@@ -511,7 +566,7 @@ static int key_aware_closed_form(const float *A, const float *V, int ldv, int T,
 
 /* rank(J') - rank(M J') on the T * rq unknowns Y = δK P (see the top comment). */
 static int key_aware_explicit(const float *A, const float *V, int ldv, const float *P, int rq, int T, int DV,
-                              int DK, int causal, lens_head_attention *res, lens_err *err)
+                              int DK, int causal, const volatile int *cancel, lens_head_attention *res, lens_err *err)
 {
     const int n = T * rq;
     int rows_j = 0;
@@ -525,6 +580,7 @@ static int key_aware_explicit(const float *A, const float *V, int ldv, const flo
                   n);
         goto done;
     }
+    /* J and M J scale alike: their ranks are the same for 1/sqrt(DV) (attention_scale "DV") */
     const double scale = 1.0 / sqrt((double)DK);
     int row = 0;
     for (int i = 0; i < T; i++) {
@@ -554,7 +610,12 @@ static int key_aware_explicit(const float *A, const float *V, int ldv, const flo
             }
         }
     }
+    if (cancelled(cancel)) {
+        lens_fail(err, LENS_ECANCEL, "key-aware dimension cancelled");
+        goto done;
+    }
     int rj = numeric_rank(J, rows_j, n, T * DK, "the key Jacobian J", err);
+    if (rj >= 0 && cancelled(cancel)) rj = lens_fail(err, LENS_ECANCEL, "key-aware dimension cancelled");
     int rmj = rj < 0 ? -1 : numeric_rank(MJ, rows_mj, n, T * DK, "M J", err);
     if (rj >= 0 && rmj >= 0) {
         res->rank_j = rj, res->rank_mj = rmj;
@@ -566,9 +627,193 @@ done:
     return rc;
 }
 
-static int key_aware(const float *A, const float *V, int ldv, const float *Q, int ldq, int T, int DV, int DK,
-                     int causal, int limit, lens_head_attention *res, lens_err *err)
+/* Largest eigenvalue of the symmetric G [n][n] (row-major, upper triangle) by
+ * Lanczos with full reorthogonalisation, at most 60 steps from a fixed start:
+ * the largest Ritz value converges to λ_max long before (it only sets tol, so a
+ * relative error of 1e-8 moves no count unless a singular value sits that close
+ * to tol, where any SVD's count is a coin toss too). work [61 n + 5 * 61]. */
+static double lanczos_max(const double *G, int n, double *work)
 {
+    const int kmax = imin(n, 60);
+    double *Qk = work, *w = work + (size_t)kmax * n, *alpha = w + n, *beta = alpha + kmax, *top = beta + 4 * kmax;
+    *top = 0;
+    for (int k = 0; k < n; k++) Qk[k] = 1.0 + 0.5 * sin(1.0 + k); /* any vector not orthogonal to the top one */
+    cblas_dscal(n, 1.0 / cblas_dnrm2(n, Qk, 1), Qk, 1);
+    int k = 0;
+    for (; k < kmax; k++) {
+        const double *q = Qk + (size_t)k * n;
+        cblas_dsymv(CblasRowMajor, CblasUpper, n, 1.0, G, n, q, 1, 0.0, w, 1);
+        alpha[k] = cblas_ddot(n, q, 1, w, 1);
+        /* w -= Q_k (Q_k^T w), twice */
+        double *h = beta + kmax;
+        for (int pass = 0; pass < 2; pass++) {
+            cblas_dgemv(CblasRowMajor, CblasNoTrans, k + 1, n, 1.0, Qk, n, w, 1, 0.0, h, 1);
+            cblas_dgemv(CblasRowMajor, CblasTrans, k + 1, n, -1.0, Qk, n, h, 1, 1.0, w, 1);
+        }
+        beta[k] = cblas_dnrm2(n, w, 1);
+        if (k + 1 == kmax || beta[k] <= 1e-14 * fabs(alpha[0])) {
+            k++;
+            break;
+        }
+        if (k >= 8 && k % 4 == 0) {
+            /* stop once the top Ritz value settles to 1e-12 (each step reads all of G) */
+            double *d = h + kmax, *e = d + kmax;
+            memcpy(d, alpha, (size_t)(k + 1) * sizeof *d), memcpy(e, beta, (size_t)k * sizeof *e);
+            if (LAPACKE_dsterf(k + 1, d, e) == 0) {
+                if (fabs(d[k] - *top) <= 1e-12 * fabs(d[k])) {
+                    k++;
+                    break;
+                }
+                *top = d[k];
+            }
+        }
+        double *next = Qk + (size_t)(k + 1) * n;
+        for (int t = 0; t < n; t++) next[t] = w[t] / beta[k];
+    }
+    /* eigenvalues of the k x k tridiagonal (alpha, beta) */
+    if (LAPACKE_dsterf(k, alpha, beta)) return NAN;
+    return alpha[k - 1];
+}
+
+/* #{eigenvalues of G > tau}, G [n][n] row-major upper (destroyed): by Sylvester's
+ * law of inertia, the positive eigenvalues of D in G - tau I = L D L^T (dsytrf,
+ * Bunch-Kaufman; D has 1x1 and 2x2 blocks). Backward stable: the count is exact
+ * for a G within ~n ε_f64 ||G|| (the error of forming G). -1: LAPACK failed. */
+static int count_eigs_above(double *G, int n, double tau, int *ipiv)
+{
+    for (int k = 0; k < n; k++) G[(size_t)k * n + k] -= tau;
+    /* row-major upper = column-major lower */
+    if (LAPACKE_dsytrf(LAPACK_COL_MAJOR, 'L', n, G, n, ipiv) < 0) return -1;
+    int pos = 0;
+    for (int k = 0; k < n; k++) {
+        const double a = G[(size_t)k * n + k];
+        if (ipiv[k] > 0 || k + 1 == n) {
+            pos += a > 0;
+            continue;
+        }
+        /* 2x2 block rows k, k+1: [a b; b c] */
+        const double b = G[(size_t)k * n + k + 1], c = G[(size_t)(k + 1) * n + k + 1], det = a * c - b * b;
+        pos += det < 0 ? 1 : det > 0 ? (a > 0) * 2 : (a + c > 0);
+        k++;
+    }
+    return pos;
+}
+
+/* rank of a Gram matrix G = F^T F [n][n] (destroyed) under numeric_rank's rule for F
+ * (rows x n): #{σ > tol}, σ_max = sqrt(λ_max), tol = σ_max ε_f32 max(rows, n, n_tol). */
+static int gram_rank(double *G, int n, int rows, int n_tol, double *work, int *ipiv, const char *what, lens_err *err)
+{
+    if (n == 0) return 0;
+    const double lmax = lanczos_max(G, n, work);
+    if (!(lmax >= 0)) return lens_fail(err, LENS_EFORMAT, "LAPACK dsterf failed on %s", what);
+    if (lmax == 0) return 0;
+    const double tol = rank_tol(sqrt(lmax), rows, imax(n, n_tol));
+    const int r = count_eigs_above(G, n, tol * tol, ipiv);
+    if (r < 0) return lens_fail(err, LENS_EFORMAT, "LAPACK dsytrf failed on %s", what);
+    return r;
+}
+
+/* rank(J') - rank(M J') as key_aware_explicit, without forming J' (T^2 x T·rq) or
+ * M J' (T·DV x T·rq): their Gram matrices (T·rq square) from the Kronecker
+ * structure J'_i = (diag(a_i) - a_i a_i^T) ⊗ p_i^T, M J'_i = V^T S_i ⊗ p_i^T, with
+ * x1_i = a_i ⊗ p_i, x2_i = (a_i ∘ a_i) ⊗ p_i, x3_i = (a_i ∘ V y_i) ⊗ p_i (rows of
+ * X1, X2, X3 [T][T·rq], all / sqrt(DK)), s2_i = |a_i|^2, K = V V^T:
+ *   J'^T J'   = Σ_i diag_m(a_im^2 p_i p_i^T) + X1^T diag(s2) X1 - X1^T X2 - X2^T X1
+ *   MJ'^T MJ' = (X1^T X1) ∘ (K ⊗ 1 1^T) + X1^T diag(|y|^2) X1 - X1^T X3 - X3^T X1
+ * (two dsyrk/dsyr2k of T·rq x T·rq x T, O(T^3 rq^2), against the O(T^4 rq^2)
+ * SVDs), ranks by inertia (gram_rank). Squaring costs no count: eigenvalues
+ * carry ~n ε_f64 λ_max, tol^2 >= (ε_f32 T^2)^2 λ_max is 1e4 times larger. */
+static int key_aware_gram(const float *A, const float *V, int ldv, const float *P, int rq, int T, int DV, int DK,
+                          int causal, const volatile int *cancel, lens_head_attention *res, lens_err *err)
+{
+    const int n = T * rq;
+    int rows_j = 0;
+    for (int i = 0; i < T; i++) rows_j += causal ? i + 1 : T;
+    if (n == 0) { /* Q = 0: the keys move nothing */
+        res->rank_j = res->rank_mj = res->key_aware_dim = 0;
+        return 0;
+    }
+    const size_t nn = (size_t)n * n, Tn = (size_t)T * n;
+    double *G = malloc(nn * sizeof *G), *X1 = malloc(Tn * sizeof *X1);
+    double *X2 = malloc(Tn * sizeof *X2), *vd = malloc((size_t)T * DV * sizeof *vd);
+    double *y = malloc((size_t)T * DV * sizeof *y), *K = malloc((size_t)T * T * sizeof *K);
+    double *work = malloc(((size_t)61 * n + 5 * 61) * sizeof *work);
+    int *ipiv = malloc((size_t)n * sizeof *ipiv);
+    int rc = -1;
+    if (!G || !X1 || !X2 || !vd || !y || !K || !work || !ipiv) {
+        lens_fail(err, LENS_ENOMEM, "out of memory for the key-aware Gram matrices (%d x %d)", n, n);
+        goto done;
+    }
+    const double scale = 1.0 / sqrt((double)DK);
+    for (int t = 0; t < T; t++)
+        for (int e = 0; e < DV; e++) vd[(size_t)t * DV + e] = V[(size_t)t * ldv + e];
+    /* y_i = V^T a_i (a_i is zero beyond i for causal heads) */
+    for (int i = 0; i < T; i++)
+        for (int e = 0; e < DV; e++) {
+            double ye = 0;
+            for (int j = 0; j < T; j++) ye += (double)A[(size_t)i * T + j] * vd[(size_t)j * DV + e];
+            y[(size_t)i * DV + e] = ye;
+        }
+    /* J: X1 and B = s2/2 X1 - X2 (in X2), G = X1^T B + B^T A + the block diagonal */
+    for (int i = 0; i < T; i++) {
+        const float *a = A + (size_t)i * T, *p = P + (size_t)i * rq;
+        double s2 = 0;
+        for (int m = 0; m < T; m++) s2 += (double)a[m] * a[m];
+        for (int m = 0; m < T; m++)
+            for (int c = 0; c < rq; c++) {
+                const double x = scale * a[m] * p[c];
+                X1[(size_t)i * n + m * rq + c] = x;
+                X2[(size_t)i * n + m * rq + c] = 0.5 * s2 * x - a[m] * x;
+            }
+    }
+    cblas_dsyr2k(CblasRowMajor, CblasUpper, CblasTrans, n, T, 1.0, X1, n, X2, n, 0.0, G, n);
+    for (int m = 0; m < T; m++) /* Σ_i a_im^2 p_ic p_ic' / DK on the diagonal blocks */
+        for (int i = 0; i < T; i++) {
+            const double *x = X1 + (size_t)i * n + m * rq;
+            for (int c = 0; c < rq; c++)
+                for (int d = c; d < rq; d++) G[(size_t)(m * rq + c) * n + m * rq + d] += x[c] * x[d];
+        }
+    if (cancelled(cancel)) goto stop;
+    const int rj = gram_rank(G, n, rows_j, T * DK, work, ipiv, "the key Jacobian J", err);
+    if (rj < 0) goto done;
+    if (cancelled(cancel)) goto stop;
+    /* M J: G = (X1^T X1) ∘ (K ⊗ 1 1^T), then + X1^T B + B^T X1 with B = |y|^2/2 X1 - X3 */
+    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, n, T, 1.0, X1, n, 0.0, G, n);
+    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasNoTrans, T, DV, 1.0, vd, DV, 0.0, K, T);
+    for (int r = 0; r < n; r++)
+        for (int c = r; c < n; c++) {
+            const int m = r / rq, m2 = c / rq;
+            G[(size_t)r * n + c] *= m <= m2 ? K[(size_t)m * T + m2] : K[(size_t)m2 * T + m];
+        }
+    for (int i = 0; i < T; i++) {
+        const double *yi = y + (size_t)i * DV, yy = cblas_ddot(DV, yi, 1, yi, 1);
+        for (int m = 0; m < T; m++) {
+            const double km = cblas_ddot(DV, vd + (size_t)m * DV, 1, yi, 1);
+            for (int c = 0; c < rq; c++) {
+                const double x = X1[(size_t)i * n + m * rq + c];
+                X2[(size_t)i * n + m * rq + c] = 0.5 * yy * x - km * x;
+            }
+        }
+    }
+    cblas_dsyr2k(CblasRowMajor, CblasUpper, CblasTrans, n, T, 1.0, X1, n, X2, n, 1.0, G, n);
+    if (cancelled(cancel)) goto stop;
+    const int rmj = gram_rank(G, n, T * DV, T * DK, work, ipiv, "M J", err);
+    if (rmj < 0) goto done;
+    res->rank_j = rj, res->rank_mj = rmj;
+    res->key_aware_dim = rj - rmj;
+    rc = 0;
+    goto done;
+stop:
+    lens_fail(err, LENS_ECANCEL, "key-aware dimension cancelled");
+done:
+    free(G), free(X1), free(X2), free(vd), free(y), free(K), free(work), free(ipiv);
+    return rc;
+}
+
+static int key_aware(const float *A, const float *V, int ldv, const float *Q, int ldq, int T, int DV, int DK,
+                     int causal, const lens_attention_opts *opts, lens_head_attention *res, lens_err *err)
+{
+    const int limit = opts->key_aware_max_unknowns > 0 ? opts->key_aware_max_unknowns : LENS_ATTN_KEY_AWARE_MAX_UNKNOWNS;
     res->key_aware_unknowns = T * DK;
     if (!Q) return lens_fail(err, LENS_EINVAL, "the key-aware dimension needs the queries Q");
     const int explicit_ok = (long)T * DK <= limit;
@@ -580,10 +825,12 @@ static int key_aware(const float *A, const float *V, int ldv, const float *Q, in
     int rc = 0;
     if (explicit_ok) {
         res->key_aware_method = LENS_KEY_AWARE_EXPLICIT;
-        rc = key_aware_explicit(A, V, ldv, P, rq, T, DV, DK, causal, res, err);
+        rc = opts->key_aware_dense
+                 ? key_aware_explicit(A, V, ldv, P, rq, T, DV, DK, causal, opts->cancel, res, err)
+                 : key_aware_gram(A, V, ldv, P, rq, T, DV, DK, causal, opts->cancel, res, err);
     } else if (rq == T) {
         res->key_aware_method = LENS_KEY_AWARE_CLOSED_FORM;
-        int d = key_aware_closed_form(A, V, ldv, T, DV, res->rank_v1, err);
+        int d = key_aware_closed_form(A, V, ldv, T, DV, res->rank_v1, opts->cancel, err);
         if (d < 0) rc = -1;
         else res->key_aware_dim = d;
     } else {
@@ -677,6 +924,10 @@ int lens_attention_head(const float *A, const float *V, int ldv, const float *Q,
     const lens_attention_opts defaults = {0};
     if (!opts) opts = &defaults;
     head_init(res, T, DV, DK, causal);
+    if (cancelled(opts->cancel)) {
+        lens_fail(err, LENS_ECANCEL, "attention analysis cancelled");
+        return head_failed(res, err);
+    }
     if (!A || !V || T < 1 || DV < 1 || ldv < DV || (opts->key_aware && (!Q || DK < 1 || ldq < DK))) {
         lens_fail(err, LENS_EINVAL, "attention head: bad arguments (T %d, DV %d, DK %d)", T, DV, DK);
         return head_failed(res, err);
@@ -708,9 +959,7 @@ int lens_attention_head(const float *A, const float *V, int ldv, const float *Q,
         if (null)
             for (size_t k = 0; k < (size_t)T * T; k++) null[k] = A[k] - eff[k];
         if (opts->key_aware) {
-            const int limit = opts->key_aware_max_unknowns > 0 ? opts->key_aware_max_unknowns
-                                                               : LENS_ATTN_KEY_AWARE_MAX_UNKNOWNS;
-            rc = key_aware(A, V, ldv, Q, ldq, T, DV, DK, causal, limit, res, err);
+            rc = key_aware(A, V, ldv, Q, ldq, T, DV, DK, causal, opts, res, err);
         }
     }
     if (eff != effective) free(eff);
@@ -787,11 +1036,11 @@ static int select_indices(const int *want, int n_want, int lo, int hi, const cha
     return 0;
 }
 
-/* max |softmax(Q_h K_h^T / sqrt DK) - A_h| over the selected heads of one layer. */
-static double score_diff(const float *Q, const float *K, int NH, int DK, int T, int causal, const float *A,
+/* max |softmax(scale Q_h K_h^T) - A_h| over the selected heads of one layer (scale = lens_config.attn_scale). */
+static double score_diff(const float *Q, const float *K, int NH, int DK, float scale, int T, int causal, const float *A,
                          float *scores)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, DK, 1.0f / sqrtf((float)DK), Q, NH * DK, K, NH * DK,
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, DK, scale, Q, NH * DK, K, NH * DK,
                 0.0f, scores, T);
     lens_softmax_forward(scores, T, T, causal);
     double worst = 0;
@@ -813,6 +1062,7 @@ typedef struct {
     double *diff;         /* [n_heads] score_diff */
     lens_err *err;        /* [n_heads] */
     int li, T, NH, DK, DV, causal;
+    float scale;          /* lens_config.attn_scale of the model */
 } head_job;
 
 static void head_task(void *ctx, int hi)
@@ -822,12 +1072,13 @@ static void head_task(void *ctx, int hi)
     const int h = res->heads[hi], T = j->T;
     const size_t k = (size_t)j->li * res->n_heads + hi, TT = (size_t)T * T;
     if (j->K)
-        j->diff[hi] = score_diff(j->Q + (size_t)h * j->DK, j->K + (size_t)h * j->DK, j->NH, j->DK, T, j->causal,
+        j->diff[hi] = score_diff(j->Q + (size_t)h * j->DK, j->K + (size_t)h * j->DK, j->NH, j->DK, j->scale, T, j->causal,
                                  j->A[hi], j->scores + (size_t)lens_pool_thread_index() * TT);
     lens_attention_head(j->A[hi], j->values + (size_t)h * j->DV, j->NH * j->DV,
                         j->Q ? j->Q + (size_t)h * j->DK : NULL, j->NH * j->DK, T, j->DV, j->DK, j->causal, j->special,
                         j->punct, &j->req->head, res->effective ? res->effective + k * TT : NULL,
                         res->null ? res->null + k * TT : NULL, &res->head[k], &j->err[hi]);
+    if (j->req->heads_done && res->head[k].ok) atomic_fetch_add(j->req->heads_done, 1);
 }
 
 int lens_attention_analyze(const lens_model *m, const lens_activations *act, int seq,
@@ -879,11 +1130,16 @@ int lens_attention_analyze(const lens_model *m, const lens_activations *act, int
     }
     if (req->verify_scores) res->scores_max_diff = 0;
     job = (head_job){.req = req, .res = res, .special = special, .punct = punct, .Q = Q, .K = K, .scores = scores,
-                     .T = T, .NH = NH, .DK = DK, .DV = DV, .causal = causal, .A = job.A, .diff = job.diff,
+                     .T = T, .NH = NH, .DK = DK, .DV = DV, .scale = m->cfg.attn_scale, .causal = causal, .A = job.A,
+                     .diff = job.diff,
                      .err = job.err};
     for (int li = 0; li < res->n_layers; li++) {
         const int l = res->layers[li];
         const lens_block *blk = &m->p.blocks[l - 1];
+        if (cancelled(req->head.cancel)) {
+            rc = lens_fail(err, LENS_ECANCEL, "attention analysis cancelled before layer %d", l);
+            goto done;
+        }
         if (need_q) {
             /* The attention input of layer l: BERT h_{l-1}, GPT-2 ln_1(h_{l-1}) (hidden[l-1] for
              * l <= L is a raw block output; only hidden[L] has ln_f applied). */
@@ -905,6 +1161,11 @@ int lens_attention_analyze(const lens_model *m, const lens_activations *act, int
             const size_t k = (size_t)li * res->n_heads + hi;
             if (K && job.diff[hi] > res->scores_max_diff) res->scores_max_diff = job.diff[hi];
             if (!res->head[k].ok) {
+                if (job.err[hi].code == LENS_ECANCEL) {
+                    rc = lens_fail(err, LENS_ECANCEL, "attention analysis cancelled at layer %d head %d", l,
+                                   res->heads[hi]);
+                    goto done;
+                }
                 if (job.err[hi].code == LENS_ENOMEM) {
                     rc = lens_fail(err, LENS_ENOMEM, "layer %d head %d: %s", l, res->heads[hi], job.err[hi].msg);
                     goto done;

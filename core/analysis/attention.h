@@ -15,6 +15,8 @@
 #ifndef LENS_ATTENTION_H
 #define LENS_ATTENTION_H
 
+#include <stdatomic.h>
+
 #include "core/base/err.h"
 #include "core/model/model.h"
 #include "core/base/pool.h"
@@ -36,6 +38,10 @@ typedef struct {
     int null_component;          /* also produce null = raw - effective */
     int key_aware;               /* compute the key-aware local dimension (needs Q) */
     int key_aware_max_unknowns;  /* 0: LENS_ATTN_KEY_AWARE_MAX_UNKNOWNS */
+    int key_aware_dense;         /* 1: rank(J), rank(M J) by dgesdd on the explicit matrices (the method
+                                  * before the Gram/inertia one; kept as the benchmark's peer) */
+    const volatile int *cancel;  /* optional: non-zero stops the head with LENS_ECANCEL (checked per head,
+                                  * per row of the closed form, between the factorisations) */
 } lens_attention_opts;
 
 /* Everything reported for one head. Numbers a head could not produce are -1
@@ -102,6 +108,7 @@ typedef struct {
     int verify_scores;                 /* recompute softmax(Q K^T / sqrt(DK)) and report max |diff| vs kept A */
     lens_attention_opts head;
     lens_pool *pool;                   /* heads of a layer run as tasks of this pool; NULL = in order on the caller */
+    atomic_int *heads_done;            /* optional: incremented as each head finishes ok (progress for a watcher) */
 } lens_attention_request;
 
 typedef struct {
@@ -116,8 +123,10 @@ typedef struct {
 
 /* All selected heads of sequence seq. act must keep LENS_KEEP_ATTN and
  * LENS_KEEP_VALUES, and LENS_KEEP_HIDDEN when queries are needed (key-aware
- * dimension, verify_scores). Fails only for bad requests or missing memory;
- * a head whose linear algebra fails is reported in its own entry. */
+ * dimension, verify_scores). Fails for bad requests, missing memory, or
+ * req->head.cancel set (LENS_ECANCEL: checked per layer, per head and inside
+ * the key-aware step); a head whose linear algebra fails is reported in its
+ * own entry. */
 int lens_attention_analyze(const lens_model *m, const lens_activations *act, int seq,
                            const lens_attention_request *req, lens_attention_result *res, lens_err *err);
 void lens_attention_result_free(lens_attention_result *res);

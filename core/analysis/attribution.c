@@ -203,7 +203,7 @@ static void attention_copies(const task_job *j, int c0, int c1)
     for (int i = c0; i < c1; i++) {
         const size_t r = (size_t)i * T;
         lens_attention_forward(j->e->ctx + r * VO, k->probs + i * NH * TT, TT, k->q + r * QK, k->k + r * QK,
-                               k->v + r * VO, T, NH, c->d_head_k, c->d_head_v, 0);
+                               k->v + r * VO, T, NH, c->d_head_k, c->d_head_v, 0, c->attn_scale);
     }
 }
 
@@ -357,7 +357,7 @@ static void attention_backward_copies(const task_job *j, int c0, int c1)
         memset(dv, 0, sizeof(float) * T * VO);
         lens_attention_backward(dq, dk, dv, e->dprobs + thread * NH * TT, TT, e->dscores + thread * TT,
                                 e->ctx + r * VO, k->q + r * QK, k->k + r * QK, k->v + r * VO,
-                                k->probs + i * NH * TT, TT, T, NH, c->d_head_k, c->d_head_v, 0);
+                                k->probs + i * NH * TT, TT, T, NH, c->d_head_k, c->d_head_v, 0, c->attn_scale);
     }
 }
 
@@ -433,7 +433,7 @@ static void prepare_layer(engine *e, const float *x_l, int l, const float *P)
     lens_gemm_linear(e->attn_out_l, e->ctx, &no_bias, T, e->pool);
 }
 
-static int cancelled(const lens_attr_opts *o) { return o && o->cancel && *o->cancel; }
+static int cancelled(const lens_attr_opts *o) { return o && lens_cancelled(o->cancel); }
 
 /* One target layer l (0-based): attribution into out, F(0) into *f_zero. */
 static int attribute_layer(engine *e, const lens_activations *act, int l, int target, int steps,

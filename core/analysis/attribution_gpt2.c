@@ -117,7 +117,8 @@ static void g_block_forward(g_engine *e, int l)
     lens_gemm_linear(k->q, k->h1, &b->q, T, e->pool);
     lens_gemm_linear(k->k, k->h1, &b->k, T, e->pool);
     lens_gemm_linear(k->v, k->h1, &b->v, T, e->pool);
-    lens_attention_forward(e->ctx, k->probs, (size_t)T * T, k->q, k->k, k->v, T, NH, c->d_head_k, c->d_head_v, 1);
+    lens_attention_forward(e->ctx, k->probs, (size_t)T * T, k->q, k->k, k->v, T, NH, c->d_head_k, c->d_head_v, 1,
+                           c->attn_scale);
     lens_gemm_linear(k->x2, e->ctx, &b->attn_out, T, e->pool);
     lens_residual_forward(k->x2, k->x, (size_t)T * C);
     g_ffn_forward(e, l);
@@ -192,7 +193,7 @@ static void g_backward(g_engine *e, int l, int target)
         memset(e->dk, 0, sizeof(float) * T * QK);
         memset(e->dv, 0, sizeof(float) * T * VO);
         lens_attention_backward(e->dq, e->dk, e->dv, e->dprobs, TT, e->dscores, e->dctx, k->q, k->k, k->v, k->probs,
-                                TT, T, NH, c->d_head_k, c->d_head_v, 1);
+                                TT, T, NH, c->d_head_k, c->d_head_v, 1, c->attn_scale);
         lens_gemm_linear_backward(e->dh, e->dq, &b->q, T, 0, e->pool);
         lens_gemm_linear_backward(e->dh, e->dk, &b->k, T, 1, e->pool);
         lens_gemm_linear_backward(e->dh, e->dv, &b->v, T, 1, e->pool);
@@ -282,7 +283,7 @@ int lens_attribution_gpt2_run(const lens_model *m, const int *ids, int T, const 
         memset(e.grad_sum, 0, sizeof(float) * NH * TT);
         ly->f_zero = g_forward_alpha(&e, x_l, l, 0.0f, target);
         for (int k = 0; k < steps && !rc; k++) {
-            if (opts && opts->cancel && *opts->cancel) {
+            if (opts && lens_cancelled(opts->cancel)) {
                 rc = lens_fail(err, LENS_ECANCEL, "attribution cancelled at layer %d", l + 1);
                 break;
             }

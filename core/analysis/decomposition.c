@@ -71,6 +71,30 @@ void lens_decomp_free(lens_decomp *a)
     free(a);
 }
 
+/* The reference layer of hidden-state index layer, or NULL. */
+static const lens_decomp_layer *reference_layer(const lens_decomp_result *ref, int layer)
+{
+    for (int l = 0; l < ref->n_layers; l++)
+        if (ref->layers[l].layer == layer) return &ref->layers[l];
+    return NULL;
+}
+
+/* A reference run must have the same T, first position and width, and every selected layer. */
+static int check_reference(const lens_decomp_result *ref, const lens_config *c, int T, int first, const int *layers,
+                           int n_layers, lens_err *err)
+{
+    if (ref->T != T || ref->first_position != first || ref->d_model != c->d_model)
+        return lens_fail(err, LENS_EINVAL,
+                         "the reference has windows of %d tokens from position %d (width %d); these are %d from %d (%d)",
+                         ref->T, ref->first_position, ref->d_model, T, first, c->d_model);
+    for (int i = 0; i < (n_layers ? n_layers : c->n_layers + 1); i++) {
+        const int layer = n_layers ? layers[i] : i;
+        if (!reference_layer(ref, layer))
+            return lens_fail(err, LENS_EINVAL, "the reference has no layer %d", layer);
+    }
+    return 0;
+}
+
 lens_decomp *lens_decomp_begin(const lens_model *m, int T, const int *layers, int n_layers,
                                const lens_decomp_opts *opts, lens_err *err)
 {
@@ -87,7 +111,12 @@ lens_decomp *lens_decomp_begin(const lens_model *m, int T, const int *layers, in
         lens_fail(err, LENS_EINVAL, "top_k, batch_tokens and windows_total must not be negative");
         return NULL;
     }
+    if (o.topics_pca < 0 || o.screenot_k < 0) {
+        lens_fail(err, LENS_EINVAL, "topics_pca and screenot_k must not be negative");
+        return NULL;
+    }
     if (!o.top_k) o.top_k = LENS_DECOMP_DEFAULT_TOP_K;
+    if (!o.screenot_k) o.screenot_k = LENS_DECOMP_SCREENOT_K;
     if (!o.batch_tokens) o.batch_tokens = LENS_DECOMP_DEFAULT_BATCH_TOKENS;
     if (n_layers < 0 || (n_layers > 0 && !layers)) {
         lens_fail(err, LENS_EINVAL, "layers: %d given without a list", n_layers);
@@ -106,6 +135,8 @@ lens_decomp *lens_decomp_begin(const lens_model *m, int T, const int *layers, in
                 return NULL;
             }
     }
+
+    if (o.reference && check_reference(o.reference, c, T, first, layers, n_layers, err)) return NULL;
 
     lens_decomp *a = calloc(1, sizeof *a);
     if (!a) goto oom;
@@ -220,7 +251,7 @@ int lens_decomp_add(lens_decomp *a, const int *ids, const int *labels, int n_win
     lens_forward_opts fo = {.keep = LENS_KEEP_HIDDEN, .cancel = a->opts.cancel, .pool = a->opts.pool,
                             .causal = a->opts.causal};
     for (int start = 0; start < n_windows && rc == 0; start += batch) {
-        if (a->opts.cancel && *a->opts.cancel) {
+        if (lens_cancelled(a->opts.cancel)) {
             rc = lens_fail(err, LENS_ECANCEL, "decomposition cancelled after %ld windows", a->W);
             break;
         }
@@ -350,6 +381,55 @@ static int top_eigenvalue(const double *a, int n, double *lambda, lens_err *err)
     return rc;
 }
 
+/* ---------------------------------------------------------------- ScreeNOT */
+
+/* Psi_gamma(y; z) = y D'(y) / D(y) of Donoho, Gavish & Romanov for the
+ * counting measure of z [n]: Phi(y) = mean y / (y^2 - z^2),
+ * D(y) = Phi (gamma Phi + (1 - gamma) / y). Increasing in y > max z. */
+static double screenot_psi(double y, const double *z, int n, double gamma)
+{
+    double phi = 0, phid = 0;
+    for (int i = 0; i < n; i++) {
+        const double d = y * y - z[i] * z[i];
+        phi += y / d;
+        phid -= (y * y + z[i] * z[i]) / (d * d);
+    }
+    phi /= n, phid /= n;
+    const double d = phi * (gamma * phi + (1 - gamma) / y);
+    const double dd = phid * (gamma * phi + (1 - gamma) / y) + phi * (gamma * phid - (1 - gamma) / (y * y));
+    return y * dd / d;
+}
+
+/* The optimal threshold is the root of Psi = -4 above the noise bulk z: the
+ * bulk is the singular values with the top k replaced by the imputation
+ * z_(n-l+1) = z_(n-k) + a_l (z_(n-k) - z_(n-2k)), a_l = (1 - ((l-1)/k)^(2/3)) / (2^(2/3) - 1);
+ * bracketing from max z + 2 and bisection to 1e-5 as the authors' package
+ * (eladromanov/ScreeNOT, adaptiveHardThresholding with strategy "i"). */
+int lens_screenot(const double *sv, int n, int rows, int cols, int k, double *threshold)
+{
+    *threshold = 0;
+    if (k < 0 || 2 * k + 1 >= n) return -1;
+    double z[n]; /* ascending */
+    for (int i = 0; i < n; i++) z[i] = sv[n - 1 - i];
+    const double diff = z[n - k - 1] - z[n - 2 * k - 1];
+    for (int l = 1; l <= k; l++)
+        z[n - l] = z[n - k - 1] + (1 - pow((l - 1) / (double)k, 2.0 / 3)) / (pow(2.0, 2.0 / 3) - 1) * diff;
+    double low = z[0];
+    for (int i = 1; i < n; i++) low = z[i] > low ? z[i] : low;
+    const double gamma = rows < cols ? (double)rows / cols : (double)cols / rows;
+    double high = low + 2.0, mid = high;
+    while (screenot_psi(high, z, n, gamma) < -4) low = high, high *= 2;
+    while (high - low > 1e-5) {
+        mid = (high + low) / 2;
+        if (screenot_psi(mid, z, n, gamma) < -4) low = mid;
+        else high = mid;
+    }
+    int r = 0;
+    for (int i = 0; i < n; i++) r += sv[i] > mid;
+    *threshold = mid;
+    return r;
+}
+
 /* ---------------------------------------------------------------- finish */
 
 typedef struct {
@@ -424,6 +504,66 @@ static double smoothness(finish_scratch *s, int P)
     return all > 0 ? low / all : 0;
 }
 
+/* Mean |cos| of the rows of u [W][dim] (unit or zero) over pairs of equal /
+ * different label. Without self-pairs: pairs a < b. With them, as the
+ * released avg_similarity_within: all ordered pairs (a, b) of equal label,
+ * a == b included (so (2 S + W) / (2 p + W)); between is the same either way. */
+static void topic_means(const lens_decomp *a, const double *u, int dim, double *block, lens_decomp_layer *out)
+{
+    const long W = a->W;
+    double within = 0, between = 0;
+    long nw = 0, nbw = 0;
+    for (long c0 = 0; c0 < W; c0 += COS_BLOCK) {
+        int nb = W - c0 < COS_BLOCK ? (int)(W - c0) : COS_BLOCK;
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, (int)W, dim, 1.0, u + c0 * dim, dim, u, dim, 0.0,
+                    block, (int)W);
+        for (int r = 0; r < nb; r++)
+            for (long b = c0 + r + 1; b < W; b++) {
+                double v = fabs(block[(size_t)r * W + b]);
+                if (a->labels[c0 + r] == a->labels[b]) within += v, nw++;
+                else between += v, nbw++;
+            }
+    }
+    if (a->opts.topics_self_pairs) {
+        double self = 0;
+        for (long c = 0; c < W; c++) self += dot(u + c * dim, u + c * dim, dim) > 0.5; /* 1, or 0 for a zero row */
+        within = 2 * within + self, nw = 2 * nw + W;
+    }
+    out->topics_within = nw ? within / nw : 0;
+    out->topics_between = nbw ? between / nbw : 0;
+    out->topics_within_pairs = nw, out->topics_between_pairs = nbw;
+}
+
+/* Topic cosines of ctx, or of its coordinates on the top topics_pca principal
+ * axes (ctx V_k, V_k the top right singular vectors of ctx, which is not
+ * re-centred: the released code takes svd(c) of the context means as they are). */
+static int topics(const lens_decomp *a, finish_scratch *s, lens_decomp_layer *out, lens_err *err)
+{
+    const int C = a->C;
+    const long W = a->W;
+    int k = a->opts.topics_pca;
+    if (k > C) k = C;
+    if (k > W) k = (int)W;
+    if (k <= 0) {
+        topic_means(a, s->ctx_unit, C, s->block, out);
+        return 0;
+    }
+    double *vecs = malloc((size_t)k * C * sizeof(double)), *coords = malloc((size_t)W * k * sizeof(double));
+    double *vals = malloc((size_t)k * sizeof(double));
+    int rc = vecs && coords && vals ? 0 : lens_fail(err, LENS_ENOMEM, "out of memory for the topic PCA");
+    if (!rc) { /* s->work and s->ctx_gram are free again here */
+        cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, C, (int)W, 1.0, s->ctx, C, 0.0, s->work, C);
+        rc = top_eigen(s->work, C, k, vals, vecs, err);
+    }
+    if (!rc) {
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)W, k, C, 1.0, s->ctx, C, vecs, C, 0.0, coords, k);
+        unit_rows(coords, coords, W, k);
+        topic_means(a, coords, k, s->block, out);
+    }
+    free(vecs), free(coords), free(vals);
+    return rc;
+}
+
 static int finish_layer(lens_decomp *a, layer_acc *la, finish_scratch *s, lens_decomp_layer *out, lens_err *err)
 {
     const int C = a->C, P = a->P;
@@ -477,6 +617,17 @@ static int finish_layer(lens_decomp *a, layer_acc *la, finish_scratch *s, lens_d
     if (top_eigenvalue(s->work, C, &lam_resid, err) != 0) return -1;
     if (top_eigenvalue(s->hc, C, &lam_h, err) != 0) return -1;
 
+    /* From here on pos and ctx may be measured against a reference run's pos and mu */
+    const lens_decomp_layer *ref = a->opts.reference ? reference_layer(a->opts.reference, la->layer) : NULL;
+    if (ref) {
+        memcpy(s->pos, ref->pos, (size_t)P * C * sizeof(double));
+        memcpy(out->pos, ref->pos, (size_t)P * C * sizeof(double));
+        for (long c = 0; c < W; c++)
+            for (int i = 0; i < C; i++)
+                s->ctx[c * C + i] = (double)la->ctx_mean[c * C + i] + la->shift[i] - ref->mean[i];
+        cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, C, (int)W, 1.0, s->ctx, C, 0.0, s->ctx_gram, C);
+    }
+
     /* ctx: top-K right singular vectors and |ctx|_op from ctx^T ctx */
     int K = a->opts.top_k;
     if (K > P - 1) K = P - 1; /* pos has rank <= P - 1 (its rows sum to 0) */
@@ -524,6 +675,11 @@ static int finish_layer(lens_decomp *a, layer_acc *la, finish_scratch *s, lens_d
     out->pos_explained_k10 = sum_s > 0 ? k10 / sum_s : 0;
     out->pos_explained_k2_sq = sum_s2 > 0 ? k2sq / sum_s2 : 0;
     out->pos_explained_k10_sq = sum_s2 > 0 ? k10sq / sum_s2 : 0;
+    const int n_sv = P < C ? P : C;
+    out->pos_screenot_rank = lens_screenot(sv, n_sv, P, C, a->opts.screenot_k, &out->pos_screenot_threshold);
+    double at_rank = 0;
+    for (int j = 0; j < out->pos_screenot_rank; j++) at_rank += sv[j];
+    out->pos_explained_screenot = sum_s > 0 ? at_rank / sum_s : 0;
     for (int j = 0; j < 2; j++) {
         int big = 0;
         for (int t = 1; t < P; t++)
@@ -587,25 +743,7 @@ static int finish_layer(lens_decomp *a, layer_acc *la, finish_scratch *s, lens_d
     out->max_abs_cos = max_cos;
     out->mean_abs_cos = sum_cos / ((double)P * W);
 
-    /* topics: |cos(ctx_a, ctx_b)|, a < b, by equal / different label */
-    if (a->labels_state == 1) {
-        double within = 0, between = 0;
-        long nw = 0, nbw = 0;
-        for (long c0 = 0; c0 < W; c0 += COS_BLOCK) {
-            int nb = W - c0 < COS_BLOCK ? (int)(W - c0) : COS_BLOCK;
-            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nb, (int)W, C, 1.0, s->ctx_unit + c0 * C, C,
-                        s->ctx_unit, C, 0.0, s->block, (int)W);
-            for (int r = 0; r < nb; r++)
-                for (long b = c0 + r + 1; b < W; b++) {
-                    double v = fabs(s->block[(size_t)r * W + b]);
-                    if (a->labels[c0 + r] == a->labels[b]) within += v, nw++;
-                    else between += v, nbw++;
-                }
-        }
-        out->topics_within = nw ? within / nw : 0;
-        out->topics_between = nbw ? between / nbw : 0;
-        out->topics_within_pairs = nw, out->topics_between_pairs = nbw;
-    }
+    if (a->labels_state == 1) return topics(a, s, out, err);
     return 0;
 }
 
@@ -652,7 +790,7 @@ int lens_decomp_finish(lens_decomp *a, lens_decomp_result *res, lens_err *err)
     res->has_labels = a->labels_state == 1;
     int rc = 0;
     for (int l = 0; l < a->n_layers && rc == 0; l++) {
-        if (a->opts.cancel && *a->opts.cancel) rc = lens_fail(err, LENS_ECANCEL, "decomposition cancelled");
+        if (lens_cancelled(a->opts.cancel)) rc = lens_fail(err, LENS_ECANCEL, "decomposition cancelled");
         else rc = finish_layer(a, &a->acc[l], &s, &res->layers[l], err);
     }
     scratch_free(&s);

@@ -29,6 +29,7 @@
 
 #define LENS_DECOMP_DEFAULT_TOP_K 10       /* principal angles between top-k subspaces */
 #define LENS_DECOMP_DEFAULT_BATCH_TOKENS 2048 /* tokens per lens_forward call */
+#define LENS_DECOMP_SCREENOT_K 20           /* rank bound of the released Table 1 (metrics.py screenNOT) */
 
 typedef struct {
     int keep_first_position; /* 0 (default, as the paper): position 0 is left out of every statistic */
@@ -41,6 +42,18 @@ typedef struct {
     void (*progress)(void *user, long windows_done, long windows_total); /* after each batch */
     void *progress_user;
     long windows_total;      /* passed to progress; 0 when unknown */
+    /* Definition choices (docs/decomposition.md, docs/reproducing.md). */
+    int topics_self_pairs;   /* 1: the within-label mean includes the W pairs a == b (cos 1), as the released
+                              * avg_similarity_within(_NoPCA) of uncover-hidden-geometry src/utils/metrics.py */
+    int topics_pca;          /* > 0: cosines of ctx projected on its top topics_pca principal axes (the released
+                              * avg_similarity_within / _between use 20); 0: raw ctx */
+    int screenot_k;          /* ScreeNOT rank bound k; 0 -> LENS_DECOMP_SCREENOT_K; the rank is -1 when
+                              * 2k + 1 >= min(P, C) (the imputation needs it) */
+    /* Optional: pos and mu of another run (same layers, T and first position): the metrics of pos use
+     * reference->layers[l].pos and ctx[c] = mean_t h[c][t] - reference mu, as the released topic and
+     * Table 1 runs take them from a larger corpus. Shares, the resid norm and the denominator
+     * |H - mean(H)|_op stay those of these windows. Not owned. */
+    const struct lens_decomp_result *reference;
 } lens_decomp_opts;
 
 typedef struct {
@@ -53,6 +66,9 @@ typedef struct {
     double pos_stable_rank;  /* sum s^2 / s_1^2 over the singular values s of pos [P][C] */
     double pos_explained_k2, pos_explained_k10;       /* sum_{i<k} s_i / sum s_i (paper) */
     double pos_explained_k2_sq, pos_explained_k10_sq; /* sum_{i<k} s_i^2 / sum s_i^2 */
+    int pos_screenot_rank;   /* ScreeNOT (Donoho-Gavish-Romanov, imputation) rank of pos; -1: P too small */
+    double pos_screenot_threshold;  /* its singular value threshold */
+    double pos_explained_screenot;  /* sum_{i<r} s_i / sum s_i at that rank (released Table 1); 0 when r = -1 */
     float *pos_pca;          /* [P][2] coordinates on the top-2 principal axes (u_i s_i); the sign makes
                               * each column's entry of largest magnitude positive */
     double pos_smoothness;   /* share of the 2-D DCT-II energy of cos(pos_i, pos_j) in the lowest
@@ -68,7 +84,7 @@ typedef struct {
     double *pos;             /* [P][C] */
 } lens_decomp_layer;
 
-typedef struct {
+typedef struct lens_decomp_result {
     int n_layers;            /* selected layers */
     lens_decomp_layer *layers;
     long n_windows;          /* W */
@@ -112,6 +128,12 @@ int lens_decomp_windows_from_texts(const lens_tokenizer *tok, const char *const 
 
 /* The decomposition of an in-memory tensor h[W][P][C] (for tests and small
  * inputs): mu [C], pos [P][C], ctx [W][C], resid [W][P][C] (resid may be NULL). */
+/* ScreeNOT (Donoho, Gavish & Romanov 2023, adaptive hard thresholding with
+ * the imputation strategy): sv [n] singular values in descending order of a
+ * rows x cols matrix (n = min(rows, cols)), k the rank bound. Returns the
+ * number of sv above the threshold (*threshold), or -1 when 2k + 1 >= n. */
+int lens_screenot(const double *sv, int n, int rows, int cols, int k, double *threshold);
+
 void lens_decomp_components(const float *h, int W, int P, int C, double *mu, double *pos, double *ctx,
                             double *resid);
 

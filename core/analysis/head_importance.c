@@ -12,7 +12,7 @@
 
 #define BATCH_TOKENS 8192
 
-static int cancelled(const volatile int *c) { return c && *c; }
+static int cancelled(const volatile int *c) { return lens_cancelled(c); }
 
 int lens_head_accuracy(const lens_model *m, const lens_example *ex, int n, const unsigned char *mask,
                        lens_pool *pool, const volatile int *cancel, int *pred, double *accuracy, lens_err *err)
@@ -52,6 +52,13 @@ int lens_head_accuracy(const lens_model *m, const lens_example *ex, int n, const
     }
     *accuracy = n ? (double)correct / n : 0;
     return 0;
+}
+
+int lens_heads_pruned(double f, int L, int NH, int floor_count)
+{
+    /* (f * L) * NH in double, in the released code's order: 0.7 * 12 * 12 = 100.8 -> 100 */
+    const int k = floor_count ? (int)(f * L * NH) : (int)(f * (L * NH) + 0.5);
+    return k < L * NH ? k : L * NH;
 }
 
 void lens_head_order(const float *importance, int H, int *order)
@@ -137,7 +144,8 @@ int lens_head_importance_run(const lens_model *m, const lens_example *ex, int n,
             break;
         }
         lens_attr_opts ao = {.steps = opts ? opts->steps : 0, .riemann = opts ? opts->riemann : LENS_RIEMANN_RIGHT,
-                             .target = -1, .cancel = opts ? opts->cancel : NULL, .pool = opts ? opts->pool : NULL};
+                             .target = opts && opts->target_gold ? ex[e].label : -1,
+                             .cancel = opts ? opts->cancel : NULL, .pool = opts ? opts->pool : NULL};
         lens_attribution a;
         if (lens_attribution_run(m, ex[e].ids, ex[e].type_ids, ex[e].T, &ao, &a, err)) {
             rc = -1;
@@ -170,7 +178,7 @@ int lens_head_importance_run(const lens_model *m, const lens_example *ex, int n,
     for (int i = 0; i < H; i++) out->attn_importance[i] = (float)(attn_sum[i] / n);
     for (int p = 0; p < LENS_PRUNE_POINTS && !rc; p++) {
         const double f = p / (double)(LENS_PRUNE_POINTS - 1);
-        const int k = (int)(f * H + 0.5);
+        const int k = lens_heads_pruned(f, L, NH, opts && opts->prune_floor);
         out->fraction[p] = f, out->n_pruned[p] = k;
         lens_head_order(out->attr_importance, H, order);
         rc = pruned_accuracy(m, ex, n, order, k, mask, opts, &out->acc_attr[p], err);

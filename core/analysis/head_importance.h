@@ -3,10 +3,11 @@
  *
  * For a BERT sequence classifier and examples (ids, label):
  *  - attribution importance I_h = max_ij Attr_h[i][j] (core/analysis/attribution.h,
- *    target = the predicted class), averaged over the examples;
+ *    target = the gold label or the predicted class, opts.target_gold), averaged
+ *    over the examples (the released code sums; the order is the same);
  *  - attention-score importance (the paper's baseline) S_h = max_ij A_h[i][j],
  *    the largest attention probability of head h, averaged over the examples;
- *  - accuracy after pruning round(f * L * NH) heads for f = 0, 0.1, .., 1:
+ *  - accuracy after pruning floor or round(f * L * NH) heads (opts.prune_floor) for f = 0, 0.1, .., 1:
  *    the least important heads first (ascending importance, ties by the
  *    lower layer * NH + head index) for each importance, and in a random
  *    order (Fisher-Yates with xorshift64*, seeds seed .. seed + n_seeds - 1),
@@ -27,6 +28,10 @@ typedef struct {
 typedef struct {
     int steps;                  /* attribution Riemann steps; 0 = 20 */
     lens_riemann riemann;
+    int target_gold;            /* 1: attribute towards the gold label, as the released
+                                 * examples/prune_head_with_attr.py (attattr); 0: the predicted class */
+    int prune_floor;            /* 1: prune floor(f * L * NH) heads (the released int(prune_rate * L * NH));
+                                 * 0: round(f * L * NH) */
     int n_seeds;                /* random orders averaged; 0 = 3 */
     unsigned long long seed;    /* first seed; 0 = 1 */
     lens_pool *pool;            /* forward-pass threads; NULL = the caller */
@@ -56,6 +61,9 @@ void lens_head_importance_free(lens_head_importance *h);
  * pruned; NULL = none) into pred[n]; *accuracy = fraction equal to label. */
 int lens_head_accuracy(const lens_model *m, const lens_example *ex, int n, const unsigned char *mask,
                        lens_pool *pool, const volatile int *cancel, int *pred, double *accuracy, lens_err *err);
+
+/* Heads pruned at fraction f of H: floor (the released code) or round. */
+int lens_heads_pruned(double f, int L, int NH, int floor_count);
 
 /* Pruning order: heads [L*NH] ascending by importance (ties: lower index). */
 void lens_head_order(const float *importance, int H, int *order);

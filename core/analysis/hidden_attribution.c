@@ -131,7 +131,8 @@ static void primal_run(primal *p, const float *h0, float *hidden)
             lens_linear_forward(lc->q, p->x, &b->q, T);
             lens_linear_forward(lc->k, p->x, &b->k, T);
             lens_linear_forward(lc->v, p->x, &b->v, T);
-            lens_attention_forward(p->ctx, lc->probs, TT, lc->q, lc->k, lc->v, T, p->NH, c->d_head_k, c->d_head_v, 0);
+            lens_attention_forward(p->ctx, lc->probs, TT, lc->q, lc->k, lc->v, T, p->NH, c->d_head_k, c->d_head_v, 0,
+                                   c->attn_scale);
             lens_linear_forward(lc->ln1_in, p->ctx, &b->attn_out, T);
             lens_residual_forward(lc->ln1_in, p->x, TC);
             lens_layernorm_forward(p->a, lc->ln1_mean, lc->ln1_rstd, lc->ln1_in, &b->ln_attn, T, C, c->ln_eps);
@@ -148,7 +149,8 @@ static void primal_run(primal *p, const float *h0, float *hidden)
             lens_linear_forward(lc->q, p->a, &b->q, T);
             lens_linear_forward(lc->k, p->a, &b->k, T);
             lens_linear_forward(lc->v, p->a, &b->v, T);
-            lens_attention_forward(p->ctx, lc->probs, TT, lc->q, lc->k, lc->v, T, p->NH, c->d_head_k, c->d_head_v, 1);
+            lens_attention_forward(p->ctx, lc->probs, TT, lc->q, lc->k, lc->v, T, p->NH, c->d_head_k, c->d_head_v, 1,
+                                   c->attn_scale);
             lens_linear_forward(lc->ln2_in, p->ctx, &b->attn_out, T);
             lens_residual_forward(lc->ln2_in, p->x, TC);
             /* x' = x2 + ff_out(gelu(ln_2(x2) W_in)) */
@@ -219,15 +221,14 @@ static void layernorm_jvp(float *dy, const float *dx, const float *x, const floa
 }
 
 /* forward: ctx_h = P_h v_h, P_h = softmax(q_h k_h^T / sqrt(DK)) (causal: GPT-2).
- * JVP per tangent and head:
- *   dS = (dq_h k_h^T + q_h dk_h^T) / sqrt(DK)
+ * JVP per tangent and head (scale = lens_config.attn_scale, 1/sqrt(DK) unless the config says DV):
+ *   dS = scale (dq_h k_h^T + q_h dk_h^T)
  *   dP = P ⊙ (dS − rowsum(P ⊙ dS))          (masked entries have P = 0)
  *   dctx_h = dP v_h + P dv_h */
 static void attention_jvp(float *dctx, const float *dq, const float *dk, const float *dv, const layer_cache *lc,
-                          int B, int T, int NH, int DK, int DV, float *dS)
+                          int B, int T, int NH, int DK, int DV, float scale, float *dS)
 {
     const int QK = NH * DK, VO = NH * DV;
-    const float scale = 1.0f / sqrtf((float)DK);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             const float *P = lc->probs + (size_t)h * T * T;
@@ -276,6 +277,7 @@ static void tangents_free(tangents *t)
 {
     free(t->tx), free(t->tn), free(t->tq), free(t->tk), free(t->tv), free(t->tctx), free(t->th), free(t->tff);
     free(t->dS), free(t->xhat), free(t->rows_in), free(t->rows_out);
+    memset(t, 0, sizeof *t); /* tangents_init frees on failure and its caller frees every set again */
 }
 
 static int tangents_init(tangents *t, const primal *p, int B)
@@ -328,7 +330,7 @@ static void layer_jvp(const primal *p, tangents *t, int l, int B, int row)
     const size_t RC = (size_t)R * C;
     if (c->arch == LENS_ARCH_BERT) {
         qkv_jvp(p, t, b, t->tx, B, row);
-        attention_jvp(t->tctx, t->tq, t->tk, t->tv, lc, B, T, p->NH, c->d_head_k, c->d_head_v, t->dS);
+        attention_jvp(t->tctx, t->tq, t->tk, t->tv, lc, B, T, p->NH, c->d_head_k, c->d_head_v, c->attn_scale, t->dS);
         linear_jvp(t->th, t->tctx, &b->attn_out, R);
         lens_residual_forward(t->th, t->tx, RC);
         layernorm_jvp(t->tn, t->th, lc->ln1_in, lc->ln1_mean, lc->ln1_rstd, &b->ln_attn, B, T, C, t->xhat);
@@ -340,7 +342,7 @@ static void layer_jvp(const primal *p, tangents *t, int l, int B, int row)
     } else {
         layernorm_jvp(t->tn, t->tx, lc->ln1_in, lc->ln1_mean, lc->ln1_rstd, &b->ln_attn, B, T, C, t->xhat);
         qkv_jvp(p, t, b, t->tn, B, row); /* ln_1's JVP keeps the other rows zero */
-        attention_jvp(t->tctx, t->tq, t->tk, t->tv, lc, B, T, p->NH, c->d_head_k, c->d_head_v, t->dS);
+        attention_jvp(t->tctx, t->tq, t->tk, t->tv, lc, B, T, p->NH, c->d_head_k, c->d_head_v, c->attn_scale, t->dS);
         linear_jvp(t->th, t->tctx, &b->attn_out, R);
         lens_residual_forward(t->tx, t->th, RC);
         layernorm_jvp(t->tn, t->tx, lc->ln2_in, lc->ln2_mean, lc->ln2_rstd, &b->ln_ff, B, T, C, t->xhat);
@@ -434,7 +436,7 @@ static void sweep_token(void *ctx, int i)
     tangents *t = &job->t[lens_pool_thread_index()];
     const lens_hta_opts *opts = job->opts;
     for (int d0 = 0; d0 < P; d0 += job->B) {
-        if (atomic_load(&job->cancelled) || (opts && opts->cancel && *opts->cancel)) {
+        if (atomic_load(&job->cancelled) || (opts && lens_cancelled(opts->cancel))) {
             atomic_store(&job->cancelled, 1);
             return;
         }

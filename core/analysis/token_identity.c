@@ -170,7 +170,7 @@ typedef struct {
 static void rank_block_task(void *ctx, int b)
 {
     rank_job *j = ctx;
-    if (j->failed || (j->cancel && *j->cancel)) {
+    if (j->failed || lens_cancelled(j->cancel)) {
         j->failed = 2;
         return;
     }
@@ -364,7 +364,7 @@ typedef struct {
 static void ti_layer_task(void *ctx, int k)
 {
     ti_job *j = ctx;
-    if (j->failed || (j->opts->cancel && *j->opts->cancel)) {
+    if (j->failed || lens_cancelled(j->opts->cancel)) {
         if (!j->failed) j->failed = 2;
         return;
     }
@@ -761,7 +761,7 @@ int lens_ti_fit(const lens_model *m, const lens_batch *train, const lens_batch *
     lens_activations act = {0};
     chunk ch = {0};
     while (next_chunk(train, &ch, o.batch_tokens)) {
-        if (o.cancel && *o.cancel) {
+        if (lens_cancelled(o.cancel)) {
             rc = lens_fail(err, LENS_ECANCEL, "cancelled while fitting");
             goto done;
         }
@@ -794,7 +794,7 @@ int lens_ti_fit(const lens_model *m, const lens_batch *train, const lens_batch *
         const lens_batch *b = pass == 0 ? train : heldout;
         chunk ec = {0};
         while (next_chunk(b, &ec, o.batch_tokens)) {
-            if (o.cancel && *o.cancel) {
+            if (lens_cancelled(o.cancel)) {
                 rc = lens_fail(err, LENS_ECANCEL, "cancelled while measuring the rates");
                 goto done;
             }

@@ -15,13 +15,15 @@ typedef struct {
     double score;
 } pattern;
 
-/* Top k pairs of S[T][T] among content tokens 1..T-2, i != j, into pi/pj. */
-static int top_pairs(const double *S, int T, int k, int *pi, int *pj)
+/* Top k pairs of S[T][T] into pi/pj: among content tokens 1..T-2 with
+ * i != j (all = 0), or over every i, j (all = 1). */
+static int top_pairs(const double *S, int T, int k, int all, int *pi, int *pj)
 {
     int n = 0;
-    for (int i = 1; i < T - 1; i++)
-        for (int j = 1; j < T - 1; j++) {
-            if (i == j) continue;
+    const int lo = all ? 0 : 1, hi = all ? T : T - 1;
+    for (int i = lo; i < hi; i++)
+        for (int j = lo; j < hi; j++) {
+            if (i == j && !all) continue;
             const double v = S[(size_t)i * T + j];
             int at = n < k ? n++ : k;
             if (at == k && v <= S[(size_t)pi[k - 1] * T + pj[k - 1]]) continue;
@@ -30,6 +32,22 @@ static int top_pairs(const double *S, int T, int k, int *pi, int *pj)
             pi[at] = i, pj[at] = j;
         }
     return n;
+}
+
+/* S [T][T] = the head of the released rule (run_adver_connection.py): per
+ * layer the head of the layer's largest entry (first in head, i, j order),
+ * kept over the layers when its maximum is strictly larger. */
+static void released_head(const lens_attribution *a, int L, int NH, size_t TT, double *S)
+{
+    const float *best = NULL;
+    float best_max = 0;
+    for (int l = 0; l < L; l++) {
+        const float *x = a->layers[l].attr;
+        size_t arg = 0;
+        for (size_t k = 1; k < (size_t)NH * TT; k++) arg = x[k] > x[arg] ? k : arg;
+        if (!best || x[arg] > best_max) best = x + arg / TT * TT, best_max = x[arg];
+    }
+    for (size_t ij = 0; ij < TT; ij++) S[ij] = best[ij];
 }
 
 void lens_trigger_insert(const lens_trigger *t, const int *ids, int T, int *out)
@@ -82,7 +100,8 @@ int lens_triggers_run(const lens_model *m, const lens_example *src, int n_src, c
 {
     const lens_config *c = &m->cfg;
     const int K = c->n_labels, L = c->n_layers, NH = c->n_heads;
-    const int top_k = opts && opts->top_k > 0 ? opts->top_k : 3;
+    const int released = opts && opts->rule == LENS_TRIGGER_RULE_RELEASED;
+    const int top_k = opts && opts->top_k > 0 ? opts->top_k : released ? 2 : 3;
     memset(out, 0, sizeof *out);
     if (c->arch != LENS_ARCH_BERT || c->task != LENS_TASK_CLASSIFICATION)
         return lens_fail(err, LENS_EINVAL, "triggers need a BERT sequence classifier; this model is %s",
@@ -113,7 +132,8 @@ int lens_triggers_run(const lens_model *m, const lens_example *src, int n_src, c
         lens_attr_opts ao = {.steps = opts ? opts->steps : 0, .riemann = opts ? opts->riemann : LENS_RIEMANN_RIGHT,
                              .target = -1, .cancel = opts ? opts->cancel : NULL, .pool = opts ? opts->pool : NULL};
         const int T = src[e].T;
-        if (T < 4) continue; /* fewer than two content tokens */
+        /* lensd: fewer than two content tokens; released: [CLS] [SEP] alone has no content to place */
+        if (T < (released ? 3 : 4)) continue;
         lens_attribution a;
         if (lens_attribution_run(m, src[e].ids, src[e].type_ids, T, &ao, &a, err)) {
             rc = -1;
@@ -127,12 +147,14 @@ int lens_triggers_run(const lens_model *m, const lens_example *src, int n_src, c
             rc = lens_fail(err, LENS_ENOMEM, "out of memory for triggers");
             break;
         }
-        for (int l = 0; l < L; l++)
-            for (int h = 0; h < NH; h++)
-                for (size_t ij = 0; ij < TT; ij++) S[ij] += a.layers[l].attr[h * TT + ij];
+        if (released) released_head(&a, L, NH, TT, S);
+        else
+            for (int l = 0; l < L; l++)
+                for (int h = 0; h < NH; h++)
+                    for (size_t ij = 0; ij < TT; ij++) S[ij] += a.layers[l].attr[h * TT + ij];
         const int cls = a.target; /* the predicted class: the pairs support predicting it */
         lens_attribution_free(&a);
-        const int np = top_pairs(S, T, top_k, pi, pj);
+        const int np = top_pairs(S, T, top_k, released, pi, pj);
         for (int q = 0; q < np; q++) {
             const int p0 = pi[q] < pj[q] ? pi[q] : pj[q], p1 = pi[q] < pj[q] ? pj[q] : pi[q];
             const int ta = src[e].ids[p0], tb = src[e].ids[p1];

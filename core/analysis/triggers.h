@@ -1,7 +1,8 @@
 /* triggers.h - adversarial triggers from attribution (Hao et al., AAAI 2021,
  * section 4.4).
  *
- * Pattern extraction, per source example (ids, label), on a BERT classifier:
+ * Pattern extraction, per source example (ids, label), on a BERT classifier
+ * (rule LENS_TRIGGER_RULE_LENSD; the released rule is below):
  *   S = Σ_l Σ_h Attr_l,h    ([T][T], target = the predicted class)
  * the top_k (default 3) pairs (i, j), i != j, both content tokens (not the
  * first, [CLS], nor the last, [SEP], position) by S; the pattern is the
@@ -10,6 +11,10 @@
  * is the pattern found in the top pairs of the most source examples
  * predicted as c (ties: the larger summed S); gold labels of the sources
  * are not used.
+ * LENS_TRIGGER_RULE_RELEASED replaces S by Attr_l*,h* of the head holding
+ * the largest entry over all layers and heads, and takes its top_k (2)
+ * entries over all i, j; relative positions may then lie outside 0..1
+ * ([CLS] at -1 / (T - 2)), and insertion clamps them to the content.
  * Attack: each victim of label v gets the trigger of the other label with
  * the most occurrences, its two tokens inserted at the same relative
  * positions of the victim's content (a at round(r_a n), then b at
@@ -20,10 +25,19 @@
 
 #include "core/analysis/head_importance.h"
 
+/* Which (i, j) pairs of a source example make its patterns. */
+typedef enum {
+    LENS_TRIGGER_RULE_LENSD = 0,    /* top_k pairs of S = sum over heads and layers, content tokens, i != j */
+    LENS_TRIGGER_RULE_RELEASED = 1, /* attattr examples/run_adver_connection.py: the single head (over all
+                                     * layers) holding the largest attribution entry, its top_k entries,
+                                     * any i, j ([CLS], [SEP] and i == j allowed) */
+} lens_trigger_rule;
+
 typedef struct {
     int steps;                  /* 0 = 20 */
     lens_riemann riemann;
-    int top_k;                  /* pairs per source example; 0 = 3 */
+    lens_trigger_rule rule;
+    int top_k;                  /* pairs per source example; 0 = 3 (lensd rule) or 2 (released rule) */
     lens_pool *pool;
     const volatile int *cancel;
     void (*progress)(void *user, double fraction);

@@ -29,4 +29,17 @@ int lens_fail(lens_err *err, lens_status code, const char *fmt, ...)
 
 const char *lens_status_name(lens_status code);
 
+/* A cancel flag (a deadline watchdog or DELETE /v1/jobs sets it while a
+ * worker computes) is read and written only through these: relaxed atomic
+ * loads and stores, so the flag is not a data race (C11 5.1.2.4; make
+ * test-tsan) and still costs a plain load per check. flag may be NULL. */
+static inline int lens_cancelled(const volatile int *flag)
+{
+    return flag && __atomic_load_n(flag, __ATOMIC_RELAXED);
+}
+static inline void lens_cancel_set(volatile int *flag, int value)
+{
+    __atomic_store_n(flag, value, __ATOMIC_RELAXED);
+}
+
 #endif

@@ -84,7 +84,7 @@ int lens_merge_add(lens_tokenizer *tok, const char *l, size_t ln, const char *r,
 /* GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves,
  * the other 68 bytes map to U+0100.. in byte order, so every byte has a
  * visible, valid-UTF-8 symbol in vocab.json. */
-static uint32_t byte_to_unicode(int b)
+uint32_t lens_byte_to_unicode(int b)
 {
     if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) return (uint32_t)b;
     if (b < 33) return 256 + (uint32_t)b;          /* 0..32   -> U+0100..U+0120 */
@@ -96,7 +96,7 @@ int lens_byte_level_ids(lens_tokenizer *tok, const char *what, lens_err *err)
 {
     for (int b = 0; b < 256; b++) {
         char sym[4];
-        int n = lens_utf8_put(byte_to_unicode(b), sym);
+        int n = lens_utf8_put(lens_byte_to_unicode(b), sym);
         tok->byte_id[b] = lens_vocab_find2(tok, "", 0, sym, (size_t)n);
         if (tok->byte_id[b] < 0)
             return lens_fail(err, LENS_EFORMAT, "%s: no piece for byte 0x%02x (\"%.*s\"), not a byte-level vocabulary",
@@ -324,7 +324,7 @@ int lens_bpe_word(const lens_tokenizer *tok, lens_bpe_scratch *sc, const lens_te
         } else if (n <= 256) {
             char mapped[512];
             int m = 0;
-            for (int k = 0; k < n; k++) m += lens_utf8_put(byte_to_unicode((unsigned char)t->bytes[b0 + k]), mapped + m);
+            for (int k = 0; k < n; k++) m += lens_utf8_put(lens_byte_to_unicode((unsigned char)t->bytes[b0 + k]), mapped + m);
             id = lens_vocab_find2(tok, "", 0, mapped, (size_t)m);
         }
         if (id >= 0) return lens_tok_push(out, id, a, b, segment);

@@ -127,6 +127,10 @@ static int parse_bert(json_t *root, const char *path, lens_config *cfg, lens_err
     if (get_int(root, path, "head_dim_key", dh, 1, 1 << 16, &cfg->d_head_k, err) ||
         get_int(root, path, "head_dim_value", dh, 1, 1 << 16, &cfg->d_head_v, err))
         return -1;
+    const char *scale = get_str(root, "attention_scale");
+    if (scale && strcmp(scale, "DK") && strcmp(scale, "DV"))
+        return lens_fail(err, LENS_EFORMAT, "%s: attention_scale \"%s\" is not DK or DV", path, scale);
+    cfg->scale_by_dv = scale && !strcmp(scale, "DV");
     const char *combine = get_str(root, "head_combination");
     if (combine && lens_head_combination_parse(combine, &cfg->head_combination))
         return lens_fail(err, LENS_EFORMAT, "%s: head_combination \"%s\" is not one of concat, sum, sum_adjacent",
@@ -177,6 +181,9 @@ int lens_config_load(const char *path, lens_config *cfg, lens_err *err)
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
+        /* jansson leaves the text empty for some allocation failures */
+        if (!jerr.text[0] || json_error_code(&jerr) == json_error_out_of_memory)
+            return lens_fail(err, LENS_ENOMEM, "%s: out of memory reading it", path);
         if (jerr.line <= 0) return lens_fail(err, LENS_ENOENT, "%s: %s", path, jerr.text);
         return lens_fail(err, LENS_EFORMAT, "%s: %s (line %d)", path, jerr.text, jerr.line);
     }
@@ -198,6 +205,7 @@ int lens_config_load(const char *path, lens_config *cfg, lens_err *err)
     if (!strcmp(type, "bert")) rc = parse_bert(root, path, cfg, err);
     else if (!strcmp(type, "gpt2")) rc = parse_gpt2(root, path, cfg, err);
     else lens_fail(err, LENS_EFORMAT, "%s: unsupported model_type \"%s\" (bert, gpt2)", path, type);
+    if (rc == 0) lens_config_set_attn_scale(cfg);
 out:
     json_decref(root);
     if (rc) lens_config_free(cfg);

@@ -75,6 +75,14 @@ int lens_tokenize(const lens_tokenizer *tok, const char *text, size_t len,
                   const char *pair, size_t pair_len,
                   lens_token **out, int *n_out, lens_err *err);
 
+/* Ids back to text, as HF's tokenizer.decode: WordPiece joins pieces with
+ * spaces, glues "##" continuations and cleans up spaces before punctuation;
+ * byte-level BPE maps each piece's symbols back to bytes (invalid UTF-8 runs
+ * become U+FFFD). skip_special drops [CLS], [SEP] and added tokens. An id
+ * outside the vocabulary fails with LENS_EINVAL. *text is malloc'd. */
+int lens_tokenizer_decode(const lens_tokenizer *tok, const int *ids, int n, int skip_special, char **text,
+                          size_t *len, lens_err *err);
+
 /* GPT-2's pre-tokenizer alone (the regex the BPE kind splits text with,
  * without special tokens): calls word(ctx, start, end) with the byte range
  * of each pre-token, in order; a non-zero return from word stops the walk and

@@ -118,6 +118,8 @@ struct lens_tokenizer {
 
 int lens_utf8_next(const unsigned char *s, size_t avail, uint32_t *cp);
 int lens_utf8_put(uint32_t cp, char *out);
+/* GPT-2's byte -> code point table (bpe.c): byte-level pieces spell bytes with these. */
+uint32_t lens_byte_to_unicode(int b);
 int lens_utf8_valid(const char *s, size_t len, size_t *bad_at);
 
 /* A decoded segment: cp[n] and byte_off[n + 1] into bytes. */

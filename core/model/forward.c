@@ -93,7 +93,7 @@ typedef struct {
 } attend_job;
 
 /* One (sequence, head) pair, as lens_attention_forward does for one head:
- * P = softmax(q_h k_h^T / sqrt(DK)) (causal for GPT-2 or on request), ctx_h = P v_h. */
+ * P = softmax(attn_scale q_h k_h^T) (causal for GPT-2 or on request), ctx_h = P v_h. */
 static void attend_task(void *ctx, int task)
 {
     const attend_job *j = ctx;
@@ -113,7 +113,7 @@ static void attend_task(void *ctx, int task)
     }
     const lens_gemm_args scores = {.M = T, .N = T, .K = DK, .x = j->w->q + r * QK + h * DK, .ldx = (size_t)QK,
                                    .w = j->w->k + r * QK + h * DK, .ld = (size_t)QK, .w_kn = 0,
-                                   .alpha = 1.0f / sqrtf((float)DK), .y = probs, .ldy = (size_t)T};
+                                   .alpha = c->attn_scale, .y = probs, .ldy = (size_t)T};
     lens_gemm(&scores, NULL);
     lens_softmax_forward(probs, T, T, j->w->causal);
     const lens_gemm_args context = {.M = T, .N = DV, .K = T, .x = probs, .ldx = (size_t)T,
@@ -290,7 +290,7 @@ int lens_forward(const lens_model *m, const lens_batch *batch, const lens_forwar
                       &m->p.ln_emb, (int)N, C, c->ln_eps);
     keep_hidden(act, w.x, 0, C);
     for (int l = 0; l < L; l++) {
-        if (opts && opts->cancel && *opts->cancel) {
+        if (opts && lens_cancelled(opts->cancel)) {
             lens_fail(err, LENS_ECANCEL, "cancelled at layer %d of %d", l, L);
             goto fail;
         }

@@ -19,17 +19,22 @@
 
 #include "core/io/safetensors.h"
 
-const char *const lens_mkmodel_presets[] = {"tiny", "small", "base", NULL};
+const char *const lens_mkmodel_presets[] = {"micro", "tiny", "small", "base", NULL};
 
 typedef struct {
     int layers, hidden, heads, ff, positions;
+    int vocab; /* 0: the arch's real size (BERT 30522, GPT-2 50257) */
 } preset;
 
+/* micro is for tests that run a model millions of times (the fuzzers of
+ * tests/fuzz): 1000 tokens still hold every generated vocabulary entry
+ * (GPT-2: 256 bytes + 702 merges + <|endoftext|>). */
 static int find_preset(const char *name, int gpt2, preset *p)
 {
-    if (!strcmp(name, "tiny")) *p = (preset){2, 128, 2, 512, gpt2 ? 256 : 512};
-    else if (!strcmp(name, "small")) *p = (preset){4, 256, 4, 1024, 512};
-    else if (!strcmp(name, "base")) *p = (preset){12, 768, 12, 3072, gpt2 ? 1024 : 512};
+    if (!strcmp(name, "micro")) *p = (preset){2, 16, 2, 64, 64, 1000};
+    else if (!strcmp(name, "tiny")) *p = (preset){2, 128, 2, 512, gpt2 ? 256 : 512, 0};
+    else if (!strcmp(name, "small")) *p = (preset){4, 256, 4, 1024, 512, 0};
+    else if (!strcmp(name, "base")) *p = (preset){12, 768, 12, 3072, gpt2 ? 1024 : 512, 0};
     else return -1;
     return 0;
 }
@@ -273,14 +278,14 @@ int lens_mkmodel(const char *arch, const char *preset_name, const char *task, un
     if (!gpt2 && strcmp(arch, "bert")) return lens_fail(err, LENS_EINVAL, "unknown arch \"%s\" (bert, gpt2)", arch);
     preset p;
     if (find_preset(preset_name, gpt2, &p))
-        return lens_fail(err, LENS_EINVAL, "unknown preset \"%s\" (tiny, small, base)", preset_name);
+        return lens_fail(err, LENS_EINVAL, "unknown preset \"%s\" (micro, tiny, small, base)", preset_name);
     if (!task) task = gpt2 ? "causal-lm" : "classification";
     if (gpt2 ? strcmp(task, "causal-lm") != 0
              : strcmp(task, "classification") && strcmp(task, "masked-lm") && strcmp(task, "encoder"))
         return lens_fail(err, LENS_EINVAL, "task \"%s\" is not available for %s", task, arch);
     if (mkdir(out_dir, 0755) && errno != EEXIST)
         return lens_fail(err, LENS_EIO, "%s: %s", out_dir, strerror(errno));
-    const int vocab = gpt2 ? 50257 : 30522;
+    const int vocab = p.vocab ? p.vocab : gpt2 ? 50257 : 30522;
 
     builder b = {.r = {seed}};
     if (gpt2) build_gpt2(&b, &p, vocab);

@@ -9,7 +9,8 @@
 
 #include "core/base/err.h"
 
-/* arch: "bert" | "gpt2"; preset: "tiny" (L2 H128 2 heads), "small"
+/* arch: "bert" | "gpt2"; preset: "micro" (L2 H16 2 heads, vocab 1000: for
+ * tests that run a model very often), "tiny" (L2 H128 2 heads), "small"
  * (L4 H256 4 heads), "base" (L12 H768 12 heads; BERT vocab 30522, GPT-2
  * 50257). task: NULL for the arch's default (bert: classification with 2
  * labels, gpt2: causal-lm) or "classification" | "masked-lm" | "encoder". */

@@ -247,7 +247,11 @@ lens_model *lens_model_load(const char *dir, lens_err *err)
     }
     m->dir = strdup(dir);
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if (!m->dir || lens_config_load(path, &m->cfg, err)) goto fail;
+    if (!m->dir) {
+        lens_fail(err, LENS_ENOMEM, "out of memory");
+        goto fail;
+    }
+    if (lens_config_load(path, &m->cfg, err)) goto fail;
     m->p.blocks = calloc((size_t)m->cfg.n_layers, sizeof *m->p.blocks);
     if (!m->p.blocks) {
         lens_fail(err, LENS_ENOMEM, "out of memory");

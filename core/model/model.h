@@ -11,6 +11,7 @@
 #ifndef LENS_MODEL_H
 #define LENS_MODEL_H
 
+#include <math.h>
 #include <stddef.h>
 
 #include "core/base/err.h"
@@ -34,6 +35,8 @@ typedef struct {
     int n_layers, n_heads, d_model, d_ff;
     int d_head_k, d_head_v;  /* per head; d_model / n_heads unless configured */
     int head_combination;    /* identifiable variant: LENS_HEADS_CONCAT (0), LENS_HEADS_SUM, LENS_HEADS_SUM_ADJACENT */
+    int scale_by_dv;         /* config "attention_scale": "DV" (declare-lab's code scales by its value size) */
+    float attn_scale;        /* score scale 1/sqrt(DK), or 1/sqrt(DV) with scale_by_dv: lens_config_set_attn_scale */
     int vocab_size, max_positions, type_vocab_size;
     float ln_eps;
     int gelu_tanh;           /* 1: tanh approximation (gelu_new), 0: exact erf */
@@ -54,6 +57,13 @@ const char *lens_head_combination_name(int combine);
 static inline int lens_head_summed_column(const lens_config *c, int m)
 {
     return c->head_combination == LENS_HEADS_SUM_ADJACENT ? m / c->n_heads : m % c->d_head_v;
+}
+
+/* attn_scale from d_head_k / d_head_v and scale_by_dv; every code that fills
+ * a lens_config by hand calls it after setting the head sizes. */
+static inline void lens_config_set_attn_scale(lens_config *c)
+{
+    c->attn_scale = 1.0f / sqrtf((float)(c->scale_by_dv ? c->d_head_v : c->d_head_k));
 }
 
 int lens_config_load(const char *path, lens_config *cfg, lens_err *err);

@@ -244,13 +244,12 @@ void lens_softmax_backward(float *dinp, const float *probs, const float *dout, i
 }
 
 void lens_attention_forward(float *out, float *probs, size_t probs_stride, const float *q,
-                            const float *k, const float *v, int T, int NH, int DK, int DV, int causal)
+                            const float *k, const float *v, int T, int NH, int DK, int DV, int causal, float scale)
 {
     const int qk_stride = NH * DK, v_stride = NH * DV;
-    const float scale = 1.0f / sqrtf((float)DK);
     for (int h = 0; h < NH; h++) {
         float *p = probs + h * probs_stride;
-        /* scores[T][T] = q_h k_h^T / sqrt(DK): W = k_h^T, k_h rows are W's columns */
+        /* scores[T][T] = scale q_h k_h^T: W = k_h^T, k_h rows are W's columns */
         const lens_gemm_args scores = {.M = T, .N = T, .K = DK, .x = q + h * DK, .ldx = qk_stride,
                                        .w = k + h * DK, .ld = qk_stride, .w_kn = 0, .alpha = scale,
                                        .y = p, .ldy = T};
@@ -267,10 +266,9 @@ void lens_attention_forward(float *out, float *probs, size_t probs_stride, const
 void lens_attention_backward(float *dq, float *dk, float *dv, float *dprobs, size_t dprobs_stride,
                              float *dscores, const float *dout, const float *q, const float *k,
                              const float *v, const float *probs, size_t probs_stride, int T, int NH,
-                             int DK, int DV, int causal)
+                             int DK, int DV, int causal, float scale)
 {
     const int qk_stride = NH * DK, v_stride = NH * DV;
-    const float scale = 1.0f / sqrtf((float)DK);
     for (int h = 0; h < NH; h++) {
         const float *p = probs + h * probs_stride;
         float *dp = dprobs + h * dprobs_stride;
@@ -284,7 +282,7 @@ void lens_attention_backward(float *dq, float *dk, float *dv, float *dprobs, siz
         /* forward: P = softmax(scores) */
         memset(dscores, 0, sizeof(float) * T * T);
         lens_softmax_backward(dscores, p, dp, T, T, causal);
-        /* forward: scores = q_h k_h^T / sqrt(DK) */
+        /* forward: scores = scale q_h k_h^T */
         if (dq)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, DK, T, scale, dscores, T, k + h * DK,
                         qk_stride, 1.0f, dq + h * DK, qk_stride);

@@ -96,21 +96,22 @@ void lens_softmax_backward(float *dinp, const float *probs, const float *dout, i
  *   probs: NH blocks of [T][T], head h at probs + h * probs_stride (so the
  *          probabilities can land directly in a caller's [L][NH][...] layout)
  *   out:  [T][NH*DV], head h in columns h*DV .. h*DV+DV-1
- * scores = q_h k_h^T / sqrt(DK), causal mask for GPT-2, softmax, out_h = P v_h. */
+ * scores = scale q_h k_h^T (scale = lens_config.attn_scale: 1/sqrt(DK), or 1/sqrt(DV) for an
+ * identifiable encoder trained as declare-lab's code), causal mask for GPT-2, softmax, out_h = P v_h. */
 void lens_attention_forward(float *out, float *probs, size_t probs_stride, const float *q,
-                            const float *k, const float *v, int T, int NH, int DK, int DV, int causal);
+                            const float *k, const float *v, int T, int NH, int DK, int DV, int causal, float scale);
 /* Backward of lens_attention_forward for one sequence.
  *   dout: [T][NH*DV] gradient of out; q, k, v, probs as in the forward
  *   dprobs: NH blocks of [T][T] at dprobs_stride: SET (not accumulated) to
  *           dL/dP_h = dout_h v_h^T, the gradient w.r.t. the probabilities
  *   dq, dk: [T][NH*DK], dv: [T][NH*DV], accumulated; any may be NULL
  *   dscores: [T][T] scratch, used when dq or dk is non-NULL
- * dscores = softmax_backward(dP); dq_h += dscores k_h / sqrt(DK),
- * dk_h += dscores^T q_h / sqrt(DK), dv_h += P^T dout_h. */
+ * dscores = softmax_backward(dP); dq_h += scale dscores k_h,
+ * dk_h += scale dscores^T q_h, dv_h += P^T dout_h. */
 void lens_attention_backward(float *dq, float *dk, float *dv, float *dprobs, size_t dprobs_stride,
                              float *dscores, const float *dout, const float *q, const float *k,
                              const float *v, const float *probs, size_t probs_stride, int T, int NH,
-                             int DK, int DV, int causal);
+                             int DK, int DV, int causal, float scale);
 
 /* Embeddings of one sequence (BERT / GPT-2 input):
  * out[T][C] = tok[ids[t]] + pos[t] (+ type[type_ids[t]] when type is

@@ -324,11 +324,12 @@ lens_trainer *lens_trainer_new(const lens_config *cfg, unsigned long long seed, 
     if (gpt2) {
         /* c_attn's [C][3C] fixes DK = DV = C / NH; GPT-2 has no summed variant or segments */
         t->cfg.d_head_k = t->cfg.d_head_v = cfg->d_model / cfg->n_heads;
-        t->cfg.head_combination = 0, t->cfg.type_vocab_size = 0;
+        t->cfg.head_combination = 0, t->cfg.type_vocab_size = 0, t->cfg.scale_by_dv = 0;
         snprintf(t->cfg.architecture, sizeof t->cfg.architecture, "GPT2LMHeadModel");
     } else if (!t->cfg.type_vocab_size) {
         t->cfg.type_vocab_size = 2;
     }
+    lens_config_set_attn_scale(&t->cfg);
     t->p.blocks = calloc((size_t)cfg->n_layers, sizeof *t->p.blocks);
     if (!t->p.blocks) goto oom;
     walker w;
@@ -541,7 +542,7 @@ static void forward(lens_trainer *t, const lens_batch *b, size_t N, size_t A)
         for (int s = 0; s < b->n_seqs; s++) {
             const size_t r = (size_t)a->row_start[s];
             lens_attention_forward(ctx + r * VO, probs + a->attn_start[s], A, q + r * QK, k + r * QK, v + r * VO,
-                                   b->lengths[s], NH, DK, DV, 0);
+                                   b->lengths[s], NH, DK, DV, 0, c->attn_scale);
         }
         lens_gemm_linear(r1, ctx, &blk->attn_out, n, t->pool);
         lens_residual_forward(r1, x, N * C);
@@ -641,7 +642,7 @@ static void backward(lens_trainer *t, const lens_batch *b, size_t N, size_t A)
             const int T = b->lengths[s];
             lens_attention_backward(a->dq + r * QK, a->dk + r * QK, a->dv + r * VO, a->dprobs, a->tmax2,
                                     a->dscores, a->dctx + r * VO, q + r * QK, k + r * QK, v + r * VO,
-                                    probs + a->attn_start[s], A, T, NH, DK, DV, 0);
+                                    probs + a->attn_start[s], A, T, NH, DK, DV, 0, c->attn_scale);
         }
         /* q, k, v = x W_{Q,K,V} + b */
         lens_linear_backward(a->dxn, G(t, blk->q.w), G(t, blk->q.b), a->dq, x, &blk->q, n);
@@ -694,7 +695,7 @@ static void forward_gpt2(lens_trainer *t, const lens_batch *b, size_t N, size_t 
         for (int s = 0; s < b->n_seqs; s++) {
             const size_t r = (size_t)a->row_start[s] * C;
             lens_attention_forward(ctx + r, probs + a->attn_start[s], A, q + r, k + r, v + r, b->lengths[s], NH, DH,
-                                   DH, 1);
+                                   DH, 1, c->attn_scale);
         }
         lens_gemm_linear(mid, ctx, &blk->attn_out, n, t->pool);
         lens_residual_forward(mid, x, N * C);
@@ -751,7 +752,8 @@ static void backward_gpt2(lens_trainer *t, const lens_batch *b, size_t N, size_t
         for (int s = 0; s < b->n_seqs; s++) {
             const size_t r = (size_t)a->row_start[s] * C;
             lens_attention_backward(a->dq + r, a->dk + r, a->dv + r, a->dprobs, a->tmax2, a->dscores, a->dctx + r,
-                                    q + r, k + r, v + r, probs + a->attn_start[s], A, b->lengths[s], NH, DH, DH, 1);
+                                    q + r, k + r, v + r, probs + a->attn_start[s], A, b->lengths[s], NH, DH, DH, 1,
+                                    c->attn_scale);
         }
         /* q, k, v = h1 W_{q,k,v} + b (column blocks of c_attn) */
         memset(a->dres, 0, NC * sizeof(float)); /* dres = dL/dh1 */
@@ -1096,6 +1098,7 @@ static int write_config(const lens_trainer *t, const char *dir, lens_err *err)
     if (c->d_head_k != dh || c->d_head_v != dh || c->head_combination)
         fprintf(f, "  \"head_dim_key\": %d,\n  \"head_dim_value\": %d,\n  \"head_combination\": \"%s\",\n",
                 c->d_head_k, c->d_head_v, lens_head_combination_name(c->head_combination));
+    if (c->scale_by_dv) fprintf(f, "  \"attention_scale\": \"DV\",\n");
     if (c->task == LENS_TASK_MASKED_LM) {
         fprintf(f, "  \"lensd_task\": \"masked-lm\"\n}\n");
         if (ferror(f) | fclose(f)) return lens_fail(err, LENS_EIO, "%s: write failed", path);

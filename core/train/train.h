@@ -95,6 +95,8 @@ typedef struct {
     const char *label_names; /* "negative,positive" for numeric labels, or NULL */
     int layers, hidden, heads, ff, max_len, d_head_k, d_head_v; /* 0: defaults */
     int head_combination; /* LENS_HEADS_* (model.h) for a new model; --init keeps the checkpoint's */
+    int scale_by_dv;      /* scores scaled by 1/sqrt(DV) as declare-lab's code (config "attention_scale": "DV");
+                           * 0: 1/sqrt(DK), the paper. --init keeps the checkpoint's */
     int epochs, batch_size, max_train; /* max_train 0: all examples */
     long max_steps;                    /* 0: epochs decide */
     float lr, warmup, weight_decay, clip; /* warmup: fraction of the steps */

@@ -116,6 +116,7 @@ static int make_config(const lens_train_opts *o, const lens_tokenizer *tok, lens
     snprintf(c->architecture, sizeof c->architecture, "GPT2LMHeadModel");
     c->n_layers = o->layers, c->n_heads = o->heads, c->d_model = o->hidden, c->d_ff = o->ff;
     c->d_head_k = c->d_head_v = o->hidden / o->heads;
+    lens_config_set_attn_scale(c);
     c->vocab_size = lens_tokenizer_vocab_size(tok);
     c->max_positions = o->max_len, c->ln_eps = 1e-5f, c->gelu_tanh = 1;
     return 0;

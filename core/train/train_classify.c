@@ -278,6 +278,8 @@ static int make_config(const lens_train_opts *o, const lens_tokenizer *tok, cons
     c->d_head_k = o->d_head_k ? o->d_head_k : o->hidden / o->heads;
     c->d_head_v = o->d_head_v ? o->d_head_v : o->hidden / o->heads;
     c->head_combination = o->head_combination;
+    c->scale_by_dv = o->scale_by_dv;
+    lens_config_set_attn_scale(c);
     c->vocab_size = lens_tokenizer_vocab_size(tok);
     c->max_positions = o->max_len, c->type_vocab_size = 2, c->ln_eps = 1e-12f;
     c->n_labels = ls->n;

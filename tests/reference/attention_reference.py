@@ -31,6 +31,17 @@ per (layer, head) rank, null_dim, rank_v1, key_aware (or null), stats and the
 row sums of the effective matrix; full effective matrices for two heads
 (layer 1 head 0, layer 2 head 1).
 
+Writes tests/fixtures/attention_causal_rows.json: causal heads whose prefix
+V[:DV] is near-singular (sigma_min below tol while every Gram-Schmidt distance
+is above it): a constructed one, and gpt2-tiny-wikitext on a 100-token
+sequence (> DV = 64) where row DV - 1 of layer 2 head 0 moved by 1.4e-3 before
+the rank of each prefix was certified. A, V (float32) and the per-row SVD
+effective matrix, so the C test runs on the same inputs.
+
+Writes tests/fixtures/attention_key_aware.json: rank(J), rank(M J) of two heads
+of models/demo-identifiable at 125 tokens (1000 unknowns) from the explicit
+matrices, with their A, V, Q (see key_aware_demo_cases).
+
 Usage (repo root):  /usr/bin/python3 tests/reference/attention_reference.py [SHARED_DIR]"""
 import json
 import math
@@ -246,6 +257,73 @@ def synthetic_cases():
     return cases
 
 
+def causal_rows_cases(shared):
+    """Near-singular causal prefixes (see the module docstring), per-row SVD reference."""
+    rng = np.random.default_rng(16)
+    cases = []
+    # constructed: T = 28, DV = 20; V[:20] = L W^T with L unit lower triangular, -1 below the
+    # diagonal (one singular value ~2^-19, Gram-Schmidt distances all 1), W a random rotation;
+    # rows 20.. random, which lift sigma_min of the prefix above tol again.
+    T, DV = 28, 20
+    L = torch.eye(DV, dtype=torch.float64) - torch.tril(torch.ones(DV, DV, dtype=torch.float64), -1)
+    W, _ = torch.linalg.qr(torch.tensor(rng.standard_normal((DV, DV))))
+    V = torch.cat([L @ W.T, torch.tensor(rng.standard_normal((T - DV, DV)))]).float()
+    S = torch.tensor(rng.standard_normal((T, T))).masked_fill(~torch.tril(torch.ones(T, T, dtype=torch.bool)),
+                                                              float("-inf"))
+    A = torch.softmax(S, -1).float()
+    cases.append(("constructed", A, V))
+    # gpt2-tiny-wikitext: golden examples repeated, a 100-token window from offset 5
+    model_dir = os.path.join(shared, "models", "gpt2-tiny-wikitext")
+    model, _ = rf.load(model_dir)
+    with open(os.path.join(model_dir, "golden.json")) as f:
+        body = [t for e in json.load(f)["examples"] for t in e["input_ids"]]
+    ids = (body * 10)[5:105]
+    out = rf.run_one(model, ids, [0] * len(ids))
+    for l in range(1, model.L + 1):
+        V_all = out["values"][l - 1]
+        DV = V_all.shape[1] // model.nh
+        for h in range(model.nh):
+            cases.append((f"gpt2-tiny-wikitext layer {l} head {h}", out["attentions"][l - 1][h].float(),
+                          V_all[:, h * DV:(h + 1) * DV].float()))
+    result = []
+    for name, A, V in cases:
+        E, r, tol = effective_causal(A.double(), V.double())  # from the float32 values the C test reads
+        T, DV = V.shape
+        smin = float(torch.linalg.svdvals(V[:DV].double())[-1]) if T >= DV else float("nan")
+        print(f"causal rows {name}: T {T} DV {DV} rank {r} tol {tol:.3g} sigma_min(V[:DV]) {smin:.3g}")
+        result.append({"name": name, "T": T, "DV": DV, "rank": r, "A": rf.F32(A), "V": rf.F32(V),
+                       "effective": rf.F32(E.float())})
+    return {"generated_by": "tests/reference/attention_reference.py (PyTorch %s, float64, one SVD per prefix)"
+            % torch.__version__, "gpt2_input_ids": ids, "cases": result}
+
+
+def key_aware_demo_cases(repo):
+    """tests/fixtures/attention_key_aware.json: the key-aware ranks at the length of the
+    issue (125 tokens) on models/demo-identifiable (DK 8, DV 128: 1000 unknowns), two
+    heads, with the float32 A, V, Q the C test feeds to lensd's Gram/inertia method; the
+    ranks here are torch.linalg.svdvals of the explicit J (15625 x 1000) and M J
+    (16000 x 1000) in float64."""
+    model_dir = os.path.join(repo, "models", "demo-identifiable")
+    model, _ = rf.load(model_dir)
+    T = 125
+    ids = [2] + [500 + (7919 * t) % 7000 for t in range(1, T - 1)] + [3]
+    out = rf.run_one(model, ids, [0] * T)
+    cases = []
+    for l, h in [(1, 1), (2, 0)]:
+        Qall = queries(model, True, out["hidden_states"], l)
+        V_all = out["values"][l - 1]
+        DV, DK = V_all.shape[1] // model.nh, Qall.shape[1] // model.nh
+        A = out["attentions"][l - 1][h].float()
+        V = V_all[:, h * DV:(h + 1) * DV].float()
+        Q = Qall[:, h * DK:(h + 1) * DK].float()
+        ka = key_aware(A.double(), V.double(), Q.double(), False)
+        print(f"key-aware demo-identifiable layer {l} head {h}: T {T} {ka}")
+        cases.append({"name": f"demo-identifiable layer {l} head {h}", "T": T, "DK": DK, "DV": DV,
+                      "A": rf.F32(A), "V": rf.F32(V), "Q": rf.F32(Q), "key_aware": ka})
+    return {"generated_by": "tests/reference/attention_reference.py (PyTorch %s, float64 svdvals of the explicit "
+            "matrices)" % torch.__version__, "input_ids": ids, "cases": cases}
+
+
 def main():
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     shared = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(repo), "shared")
@@ -257,7 +335,7 @@ def main():
             golden = json.load(f)
         examples = [analyze(model, is_bert, model_dir, f"{name}/{label}", ids)
                     for label, ids in example_ids(golden, is_bert)]
-        fixture = {"model": name, "generated_by": "tests/reference/attention_reference.py (PyTorch %s, float64)"
+        fixture = {"command": "python3 tests/reference/attention_reference.py ../shared", "model": name, "generated_by": "tests/reference/attention_reference.py (PyTorch %s, float64)"
                    % torch.__version__,
                    "eps_f32": EPS_F32, "key_aware_max_unknowns": KEY_AWARE_MAX_UNKNOWNS,
                    "full_heads": [f"{l}.{h}" for l, h in FULL_HEADS], "examples": examples}
@@ -267,8 +345,16 @@ def main():
         print(f"{name}: wrote {os.path.relpath(path, repo)} ({os.path.getsize(path)} bytes)")
     path = os.path.join(repo, "tests", "fixtures", "attention_synthetic.json")
     with open(path, "w") as f:
-        f.write(rf.to_json({"generated_by": "tests/reference/attention_reference.py", "cases": synthetic_cases()}) + "\n")
+        f.write(rf.to_json({"command": "python3 tests/reference/attention_reference.py ../shared", "generated_by": "tests/reference/attention_reference.py", "cases": synthetic_cases()}) + "\n")
     print(f"synthetic: wrote {os.path.relpath(path, repo)} ({os.path.getsize(path)} bytes)")
+    path = os.path.join(repo, "tests", "fixtures", "attention_causal_rows.json")
+    with open(path, "w") as f:
+        f.write(rf.to_json(causal_rows_cases(shared)) + "\n")
+    print(f"causal rows: wrote {os.path.relpath(path, repo)} ({os.path.getsize(path)} bytes)")
+    path = os.path.join(repo, "tests", "fixtures", "attention_key_aware.json")
+    with open(path, "w") as f:
+        f.write(rf.to_json(key_aware_demo_cases(repo)) + "\n")
+    print(f"key-aware: wrote {os.path.relpath(path, repo)} ({os.path.getsize(path)} bytes)")
 
 
 if __name__ == "__main__":

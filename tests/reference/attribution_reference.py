@@ -190,7 +190,7 @@ def main():
                   f"summed over layers {gap:.3g}, tree root {ex['riemann'][riemann]['tree']['root']} "
                   f"edges {len(ex['riemann'][riemann]['tree']['edges'])}")
         examples.append(ex)
-    fixture = {"model": "bert-tiny-sst2", "steps": STEPS, "threshold": THRESHOLD,
+    fixture = {"command": "python3 tests/reference/attribution_reference.py ../shared", "model": "bert-tiny-sst2", "steps": STEPS, "threshold": THRESHOLD,
                "generated_by": "tests/reference/attribution_reference.py (PyTorch %s, float64 autograd)" % torch.__version__,
                "layout": "attribution [NH][T][T] per layer; row i = query token, column j = attended token",
                "examples": examples}

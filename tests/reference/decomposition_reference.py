@@ -144,6 +144,7 @@ def main():
                 layers.append(m)
             variants.append({"drop_first_position": drop_first, "layers": layers})
         fixture = {
+            "command": "python3 tests/reference/decomposition_reference.py ../shared",
             "model": name,
             "generated_by": "tests/reference/decomposition_reference.py (PyTorch %s, hidden states float32, "
                             "metrics float64, non-streaming)" % torch.__version__,

@@ -196,6 +196,7 @@ def main():
             dev_accuracy(name, sys.argv[2])
         return
     fixture = {
+        "command": "python3 tests/reference/demo_models_reference.py",
         "generated_by": "tests/reference/demo_models_reference.py (PyTorch %s, float32, eval)" % torch.__version__,
         "models": {"demo-sst2": classifier("demo-sst2"), "demo-identifiable": classifier("demo-identifiable"),
                    "demo-mlm": mlm(), "demo-gpt2": gpt2()},

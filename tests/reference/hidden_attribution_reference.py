@@ -91,7 +91,7 @@ def ranks(hl, h0, metric):
 
 def main():
     shared = sys.argv[1] if len(sys.argv) > 1 else "../shared"
-    out = {"tolerance": 1e-4, "models": {}}
+    out = {"command": "python3 tests/reference/hidden_attribution_reference.py ../shared", "tolerance": 1e-4, "models": {}}
     for name, examples in EXAMPLES.items():
         model, cfg = rf.load(os.path.join(shared, "models", name))
         model.w = {k: v.double() for k, v in model.w.items()}

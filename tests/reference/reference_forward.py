@@ -372,6 +372,7 @@ def main():
         check_batch(name, model, examples, outs)
         is_lm = cfg["architectures"][0] in ("BertForMaskedLM", "GPT2LMHeadModel")
         fixture = {
+            "command": "python3 tests/reference/reference_forward.py ../shared",
             "model": name,
             "architecture": cfg["architectures"][0],
             "generated_by": "tests/reference/reference_forward.py (PyTorch %s, float32, eval)" % torch.__version__,

@@ -330,7 +330,7 @@ def fit(shared):
 
 def main():
     shared = sys.argv[1] if len(sys.argv) > 1 else "../shared"
-    out = {"top_k": TOP_K, "eps": EPS, "rankings": rankings(shared), "vocabulary": vocabulary(shared),
+    out = {"command": "python3 tests/reference/token_identity_reference.py ../shared", "top_k": TOP_K, "eps": EPS, "rankings": rankings(shared), "vocabulary": vocabulary(shared),
            "fit": fit(shared)}
     path = "tests/fixtures/token_identity_shared.json"
     with open(path, "w") as f:

@@ -188,6 +188,7 @@ async function run(name, spec) {
         }
     }
     const doc = {
+        command: 'ORACLE_DIR=/tmp/tokoracle node tests/reference/tokenizer_oracle.mjs',
         generated_by: 'node tests/reference/tokenizer_oracle.mjs (tokenizer_json_oracle.mjs; npm install on its first line)',
         oracle: 'npm tokenizers ' + JSON.parse(fs.readFileSync(path.join(oracleDir, 'node_modules/tokenizers/package.json'), 'utf8')).version,
         tokenizer: spec.source,

@@ -161,6 +161,7 @@ async function run(name, file, isBert) {
         out.push(item);
     }
     const doc = {
+        command: 'ORACLE_DIR=/tmp/tokoracle node tests/reference/tokenizer_oracle.mjs',
         generated_by: 'tests/reference/tokenizer_oracle.mjs',
         oracle: '@huggingface/transformers ' + JSON.parse(fs.readFileSync(path.join(oracleDir, 'node_modules/@huggingface/transformers/package.json'), 'utf8')).version,
         vocab: isBert ? 'shared/vocab/bert-base-uncased' : 'shared/vocab/gpt2',

@@ -1,0 +1,299 @@
+"""lensd: a Python client for the lensd HTTP API (standard library only).
+
+One method per operation of openapi.yaml. Responses that have a fixed shape
+come back as dataclasses (ModelInfo, Job, ...); the analysis responses, whose
+shape depends on the request's options, as typed dicts. Every error answer
+raises LensdError carrying the HTTP status and the server's code, message and
+field.
+
+    from lensd import Client
+    c = Client("http://127.0.0.1:8080")
+    c.forward("a charming [MASK] .", model="demo-mlm", outputs=["top_k"], k=5)
+"""
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, TypedDict
+
+__all__ = [
+    "Client", "LensdError", "ModelInfo", "FailedModel", "Models", "Job", "JobList", "Capabilities",
+    "Prediction", "Token",
+]
+
+
+class LensdError(Exception):
+    """An error answer: {"error": {"code", "message", "field"}} with its HTTP status."""
+
+    def __init__(self, status: int, code: str, message: str, field: Optional[str] = None,
+                 retry_after: Optional[float] = None):
+        super().__init__(f"{status} {code}: {message}" + (f" (field {field})" if field else ""))
+        self.status, self.code, self.message, self.field = status, code, message, field
+        self.retry_after = retry_after
+
+
+def _build(cls, data: Dict[str, Any]):
+    """A dataclass from a JSON object: known keys only (newer servers may add some)."""
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass
+class ModelInfo:
+    id: str
+    architecture: str
+    model_type: str
+    num_layers: int
+    num_heads: int
+    hidden_size: int
+    head_dim_key: int
+    head_dim_value: int
+    vocab_size: int
+    max_positions: int
+    labels: Optional[List[str]]
+    task: str
+    parameters: int
+    bytes: int
+    memory_bytes: int = 0
+    analyses: List[str] = field(default_factory=list)
+    random_weights: bool = False
+    tokenizer: bool = True
+
+
+@dataclass
+class FailedModel:
+    id: str
+    error: str
+
+
+@dataclass
+class Models:
+    models: List[ModelInfo]
+    failed: List[FailedModel]
+
+
+@dataclass
+class Job:
+    id: str
+    kind: str
+    state: str
+    progress: float
+    model: Optional[str]
+    created: str
+    started: Optional[str] = None
+    finished: Optional[str] = None
+    expires: Optional[str] = None
+    result: Optional[Dict[str, Any]] = None
+    error: Optional[Dict[str, Any]] = None
+
+    @property
+    def finished_state(self) -> bool:
+        return self.state in ("done", "failed", "cancelled")
+
+
+@dataclass
+class JobList:
+    jobs: List[Job]
+    total: int
+
+
+@dataclass
+class Capabilities:
+    analyses: List[Dict[str, Any]]
+    job_kinds: List[Dict[str, Any]]
+    data_dir: bool
+    data_files: List[Dict[str, Any]]
+
+
+class Token(TypedDict):
+    id: int
+    text: str
+    start: Optional[int]
+    end: Optional[int]
+    special: bool
+    segment: int
+
+
+class Prediction(TypedDict):
+    id: int
+    token: str
+    prob: float
+
+
+class Client:
+    """A lensd server at base_url; api_key is sent as a bearer token."""
+
+    def __init__(self, base_url: str = "http://127.0.0.1:8080", api_key: Optional[str] = None,
+                 timeout: float = 120.0):
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.timeout = timeout
+
+    # ------------------------------------------------------------ transport
+
+    def _request(self, method: str, path: str, body: Optional[Dict[str, Any]] = None,
+                 query: Optional[Dict[str, Any]] = None, raw: bool = False):
+        url = self.base_url + path
+        if query:
+            url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(url, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if self.api_key:
+            req.add_header("Authorization", f"Bearer {self.api_key}")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                payload = resp.read()
+        except urllib.error.HTTPError as e:
+            raise self._error(e) from None
+        if raw:
+            return payload.decode()
+        return json.loads(payload) if payload else None
+
+    @staticmethod
+    def _error(e: urllib.error.HTTPError) -> LensdError:
+        body = e.read()
+        retry = e.headers.get("Retry-After")
+        try:
+            err = json.loads(body)["error"]
+            return LensdError(e.code, err["code"], err["message"], err.get("field"),
+                              float(retry) if retry else None)
+        except (ValueError, KeyError, TypeError):
+            return LensdError(e.code, "http_error", body.decode(errors="replace")[:200])
+
+    @staticmethod
+    def _body(**kw) -> Dict[str, Any]:
+        return {k: v for k, v in kw.items() if v is not None}
+
+    @staticmethod
+    def _text_fields(text) -> Dict[str, Any]:
+        """text: a string, or a list of strings (a batch: the answer is {"results": [...]})."""
+        return {"texts": list(text)} if isinstance(text, (list, tuple)) else {"text": text}
+
+    # -------------------------------------------------------------- service
+
+    def healthz(self) -> Dict[str, Any]:
+        return self._request("GET", "/healthz")
+
+    def readyz(self) -> Dict[str, Any]:
+        return self._request("GET", "/readyz")
+
+    def metrics(self) -> str:
+        return self._request("GET", "/metrics", raw=True)
+
+    def info(self) -> Dict[str, Any]:
+        return self._request("GET", "/v1/info")
+
+    def openapi(self) -> str:
+        return self._request("GET", "/openapi.yaml", raw=True)
+
+    def capabilities(self) -> Capabilities:
+        return _build(Capabilities, self._request("GET", "/v1/capabilities"))
+
+    # --------------------------------------------------------------- models
+
+    def models(self) -> Models:
+        d = self._request("GET", "/v1/models")
+        return Models([_build(ModelInfo, m) for m in d["models"]], [_build(FailedModel, f) for f in d["failed"]])
+
+    def model(self, id: str) -> ModelInfo:
+        return _build(ModelInfo, self._request("GET", f"/v1/models/{urllib.parse.quote(id)}"))
+
+    def load_model(self, id: str, path: str) -> ModelInfo:
+        return _build(ModelInfo, self._request("POST", "/v1/models", {"id": id, "path": path}))
+
+    def unload_model(self, id: str) -> Dict[str, Any]:
+        return self._request("DELETE", f"/v1/models/{urllib.parse.quote(id)}")
+
+    # ------------------------------------------------------------- analyses
+
+    def tokenize(self, text: str, model: Optional[str] = None, text_pair: Optional[str] = None) -> Dict[str, Any]:
+        return self._request("POST", "/v1/tokenize", self._body(model=model, text=text, text_pair=text_pair))
+
+    def detokenize(self, ids: Sequence[int], model: Optional[str] = None,
+                   skip_special_tokens: Optional[bool] = None) -> Dict[str, Any]:
+        return self._request("POST", "/v1/detokenize",
+                             self._body(model=model, ids=list(ids), skip_special_tokens=skip_special_tokens))
+
+    def forward(self, text, model: Optional[str] = None, **options) -> Dict[str, Any]:
+        """options: outputs, layers, heads, positions, k, logit_lens, format, text_pair / text_pairs."""
+        return self._request("POST", "/v1/forward", {**self._body(model=model), **self._text_fields(text), **options})
+
+    def attention(self, text, model: Optional[str] = None, **options) -> Dict[str, Any]:
+        return self._request("POST", "/v1/attention", {**self._body(model=model), **self._text_fields(text), **options})
+
+    def attribution(self, text, model: Optional[str] = None, **options) -> Dict[str, Any]:
+        return self._request("POST", "/v1/attribution",
+                             {**self._body(model=model), **self._text_fields(text), **options})
+
+    def token_identity(self, text, model: Optional[str] = None, **options) -> Dict[str, Any]:
+        return self._request("POST", "/v1/token-identity",
+                             {**self._body(model=model), **self._text_fields(text), **options})
+
+    def hidden_attribution(self, text, model: Optional[str] = None, **options) -> Dict[str, Any]:
+        return self._request("POST", "/v1/hidden-attribution",
+                             {**self._body(model=model), **self._text_fields(text), **options})
+
+    def decomposition(self, model: Optional[str] = None, **options) -> Dict[str, Any]:
+        """options: texts (windows) or corpus, length, layers, ... (see DecompositionRequest)."""
+        return self._request("POST", "/v1/decomposition", {**self._body(model=model), **options})
+
+    # ----------------------------------------------------------------- jobs
+
+    def submit_job(self, kind: str, params: Dict[str, Any]) -> Job:
+        return _build(Job, self._request("POST", "/v1/jobs", {"kind": kind, "params": params}))
+
+    def job(self, id: str) -> Job:
+        return _build(Job, self._request("GET", f"/v1/jobs/{urllib.parse.quote(id)}"))
+
+    def cancel_job(self, id: str) -> Job:
+        return _build(Job, self._request("DELETE", f"/v1/jobs/{urllib.parse.quote(id)}"))
+
+    def jobs(self, state: Optional[str] = None, limit: Optional[int] = None) -> JobList:
+        d = self._request("GET", "/v1/jobs", query={"state": state, "limit": limit})
+        return JobList([_build(Job, j) for j in d["jobs"]], d["total"])
+
+    def job_events(self, id: str) -> Iterator[tuple]:
+        """(event, Job) pairs from GET /v1/jobs/{id}/events until the job finishes."""
+        req = urllib.request.Request(f"{self.base_url}/v1/jobs/{urllib.parse.quote(id)}/events")
+        if self.api_key:
+            req.add_header("Authorization", f"Bearer {self.api_key}")
+        try:
+            resp = urllib.request.urlopen(req, timeout=self.timeout)
+        except urllib.error.HTTPError as e:
+            raise self._error(e) from None
+        with resp:
+            event = None
+            for raw in resp:
+                line = raw.decode().rstrip("\n")
+                if line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("data: "):
+                    data = json.loads(line[6:])
+                    yield event, (_build(Job, data) if event != "error" else data)
+
+    def run_job(self, kind: str, params: Dict[str, Any], progress: Optional[Callable[[Job], Any]] = None,
+                cancel: Optional[Callable[[], bool]] = None) -> Job:
+        """Submit a job and follow its events until it finishes. progress(job) is
+        called on each event; when cancel() returns True the job is cancelled.
+        Returns the final Job; raises LensdError when it failed."""
+        job = self.submit_job(kind, params)
+        for _event, update in self.job_events(job.id):
+            if not isinstance(update, Job):
+                raise LensdError(404, update.get("code", "job_not_found"), update.get("message", ""), "id")
+            job = update
+            if progress:
+                progress(job)
+            if cancel and not job.finished_state and cancel():
+                self.cancel_job(job.id)
+        while not job.finished_state:  # the stream closed early (server shutdown): poll
+            time.sleep(0.2)
+            job = self.job(job.id)
+        if job.state == "failed" and job.error:
+            raise LensdError(422, job.error.get("code", "failed"), job.error.get("message", ""), job.error.get("field"))
+        return job

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""test_client.py - the Python client against a live build/lensd (make test).
+
+Starts build/lensd ($BUILD/lensd) on the demo models in models/ with
+--models-dir models (run-time loading) and --debug-delay-ms (so a job can be
+cancelled while it waits), runs every ```python block of
+clients/python/README.md as written (the notebook session), then checks
+each client method against the server's own answers and the error paths.
+Prints "python_client: N passed, N failed, N skipped" for scripts/run-tests.sh."""
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from lensd import Client, Job, LensdError, ModelInfo  # noqa: E402
+
+passed = failed = 0
+
+
+def check(cond, what):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print(f"FAIL {what}", file=sys.stderr)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(port):
+    lensd = os.path.join(ROOT, os.environ.get("BUILD") or "build", "lensd")
+    models = os.path.join(ROOT, "models")
+    log = open(f"/tmp/lensd-pyclient-{os.getpid()}.log", "w")
+    proc = subprocess.Popen([lensd, "serve", "--listen", f"127.0.0.1:{port}", "--models-dir", models,
+                             "--debug-delay-ms", "300", "--workers", "2"], stderr=log, cwd=ROOT)
+    for _ in range(600):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1)
+            return proc
+        except Exception:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.05)
+    proc.kill()
+    raise SystemExit(f"lensd did not start; see {log.name}")
+
+
+def run_readme(url):
+    """Every ```python block of README.md, in order, in one namespace."""
+    text = open(os.path.join(HERE, "README.md")).read()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    check(len(blocks) >= 5, f"README has {len(blocks)} python blocks (want >= 5)")
+    ns = {}
+    for i, block in enumerate(blocks):
+        try:
+            exec(compile(block.replace("http://127.0.0.1:8080", url), f"README block {i}", "exec"), ns)
+            check(True, "")
+        except Exception as e:  # a block that raises is a failed check, with its error
+            check(False, f"README block {i}: {type(e).__name__}: {e}")
+    return ns
+
+
+def test_methods(c: Client):
+    check(c.healthz() == {"status": "ok"} and c.readyz()["status"] == "ready", "healthz / readyz")
+    check("lensd_requests_total" in c.metrics(), "metrics text")
+    check(c.info()["version"], "info")
+    check(c.openapi().startswith("openapi: 3"), "openapi.yaml")
+    caps = c.capabilities()
+    check(len(caps.job_kinds) >= 6 and any(a["name"] == "forward" for a in caps.analyses), "capabilities")
+    ms = c.models()
+    check({"demo-sst2", "demo-mlm", "demo-gpt2"} <= {m.id for m in ms.models} and ms.failed == [], "models")
+    sst2 = c.model("demo-sst2")
+    check(isinstance(sst2, ModelInfo) and sst2.task == "classification" and sst2.memory_bytes > 0, "model")
+    tok = c.tokenize("a charming film", model="demo-sst2")
+    check([t["text"] for t in tok["tokens"]] == ["[CLS]", "a", "charming", "film", "[SEP]"], "tokenize")
+    det = c.detokenize(tok["input_ids"], model="demo-sst2", skip_special_tokens=True)
+    check(det["text"] == "a charming film", f"detokenize: {det['text']!r}")
+    f = c.forward("a charming film", model="demo-sst2")
+    check(f["label"] == "positive" and abs(sum(f["probs"]) - 1) < 1e-5, "forward")
+    check(len(c.attention("a charming film", model="demo-sst2", layers=[1])["layers"]) == 1, "attention")
+    attr = c.attribution("a charming film", model="demo-sst2", steps=4)
+    check(attr["steps"] == 4 and len(attr["tokens"]) == 5 and attr["layers"], "attribution")
+    check(c.token_identity("a charming film", model="demo-sst2")["model"] == "demo-sst2", "token_identity")
+    check(c.hidden_attribution("a charming film", model="demo-sst2")["model"] == "demo-sst2", "hidden_attribution")
+    batch = c.attention(["a film", "awful"], model="demo-sst2", layers=[1])
+    check(len(batch["results"]) == 2, "batch attention")
+    # run-time models: load, use, unload
+    info = c.load_model("mlm2", "demo-mlm")
+    check(info.id == "mlm2" and info.task == "masked-lm", "load_model")
+    check(c.forward("a [MASK] film", model="mlm2", outputs=["top_k"], k=2)["top_k"][0]["position"] == 2,
+          "forward on the loaded model")
+    check(c.unload_model("mlm2")["unloaded"] is True, "unload_model")
+
+
+def test_errors(c: Client):
+    cases = [
+        (lambda: c.forward("x", model="nope"), 404, "model_not_found", "model"),
+        (lambda: c.forward("", model="demo-sst2"), 422, "invalid_request", "text"),
+        (lambda: c.forward("x", model="demo-sst2", logit_lens=True), 422, "invalid_request", "logit_lens"),
+        (lambda: c.load_model("x", "../outside"), 422, "invalid_request", "path"),
+        (lambda: c.load_model("demo-sst2", "demo-sst2"), 409, "model_exists", "id"),
+        (lambda: c.job("0123456789abcdef"), 404, "job_not_found", "id"),
+        (lambda: c.jobs(state="finished"), 422, "invalid_request", "state"),
+        (lambda: c.submit_job("nope", {}), 422, "invalid_request", "kind"),
+    ]
+    check(len(cases) == 8, "8 error cases")
+    for call, status, code, field in cases:
+        try:
+            call()
+            check(False, f"no error raised, want {status} {code}")
+        except LensdError as e:
+            check((e.status, e.code, e.field) == (status, code, field),
+                  f"got {e.status} {e.code} {e.field}, want {status} {code} {field}")
+
+
+def test_jobs(c: Client):
+    updates = []
+    job = c.run_job("hidden-attribution", {"model": "demo-sst2", "text": "a charming film"}, progress=updates.append)
+    check(isinstance(job, Job) and job.state == "done" and job.result and updates[-1].state == "done",
+          "run_job: done with progress updates")
+    check(any(u.state == "running" for u in updates), "progress saw the running state")
+    # cancel: the job waits --debug-delay-ms before it runs; cancel on the first update
+    job = c.run_job("hidden-attribution", {"model": "demo-sst2", "text": "a charming film"}, cancel=lambda: True)
+    check(job.state == "cancelled" and job.error and job.error["code"] == "cancelled", f"cancel: {job.state}")
+    try:
+        c.run_job("hidden-attribution", {"model": "demo-sst2", "text": "a charming film", "method": "nope"})
+        check(False, "a bad job param raises")
+    except LensdError as e:
+        check(e.status == 422 and e.field and e.field.startswith("params."), f"bad job param: {e}")
+
+
+def main():
+    port = free_port()
+    proc = start_server(port)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        c = Client(url)
+        run_readme(url)
+        test_methods(c)
+        test_errors(c)
+        test_jobs(c)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            check(proc.wait(timeout=30) == 0, "lensd exits cleanly")
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            check(False, "lensd did not exit")
+    print(f"python_client: {passed} passed, {failed} failed, 0 skipped")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,404 @@
+// test.mjs - the dashboard in Debian's headless chromium (puppeteer-core,
+// no browser download) against live lensd servers on the demo models.
+//
+// Environment (set by tests/web/run.sh): LENSD_URL (plain server), KEY_URL and
+// API_KEY (a server with --api-key-file), GATEWAY_URL (nginx with a path
+// prefix in front of LENSD_URL), CHROMIUM, SHOTS (screenshot folder).
+//
+// Per view: zero console errors, and what it draws matches the API: token
+// chips = /v1/tokenize's tokens, top-k list = top-k of /v1/forward's logits
+// (and its top_k output when the server has it), head cells = layers x heads,
+// heatmap cells = T x T, tree edges = the response's edges, spirals = layers,
+// pruning curve points = the job result's fractions. Closes with
+// "test_web: N passed, N failed, N skipped" like the C tests.
+import puppeteer from 'puppeteer-core';
+import { mkdirSync } from 'node:fs';
+
+const { LENSD_URL, KEY_URL, API_KEY, GATEWAY_URL, CHROMIUM = '/usr/bin/chromium', SHOTS = 'build/web-shots' } = process.env;
+let passed = 0, failed = 0, skipped = 0;
+const shots = [];
+function check(cond, what) {
+  if (cond) passed++;
+  else { failed++; console.error(`FAIL ${what}`); }
+}
+function skip(what) { skipped++; console.log(`SKIP: ${what}`); }
+
+async function post(base, path, body, key) {
+  const headers = { 'Content-Type': 'application/json', ...(key ? { Authorization: `Bearer ${key}` } : {}) };
+  const res = await fetch(new URL(path, base), { method: 'POST', headers, body: JSON.stringify(body) });
+  if (!res.ok) throw new Error(`${path}: ${res.status} ${await res.text()}`);
+  return res.json();
+}
+async function get(base, path) { return (await fetch(new URL(path, base))).json(); }
+
+function topIds(logits, k) {
+  return logits.map((v, id) => ({ v, id })).sort((a, b) => b.v - a.v).slice(0, k).map(t => t.id);
+}
+
+const VIEWPORTS = [{ width: 1280, height: 800 }, { width: 390, height: 844, isMobile: true, hasTouch: true }];
+
+const browser = await puppeteer.launch({
+  executablePath: CHROMIUM,
+  headless: true,
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
+});
+mkdirSync(SHOTS, { recursive: true });
+
+// A page that records console errors, page errors and failed requests.
+async function openPage(viewport, allowed = []) {
+  const page = await browser.newPage();
+  await page.setViewport(viewport);
+  page.errors = [];
+  page.on('console', msg => {
+    if (msg.type() === 'error' && !allowed.some(re => re.test(msg.text()))) page.errors.push(`console: ${msg.text()}`);
+  });
+  page.on('pageerror', err => page.errors.push(`pageerror: ${err.message}`));
+  page.on('requestfailed', req => page.errors.push(`requestfailed: ${req.url()} ${req.failure() && req.failure().errorText}`));
+  return page;
+}
+
+async function waitReady(page, view) {
+  await page.waitForSelector(`section.view[data-view="${view}"][data-ready="1"]`, { timeout: 60000 });
+}
+
+async function gotoView(page, base, model, view) {
+  await page.goto(new URL(`?model=${model}#/${view}`, base).href, { waitUntil: 'domcontentloaded' });
+  await waitReady(page, view);
+  const err = await page.$$eval('section.view .error', els => els.map(e => e.textContent));
+  check(err.length === 0, `${view}/${model}: no error box (${err.join('; ')})`);
+  // plots and tables scroll inside their panels; the page itself never scrolls sideways
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  check(overflow <= 1, `${view}/${model}: no page-wide horizontal scroll at ${page.viewport().width}px (${overflow}px)`);
+}
+
+async function shot(page, name) {
+  const vp = page.viewport();
+  const file = `${SHOTS}/${name}-${vp.width}x${vp.height}.png`;
+  await page.screenshot({ path: file, fullPage: true });
+  shots.push(file);
+}
+
+function noErrors(page, what) {
+  check(page.errors.length === 0, `${what}: zero console errors (${page.errors.join(' | ')})`);
+  page.errors.length = 0;
+}
+
+// ------------------------------------------------------------------ views
+
+const TEXT = 'a charming and often affecting journey .';
+const models = (await get(LENSD_URL, 'v1/models')).models;
+const modelInfo = id => models.find(m => m.id === id);
+const modern = models.some(m => Array.isArray(m.analyses));
+// top_k and logit_lens on /v1/forward (the served spec says so)
+const specRes = modern ? await fetch(new URL('openapi.yaml', LENSD_URL)) : null;
+const specText = specRes && specRes.ok ? await specRes.text() : '';
+const predictionsApi = specText.includes('logit_lens:');
+const eventsApi = specText.includes('/v1/jobs/{id}/events');
+check(models.length === 4, `four demo models served (${models.length})`);
+
+async function textView(page, base) {
+  await gotoView(page, base, 'demo-sst2', 'text');
+  const tok = await post(LENSD_URL, 'v1/tokenize', { model: 'demo-sst2', text: TEXT });
+  const chips = await page.$$eval('.tokens .chip', els => els.map(e => e.dataset.token));
+  check(chips.length === tok.tokens.length && chips.length > 0, `token chips ${chips.length} = tokenize ${tok.tokens.length}`);
+  const spans = await page.$$eval('.tok-span', els => els.map(e => e.textContent));
+  const want = tok.tokens.filter(t => t.start !== null).map(t => TEXT.slice(t.start, t.end));
+  check(JSON.stringify(spans) === JSON.stringify(want), `highlighted spans follow the offsets (${spans.length})`);
+  const bars = await page.$$eval('svg.bars rect.bar', els => els.length);
+  check(bars === modelInfo('demo-sst2').labels.length, `one probability bar per label (${bars})`);
+  await shot(page, 'text-demo-sst2');
+  // a text pair: its tokens are segment 1 and are marked in the second paragraph
+  const pair = 'the second segment';
+  await page.type('input[name=text_pair]', pair);
+  await page.click('form.input-form button[type=submit]');
+  await page.waitForFunction(() => document.querySelectorAll('.source-text').length === 2, { timeout: 20000 });
+  const tp = await post(LENSD_URL, 'v1/tokenize', { model: 'demo-sst2', text: TEXT, text_pair: pair });
+  const second = await page.$$eval('.source-text', els => [...els[1].querySelectorAll('.tok-span')].map(e => e.textContent));
+  const wantSecond = tp.tokens.filter(t => t.segment === 1 && t.start !== null).map(t => pair.slice(t.start, t.end));
+  check(second.length > 0 && JSON.stringify(second) === JSON.stringify(wantSecond), `pair tokens marked in the second text (${second})`);
+  await page.$eval('input[name=text_pair]', e => { e.value = ''; });
+  noErrors(page, 'text/demo-sst2');
+
+  for (const model of ['demo-gpt2', 'demo-mlm']) {
+    await gotoView(page, base, model, 'text');
+    const text = await page.$eval('textarea[name=text]', e => e.value);
+    const t = await post(LENSD_URL, 'v1/tokenize', { model, text });
+    const positions = model === 'demo-gpt2' ? [t.tokens.length - 1] : t.tokens.flatMap((x, i) => (x.text === '[MASK]' ? [i] : []));
+    check(positions.length > 0, `${model}: positions to predict at`);
+    const fwd = await post(LENSD_URL, 'v1/forward', { model, text, outputs: ['logits'], positions });
+    const rows = Array.isArray(fwd.logits[0]) ? fwd.logits : [fwd.logits];
+    for (const [p, pos] of positions.entries()) {
+      const drawn = await page.$$eval(`ol.topk[data-position="${pos}"] li`, els => els.map(e => Number(e.dataset.id)));
+      const want = topIds(rows[p], 10);
+      check(drawn.length === 10 && JSON.stringify(drawn) === JSON.stringify(want),
+        `${model} top-10 at ${pos} = /v1/forward logits' (${drawn} vs ${want})`);
+      const probs = await page.$$eval(`ol.topk[data-position="${pos}"] li`, els => els.map(e => Number(e.dataset.prob)));
+      check(probs.every((v, i) => i === 0 || v <= probs[i - 1] + 1e-9) && probs[0] > 0 && probs[0] <= 1, `${model} probabilities sorted in (0, 1]`);
+    }
+    if (predictionsApi) {
+      const pred = await post(LENSD_URL, 'v1/forward', { model, text, outputs: ['top_k'], k: 10, positions, logit_lens: true });
+      for (const entry of pred.top_k) {
+        const drawn = await page.$$eval(`ol.topk[data-position="${entry.position}"] li`, els => els.map(e => Number(e.dataset.id)));
+        check(JSON.stringify(drawn) === JSON.stringify(entry.predictions.map(p => p.id)), `${model} top-10 at ${entry.position} = /v1/forward top_k`);
+      }
+      const lens = pred.logit_lens[pred.logit_lens.length - 1];
+      const rows = await page.$$eval('table.lens', (tables, n) => {
+        const t = tables[n];
+        return t ? [...t.querySelectorAll('tbody tr')].map(r => [...r.querySelectorAll('td')].map(td => Number(td.dataset.id))) : [];
+      }, pred.logit_lens.length - 1);
+      check(rows.length === lens.layers.length && rows.length > 0, `${model} logit lens: one row per layer (${rows.length} vs ${lens.layers.length})`);
+      check(JSON.stringify(rows) === JSON.stringify(lens.layers.map(l => l.predictions.map(p => p.id))), `${model} logit lens cells = the response's ids`);
+    } else {
+      skip(`${model} top_k and logit lens: this server's spec has no logit_lens`);
+    }
+    await shot(page, `text-${model}`);
+    noErrors(page, `text/${model}`);
+  }
+}
+
+async function attentionView(page, base) {
+  const model = 'demo-identifiable', m = modelInfo(model);
+  await gotoView(page, base, model, 'attention');
+  const cells = await page.$$eval('.head-cell', els => els.map(e => `${e.dataset.layer}:${e.dataset.head}`));
+  check(cells.length === m.num_layers * m.num_heads, `head cells ${cells.length} = layers x heads ${m.num_layers * m.num_heads}`);
+  check(new Set(cells).size === cells.length, 'head cells are distinct (layer, head) pairs');
+  const tok = await post(LENSD_URL, 'v1/tokenize', { model, text: TEXT });
+  const T = tok.tokens.length;
+  const maps = await page.$$eval('.focus svg.heatmap', els => els.map(s => s.querySelectorAll('rect.cell').length));
+  check(maps.length === 3 && maps.every(n => n === T * T), `focused head: raw, effective, difference of T x T = ${T * T} cells (${maps})`);
+  const last = cells[cells.length - 1];
+  await page.click(`.head-cell[data-layer="${last.split(':')[0]}"][data-head="${last.split(':')[1]}"]`);
+  const caption = await page.$eval('.focus figcaption', e => e.textContent);
+  check(caption.includes(`layer ${last.split(':')[0]} head ${last.split(':')[1]}`), `clicking a head focuses it (${caption})`);
+  const att = await post(LENSD_URL, 'v1/attention', { model, text: TEXT });
+  const rank = await page.$eval('.focus table.stats tr:nth-child(2) td', e => Number(e.textContent));
+  const lastHead = att.layers[att.layers.length - 1].heads[att.layers[0].heads.length - 1];
+  check(rank === lastHead.rank, `focused head's rank = the response's (${rank} vs ${lastHead.rank})`);
+  // colours encode the response: every raw cell's fill = viridis(weight), and the scales' fixed points
+  const fills = await page.evaluate(async () => {
+    const plot = await import(new URL('web/js/plot.js', document.baseURI).href);
+    const cells = [...document.querySelectorAll('.focus svg.heatmap')][0].querySelectorAll('rect.cell');
+    return { cells: [...cells].map(c => [Number(c.dataset.r), Number(c.dataset.c), c.getAttribute('fill')]),
+      fixed: [plot.seqColor(0), plot.seqColor(1), plot.divColor(0), plot.divColor(-1), plot.divColor(1)] };
+  });
+  check(JSON.stringify(fills.fixed) === JSON.stringify(['rgb(68,1,84)', 'rgb(253,231,37)', 'rgb(247,247,247)', 'rgb(103,0,31)', 'rgb(5,48,97)']),
+    `colour scales: viridis ends, diverging white at 0, red below, blue above (${fills.fixed})`);
+  const wantFill = await page.evaluate(async vals => {
+    const plot = await import(new URL('web/js/plot.js', document.baseURI).href);
+    return vals.map(row => row.map(v => plot.seqColor(v)));
+  }, lastHead.raw);
+  check(fills.cells.length > 0 && fills.cells.every(([r, c, f]) => f === wantFill[r][c]), 'focused raw heatmap: each cell coloured by the response weight');
+  const table = await page.$$eval('table.heads tr[data-layer]', els => els.map(r => [...r.children].map(td => td.textContent)));
+  const wantRows = att.layers.flatMap(l => l.heads.map(h => [String(l.layer), String(h.head), String(h.rank), String(h.null_dim)]));
+  check(table.length === m.num_layers * m.num_heads && JSON.stringify(table.map(r => r.slice(0, 4))) === JSON.stringify(wantRows),
+    `every-head table: layer, head, rank, null dim of all ${wantRows.length} heads = the response's`);
+  const points = await page.$$eval('svg.scatter circle.point', els => els.length);
+  check(points === 2 * m.num_layers * m.num_heads, `mass plot: 2 points per head (${points})`);
+  // hovering a cell shows the token pair and the value
+  const box = await (await page.$('.focus svg.heatmap rect.cell[data-r="1"][data-c="2"]')).boundingBox();
+  await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+  const tip = await page.$eval('.tooltip', e => e.textContent);
+  const want = `raw 1 ${tok.tokens[1].text} → 2 ${tok.tokens[2].text}`;
+  check(tip.startsWith(want), `tooltip names the token pair and value ("${tip}")`);
+  await shot(page, 'attention-demo-identifiable');
+  noErrors(page, 'attention');
+}
+
+async function attributionView(page, base) {
+  const model = 'demo-sst2', m = modelInfo(model);
+  await gotoView(page, base, model, 'attribution');
+  const resp = await post(LENSD_URL, 'v1/attribution', { model, text: TEXT, tree: true });
+  const T = resp.tokens.length;
+  const maps = await page.$$eval('.maps svg.heatmap', els => els.map(s => s.querySelectorAll('rect.cell').length));
+  check(maps.length === m.num_layers && maps.every(n => n === T * T), `one T x T heatmap per layer (${maps})`);
+  const edges = await page.$$eval('svg.tree line.edge', els => els.map(e => e.dataset.tip));
+  check(edges.length === resp.tree.edges.length && edges.length > 0, `tree edges drawn ${edges.length} = response ${resp.tree.edges.length}`);
+  const nodes = await page.$$eval('svg.tree circle.node', els => els.length);
+  check(nodes === resp.tree.nodes.length, `tree nodes drawn ${nodes} = response ${resp.tree.nodes.length}`);
+  const bars = await page.$$eval('svg.bars rect.bar', els => els.length);
+  check(bars === m.num_layers * m.num_heads, `head importance: one bar per head (${bars})`);
+  await shot(page, 'attribution-demo-sst2');
+  noErrors(page, 'attribution');
+
+  // GPT-2: next-token target, no tree
+  await gotoView(page, base, 'demo-gpt2', 'attribution');
+  const g = modelInfo('demo-gpt2');
+  const gmaps = await page.$$eval('.maps svg.heatmap', els => els.length);
+  check(gmaps === g.num_layers, `demo-gpt2: one heatmap per layer (${gmaps})`);
+  check(await page.$$eval('svg.tree', els => els.length) === 0, 'demo-gpt2: no tree drawn');
+  await shot(page, 'attribution-demo-gpt2');
+  noErrors(page, 'attribution/demo-gpt2');
+}
+
+// A 60-token text: cells keep their size and the heatmap scrolls in its box.
+async function longSequence(page, base) {
+  await gotoView(page, base, 'demo-sst2', 'identity');
+  const long = Array.from({ length: 6 }, () => 'a charming and often affecting journey , funny').join(' ');
+  await page.$eval('textarea[name=text]', (e, v) => { e.value = v; }, long);
+  await page.click('form.input-form button[type=submit]');
+  await page.waitForFunction(() => document.querySelectorAll('.contrib rect.cell').length > 2000, { timeout: 60000 });
+  const T = (await post(LENSD_URL, 'v1/tokenize', { model: 'demo-sst2', text: long })).tokens.length;
+  const info = await page.$eval('.contrib', box => {
+    const cell = box.querySelector('rect.cell'), scroller = box.querySelector('.scroll');
+    return { n: box.querySelectorAll('rect.cell').length, w: Number(cell.getAttribute('width')), sw: scroller.scrollWidth, cw: scroller.clientWidth,
+      svgW: Number(box.querySelector('svg.heatmap').getAttribute('width')) };
+  });
+  check(info.n === T * T && T >= 50, `long text: ${T} tokens, ${info.n} cells`);
+  check(info.w >= 17, `cells keep their size (${info.w}px)`);
+  check(info.sw >= info.svgW && (info.svgW <= info.cw || info.sw > info.cw), `the whole heatmap is reachable: box scrolls when narrower (svg ${info.svgW}, box ${info.cw}, scroll ${info.sw})`);
+  if (page.viewport().width < 600) check(info.sw > info.cw, `on a phone the heatmap scrolls inside its box (${info.sw} > ${info.cw})`);
+  await shot(page, 'identity-long-text');
+  noErrors(page, 'long sequence');
+}
+
+async function identityView(page, base) {
+  const model = 'demo-sst2', m = modelInfo(model);
+  await gotoView(page, base, model, 'identity');
+  const T = (await post(LENSD_URL, 'v1/tokenize', { model, text: TEXT })).tokens.length;
+  const ti = await post(LENSD_URL, 'v1/token-identity', { model, text: TEXT });
+  const rankCells = await page.$$eval('svg.heatmap', els => els[0].querySelectorAll('rect.cell').length);
+  check(rankCells === T * ti.layers.length, `rank map T x (L+1) = ${T * ti.layers.length} (${rankCells})`);
+  const ratePoints = await page.$$eval('svg.chart:not(.bars) circle', els => els.length);
+  check(ratePoints === 2 * ti.layers.length, `rate chart: 2 series x ${ti.layers.length} layers (${ratePoints})`);
+  const contrib = () => page.$eval('.contrib figcaption', e => e.textContent);
+  check((await contrib()).includes(`layer ${m.num_layers}`), 'contribution heatmap starts at the last layer');
+  await page.$eval('input[name=layer]', e => { e.value = '0'; e.dispatchEvent(new Event('input')); });
+  check((await contrib()).includes('layer 1'), 'the slider moves the heatmap to layer 1');
+  const cells = await page.$$eval('.contrib rect.cell', els => els.length);
+  check(cells === T * T, `contribution heatmap T x T (${cells})`);
+  await shot(page, 'identity-demo-sst2');
+  noErrors(page, 'identity');
+}
+
+async function decompositionView(page, base) {
+  const model = 'demo-gpt2';
+  await gotoView(page, base, model, 'decomposition');
+  const spirals = await page.$$eval('.spirals svg.scatter', els => els.map(s => s.querySelectorAll('circle.point').length));
+  const L = modelInfo(model).num_layers;
+  check(spirals.length === L + 1, `one position plot per hidden layer 0..L (${spirals.length})`);
+  check(spirals.every(n => n === 15), `each with the 15 kept positions of a 16-token window (${spirals})`);
+  const topics = await page.$$eval('figcaption', els => els.some(e => e.textContent.startsWith('Cosine similarity of context means')));
+  check(topics, 'topic similarity chart drawn');
+  await shot(page, 'decomposition-demo-gpt2');
+  noErrors(page, 'decomposition');
+}
+
+async function jobsView(page, base) {
+  await gotoView(page, base, 'demo-sst2', 'jobs');
+  // jobs of earlier runs are listed too: follow the row of the new job
+  const startJob = async kind => {
+    const before = await page.$$eval('table.jobs tbody tr', els => els.map(e => e.dataset.job));
+    await page.select('select[name=kind]', kind);
+    await page.click('form.input-form button[type=submit]');
+    await page.waitForFunction(b => [...document.querySelectorAll('table.jobs tbody tr')].some(e => !b.includes(e.dataset.job)), { timeout: 10000 }, before);
+    return page.$$eval('table.jobs tbody tr', (els, b) => els.find(e => !b.includes(e.dataset.job)).dataset.job, before);
+  };
+  const options = await page.$$eval('select[name=data] option', els => els.map(e => e.value).filter(Boolean));
+  if (modern) {
+    const caps = await get(LENSD_URL, 'v1/capabilities');
+    const tsv = caps.data_files.filter(f => f.path.endsWith('.tsv')).map(f => f.path);
+    if (!caps.data_dir) skip('dataset picker: the server has no --data-dir (../shared absent)');
+    else check(tsv.length > 0 && JSON.stringify(options) === JSON.stringify(tsv), `dataset picker lists the data dir's TSV files (${options})`);
+  } else check(options.length === 0, 'no dataset picker without /v1/capabilities');
+  const id = await startJob('head-importance');
+  await page.waitForFunction(() => [...document.querySelectorAll('figcaption')].some(f => f.textContent.startsWith('Accuracy as heads are pruned')), { timeout: 60000 });
+  const job = await get(LENSD_URL, `v1/jobs/${id}`);
+  check(job.state === 'done', `job ${id} done`);
+  const progress = await page.$eval(`tr[data-job="${id}"] progress`, e => e.value);
+  check(progress === 1, `progress bar full (${progress})`);
+  const series = await page.$$eval('svg.chart polyline.series', els => els.map(p => p.getAttribute('points').trim().split(' ').length));
+  const n = job.result.pruning.fraction.length;
+  check(series.length === 3 && series.every(k => k === n), `pruning curve: attribution, attention, random with ${n} points (${series})`);
+  const streamed = await page.evaluate(() => performance.getEntriesByType('resource').some(e => e.name.includes('/events')));
+  if (eventsApi) check(streamed, 'progress followed through /v1/jobs/{id}/events (SSE)');
+  else check(!streamed, 'no event stream asked of a server without one (polling)');
+  await shot(page, 'jobs-demo-sst2');
+
+  for (const kind of ['adversarial-triggers', 'decomposition']) {
+    const jid = await startJob(kind);
+    await page.waitForFunction(j => document.querySelector(`tr[data-job="${j}"] .state`).textContent === 'done', { timeout: 60000 }, jid);
+    const r = (await get(LENSD_URL, `v1/jobs/${jid}`)).result;
+    if (kind === 'adversarial-triggers') {
+      await page.waitForSelector('table.triggers', { timeout: 10000 });
+      const rows = await page.$$eval('table.triggers tr', els => els.length - 1);
+      const attack = await page.$$eval('table.attack tr', els => els.length - 1);
+      check(rows === r.triggers.length && attack === r.attack.length, `trigger table ${rows}/${r.triggers.length}, attack table ${attack}/${r.attack.length}`);
+    } else {
+      await page.waitForFunction(() => document.querySelectorAll('.spirals svg.scatter').length > 0, { timeout: 10000 });
+      const spirals = await page.$$eval('.spirals svg.scatter', els => els.map(s => s.querySelectorAll('circle.point').length));
+      check(spirals.length === r.layers.length && spirals.every(n => n === r.positions), `decomposition job: ${spirals.length} spirals of ${r.positions} positions`);
+    }
+    await shot(page, `jobs-${kind}`);
+  }
+  noErrors(page, 'jobs');
+}
+
+// ------------------------------------------------------------------- runs
+
+const views = [textView, attentionView, attributionView, identityView, decompositionView, jobsView, longSequence];
+for (const vp of VIEWPORTS) {
+  const page = await openPage(vp);
+  const t0 = Date.now();
+  await page.goto(new URL('?model=demo-sst2#/text', LENSD_URL).href, { waitUntil: 'domcontentloaded' });
+  await waitReady(page, 'text');
+  const ms = Number(await page.$eval('body', b => b.dataset.firstReady));
+  console.log(`first view interactive (${vp.width}x${vp.height}): ${ms} ms after navigation start (${Date.now() - t0} ms wall, target < 1000)`);
+  check(ms > 0, 'first-view time measured');
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  check(overflow <= 1, `no page-wide horizontal scroll at ${vp.width}px (${overflow}px)`);
+  for (const view of views) {
+    try { await view(page, LENSD_URL); } catch (err) { check(false, `${view.name} at ${vp.width}: ${err.message}`); }
+  }
+  await page.close();
+}
+
+// the API key: 401 -> dialog -> key -> models load
+if (KEY_URL) {
+  const page = await openPage(VIEWPORTS[0], [/status of 401/]);
+  await page.goto(new URL('#/attention', KEY_URL).href, { waitUntil: 'domcontentloaded' });
+  await page.waitForSelector('#key-dialog[open]', { timeout: 10000 });
+  await shot(page, 'api-key-dialog');
+  await page.type('#key-dialog input', API_KEY);
+  await page.click('#key-ok');
+  await waitReady(page, 'attention');
+  const cells = await page.$$eval('.head-cell', els => els.length);
+  check(cells > 0, `after the key the attention view draws (${cells} head cells)`);
+  // cancel: this server delays every job by 3 s (--debug-delay-ms), so it is still queued or waiting
+  await page.evaluate(() => { location.hash = '#/jobs'; });
+  await waitReady(page, 'jobs');
+  await page.select('select[name=kind]', 'head-importance');
+  await page.click('form.input-form button[type=submit]');
+  await page.waitForSelector('table.jobs tbody tr button.cancel:not([disabled])', { timeout: 10000 });
+  const id = await page.$eval('table.jobs tbody tr', e => e.dataset.job);
+  await page.click(`tr[data-job="${id}"] button.cancel`);
+  await page.waitForFunction(j => document.querySelector(`tr[data-job="${j}"] .state`).textContent === 'cancelled', { timeout: 15000 }, id);
+  const job = await (await fetch(new URL(`v1/jobs/${id}`, KEY_URL), { headers: { Authorization: `Bearer ${API_KEY}` } })).json();
+  check(job.state === 'cancelled', `Cancel cancels the job on the server (${job.state})`);
+  await shot(page, 'jobs-cancelled');
+  noErrors(page, 'API key flow and cancel');
+  await page.close();
+} else skip('API key flow: no KEY_URL');
+
+// behind the nginx gateway under a path prefix
+if (GATEWAY_URL) {
+  for (const vp of VIEWPORTS) {
+    const page = await openPage(vp);
+    await page.goto(new URL('?model=demo-identifiable#/attention', GATEWAY_URL).href, { waitUntil: 'domcontentloaded' });
+    await waitReady(page, 'attention');
+    const m = modelInfo('demo-identifiable');
+    const cells = await page.$$eval('.head-cell', els => els.length);
+    check(cells === m.num_layers * m.num_heads, `gateway ${vp.width}px: head cells ${cells} = ${m.num_layers * m.num_heads}`);
+    const urls = await page.evaluate(() => performance.getEntriesByType('resource').map(e => new URL(e.name).pathname));
+    const prefix = new URL(GATEWAY_URL).pathname;
+    check(urls.length > 5 && urls.every(u => u.startsWith(prefix)), `every request stays under ${prefix} (${urls.filter(u => !u.startsWith(prefix))})`);
+    await shot(page, 'gateway-attention');
+    noErrors(page, `gateway ${vp.width}px`);
+    await page.close();
+  }
+} else skip('gateway: no GATEWAY_URL');
+
+await browser.close();
+console.log(`screenshots (${shots.length}):\n  ${shots.join('\n  ')}`);
+console.log(`test_web: ${passed} passed, ${failed} failed, ${skipped} skipped`);
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,167 @@
+// jobs.js - Jobs: start the dataset analyses as async jobs, follow them
+// with live progress bars (Server-Sent Events where the server has them,
+// else polling), cancel them, and draw their results: the head pruning
+// curve, the adversarial trigger table, decomposition plots.
+import { el, lineChart, barChart, fmt, CATEGORICAL } from '../plot.js';
+import { sse } from '../api.js';
+import { section, note, into } from './common.js';
+import { decompositionPlots } from './decomposition.js';
+
+export const id = 'jobs';
+export const title = 'Jobs';
+
+const MINE = 'lensd.jobs'; // ids this tab started, for servers without GET /v1/jobs
+
+// A few labelled sentences in the style of SST-2 (0 negative, 1 positive).
+const ROWS = [
+  ['a charming and often affecting journey .', 1], ['the acting is terrible and the plot is worse .', 0],
+  ['one of the most moving films of the year .', 1], ['a dull , lifeless and forgettable mess .', 0],
+  ['funny , warm and beautifully made .', 1], ['it is too long and never finds its story .', 0],
+  ['a gorgeous , witty and tender film .', 1], ['the jokes fall flat and the characters are boring .', 0],
+  ['an honest and touching portrait of a family .', 1], ['nothing in this movie works .', 0],
+  ['smart , sharp and full of life .', 1], ['a tedious film with no heart .', 0],
+].map(([text, label]) => ({ text, label }));
+
+// data: '' for the built-in rows, else a TSV path under the server's --data-dir.
+function paramsFor(kind, model, data) {
+  const source = data ? { data, max_rows: 200 } : { rows: ROWS };
+  if (kind === 'head-importance') return { model, ...source, seeds: 2, steps: 8 };
+  if (kind === 'adversarial-triggers') return { model, ...source, steps: 8, top_k: 3 };
+  return { model, texts: ROWS.map(r => r.text), labels: ROWS.map(r => (r.label ? 'positive' : 'negative')), length: 8 };
+}
+
+function remember(id) {
+  const ids = JSON.parse(sessionStorage.getItem(MINE) || '[]');
+  sessionStorage.setItem(MINE, JSON.stringify([id, ...ids.filter(x => x !== id)].slice(0, 20)));
+}
+
+async function listJobs(ctx) {
+  if (ctx.modern) {
+    const res = await ctx.api('v1/jobs');
+    return res.jobs || res;
+  }
+  const ids = JSON.parse(sessionStorage.getItem(MINE) || '[]');
+  const jobs = [];
+  for (const id of ids) {
+    try { jobs.push(await ctx.api(`v1/jobs/${encodeURIComponent(id)}`)); } catch { /* expired */ }
+  }
+  return jobs;
+}
+
+const final = s => ['done', 'failed', 'cancelled'].includes(s);
+
+function pruningCurve(r) {
+  const xs = r.pruning.fraction;
+  return lineChart({ title: `Accuracy as heads are pruned (baseline ${fmt(r.baseline_accuracy)}, ${r.n_examples} examples)`, xLabel: 'fraction of heads pruned',
+    yLabel: 'accuracy', yDomain: [0, 1], series: [
+      { name: 'by attribution (least important first)', xs, ys: r.pruning.attribution, color: CATEGORICAL[0] },
+      { name: 'by attention', xs, ys: r.pruning.attention, color: CATEGORICAL[1] },
+      { name: `random order (mean of ${r.pruning.seeds} seeds)`, xs, ys: r.pruning.random, color: CATEGORICAL[2] }] });
+}
+
+function triggerTable(r) {
+  return el('table', { class: 'stats triggers' },
+    el('tr', {}, ['class', 'found', 'trigger tokens', 'relative positions', 'count', 'score'].map(t => el('th', { text: t }))),
+    r.triggers.map(t => el('tr', {}, el('td', { text: t.label_name ?? t.label }), el('td', { text: t.found ? 'yes' : 'no' }),
+      el('td', { text: (t.tokens || []).join(' ') }), el('td', { text: (t.positions || []).map(fmt).join(', ') }),
+      el('td', { text: t.count ?? '' }), el('td', { text: t.score === undefined ? '' : fmt(t.score) }))));
+}
+
+function attackTable(r) {
+  return el('table', { class: 'stats attack' },
+    el('tr', {}, ['victims of class', 'n', 'trigger of class', 'accuracy before', 'accuracy after'].map(t => el('th', { text: t }))),
+    r.attack.map(a => el('tr', {}, el('td', { text: a.label_name ?? a.label }), el('td', { text: a.n }),
+      el('td', { text: a.trigger_from ?? 'none' }), el('td', { text: fmt(a.accuracy_before) }), el('td', { text: fmt(a.accuracy_after) }))));
+}
+
+export function resultPanels(job) {
+  const r = job.result;
+  if (!r) return [note(job.error ? `${job.error.code}: ${job.error.message}` : `no result (${job.state})`)];
+  if (job.kind === 'head-importance') {
+    return [section('Pruning curve', pruningCurve(r)),
+      section('Head importance over the dataset', barChart({ title: 'Mean max attribution per head', labels: r.heads.map(h => `layer ${h.layer} head ${h.head}`),
+        values: r.heads.map(h => h.attribution), xLabel: 'mean max attribution', yLabel: 'head' }))];
+  }
+  if (job.kind === 'adversarial-triggers') {
+    return [section(`Triggers (${r.sources} source rows, top ${r.top_k} pairs each)`, triggerTable(r)),
+      section(`Attack: accuracy ${fmt(r.accuracy_before)} → ${fmt(r.accuracy_after)} on ${r.victims} victims`, attackTable(r))];
+  }
+  if (job.kind === 'decomposition') return decompositionPlots(r);
+  return [el('pre', { class: 'json', text: JSON.stringify(r, null, 1).slice(0, 4000) })];
+}
+
+function jobRow(ctx, job, onShow) {
+  const bar = el('progress', { max: 1, value: job.progress || 0, 'aria-label': `progress of ${job.id}` });
+  const stateCell = el('td', { class: 'state', text: job.state });
+  const cancel = el('button', { type: 'button', class: 'cancel', text: 'Cancel', disabled: final(job.state) || undefined,
+    onclick: async () => { await ctx.api(`v1/jobs/${encodeURIComponent(job.id)}`, undefined, 'DELETE').catch(() => {}); } });
+  const show = el('button', { type: 'button', class: 'show', text: 'Result', disabled: job.state !== 'done' || undefined, onclick: () => onShow(job.id) });
+  const row = el('tr', { 'data-job': job.id }, el('td', { text: job.id }), el('td', { text: job.kind }), el('td', { text: job.model || '' }),
+    stateCell, el('td', {}, bar), el('td', {}, cancel, ' ', show));
+  row.update = j => {
+    Object.assign(job, j);
+    bar.value = job.progress || 0;
+    stateCell.textContent = job.state;
+    cancel.disabled = final(job.state);
+    show.disabled = job.state !== 'done';
+  };
+  return row;
+}
+
+// Follows one job until it is final: SSE on servers with /v1/jobs/{id}/events, else polling.
+async function follow(ctx, row, id, alive) {
+  if (await ctx.specHas('/v1/jobs/{id}/events')) {
+    try {
+      const ctl = new AbortController();
+      await sse(`v1/jobs/${encodeURIComponent(id)}/events`, ({ data }) => {
+        if (!alive()) ctl.abort();
+        if (data && typeof data === 'object') row.update(data.job || data);
+      }, ctl.signal);
+      if (final(row.querySelector('.state').textContent)) return;
+    } catch { /* fall back to polling */ }
+  }
+  while (alive()) {
+    const job = await ctx.api(`v1/jobs/${encodeURIComponent(id)}`);
+    row.update(job);
+    if (final(job.state)) return;
+    await new Promise(r => setTimeout(r, 400));
+  }
+}
+
+export async function render(root, ctx) {
+  const m = ctx.model;
+  const kinds = ['head-importance', 'adversarial-triggers', 'decomposition'].filter(k => ctx.supports(k.replace(/-/g, '_')));
+  const kindSel = el('select', { name: 'kind', 'aria-label': 'job kind' }, kinds.map(k => el('option', { value: k, text: k })));
+  // TSV files the server offers under --data-dir (GET /v1/capabilities), for the dataset kinds
+  const files = ((ctx.state.capabilities || {}).data_files || []).filter(f => f.path.endsWith('.tsv'));
+  const dataSel = el('select', { name: 'data', 'aria-label': 'dataset' }, el('option', { value: '', text: `${ROWS.length} built-in labelled sentences` }),
+    files.map(f => el('option', { value: f.path, text: `${f.path} (first 200 rows)` })));
+  const body = el('tbody', {});
+  const result = el('div', { class: 'output' });
+  const alive = () => root.isConnected;
+  const onShow = id => into(result, async () => resultPanels(await ctx.api(`v1/jobs/${encodeURIComponent(id)}`)));
+  const add = job => {
+    const row = jobRow(ctx, job, onShow);
+    body.prepend(row);
+    if (!final(job.state)) follow(ctx, row, job.id, alive).then(() => { if (row.querySelector('.state').textContent === 'done' && root.dataset.autoshow === job.id) onShow(job.id); });
+    return row;
+  };
+  const form = el('form', { class: 'input-form' }, el('label', {}, 'job ', kindSel), el('label', {}, `on ${m.id} with `, dataSel),
+    el('button', { type: 'submit', text: 'Start job' }));
+  form.addEventListener('submit', async ev => {
+    ev.preventDefault();
+    try {
+      const job = await ctx.api('v1/jobs', { kind: kindSel.value, params: paramsFor(kindSel.value, m.id, kindSel.value === 'decomposition' ? '' : dataSel.value) });
+      remember(job.id);
+      root.dataset.autoshow = job.id;
+      add(job);
+    } catch (err) {
+      result.replaceChildren(ctx.errorBox(err));
+    }
+  });
+  const table = el('table', { class: 'jobs' }, el('thead', {}, el('tr', {}, ['id', 'kind', 'model', 'state', 'progress', ''].map(t => el('th', { text: t })))), body);
+  root.append(kinds.length ? form : note(`${m.id} supports none of the job kinds drawn here.`),
+    section('Jobs', el('div', { class: 'scroll' }, table), ctx.modern ? null : note('This server has no jobs list: showing the jobs started from this tab.')), result);
+  const jobs = await listJobs(ctx);
+  for (const job of jobs.slice().reverse()) add(job);
+}
