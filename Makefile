@@ -199,3 +199,9 @@ bench-train: deps all $(BUILD)/bench/train
 	bench/train.sh $(BUILD)/lensd
 
 .PHONY: bench-train
+
+# Sharded head importance (bench/shard.sh): 1 process vs 2 shard processes + merge, same rows.
+bench-shard: all
+	bench/shard.sh $(BUILD)/lensd
+
+.PHONY: bench-shard

@@ -15,6 +15,7 @@
 #include <stddef.h>
 
 #include "api/json_writer.h"
+#include "core/io/partial.h"
 #include "core/model/model.h"
 
 #define LENSD_VERSION "0.1.0"
@@ -183,12 +184,18 @@ int api_attention_prepare(api_call *c);
 void api_attention_run(api_call *c);
 int api_decomposition_prepare(api_call *c);
 void api_decomposition_run(api_call *c);
+int api_decomposition_shard(api_call *c, int index, int count, lens_partial *part);
+void api_decomposition_merge(api_call *c, lens_partial *const *parts, int n);
 int api_attribution_prepare(api_call *c);
 void api_attribution_run(api_call *c);
 int api_head_importance_prepare(api_call *c);
 void api_head_importance_run(api_call *c);
+int api_head_importance_shard(api_call *c, int index, int count, lens_partial *part);
+void api_head_importance_merge(api_call *c, lens_partial *const *parts, int n);
 int api_triggers_prepare(api_call *c);
 void api_triggers_run(api_call *c);
+int api_triggers_shard(api_call *c, int index, int count, lens_partial *part);
+void api_triggers_merge(api_call *c, lens_partial *const *parts, int n);
 
 int api_hidden_attribution_prepare(api_call *c);
 void api_hidden_attribution_run(api_call *c);
@@ -233,13 +240,37 @@ void api_openapi(api_call *c);
  * later calls run() with c->cancel (DELETE /v1/jobs/{id}) and c->progress
  * set. run() leaves the result (status 200) or an error in c->out, as a
  * route's run() does. Adding a kind is adding a row. */
+/* Sharded dataset kinds (lensd job run / merge, api/shard.c): shard()
+ * computes the partial state of shard index of count into part (rows
+ * r % count == index); merge() reduces every shard's partial, in shard order,
+ * into the kind's result, exactly as run() writes it. NULL for kinds that are
+ * not datasets. */
+typedef int (*api_shard_fn)(api_call *c, int index, int count, lens_partial *part);
+typedef void (*api_merge_fn)(api_call *c, lens_partial *const *parts, int n);
+
 typedef struct api_job_kind {
     const char *kind;
     api_prepare_fn prepare;
     api_run_fn run;
     const char *summary;
     const char *params_schema, *result_schema; /* openapi.yaml components/schemas names */
+    api_shard_fn shard;                        /* NULL: not a dataset kind, no shards */
+    api_merge_fn merge;
 } api_job_kind;
+
+/* api/shard.c: shard `index` of `count` of kind with c->req decoded by its
+ * prepare(): the partial with its self-describing header (kind, params and
+ * their hash, model fingerprint, shard). */
+int api_shard_run(api_call *c, const api_job_kind *kind, int index, int count, lens_partial *part);
+/* Checks that parts[0..n) are the count shards of one job (same kind,
+ * params, model; no duplicate; none missing, else the missing numbers), sorts
+ * them by shard and calls kind->merge. Errors are 422 "partial_mismatch". */
+void api_shard_merge(api_call *c, const api_job_kind *kind, lens_partial **parts, int n);
+/* run() of a sharded kind: shard 0 of 1, then merge, so a server job and a
+ * merged set of shards run the same code. */
+void api_shard_run_whole(api_call *c, const api_job_kind *kind);
+/* For a kind's shard(): record the dataset's row count and the rows this shard holds. */
+int api_shard_rows(lens_partial *part, long total, long in_shard); /* -1: out of memory */
 
 extern const api_job_kind api_job_kinds[];
 extern const int api_n_job_kinds;

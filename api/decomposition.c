@@ -430,9 +430,8 @@ static int set_windows(api_call *c, const decomp_req *r, const char *field, int 
     return 0;
 }
 
-/* One decomposition run over a set's windows (labels NULL for none). */
-static int run_set(api_call *c, const decomp_req *r, const int *ids, const int *labels, int W,
-                   const lens_decomp_result *reference, decomp_progress *prog, lens_decomp_result *res, lens_err *err)
+static lens_decomp *begin_set(api_call *c, const decomp_req *r, const lens_decomp_result *reference,
+                              decomp_progress *prog, int index, int count, int W, lens_err *err)
 {
     lens_decomp_opts opts = {.keep_first_position = !r->drop_first,
                              .causal = r->causal,
@@ -445,53 +444,85 @@ static int run_set(api_call *c, const decomp_req *r, const int *ids, const int *
                              .topics_self_pairs = r->topics_self_pairs,
                              .topics_pca = r->topics_pca,
                              .screenot_k = r->screenot_k,
-                             .reference = reference};
-    memset(res, 0, sizeof *res);
-    lens_decomp *acc = lens_decomp_begin(r->model->model, r->T, r->layers.v, r->layers.n, &opts, err);
-    int rc = acc ? 0 : -1;
-    if (acc) rc = lens_decomp_add(acc, ids, labels, W, err);
-    if (acc && rc == 0) rc = lens_decomp_finish(acc, res, err);
-    lens_decomp_free(acc);
-    return rc;
+                             .reference = reference,
+                             .shard_index = index,
+                             .shard_count = count};
+    return lens_decomp_begin(r->model->model, r->T, r->layers.v, r->layers.n, &opts, err);
 }
 
-void api_decomposition_run(api_call *c)
+/* Shard index of count of one window set: its accumulators, names prefixed
+ * by prefix. *W gets the set's window count. */
+static int shard_set(api_call *c, const decomp_req *r, const char *field, const char *prefix,
+                     decomp_progress *prog, int index, int count, lens_partial *part, int *W)
+{
+    int *ids, *labels, *own_ids, *own_labels;
+    if (set_windows(c, r, field, &ids, &labels, W, &own_ids, &own_labels)) return -1;
+    const lens_config *cfg = &r->model->model->cfg;
+    if (api_cost_check(c, API_COST_DECOMPOSITION, (double)*W * api_cost_forward_flops(cfg, r->T, cfg->n_layers),
+                       r->texts ? field : *prefix ? "reference_windows" : "windows")) {
+        free(own_ids), free(own_labels);
+        return -1;
+    }
+    lens_err err = {0};
+    lens_decomp *acc = begin_set(c, r, NULL, prog, index, count, *W, &err);
+    int rc = acc ? lens_decomp_add(acc, ids, labels, *W, &err) : -1;
+    if (rc == 0) rc = lens_decomp_export(acc, part, prefix, &err);
+    lens_decomp_free(acc);
+    free(own_ids), free(own_labels);
+    if (rc) return api_fail_core(c, &err, "length", NULL, "decomposition");
+    return 0;
+}
+
+/* The decomposition of one window set from every shard's accumulators. */
+static int merge_set(api_call *c, const decomp_req *r, const char *field, const char *prefix,
+                     const lens_decomp_result *reference, lens_partial *const *parts, int n_parts,
+                     lens_decomp_result *res, int *W)
+{
+    int *ids, *labels, *own_ids, *own_labels;
+    memset(res, 0, sizeof *res);
+    if (set_windows(c, r, field, &ids, &labels, W, &own_ids, &own_labels)) return -1;
+    free(own_ids), free(own_labels);
+    lens_err err = {0};
+    decomp_progress prog = {.c = c, .base = 0.95, .span = 0};
+    lens_decomp *acc = begin_set(c, r, reference, &prog, 0, 1, *W, &err);
+    int rc = acc ? 0 : -1;
+    for (int i = 0; i < n_parts && !rc; i++) rc = lens_decomp_import(acc, parts[i], prefix, *W, &err);
+    if (rc == 0) rc = lens_decomp_complete(acc, &err);
+    if (rc == 0) rc = lens_decomp_finish(acc, res, &err);
+    lens_decomp_free(acc);
+    if (rc && err.code == LENS_EFORMAT) return api_fail(c, 422, "partial_mismatch", "parts", "%s", err.msg);
+    if (rc) return api_fail_core(c, &err, "length", NULL, "decomposition");
+    return 0;
+}
+
+/* Shard index of count: the reference set's accumulators ("ref." tensors),
+ * then the windows'. */
+int api_decomposition_shard(api_call *c, int index, int count, lens_partial *part)
 {
     decomp_req *r = c->req;
-    double t0 = api_now();
-    lens_err err = {0};
-    int *ids, *labels, W, *own_ids, *own_labels;
-    int *ref_ids = NULL, *ref_labels = NULL, ref_W = 0, *ref_own_ids = NULL, *ref_own_labels = NULL;
     api_progress(c, 0);
-    if (set_windows(c, r, "texts", &ids, &labels, &W, &own_ids, &own_labels)) return;
-    if (r->ref && set_windows(c, r->ref, "reference_texts", &ref_ids, &ref_labels, &ref_W, &ref_own_ids,
-                              &ref_own_labels)) {
-        free(own_ids), free(own_labels);
-        return;
-    }
+    int W = 0, ref_W = 0;
+    decomp_progress prog = {.c = c, .base = 0.02, .span = r->ref ? 0.45 : 0};
+    if (r->ref && shard_set(c, r->ref, "reference_texts", "ref.", &prog, index, count, part, &ref_W)) return -1;
+    prog.base += prog.span, prog.span = 0.93 - prog.span;
+    if (shard_set(c, r, "texts", "", &prog, index, count, part, &W)) return -1;
     c->n_tokens = r->T;
-    const lens_config *cfg = &r->model->model->cfg;
-    if (api_cost_check(c, API_COST_DECOMPOSITION, (double)(W + ref_W) * api_cost_forward_flops(cfg, r->T, cfg->n_layers),
-                       r->texts ? "texts" : "windows")) {
-        free(own_ids), free(own_labels), free(ref_own_ids), free(ref_own_labels);
-        return;
-    }
-    double t1 = api_now();
-    /* progress: the reference windows first, then the windows */
-    const double share = r->ref ? (double)ref_W / (ref_W + W) : 0;
-    decomp_progress prog = {.c = c, .base = 0.02, .span = 0.93 * share};
-    api_progress(c, prog.base);
+    if (api_shard_rows(part, W, lens_partial_find(part, "windows")->length))
+        return api_fail(c, 500, "internal", NULL, "out of memory");
+    return 0;
+}
+
+void api_decomposition_merge(api_call *c, lens_partial *const *parts, int n_parts)
+{
+    decomp_req *r = c->req;
+    double t0 = api_now(), t1 = t0;
+    int W = 0, ref_W = 0;
     lens_decomp_result res, ref_res;
     memset(&ref_res, 0, sizeof ref_res);
-    int rc = r->ref ? run_set(c, r->ref, ref_ids, NULL, ref_W, NULL, &prog, &ref_res, &err) : 0;
-    prog.base += prog.span, prog.span = 0.93 * (1 - share);
-    if (rc == 0) rc = run_set(c, r, ids, labels, W, r->ref ? &ref_res : NULL, &prog, &res, &err);
+    int rc = r->ref ? merge_set(c, r->ref, "reference_texts", "ref.", NULL, parts, n_parts, &ref_res, &ref_W) : 0;
+    if (rc == 0) rc = merge_set(c, r, "texts", "", r->ref ? &ref_res : NULL, parts, n_parts, &res, &W);
     lens_decomp_result_free(&ref_res);
-    free(own_ids), free(own_labels), free(ref_own_ids), free(ref_own_labels);
-    if (rc) {
-        api_fail_core(c, &err, "length", NULL, "decomposition");
-        return;
-    }
+    if (rc) return;
     double t2 = api_now();
     jw *w = &c->out;
     jw_obj(w);
@@ -534,3 +565,5 @@ void api_decomposition_run(api_call *c)
     if (w->oom) api_fail(c, 500, "internal", NULL, "out of memory while writing the response");
     else c->status = 200;
 }
+
+void api_decomposition_run(api_call *c) { api_shard_run_whole(c, api_job_kind_find("decomposition")); }

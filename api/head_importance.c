@@ -297,26 +297,99 @@ static void write_common(jw *w, const dataset_req *r, int n)
     jw_str(w, r->paper_code ? "paper-code" : "lensd");
 }
 
-void api_head_importance_run(api_call *c)
+/* Shard index of count: the per-head maxima of the examples e with
+ * e % count == index ("rows" [k], "attr" and "attn" [k][L*NH]). */
+int api_head_importance_shard(api_call *c, int index, int count, lens_partial *part)
 {
     dataset_req *r = c->req;
     const lens_model *m = r->model->model;
-    double t0 = api_now();
+    const int H = m->cfg.n_layers * m->cfg.n_heads;
     lens_example *ex = NULL;
     api_progress(c, 0);
     if (tokenize_rows(c, r, &ex)) {
         free_examples(ex, r->n);
+        return -1;
+    }
+    double *attr = calloc((size_t)r->n * H, sizeof(double)), *attn = calloc((size_t)r->n * H, sizeof(double));
+    int64_t *rows = malloc(sizeof(int64_t) * (size_t)r->n);
+    lens_head_opts o = {.steps = r->steps, .riemann = r->riemann, .target_gold = r->target_gold,
+                        .n_seeds = r->seeds, .seed = (unsigned long long)r->seed, .pool = c->threads,
+                        .cancel = c->cancel, .progress = core_progress, .progress_user = c,
+                        .stage = LENS_HEAD_EXAMPLES, .shard_index = index, .shard_count = count,
+                        .example_attr = attr, .example_attn = attn};
+    lens_head_importance hi;
+    lens_err err = {0};
+    int rc = attr && attn && rows ? lens_head_importance_run(m, ex, r->n, &o, &hi, &err)
+                                  : lens_fail(&err, LENS_ENOMEM, "out of memory for head importance");
+    free_examples(ex, r->n);
+    long k = 0;
+    for (int e = index; !rc && e < r->n; e += count) { /* pack this shard's rows */
+        memmove(attr + (size_t)k * H, attr + (size_t)e * H, sizeof(double) * H);
+        memmove(attn + (size_t)k * H, attn + (size_t)e * H, sizeof(double) * H);
+        rows[k++] = e;
+    }
+    if (!rc && (lens_partial_add(part, "rows", LENS_PT_I64, k, rows, &err) ||
+                lens_partial_add(part, "attr", LENS_PT_F64, k * H, attr, &err) ||
+                lens_partial_add(part, "attn", LENS_PT_F64, k * H, attn, &err)))
+        rc = -1;
+    free(attr), free(attn), free(rows);
+    if (rc) return api_fail_core(c, &err, "text", NULL, "head importance");
+    if (api_shard_rows(part, r->n, k)) return api_fail(c, 500, "internal", NULL, "out of memory");
+    return 0;
+}
+
+/* Gathers every example's maxima from the shards (each row exactly once),
+ * then the means and the pruning curve over all examples. */
+void api_head_importance_merge(api_call *c, lens_partial *const *parts, int n_parts)
+{
+    dataset_req *r = c->req;
+    const lens_model *m = r->model->model;
+    const int H = m->cfg.n_layers * m->cfg.n_heads;
+    double t0 = api_now();
+    double *attr = calloc((size_t)r->n * H, sizeof(double)), *attn = calloc((size_t)r->n * H, sizeof(double));
+    char *seen = calloc((size_t)r->n, 1);
+    lens_err err = {0};
+    int rc = attr && attn && seen ? 0 : lens_fail(&err, LENS_ENOMEM, "out of memory for head importance");
+    for (int p = 0; p < n_parts && !rc; p++) {
+        json_int_t k = json_integer_value(json_object_get(json_object_get(parts[p]->header, "rows"), "in_shard"));
+        const int64_t *rows = lens_partial_get(parts[p], "rows", LENS_PT_I64, k, &err);
+        const double *pa = rows ? lens_partial_get(parts[p], "attr", LENS_PT_F64, k * H, &err) : NULL;
+        const double *pn = pa ? lens_partial_get(parts[p], "attn", LENS_PT_F64, k * H, &err) : NULL;
+        if (!pn) rc = -1;
+        for (json_int_t i = 0; !rc && i < k; i++) {
+            if (rows[i] < 0 || rows[i] >= r->n || seen[rows[i]]) {
+                rc = lens_fail(&err, LENS_EFORMAT, "row %lld is out of range or in two shards", (long long)rows[i]);
+                break;
+            }
+            seen[rows[i]] = 1;
+            memcpy(attr + (size_t)rows[i] * H, pa + (size_t)i * H, sizeof(double) * H);
+            memcpy(attn + (size_t)rows[i] * H, pn + (size_t)i * H, sizeof(double) * H);
+        }
+    }
+    for (int e = 0; e < r->n && !rc; e++)
+        if (!seen[e]) rc = lens_fail(&err, LENS_EFORMAT, "row %d is in no shard", e);
+    free(seen);
+    if (rc) {
+        free(attr), free(attn);
+        api_fail(c, 422, "partial_mismatch", "parts", "%s", err.msg);
+        return;
+    }
+    lens_example *ex = NULL;
+    if (tokenize_rows(c, r, &ex)) {
+        free_examples(ex, r->n);
+        free(attr), free(attn);
         return;
     }
     double t1 = api_now();
     lens_head_opts o = {.steps = r->steps, .riemann = r->riemann, .target_gold = r->target_gold,
                         .prune_floor = r->prune_floor, .n_seeds = r->seeds,
                         .seed = (unsigned long long)r->seed, .pool = c->threads, .cancel = c->cancel,
-                        .progress = core_progress, .progress_user = c};
+                        .progress = core_progress, .progress_user = c, .stage = LENS_HEAD_FINISH,
+                        .example_attr = attr, .example_attn = attn};
     lens_head_importance hi;
-    lens_err err = {0};
-    int rc = lens_head_importance_run(m, ex, r->n, &o, &hi, &err);
+    rc = lens_head_importance_run(m, ex, r->n, &o, &hi, &err);
     free_examples(ex, r->n);
+    free(attr), free(attn);
     if (rc) {
         api_fail_core(c, &err, "text", NULL, "head importance");
         return;
@@ -372,26 +445,120 @@ void api_head_importance_run(api_call *c)
     else c->status = 200;
 }
 
-void api_triggers_run(api_call *c)
+void api_head_importance_run(api_call *c) { api_shard_run_whole(c, api_job_kind_find("head-importance")); }
+
+/* The partial's tensors of one source field, each [k][LENS_TRIGGER_MAX_TOP_K] or [k]. */
+#define TOPK LENS_TRIGGER_MAX_TOP_K
+
+/* Shard index of count: the patterns of the source examples e % count == index. */
+int api_triggers_shard(api_call *c, int index, int count, lens_partial *part)
+{
+    dataset_req *r = c->req;
+    const lens_model *m = r->model->model;
+    lens_example *ex = NULL;
+    api_progress(c, 0);
+    if (tokenize_rows(c, r, &ex)) {
+        free_examples(ex, r->n);
+        return -1;
+    }
+    const int n = r->sources;
+    lens_trigger_source *src = calloc((size_t)n, sizeof *src);
+    int64_t *ints = malloc(sizeof(int64_t) * (size_t)n * (3 + 2 * TOPK));
+    double *reals = malloc(sizeof(double) * (size_t)n * 3 * TOPK);
+    lens_trigger_opts o = {.steps = r->steps, .riemann = r->riemann, .rule = r->rule, .top_k = r->top_k,
+                           .pool = c->threads, .cancel = c->cancel, .progress = core_progress, .progress_user = c,
+                           .stage = LENS_TRIGGER_SOURCES, .shard_index = index, .shard_count = count,
+                           .sources = src};
+    lens_trigger_result tr;
+    lens_err err = {0};
+    int rc = src && ints && reals ? lens_triggers_run(m, ex, n, ex + n, r->n - n, &o, &tr, &err)
+                                  : lens_fail(&err, LENS_ENOMEM, "out of memory for triggers");
+    free_examples(ex, r->n);
+    long k = 0;
+    for (int e = index; !rc && e < n; e += count) k++;
+    int64_t *rows = ints, *cls = rows + k, *np = cls + k, *ta = np + k, *tb = ta + k * TOPK;
+    double *pa = reals, *pb = pa + k * TOPK, *sc = pb + k * TOPK;
+    for (int e = index, i = 0; !rc && e < n; e += count, i++) {
+        rows[i] = e, cls[i] = src[e].cls, np[i] = src[e].n;
+        for (int q = 0; q < TOPK; q++) {
+            ta[i * TOPK + q] = src[e].a[q], tb[i * TOPK + q] = src[e].b[q];
+            pa[i * TOPK + q] = src[e].pos_a[q], pb[i * TOPK + q] = src[e].pos_b[q], sc[i * TOPK + q] = src[e].score[q];
+        }
+    }
+    const char *names[] = {"rows", "cls", "n", "a", "b", "pos_a", "pos_b", "score"};
+    const int64_t *iv[] = {rows, cls, np, ta, tb};
+    const double *dv[] = {pa, pb, sc};
+    for (int t = 0; t < 8 && !rc; t++)
+        rc = t < 5 ? lens_partial_add(part, names[t], LENS_PT_I64, t < 3 ? k : k * TOPK, iv[t], &err)
+                   : lens_partial_add(part, names[t], LENS_PT_F64, k * TOPK, dv[t - 5], &err);
+    free(src), free(ints), free(reals);
+    if (rc) return api_fail_core(c, &err, "text", NULL, "adversarial triggers");
+    if (api_shard_rows(part, n, k)) return api_fail(c, 500, "internal", NULL, "out of memory");
+    return 0;
+}
+
+/* Every source's patterns from the shards (each source once), then the
+ * selection of triggers and the attack on the victims. */
+void api_triggers_merge(api_call *c, lens_partial *const *parts, int n_parts)
 {
     dataset_req *r = c->req;
     const lens_model *m = r->model->model;
     const lens_config *cfg = &m->cfg;
     double t0 = api_now();
+    const int n = r->sources;
+    lens_trigger_source *src = calloc((size_t)n, sizeof *src);
+    char *seen = calloc((size_t)n, 1);
+    lens_err err = {0};
+    int rc = src && seen ? 0 : lens_fail(&err, LENS_ENOMEM, "out of memory for triggers");
+    for (int p = 0; p < n_parts && !rc; p++) {
+        json_int_t k = json_integer_value(json_object_get(json_object_get(parts[p]->header, "rows"), "in_shard"));
+        const int64_t *rows = lens_partial_get(parts[p], "rows", LENS_PT_I64, k, &err);
+        const int64_t *cls = rows ? lens_partial_get(parts[p], "cls", LENS_PT_I64, k, &err) : NULL;
+        const int64_t *np = cls ? lens_partial_get(parts[p], "n", LENS_PT_I64, k, &err) : NULL;
+        const int64_t *ta = np ? lens_partial_get(parts[p], "a", LENS_PT_I64, k * TOPK, &err) : NULL;
+        const int64_t *tb = ta ? lens_partial_get(parts[p], "b", LENS_PT_I64, k * TOPK, &err) : NULL;
+        const double *pa = tb ? lens_partial_get(parts[p], "pos_a", LENS_PT_F64, k * TOPK, &err) : NULL;
+        const double *pb = pa ? lens_partial_get(parts[p], "pos_b", LENS_PT_F64, k * TOPK, &err) : NULL;
+        const double *sc = pb ? lens_partial_get(parts[p], "score", LENS_PT_F64, k * TOPK, &err) : NULL;
+        if (!sc) rc = -1;
+        for (json_int_t i = 0; !rc && i < k; i++) {
+            const int64_t e = rows[i];
+            if (e < 0 || e >= n || seen[e] || np[i] < 0 || np[i] > TOPK || cls[i] < -1 || cls[i] >= cfg->n_labels) {
+                rc = lens_fail(&err, LENS_EFORMAT, "source %lld is out of range, in two shards or malformed",
+                               (long long)e);
+                break;
+            }
+            seen[e] = 1;
+            src[e].cls = (int)cls[i], src[e].n = (int)np[i];
+            for (int q = 0; q < TOPK; q++) {
+                src[e].a[q] = (int)ta[i * TOPK + q], src[e].b[q] = (int)tb[i * TOPK + q];
+                src[e].pos_a[q] = pa[i * TOPK + q], src[e].pos_b[q] = pb[i * TOPK + q];
+                src[e].score[q] = sc[i * TOPK + q];
+            }
+        }
+    }
+    for (int e = 0; e < n && !rc; e++)
+        if (!seen[e]) rc = lens_fail(&err, LENS_EFORMAT, "source %d is in no shard", e);
+    free(seen);
+    if (rc) {
+        free(src);
+        api_fail(c, 422, "partial_mismatch", "parts", "%s", err.msg);
+        return;
+    }
     lens_example *ex = NULL;
-    api_progress(c, 0);
     if (tokenize_rows(c, r, &ex)) {
         free_examples(ex, r->n);
+        free(src);
         return;
     }
     double t1 = api_now();
     lens_trigger_opts o = {.steps = r->steps, .riemann = r->riemann, .rule = r->rule, .top_k = r->top_k,
-                           .pool = c->threads,
-                           .cancel = c->cancel, .progress = core_progress, .progress_user = c};
+                           .pool = c->threads, .cancel = c->cancel, .progress = core_progress, .progress_user = c,
+                           .stage = LENS_TRIGGER_FINISH, .sources = src};
     lens_trigger_result tr;
-    lens_err err = {0};
-    int rc = lens_triggers_run(m, ex, r->sources, ex + r->sources, r->n - r->sources, &o, &tr, &err);
+    rc = lens_triggers_run(m, ex, n, ex + n, r->n - n, &o, &tr, &err);
     free_examples(ex, r->n);
+    free(src);
     if (rc) {
         api_fail_core(c, &err, "text", NULL, "adversarial triggers");
         return;
@@ -469,3 +636,5 @@ void api_triggers_run(api_call *c)
     if (w->oom) api_fail(c, 500, "internal", NULL, "out of memory while writing the response");
     else c->status = 200;
 }
+
+void api_triggers_run(api_call *c) { api_shard_run_whole(c, api_job_kind_find("adversarial-triggers")); }

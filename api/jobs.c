@@ -12,22 +12,23 @@
 const api_job_kind api_job_kinds[] = {
     /* kind             prepare (params)                 run (job thread) */
     {"decomposition", api_decomposition_prepare, api_decomposition_run,
-     "POST /v1/decomposition over many windows, with progress", "DecompositionRequest", "DecompositionResponse"},
+     "POST /v1/decomposition over many windows, with progress", "DecompositionRequest",
+     "DecompositionResponse", api_decomposition_shard, api_decomposition_merge},
     {"attribution", api_attribution_prepare, api_attribution_run, "POST /v1/attribution (many steps, long inputs)",
-     "AttributionRequest", "AttributionResponse"},
+     "AttributionRequest", "AttributionResponse", NULL, NULL},
     {"head-importance", api_head_importance_prepare, api_head_importance_run,
      "attribution importance per head over a labelled dataset and the head pruning curve", "DatasetJobParams",
-     "HeadImportanceResult"},
+     "HeadImportanceResult", api_head_importance_shard, api_head_importance_merge},
     {"adversarial-triggers", api_triggers_prepare, api_triggers_run,
      "top attributed token pairs inserted into other examples; accuracy before/after per label", "DatasetJobParams",
-     "TriggersResult"},
+     "TriggersResult", api_triggers_shard, api_triggers_merge},
     {"token-identity-map", api_token_identity_map_prepare, api_token_identity_map_run,
      "fit the linear maps from every layer to layer 0 (token identifiability) and keep them with the model",
-     "TokenIdentityMapParams", "TokenIdentityMapResult"},
+     "TokenIdentityMapParams", "TokenIdentityMapResult", NULL, NULL},
     {"hidden-attribution", api_hidden_attribution_prepare, api_hidden_attribution_run,
      "POST /v1/hidden-attribution (exact Jacobian norms of long inputs)", "HiddenAttributionRequest",
-     "HiddenAttributionResponse"},
-    {NULL, NULL, NULL, NULL, NULL, NULL},
+     "HiddenAttributionResponse", NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},
 };
 const int api_n_job_kinds = (int)(sizeof api_job_kinds / sizeof *api_job_kinds) - 1;
 

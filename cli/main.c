@@ -16,6 +16,7 @@
 #include "api/api.h"
 #include "core/base/blas.h"
 #include "core/model/mkmodel.h"
+#include "cli/job_cli.h"
 #include "cli/train_cli.h"
 #include "server/config.h"
 #include "server/http.h"
@@ -62,6 +63,8 @@ static void usage(FILE *f)
             "  info      BLAS library, core and threads (GET /v1/info without server limits)\n"
             "  mkmodel   --arch bert|gpt2 --preset micro|tiny|small|base [--task T] --seed N --out DIR\n"
             "            write a random-weight checkpoint in Hugging Face format\n"
+            "  job       run --kind K --params FILE --shard I/N --out PART | merge --out RESULT PART...\n"
+            "            one shard of a dataset job, and the merge of every shard (`lensd job` lists the options)\n"
             "  train     classify|mlm|causal|vocab ...  train a BERT classifier / masked LM, a GPT-2 causal LM,\n"
             "            learn a WordPiece or byte-level BPE vocabulary\n"
             "            (`lensd train` alone lists the options)\n"
@@ -482,6 +485,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "info")) return cmd_info();
     if (!strcmp(cmd, "mkmodel")) return cmd_mkmodel(argc - 2, argv + 2);
     if (!strcmp(cmd, "train")) return lensd_cmd_train(argc - 2, argv + 2);
+    if (!strcmp(cmd, "job")) return lensd_cmd_job(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("lensd %s\n", LENSD_VERSION);
         return 0;

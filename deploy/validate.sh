@@ -103,6 +103,23 @@ else
   for f in deploy/k8s/*.yaml; do [ "$(basename "$f")" = kustomization.yaml ] || rendered+=("$f"); done
 fi
 
+# the sharded-job manifests (deploy/k8s/jobs): the kustomization plus the merge Job
+jobs_files=()
+if command -v kubectl >/dev/null; then
+  if kubectl kustomize deploy/k8s/jobs >"$out/k8s-jobs.yaml" 2>"$out/kustomize.err"; then
+    pass "kubectl kustomize deploy/k8s/jobs ($(grep -c '^kind:' "$out/k8s-jobs.yaml") objects)"
+    jobs_files+=("$out/k8s-jobs.yaml")
+  else
+    cat "$out/kustomize.err"; bad "kubectl kustomize deploy/k8s/jobs"
+  fi
+else
+  jobs_files+=(deploy/k8s/jobs/parts-pvc.yaml deploy/k8s/jobs/shard-job.yaml)
+fi
+jobs_files+=(deploy/k8s/jobs/merge-job.yaml)
+export LENSD_JOB_FILES
+LENSD_JOB_FILES=$(IFS=:; echo "${jobs_files[*]}")
+if bash -n deploy/slurm/lensd-job.sh; then pass "bash -n deploy/slurm/lensd-job.sh"; else bad "deploy/slurm/lensd-job.sh"; fi
+
 # ------------------------------------------- schemas and consistency (node)
 echo "schemas and consistency"
 cat >"$tools/validate-deploy.mjs" <<'EOF'
@@ -250,6 +267,46 @@ const prom = YAML.parse(rd("deploy/compose/prometheus.yml"));
 const targets = prom.scrape_configs.find((s) => s.job_name === "lensd").static_configs.flatMap((s) => s.targets);
 check(JSON.stringify(targets.map((t) => t.split(":")[0]).sort()) === JSON.stringify([...replicas].sort()),
   `Prometheus scrapes each replica directly (${targets})`);
+
+// ------------------------------------------------------ sharded-job manifests
+const jobObjects = [];
+for (const f of (process.env.LENSD_JOB_FILES || "").split(":").filter(Boolean)) {
+  for (const doc of YAML.parseAllDocuments(fs.readFileSync(f, "utf8"))) {
+    if (doc.errors.length) { bad(`${f}: ${doc.errors[0].message}`); continue; }
+    const obj = doc.toJS();
+    if (!obj) continue;
+    await k8sValidate(obj, path.basename(f));
+    jobObjects.push(obj);
+  }
+}
+const shardJob = jobObjects.find((o) => o.kind === "Job" && o.spec.completionMode === "Indexed");
+const mergeJob = jobObjects.find((o) => o.kind === "Job" && o !== shardJob);
+check(shardJob && mergeJob, "deploy/k8s/jobs: an Indexed Job and a merge Job");
+if (shardJob && mergeJob) {
+  const spec = shardJob.spec, c = spec.template.spec.containers[0];
+  const env = Object.fromEntries((c.env || []).map((e) => [e.name, e.value]));
+  check(spec.completions === Number(env.LENSD_JOB_SHARDS) && spec.parallelism <= spec.completions,
+    `completions = LENSD_JOB_SHARDS (${spec.completions}), parallelism ${spec.parallelism} <= completions`);
+  check(spec.backoffLimitPerIndex >= 1 && spec.maxFailedIndexes === 0 && spec.template.spec.restartPolicy === "Never",
+    "per-index retries, no failed index tolerated (a merge needs every shard), restartPolicy Never");
+  const args = c.args.join(" ");
+  check(/^job run /.test(args) && args.includes("--shards $(LENSD_JOB_SHARDS)") && /--out \/parts\/\S*\{index\}/.test(args),
+    "shard args: lensd job run --shards $(LENSD_JOB_SHARDS) --out /parts/...{index}...");
+  const claim = (job, name) => job.spec.template.spec.volumes.find((v) => v.name === name)?.persistentVolumeClaim?.claimName;
+  const modelsPvc = YAML.parse(rd("deploy/k8s/components/models-pvc/pvc.yaml")).metadata.name;
+  check(claim(shardJob, "models") === modelsPvc && claim(mergeJob, "models") === modelsPvc,
+    `models from the Deployment's claim (${modelsPvc})`);
+  const partsPvc = jobObjects.find((o) => o.kind === "PersistentVolumeClaim" && o.metadata.name === claim(shardJob, "parts"));
+  check(partsPvc?.spec.accessModes.includes("ReadWriteMany") && claim(mergeJob, "parts") === partsPvc.metadata.name,
+    `partials on a ReadWriteMany claim (${partsPvc?.metadata.name}) shared with the merge Job`);
+  const outPattern = (args.match(/--out (\S+)/) || [])[1] || "";
+  check(mergeJob.spec.template.spec.containers[0].args.join(" ").includes(outPattern.replace("{index}", "*")),
+    `the merge reads what the shards write (${outPattern.replace("{index}", "*")})`);
+  const pods = [shardJob, mergeJob].map((j) => j.spec.template.spec);
+  check(pods.every((p) => p.securityContext?.runAsNonRoot && p.containers.every((x) =>
+    x.securityContext?.readOnlyRootFilesystem && x.securityContext?.allowPrivilegeEscalation === false)),
+    "job pods: non-root, read-only root filesystem, no privilege escalation");
+}
 
 // ---------------------------------------------------------------- Dockerfile
 const dockerfile = rd("Dockerfile");

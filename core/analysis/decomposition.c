@@ -47,6 +47,9 @@ struct lens_decomp {
     long W, cap;
     int labels_state; /* -1 unknown (no window yet), 0 none, 1 labelled */
     int *labels;      /* [cap] */
+    long *window;     /* [cap] each accumulated window's index in the run (sharding: not the local order) */
+    char *seen;       /* import: [cap] window already merged */
+    int shift_set;    /* every layer's shift s is taken (from the run's first batch) */
     float *rows;      /* [rows_windows * P][C] shifted kept rows of one layer */
     int rows_windows;
     float *gram_batch;/* [C][C] */
@@ -66,6 +69,8 @@ void lens_decomp_free(lens_decomp *a)
     }
     free(a->acc);
     free(a->labels);
+    free(a->window);
+    free(a->seen);
     free(a->rows);
     free(a->gram_batch);
     free(a);
@@ -180,26 +185,33 @@ static int grow(lens_decomp *a, long need)
     int *lab = realloc(a->labels, (size_t)cap * sizeof(int));
     if (!lab) return -1;
     a->labels = lab;
+    long *win = realloc(a->window, (size_t)cap * sizeof(long));
+    if (!win) return -1;
+    a->window = win;
     a->cap = cap;
     return 0;
+}
+
+/* s = mean of the run's first batch's kept rows. hidden: [S][T][C]. */
+static void set_shift(const lens_decomp *a, layer_acc *la, const float *hidden, int S)
+{
+    const int C = a->C, P = a->P, T = a->T;
+    double *mean = calloc((size_t)C, sizeof(double));
+    if (!mean) return; /* s stays 0: correct, only less well conditioned */
+    for (int s = 0; s < S; s++)
+        for (int t = a->first; t < T; t++) {
+            const float *h = hidden + ((size_t)s * T + t) * C;
+            for (int i = 0; i < C; i++) mean[i] += h[i];
+        }
+    for (int i = 0; i < C; i++) la->shift[i] = (float)(mean[i] / ((double)S * P));
+    free(mean);
 }
 
 /* One layer of one batch. hidden: [S][T][C] of this layer. */
 static void accumulate_layer(lens_decomp *a, layer_acc *la, const float *hidden, int S)
 {
     const int C = a->C, P = a->P, T = a->T;
-    if (a->W == 0) { /* s = mean of the first batch's kept rows */
-        double *mean = calloc((size_t)C, sizeof(double));
-        if (mean) {
-            for (int s = 0; s < S; s++)
-                for (int t = a->first; t < T; t++) {
-                    const float *h = hidden + ((size_t)s * T + t) * C;
-                    for (int i = 0; i < C; i++) mean[i] += h[i];
-                }
-            for (int i = 0; i < C; i++) la->shift[i] = (float)(mean[i] / ((double)S * P));
-            free(mean);
-        } /* else s stays 0: correct, only less well conditioned */
-    }
+    if (!a->shift_set) set_shift(a, la, hidden, S);
     const float *shift = la->shift;
     for (int s = 0; s < S; s++) {
         float *ctx = la->ctx_mean + (size_t)(a->W + s) * C;
@@ -250,7 +262,10 @@ int lens_decomp_add(lens_decomp *a, const int *ids, const int *labels, int n_win
     int rc = 0;
     lens_forward_opts fo = {.keep = LENS_KEEP_HIDDEN, .cancel = a->opts.cancel, .pool = a->opts.pool,
                             .causal = a->opts.causal};
-    for (int start = 0; start < n_windows && rc == 0; start += batch) {
+    const int shards = a->opts.shard_count > 1 ? a->opts.shard_count : 1;
+    for (int start = 0, b = 0; start < n_windows && rc == 0; start += batch, b++) {
+        const int mine = b % shards == a->opts.shard_index;
+        if (!mine && (a->shift_set || b > 0)) continue; /* another shard's batch: only batch 0's shift is needed */
         if (lens_cancelled(a->opts.cancel)) {
             rc = lens_fail(err, LENS_ECANCEL, "decomposition cancelled after %ld windows", a->W);
             break;
@@ -266,6 +281,12 @@ int lens_decomp_add(lens_decomp *a, const int *ids, const int *labels, int n_win
             rc = -1;
             break;
         }
+        if (!mine) { /* batch 0 of another shard: the shift only */
+            for (int l = 0; l < a->n_layers; l++) set_shift(a, &a->acc[l], lens_act_hidden(a->m, &act, a->acc[l].layer, 0), S);
+            a->shift_set = 1;
+            lens_activations_free(&act);
+            continue;
+        }
         if (grow(a, a->W + S) != 0) {
             lens_activations_free(&act);
             rc = lens_fail(err, LENS_ENOMEM, "out of memory for %ld context means", a->W + S);
@@ -274,12 +295,127 @@ int lens_decomp_add(lens_decomp *a, const int *ids, const int *labels, int n_win
         for (int l = 0; l < a->n_layers; l++)
             accumulate_layer(a, &a->acc[l], lens_act_hidden(a->m, &act, a->acc[l].layer, 0), S);
         lens_activations_free(&act);
-        for (int s = 0; s < S; s++) a->labels[a->W + s] = labelled ? labels[start + s] : 0;
+        a->shift_set = 1;
+        for (int s = 0; s < S; s++) {
+            a->labels[a->W + s] = labelled ? labels[start + s] : 0;
+            a->window[a->W + s] = start + s;
+        }
         a->W += S;
         if (a->opts.progress) a->opts.progress(a->opts.progress_user, a->W, a->opts.windows_total);
     }
     free(lengths);
     return rc;
+}
+
+/* ---------------------------------------------------------------- shards */
+
+static void tensor_name(char *out, size_t size, const char *prefix, const char *what, int layer)
+{
+    if (layer < 0) snprintf(out, size, "%s%s", prefix, what);
+    else snprintf(out, size, "%slayer%d.%s", prefix, layer, what);
+}
+
+int lens_decomp_export(const lens_decomp *a, lens_partial *p, const char *prefix, lens_err *err)
+{
+    const size_t C = (size_t)a->C, P = (size_t)a->P, W = (size_t)a->W;
+    double *buf = malloc(sizeof(double) * (C * C > W * C ? C * C : W * C) + sizeof(double));
+    int64_t *idx = malloc(sizeof(int64_t) * (W ? W : 1));
+    char name[64];
+    int rc = buf && idx ? 0 : lens_fail(err, LENS_ENOMEM, "out of memory exporting the decomposition");
+    for (size_t w = 0; !rc && w < W; w++) idx[w] = a->window[w];
+    tensor_name(name, sizeof name, prefix, "windows", -1);
+    if (!rc) rc = lens_partial_add(p, name, LENS_PT_I64, (int64_t)W, idx, err);
+    for (size_t w = 0; !rc && w < W; w++) idx[w] = a->labels[w];
+    tensor_name(name, sizeof name, prefix, "labels", -1);
+    if (!rc) rc = lens_partial_add(p, name, LENS_PT_I64, a->labels_state == 1 ? (int64_t)W : 0, idx, err);
+    for (int l = 0; l < a->n_layers && !rc; l++) {
+        const layer_acc *la = &a->acc[l];
+        for (size_t i = 0; i < C; i++) buf[i] = la->shift[i];
+        tensor_name(name, sizeof name, prefix, "shift", la->layer);
+        rc = lens_partial_add(p, name, LENS_PT_F64, (int64_t)C, buf, err);
+        tensor_name(name, sizeof name, prefix, "pos_sum", la->layer);
+        if (!rc) rc = lens_partial_add(p, name, LENS_PT_F64, (int64_t)(P * C), la->pos_sum, err);
+        tensor_name(name, sizeof name, prefix, "gram", la->layer);
+        if (!rc) rc = lens_partial_add(p, name, LENS_PT_F64, (int64_t)(C * C), la->gram, err);
+        tensor_name(name, sizeof name, prefix, "sumsq", la->layer);
+        if (!rc) rc = lens_partial_add(p, name, LENS_PT_F64, 1, &la->sumsq, err);
+        for (size_t i = 0; i < W * C; i++) buf[i] = la->ctx_mean[i];
+        tensor_name(name, sizeof name, prefix, "ctx_mean", la->layer);
+        if (!rc) rc = lens_partial_add(p, name, LENS_PT_F64, (int64_t)(W * C), buf, err);
+    }
+    free(buf), free(idx);
+    return rc;
+}
+
+/* The tensor prefix+what (of layer, or -1) with length elements, or NULL (err). */
+static const void *get(const lens_partial *p, const char *prefix, const char *what, int layer, lens_pt_dtype dt,
+                       int64_t length, lens_err *err)
+{
+    char name[64];
+    tensor_name(name, sizeof name, prefix, what, layer);
+    return lens_partial_get(p, name, dt, length, err);
+}
+
+int lens_decomp_import(lens_decomp *a, const lens_partial *p, const char *prefix, long windows_total, lens_err *err)
+{
+    const size_t C = (size_t)a->C, P = (size_t)a->P;
+    char name[64];
+    tensor_name(name, sizeof name, prefix, "windows", -1);
+    const lens_pt_tensor *wt = lens_partial_find(p, name);
+    tensor_name(name, sizeof name, prefix, "labels", -1);
+    const lens_pt_tensor *lt = lens_partial_find(p, name);
+    if (!wt || !lt || wt->dtype != LENS_PT_I64 || lt->dtype != LENS_PT_I64 ||
+        (lt->length != 0 && lt->length != wt->length))
+        return lens_fail(err, LENS_EFORMAT, "partial has no %swindows and %slabels of one length", prefix, prefix);
+    const int64_t k = wt->length;
+    const int64_t *win = wt->data, *lab = lt->data;
+    const int labelled = lt->length > 0;
+    if (windows_total < 0 || grow(a, windows_total) != 0 || !(a->seen || (a->seen = calloc((size_t)a->cap, 1))))
+        return lens_fail(err, LENS_ENOMEM, "out of memory for %ld context means", windows_total);
+    if (k > 0) { /* a shard without windows says nothing about labels */
+        if (a->labels_state >= 0 && a->labels_state != labelled)
+            return lens_fail(err, LENS_EFORMAT, "partials disagree on whether windows are labelled");
+        a->labels_state = labelled;
+    }
+    for (int64_t w = 0; w < k; w++)
+        if (win[w] < 0 || win[w] >= windows_total || a->seen[win[w]])
+            return lens_fail(err, LENS_EFORMAT, "window %lld is out of range or in two partials", (long long)win[w]);
+    for (int l = 0; l < a->n_layers; l++) {
+        layer_acc *la = &a->acc[l];
+        const double *shift = get(p, prefix, "shift", la->layer, LENS_PT_F64, (int64_t)C, err);
+        const double *pos = shift ? get(p, prefix, "pos_sum", la->layer, LENS_PT_F64, (int64_t)(P * C), err) : NULL;
+        const double *gram = pos ? get(p, prefix, "gram", la->layer, LENS_PT_F64, (int64_t)(C * C), err) : NULL;
+        const double *sq = gram ? get(p, prefix, "sumsq", la->layer, LENS_PT_F64, 1, err) : NULL;
+        const double *ctx = sq ? get(p, prefix, "ctx_mean", la->layer, LENS_PT_F64, k * (int64_t)C, err) : NULL;
+        if (!ctx) return -1;
+        for (size_t i = 0; i < C; i++) {
+            if (a->shift_set && (float)shift[i] != la->shift[i])
+                return lens_fail(err, LENS_EFORMAT, "layer %d: the partials' shifts differ (not shards of one run)",
+                                 la->layer);
+            la->shift[i] = (float)shift[i];
+        }
+        for (size_t i = 0; i < P * C; i++) la->pos_sum[i] += pos[i];
+        for (size_t i = 0; i < C * C; i++) la->gram[i] += gram[i];
+        la->sumsq += sq[0];
+        for (int64_t w = 0; w < k; w++)
+            for (size_t i = 0; i < C; i++) la->ctx_mean[(size_t)win[w] * C + i] = (float)ctx[(size_t)w * C + i];
+    }
+    a->shift_set = 1;
+    for (int64_t w = 0; w < k; w++) {
+        a->seen[win[w]] = 1;
+        a->labels[win[w]] = labelled ? (int)lab[w] : 0;
+        a->window[win[w]] = win[w];
+    }
+    a->W = windows_total; /* lens_decomp_complete checks every window came */
+    return 0;
+}
+
+int lens_decomp_complete(lens_decomp *a, lens_err *err)
+{
+    for (long w = 0; w < a->W; w++)
+        if (!a->seen || !a->seen[w]) return lens_fail(err, LENS_EFORMAT, "window %ld is in no partial", w);
+    if (a->labels_state < 0) a->labels_state = 0;
+    return 0;
 }
 
 /* ---------------------------------------------------------------- spectra */

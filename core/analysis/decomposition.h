@@ -24,6 +24,7 @@
 #include <stddef.h>
 
 #include "core/base/err.h"
+#include "core/io/partial.h"
 #include "core/model/model.h"
 #include "core/io/tokenizer.h"
 
@@ -54,6 +55,14 @@ typedef struct {
      * Table 1 runs take them from a larger corpus. Shares, the resid norm and the denominator
      * |H - mean(H)|_op stay those of these windows. Not owned. */
     const struct lens_decomp_result *reference;
+    /* Sharding (lensd job run / merge, docs/operations.md): with shard_count
+     * > 1, lens_decomp_add accumulates only the batches b (windows
+     * [b B, (b + 1) B) of the call, B windows a batch) with b % shard_count ==
+     * shard_index, and takes the shift from batch 0 even when batch 0 is
+     * another shard's. Every shard then sees exactly the rows and the float
+     * Gram blocks of a single run; a merge (lens_decomp_import) only adds
+     * double sums in another order. */
+    int shard_index, shard_count;
 } lens_decomp_opts;
 
 typedef struct {
@@ -113,6 +122,18 @@ long lens_decomp_windows_done(const lens_decomp *acc);
 int lens_decomp_finish(lens_decomp *acc, lens_decomp_result *res, lens_err *err);
 
 void lens_decomp_free(lens_decomp *acc);
+
+/* The accumulated state (shift, position sums, Gram, sum of squares per
+ * layer; each window's context mean, global index and label) into p's tensors,
+ * names prefixed by prefix. */
+int lens_decomp_export(const lens_decomp *acc, lens_partial *p, const char *prefix, lens_err *err);
+/* Adds an exported state into acc (begun with the same T and layers, no
+ * windows of its own); windows_total is the run's W. Shifts must agree bit for
+ * bit, a window may come once. After every shard, lens_decomp_complete checks
+ * that each window 0..W-1 came, then lens_decomp_finish as usual. */
+int lens_decomp_import(lens_decomp *acc, const lens_partial *p, const char *prefix, long windows_total,
+                       lens_err *err);
+int lens_decomp_complete(lens_decomp *acc, lens_err *err);
 void lens_decomp_result_free(lens_decomp_result *res);
 
 /* Texts -> windows. Each text is tokenized without special tokens ([CLS] /

@@ -137,8 +137,24 @@ int lens_head_importance_run(const lens_model *m, const lens_example *ex, int n,
         goto done;
     }
     /* progress: an attribution counts L units per example, a masked pass over the set n / 4 */
-    progress_state ps = {.o = opts, .total = (double)n * L + LENS_PRUNE_POINTS * (2.0 + n_seeds) * n / 4};
+    const int stage = opts ? opts->stage : LENS_HEAD_ALL;
+    const int shards = stage == LENS_HEAD_EXAMPLES && opts->shard_count > 0 ? opts->shard_count : 1;
+    const int shard = shards > 1 ? opts->shard_index : 0;
+    if (stage != LENS_HEAD_ALL && (!opts->example_attr || !opts->example_attn || shard < 0 || shard >= shards)) {
+        rc = lens_fail(err, LENS_EINVAL, "head importance stage %d needs example arrays and a shard in range", stage);
+        goto done;
+    }
+    const long mine = stage == LENS_HEAD_FINISH ? 0 : (n - shard + shards - 1) / shards;
+    const double curve = stage == LENS_HEAD_EXAMPLES ? 0 : LENS_PRUNE_POINTS * (2.0 + n_seeds) * n / 4;
+    progress_state ps = {.o = opts, .total = (double)mine * L + curve};
     for (int e = 0; e < n && !rc; e++) {
+        double *ex_attr = stage ? opts->example_attr + (size_t)e * H : NULL;
+        double *ex_attn = stage ? opts->example_attn + (size_t)e * H : NULL;
+        if (stage == LENS_HEAD_FINISH) {
+            for (int i = 0; i < H; i++) attr_sum[i] += ex_attr[i], attn_sum[i] += ex_attn[i];
+            continue;
+        }
+        if (e % shards != shard) continue;
         if (cancelled(opts ? opts->cancel : NULL)) {
             rc = lens_fail(err, LENS_ECANCEL, "head importance cancelled at example %d", e);
             break;
@@ -152,7 +168,10 @@ int lens_head_importance_run(const lens_model *m, const lens_example *ex, int n,
             break;
         }
         for (int l = 0; l < L; l++)
-            for (int h = 0; h < NH; h++) attr_sum[l * NH + h] += a.layers[l].importance[h];
+            for (int h = 0; h < NH; h++) {
+                attr_sum[l * NH + h] += a.layers[l].importance[h];
+                if (ex_attr) ex_attr[l * NH + h] = a.layers[l].importance[h];
+            }
         lens_attribution_free(&a);
         /* attention probabilities: one plain forward of the example */
         lens_batch b = {.n_seqs = 1, .lengths = &ex[e].T, .ids = ex[e].ids, .type_ids = ex[e].type_ids};
@@ -169,11 +188,12 @@ int lens_head_importance_run(const lens_model *m, const lens_example *ex, int n,
                 float best = 0;
                 for (size_t ij = 0; ij < TT; ij++) best = A[ij] > best ? A[ij] : best;
                 attn_sum[l * NH + h] += best;
+                if (ex_attn) ex_attn[l * NH + h] = best;
             }
         lens_activations_free(&act);
         report(&ps, L);
     }
-    if (rc) goto done;
+    if (rc || stage == LENS_HEAD_EXAMPLES) goto done;
     for (int i = 0; i < H; i++) out->attr_importance[i] = (float)(attr_sum[i] / n);
     for (int i = 0; i < H; i++) out->attn_importance[i] = (float)(attn_sum[i] / n);
     for (int p = 0; p < LENS_PRUNE_POINTS && !rc; p++) {
@@ -200,7 +220,7 @@ int lens_head_importance_run(const lens_model *m, const lens_example *ex, int n,
     }
 done:
     free(attr_sum), free(attn_sum), free(order), free(mask);
-    if (rc) lens_head_importance_free(out);
+    if (rc || (opts && opts->stage == LENS_HEAD_EXAMPLES)) lens_head_importance_free(out); /* examples: no result */
     return rc;
 }
 

@@ -38,7 +38,19 @@ typedef struct {
     const volatile int *cancel; /* non-zero stops with LENS_ECANCEL */
     void (*progress)(void *user, double fraction);
     void *progress_user;
+    /* Sharding (lensd job run / merge, docs/operations.md). LENS_HEAD_EXAMPLES
+     * computes only the examples e with e % shard_count == shard_index and
+     * stores their per-head maxima in example_attr / example_attn [n][L*NH]
+     * (out gets no importance and no curve); LENS_HEAD_FINISH reads every
+     * example's maxima from those arrays and computes the means and the
+     * pruning curve. Summing in example order either way makes both stages
+     * give bit for bit what LENS_HEAD_ALL (0, the default) gives. */
+    int stage;
+    int shard_index, shard_count;
+    double *example_attr, *example_attn;
 } lens_head_opts;
+
+enum { LENS_HEAD_ALL = 0, LENS_HEAD_EXAMPLES = 1, LENS_HEAD_FINISH = 2 };
 
 #define LENS_PRUNE_POINTS 11 /* 0%, 10%, .., 100% */
 

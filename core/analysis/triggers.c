@@ -95,11 +95,75 @@ static int accuracy_per_label(const lens_model *m, const lens_example *ex, int n
     return rc;
 }
 
+/* The patterns of one source example: its top pairs by S (rule in
+ * triggers.h) as token pairs in position order, each once. */
+static int source_patterns(const lens_model *m, const lens_example *src, const lens_trigger_opts *opts, int top_k,
+                           int released, lens_trigger_source *out, lens_err *err)
+{
+    const int L = m->cfg.n_layers, NH = m->cfg.n_heads, T = src->T;
+    memset(out, 0, sizeof *out);
+    out->cls = -1;
+    /* lensd: fewer than two content tokens; released: [CLS] [SEP] alone has no content to place */
+    if (T < (released ? 3 : 4)) return 0;
+    lens_attr_opts ao = {.steps = opts ? opts->steps : 0, .riemann = opts ? opts->riemann : LENS_RIEMANN_RIGHT,
+                         .target = -1, .cancel = opts ? opts->cancel : NULL, .pool = opts ? opts->pool : NULL};
+    lens_attribution a;
+    if (lens_attribution_run(m, src->ids, src->type_ids, T, &ao, &a, err)) return -1;
+    const size_t TT = (size_t)T * T;
+    double *S = calloc(TT, sizeof(double));
+    int pi[LENS_TRIGGER_MAX_TOP_K], pj[LENS_TRIGGER_MAX_TOP_K];
+    if (!S) {
+        lens_attribution_free(&a);
+        return lens_fail(err, LENS_ENOMEM, "out of memory for triggers");
+    }
+    if (released) released_head(&a, L, NH, TT, S);
+    else
+        for (int l = 0; l < L; l++)
+            for (int h = 0; h < NH; h++)
+                for (size_t ij = 0; ij < TT; ij++) S[ij] += a.layers[l].attr[h * TT + ij];
+    out->cls = a.target; /* the predicted class: the pairs support predicting it */
+    lens_attribution_free(&a);
+    const int np = top_pairs(S, T, top_k, released, pi, pj);
+    for (int q = 0; q < np; q++) {
+        const int p0 = pi[q] < pj[q] ? pi[q] : pj[q], p1 = pi[q] < pj[q] ? pj[q] : pi[q];
+        const int ta = src->ids[p0], tb = src->ids[p1];
+        int dup = 0; /* a pattern counts once per example */
+        for (int r = 0; r < out->n; r++) dup |= out->a[r] == ta && out->b[r] == tb;
+        if (dup) continue;
+        out->a[out->n] = ta, out->b[out->n] = tb;
+        out->pos_a[out->n] = (p0 - 1) / (double)(T - 2), out->pos_b[out->n] = (p1 - 1) / (double)(T - 2);
+        out->score[out->n++] = S[(size_t)pi[q] * T + pj[q]];
+    }
+    free(S);
+    return 0;
+}
+
+/* Counts a source's patterns into the table (first appearance order). */
+static int add_patterns(const lens_trigger_source *src, pattern **pat, int *n_pat, int *cap, lens_err *err)
+{
+    for (int q = 0; src->cls >= 0 && q < src->n; q++) {
+        int f = 0;
+        while (f < *n_pat && !((*pat)[f].label == src->cls && (*pat)[f].a == src->a[q] && (*pat)[f].b == src->b[q]))
+            f++;
+        if (f == *n_pat) {
+            if (*n_pat == *cap) {
+                *cap = *cap ? 2 * *cap : 64;
+                pattern *g = realloc(*pat, sizeof **pat * *cap);
+                if (!g) return lens_fail(err, LENS_ENOMEM, "out of memory for patterns");
+                *pat = g;
+            }
+            (*pat)[(*n_pat)++] = (pattern){src->cls, src->a[q], src->b[q], src->pos_a[q], src->pos_b[q], 0, 0};
+        }
+        (*pat)[f].count++, (*pat)[f].score += src->score[q];
+    }
+    return 0;
+}
+
 int lens_triggers_run(const lens_model *m, const lens_example *src, int n_src, const lens_example *victims,
                       int n_victims, const lens_trigger_opts *opts, lens_trigger_result *out, lens_err *err)
 {
     const lens_config *c = &m->cfg;
-    const int K = c->n_labels, L = c->n_layers, NH = c->n_heads;
+    const int K = c->n_labels;
     const int released = opts && opts->rule == LENS_TRIGGER_RULE_RELEASED;
     const int top_k = opts && opts->top_k > 0 ? opts->top_k : released ? 2 : 3;
     memset(out, 0, sizeof *out);
@@ -128,63 +192,24 @@ int lens_triggers_run(const lens_model *m, const lens_example *src, int n_src, c
         rc = lens_fail(err, LENS_ENOMEM, "out of memory for triggers");
         goto done;
     }
-    for (int e = 0; e < n_src && !rc; e++) {
-        lens_attr_opts ao = {.steps = opts ? opts->steps : 0, .riemann = opts ? opts->riemann : LENS_RIEMANN_RIGHT,
-                             .target = -1, .cancel = opts ? opts->cancel : NULL, .pool = opts ? opts->pool : NULL};
-        const int T = src[e].T;
-        /* lensd: fewer than two content tokens; released: [CLS] [SEP] alone has no content to place */
-        if (T < (released ? 3 : 4)) continue;
-        lens_attribution a;
-        if (lens_attribution_run(m, src[e].ids, src[e].type_ids, T, &ao, &a, err)) {
-            rc = -1;
-            break;
-        }
-        const size_t TT = (size_t)T * T;
-        double *S = calloc(TT, sizeof(double));
-        int pi[top_k], pj[top_k];
-        if (!S) {
-            lens_attribution_free(&a);
-            rc = lens_fail(err, LENS_ENOMEM, "out of memory for triggers");
-            break;
-        }
-        if (released) released_head(&a, L, NH, TT, S);
-        else
-            for (int l = 0; l < L; l++)
-                for (int h = 0; h < NH; h++)
-                    for (size_t ij = 0; ij < TT; ij++) S[ij] += a.layers[l].attr[h * TT + ij];
-        const int cls = a.target; /* the predicted class: the pairs support predicting it */
-        lens_attribution_free(&a);
-        const int np = top_pairs(S, T, top_k, released, pi, pj);
-        for (int q = 0; q < np; q++) {
-            const int p0 = pi[q] < pj[q] ? pi[q] : pj[q], p1 = pi[q] < pj[q] ? pj[q] : pi[q];
-            const int ta = src[e].ids[p0], tb = src[e].ids[p1];
-            const double s = S[(size_t)pi[q] * T + pj[q]];
-            int dup = 0; /* a pattern counts once per example */
-            for (int r = 0; r < q; r++) {
-                const int r0 = pi[r] < pj[r] ? pi[r] : pj[r], r1 = pi[r] < pj[r] ? pj[r] : pi[r];
-                dup |= src[e].ids[r0] == ta && src[e].ids[r1] == tb;
-            }
-            if (dup) continue;
-            int f = 0;
-            while (f < n_pat && !(pat[f].label == cls && pat[f].a == ta && pat[f].b == tb)) f++;
-            if (f == n_pat) {
-                if (n_pat == cap) {
-                    cap = cap ? 2 * cap : 64;
-                    pattern *g = realloc(pat, sizeof *pat * cap);
-                    if (!g) {
-                        rc = lens_fail(err, LENS_ENOMEM, "out of memory for patterns");
-                        break;
-                    }
-                    pat = g;
-                }
-                pat[n_pat++] = (pattern){cls, ta, tb, (p0 - 1) / (double)(T - 2),
-                                         (p1 - 1) / (double)(T - 2), 0, 0};
-            }
-            pat[f].count++, pat[f].score += s;
-        }
-        free(S);
-        if (opts && opts->progress) opts->progress(opts->progress_user, 0.9 * (e + 1) / n_src);
+    const int stage = opts ? opts->stage : LENS_TRIGGER_ALL;
+    const int shards = stage == LENS_TRIGGER_SOURCES && opts->shard_count > 1 ? opts->shard_count : 1;
+    const int shard = shards > 1 ? opts->shard_index : 0;
+    if (top_k > LENS_TRIGGER_MAX_TOP_K || (stage != LENS_TRIGGER_ALL && !opts->sources)) {
+        rc = lens_fail(err, LENS_EINVAL, "triggers: top_k over %d, or a stage without its sources array",
+                       LENS_TRIGGER_MAX_TOP_K);
+        goto done;
     }
+    for (int e = 0; e < n_src && !rc; e++) {
+        lens_trigger_source one, *ps = stage == LENS_TRIGGER_ALL ? &one : &opts->sources[e];
+        if (stage != LENS_TRIGGER_FINISH) {
+            if (e % shards != shard) continue;
+            rc = source_patterns(m, &src[e], opts, top_k, released, ps, err);
+            if (opts && opts->progress) opts->progress(opts->progress_user, 0.9 * (e + 1) / n_src);
+        }
+        if (!rc && stage != LENS_TRIGGER_SOURCES) rc = add_patterns(ps, &pat, &n_pat, &cap, err);
+    }
+    if (stage == LENS_TRIGGER_SOURCES) goto done;
     if (rc) goto done;
     for (int f = 0; f < n_pat; f++) {
         lens_trigger *t = &out->triggers[pat[f].label];
@@ -222,7 +247,7 @@ int lens_triggers_run(const lens_model *m, const lens_example *src, int n_src, c
     if (!rc && opts && opts->progress) opts->progress(opts->progress_user, 1.0);
 done:
     free(pat), free(attacked), free(ids);
-    if (rc) lens_trigger_result_free(out);
+    if (rc || (opts && opts->stage == LENS_TRIGGER_SOURCES)) lens_trigger_result_free(out); /* sources: no result */
     return rc;
 }
 

@@ -33,6 +33,18 @@ typedef enum {
                                      * any i, j ([CLS], [SEP] and i == j allowed) */
 } lens_trigger_rule;
 
+#define LENS_TRIGGER_MAX_TOP_K 20
+
+/* What one source example contributes: its predicted class and its top
+ * pairs as token patterns (deduplicated, in rank order). */
+typedef struct {
+    int cls;              /* predicted class; -1 when the example was too short to give pairs */
+    int n;                /* patterns, <= top_k */
+    int a[LENS_TRIGGER_MAX_TOP_K], b[LENS_TRIGGER_MAX_TOP_K];              /* token ids, a before b */
+    double pos_a[LENS_TRIGGER_MAX_TOP_K], pos_b[LENS_TRIGGER_MAX_TOP_K]; /* relative positions */
+    double score[LENS_TRIGGER_MAX_TOP_K];                                 /* S of the pair */
+} lens_trigger_source;
+
 typedef struct {
     int steps;                  /* 0 = 20 */
     lens_riemann riemann;
@@ -42,7 +54,18 @@ typedef struct {
     const volatile int *cancel;
     void (*progress)(void *user, double fraction);
     void *progress_user;
+    /* Sharding (lensd job run / merge): LENS_TRIGGER_SOURCES fills sources[e]
+     * for the source examples e % shard_count == shard_index only (no
+     * triggers, no attack); LENS_TRIGGER_FINISH takes every source's patterns
+     * from sources[n_src] and runs the selection and the attack. Patterns are
+     * counted in source order either way, so both stages give exactly what
+     * LENS_TRIGGER_ALL (0) gives. */
+    int stage;
+    int shard_index, shard_count;
+    lens_trigger_source *sources;
 } lens_trigger_opts;
+
+enum { LENS_TRIGGER_ALL = 0, LENS_TRIGGER_SOURCES = 1, LENS_TRIGGER_FINISH = 2 };
 
 typedef struct {
     int found;            /* 0: no source example predicted as this class */

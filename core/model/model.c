@@ -10,6 +10,7 @@
  * GPT-2 block (pre-LN):  a = x + Attn(LN1(x));     x' = a + FFN(LN2(a))
  * with Attn(x) = concat_h softmax(q_h k_h^T / sqrt(DK)) v_h  W_O + b_O. */
 #include "core/model/model.h"
+#include "core/io/partial.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -353,4 +354,17 @@ int lens_model_supports(const lens_model *m, lens_analysis a, const char **why)
     }
     if (why) *why = no;
     return no == NULL;
+}
+
+unsigned long long lens_model_fingerprint(const lens_model *m)
+{
+    const lens_config *c = &m->cfg;
+    const int shape[] = {c->n_layers, c->n_heads, c->d_model, c->d_ff, c->d_head_k, c->d_head_v,
+                         c->vocab_size, c->max_positions, c->n_labels, (int)c->task};
+    uint64_t h = lens_fnv1a64(LENS_FNV1A64_INIT, c->architecture, strlen(c->architecture));
+    h = lens_fnv1a64(h, shape, sizeof shape);
+    h = lens_fnv1a64(h, m->p.tok_emb, sizeof(float) * (size_t)c->vocab_size * c->d_model);
+    const lens_linear *head = &m->p.classifier;
+    if (head->w) h = lens_fnv1a64(h, head->w, sizeof(float) * (size_t)(head->w_in_out ? head->in : head->out) * head->ld);
+    return h;
 }

@@ -139,6 +139,11 @@ typedef enum {
     LENS_ANALYSIS_COUNT
 } lens_analysis;
 
+/* A 64-bit fingerprint of the model's identity: architecture, shapes, the
+ * token embeddings and the task head (FNV-1a). Shard partials carry it, so
+ * partials of another model are refused at merge. */
+unsigned long long lens_model_fingerprint(const lens_model *m);
+
 const char *lens_analysis_name(lens_analysis a); /* "forward", "attention", "attribution", ... */
 int lens_model_supports(const lens_model *m, lens_analysis a, const char **why);
 
