@@ -275,6 +275,15 @@ int api_get_int(api_call *c, const char *field, long long lo, long long hi, int 
 
 /* ------------------------------------------------------------------ model */
 
+/* A folder of tokenizer files only has no weights: it serves tokenize. */
+static int tokenizer_only_check(api_call *c, const api_model *m)
+{
+    const char *why = NULL;
+    if (!m->model->tokenizer_only || (c->route && !strcmp(c->route->path, "/v1/tokenize"))) return 0;
+    lens_model_supports(m->model, LENS_ANALYSIS_FORWARD, &why);
+    return api_fail(c, 422, "invalid_request", "model", "model \"%s\": %s", m->name, why);
+}
+
 int api_decode_model(api_call *c, const api_model **out)
 {
     const char *name = NULL;
@@ -292,7 +301,7 @@ int api_decode_model(api_call *c, const api_model **out)
     c->model_ref = m;
     c->model_name = m->name;
     *out = m;
-    return 0;
+    return tokenizer_only_check(c, m);
 }
 
 /* ------------------------------------------------------------------ input */
@@ -314,8 +323,9 @@ int api_decode_input(api_call *c, const api_model *m, api_input *in)
         return api_fail(c, 422, "invalid_request", "text", "text must not be empty");
     if (has_pair && !has_text)
         return api_fail(c, 422, "invalid_request", "text_pair", "text_pair needs text (not input_ids)");
-    if (has_pair && !lens_has_cap(&m->model->cfg, LENS_CAP_SEGMENTS))
-        return api_fail(c, 422, "invalid_request", "text_pair", "text_pair needs a model with segment embeddings (BERT)");
+    if (has_pair && !lens_tokenizer_pair_template(m->model->tok))
+        return api_fail(c, 422, "invalid_request", "text_pair",
+                        "text_pair needs a tokenizer with a pair template (BERT's [CLS] A [SEP] B [SEP], RoBERTa's <s> A </s></s> B </s>)");
     if (has_pair && in->pair_len == 0)
         return api_fail(c, 422, "invalid_request", "text_pair", "text_pair must not be empty");
     if (has_text && memchr(in->text, 0, in->text_len))

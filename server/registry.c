@@ -119,7 +119,10 @@ static int insert(registry *r, api_model *m)
 static api_model *load_one(const char *name, const char *dir, lens_err *err)
 {
     double t0 = api_now();
-    lens_model *lm = lens_model_load(dir, err);
+    /* a folder of tokenizer files only (no config.json) serves /v1/tokenize */
+    char config[PATH_MAX];
+    snprintf(config, sizeof config, "%s/config.json", dir);
+    lens_model *lm = access(config, F_OK) == 0 ? lens_model_load(dir, err) : lens_model_tokenizer_only(dir, err);
     if (!lm) return NULL;
     api_model *m = calloc(1, sizeof *m);
     if (!m || !(m->name = strdup(name))) {

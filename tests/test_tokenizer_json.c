@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 
 #include "check.h"
+#include "tests/fixture.h"
 #include "core/io/tokenizer.h"
 #include "core/model/model.h"
 
@@ -78,11 +79,9 @@ static void check_fixture(const lens_tokenizer *tok, const char *name, const cha
 {
     char path[256];
     snprintf(path, sizeof path, "tests/fixtures/tokenizer_json_%s.json", name);
-    json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_ALLOW_NUL, &jerr);
-    CHECK(root != NULL, "%s:%d: %s", path, jerr.line, jerr.text);
+    json_t *root = fixture_load(path); /* fails on a missing "command" */
     if (!root) return;
-    const json_t *cases = json_object_get(root, "cases"), *c;
+    const json_t *cases = fixture_list(root, "cases", path), *c; /* fails when missing or empty */
     CHECK(json_array_size(cases) >= 200, "%s: %zu cases, want at least 200", path, json_array_size(cases));
     size_t i;
     int same = 0, n = 0, printed = 0;

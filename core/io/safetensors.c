@@ -809,7 +809,7 @@ int lens_weights_has(const lens_weights *w, const char *name)
 
 size_t lens_weights_bytes(const lens_weights *w)
 {
-    return w->mapped_bytes + w->converted_bytes;
+    return w ? w->mapped_bytes + w->converted_bytes : 0; /* NULL: a tokenizer-only model */
 }
 
 void lens_weights_release(lens_weights *w, const float *p, size_t n_floats)

@@ -711,6 +711,11 @@ int lens_tokenizer_is_special(const lens_tokenizer *tok, int id)
     return tok && id >= 0 && id < tok->vocab_size && tok->special[id];
 }
 
+int lens_tokenizer_pair_template(const lens_tokenizer *tok)
+{
+    return tok && tok->has_template && tok->n_pair > 0;
+}
+
 int lens_tokenize(const lens_tokenizer *tok, const char *text, size_t len,
                   const char *pair, size_t pair_len,
                   lens_token **out, int *n_out, lens_err *err)

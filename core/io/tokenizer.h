@@ -59,6 +59,11 @@ int lens_tokenizer_id(const lens_tokenizer *tok, const char *piece);
  * decides it, for tokens from text and for input_ids alike. */
 int lens_tokenizer_is_special(const lens_tokenizer *tok, int id);
 
+/* Does the tokenizer's post-processor have a pair form (BERT, RoBERTa,
+ * TemplateProcessing with "pair")? Without one (GPT-2) a pair is just A B
+ * with nothing to mark where B starts. */
+int lens_tokenizer_pair_template(const lens_tokenizer *tok);
+
 /* Tokenize text (and optional pair; pair may be NULL) as Hugging Face's
  * tokenizer(text, text_pair) does with add_special_tokens=True:
  *   template (post_processor): e.g. [CLS] A [SEP] (B [SEP]), <s> A </s>

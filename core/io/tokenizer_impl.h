@@ -49,7 +49,8 @@ typedef struct {
 
 typedef enum {
     PRE_BERT, PRE_BYTELEVEL, PRE_REGEX, PRE_SPLIT_STRING, PRE_METASPACE, PRE_DIGITS, PRE_WHITESPACE,
-    PRE_WHITESPACE_SPLIT, PRE_PUNCTUATION
+    PRE_WHITESPACE_SPLIT, PRE_PUNCTUATION,
+    PRE_SP_WORDS /* internal: cut before a ▁ that follows a non-▁ (see tokenizer_json.c) */
 } lens_pre_kind;
 
 /* The regexes lensd matches by hand (see tokenizer_pretok.c). */

@@ -452,6 +452,26 @@ static int read_post(loader *L, const json_t *n)
 
 /* ---- the file ----------------------------------------------------------- */
 
+/* SentencePiece-style files (Llama-2, Gemma) have no pre_tokenizer: BPE runs
+ * over the whole normalised text as one word, O(n log n) and uncacheable.
+ * When no piece has a ▁ after another character, no merge can join across
+ * the start of a "▁word", so cutting there (before a ▁ that follows a non-▁)
+ * gives the same tokens, word by word and cached. */
+static int sp_words(lens_tokenizer *tok)
+{
+    if (tok->kind != LENS_TOK_BPE || tok->byte_level || tok->n_pre != 0) return 0;
+    static const char bar[] = "\xE2\x96\x81"; /* U+2581 */
+    for (int id = 0; id < tok->vocab_size; id++) {
+        const char *p = tok->piece[id];
+        if (!p) continue;
+        for (const char *q = strstr(p, bar); q; q = strstr(q + 3, bar))
+            if (q > p && (q - p < 3 || memcmp(q - 3, bar, 3) != 0)) return 0;
+    }
+    if (tok->n_pre == LENS_TOK_MAX_STEPS) return -1;
+    tok->pre[tok->n_pre++] = (lens_pre){ .kind = PRE_SP_WORDS, .replacement = 0x2581, .behavior = SPLIT_MERGED_NEXT };
+    return 0;
+}
+
 static int read_added(loader *L, const json_t *added)
 {
     size_t i;
@@ -481,6 +501,7 @@ static int read_root(loader *L, const json_t *root)
     if (read_model(L, json_object_get(root, "model"), added) < 0) goto done;
     if (read_post(L, json_object_get(root, "post_processor")) < 0) goto done;
     if (read_added(L, added) < 0) goto done;
+    if (sp_words(tok) < 0) { bad(L, "too many pre_tokenizers"); goto done; }
     tok->bert_fast = tok->kind == LENS_TOK_WORDPIECE && tok->n_norm == 1 && tok->norm[0].kind == NORM_BERT &&
                      tok->n_pre == 1 && tok->pre[0].kind == PRE_BERT;
     for (int k = 0; k < tok->n_norm && !tok->bert_fast; k++)

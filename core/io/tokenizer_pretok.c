@@ -125,6 +125,7 @@ static int is_delim(const lens_pre *p, const lens_text *t, int i, int b, int *le
     uint32_t cp = t->cp[i];
     switch (p->kind) {
     case PRE_METASPACE: return cp == p->replacement;
+    case PRE_SP_WORDS: return cp == p->replacement && i > 0 && t->cp[i - 1] != p->replacement;
     case PRE_DIGITS: return lens_uni_number(cp);
     case PRE_PUNCTUATION: return lens_bert_is_punct(cp);
     case PRE_WHITESPACE_SPLIT: return lens_uni_white_space(cp);
@@ -230,7 +231,7 @@ int lens_pretokenize(const lens_tokenizer *tok, int k, const lens_text *t, int a
     case PRE_METASPACE:
         if (!p->split) return next_step(tok, k, t, a, b, word, ctx);
         return split_delims(tok, k, t, a, b, word, ctx);
-    case PRE_DIGITS: case PRE_SPLIT_STRING: case PRE_WHITESPACE_SPLIT: case PRE_PUNCTUATION:
+    case PRE_DIGITS: case PRE_SPLIT_STRING: case PRE_WHITESPACE_SPLIT: case PRE_PUNCTUATION: case PRE_SP_WORDS:
         /* behaviour set at load: Digits Isolated or Contiguous, WhitespaceSplit Removed */
         return split_delims(tok, k, t, a, b, word, ctx);
     }

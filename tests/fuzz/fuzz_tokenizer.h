@@ -54,10 +54,10 @@ static inline int fuzz_tokenizer_input(const uint8_t *data, size_t size, const c
             FUZZ_REQUIRE(t[i].id >= 0 && t[i].id < V, "token %d: id %d outside [0, %d)", i, t[i].id, V);
             FUZZ_REQUIRE(lens_tokenizer_piece(tok, t[i].id) != NULL, "token %d: no piece", i);
             FUZZ_REQUIRE(t[i].segment == 0 || (t[i].segment == 1 && has_pair), "token %d: segment %d", i, t[i].segment);
-            /* a special token the template adds has no span; one typed in the text keeps its span
-             * (docs/api-notes.md); every other token has one inside its segment */
-            if (t[i].special && t[i].start == -1) {
-                FUZZ_REQUIRE(t[i].end == -1, "special token %d: start -1 but end %d", i, t[i].end);
+            /* template tokens have no span; special tokens typed in the text keep theirs */
+            FUZZ_REQUIRE(t[i].special == lens_tokenizer_is_special(tok, t[i].id), "token %d: special flag", i);
+            if (t[i].start < 0) {
+                FUZZ_REQUIRE(t[i].special && t[i].start == -1 && t[i].end == -1, "token %d: no span but not special", i);
             } else {
                 FUZZ_REQUIRE(0 <= t[i].start && t[i].start <= t[i].end && t[i].end <= cps[t[i].segment],
                              "token %d: span [%d, %d) outside [0, %d]", i, t[i].start, t[i].end, cps[t[i].segment]);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/io/tokenizer.h"
+#include "tests/fuzz/fuzz.h"
 
 static void probe(const lens_tokenizer *tok, const char *text, size_t len, const char *pair)
 {
@@ -18,14 +19,16 @@ static void probe(const lens_tokenizer *tok, const char *text, size_t len, const
     int n = 0;
     lens_err err;
     if (lens_tokenize(tok, text, len, pair, pair ? strlen(pair) : 0, &t, &n, &err) != 0) return;
+    size_t limit = pair ? len + strlen(pair) : len; /* code points <= bytes */
     for (int i = 0; i < n; i++) {
-        /* a token outside the vocabulary or with an inverted span is a bug */
-        if (t[i].id < 0 || t[i].id >= lens_tokenizer_vocab_size(tok) || t[i].start > t[i].end ||
-            (t[i].start < 0) != (t[i].end < 0) ||
-            (t[i].end > 0 && (size_t)t[i].end > (pair ? len + strlen(pair) : len)))
-            abort();
-        (void)lens_tokenizer_piece(tok, t[i].id);
-        (void)lens_tokenizer_is_special(tok, t[i].id);
+        FUZZ_REQUIRE(t[i].id >= 0 && t[i].id < lens_tokenizer_vocab_size(tok), "token %d: id %d", i, t[i].id);
+        FUZZ_REQUIRE(lens_tokenizer_piece(tok, t[i].id) != NULL, "token %d: no piece", i);
+        FUZZ_REQUIRE(t[i].special == lens_tokenizer_is_special(tok, t[i].id), "token %d: special flag", i);
+        if (t[i].start < 0)
+            FUZZ_REQUIRE(t[i].end == -1 && t[i].special, "token %d: no span but not special", i);
+        else
+            FUZZ_REQUIRE(t[i].start <= t[i].end && (size_t)t[i].end <= limit, "token %d: span [%d, %d)", i,
+                         t[i].start, t[i].end);
     }
     free(t);
 }

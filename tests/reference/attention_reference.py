@@ -151,7 +151,8 @@ def token_masks(model_dir, is_bert, ids):
         with open(os.path.join(model_dir, "vocab.txt"), encoding="utf-8") as f:
             vocab = [l.rstrip("\n") for l in f]
         pieces = [vocab[i] for i in ids]
-        special = [p in ("[CLS]", "[SEP]", "[PAD]") for p in pieces]
+        # BertTokenizer's special tokens (lensd: lens_tokenizer_is_special)
+        special = [p in ("[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]") for p in pieces]
         punct = [is_punct(p[2:] if p.startswith("##") else p) for p in pieces]
     else:
         with open(os.path.join(model_dir, "vocab.json"), encoding="utf-8") as f:
