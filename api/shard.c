@@ -13,12 +13,14 @@
 
 #include "api/request.h"
 
-static uint64_t params_hash(json_t *params)
+/* "fnv1a64:<hex>" of the canonical params text into out; -1 out of memory. */
+static int params_hash(json_t *params, char out[32])
 {
     char *text = json_dumps(params, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
-    uint64_t h = lens_fnv1a64(LENS_FNV1A64_INIT, text ? text : "", text ? strlen(text) : 0);
+    if (!text) return -1;
+    snprintf(out, 32, "fnv1a64:%016llx", (unsigned long long)lens_fnv1a64(LENS_FNV1A64_INIT, text, strlen(text)));
     free(text);
-    return h;
+    return 0;
 }
 
 static void hex64(uint64_t v, char out[17]) { snprintf(out, 17, "%016llx", (unsigned long long)v); }
@@ -40,14 +42,20 @@ int api_shard_run(api_call *c, const api_job_kind *kind, int index, int count, l
         return api_fail(c, 422, "invalid_request", "shard", "shard %d/%d: want 0 <= I < N", index, count);
     if (lens_partial_init(part, &err)) return api_fail(c, 500, "internal", NULL, "%s", err.msg);
     const api_model *m = request_model(c);
-    char fp[17], ph[17];
+    char fp[17], ph[32];
     hex64(m ? lens_model_fingerprint(m->model) : 0, fp);
-    hex64(params_hash(c->body), ph);
-    json_object_set_new(part->header, "kind", json_string(kind->kind));
-    json_object_set(part->header, "params", c->body);
-    json_object_set_new(part->header, "params_hash", json_sprintf("fnv1a64:%s", ph));
-    json_object_set_new(part->header, "model", json_pack("{s:s, s:s}", "name", m ? m->name : "", "fingerprint", fp));
-    json_object_set_new(part->header, "shard", json_pack("{s:i, s:i}", "index", index, "count", count));
+    /* a header field lost to a failed allocation would read as another job's at the merge */
+    int bad = params_hash(c->body, ph);
+    bad |= json_object_set_new(part->header, "kind", json_string(kind->kind));
+    bad |= json_object_set(part->header, "params", c->body);
+    bad |= json_object_set_new(part->header, "params_hash", json_string(ph));
+    bad |= json_object_set_new(part->header, "model",
+                               json_pack("{s:s, s:s}", "name", m ? m->name : "", "fingerprint", fp));
+    bad |= json_object_set_new(part->header, "shard", json_pack("{s:i, s:i}", "index", index, "count", count));
+    if (bad) {
+        lens_partial_free(part);
+        return api_fail(c, 500, "internal", NULL, "out of memory for the partial's header");
+    }
     if (kind->shard(c, index, count, part)) {
         lens_partial_free(part);
         return -1;
@@ -136,9 +144,11 @@ void api_shard_merge(api_call *c, const api_job_kind *kind, lens_partial **parts
         return;
     }
     if (check_parts(c, kind, parts, n)) return;
-    char ph[17], want[32];
-    hex64(params_hash(c->body), ph);
-    snprintf(want, sizeof want, "fnv1a64:%s", ph);
+    char want[32];
+    if (params_hash(c->body, want)) {
+        api_fail(c, 500, "internal", NULL, "out of memory hashing the params");
+        return;
+    }
     if (strcmp(want, hdr_str(parts[0], NULL, "params_hash"))) {
         api_fail(c, 422, "partial_mismatch", "params", "the partials were computed with other params (%.40s, these %s)",
                  hdr_str(parts[0], NULL, "params_hash"), want);
