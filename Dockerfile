@@ -76,6 +76,12 @@ COPY --from=build /src/openapi.yaml /usr/share/lensd/openapi.yaml
 #   LENSD_DATA_DIR            --data-dir DIR              (unset: jobs read no files)
 #   LENSD_WEB_DIR             --web-dir DIR               (/usr/share/lensd/web: the dashboard at /)
 #   LENSD_NO_WEB              --no-web                    (1: no dashboard)
+#   LENSD_FAST_WORKERS        --fast-workers N            (1; tokenize/forward only)
+#   LENSD_FAST_THREADS        --fast-threads N            (1)
+#   LENSD_MAX_BATCH_ITEMS     --max-batch-items N         (64)
+#   LENSD_MAX_BATCH_TOKENS    --max-batch-tokens N        (16384)
+#   LENSD_SSE_KEEPALIVE       --sse-keepalive SECONDS     (15)
+#   LENSD_OPENAPI             --openapi FILE              (/usr/share/lensd/openapi.yaml)
 #   OPENBLAS_CORETYPE         force the BLAS kernels; lensd sets it itself and
 #                             re-executes when OpenBLAS misdetects the CPU
 ENV LENSD_LISTEN=0.0.0.0:8080 \
@@ -94,7 +100,13 @@ ENV LENSD_LISTEN=0.0.0.0:8080 \
     LENSD_JOB_TTL="" \
     LENSD_DATA_DIR="" \
     LENSD_WEB_DIR="" \
-    LENSD_NO_WEB=""
+    LENSD_NO_WEB="" \
+    LENSD_FAST_WORKERS="" \
+    LENSD_FAST_THREADS="" \
+    LENSD_MAX_BATCH_ITEMS="" \
+    LENSD_MAX_BATCH_TOKENS="" \
+    LENSD_SSE_KEEPALIVE="" \
+    LENSD_OPENAPI=""
 
 # Checkpoints are mmap'd read-only: mount yours here (read-only is fine).
 # The image ships the four trained demo models in it.

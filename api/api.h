@@ -276,7 +276,7 @@ void api_shard_merge(api_call *c, const api_job_kind *kind, lens_partial **parts
  * merged set of shards run the same code. */
 void api_shard_run_whole(api_call *c, const api_job_kind *kind);
 /* For a kind's shard(): record the dataset's row count and the rows this shard holds. */
-void api_shard_rows(lens_partial *part, long total, long in_shard);
+int api_shard_rows(lens_partial *part, long total, long in_shard); /* -1: out of memory */
 
 extern const api_job_kind api_job_kinds[];
 extern const int api_n_job_kinds;

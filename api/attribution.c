@@ -361,7 +361,7 @@ int api_attribution_shard(api_call *c, int index, int count, lens_partial *part)
                 lens_partial_add(part, "offsets", LENS_PT_I64, k + 1, offsets, &err) ||
                 lens_partial_add(part, "results", LENS_PT_U8, (int64_t)all.len, all.buf, &err)))
         rc = api_fail(c, 500, "internal", NULL, "%s", err.msg);
-    if (!rc) api_shard_rows(part, b->n, k);
+    if (!rc && api_shard_rows(part, b->n, k)) rc = api_fail(c, 500, "internal", NULL, "out of memory");
     free(rows), free(offsets), jw_free(&all);
     return rc;
 }

@@ -507,7 +507,8 @@ int api_decomposition_shard(api_call *c, int index, int count, lens_partial *par
     prog.base += prog.span, prog.span = 0.93 - prog.span;
     if (shard_set(c, r, "texts", "", &prog, index, count, part, &W)) return -1;
     c->n_tokens = r->T;
-    api_shard_rows(part, W, lens_partial_find(part, "windows")->length);
+    if (api_shard_rows(part, W, lens_partial_find(part, "windows")->length))
+        return api_fail(c, 500, "internal", NULL, "out of memory");
     return 0;
 }
 

@@ -334,7 +334,7 @@ int api_head_importance_shard(api_call *c, int index, int count, lens_partial *p
         rc = -1;
     free(attr), free(attn), free(rows);
     if (rc) return api_fail_core(c, &err, "text", NULL, "head importance");
-    api_shard_rows(part, r->n, k);
+    if (api_shard_rows(part, r->n, k)) return api_fail(c, 500, "internal", NULL, "out of memory");
     return 0;
 }
 
@@ -371,7 +371,8 @@ void api_head_importance_merge(api_call *c, lens_partial *const *parts, int n_pa
     free(seen);
     if (rc) {
         free(attr), free(attn);
-        api_fail(c, 422, "partial_mismatch", "parts", "%s", err.msg);
+        if (err.code == LENS_EFORMAT) api_fail(c, 422, "partial_mismatch", "parts", "%s", err.msg);
+        else api_fail_core(c, &err, "parts", NULL, "head importance");
         return;
     }
     lens_example *ex = NULL;
@@ -493,7 +494,7 @@ int api_triggers_shard(api_call *c, int index, int count, lens_partial *part)
                    : lens_partial_add(part, names[t], LENS_PT_F64, k * TOPK, dv[t - 5], &err);
     free(src), free(ints), free(reals);
     if (rc) return api_fail_core(c, &err, "text", NULL, "adversarial triggers");
-    api_shard_rows(part, n, k);
+    if (api_shard_rows(part, n, k)) return api_fail(c, 500, "internal", NULL, "out of memory");
     return 0;
 }
 
@@ -542,7 +543,8 @@ void api_triggers_merge(api_call *c, lens_partial *const *parts, int n_parts)
     free(seen);
     if (rc) {
         free(src);
-        api_fail(c, 422, "partial_mismatch", "parts", "%s", err.msg);
+        if (err.code == LENS_EFORMAT) api_fail(c, 422, "partial_mismatch", "parts", "%s", err.msg);
+        else api_fail_core(c, &err, "parts", NULL, "adversarial triggers");
         return;
     }
     lens_example *ex = NULL;

@@ -13,7 +13,7 @@
 
 #include "api/request.h"
 
-/* "fnv1a64:<hex>" of the canonical params text into out; -1 out of memory. */
+/* "fnv1a64:<16 hex digits>" of the params' canonical JSON into out; -1 out of memory. */
 static int params_hash(json_t *params, char out[32])
 {
     char *text = json_dumps(params, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
@@ -28,10 +28,10 @@ static void hex64(uint64_t v, char out[17]) { snprintf(out, 17, "%016llx", (unsi
 /* The decoded request's model: every dataset kind's request starts with it. */
 static const api_model *request_model(const api_call *c) { return c->model_ref ? c->model_ref : NULL; }
 
-void api_shard_rows(lens_partial *part, long total, long in_shard)
+int api_shard_rows(lens_partial *part, long total, long in_shard)
 {
-    json_object_set_new(part->header, "rows", json_pack("{s:I, s:I}", "total", (json_int_t)total, "in_shard",
-                                                         (json_int_t)in_shard));
+    return json_object_set_new(part->header, "rows", json_pack("{s:I, s:I}", "total", (json_int_t)total, "in_shard",
+                                                                (json_int_t)in_shard));
 }
 
 int api_shard_run(api_call *c, const api_job_kind *kind, int index, int count, lens_partial *part)
@@ -44,15 +44,11 @@ int api_shard_run(api_call *c, const api_job_kind *kind, int index, int count, l
     const api_model *m = request_model(c);
     char fp[17], ph[32];
     hex64(m ? lens_model_fingerprint(m->model) : 0, fp);
-    /* a header field lost to a failed allocation would read as another job's at the merge */
-    int bad = params_hash(c->body, ph);
-    bad |= json_object_set_new(part->header, "kind", json_string(kind->kind));
-    bad |= json_object_set(part->header, "params", c->body);
-    bad |= json_object_set_new(part->header, "params_hash", json_string(ph));
-    bad |= json_object_set_new(part->header, "model",
-                               json_pack("{s:s, s:s}", "name", m ? m->name : "", "fingerprint", fp));
-    bad |= json_object_set_new(part->header, "shard", json_pack("{s:i, s:i}", "index", index, "count", count));
-    if (bad) {
+    json_t *h = part->header;
+    if (params_hash(c->body, ph) || json_object_set_new(h, "kind", json_string(kind->kind)) ||
+        json_object_set(h, "params", c->body) || json_object_set_new(h, "params_hash", json_string(ph)) ||
+        json_object_set_new(h, "model", json_pack("{s:s, s:s}", "name", m ? m->name : "", "fingerprint", fp)) ||
+        json_object_set_new(h, "shard", json_pack("{s:i, s:i}", "index", index, "count", count))) {
         lens_partial_free(part);
         return api_fail(c, 500, "internal", NULL, "out of memory for the partial's header");
     }
@@ -137,13 +133,19 @@ static int check_parts(api_call *c, const api_job_kind *kind, lens_partial **par
     return 0;
 }
 
-void api_shard_merge(api_call *c, const api_job_kind *kind, lens_partial **parts, int n)
+/* verify_params 0: the parts were made by this very call (api_shard_run_whole),
+ * from the same decoded params. */
+static void shard_merge(api_call *c, const api_job_kind *kind, lens_partial **parts, int n, int verify_params)
 {
     if (!kind->merge) {
         api_fail(c, 422, "invalid_request", "kind", "job kind %s cannot be sharded", kind->kind);
         return;
     }
     if (check_parts(c, kind, parts, n)) return;
+    if (!verify_params) {
+        kind->merge(c, parts, n);
+        return;
+    }
     char want[32];
     if (params_hash(c->body, want)) {
         api_fail(c, 500, "internal", NULL, "out of memory hashing the params");
@@ -157,11 +159,16 @@ void api_shard_merge(api_call *c, const api_job_kind *kind, lens_partial **parts
     kind->merge(c, parts, n);
 }
 
+void api_shard_merge(api_call *c, const api_job_kind *kind, lens_partial **parts, int n)
+{
+    shard_merge(c, kind, parts, n, 1);
+}
+
 void api_shard_run_whole(api_call *c, const api_job_kind *kind)
 {
     lens_partial part;
     if (api_shard_run(c, kind, 0, 1, &part)) return;
     lens_partial *parts[1] = {&part};
-    api_shard_merge(c, kind, parts, 1);
+    shard_merge(c, kind, parts, 1, 0);
     lens_partial_free(&part);
 }

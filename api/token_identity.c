@@ -519,7 +519,8 @@ int api_token_identity_map_shard(api_call *c, int index, int count, lens_partial
                 lens_partial_add(part, "identity_heldout_hits", LENS_PT_I64, NL, hits, &err) ||
                 lens_partial_add(part, "tokens", LENS_PT_I64, 2, tokens, &err)))
         rc = api_fail(c, 500, "internal", NULL, "%s", err.msg);
-    if (!rc) api_shard_rows(part, r->n, train.n_seqs + heldout.n_seqs);
+    if (!rc && api_shard_rows(part, r->n, train.n_seqs + heldout.n_seqs))
+        rc = api_fail(c, 500, "internal", NULL, "out of memory");
     batch_free(&train), batch_free(&heldout);
     free(G), free(XY), free(hits), free(hits_l);
     return rc ? -1 : 0;

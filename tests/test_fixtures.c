@@ -35,6 +35,20 @@ static const fixture_lists table[] = {
     {"token_identity_shared.json", {"rankings", "vocabulary", "fit"}},
     {"tokenizer_bert.json", {"cases"}},
     {"tokenizer_gpt2.json", {"cases"}},
+    {"attention_causal_rows.json", {"gpt2_input_ids", "cases"}},
+    {"attention_key_aware.json", {"input_ids", "cases"}},
+    {"attribution_paper_code.json", {"examples", "head_importance_sum", "heads_pruned_floor", "trigger_ranking"}},
+    {"logit_lens_demo.json", {"models"}},
+    {"paper_code_bert-tiny-mlm.json", {"windows", "labels", "reference_windows", "variants"}},
+    {"paper_code_gpt2-tiny-wikitext.json", {"windows", "labels", "reference_windows", "variants"}},
+    {"screenot.json", {"cases"}},
+    {"tokenizer_json_bert.json", {"cases"}},
+    {"tokenizer_json_gemma.json", {"cases"}},
+    {"tokenizer_json_gpt2.json", {"cases"}},
+    {"tokenizer_json_llama2.json", {"cases"}},
+    {"tokenizer_json_llama3.json", {"cases"}},
+    {"tokenizer_json_qwen2_5.json", {"cases"}},
+    {"tokenizer_json_roberta.json", {"cases"}},
 };
 #define N_TABLE (int)(sizeof table / sizeof *table)
 
