@@ -67,9 +67,8 @@ static void test_partial_file(const char *dir)
           "round trip is bit for bit");
     CHECK(!lens_partial_get(&q, "s", LENS_PT_I64, 5, &err), "a wrong dtype is refused");
     CHECK(!lens_partial_get(&q, "x", LENS_PT_F64, 4, &err), "a wrong length is refused");
-    CHECK(json_equal(json_object_get(q.header, "kind"), json_string("demo")) ||
-              !strcmp(json_string_value(json_object_get(q.header, "kind")), "demo"),
-          "header keys survive");
+    const char *kind = json_string_value(json_object_get(q.header, "kind"));
+    CHECK(kind && !strcmp(kind, "demo"), "header keys survive");
     lens_partial_free(&q);
 
     /* the file's bytes, then damaged copies */
