@@ -188,6 +188,10 @@ int api_decomposition_shard(api_call *c, int index, int count, lens_partial *par
 void api_decomposition_merge(api_call *c, lens_partial *const *parts, int n);
 int api_attribution_prepare(api_call *c);
 void api_attribution_run(api_call *c);
+int api_attribution_job_prepare(api_call *c);
+void api_attribution_job_run(api_call *c);
+int api_attribution_shard(api_call *c, int index, int count, lens_partial *part);
+void api_attribution_merge(api_call *c, lens_partial *const *parts, int n);
 int api_head_importance_prepare(api_call *c);
 void api_head_importance_run(api_call *c);
 int api_head_importance_shard(api_call *c, int index, int count, lens_partial *part);
@@ -214,6 +218,8 @@ int api_token_identity_prepare(api_call *c);
 void api_token_identity_run(api_call *c);
 int api_token_identity_map_prepare(api_call *c);
 void api_token_identity_map_run(api_call *c);
+int api_token_identity_map_shard(api_call *c, int index, int count, lens_partial *part);
+void api_token_identity_map_merge(api_call *c, lens_partial *const *parts, int n);
 
 /* A resident model's learned token-identity maps (api/token_identity.c):
  * load_maps installs the checkpoint folder's maps file when there is one

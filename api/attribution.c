@@ -19,11 +19,18 @@
  * [{token, layer}], edges: [{layer, from, to, score}]}, timing_ms}.
  * attribution[i][j]: query token i, attended token j. The tree needs every
  * layer's attribution, so with tree all layers are computed and the
- * selected ones returned. */
+ * selected ones returned.
+ *
+ * Job "attribution" with texts (a batch: attribution over a dataset) is a
+ * sharded kind: shard I of N answers the rows r % N == I, each exactly as
+ * the single request would (its result or its error), and keeps their JSON
+ * in the partial; the merge puts them back in row order as {"results":
+ * [...]}, the batch's answer. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/batch.h"
 #include "api/cost.h"
 #include "api/request.h"
 #include "core/analysis/attribution.h"
@@ -301,4 +308,98 @@ void api_attribution_run(api_call *c)
     jw_end(w);
     if (w->oom) api_fail(c, 500, "internal", NULL, "out of memory while writing the response");
     else c->status = 200;
+}
+
+/* ------------------------------------------- job "attribution" over texts */
+
+int api_attribution_job_prepare(api_call *c)
+{
+    if (!api_is_batch(c)) return api_attribution_prepare(c);
+    const api_model *m;
+    /* the partial's header names the batch's model: the parent holds it too */
+    return api_attribution_batched_prepare(c) || api_decode_model(c, &m) ? -1 : 0;
+}
+
+void api_attribution_job_run(api_call *c)
+{
+    if (api_is_batch(c)) api_shard_run_whole(c, api_job_kind_find("attribution"));
+    else api_attribution_run(c);
+}
+
+/* Partial: "rows" i64 [k] (the shard's row numbers), "offsets" i64 [k + 1]
+ * into "results" u8 (the rows' answers, JSON text one after another). */
+int api_attribution_shard(api_call *c, int index, int count, lens_partial *part)
+{
+    if (!api_is_batch(c))
+        return api_fail(c, 422, "invalid_request", "texts", "only attribution over texts (a dataset) is sharded");
+    api_batch *b = c->req;
+    const size_t most = (size_t)b->n / (size_t)count + 1;
+    int64_t *rows = malloc(sizeof *rows * most), *offsets = calloc(most + 1, sizeof *offsets);
+    int k = 0;
+    jw all;
+    jw_init(&all);
+    for (int r = index; rows && offsets && r < b->n; r += count) {
+        api_batch_item *item = &b->items[r];
+        if (lens_cancelled(c->cancel)) {
+            free(rows), free(offsets), jw_free(&all);
+            return api_fail(c, 503, "timeout", NULL, "the job passed its deadline at row %d of %d", r, b->n);
+        }
+        if (item->prepared) {
+            api_batch_item_begin(c, &item->call);
+            b->run_one(&item->call);
+        }
+        const jw *out = &item->call.out;
+        jw_raw(&all, out->buf ? out->buf : "null", out->buf ? out->len : 4); /* no separators: offsets delimit */
+        rows[k] = r;
+        offsets[++k] = (int64_t)all.len;
+        api_progress(c, (double)k * count / b->n);
+    }
+    lens_err err = {0};
+    int rc = !rows || !offsets || all.oom ? api_fail(c, 500, "internal", NULL, "out of memory") : 0;
+    if (!rc && (lens_partial_add(part, "rows", LENS_PT_I64, k, rows, &err) ||
+                lens_partial_add(part, "offsets", LENS_PT_I64, k + 1, offsets, &err) ||
+                lens_partial_add(part, "results", LENS_PT_U8, (int64_t)all.len, all.buf, &err)))
+        rc = api_fail(c, 500, "internal", NULL, "%s", err.msg);
+    if (!rc && api_shard_rows(part, b->n, k)) rc = api_fail(c, 500, "internal", NULL, "out of memory");
+    free(rows), free(offsets), jw_free(&all);
+    return rc;
+}
+
+/* One part's rows into json/len; every row number valid and seen once. */
+static int merge_part(api_call *c, const lens_partial *p, int n_rows, const char **json, size_t *len)
+{
+    lens_err err = {0};
+    const lens_pt_tensor *rows_t = lens_partial_find(p, "rows"), *text_t = lens_partial_find(p, "results");
+    const int64_t k = rows_t ? rows_t->length : -1;
+    const int64_t *rows = rows_t ? lens_partial_get(p, "rows", LENS_PT_I64, k, &err) : NULL;
+    const int64_t *off = rows ? lens_partial_get(p, "offsets", LENS_PT_I64, k + 1, &err) : NULL;
+    if (!rows || !off || !text_t || text_t->dtype != LENS_PT_U8)
+        return api_fail(c, 422, "partial_mismatch", "parts", "an attribution partial lacks rows, offsets or results%s%s",
+                        err.msg[0] ? ": " : "", err.msg);
+    for (int64_t i = 0; i < k; i++) {
+        if (rows[i] < 0 || rows[i] >= n_rows || json[rows[i]] || off[i] < 0 || off[i] > off[i + 1] ||
+            off[i + 1] > text_t->length)
+            return api_fail(c, 422, "partial_mismatch", "parts", "an attribution partial has a bad or repeated row %lld",
+                            (long long)rows[i]);
+        json[rows[i]] = (const char *)text_t->data + off[i];
+        len[rows[i]] = (size_t)(off[i + 1] - off[i]);
+    }
+    return 0;
+}
+
+void api_attribution_merge(api_call *c, lens_partial *const *parts, int n)
+{
+    if (!api_is_batch(c)) {
+        api_fail(c, 422, "invalid_request", "texts", "only attribution over texts (a dataset) is sharded");
+        return;
+    }
+    const int n_rows = ((api_batch *)c->req)->n;
+    const char **json = calloc((size_t)n_rows, sizeof *json);
+    size_t *len = calloc((size_t)n_rows, sizeof *len);
+    int rc = json && len ? 0 : api_fail(c, 500, "internal", NULL, "out of memory");
+    for (int i = 0; !rc && i < n; i++) rc = merge_part(c, parts[i], n_rows, json, len);
+    for (int r = 0; !rc && r < n_rows; r++)
+        if (!json[r]) rc = api_fail(c, 422, "partial_mismatch", "parts", "row %d is in no partial", r);
+    if (!rc) api_batch_write(c, n_rows, json, len);
+    free(json), free(len);
 }

@@ -173,15 +173,26 @@ void api_batch_run(api_call *c, void (*run_packed)(api_call *c, api_batch *b))
         }
     }
     c->n_tokens = (int)total;
+    const char **json = malloc(sizeof *json * (size_t)b->n);
+    size_t *len = malloc(sizeof *len * (size_t)b->n);
+    if (!json || !len) {
+        free(json), free(len);
+        api_fail(c, 500, "internal", NULL, "out of memory");
+        return;
+    }
+    for (int i = 0; i < b->n; i++) json[i] = b->items[i].call.out.buf, len[i] = b->items[i].call.out.len;
+    api_batch_write(c, b->n, json, len);
+    free(json), free(len);
+}
+
+void api_batch_write(api_call *c, int n, const char *const *json, const size_t *len)
+{
     jw *w = &c->out;
     jw_free(w);
     jw_obj(w);
     jw_key(w, "results");
     jw_arr(w);
-    for (int i = 0; i < b->n; i++) {
-        const jw *out = &b->items[i].call.out;
-        jw_raw_value(w, out->buf ? out->buf : "null", out->buf ? out->len : 4);
-    }
+    for (int i = 0; i < n; i++) jw_raw_value(w, json[i] ? json[i] : "null", json[i] ? len[i] : 4);
     jw_end(w);
     jw_end(w);
     if (w->oom) api_fail(c, 500, "internal", NULL, "out of memory while writing the response");

@@ -30,6 +30,8 @@ int api_batch_prepare(api_call *c, api_prepare_fn prepare_one, api_run_fn run_on
  * run_packed when given (one forward pass for all), else run_one each in
  * turn, honouring the deadline; then writes {"results": [...]}. */
 void api_batch_run(api_call *c, void (*run_packed)(api_call *c, api_batch *b));
+/* {"results": [...]}: item i's answer is json[i] (len[i] bytes; NULL = null). */
+void api_batch_write(api_call *c, int n, const char *const *json, const size_t *len);
 /* The parent's deadline, threads and progress hooks, set on an item before it runs. */
 void api_batch_item_begin(api_call *parent, api_call *item);
 

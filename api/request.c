@@ -172,8 +172,8 @@ static const api_field_set field_sets[] = {
      {"model", "texts", "windows", "corpus", "labels", "length", "drop_first_position", "top_k", "causal", "layers",
       "async", "definition", "topics_self_pairs", "topics_pca", "screenot_k", "reference_texts", "reference_windows",
       "reference_corpus"}},
-    {"attribution",
-     {INPUT_FIELDS, "layers", "heads", "steps", "riemann", "target", "tree", "include_matrices", "format", "async"}},
+    {"attribution", /* texts: attribution over a dataset, a sharded kind (api/attribution.c) */
+     {INPUT_FIELDS, BATCH_FIELDS, "layers", "heads", "steps", "riemann", "target", "tree", "include_matrices", "format", "async"}},
     {"hidden-attribution", {INPUT_FIELDS, "layers", "method", "probes", "seed", "include_norms", "format", "async"}},
     {"head-importance", {DATASET_FIELDS, "seeds", "seed", "definition", "target", "prune_count"}},
     {"adversarial-triggers", {DATASET_FIELDS, "sources", "top_k", "definition", "rule"}},

@@ -23,7 +23,10 @@
  * identity_heldout_rate}], installed, saved (path or null), save_error?}.
  * The fitted maps replace the model's current ones for every later request;
  * with save they are also written next to the checkpoint. Texts longer than
- * the token limit keep their first tokens (and BERT's final [SEP]). */
+ * the token limit keep their first tokens (and BERT's final [SEP]).
+ * A sharded kind (api/shard.c): shard I of N adds up the normal equations
+ * of the training texts r % N == I; the merge solves the maps and measures
+ * the rates over every text (lens_ti_fit's stages, split where they add). */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -427,43 +430,173 @@ static int tokenize_texts(api_call *c, const map_req *r, int **ids_out, int **le
         free(toks);
         lengths[i] = T;
         n_ids += (size_t)T;
-        api_progress(c, 0.02 * (i + 1) / r->n);
     }
     *ids_out = ids, *lengths_out = lengths;
     return 0;
 }
 
-static void fit_progress(void *user, double fraction) { api_progress(user, 0.02 + 0.98 * fraction); }
+/* A stage's own progress fraction as [base, base + span] of the job's: a
+ * server job runs the shard (first half) then the merge (second half). */
+typedef struct {
+    api_call *c;
+    double base, span;
+} phase;
 
-void api_token_identity_map_run(api_call *c)
+static void phase_progress(void *user, double fraction)
+{
+    const phase *p = user;
+    api_progress(p->c, p->base + p->span * fraction);
+}
+
+/* Rows [r0, r1) with r % count == index of the packed batch (ids, lengths)
+ * as a new packed batch (owned ids and lengths). */
+static int pick_rows(api_call *c, const int *ids, const int *lengths, int r0, int r1, int index, int count,
+                     lens_batch *out)
+{
+    size_t n_ids = 0, tok0 = 0;
+    for (int r = 0; r < r1; r++) n_ids += r >= r0 && r % count == index ? (size_t)lengths[r] : 0;
+    int *pick_ids = malloc(sizeof *pick_ids * (n_ids + 1)), *pick_len = malloc(sizeof *pick_len * (size_t)(r1 - r0 + 1));
+    if (!pick_ids || !pick_len) {
+        free(pick_ids), free(pick_len);
+        return api_fail(c, 500, "internal", NULL, "out of memory");
+    }
+    *out = (lens_batch){.ids = pick_ids, .lengths = pick_len};
+    n_ids = 0;
+    for (int r = 0; r < r1; tok0 += (size_t)lengths[r++]) {
+        if (r < r0 || r % count != index) continue;
+        memcpy(pick_ids + n_ids, ids + tok0, sizeof *ids * (size_t)lengths[r]);
+        n_ids += (size_t)lengths[r];
+        pick_len[out->n_seqs++] = lengths[r];
+    }
+    return 0;
+}
+
+static void batch_free(lens_batch *b) { free((void *)b->ids), free((void *)b->lengths); }
+
+static long batch_tokens(const lens_batch *b)
+{
+    long n = 0;
+    for (int s = 0; s < b->n_seqs; s++) n += b->lengths[s];
+    return n;
+}
+
+static lens_ti_fit_opts fit_opts(api_call *c, const map_req *r, phase *ph)
+{
+    return (lens_ti_fit_opts){.ridge = r->ridge, .metric = r->metric, .pool = c->threads, .cancel = c->cancel,
+                              .progress = phase_progress, .progress_user = ph};
+}
+
+/* Partial: the normal equations of the shard's training rows "G" f64
+ * [L+1][C+1][C+1] and "XY" f64 [L+1][C+1][C]; the held-out tokens of its
+ * held-out rows identified without a map "identity_heldout_hits" i64
+ * [L+1]; its "tokens" i64 [2] (training, held-out). */
+int api_token_identity_map_shard(api_call *c, int index, int count, lens_partial *part)
+{
+    map_req *r = c->req;
+    const lens_model *m = r->model->model;
+    const int NL = m->cfg.n_layers + 1, C = m->cfg.d_model, CA = C + 1, n_train = r->n - r->n_heldout;
+    int *ids = NULL, *lengths = NULL;
+    if (tokenize_texts(c, r, &ids, &lengths)) return -1;
+    lens_batch train = {0}, heldout = {0};
+    int rc = pick_rows(c, ids, lengths, 0, n_train, index, count, &train) ||
+             pick_rows(c, ids, lengths, n_train, r->n, index, count, &heldout);
+    free(ids), free(lengths);
+    double *G = calloc((size_t)NL * CA * CA, sizeof *G), *XY = calloc((size_t)NL * CA * C, sizeof *XY);
+    int64_t *hits = calloc((size_t)NL, sizeof *hits), tokens[2] = {batch_tokens(&train), batch_tokens(&heldout)};
+    long *hits_l = calloc((size_t)NL, sizeof *hits_l);
+    if (!rc && (!G || !XY || !hits || !hits_l)) rc = api_fail(c, 500, "internal", NULL, "out of memory");
+    const double share = tokens[0] + tokens[1] > 0 ? 0.5 * tokens[0] / (tokens[0] + tokens[1]) : 0.5;
+    phase ph = {c, 0, share};
+    const lens_ti_fit_opts opts = fit_opts(c, r, &ph);
+    lens_err err = {0};
+    int failed = !rc && lens_ti_accumulate(m, &train, &opts, G, XY, &err);
+    ph = (phase){c, share, 0.5 - share};
+    failed = failed || (!rc && lens_ti_count(m, &heldout, NULL, &opts, NULL, hits_l, &err));
+    if (failed) rc = api_fail_core(c, &err, "texts", NULL, "accumulating the token identity maps");
+    for (int l = 0; !rc && l < NL; l++) hits[l] = hits_l[l];
+    if (!rc && (lens_partial_add(part, "G", LENS_PT_F64, (int64_t)NL * CA * CA, G, &err) ||
+                lens_partial_add(part, "XY", LENS_PT_F64, (int64_t)NL * CA * C, XY, &err) ||
+                lens_partial_add(part, "identity_heldout_hits", LENS_PT_I64, NL, hits, &err) ||
+                lens_partial_add(part, "tokens", LENS_PT_I64, 2, tokens, &err)))
+        rc = api_fail(c, 500, "internal", NULL, "%s", err.msg);
+    if (!rc && api_shard_rows(part, r->n, train.n_seqs + heldout.n_seqs))
+        rc = api_fail(c, 500, "internal", NULL, "out of memory");
+    batch_free(&train), batch_free(&heldout);
+    free(G), free(XY), free(hits), free(hits_l);
+    return rc ? -1 : 0;
+}
+
+/* Sums the parts' normal equations, counts and identity hits (shard order) into G, XY, tokens, hits. */
+static int sum_parts(api_call *c, const lens_model *m, lens_partial *const *parts, int n, double *G, double *XY,
+                     int64_t tokens[2], long *hits)
+{
+    const int NL = m->cfg.n_layers + 1, C = m->cfg.d_model, CA = C + 1;
+    const size_t nG = (size_t)NL * CA * CA, nXY = (size_t)NL * CA * C;
+    for (int i = 0; i < n; i++) {
+        lens_err err = {0};
+        const double *g = lens_partial_get(parts[i], "G", LENS_PT_F64, (int64_t)nG, &err);
+        const double *xy = g ? lens_partial_get(parts[i], "XY", LENS_PT_F64, (int64_t)nXY, &err) : NULL;
+        const int64_t *h = xy ? lens_partial_get(parts[i], "identity_heldout_hits", LENS_PT_I64, NL, &err) : NULL;
+        const int64_t *t = h ? lens_partial_get(parts[i], "tokens", LENS_PT_I64, 2, &err) : NULL;
+        if (!t) return api_fail(c, 422, "partial_mismatch", "parts", "part %d: %s", i, err.msg);
+        for (size_t e = 0; e < nG; e++) G[e] += g[e];
+        for (size_t e = 0; e < nXY; e++) XY[e] += xy[e];
+        for (int l = 0; l < NL; l++) hits[l] += (long)h[l];
+        tokens[0] += t[0], tokens[1] += t[1];
+    }
+    return 0;
+}
+
+/* The maps from the summed normal equations, then the rates with them:
+ * forward passes over every text (the merge's cost: about half the job). */
+static int merge_maps(api_call *c, map_req *r, lens_partial *const *parts, int n, lens_ti_maps *maps)
+{
+    const lens_model *m = r->model->model;
+    const int NL = m->cfg.n_layers + 1, C = m->cfg.d_model, CA = C + 1, n_train = r->n - r->n_heldout;
+    double *G = calloc((size_t)NL * CA * CA, sizeof *G), *XY = calloc((size_t)NL * CA * C, sizeof *XY);
+    long *hits = calloc((size_t)NL * 3, sizeof *hits); /* train, held-out mapped, held-out identity */
+    int64_t tokens[2] = {0, 0};
+    int *ids = NULL, *lengths = NULL;
+    memset(maps, 0, sizeof *maps);
+    int rc = G && XY && hits ? 0 : api_fail(c, 500, "internal", NULL, "out of memory");
+    if (!rc) rc = sum_parts(c, m, parts, n, G, XY, tokens, hits + 2 * NL);
+    if (!rc && tokens[0] < 2)
+        rc = api_fail(c, 422, "invalid_request", "texts", "fitting the maps needs at least 2 training tokens (got %lld)",
+                      (long long)tokens[0]);
+    const double share = tokens[0] + tokens[1] > 0 ? 0.5 * (double)tokens[0] / (double)(tokens[0] + tokens[1]) : 0.5;
+    phase ph = {c, 0.5, share};
+    const lens_ti_fit_opts opts = fit_opts(c, r, &ph);
+    lens_err err = {0};
+    if (!rc && lens_ti_solve(m, G, XY, &opts, maps, &err))
+        rc = api_fail_core(c, &err, "texts", NULL, "fitting the token identity maps");
+    free(G), free(XY);
+    if (!rc && (rc = tokenize_texts(c, r, &ids, &lengths)) == 0) {
+        long train_tokens = 0;
+        for (int i = 0; i < n_train; i++) train_tokens += lengths[i];
+        const lens_batch train = {.n_seqs = n_train, .lengths = lengths, .ids = ids};
+        const lens_batch heldout = {.n_seqs = r->n_heldout, .lengths = lengths + n_train, .ids = ids + train_tokens};
+        maps->train_tokens = (long)tokens[0], maps->heldout_tokens = (long)tokens[1];
+        if (train_tokens != tokens[0] || batch_tokens(&heldout) != tokens[1])
+            rc = api_fail(c, 422, "partial_mismatch", "parts", "the partials hold %lld + %lld tokens, the texts %ld + %ld",
+                          (long long)tokens[0], (long long)tokens[1], train_tokens, batch_tokens(&heldout));
+        int failed = !rc && lens_ti_count(m, &train, maps, &opts, hits, NULL, &err);
+        ph = (phase){c, 0.5 + share, 0.5 - share};
+        failed = failed || (!rc && lens_ti_count(m, &heldout, maps, &opts, hits + NL, NULL, &err));
+        if (failed) rc = api_fail_core(c, &err, "texts", NULL, "measuring the token identity rates");
+        if (!rc) lens_ti_set_rates(maps, hits, hits + NL, hits + 2 * NL);
+    }
+    free(ids), free(lengths), free(hits);
+    if (rc) lens_ti_maps_free(maps);
+    return rc ? -1 : 0;
+}
+
+void api_token_identity_map_merge(api_call *c, lens_partial *const *parts, int n)
 {
     map_req *r = c->req;
     const lens_model *m = r->model->model;
     double t0 = api_now();
-    int *ids = NULL, *lengths = NULL;
-    if (tokenize_texts(c, r, &ids, &lengths)) return;
-    const int n_train = r->n - r->n_heldout;
-    size_t train_tokens = 0;
-    for (int i = 0; i < n_train; i++) train_tokens += (size_t)lengths[i];
-    lens_batch train = {.n_seqs = n_train, .lengths = lengths, .ids = ids};
-    lens_batch heldout = {.n_seqs = r->n_heldout, .lengths = lengths + n_train, .ids = ids + train_tokens};
-    lens_ti_fit_opts opts = {
-        .ridge = r->ridge,
-        .metric = r->metric,
-        .pool = c->threads,
-        .cancel = c->cancel,
-        .progress = fit_progress,
-        .progress_user = c,
-    };
-    double t1 = api_now();
     lens_ti_maps maps;
-    lens_err err = {0};
-    int rc = lens_ti_fit(m, &train, &heldout, &opts, &maps, &err);
-    free(ids), free(lengths);
-    if (rc) {
-        api_fail_core(c, &err, "texts", NULL, "fitting the token identity maps");
-        return;
-    }
+    if (merge_maps(c, r, parts, n, &maps)) return;
     double t2 = api_now();
     char path[PATH_MAX] = "";
     lens_err save_err = {0};
@@ -472,7 +605,6 @@ void api_token_identity_map_run(api_call *c)
         snprintf(path, sizeof path, "%s/%s", m->dir, LENS_TI_MAPS_FILE);
         saved = lens_ti_maps_save(&maps, path, &save_err) == 0;
     }
-
     jw *w = &c->out;
     jw_obj(w);
     jw_key(w, "model");
@@ -482,7 +614,7 @@ void api_token_identity_map_run(api_call *c)
     jw_key(w, "metric");
     jw_str(w, metric_name(maps.metric));
     jw_key(w, "train_texts");
-    jw_int(w, n_train);
+    jw_int(w, r->n - r->n_heldout);
     jw_key(w, "heldout_texts");
     jw_int(w, r->n_heldout);
     jw_key(w, "train_tokens");
@@ -511,8 +643,10 @@ void api_token_identity_map_run(api_call *c)
         jw_key(w, "save_error");
         jw_str(w, save_err.msg);
     }
-    api_write_timing(c, t1 - t0, t2 - t1, t2);
+    api_write_timing(c, 0, t2 - t0, t2);
     jw_end(w);
     if (w->oom) api_fail(c, 500, "internal", NULL, "out of memory while writing the response");
     else c->status = 200;
 }
+
+void api_token_identity_map_run(api_call *c) { api_shard_run_whole(c, api_job_kind_find("token-identity-map")); }

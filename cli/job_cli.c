@@ -242,6 +242,7 @@ int lensd_cmd_job(int argc, char **argv)
     int rc = merge ? job_merge(&a, &call) : job_run(&a, &call);
     lens_pool_free(call.threads);
     api_call_free(&call);
+    api_model_drop_maps(&am); /* a token-identity-map merge installs its maps on the model */
     lens_model_free(m);
     free(a.parts);
     return rc;

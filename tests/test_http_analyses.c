@@ -616,6 +616,36 @@ static void test_attribution(test_server *s)
     json_decref(job);
     http_resp_free(&r);
 
+    /* over a dataset: a job with texts (the sharded kind, shard 0 of 1 merged) answers what the batch request does */
+    const char *texts = "\"model\": \"bert\", \"texts\": [\"a fine movie\", 7, \"dull\"], \"steps\": 3";
+    char body[512];
+    snprintf(body, sizeof body, "{%s}", texts);
+    http_post_json(s, &r, AT, body);
+    CHECK(r.status == 200 && json_array_size(get(r.json, "results")) == 3, "attribution batch: %ld", r.status);
+    snprintf(body, sizeof body, "{\"kind\": \"attribution\", \"params\": {%s}}", texts);
+    http_resp rj;
+    http_post_json(s, &rj, "/v1/jobs", body);
+    CHECK(rj.status == 202, "attribution job over texts: %ld %.200s", rj.status, rj.body);
+    id = json_string_value(get(rj.json, "id"));
+    job = id ? poll_job(s, id, NULL, 30000) : NULL;
+    CHECK(job && !strcmp(json_string_value(get(job, "state")), "done"), "attribution job over texts done");
+    if (job && r.json) {
+        json_t *res = get(job, "result");
+        size_t i;
+        json_t *item;
+        json_array_foreach(get(res, "results"), i, item) json_object_del(item, "timing_ms");
+        json_array_foreach(get(r.json, "results"), i, item) json_object_del(item, "timing_ms");
+        json_t *bad = get(json_array_get(get(res, "results"), 1), "error");
+        const char *field = json_string_value(get(bad, "field"));
+        CHECK(field && !strcmp(field, "params.text"), "row 1's error in its slot names params.text: %s",
+              field ? field : "(none)");
+        if (bad) json_object_set_new(bad, "field", json_string("text")); /* a job's fields are under params. */
+        CHECK(json_equal(res, r.json), "the job over texts equals the batch response");
+    }
+    json_decref(job);
+    http_resp_free(&rj);
+    http_resp_free(&r);
+
     static const bad_case cases[] = {
         {"/v1/attribution", "{\"model\": \"gpt\", \"text\": \"a\", \"tree\": true}", 422, "invalid_request", "tree"},
         {"/v1/attribution", "{\"model\": \"gpt\", \"text\": \"a\", \"target\": -1}", 422, "invalid_request", "target"},

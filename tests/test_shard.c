@@ -6,11 +6,15 @@
  *  - decomposition accumulators merged from 3 and 7 shards against one run,
  *    in process: every number of the result within 1e-9 relative (the merge
  *    only reorders double sums), counts equal;
+ *  - the token identity maps' normal equations summed over 3 and 7 shards
+ *    of rows against one accumulation: within 1e-9 relative, and the maps
+ *    solved from them against lens_ti_fit's;
  *  - the Indexed Job's own command line (deploy/k8s/jobs/shard-job.yaml,
  *    args with its $(VAR)s filled) run as separate processes with
  *    JOB_COMPLETION_INDEX set as Kubernetes sets it, N = 1, 3, 7, for
- *    head-importance, adversarial-triggers and decomposition: the merged
- *    result equals the 1-shard result (timing aside);
+ *    head-importance, adversarial-triggers, decomposition, token-identity-map
+ *    and attribution over texts: the merged result equals the 1-shard result
+ *    (timing aside);
  *  - merging refuses a missing shard (named), a duplicated one, partials of
  *    other params and of another model with the same name. */
 #include <jansson.h>
@@ -24,6 +28,7 @@
 #include <unistd.h>
 
 #include "core/analysis/decomposition.h"
+#include "core/analysis/token_identity.h"
 #include "core/io/partial.h"
 #include "tests/check.h"
 
@@ -51,16 +56,19 @@ static void test_partial_file(const char *dir)
     json_object_set_new(p.header, "kind", json_string("demo"));
     CHECK(lens_partial_add(&p, "x", LENS_PT_F64, 3, x, &err) == 0, "add x");
     CHECK(lens_partial_add(&p, "n", LENS_PT_I64, 2, n, &err) == 0, "add n");
+    CHECK(lens_partial_add(&p, "s", LENS_PT_U8, 5, "{\"a\"}", &err) == 0, "add s");
     CHECK(lens_partial_add(&p, "x", LENS_PT_F64, 1, x, &err) != 0, "a duplicate name is refused");
     CHECK(lens_partial_write(&p, path, &err) == 0, "write: %s", err.msg);
     CHECK(lens_partial_read(path, &q, &err) == 0, "read: %s", err.msg);
     const double *qx = lens_partial_get(&q, "x", LENS_PT_F64, 3, &err);
     const int64_t *qn = lens_partial_get(&q, "n", LENS_PT_I64, 2, &err);
-    CHECK(qx && !memcmp(qx, x, sizeof x) && qn && !memcmp(qn, n, sizeof n), "round trip is bit for bit");
+    const char *qs = lens_partial_get(&q, "s", LENS_PT_U8, 5, &err);
+    CHECK(qx && !memcmp(qx, x, sizeof x) && qn && !memcmp(qn, n, sizeof n) && qs && !memcmp(qs, "{\"a\"}", 5),
+          "round trip is bit for bit");
+    CHECK(!lens_partial_get(&q, "s", LENS_PT_I64, 5, &err), "a wrong dtype is refused");
     CHECK(!lens_partial_get(&q, "x", LENS_PT_F64, 4, &err), "a wrong length is refused");
-    CHECK(json_equal(json_object_get(q.header, "kind"), json_string("demo")) ||
-              !strcmp(json_string_value(json_object_get(q.header, "kind")), "demo"),
-          "header keys survive");
+    const char *kind = json_string_value(json_object_get(q.header, "kind"));
+    CHECK(kind && !strcmp(kind, "demo"), "header keys survive");
     lens_partial_free(&q);
 
     /* the file's bytes, then damaged copies */
@@ -181,6 +189,86 @@ static void test_decomposition_merge(const lens_model *m)
     lens_decomp_result_free(&one);
 }
 
+/* ------------------------------------- token identity maps, in process */
+
+/* Rows r % count == index of the packed batch all into sub (ids, lengths: caller's buffers). */
+static void ti_pick(const lens_batch *all, int index, int count, lens_batch *sub, int *ids, int *lengths)
+{
+    size_t tok = 0, n = 0;
+    *sub = (lens_batch){.ids = ids, .lengths = lengths};
+    for (int r = 0; r < all->n_seqs; tok += (size_t)all->lengths[r++]) {
+        if (r % count != index) continue;
+        memcpy(ids + n, all->ids + tok, sizeof *ids * (size_t)all->lengths[r]);
+        n += (size_t)all->lengths[r];
+        lengths[sub->n_seqs++] = all->lengths[r];
+    }
+}
+
+static double maps_diff(const lens_ti_maps *a, const lens_ti_maps *b)
+{
+    double worst = 0;
+    for (size_t e = 0; e < (size_t)a->n_layers * a->C * a->C; e++) worst = fmax(worst, rel(a->w[e], b->w[e]));
+    for (size_t e = 0; e < (size_t)a->n_layers * a->C; e++) worst = fmax(worst, rel(a->b[e], b->b[e]));
+    return worst;
+}
+
+static void test_token_identity_merge(const lens_model *m)
+{
+    enum { S = 23, MAX_T = 12 };
+    int ids[S * MAX_T], lengths[S], sub_ids[S * MAX_T], sub_len[S];
+    unsigned x = 777;
+    size_t n = 0;
+    for (int s = 0; s < S; s++) {
+        lengths[s] = 3 + s % (MAX_T - 2);
+        for (int t = 0; t < lengths[s]; t++) ids[n++] = (int)((x = x * 1103515245u + 12345u) >> 8) % m->cfg.vocab_size;
+    }
+    const lens_batch all = {.n_seqs = S, .lengths = lengths, .ids = ids};
+    const int NL = m->cfg.n_layers + 1, C = m->cfg.d_model, CA = C + 1;
+    const size_t nG = (size_t)NL * CA * CA, nXY = (size_t)NL * CA * C;
+    double *G1 = calloc(nG, sizeof *G1), *XY1 = calloc(nXY, sizeof *XY1), *G = calloc(nG, sizeof *G),
+           *XY = calloc(nXY, sizeof *XY), *Gs = calloc(nG, sizeof *Gs), *XYs = calloc(nXY, sizeof *XYs);
+    lens_err err = {0};
+    lens_ti_maps fit, one, merged;
+    int ok = G1 && XY1 && G && XY && Gs && XYs && lens_ti_fit(m, &all, NULL, NULL, &fit, &err) == 0;
+    CHECK(ok, "token identity fit: %s", err.msg);
+    ok = ok && lens_ti_accumulate(m, &all, NULL, G1, XY1, &err) == 0 && lens_ti_solve(m, G1, XY1, NULL, &one, &err) == 0;
+    CHECK(ok, "accumulate + solve: %s", err.msg);
+    if (ok) {
+        CHECK(maps_diff(&fit, &one) == 0, "accumulate + solve give lens_ti_fit's maps bit for bit");
+        lens_ti_maps_free(&one);
+    }
+    const int shard_counts[] = {3, 7};
+    int cases = 0;
+    for (size_t k = 0; ok && k < sizeof shard_counts / sizeof *shard_counts; k++, cases++) {
+        const int N = shard_counts[k];
+        memset(G, 0, nG * sizeof *G), memset(XY, 0, nXY * sizeof *XY);
+        for (int i = 0; ok && i < N; i++) { /* each shard its own sums, added in shard order as the merge does */
+            lens_batch sub;
+            ti_pick(&all, i, N, &sub, sub_ids, sub_len);
+            memset(Gs, 0, nG * sizeof *Gs), memset(XYs, 0, nXY * sizeof *XYs);
+            ok = lens_ti_accumulate(m, &sub, NULL, Gs, XYs, &err) == 0;
+            for (size_t e = 0; e < nG; e++) G[e] += Gs[e];
+            for (size_t e = 0; e < nXY; e++) XY[e] += XYs[e];
+        }
+        double dg = 0;
+        for (size_t e = 0; e < nG; e++) dg = fmax(dg, rel(G[e], G1[e]));
+        for (size_t e = 0; e < nXY; e++) dg = fmax(dg, rel(XY[e], XY1[e]));
+        ok = ok && lens_ti_solve(m, G, XY, NULL, &merged, &err) == 0;
+        CHECK(ok, "%d shards: %s", N, err.msg);
+        if (!ok) break;
+        const double dm = maps_diff(&fit, &merged);
+        printf("token identity, %d shards: normal equations max relative difference %.2e, maps (float) %.2e\n", N,
+               dg, dm);
+        CHECK(G[(size_t)C * CA + C] == G1[(size_t)C * CA + C], "%d shards: the token count is exact", N);
+        CHECK(dg <= 1e-9, "%d shards: normal equations differ by %g relative", N, dg);
+        CHECK(dm <= 1e-6, "%d shards: maps differ by %g relative (float32 maps)", N, dm);
+        lens_ti_maps_free(&merged);
+    }
+    CHECK(cases == 2, "token identity shard counts run: %d", cases);
+    if (G1 && XY1 && G && XY && Gs && XYs && fit.w) lens_ti_maps_free(&fit);
+    free(G1), free(XY1), free(G), free(XY), free(Gs), free(XYs);
+}
+
 /* ------------------------------------ the Indexed Job's command, processes */
 
 /* args of deploy/k8s/jobs/shard-job.yaml (a flow sequence of quoted strings,
@@ -254,6 +342,9 @@ static json_t *merge(const char *parts, const char *out, char *stderr_text, size
     if (rc != 0) return NULL;
     json_t *r = json_load_file(out, 0, NULL);
     if (r) json_object_del(r, "timing_ms");
+    size_t i;
+    json_t *item;
+    json_array_foreach(json_object_get(r, "results"), i, item) json_object_del(item, "timing_ms"); /* a batch's */
     return r;
 }
 
@@ -298,9 +389,25 @@ static void test_processes(const char *dir)
         json_array_append_new(labels, json_string(w % 4 ? "a" : "b"));
     }
     write_params(dp, json_pack("{s:s, s:o, s:o}", "model", "demo-sst2", "windows", windows, "labels", labels));
+    char ip[600], ap[600];
+    snprintf(ip, sizeof ip, "%s/identity.json", dir);
+    snprintf(ap, sizeof ap, "%s/attribution.json", dir);
+    json_t *texts = json_array(), *rows = sst2_rows(16);
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row) {
+        char text[256];
+        snprintf(text, sizeof text, "%s , number %zu", json_string_value(json_object_get(row, "text")), i);
+        json_array_append_new(texts, json_string(text));
+    }
+    json_decref(rows);
+    write_params(ip, json_pack("{s:s, s:O, s:f}", "model", "demo-sst2", "texts", texts, "heldout_fraction", 0.25));
+    json_array_set_new(texts, 5, json_integer(5)); /* a bad row: its error stays in its slot */
+    write_params(ap, json_pack("{s:s, s:o, s:i, s:b}", "model", "demo-sst2", "texts", texts, "steps", 2, "tree", 1));
     const struct {
         const char *kind, *params;
-    } kinds[] = {{"head-importance", hp}, {"adversarial-triggers", tp}, {"decomposition", dp}};
+    } kinds[] = {{"head-importance", hp}, {"adversarial-triggers", tp}, {"decomposition", dp},
+                 {"token-identity-map", ip}, {"attribution", ap}};
     int n_kinds = 0;
     for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++, n_kinds++) {
         json_t *one = NULL;
@@ -339,7 +446,7 @@ static void test_processes(const char *dir)
         }
         json_decref(one);
     }
-    CHECK(n_kinds == 3, "kinds run: %d", n_kinds);
+    CHECK(n_kinds == 5, "kinds run: %d", n_kinds);
 
     /* other params: shard 1 of 3 computed with 3 steps */
     char p3[700], cmd[4096], why[1024], out[700];
@@ -386,6 +493,7 @@ int main(void)
     CHECK(m != NULL, "load %s: %s", DEMO, err.msg);
     if (m) {
         test_decomposition_merge(m);
+        test_token_identity_merge(m);
         lens_model_free(m);
     }
     test_processes(dir);

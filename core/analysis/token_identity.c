@@ -719,117 +719,164 @@ static double model_fingerprint(const lens_model *m)
     return s;
 }
 
+/* opts with the defaults filled in, or -1 and err says why. */
+static int fit_opts(const lens_ti_fit_opts *opts, lens_ti_fit_opts *o, lens_err *err)
+{
+    const lens_ti_fit_opts defaults = {0};
+    *o = opts ? *opts : defaults;
+    if (!(o->ridge >= 0) || !isfinite(o->ridge))
+        return lens_fail(err, LENS_EINVAL, "ridge %g must be a finite number >= 0 (0 = %g)", o->ridge,
+                         LENS_TI_DEFAULT_RIDGE);
+    if (o->ridge == 0) o->ridge = LENS_TI_DEFAULT_RIDGE;
+    if (o->batch_tokens < 0) return lens_fail(err, LENS_EINVAL, "batch_tokens %d is negative", o->batch_tokens);
+    if (o->batch_tokens == 0) o->batch_tokens = DEFAULT_BATCH_TOKENS;
+    if (o->metric != LENS_TI_COSINE && o->metric != LENS_TI_L2)
+        return lens_fail(err, LENS_EINVAL, "unknown metric %d (0 = cosine, 1 = l2)", (int)o->metric);
+    return 0;
+}
+
+/* Work done so far (tokens through a forward pass) out of total, for opts.progress. */
+typedef struct {
+    double done, total;
+} fit_work;
+
+static void work_done(const lens_ti_fit_opts *o, fit_work *w, size_t tokens)
+{
+    w->done += (double)tokens;
+    if (o->progress && w->total > 0) o->progress(o->progress_user, w->done / w->total);
+}
+
+static int accumulate(const lens_model *m, const lens_batch *train, const lens_ti_fit_opts *o, double *G, double *XY,
+                      fit_work *work, lens_err *err)
+{
+    const int NL = m->cfg.n_layers + 1;
+    fit_job fj = {.C = m->cfg.d_model, .n_layers = NL, .G = G, .XY = XY};
+    lens_activations act = {0};
+    chunk ch = {0};
+    while (next_chunk(train, &ch, o->batch_tokens)) {
+        if (lens_cancelled(o->cancel)) return lens_fail(err, LENS_ECANCEL, "cancelled while fitting");
+        if (chunk_forward(m, &ch, o, &act, err)) return -1;
+        fj.hidden = act.hidden, fj.N = ch.n_tokens;
+        lens_pool_run(o->pool, NL, accumulate_task, &fj);
+        lens_activations_free(&act);
+        if (fj.failed) return lens_fail(err, LENS_ENOMEM, "out of memory accumulating the normal equations");
+        work_done(o, work, ch.n_tokens);
+    }
+    return 0;
+}
+
+static int count_hits(const lens_model *m, const lens_batch *b, const lens_ti_maps *maps, const lens_ti_fit_opts *o,
+                      long *hits, long *hits_identity, fit_work *work, lens_err *err)
+{
+    const int NL = m->cfg.n_layers + 1;
+    lens_activations act = {0};
+    chunk ec = {0};
+    while (next_chunk(b, &ec, o->batch_tokens)) {
+        if (lens_cancelled(o->cancel)) return lens_fail(err, LENS_ECANCEL, "cancelled while measuring the rates");
+        if (chunk_forward(m, &ec, o, &act, err)) return -1;
+        int Tmax = 0;
+        for (int s = ec.s0; s < ec.s1; s++) Tmax = b->lengths[s] > Tmax ? b->lengths[s] : Tmax;
+        eval_job ej = {.maps = maps, .metric = o->metric, .hidden = act.hidden, .lengths = b->lengths + ec.s0,
+                       .n_seqs = ec.s1 - ec.s0, .C = m->cfg.d_model, .Tmax = Tmax, .N = ec.n_tokens, .hits = hits};
+        if (hits) lens_pool_run(o->pool, NL, eval_task, &ej);
+        if (hits_identity && !ej.failed) {
+            ej.maps = NULL, ej.hits = hits_identity;
+            lens_pool_run(o->pool, NL, eval_task, &ej);
+        }
+        lens_activations_free(&act);
+        if (ej.failed) return lens_fail(err, LENS_ENOMEM, "out of memory measuring the rates");
+        work_done(o, work, ec.n_tokens);
+    }
+    return 0;
+}
+
+int lens_ti_accumulate(const lens_model *m, const lens_batch *train, const lens_ti_fit_opts *opts, double *G,
+                       double *XY, lens_err *err)
+{
+    lens_ti_fit_opts o;
+    long tokens;
+    if (fit_opts(opts, &o, err) || check_batch_arg(m, train, "training texts", &tokens, err)) return -1;
+    fit_work work = {0, (double)tokens};
+    return accumulate(m, train, &o, G, XY, &work, err);
+}
+
+int lens_ti_solve(const lens_model *m, const double *G, const double *XY, const lens_ti_fit_opts *opts,
+                  lens_ti_maps *out, lens_err *err)
+{
+    memset(out, 0, sizeof *out);
+    lens_ti_fit_opts o;
+    if (fit_opts(opts, &o, err)) return -1;
+    const int NL = m->cfg.n_layers + 1, C = m->cfg.d_model;
+    if (maps_alloc(out, NL, C)) return lens_fail(err, LENS_ENOMEM, "out of memory for %d maps of %d x %d", NL, C, C);
+    out->ridge = o.ridge, out->metric = o.metric;
+    out->model_fingerprint = model_fingerprint(m);
+    for (int l = 0; l < NL; l++) out->train_rate[l] = out->heldout_rate[l] = out->identity_heldout_rate[l] = NAN;
+    fit_job fj = {.C = C, .n_layers = NL, .maps = out, .ridge = o.ridge, .G = (double *)G, .XY = (double *)XY};
+    lens_pool_run(o.pool, NL, solve_task, &fj);
+    if (!fj.failed) return 0;
+    lens_ti_maps_free(out);
+    if (fj.failed == 3)
+        return lens_fail(err, LENS_EINVAL,
+                         "layer %d: the ridge system is not positive definite (LAPACK info %d; non-finite hidden "
+                         "states?)",
+                         fj.failed_layer, fj.info);
+    return lens_fail(err, LENS_ENOMEM, "out of memory solving the normal equations");
+}
+
+int lens_ti_count(const lens_model *m, const lens_batch *b, const lens_ti_maps *maps, const lens_ti_fit_opts *opts,
+                  long *hits, long *hits_identity, lens_err *err)
+{
+    lens_ti_fit_opts o;
+    long tokens;
+    if (fit_opts(opts, &o, err) || check_batch_arg(m, b, "texts", &tokens, err)) return -1;
+    if (maps && (maps->n_layers != m->cfg.n_layers + 1 || maps->C != m->cfg.d_model))
+        return lens_fail(err, LENS_EINVAL, "maps of %d layers x %d do not fit the model", maps->n_layers, maps->C);
+    fit_work work = {0, (double)tokens};
+    return count_hits(m, b, maps, &o, hits, hits_identity, &work, err);
+}
+
 int lens_ti_fit(const lens_model *m, const lens_batch *train, const lens_batch *heldout,
                 const lens_ti_fit_opts *opts, lens_ti_maps *out, lens_err *err)
 {
     memset(out, 0, sizeof *out);
-    const lens_ti_fit_opts defaults = {0};
-    lens_ti_fit_opts o = opts ? *opts : defaults;
-    const int L = m->cfg.n_layers, C = m->cfg.d_model, NL = L + 1;
-    if (!(o.ridge >= 0) || !isfinite(o.ridge))
-        return lens_fail(err, LENS_EINVAL, "ridge %g must be a finite number >= 0 (0 = %g)", o.ridge,
-                         LENS_TI_DEFAULT_RIDGE);
-    if (o.ridge == 0) o.ridge = LENS_TI_DEFAULT_RIDGE;
-    if (o.batch_tokens < 0) return lens_fail(err, LENS_EINVAL, "batch_tokens %d is negative", o.batch_tokens);
-    if (o.batch_tokens == 0) o.batch_tokens = DEFAULT_BATCH_TOKENS;
-    if (o.metric != LENS_TI_COSINE && o.metric != LENS_TI_L2)
-        return lens_fail(err, LENS_EINVAL, "unknown metric %d (0 = cosine, 1 = l2)", (int)o.metric);
+    lens_ti_fit_opts o;
+    const int NL = m->cfg.n_layers + 1, CA = m->cfg.d_model + 1;
     long train_tokens, heldout_tokens;
-    if (check_batch_arg(m, train, "training texts", &train_tokens, err) ||
+    if (fit_opts(opts, &o, err) || check_batch_arg(m, train, "training texts", &train_tokens, err) ||
         check_batch_arg(m, heldout, "held-out texts", &heldout_tokens, err))
         return -1;
     if (train_tokens < 2)
         return lens_fail(err, LENS_EINVAL, "fitting the maps needs at least 2 training tokens (got %ld)",
                          train_tokens);
-    if (maps_alloc(out, NL, C)) return lens_fail(err, LENS_ENOMEM, "out of memory for %d maps of %d x %d", NL, C, C);
-    out->ridge = o.ridge, out->metric = o.metric;
-    out->model_fingerprint = model_fingerprint(m);
-    out->train_tokens = train_tokens, out->heldout_tokens = heldout_tokens;
-
-    const int CA = C + 1;
-    fit_job fj = {.C = C, .n_layers = NL, .maps = out, .ridge = o.ridge};
-    fj.G = calloc((size_t)NL * CA * CA, sizeof(double));
-    fj.XY = calloc((size_t)NL * CA * C, sizeof(double));
+    double *G = calloc((size_t)NL * CA * CA, sizeof(double));
+    double *XY = calloc((size_t)NL * CA * (CA - 1), sizeof(double));
     long *hits = calloc((size_t)NL * 3, sizeof(long)); /* train, held-out mapped, held-out identity */
+    fit_work work = {0, 2.0 * train_tokens + heldout_tokens};
     int rc = 0;
-    if (!fj.G || !fj.XY || !hits) {
-        rc = lens_fail(err, LENS_ENOMEM, "out of memory for the normal equations (%d layers, C = %d)", NL, C);
-        goto done;
+    if (!G || !XY || !hits)
+        rc = lens_fail(err, LENS_ENOMEM, "out of memory for the normal equations (%d layers, C = %d)", NL, CA - 1);
+    if (!rc) rc = accumulate(m, train, &o, G, XY, &work, err);
+    if (!rc) rc = lens_ti_solve(m, G, XY, &o, out, err);
+    if (!rc) { /* rates: train with the maps, held-out with the maps and without */
+        out->train_tokens = train_tokens, out->heldout_tokens = heldout_tokens;
+        rc = count_hits(m, train, out, &o, hits, NULL, &work, err);
+        if (!rc && heldout) rc = count_hits(m, heldout, out, &o, hits + NL, hits + 2 * NL, &work, err);
     }
-    const double total_work = 2.0 * train_tokens + heldout_tokens;
-    double done_work = 0;
-    lens_activations act = {0};
-    chunk ch = {0};
-    while (next_chunk(train, &ch, o.batch_tokens)) {
-        if (lens_cancelled(o.cancel)) {
-            rc = lens_fail(err, LENS_ECANCEL, "cancelled while fitting");
-            goto done;
-        }
-        if (chunk_forward(m, &ch, &o, &act, err)) {
-            rc = -1;
-            goto done;
-        }
-        fj.hidden = act.hidden, fj.N = ch.n_tokens;
-        lens_pool_run(o.pool, NL, accumulate_task, &fj);
-        lens_activations_free(&act);
-        if (fj.failed) {
-            rc = lens_fail(err, LENS_ENOMEM, "out of memory accumulating the normal equations");
-            goto done;
-        }
-        done_work += (double)ch.n_tokens;
-        if (o.progress) o.progress(o.progress_user, done_work / total_work);
-    }
-    lens_pool_run(o.pool, NL, solve_task, &fj);
-    if (fj.failed) {
-        rc = fj.failed == 3 ? lens_fail(err, LENS_EINVAL,
-                                        "layer %d: the ridge system is not positive definite (LAPACK info %d; "
-                                        "non-finite hidden states?)",
-                                        fj.failed_layer, fj.info)
-                            : lens_fail(err, LENS_ENOMEM, "out of memory solving the normal equations");
-        goto done;
-    }
-
-    /* rates: train with the maps, held-out with the maps and without */
-    for (int pass = 0; pass < 2; pass++) {
-        const lens_batch *b = pass == 0 ? train : heldout;
-        chunk ec = {0};
-        while (next_chunk(b, &ec, o.batch_tokens)) {
-            if (lens_cancelled(o.cancel)) {
-                rc = lens_fail(err, LENS_ECANCEL, "cancelled while measuring the rates");
-                goto done;
-            }
-            if (chunk_forward(m, &ec, &o, &act, err)) {
-                rc = -1;
-                goto done;
-            }
-            int Tmax = 0;
-            for (int s = ec.s0; s < ec.s1; s++) Tmax = b->lengths[s] > Tmax ? b->lengths[s] : Tmax;
-            eval_job ej = {.maps = out, .metric = o.metric, .hidden = act.hidden, .lengths = b->lengths + ec.s0,
-                           .n_seqs = ec.s1 - ec.s0, .C = C, .Tmax = Tmax, .N = ec.n_tokens,
-                           .hits = hits + (size_t)pass * NL};
-            lens_pool_run(o.pool, NL, eval_task, &ej);
-            if (pass == 1 && !ej.failed) {
-                ej.maps = NULL, ej.hits = hits + (size_t)2 * NL;
-                lens_pool_run(o.pool, NL, eval_task, &ej);
-            }
-            lens_activations_free(&act);
-            if (ej.failed) {
-                rc = lens_fail(err, LENS_ENOMEM, "out of memory measuring the rates");
-                goto done;
-            }
-            done_work += (double)ec.n_tokens;
-            if (o.progress) o.progress(o.progress_user, done_work / total_work);
-        }
-    }
-    for (int l = 0; l < NL; l++) {
-        out->train_rate[l] = (float)((double)hits[l] / train_tokens);
-        out->heldout_rate[l] = heldout_tokens ? (float)((double)hits[NL + l] / heldout_tokens) : NAN;
-        out->identity_heldout_rate[l] = heldout_tokens ? (float)((double)hits[2 * NL + l] / heldout_tokens) : NAN;
-    }
-done:
-    free(fj.G), free(fj.XY), free(hits);
+    if (!rc) lens_ti_set_rates(out, hits, hits + NL, hits + 2 * NL);
+    free(G), free(XY), free(hits);
     if (rc) lens_ti_maps_free(out);
     return rc;
+}
+
+void lens_ti_set_rates(lens_ti_maps *maps, const long *train_hits, const long *heldout_hits,
+                       const long *identity_heldout_hits)
+{
+    const long tr = maps->train_tokens, ho = maps->heldout_tokens;
+    for (int l = 0; l < maps->n_layers; l++) {
+        maps->train_rate[l] = tr ? (float)((double)train_hits[l] / tr) : NAN;
+        maps->heldout_rate[l] = ho ? (float)((double)heldout_hits[l] / ho) : NAN;
+        maps->identity_heldout_rate[l] = ho ? (float)((double)identity_heldout_hits[l] / ho) : NAN;
+    }
 }
 
 /* --------------------------------------------------------- save / load */

@@ -109,6 +109,24 @@ typedef struct {
 int lens_ti_fit(const lens_model *m, const lens_batch *train, const lens_batch *heldout,
                 const lens_ti_fit_opts *opts, lens_ti_maps *out, lens_err *err);
 
+/* The stages of lens_ti_fit, for fits sharded over processes (lensd job,
+ * docs/operations.md). G [L+1][C+1][C+1] (upper triangle) and XY
+ * [L+1][C+1][C] are the normal equations Σ [x,1]ᵀ[x,1] and Σ [x,1]ᵀ y of
+ * each layer; accumulate adds train's tokens to them (zero them first), so
+ * the sums over disjoint sets of sequences add. solve allocates out with the
+ * maps (rates NaN, token counts 0). count adds to hits [L+1] the tokens of b
+ * identified through maps, and to hits_identity [L+1] (may be NULL) those
+ * identified without a map; set_rates turns counts into out's rates over its
+ * train_tokens / heldout_tokens. Progress is each call's own fraction. */
+int lens_ti_accumulate(const lens_model *m, const lens_batch *train, const lens_ti_fit_opts *opts, double *G,
+                       double *XY, lens_err *err);
+int lens_ti_solve(const lens_model *m, const double *G, const double *XY, const lens_ti_fit_opts *opts,
+                  lens_ti_maps *out, lens_err *err);
+int lens_ti_count(const lens_model *m, const lens_batch *b, const lens_ti_maps *maps, const lens_ti_fit_opts *opts,
+                  long *hits, long *hits_identity, lens_err *err);
+void lens_ti_set_rates(lens_ti_maps *maps, const long *train_hits, const long *heldout_hits,
+                       const long *identity_heldout_hits);
+
 /* g_l applied to rows h [T][C] -> out [T][C]. */
 void lens_ti_apply(const lens_ti_maps *maps, int layer, const float *h, int T, float *out);
 

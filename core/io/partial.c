@@ -19,8 +19,13 @@ uint64_t lens_fnv1a64(uint64_t h, const void *data, size_t n)
     return h;
 }
 
-static size_t dtype_size(lens_pt_dtype d) { return d == LENS_PT_F64 ? sizeof(double) : sizeof(int64_t); }
-static const char *dtype_name(lens_pt_dtype d) { return d == LENS_PT_F64 ? "f64" : "i64"; }
+static const struct {
+    const char *name;
+    size_t size;
+} dtypes[] = {[LENS_PT_F64] = {"f64", sizeof(double)}, [LENS_PT_I64] = {"i64", sizeof(int64_t)}, [LENS_PT_U8] = {"u8", 1}};
+
+size_t lens_partial_dtype_size(lens_pt_dtype d) { return dtypes[d].size; }
+static const char *dtype_name(lens_pt_dtype d) { return dtypes[d].name; }
 
 int lens_partial_init(lens_partial *p, lens_err *err)
 {
@@ -52,7 +57,7 @@ int lens_partial_add(lens_partial *p, const char *name, lens_pt_dtype dtype, int
     lens_pt_tensor *t = realloc(p->tensors, sizeof *t * (size_t)(p->n_tensors + 1));
     if (!t) return lens_fail(err, LENS_ENOMEM, "out of memory for a partial");
     p->tensors = t;
-    size_t bytes = (size_t)length * dtype_size(dtype);
+    size_t bytes = (size_t)length * lens_partial_dtype_size(dtype);
     void *copy = malloc(bytes ? bytes : 1);
     if (!copy) return lens_fail(err, LENS_ENOMEM, "out of memory for partial tensor %s", name);
     if (bytes) memcpy(copy, data, bytes);
@@ -90,7 +95,7 @@ int lens_partial_write(const lens_partial *p, const char *path, lens_err *err)
         const lens_pt_tensor *t = &p->tensors[i];
         json_array_append_new(list, json_pack("{s:s, s:s, s:I, s:I}", "name", t->name, "dtype", dtype_name(t->dtype),
                                               "length", (json_int_t)t->length, "offset", (json_int_t)offset));
-        offset += (uint64_t)t->length * dtype_size(t->dtype);
+        offset += (uint64_t)t->length * lens_partial_dtype_size(t->dtype);
     }
     json_object_set_new(h, "tensors", list);
     char *text = json_dumps(h, JSON_COMPACT | JSON_SORT_KEYS);
@@ -114,7 +119,7 @@ int lens_partial_write(const lens_partial *p, const char *path, lens_err *err)
     free(text);
     for (int i = 0; ok && i < p->n_tensors; i++) {
         const lens_pt_tensor *t = &p->tensors[i];
-        ok = fwrite(t->data, dtype_size(t->dtype), (size_t)t->length, f) == (size_t)t->length;
+        ok = fwrite(t->data, lens_partial_dtype_size(t->dtype), (size_t)t->length, f) == (size_t)t->length;
     }
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path) != 0) {
@@ -131,11 +136,11 @@ static int parse_tensor(lens_partial *p, json_t *d, const unsigned char *data, u
     if (json_unpack(d, "{s:s, s:s, s:I, s:I}", "name", &name, "dtype", &dtype, "length", &length, "offset",
                     &offset) != 0)
         return lens_fail(err, LENS_EFORMAT, "partial: a tensor entry lacks name, dtype, length or offset");
-    lens_pt_dtype dt;
-    if (!strcmp(dtype, "f64")) dt = LENS_PT_F64;
-    else if (!strcmp(dtype, "i64")) dt = LENS_PT_I64;
-    else return lens_fail(err, LENS_EFORMAT, "partial tensor \"%.63s\": unknown dtype \"%.16s\"", name, dtype);
-    const uint64_t size = dtype_size(dt);
+    int dt = 0;
+    while (dt < (int)(sizeof dtypes / sizeof *dtypes) && strcmp(dtype, dtypes[dt].name)) dt++;
+    if (dt == (int)(sizeof dtypes / sizeof *dtypes))
+        return lens_fail(err, LENS_EFORMAT, "partial tensor \"%.63s\": unknown dtype \"%.16s\"", name, dtype);
+    const uint64_t size = lens_partial_dtype_size(dt);
     if (length < 0 || offset < 0 || (uint64_t)length > data_len / size || (uint64_t)offset > data_len ||
         (uint64_t)length * size > data_len - (uint64_t)offset)
         return lens_fail(err, LENS_EFORMAT, "partial tensor \"%.63s\": length %lld at offset %lld is outside the %llu "

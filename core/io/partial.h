@@ -11,7 +11,7 @@
  *   {"format": "lensd-partial", "version": 1, "kind": K, "params": {...},
  *    "params_hash": "fnv1a64:...", "model": {"name", "fingerprint"},
  *    "shard": {"index": I, "count": N}, "rows": {"total": R, "in_shard": r},
- *    "tensors": [{"name", "dtype": "f64" | "i64", "length", "offset"}]}
+ *    "tensors": [{"name", "dtype": "f64" | "i64" | "u8", "length", "offset"}]}
  * Tensors are flat arrays; the kind that wrote them knows their shapes and
  * checks the lengths when it reads them back. Readers validate every header
  * field and every offset before trusting it. */
@@ -25,13 +25,13 @@
 
 #define LENS_PARTIAL_VERSION 1
 
-typedef enum { LENS_PT_F64, LENS_PT_I64 } lens_pt_dtype;
+typedef enum { LENS_PT_F64, LENS_PT_I64, LENS_PT_U8 } lens_pt_dtype; /* u8: bytes, e.g. JSON text */
 
 typedef struct {
     char name[64];
     lens_pt_dtype dtype;
     int64_t length;  /* elements */
-    void *data;      /* double[length] or int64_t[length], owned */
+    void *data;      /* double[length], int64_t[length] or unsigned char[length], owned */
 } lens_pt_tensor;
 
 typedef struct {
@@ -39,6 +39,9 @@ typedef struct {
     int n_tensors;
     lens_pt_tensor *tensors;
 } lens_partial;
+
+/* Bytes per element of dtype. */
+size_t lens_partial_dtype_size(lens_pt_dtype dtype);
 
 /* An empty partial whose header is {"format", "version"}. */
 int lens_partial_init(lens_partial *p, lens_err *err);

@@ -21,7 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const lens_pt_tensor *t = &p.tensors[i];
         FUZZ_REQUIRE(t->length >= 0, "%s: length %lld", t->name, (long long)t->length);
         const unsigned char *b = t->data;
-        for (int64_t k = 0; k < t->length * 8; k++) sum += b[k];
+        for (int64_t k = 0; k < t->length * (int64_t)lens_partial_dtype_size(t->dtype); k++) sum += b[k];
         FUZZ_REQUIRE(lens_partial_find(&p, t->name) == t, "%s: not found by name", t->name);
         FUZZ_REQUIRE(lens_partial_get(&p, t->name, t->dtype, t->length, &err) == t->data, "%s: get", t->name);
     }
