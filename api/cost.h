@@ -25,6 +25,8 @@ typedef struct {
 /* Measure the rate with `threads` compute threads (once; later calls return
  * the first measurement). */
 const api_cost_rate *api_cost_calibrate(int threads);
+/* Testing (--debug-gflops): take gflops as the measured rate; calibrate then measures nothing. */
+void api_cost_set_rate(double gflops, int threads);
 
 /* "cost_model": {gflops, threads, calibration_ms, efficiency: {...}},
  * calibrating on first use. */

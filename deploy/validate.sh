@@ -141,7 +141,7 @@ const rd = (p) => fs.readFileSync(path.join(src, p), "utf8");
 // serve flags from the one table in server/config.c
 const flags = [...rd("server/config.c").matchAll(/^\s*\{"([a-z-]+)", "(LENSD_[A-Z_]+)"/gm)]
   .map((m) => ({ flag: m[1], env: m[2] }))
-  .filter((f) => f.flag !== "debug-delay-ms");
+  .filter((f) => !f.flag.startsWith("debug-"));
 check(flags.length >= 10, `server/config.c: ${flags.length} serve flags (${flags.map((f) => f.env).join(" ")})`);
 
 // ---------------------------------------------------------------- Kubernetes

@@ -103,6 +103,9 @@ static const config_opt options[] = {
      OFF(no_web), 0, 1, INFO_NONE},
     {"debug-delay-ms", "LENSD_DEBUG_DELAY_MS", "0", "MS", "testing: each queued request and each job first waits MS",
      KIND_INT, OFF(debug_delay_ms), 0, 3600000, INFO_NONE},
+    {"debug-gflops", "LENSD_DEBUG_GFLOPS", "0", "N",
+     "testing: the cost model takes N GFLOP/s instead of measuring the GEMM rate (0 = measure)", KIND_INT,
+     OFF(debug_gflops), 0, 1000000, INFO_NONE},
 };
 #define N_OPTIONS (int)(sizeof options / sizeof *options)
 

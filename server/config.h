@@ -36,6 +36,7 @@ typedef struct {
     char *web_dir;           /* dashboard folder; NULL = installed copy or the repository's web/ */
     int no_web;              /* 1: no dashboard */
     int debug_delay_ms;      /* testing only: each pool job first sleeps this long */
+    int debug_gflops;        /* testing only: the cost model's rate instead of the measured one; 0 = measure */
 } lensd_config;
 
 /* Parse argv (after "serve") and the environment into cfg. Returns 0, 1 when

@@ -721,7 +721,9 @@ server *server_start(const lensd_config *cfg)
         streams_destroy(s->streams);
         goto fail;
     }
-    /* the cost model's rate, measured before any request competes for the cores */
+    /* the cost model's rate, measured before any request competes for the cores
+     * (or pinned by --debug-gflops, so tests of the 413 do not depend on the machine) */
+    if (cfg->debug_gflops > 0) api_cost_set_rate(cfg->debug_gflops, cfg->threads_per_worker);
     const api_cost_rate *rate = api_cost_calibrate(cfg->threads_per_worker);
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = info ? info->port : atoi(port);
