@@ -504,7 +504,7 @@ int lens_load_bpe(lens_tokenizer *tok, const char *dir, const char *vocab_name, 
 
     snprintf(path, sizeof path, "%s/%s", dir, merges_name);
     size_t len;
-    data = lens_tok_file_read(path, &len, err);
+    data = lens_file_read(path, &len, err);
     if (!data) goto done;
     int n_lines = 1;
     for (size_t i = 0; i < len; i++) n_lines += data[i] == '\n';

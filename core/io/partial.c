@@ -3,6 +3,8 @@
  * dtype, length and offset are checked against the file size before use. */
 #include "core/io/partial.h"
 
+#include "core/io/file.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,24 +200,15 @@ int lens_partial_parse(const unsigned char *buf, size_t len, lens_partial *p, le
 int lens_partial_read(const char *path, lens_partial *p, lens_err *err)
 {
     memset(p, 0, sizeof *p);
-    FILE *f = fopen(path, "rb");
-    if (!f) return lens_fail(err, LENS_ENOENT, "cannot open %s: %s", path, strerror(errno));
-    unsigned char *buf = NULL;
-    long size = -1;
-    if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
-    if (size >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)size + 1)) &&
-        fread(buf, 1, (size_t)size, f) == (size_t)size) {
-        fclose(f);
-        int rc = lens_partial_parse(buf, (size_t)size, p, err);
-        free(buf);
-        if (rc && err) {
-            char why[sizeof err->msg];
-            snprintf(why, sizeof why, "%s", err->msg);
-            lens_fail(err, err->code, "%s: %s", path, why);
-        }
-        return rc;
-    }
-    fclose(f);
+    size_t len = 0;
+    unsigned char *buf = (unsigned char *)lens_file_read(path, &len, err);
+    if (!buf) return -1;
+    int rc = lens_partial_parse(buf, len, p, err);
     free(buf);
-    return lens_fail(err, LENS_EIO, "cannot read %s", path);
+    if (rc && err) {
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        lens_fail(err, err->code, "%s: %s", path, why);
+    }
+    return rc;
 }

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "core/io/file.h"
 #include "core/io/tokenizer.h"
 
 /* Text over this many bytes is refused: offsets and ids are int, and one
@@ -262,7 +263,6 @@ int lens_added_from_json(lens_tokenizer *tok, const json_t *root, lens_err *err)
 
 /* Files */
 int lens_tok_file_exists(const char *dir, const char *name);
-char *lens_tok_file_read(const char *path, size_t *len, lens_err *err);
 int lens_tok_json_optional(const char *dir, const char *name, json_t **out, lens_err *err);
 const char *lens_tok_json_text(const json_t *v);
 

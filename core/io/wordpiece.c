@@ -142,7 +142,7 @@ int lens_load_wordpiece(lens_tokenizer *tok, const char *dir, lens_err *err)
     char path[4096];
     snprintf(path, sizeof path, "%s/vocab.txt", dir);
     size_t len;
-    char *data = lens_tok_file_read(path, &len, err);
+    char *data = lens_file_read(path, &len, err);
     if (!data) return -1;
     size_t bad;
     int lines = 0;

@@ -30,6 +30,8 @@
  * tokenizer_config.json (GPT2Tokenizer, <|endoftext|> as bos/eos/unk). */
 #include "core/train/train_bpe.h"
 
+#include "core/io/file.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <stdint.h>
@@ -563,37 +565,6 @@ done:
     return rc;
 }
 
-static char *read_whole(const char *path, size_t *len, lens_err *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        lens_fail(err, errno == ENOENT ? LENS_ENOENT : LENS_EIO, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 20, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *bigger = realloc(buf, cap *= 2);
-        if (!bigger) free(buf);
-        buf = bigger;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf) {
-        lens_fail(err, LENS_ENOMEM, "%s: out of memory reading", path);
-        return NULL;
-    }
-    if (bad) {
-        free(buf);
-        lens_fail(err, LENS_EIO, "%s: read error", path);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
-
 int lens_train_bpe(const char *const *paths, int n_paths, int vocab_size, int min_count, const char *out_dir,
                    lens_err *err)
 {
@@ -603,7 +574,7 @@ int lens_train_bpe(const char *const *paths, int n_paths, int vocab_size, int mi
     int rc = -1;
     for (int i = 0; i < n_paths; i++) {
         size_t len;
-        char *text = read_whole(paths[i], &len, err);
+        char *text = lens_file_read(paths[i], &len, err);
         if (!text) goto done;
         int bad = lens_bpe_trainer_add_text(tr, text, len, err);
         free(text);
