@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "family_cases.h"
 #include "core/analysis/attention.h"
 #include "core/analysis/attribution.h"
 #include "core/analysis/hidden_attribution.h"
@@ -32,20 +33,6 @@
 
 #define PYTHON "/usr/bin/python3"
 #define REFERENCE "tests/reference/families_reference.py"
-
-typedef struct {
-    const char *arch, *task;
-} family_case;
-
-static const family_case cases[] = {
-    {"bert", "classification"},    {"bert", "masked-lm"},       {"gpt2", "causal-lm"},
-    {"roberta", "classification"}, {"roberta", "masked-lm"},    {"roberta", "encoder"},
-    {"distilbert", "classification"}, {"distilbert", "masked-lm"}, {"distilbert", "encoder"},
-    {"llama", "causal-lm"},        {"mistral", "causal-lm"},    {"qwen2", "causal-lm"},
-    {"qwen3", "causal-lm"},        {"gemma", "causal-lm"},      {"gemma2", "causal-lm"},
-    {"gpt_neox", "causal-lm"},
-};
-#define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
 /* A token sequence valid for every family's generated vocabulary; id 1 is
  * RoBERTa's <pad>, so its position ids skip it. T = 12 > DV = 8 of the micro
@@ -302,17 +289,9 @@ static void check_roberta_vocab(void)
 
 int main(void)
 {
-    /* the table covers every family lensd knows */
-    int n_families = 0;
-    for (int i = 0; lens_families[i]; i++, n_families++) {
-        int covered = 0;
-        for (int k = 0; k < N_CASES; k++) covered |= !strcmp(cases[k].arch, lens_families[i]->model_type);
-        CHECK(covered, "family %s has no case in the table", lens_families[i]->model_type);
-    }
-    CHECK(N_CASES > 0 && n_families > 0, "empty table");
-    printf("%d cases over %d families\n", N_CASES, n_families);
+    family_cases_check(); /* the table covers every family lensd knows */
     const int with_reference = getenv("LENS_FAMILIES_NO_REFERENCE") ? 0 : have_reference();
-    for (int k = 0; k < N_CASES; k++) run_case(&cases[k], with_reference);
+    for (int k = 0; k < N_FAMILY_CASES; k++) run_case(&family_cases[k], with_reference);
     check_roberta_vocab();
     return check_done("test_families");
 }
