@@ -36,6 +36,13 @@ void lens_decoder_embed(const lens_model *m, const int *ids, const int *type_ids
                         float *rstd);
 void lens_decoder_block_forward(const lens_model *m, lens_block_io *io, int l);
 void lens_decoder_final_forward(const lens_model *m, lens_block_io *io);
+/* The block contract (arch.h): backward, JVP, cache sizes, final norm. */
+void lens_decoder_block_backward(const lens_model *m, lens_block_io *io, int l);
+void lens_decoder_block_jvp(const lens_model *m, lens_block_io *io, int l);
+size_t lens_decoder_cache_floats(const lens_config *c, int for_weights);
+size_t lens_decoder_final_cache_floats(const lens_config *c, int for_weights);
+void lens_decoder_final_backward(const lens_model *m, lens_block_io *io);
+void lens_decoder_final_jvp(const lens_model *m, lens_block_io *io);
 void lens_decoder_attn_qk(const lens_model *m, int l, const float *h, int T, float *x, float *q, float *k);
 
 /* GQA: x holds [N][NKV*D] compact at its start; on return [N][NH*D], kv
@@ -50,6 +57,7 @@ typedef struct {
 } lens_decoder_preset;
 int lens_decoder_apply_preset(const lens_decoder_preset *presets, const char *name, lens_config *c);
 
-extern const char lens_decoder_no_backward[];
+extern const char lens_decoder_no_backward[];   /* gpt_neox: no block backward / JVP yet */
+extern const char lens_decoder_no_window_grad[]; /* mistral, gemma2: the gradient analyses' attention has no window / cap */
 
 #endif

@@ -212,7 +212,7 @@ static int layout(const lens_model *m, const lens_batch *b, unsigned keep, size_
     io->k = alloc_floats(N * QK, &failed);
     io->ctx = alloc_floats(N * VO, &failed);
     /* a gated MLP keeps gate and up side by side: [N][2 d_ff] */
-    const size_t ff_cols = (size_t)(c->glu ? 2 : 1) * c->d_ff;
+    const size_t ff_cols = (size_t)lens_ff_cols(c);
     io->ff_ld = ff_cols + (ff_cols % 1024 == 0 ? 16 : 0);
     io->ff = alloc_floats(N * io->ff_ld, &failed);
     io->ln_mean = act->ln_mean, io->ln_rstd = act->ln_rstd;

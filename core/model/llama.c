@@ -101,7 +101,10 @@ static int mistral_preset(lens_config *c, const char *name)
     .caps = LENS_CAP_CAUSAL | LENS_CAP_PRE_NORM | LENS_CAP_BYTE_BPE,                                               \
     .bpe_last = "<|end_of_text|>", .walk = lens_decoder_walk, .embed = lens_decoder_embed,                         \
     .block_forward = lens_decoder_block_forward, .final_forward = lens_decoder_final_forward,                      \
-    .attn_qk = lens_decoder_attn_qk, .no_backward = lens_decoder_no_backward
+    .block_backward = lens_decoder_block_backward, .block_jvp = lens_decoder_block_jvp,                      \
+    .cache_floats = lens_decoder_cache_floats, .final_cache_floats = lens_decoder_final_cache_floats,             \
+    .final_backward = lens_decoder_final_backward, .final_jvp = lens_decoder_final_jvp,                          \
+    .attn_qk = lens_decoder_attn_qk
 
 const lens_family lens_family_llama = {
     .model_type = "llama",
@@ -124,5 +127,6 @@ const lens_family lens_family_mistral = {
     .write_config = mistral_write_config,
     .preset = mistral_preset,
     .preset_names = "micro, tiny, 8b",
+    .no_backward = lens_decoder_no_window_grad,
     DECODER_FAMILY,
 };

@@ -42,6 +42,22 @@ void lens_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const
     }
 }
 
+void lens_rmsnorm_backward_inplace(float *d, float *dweight, const float *inp, const float *rstd, const float *w,
+                                   int unit_offset, int N, int C)
+{
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *dy = d + (size_t)n * C;
+        const float r = rstd[n];
+        double dot = 0;
+        for (int i = 0; i < C; i++) dot += (double)gain(w, unit_offset, i) * x[i] * dy[i];
+        const float k = (float)(dot * r * r * r / C);
+        if (dweight)
+            for (int i = 0; i < C; i++) dweight[i] += dy[i] * x[i] * r;
+        for (int j = 0; j < C; j++) dy[j] = r * gain(w, unit_offset, j) * dy[j] - k * x[j];
+    }
+}
+
 void lens_rmsnorm_jvp(float *tout, const float *tinp, const float *inp, const float *rstd, const float *w,
                       int unit_offset, int N, int C)
 {

@@ -21,7 +21,10 @@ void lens_rmsnorm_forward(float *out, float *rstd, const float *inp, const float
  * dinp must not alias dout. */
 void lens_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *rstd,
                            const float *w, int unit_offset, int N, int C);
-/* tout[N][C] = d y applied to the tangent tinp: ty_i = r g_i (tx_i - x_i r^2 (x . tx) / C). */
+/* The same in place: d holds dy on entry and dx on exit (set, not accumulated). */
+void lens_rmsnorm_backward_inplace(float *d, float *dweight, const float *inp, const float *rstd, const float *w,
+                                   int unit_offset, int N, int C);
+/* tout[N][C] = d y applied to the tangent tinp (tout may alias tinp): ty_i = r g_i (tx_i - x_i r^2 (x . tx) / C). */
 void lens_rmsnorm_jvp(float *tout, const float *tinp, const float *inp, const float *rstd, const float *w,
                       int unit_offset, int N, int C);
 

@@ -19,10 +19,12 @@ lensd; the transformers package is not imported.
                final_layer_norm;  logits = hidden[L] embed_out^T
   effective    Brunner et al. 2020: row i of A_h projected on the column space of the
                causal prefix V_h[0..i] (V_h the values of the query head's kv group), pinv
+  attribution  Hao et al. 2021, next-token objective at the last position (as families_reference)
+  hta          ||d h^l_j / d h^0_i||_F^2 by autograd Jacobians from h0
 
 Usage: decoders_reference.py REQUEST.json > RESULT.json with REQUEST {"model": DIR,
-"ids": [...]}; output hidden [L+1][T][C], attentions / effective [L][NH][T][T],
-logits [T][V]. families_reference.py hands these families to main() here."""
+"ids": [...], "steps", "target", "attribution", "hta"}; output hidden [L+1][T][C],
+attentions / effective [L][NH][T][T], logits [T][V], attribution / hta when asked. families_reference.py hands these families to main() here."""
 import json
 import math
 import os
@@ -118,7 +120,7 @@ class Decoder:
         key = name + ".bias"
         return y + self.p(key) if (bias is not False and key in self.w) else y
 
-    def attend(self, q, k, v, layer):
+    def attend(self, q, k, v, layer, scale=None):
         """q [T][NH][D], k, v [T][NKV][D] -> ctx [T][NH*D], P [NH][T][T], V per query head."""
         T = q.shape[0]
         rep = self.NH // self.NKV
@@ -135,9 +137,10 @@ class Decoder:
             masked = masked | (i - j >= window)
         s = s.masked_fill(masked, float("-inf"))
         P = torch.softmax(s, -1)
-        return (P @ vh).transpose(0, 1).reshape(T, -1), P, vh
+        Pu = P if scale is None else P * scale  # attribution: alpha A
+        return (Pu @ vh).transpose(0, 1).reshape(T, -1), P, vh
 
-    def block(self, l, x, pos):
+    def block(self, l, x, pos, scale=None):
         if self.type == "gpt_neox":
             return self.neox_block(l, x, pos)
         b = f"model.layers.{l}."
@@ -151,7 +154,7 @@ class Decoder:
             q = rms(q, self.p(b + "self_attn.q_norm.weight"), self.eps, False)
             k = rms(k, self.p(b + "self_attn.k_norm.weight"), self.eps, False)
         q, k = rope(q, pos, self.freqs), rope(k, pos, self.freqs)
-        ctx, P, V = self.attend(q, k, v, l)
+        ctx, P, V = self.attend(q, k, v, l, scale)
         o = self.lin(ctx, b + "self_attn.o_proj")
         if self.type == "gemma2":
             o = rms(o, self.p(b + "post_attention_layernorm.weight"), self.eps, True)
@@ -180,18 +183,24 @@ class Decoder:
         x = x + a
         return x + mlp(ln(x, "post_attention_layernorm")), P, V
 
-    def forward(self, ids):
+    def embed(self, ids):
         t = torch.tensor(ids)
-        pos = torch.arange(len(ids))
         if self.type == "gpt_neox":
-            x = self.p("gpt_neox.embed_in.weight")[t]
-        else:
-            x = self.p("model.embed_tokens.weight")[t]
-            if self.gemma:
-                x = x * torch.tensor(self.C ** 0.5, dtype=torch.float32).double()  # normalizer in the model dtype
+            return self.p("gpt_neox.embed_in.weight")[t]
+        x = self.p("model.embed_tokens.weight")[t]
+        if self.gemma:
+            x = x * torch.tensor(self.C ** 0.5, dtype=torch.float32).double()  # normalizer in the model dtype
+        return x
+
+    def forward(self, ids):
+        return self.layers(self.embed(ids))
+
+    def layers(self, x, scales=None):
+        """hidden [L+1] (the last after the final norm), probabilities, values, logits from h0 = x."""
+        pos = torch.arange(x.shape[0])
         hidden, probs, values = [x], [], []
         for l in range(self.L):
-            x, P, V = self.block(l, x, pos)
+            x, P, V = self.block(l, x, pos, scales[l] if scales else None)
             hidden.append(x)
             probs.append(P)
             values.append(V)
@@ -221,13 +230,51 @@ def effective(probs, values):
     return out
 
 
+def attribution(m, h0, steps, target):
+    """Hao et al. 2021 with the next-token objective at the last position:
+    Attr_l = A_l * (1/m) sum_k dF/dA_l at alpha_k A_l, alpha_k = k/m."""
+    with torch.no_grad():
+        _, probs, _, logits = m.layers(h0)
+    z = logits[-1]
+    if target < 0:
+        target = int(torch.argmax(z))
+    f_full = float(torch.softmax(z, -1)[target])
+    out = []
+    for l in range(m.L):
+        A = probs[l].detach()
+        g = torch.zeros_like(A)
+        for k in range(1, steps + 1):
+            scale = torch.full_like(A, k / steps).requires_grad_(True)
+            scales = [None] * m.L
+            scales[l] = scale
+            F = torch.softmax(m.layers(h0, scales)[3][-1], -1)[target]
+            (gs,) = torch.autograd.grad(F, scale)
+            g += gs  # dF/dscale = A * dF/dX at X = alpha_k A
+        out.append((g / steps).tolist())
+    return out, target, f_full
+
+
+def hta(m, h0):
+    out = []
+    for l in range(1, m.L + 1):
+        J = torch.autograd.functional.jacobian(lambda z: m.layers(z)[0][l], h0)  # [T][C][T][C]
+        out.append((J ** 2).sum(dim=(1, 3)).tolist())  # ||d h^l_j / d h^0_i||_F^2
+    return out
+
+
 def main():
     req = json.load(open(sys.argv[1]))
     m = Decoder(req["model"])
+    h0 = m.embed(req["ids"])
     with torch.no_grad():
-        hidden, probs, values, logits = m.forward(req["ids"])
-    json.dump({"hidden": [h.tolist() for h in hidden], "attentions": [P.tolist() for P in probs],
-               "logits": logits.tolist(), "effective": effective(probs, values)}, sys.stdout)
+        hidden, probs, values, logits = m.layers(h0)
+    res = {"hidden": [h.tolist() for h in hidden], "attentions": [P.tolist() for P in probs],
+           "logits": logits.tolist(), "effective": effective(probs, values)}
+    if req.get("attribution"):
+        res["attribution"], res["target"], res["f_full"] = attribution(m, h0, req["steps"], req.get("target", -1))
+    if req.get("hta"):
+        res["hta"] = hta(m, h0)
+    json.dump(res, sys.stdout)
 
 
 if __name__ == "__main__":
