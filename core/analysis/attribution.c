@@ -61,6 +61,7 @@ typedef struct {
     int obj_row;               /* the row F reads: 0 (classifier) or T-1 (causal LM) */
     int cls_rows;              /* 1: the last layer ran on the objective rows only, row i = copy i */
     lens_block_cache *cache;   /* [L], max_copies * T rows: what the family's block backward reads */
+    int *pos;                  /* [max_copies * T] position of each row in its copy (RoPE families) */
     float **probs;             /* [L] -> [copies][NH][T][T] above the lowest target layer */
     lens_block_cache final;    /* LM: the final norm's, one row per copy */
     lens_pool *pool;           /* threads for the GEMMs of the forward steps */
@@ -98,7 +99,7 @@ static void engine_free(engine *e)
 {
     for (int l = 0; e->cache && l < e->m->cfg.n_layers; l++) lens_block_cache_free(&e->cache[l]);
     for (int l = 0; e->probs && l < e->m->cfg.n_layers; l++) free(e->probs[l]);
-    free(e->cache), free(e->probs);
+    free(e->cache), free(e->probs), free(e->pos);
     lens_block_cache_free(&e->final);
     free(e->x), free(e->h), free(e->n), free(e->ctx), free(e->ff), free(e->dq), free(e->dk), free(e->dv);
     free(e->dprobs), free(e->dscores), free(e->cls), free(e->pooled), free(e->logits), free(e->dcls);
@@ -119,7 +120,9 @@ static int engine_init(engine *e, const lens_model *m, int T, int max_copies, in
     const size_t threads = (size_t)lens_pool_threads(pool);
     e->cache = calloc((size_t)c->n_layers, sizeof *e->cache);
     e->probs = calloc((size_t)c->n_layers, sizeof *e->probs);
-    if (!e->cache || !e->probs) return -1;
+    e->pos = malloc(sizeof(int) * R);
+    if (!e->cache || !e->probs || !e->pos) return -1;
+    for (size_t r = 0; r < R; r++) e->pos[r] = (int)(r % (size_t)T);
     for (int l = lowest; l < c->n_layers; l++) {
         if (lens_block_cache_init(&e->cache[l], c, (int)R, 0, 0)) failed = 1;
         if (l > lowest) e->probs[l] = alloc_floats(max_copies * NH * TT, &failed);
@@ -129,7 +132,7 @@ static int engine_init(engine *e, const lens_model *m, int T, int max_copies, in
     e->h = alloc_floats(R * C, &failed);
     e->n = alloc_floats(R * C, &failed);
     e->ctx = alloc_floats(R * VO, &failed);
-    e->ff = alloc_floats(R * c->d_ff, &failed);
+    e->ff = alloc_floats(R * lens_ff_cols(c), &failed); /* gated MLPs: gate and up */
     e->dq = alloc_floats(R * QK, &failed);
     e->dk = alloc_floats(R * QK, &failed);
     e->dv = alloc_floats(R * VO, &failed);
@@ -295,7 +298,7 @@ static int engine_attend_backward(lens_block_io *io, int l)
 static lens_block_io engine_io(engine *e, int l, int rows)
 {
     lens_block_io io = {.N = rows, .x = e->x, .h = e->h, .n = e->n, .ctx = e->ctx, .ff = e->ff,
-                        .ff_ld = (size_t)e->m->cfg.d_ff, .pool = e->pool, .cache = &e->cache[l],
+                        .ff_ld = (size_t)e->m->cfg.d_ff, .pool = e->pool, .cache = &e->cache[l], .pos = e->pos,
                         .attend = engine_attend, .attend_backward = engine_attend_backward, .attend_ctx = e};
     return io;
 }
@@ -305,10 +308,11 @@ static lens_block_io engine_io(engine *e, int l, int rows)
 static int forward_copies(engine *e, const float *x_l, int l, const float *A, const float *alpha, int copies,
                           const lens_attr_opts *o);
 
-/* The tied LM decoder: logits = t E^T. */
+/* The LM decoder: logits = t E^T (tied) or t W_lm^T (lm_head). */
 static lens_linear lm_decoder(const engine *e)
 {
     const lens_config *c = &e->m->cfg;
+    if (e->m->p.lm_head.w) return e->m->p.lm_head;
     return (lens_linear){.w = e->m->p.tok_emb, .in = c->d_model, .out = c->vocab_size, .ld = c->d_model};
 }
 

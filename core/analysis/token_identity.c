@@ -715,7 +715,7 @@ static double model_fingerprint(const lens_model *m)
     const size_t n_pos = (size_t)(m->cfg.max_positions < 16 ? m->cfg.max_positions : 16) * C;
     double s = 0;
     for (size_t i = 0; i < n_tok; i++) s += (double)m->p.tok_emb[i] * (double)(1 + i % 13);
-    for (size_t i = 0; i < n_pos; i++) s += (double)m->p.pos_emb[i] * (double)(1 + i % 7);
+    for (size_t i = 0; m->p.pos_emb && i < n_pos; i++) s += (double)m->p.pos_emb[i] * (double)(1 + i % 7); /* RoPE: none */
     return s;
 }
 

@@ -50,7 +50,8 @@ typedef struct {
     int ndim;           /* 1 or 2 */
     int64_t shape[2];   /* as stored in the file */
     lens_param_kind kind;
-    float init_std;     /* random kinds: HF's initialiser N(0, init_std) */
+    float init_std;     /* random kinds: HF's initialiser N(0, init_std); norm kinds: mkmodel adds
+                           N(0, init_std) noise to the 1 / 0 fill so tests see every gain */
     int summed;         /* head_combination != concat: attention.output.dense.weight stored
                            [C][DV] (model.h); the trainer keeps it tiled [C][NH*DV] */
 } lens_param_desc;
@@ -72,6 +73,13 @@ void lens_walk_linear(lens_param_visitor *v, lens_linear *lin, const char *base,
 void lens_walk_layernorm(lens_param_visitor *v, lens_layernorm *ln, const char *base, int C);
 const float *lens_walk_tensor(lens_param_visitor *v, const char *name, int64_t d0, int64_t d1,
                               lens_param_kind kind, float init_std);
+/* An nn.Linear with an optional bias (Llama's attention_bias / mlp_bias). */
+void lens_walk_linear_bias(lens_param_visitor *v, lens_linear *lin, const char *base, int in, int out, int bias,
+                           float init_std);
+/* An RMSNorm weight base + ".weight" [C] (Gemma's unit_offset gain 1 + w
+ * is stored as w, zero-initialised); noise as lens_param_desc.init_std. */
+void lens_walk_rmsnorm(lens_param_visitor *v, lens_layernorm *ln, const char *base, int C, int unit_offset,
+                       float noise);
 
 /* ------------------------------------------------------------ blocks */
 
@@ -143,6 +151,7 @@ typedef struct lens_block_io {
     float *ff;            /* [N][ff_ld] */
     size_t ff_ld;
     float *ln_mean, *ln_rstd; /* [2L+1][N] LayerNorm statistics, or NULL (model.h: slot order is the family's) */
+    const int *pos;       /* [N] position of each row inside its sequence (RoPE) */
     lens_pool *pool;
     lens_block_cache *cache;      /* forward: save into it when non-NULL; backward / JVP: read */
     const lens_grad_map *grads;   /* backward: weight gradients, or NULL */
@@ -225,6 +234,19 @@ struct lens_family {
     void (*final_forward)(const lens_model *m, lens_block_io *io);
     void (*final_backward)(const lens_model *m, lens_block_io *io);
     void (*final_jvp)(const lens_model *m, lens_block_io *io);
+    /* Optional: q, k [T][NH*DK] of layer l (0-based) as the attention scores
+     * see them (normed, rotated, kv heads repeated) from the block input
+     * h [T][C] of one sequence, x [T][C] scratch; NULL = LN(h) (pre-norm) or
+     * h, times W_q / W_k. */
+    void (*attn_qk)(const lens_model *m, int l, const float *h, int T, float *x, float *q, float *k);
+    /* Non-NULL: the family has no block backward / JVP yet; the sentence
+     * lens_model_supports gives for the gradient analyses. */
+    const char *no_backward;
+    /* Optional: sets cfg's shape for an mkmodel preset name (after
+     * new_config); -1 when the family has no such preset. NULL = the
+     * generic presets of mkmodel.c. */
+    int (*preset)(lens_config *cfg, const char *name);
+    const char *preset_names; /* "micro, tiny, 1b, 8b" for errors */
 };
 
 /* The families lensd knows, NULL-terminated, and lookups. */
@@ -234,6 +256,8 @@ const lens_family *lens_family_find(const char *model_type); /* NULL when unknow
 const char *lens_family_names(void);
 
 extern const lens_family lens_family_bert, lens_family_gpt2, lens_family_roberta, lens_family_distilbert;
+extern const lens_family lens_family_llama, lens_family_mistral, lens_family_qwen2, lens_family_qwen3,
+    lens_family_gemma, lens_family_gemma2, lens_family_gpt_neox;
 
 /* Shared by the family files: JSON config helpers (config.c). */
 int lens_json_int(struct json_t *root, const char *path, const char *key, int fallback, int min, int max, int *out,
@@ -267,6 +291,13 @@ void lens_bert_write_config(FILE *f, const lens_config *c, int random_weights);
 /* A new encoder config's task from its name (NULL: classification with
  * labels negative / positive), for new_config. */
 int lens_new_encoder_task(lens_config *c, const char *task, lens_err *err);
+
+/* The final LayerNorm of pre-LN families (gpt2.c; GPT-NeoX shares it):
+ * ln_f (model.p.ln_final) in slot 2L, its cache, backward and JVP. */
+size_t lens_ln_final_cache_floats(const lens_config *c, int for_weights);
+void lens_ln_final_forward(const lens_model *m, lens_block_io *io);
+void lens_ln_final_backward(const lens_model *m, lens_block_io *io);
+void lens_ln_final_jvp(const lens_model *m, lens_block_io *io);
 
 /* A tokenizer-only folder (lens_model_tokenizer_only) has no family: no capabilities. */
 static inline int lens_has_cap(const lens_config *c, unsigned cap) { return c->family && (c->family->caps & cap) != 0; }
