@@ -316,8 +316,7 @@ static void target_forward(engine *e, int l, const float *x_l, const float *alph
 /* The tied LM decoder: logits = t E^T. */
 static lens_linear lm_decoder(const engine *e)
 {
-    const lens_config *c = &e->m->cfg;
-    return (lens_linear){.w = e->m->p.tok_emb, .in = c->d_model, .out = c->vocab_size, .ld = c->d_model};
+    return lens_tied_decoder(e->m);
 }
 
 /* The head on the objective row of each copy, F[i] = softmax(z)[target] with

@@ -33,20 +33,42 @@ size_t lens_gemm_packed_size(int K, int N)
     return (size_t)K * (size_t)((N + NR - 1) / NR) * NR;
 }
 
-/* dst[kc][32] = scale * W[k0 + k][n0 + j], zero for j >= nr. */
-static void pack_panel(float *dst, const float *w, size_t ld, int w_kn, int k0, int kc, int n0, int nr, float scale)
+/* dst[kc][32] = scale * W[k0 + k][n0 + j], zero for j >= nr. F32 W is read
+ * as floats; BF16/F16 W (weights resident in their file dtype) is widened
+ * here, exactly, a row or column at a time. */
+static void pack_panel(float *dst, const void *w, lens_dtype dt, size_t ld, int w_kn, int k0, int kc, int n0, int nr,
+                       float scale)
 {
+    if (dt == LENS_DT_F32) {
+        const float *wf = w;
+        if (w_kn) {
+            for (int k = 0; k < kc; k++) {
+                const float *src = wf + (size_t)(k0 + k) * ld + n0;
+                float *d = dst + (size_t)k * NR;
+                for (int j = 0; j < nr; j++) d[j] = scale * src[j];
+                for (int j = nr; j < NR; j++) d[j] = 0.0f;
+            }
+        } else {
+            for (int j = 0; j < nr; j++) {
+                const float *src = wf + (size_t)(n0 + j) * ld + k0;
+                for (int k = 0; k < kc; k++) dst[(size_t)k * NR + j] = scale * src[k];
+            }
+            for (int k = 0; nr < NR && k < kc; k++) memset(dst + (size_t)k * NR + nr, 0, sizeof(float) * (NR - nr));
+        }
+        return;
+    }
     if (w_kn) {
         for (int k = 0; k < kc; k++) {
-            const float *src = w + (size_t)(k0 + k) * ld + n0;
             float *d = dst + (size_t)k * NR;
-            for (int j = 0; j < nr; j++) d[j] = scale * src[j];
+            lens_widen(d, lens_dtype_at(w, dt, (size_t)(k0 + k) * ld + n0), dt, (size_t)nr);
+            for (int j = 0; j < nr; j++) d[j] *= scale;
             for (int j = nr; j < NR; j++) d[j] = 0.0f;
         }
     } else {
+        float col[KC]; /* one W row [out][in]: kc contiguous elements */
         for (int j = 0; j < nr; j++) {
-            const float *src = w + (size_t)(n0 + j) * ld + k0;
-            for (int k = 0; k < kc; k++) dst[(size_t)k * NR + j] = scale * src[k];
+            lens_widen(col, lens_dtype_at(w, dt, (size_t)(n0 + j) * ld + k0), dt, (size_t)kc);
+            for (int k = 0; k < kc; k++) dst[(size_t)k * NR + j] = scale * col[k];
         }
         for (int k = 0; nr < NR && k < kc; k++) memset(dst + (size_t)k * NR + nr, 0, sizeof(float) * (NR - nr));
     }
@@ -56,7 +78,7 @@ void lens_gemm_pack(float *packed, const float *w, int K, int N, size_t ld, int 
 {
     for (int p = 0; p * NR < N; p++) {
         const int nr = N - p * NR < NR ? N - p * NR : NR;
-        pack_panel(packed + (size_t)p * K * NR, w, ld, w_kn, 0, K, p * NR, nr, 1.0f);
+        pack_panel(packed + (size_t)p * K * NR, w, LENS_DT_F32, ld, w_kn, 0, K, p * NR, nr, 1.0f);
     }
 }
 
@@ -187,7 +209,7 @@ static void gemm_task(void *ctx, int task)
                     next_lines = 2 * (g->K - k0 - KC < KC ? g->K - k0 - KC : KC);
                 }
             } else {
-                pack_panel(panel, g->w, g->ld, g->w_kn, k0, kc, n0, nr, g->alpha);
+                pack_panel(panel, g->w, g->w_dtype, g->ld, g->w_kn, k0, kc, n0, nr, g->alpha);
             }
             const int n_blocks = (m1 - m0 + MR - 1) / MR, per_block = (next_lines + n_blocks - 1) / n_blocks;
             for (int m = m0, i = 0; m < m1; m += MR, i++) {
@@ -232,7 +254,8 @@ void lens_gemm_linear_ld(float *out, size_t ld_out, const float *inp, size_t ld_
                          lens_pool *pool)
 {
     const lens_gemm_args g = {.M = N, .N = lin->out, .K = lin->in, .x = inp, .ldx = ld_inp, .packed = lin->packed,
-                              .w = lin->w, .ld = (size_t)lin->ld, .w_kn = lin->w_in_out, .alpha = 1.0f,
+                              .w = lin->w, .w_dtype = lin->dtype, .ld = (size_t)lin->ld, .w_kn = lin->w_in_out,
+                              .alpha = 1.0f,
                               .bias = lin->b, .y = out, .ldy = ld_out};
     lens_gemm(&g, pool);
 }
@@ -249,7 +272,7 @@ void lens_gemm_linear_backward(float *dinp, const float *dout, const lens_linear
      * is w[o*ld + i] for a Linear ([out][in], k-major here) or w[i*ld + o]
      * for a Conv1D ([in][out], n-major here) */
     const lens_gemm_args g = {.M = N, .N = lin->in, .K = lin->out, .x = dout, .ldx = (size_t)lin->out,
-                              .w = lin->w, .ld = (size_t)lin->ld, .w_kn = !lin->w_in_out, .alpha = 1.0f,
-                              .y = dinp, .ldy = (size_t)lin->in, .accumulate = accumulate};
+                              .w = lin->w, .w_dtype = lin->dtype, .ld = (size_t)lin->ld, .w_kn = !lin->w_in_out,
+                              .alpha = 1.0f, .y = dinp, .ldy = (size_t)lin->in, .accumulate = accumulate};
     lens_gemm(&g, pool);
 }

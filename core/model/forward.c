@@ -145,7 +145,7 @@ static int task_head(const lens_model *m, lens_activations *act, scratch *w)
         act->logits = alloc_floats((size_t)N * c->vocab_size, &failed);
         if (failed) return -1;
         /* decoder tied to the word embeddings: logits = t E^T (+ bias) */
-        lens_linear decoder = {.w = p->tok_emb, .in = C, .out = c->vocab_size, .ld = C};
+        lens_linear decoder = lens_tied_decoder(m);
         const float *t = w->io.x;
         if (c->task == LENS_TASK_MASKED_LM) {
             lens_gemm_linear(w->io.h, w->io.x, &p->mlm_transform, N, w->io.pool);

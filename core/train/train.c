@@ -116,7 +116,7 @@ typedef struct {
     int n;
 } walker;
 
-static const float *take(lens_param_visitor *v, const lens_param_desc *d)
+static const void *take(lens_param_visitor *v, const lens_param_desc *d)
 {
     walker *w = (walker *)v;
     const lens_config *c = &w->t->cfg;
@@ -436,7 +436,7 @@ static void forward(lens_trainer *t, const lens_batch *b, size_t N, size_t A)
     for (int s = 0; s < b->n_seqs; s++) {
         const int r = a->row_start[s];
         lens_embedding_forward(a->emb + (size_t)r * C, b->ids + r, b->type_ids ? b->type_ids + r : NULL,
-                               p->tok_emb, p->pos_emb, p->type_emb, b->lengths[s], C);
+                               p->tok_emb, p->pos_emb, p->type_emb, LENS_DT_F32, b->lengths[s], C);
     }
     lens_layernorm_forward(a->x, a->emb_mean, a->emb_rstd, a->emb, &p->ln_emb, n, C, c->ln_eps);
     for (int l = 0; l < c->n_layers; l++) {
@@ -588,7 +588,8 @@ static void forward_gpt2(lens_trainer *t, const lens_batch *b, size_t N, size_t 
     const int n = (int)N;
     for (int s = 0; s < b->n_seqs; s++) {
         const int r = a->row_start[s];
-        lens_embedding_forward(a->x + (size_t)r * C, b->ids + r, NULL, p->tok_emb, p->pos_emb, NULL, b->lengths[s], C);
+        lens_embedding_forward(a->x + (size_t)r * C, b->ids + r, NULL, p->tok_emb, p->pos_emb, NULL, LENS_DT_F32,
+                               b->lengths[s], C);
     }
     for (int l = 0; l < c->n_layers; l++) {
         const lens_block *blk = &p->blocks[l];
