@@ -128,10 +128,16 @@ bench: deps all $(BUILD)/bench/forward
 	@scripts/deps.sh bench
 	bench/run.sh $(BUILD)/lensd
 
+# Big BF16 sharded random checkpoints served by lensd: load time, request
+# times and peak RSS against checkpoint + 1.5 GiB (bench/bigmodel.sh; writes
+# gigabytes, so not in test or bench).
+bigmodel: deps all
+	bench/bigmodel.sh $(BUILD)/lensd
+
 clean:
 	rm -rf build build-asan build-fuzz build-tsan build-campaign
 
-.PHONY: all deps deps-test test test-asan test-tsan test-web fuzz fuzz-bin fuzz-build run bench clean
+.PHONY: all deps deps-test test test-asan test-tsan test-web fuzz fuzz-bin fuzz-build run bench bigmodel clean
 
 # Regenerates tests/fixtures by running the command each fixture records
 # (tests/reference scripts: PyTorch, node; needs ../shared; not in CI).
