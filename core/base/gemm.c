@@ -33,9 +33,16 @@ size_t lens_gemm_packed_size(int K, int N)
     return (size_t)K * (size_t)((N + NR - 1) / NR) * NR;
 }
 
+#if defined(__x86_64__)
+static void pack_half_nmajor_avx512(float *dst, const void *w, lens_dtype dt, size_t ld, int k0, int kc, int n0,
+                                    int nr, float scale);
+#endif
+int lens_gemm_avx512(void);
+
 /* dst[kc][32] = scale * W[k0 + k][n0 + j], zero for j >= nr. F32 W is read
  * as floats; BF16/F16 W (weights resident in their file dtype) is widened
- * here, exactly, a row or column at a time. */
+ * here, exactly, a row or column at a time (n-major with AVX-512: gathered,
+ * a dst row at a time, 3x faster than the scalar scatter). */
 static void pack_panel(float *dst, const void *w, lens_dtype dt, size_t ld, int w_kn, int k0, int kc, int n0, int nr,
                        float scale)
 {
@@ -65,6 +72,12 @@ static void pack_panel(float *dst, const void *w, lens_dtype dt, size_t ld, int 
             for (int j = nr; j < NR; j++) d[j] = 0.0f;
         }
     } else {
+#if defined(__x86_64__)
+        if (lens_gemm_avx512() && ld * 15 < (size_t)1 << 30) {
+            pack_half_nmajor_avx512(dst, w, dt, ld, k0, kc, n0, nr, scale);
+            return;
+        }
+#endif
         float col[KC]; /* one W row [out][in]: kc contiguous elements */
         for (int j = 0; j < nr; j++) {
             lens_widen(col, lens_dtype_at(w, dt, (size_t)(n0 + j) * ld + k0), dt, (size_t)kc);
@@ -142,6 +155,40 @@ __attribute__((target(AVX512), always_inline)) static inline void tile_avx512(co
     for (int i = 0; i < mr; i++) {
         _mm512_mask_storeu_ps(c + (size_t)i * ldc, m0, c0[i]);
         _mm512_mask_storeu_ps(c + (size_t)i * ldc + 16, m1, c1[i]);
+    }
+}
+
+/* pack_panel's n-major BF16/F16 case: dst row k = W[n0 .. n0+15][k0 + k]
+ * (and the next 16 columns), one masked 32-bit gather per 16 columns of a
+ * row. Each lane loads elements k-1 and k of its W row and keeps the high
+ * half (element k), so no load reaches past the row; the first element of a
+ * row (k0 + k == 0), which has no element before it, is read with
+ * lens_widen. BF16 widens by position, F16 by vcvtph2ps: both exact, as the
+ * scalar path. */
+__attribute__((target(AVX512))) static void pack_half_nmajor_avx512(float *dst, const void *w, lens_dtype dt,
+                                                                    size_t ld, int k0, int kc, int n0, int nr,
+                                                                    float scale)
+{
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)ld));
+    const __m512 s = _mm512_set1_ps(scale);
+    for (int half = 0; half < 2; half++) {
+        const int cols = nr - 16 * half;
+        const __mmask16 m = cols >= 16 ? 0xffff : cols <= 0 ? 0 : (__mmask16)((1u << cols) - 1);
+        const unsigned char *row0 = lens_dtype_at(w, dt, (size_t)(n0 + 16 * half) * ld + k0);
+        for (int k = 0; k < kc; k++) {
+            __m512 v;
+            if (k0 + k == 0) {
+                float first[16] = {0};
+                for (int j = 0; j < cols && j < 16; j++) lens_widen(&first[j], row0 + (size_t)j * ld * 2, dt, 1);
+                v = _mm512_loadu_ps(first);
+            } else {
+                const __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx, row0 + (size_t)k * 2 - 2, 2);
+                v = dt == LENS_DT_BF16 ? _mm512_castsi512_ps(_mm512_and_si512(g, _mm512_set1_epi32((int)0xffff0000u)))
+                                       : _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16)));
+            }
+            _mm512_store_ps(dst + (size_t)k * NR + 16 * half, _mm512_mul_ps(v, s));
+        }
     }
 }
 

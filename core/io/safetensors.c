@@ -118,9 +118,12 @@ static float bf16_to_f32(uint16_t h)
     return f;
 }
 
+/* memcpy, not byte arithmetic: one (vectorisable) load on little-endian hosts */
 static uint16_t load_u16(const unsigned char *p)
 {
-    return (uint16_t)(p[0] | (p[1] << 8));
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return h;
 }
 
 void lens_widen(float *dst, const void *src, lens_dtype dt, size_t n)
