@@ -202,6 +202,28 @@ if status:
     targets.write("forward\tcorrectness: hidden states within 1e-3 of the peers\tERROR\n")
 sys.exit(status)
 EOF
+  local rc=$?
+  # Issue 15: the same checkpoint in BF16, resident in its dtype (the GEMM
+  # widens weight panels per call; F32 is prepacked at load), same run.
+  local bf16=$MODELS/bert-base-bf16
+  if [ ! -s "$bf16/config.json" ]; then
+    log "writing the BF16 BERT-base checkpoint to $bf16"
+    "$LENSD" mkmodel --arch bert --preset base --task encoder --seed "$SEED" --dtype bf16 --out "$bf16" >/dev/null ||
+      return 1
+  fi
+  {
+    echo
+    echo "BF16 weights resident (BERT-base, batch 1, 2 threads, median of 7; F32 = the prepacked path above):"
+    for T in 128 512; do
+      common=(--T "$T" --batch 1 --threads 2 --reps 7 --warmup 2 --seed "$SEED")
+      f=$("$DRIVER" --model "$MODEL" "${common[@]}") b=$("$DRIVER" --model "$bf16" "${common[@]}")
+      "$PY" -c 'import json, sys
+f, b = (json.loads(a) for a in sys.argv[1:3])
+print("  T=%d: BF16 %.1f ms vs F32 %.1f ms (%.2fx); load %.0f vs %.0f ms" % (f["T"], b["ms_median"], f["ms_median"],
+      b["ms_median"] / f["ms_median"], b["load_ms"], f["load_ms"]))' "$f" "$b"
+    done
+  } | tee -a "$OUT/forward-table.txt"
+  return $rc
 }
 
 # ---------------------------------------------------------------- attention (issue 4)

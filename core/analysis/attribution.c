@@ -311,9 +311,8 @@ static int forward_copies(engine *e, const float *x_l, int l, const float *A, co
 /* The LM decoder: logits = t E^T (tied) or t W_lm^T (lm_head). */
 static lens_linear lm_decoder(const engine *e)
 {
-    const lens_config *c = &e->m->cfg;
     if (e->m->p.lm_head.w) return e->m->p.lm_head;
-    return (lens_linear){.w = e->m->p.tok_emb, .in = c->d_model, .out = c->vocab_size, .ld = c->d_model};
+    return lens_tied_decoder(e->m);
 }
 
 /* The final norm (the family's) on `copies` rows of x, in place, cached for its backward. */
