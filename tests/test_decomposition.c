@@ -10,6 +10,8 @@
  *   streaming   windows added in several calls and one window per forward
  *               give what one call with one batch gives.
  *   api         cancellation, progress, bad arguments, texts -> windows.
+ *   ctx_pca     the context means on their principal axes against LAPACK's
+ *               SVD of the full tensor's context means.
  *   reference   tests/fixtures/decomposition_<model>.json
  *               (tests/reference/decomposition_reference.py: full tensor,
  *               float64, torch.linalg) on the shared checkpoints, every metric,
@@ -548,6 +550,95 @@ static void test_reference(const char *shared, const char *name)
     json_decref(fx);
 }
 
+/* ---------------------------------------------------------------- context means' PCA */
+
+/* lens_decomp_ctx_pca_compute against an independent computation: the
+ * context means of the full tensor (lens_decomp_components) and LAPACK's SVD
+ * of them. W windows with labels w % 3, all layers; W = 5 <= C takes the
+ * W x W Gram path (k = 3 of rank 4), W = C + 6 the C x C one. Checked: the
+ * coordinates equal U_k S_k (sign: largest entry positive) to TOL_STREAM of
+ * their scale (the accumulator keeps float32 means), the shares equal
+ * s_i^2 / sum s^2, the columns are orthogonal and reproduce their shares
+ * (sum_w coords_i^2 = share_i |X|_F^2), windows and labels come in order. */
+static void test_ctx_pca(const lens_model *m, const char *label, int W, int T)
+{
+    const int first = 1, P = T - first, C = m->cfg.d_model, L = m->cfg.n_layers;
+    int *ids = pseudo_random_windows(W, T, m->cfg.vocab_size, 17);
+    int labels[W];
+    for (int w = 0; w < W; w++) labels[w] = w % 3;
+    lens_err err = {0};
+    lens_decomp *acc = lens_decomp_begin(m, T, NULL, 0, NULL, &err);
+    int ok = acc && lens_decomp_add(acc, ids, labels, W, &err) == 0;
+    lens_decomp_ctx_pca *p = ok ? lens_decomp_ctx_pca_compute(acc, 3, &err) : NULL;
+    CHECK(p != NULL, "%s W=%d: ctx_pca: %s", label, W, err.msg);
+    for (int l = 0; p && l <= L; l++) {
+        const lens_decomp_ctx_pca *o = &p[l];
+        const int k = W - 1 < 3 ? W - 1 : 3;
+        CHECK(o->layer == l && o->k == k && o->W == W && o->label, "%s W=%d layer %d: layer %d, k %d, W %ld", label,
+              W, l, o->layer, o->k, o->W);
+        if (o->k != k || o->W != W || !o->label) continue;
+        float *h = hidden_of(m, ids, W, T, first, l);
+        double *mu = malloc(C * sizeof(double)), *pos = malloc((size_t)P * C * sizeof(double));
+        double *ctx = malloc((size_t)W * C * sizeof(double));
+        lens_decomp_components(h, W, P, C, mu, pos, ctx, NULL);
+        /* ctx already has zero mean over windows; SVD ctx = U S V^T */
+        const int n = W < C ? W : C;
+        double *u = malloc((size_t)W * n * sizeof(double)), *sv = malloc(n * sizeof(double));
+        double *vt = malloc((size_t)n * C * sizeof(double)), *superb = malloc(n * sizeof(double));
+        double *a = malloc((size_t)W * C * sizeof(double));
+        memcpy(a, ctx, (size_t)W * C * sizeof(double));
+        int info = LAPACKE_dgesvd(LAPACK_ROW_MAJOR, 'S', 'S', W, C, a, C, sv, u, n, vt, C, superb);
+        CHECK(info == 0, "%s: dgesvd info %d", label, info);
+        double total = 0, scale = 0, worst = 0, worst_share = 0, worst_orth = 0, worst_repro = 0;
+        for (int i = 0; i < n; i++) total += sv[i] * sv[i];
+        for (int j = 0; j < k; j++) {
+            double big = 0;
+            for (int w = 0; w < W; w++) big = fabs(u[(size_t)w * n + j]) > fabs(big) ? u[(size_t)w * n + j] : big;
+            double sign = big < 0 ? -1 : 1, ss = 0;
+            for (int w = 0; w < W; w++) {
+                double want = sign * u[(size_t)w * n + j] * sv[j], got = o->coords[(size_t)w * k + j];
+                scale = fmax(scale, fabs(want)), worst = fmax(worst, fabs(got - want)), ss += got * got;
+            }
+            worst_share = fmax(worst_share, fabs(o->share[j] - sv[j] * sv[j] / total));
+            worst_repro = fmax(worst_repro, fabs(ss / total - o->share[j]));
+            for (int i = 0; i < j; i++) {
+                double d = 0, ni = 0, nj = 0;
+                for (int w = 0; w < W; w++) {
+                    double xi = o->coords[(size_t)w * k + i], xj = o->coords[(size_t)w * k + j];
+                    d += xi * xj, ni += xi * xi, nj += xj * xj;
+                }
+                worst_orth = fmax(worst_orth, fabs(d) / sqrt(ni * nj));
+            }
+        }
+        CHECK(worst <= TOL_STREAM * scale, "%s W=%d layer %d: coords differ from U S by %g (scale %g)", label, W, l,
+              worst, scale);
+        CHECK(worst_share <= TOL_STREAM, "%s W=%d layer %d: shares differ from s^2 / sum s^2 by %g", label, W, l,
+              worst_share);
+        CHECK(worst_orth <= TOL_STREAM && worst_repro <= TOL_STREAM,
+              "%s W=%d layer %d: columns' cosine up to %g, sum coords^2 / |X|^2 - share up to %g", label, W, l,
+              worst_orth, worst_repro);
+        for (int j = 1; j < k; j++) CHECK(o->share[j] <= o->share[j - 1], "%s: shares not descending", label);
+        double sum = 0;
+        for (int j = 0; j < k; j++) sum += o->share[j];
+        if (k == W - 1) /* all of the centred means' rank: the shares sum to 1 */
+            CHECK(fabs(sum - 1) <= TOL_STREAM, "%s W=%d layer %d: full-rank shares sum to %.9f", label, W, l, sum);
+        else CHECK(sum < 1 + TOL_STREAM, "%s W=%d layer %d: shares sum to %.9f > 1", label, W, l, sum);
+        int order = 1;
+        for (int w = 0; w < W; w++) order &= o->window[w] == w && o->label[w] == w % 3;
+        CHECK(order, "%s W=%d layer %d: windows or labels out of order", label, W, l);
+        free(h), free(mu), free(pos), free(ctx), free(u), free(sv), free(vt), free(superb), free(a);
+    }
+    lens_decomp_ctx_pca_free(p, L + 1);
+    err = (lens_err){0};
+    lens_decomp *one = lens_decomp_begin(m, T, NULL, 0, NULL, &err);
+    CHECK(one && lens_decomp_add(one, ids, NULL, 1, &err) == 0 && !lens_decomp_ctx_pca_compute(one, 3, &err) &&
+              err.code == LENS_EINVAL,
+          "%s: ctx_pca of one window accepted", label);
+    lens_decomp_free(one);
+    lens_decomp_free(acc);
+    free(ids);
+}
+
 int main(void)
 {
     const char *archs[] = {"gpt2", "bert"};
@@ -561,6 +652,8 @@ int main(void)
             test_streaming(m, label);
             test_api(m, label);
             test_windows_from_texts(m, label);
+            test_ctx_pca(m, label, 5, 8);
+            test_ctx_pca(m, label, m->cfg.d_model + 6, 4);
         }
         lens_model_free(m);
         nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
