@@ -81,6 +81,9 @@ end
 LUA
 
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$pid/status"; }
+# RSS split: anonymous (heap, stacks: what a leak or fragmentation grows) and
+# file-backed (the mmap'd weights: pages count once touched)
+rss_split() { awk '/^RssAnon/ {a = $2} /^RssFile/ {f = $2} END {printf "anon %.1f, file %.1f MiB", a / 1024, f / 1024}' "/proc/$pid/status"; }
 errors=0 total=0 fail=0
 run() { # seconds -> accumulates
   local line
@@ -93,7 +96,7 @@ run() { # seconds -> accumulates
     case $s in 2??|404|429|503) ;; *) bad=$((bad + c)) ;; esac
   done
   errors=$((errors + bad))
-  echo "  ${1}s: $n requests, $rps req/s, p99 $p99 ms, socket errors $sock, RSS $(($(rss_kb) / 1024)) MiB, by status: $statuses"
+  echo "  ${1}s: $n requests, $rps req/s, p99 $p99 ms, socket errors $sock, RSS $(($(rss_kb) / 1024)) MiB ($(rss_split)), by status: $statuses"
 }
 
 start
