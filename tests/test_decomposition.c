@@ -11,7 +11,9 @@
  *               give what one call with one batch gives.
  *   api         cancellation, progress, bad arguments, texts -> windows.
  *   ctx_pca     the context means on their principal axes against LAPACK's
- *               SVD of the full tensor's context means.
+ *               SVD of the full tensor's context means, and against the
+ *               fixtures' ctx_pca / ctx_pca_share (torch.linalg.svd of ctx;
+ *               coordinates atol TOL_PCA * max|coords|, shares TOL_REF).
  *   reference   tests/fixtures/decomposition_<model>.json
  *               (tests/reference/decomposition_reference.py: full tensor,
  *               float64, torch.linalg) on the shared checkpoints, every metric,
@@ -268,8 +270,9 @@ static void compare_results(const char *label, const lens_decomp_result *a, cons
     }
 }
 
+/* pca: when not NULL, also *pca = lens_decomp_ctx_pca_compute(acc, 3) (free with lens_decomp_ctx_pca_free) */
 static int run(const lens_model *m, int T, const int *ids, const int *labels, int W, int n_calls, int batch_tokens,
-               int keep_first, lens_decomp_result *res)
+               int keep_first, lens_decomp_result *res, lens_decomp_ctx_pca **pca)
 {
     lens_decomp_opts o = {.batch_tokens = batch_tokens, .keep_first_position = keep_first};
     lens_err err = {0};
@@ -283,6 +286,10 @@ static int run(const lens_model *m, int T, const int *ids, const int *labels, in
         done += n;
     }
     if (rc == 0) rc = lens_decomp_finish(acc, res, &err);
+    if (rc == 0 && pca && !(*pca = lens_decomp_ctx_pca_compute(acc, 3, &err))) {
+        lens_decomp_result_free(res);
+        rc = -1;
+    }
     CHECK(rc == 0, "decomposition: %s", err.msg);
     lens_decomp_free(acc);
     return rc;
@@ -295,7 +302,7 @@ static void test_streaming(const lens_model *m, const char *label)
     int labels[W];
     for (int i = 0; i < W; i++) labels[i] = i % 3;
     lens_decomp_result one = {0}, many = {0};
-    if (run(m, T, ids, labels, W, 1, 1 << 20, 0, &one) == 0 && run(m, T, ids, labels, W, 3, T, 0, &many) == 0) {
+    if (run(m, T, ids, labels, W, 1, 1 << 20, 0, &one, NULL) == 0 && run(m, T, ids, labels, W, 3, T, 0, &many, NULL) == 0) {
         char what[96];
         snprintf(what, sizeof what, "%s streamed (3 calls, 1 window per batch) vs one batch", label);
         compare_results(what, &many, &one, TOL_STREAM, 1e-3);
@@ -473,11 +480,13 @@ static void test_reference(const char *shared, const char *name)
         const json_t *var = json_array_get(variants, v);
         int drop = json_is_true(json_object_get(var, "drop_first_position"));
         lens_decomp_result res = {0};
-        if (run(m, T, ids, labels, W, 3, 2 * T, !drop, &res) != 0) continue;
+        lens_decomp_ctx_pca *ctx_pcas = NULL;
+        if (run(m, T, ids, labels, W, 3, 2 * T, !drop, &res, &ctx_pcas) != 0) continue;
         const json_t *layers = json_object_get(var, "layers");
         CHECK((size_t)res.n_layers == json_array_size(layers), "%s: %d layers vs %zu", name, res.n_layers,
               json_array_size(layers));
-        double worst[8] = {0}; /* shares, norms, ratios, cos, smooth+topics, pca, angles, rank/norms (rel) */
+        double worst[8] = {0}; /* shares, norms, ratios (+ ctx_pca shares), cos, smooth+topics, pca (pos and ctx),
+                                * angles, rank/norms (rel) */
         char what[160];
         for (int l = 0; l < res.n_layers && (size_t)l < json_array_size(layers); l++) {
             const json_t *want = json_array_get(layers, (size_t)l);
@@ -530,6 +539,29 @@ static void test_reference(const char *shared, const char *name)
             snprintf(what, sizeof what, "%s drop_first=%d layer %d pos_pca", name, drop, r->layer);
             worst[5] = fmax(worst[5], check_close(what, r->pos_pca, wp, (size_t)res.P * 2, TOL_PCA * scale, 0) / scale);
             free(wp);
+            /* ctx_pca: coordinates [W][k] and shares [k] against torch.linalg.svd of ctx */
+            const json_t *cp = json_object_get(want, "ctx_pca"), *cs = json_object_get(want, "ctx_pca_share");
+            const lens_decomp_ctx_pca *o = &ctx_pcas[l];
+            CHECK(json_array_size(cp) == (size_t)o->W && json_array_size(cs) == (size_t)o->k && o->k == 3,
+                  "%s: ctx_pca %ld x %d, reference %zu x %zu", name, o->W, o->k, json_array_size(cp),
+                  json_array_size(cs));
+            if (json_array_size(cp) == (size_t)o->W && json_array_size(cs) == (size_t)o->k) {
+                float *wc = malloc((size_t)o->W * o->k * sizeof(float)), cscale = 0;
+                for (long w = 0; w < o->W; w++)
+                    for (int j = 0; j < o->k; j++) {
+                        wc[w * o->k + j] = (float)json_number_value(json_array_get(json_array_get(cp, (size_t)w), (size_t)j));
+                        cscale = fmaxf(cscale, fabsf(wc[w * o->k + j]));
+                    }
+                snprintf(what, sizeof what, "%s drop_first=%d layer %d ctx_pca", name, drop, r->layer);
+                worst[5] = fmax(worst[5], check_close(what, o->coords, wc, (size_t)o->W * o->k, TOL_PCA * cscale, 0) / cscale);
+                for (int j = 0; j < o->k; j++) {
+                    double w = json_number_value(json_array_get(cs, (size_t)j));
+                    snprintf(what, sizeof what, "%s drop_first=%d layer %d ctx_pca_share[%d]", name, drop, r->layer, j);
+                    close_scalar(what, o->share[j], w, TOL_REF, 0);
+                    worst[2] = fmax(worst[2], fabs(o->share[j] - w));
+                }
+                free(wc);
+            }
             const json_t *ang = json_object_get(want, "principal_angles_deg");
             CHECK(json_array_size(ang) == (size_t)r->n_angles, "%s: %d angles, reference %zu", name, r->n_angles,
                   json_array_size(ang));
@@ -543,6 +575,7 @@ static void test_reference(const char *shared, const char *name)
         printf("  %-20s drop_first=%d W=%d T=%d vs PyTorch: shares %.1e norms %.1e explained %.1e cos %.1e "
                "smooth/topics %.1e pca %.1e (rel) angles %.1e deg, rank/|mu|/|pos| %.1e (rel)\n",
                name, drop, W, T, worst[0], worst[1], worst[2], worst[3], worst[4], worst[5], worst[6], worst[7]);
+        lens_decomp_ctx_pca_free(ctx_pcas, res.n_layers);
         lens_decomp_result_free(&res);
     }
     free(ids), free(labels);
