@@ -1051,3 +1051,98 @@ void lens_decomp_components(const float *h, int W, int P, int C, double *mu, dou
                 resid[k] = h[k] - mu[i] - pos[(size_t)t * C + i] - ctx[(size_t)c * C + i];
             }
 }
+
+/* ---------------------------------------------------------------- context means on their principal axes */
+
+/* Kept apart from lens_decomp_finish: it reads only the per-window context
+ * means and labels the accumulator already holds (for shard partials), so the
+ * dashboard's scatter of windows coloured by topic costs one W x C PCA per
+ * layer and no change to the metrics' compute path.
+ *
+ * X [W][C] = ctx_mean - their mean over windows (= ctx of the header, the
+ * shift cancels). Its top-k principal axes v_i are the eigenvectors of X^T X
+ * [C][C]; when W <= C the same coordinates come cheaper from X X^T [W][W]:
+ * X X^T u_i = lambda_i u_i gives X v_i = sqrt(lambda_i) u_i. */
+static int ctx_pca_layer(const lens_decomp *a, const layer_acc *la, int k, double *x, double *g,
+                         lens_decomp_ctx_pca *out, lens_err *err)
+{
+    const int C = a->C;
+    const long W = a->W;
+    const int n = W <= C ? (int)W : C; /* the Gram's side */
+    double mean[C];
+    memset(mean, 0, sizeof mean);
+    for (long w = 0; w < W; w++)
+        for (int i = 0; i < C; i++) mean[i] += la->ctx_mean[(size_t)w * C + i];
+    for (int i = 0; i < C; i++) mean[i] /= (double)W;
+    double total = 0;
+    for (long w = 0; w < W; w++)
+        for (int i = 0; i < C; i++) {
+            double d = la->ctx_mean[(size_t)w * C + i] - mean[i];
+            x[(size_t)w * C + i] = d;
+            total += d * d;
+        }
+    if (W <= C) cblas_dsyrk(CblasRowMajor, CblasUpper, CblasNoTrans, (int)W, C, 1.0, x, C, 0.0, g, n);
+    else cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, C, (int)W, 1.0, x, C, 0.0, g, n);
+    double vals[k], *vecs = malloc((size_t)k * n * sizeof(double));
+    if (!vecs) return lens_fail(err, LENS_ENOMEM, "out of memory for the context means' axes");
+    if (top_eigen(g, n, k, vals, vecs, err) != 0) {
+        free(vecs);
+        return -1;
+    }
+    out->layer = la->layer, out->k = k, out->W = W;
+    for (int j = 0; j < k; j++) {
+        double lam = vals[j] > 0 ? vals[j] : 0, big = 0;
+        out->share[j] = total > 0 ? lam / total : 0;
+        for (long w = 0; w < W; w++) {
+            double v = W <= C ? sqrt(lam) * vecs[(size_t)j * n + w] : dot(x + (size_t)w * C, vecs + (size_t)j * n, C);
+            out->coords[(size_t)w * k + j] = (float)v;
+            if (fabs(v) > fabs(big)) big = v;
+        }
+        if (big < 0) /* the sign convention of pos_pca: the largest entry positive */
+            for (long w = 0; w < W; w++) out->coords[(size_t)w * k + j] = -out->coords[(size_t)w * k + j];
+    }
+    for (long w = 0; w < W; w++) {
+        out->window[w] = a->window[w];
+        if (out->label) out->label[w] = a->labels[w];
+    }
+    free(vecs);
+    return 0;
+}
+
+void lens_decomp_ctx_pca_free(lens_decomp_ctx_pca *p, int n_layers)
+{
+    for (int l = 0; p && l < n_layers; l++) free(p[l].coords), free(p[l].share), free(p[l].window), free(p[l].label);
+    free(p);
+}
+
+lens_decomp_ctx_pca *lens_decomp_ctx_pca_compute(const lens_decomp *a, int k, lens_err *err)
+{
+    if (a->W < 2) {
+        lens_fail(err, LENS_EINVAL, "the context means' PCA needs at least 2 windows, got %ld", a->W);
+        return NULL;
+    }
+    const size_t C = (size_t)a->C, W = (size_t)a->W, n = W <= C ? W : C;
+    if (k > (int)W - 1) k = (int)W - 1; /* the centred means have rank <= W - 1 */
+    if (k > (int)C) k = (int)C;
+    if (k < 1) k = 1;
+    lens_decomp_ctx_pca *p = calloc((size_t)a->n_layers, sizeof *p);
+    double *x = malloc(W * C * sizeof(double)), *g = malloc(n * n * sizeof(double));
+    int rc = p && x && g ? 0 : lens_fail(err, LENS_ENOMEM, "out of memory for the context means' PCA");
+    for (int l = 0; l < a->n_layers && rc == 0; l++) {
+        lens_decomp_ctx_pca *o = &p[l];
+        o->coords = malloc(W * (size_t)k * sizeof(float));
+        o->share = malloc((size_t)k * sizeof(double));
+        o->window = malloc(W * sizeof(long));
+        o->label = a->labels_state == 1 ? malloc(W * sizeof(int)) : NULL;
+        if (!o->coords || !o->share || !o->window || (a->labels_state == 1 && !o->label))
+            rc = lens_fail(err, LENS_ENOMEM, "out of memory for the context means' PCA");
+        else if (lens_cancelled(a->opts.cancel)) rc = lens_fail(err, LENS_ECANCEL, "decomposition cancelled");
+        else rc = ctx_pca_layer(a, &a->acc[l], k, x, g, o, err);
+    }
+    free(x), free(g);
+    if (rc) {
+        lens_decomp_ctx_pca_free(p, p ? a->n_layers : 0);
+        return NULL;
+    }
+    return p;
+}
