@@ -323,6 +323,21 @@ static lens_block_io final_io(engine *e, float *x, float *scratch, int copies)
     return io;
 }
 
+/* softmax(z)[target] over K logits in double with libm's exp, and, when p
+ * is not NULL, every probability into p [K]. F(A) and F(0) come out of two
+ * different forward paths, and the completeness gap is their difference:
+ * the forward's float32 softmax (lens_exp_approx, float sums) over GPT-2's
+ * 50257 tokens set a floor of 4e-5 .. 7e-5 on it. */
+static double softmax_at(const float *z, int K, int target, float *p)
+{
+    double zmax = z[0], sum = 0;
+    for (int k = 1; k < K; k++) zmax = z[k] > zmax ? z[k] : zmax;
+    for (int k = 0; k < K; k++) sum += exp(z[k] - zmax);
+    const double f = exp(z[target] - zmax) / sum;
+    for (int k = 0; p && k < K; k++) p[k] = (float)(exp(z[k] - zmax) / sum); /* p may be z */
+    return f;
+}
+
 /* The head on the objective row of each copy, F[i] = softmax(z)[target] with
  * classifier: z = W_c act(W_p x + b_p) + b_c (act tanh, or ReLU);
  * causal LM:  z = final_norm(x) E^T. */
@@ -345,10 +360,9 @@ static void head_forward(engine *e, int copies, int target, double *F)
         (c->head_relu ? lens_relu_forward : lens_tanh_forward)(e->pooled, (size_t)copies * C);
         lens_gemm_linear(e->logits, e->pooled, &e->m->p.classifier, copies, e->pool);
     }
-    for (int i = 0; i < copies; i++) {
+    for (int i = 0; i < copies; i++) { /* logits -> probabilities in place */
         float *z = e->logits + (size_t)i * K;
-        lens_softmax_forward(z, 1, K, 0); /* logits -> probabilities in place */
-        F[i] = z[target];
+        F[i] = softmax_at(z, K, target, z);
     }
 }
 
@@ -575,9 +589,6 @@ int lens_attribution_run(const lens_model *m, const int *ids, const int *type_id
         return lm ? lens_fail(err, LENS_EINVAL, "target %d is not a token id in 0..%d", target, K - 1)
                   : lens_fail(err, LENS_EINVAL, "target %d is not a label index in 0..%d", target, K - 1);
     }
-    double zmax = z[0], zsum = 0;
-    for (int k = 1; k < K; k++) zmax = z[k] > zmax ? z[k] : zmax;
-    for (int k = 0; k < K; k++) zsum += exp(z[k] - zmax);
 
     const size_t budget = opts && opts->max_scratch_bytes ? opts->max_scratch_bytes : DEFAULT_SCRATCH;
     size_t per = bytes_per_copy(c, T, lowest), fit = budget / per;
@@ -594,7 +605,7 @@ int lens_attribution_run(const lens_model *m, const int *ids, const int *type_id
         return lens_fail(err, LENS_ENOMEM, "out of memory for attribution of %d tokens", T);
     }
     out->T = T, out->n_heads = NH, out->target = target, out->predicted = pred;
-    out->f_full = exp(z[target] - zmax) / zsum;
+    out->f_full = softmax_at(z, K, target, NULL);
     out->steps = steps, out->riemann = riemann, out->quadrature = quad, out->n_layers = n_sel;
     int rc = 0;
     for (int i = 0; i < n_sel && !rc; i++) {
