@@ -52,36 +52,27 @@
 #define DEFAULT_STEPS 20
 #define DEFAULT_SCRATCH ((size_t)256 << 20)
 
-/* Forward values one layer's backward reads, for R = copies * T rows. */
-typedef struct {
-    float *q, *k, *v;              /* [R][NH*DK], [R][NH*DK], [R][NH*DV]; NULL for the target layer */
-    float *probs;                  /* [copies][NH][T][T]; NULL for the target layer */
-    float *h_attn;                 /* [R][C] mid: residual + attn_out(ctx), input of the mid LayerNorm */
-    float *mean_attn, *rstd_attn;  /* [R] mid LayerNorm statistics */
-    float *ff_pre;                 /* [R][d_ff] GELU input */
-    float *h_ff;                   /* [R][C] post-norm: LN_ff input a + ff_out(gelu(ff_pre));
-                                      pre-norm: the layer input, LN_1's input */
-    float *mean_ff, *rstd_ff;      /* [R] LN_ff (post) / LN_1 (pre) statistics */
-} layer_cache;
-
 typedef struct {
     const lens_model *m;
     int T, max_copies, lowest; /* lowest: smallest 0-based target layer */
-    int pre_norm, causal;      /* LENS_CAP_PRE_NORM, LENS_CAP_CAUSAL */
+    int causal;                /* LENS_CAP_CAUSAL */
     int lm;                    /* objective: next-token probability (causal LM), else class probability */
     int K;                     /* outputs of the head: labels, or the vocabulary */
     int obj_row;               /* the row F reads: 0 (classifier) or T-1 (causal LM) */
     int cls_rows;              /* 1: the last layer ran on the objective rows only, row i = copy i */
-    layer_cache *cache;        /* [L] */
+    lens_block_cache *cache;   /* [L], max_copies * T rows: what the family's block backward reads */
+    int *pos;                  /* [max_copies * T] position of each row in its copy (RoPE families) */
+    float **probs;             /* [L] -> [copies][NH][T][T] above the lowest target layer */
+    lens_block_cache final;    /* LM: the final norm's, one row per copy */
     lens_pool *pool;           /* threads for the GEMMs of the forward steps */
-    /* forward work [R][...]; reused as gradients in the backward */
-    float *x, *a, *ctx, *ff;   /* [R][C], [R][C], [R][NH*DV], [R][d_ff] */
-    float *dh, *dq, *dk, *dv;  /* [R][C], [R][NH*DK] x2, [R][NH*DV] */
+    /* the step of the current pass: target layer, its attention A [NH][T][T], α per copy */
+    int target, copies;
+    const float *A, *alpha;
+    /* block io work [R][...]; the same buffers carry the gradients in the backward */
+    float *x, *h, *n, *ctx, *ff;   /* [R][C] x3, [R][NH*DV], [R][d_ff] */
+    float *dq, *dk, *dv;       /* [R][NH*DK] x2, [R][NH*DV] */
     float *dprobs, *dscores;   /* per pool thread: [NH][T][T], [T][T] */
     float *cls, *pooled, *logits, *dcls, *dpooled, *dpre, *dlogits; /* [copies][C or K]; LM: pooled = ln_f(cls) */
-    float *mean_f, *rstd_f;    /* LM: [copies] ln_f statistics */
-    /* target layer, computed once per layer */
-    float *v_l, *attn_out_l;   /* [T][NH*DV] values, [T][C] (A v) W_O without bias */
     float *dctx_sum;           /* [T][NH*DV] Σ over copies of dF/dctx */
     float *grad_sum;           /* [NH][T][T] Σ_k ∂F/∂X */
 } engine;
@@ -97,26 +88,22 @@ static void *alloc_floats(size_t n, int *failed)
 static size_t bytes_per_copy(const lens_config *c, int T, int lowest)
 {
     const size_t C = c->d_model, QK = (size_t)c->n_heads * c->d_head_k, VO = (size_t)c->n_heads * c->d_head_v;
-    const size_t per_target = T * (2 * C + c->d_ff + 4);
-    const size_t per_above = T * (2 * QK + VO) + (size_t)c->n_heads * T * T;
+    const size_t per_layer = T * (2 * QK + VO + c->family->cache_floats(c, 0));
+    const size_t per_above = (size_t)c->n_heads * T * T;
     const size_t work = T * (3 * C + VO + c->d_ff + 2 * QK + VO) + 7 * C +
                         (c->task == LENS_TASK_CAUSAL_LM ? 2 * (size_t)c->vocab_size : 0); /* logits, dlogits */
-    return sizeof(float) * ((c->n_layers - lowest) * per_target + (c->n_layers - 1 - lowest) * per_above + work);
+    return sizeof(float) * ((c->n_layers - lowest) * per_layer + (c->n_layers - 1 - lowest) * per_above + work);
 }
 
 static void engine_free(engine *e)
 {
-    if (e->cache)
-        for (int l = 0; l < e->m->cfg.n_layers; l++) {
-            layer_cache *k = &e->cache[l];
-            free(k->q), free(k->k), free(k->v), free(k->probs), free(k->h_attn), free(k->mean_attn);
-            free(k->rstd_attn), free(k->ff_pre), free(k->h_ff), free(k->mean_ff), free(k->rstd_ff);
-        }
-    free(e->cache);
-    free(e->x), free(e->a), free(e->ctx), free(e->ff), free(e->dh), free(e->dq), free(e->dk), free(e->dv);
+    for (int l = 0; e->cache && l < e->m->cfg.n_layers; l++) lens_block_cache_free(&e->cache[l]);
+    for (int l = 0; e->probs && l < e->m->cfg.n_layers; l++) free(e->probs[l]);
+    free(e->cache), free(e->probs), free(e->pos);
+    lens_block_cache_free(&e->final);
+    free(e->x), free(e->h), free(e->n), free(e->ctx), free(e->ff), free(e->dq), free(e->dk), free(e->dv);
     free(e->dprobs), free(e->dscores), free(e->cls), free(e->pooled), free(e->logits), free(e->dcls);
-    free(e->dpooled), free(e->dpre), free(e->dlogits), free(e->v_l), free(e->attn_out_l), free(e->grad_sum);
-    free(e->dctx_sum), free(e->mean_f), free(e->rstd_f);
+    free(e->dpooled), free(e->dpre), free(e->dlogits), free(e->grad_sum), free(e->dctx_sum);
 }
 
 static int engine_init(engine *e, const lens_model *m, int T, int max_copies, int lowest, lens_pool *pool)
@@ -128,32 +115,24 @@ static int engine_init(engine *e, const lens_model *m, int T, int max_copies, in
     int failed = 0;
     memset(e, 0, sizeof *e);
     e->m = m, e->T = T, e->max_copies = max_copies, e->lowest = lowest, e->pool = pool;
-    e->pre_norm = lens_has_cap(c, LENS_CAP_PRE_NORM), e->causal = lens_has_cap(c, LENS_CAP_CAUSAL);
+    e->causal = lens_has_cap(c, LENS_CAP_CAUSAL);
     e->lm = lm, e->K = (int)K, e->obj_row = lm ? T - 1 : 0;
     const size_t threads = (size_t)lens_pool_threads(pool);
     e->cache = calloc((size_t)c->n_layers, sizeof *e->cache);
-    if (!e->cache) return -1;
+    e->probs = calloc((size_t)c->n_layers, sizeof *e->probs);
+    e->pos = malloc(sizeof(int) * R);
+    if (!e->cache || !e->probs || !e->pos) return -1;
+    for (size_t r = 0; r < R; r++) e->pos[r] = (int)(r % (size_t)T);
     for (int l = lowest; l < c->n_layers; l++) {
-        layer_cache *k = &e->cache[l];
-        if (l > lowest) {
-            k->q = alloc_floats(R * QK, &failed);
-            k->k = alloc_floats(R * QK, &failed);
-            k->v = alloc_floats(R * VO, &failed);
-            k->probs = alloc_floats(max_copies * NH * TT, &failed);
-        }
-        k->h_attn = alloc_floats(R * C, &failed);
-        k->mean_attn = alloc_floats(R, &failed);
-        k->rstd_attn = alloc_floats(R, &failed);
-        k->ff_pre = alloc_floats(R * c->d_ff, &failed);
-        k->h_ff = alloc_floats(R * C, &failed);
-        k->mean_ff = alloc_floats(R, &failed);
-        k->rstd_ff = alloc_floats(R, &failed);
+        if (lens_block_cache_init(&e->cache[l], c, (int)R, 0, 0)) failed = 1;
+        if (l > lowest) e->probs[l] = alloc_floats(max_copies * NH * TT, &failed);
     }
+    if (lens_block_cache_init(&e->final, c, max_copies, 0, 1)) failed = 1;
     e->x = alloc_floats(R * C, &failed);
-    e->a = alloc_floats(R * C, &failed);
+    e->h = alloc_floats(R * C, &failed);
+    e->n = alloc_floats(R * C, &failed);
     e->ctx = alloc_floats(R * VO, &failed);
-    e->ff = alloc_floats(R * c->d_ff, &failed);
-    e->dh = alloc_floats(R * C, &failed);
+    e->ff = alloc_floats(R * lens_ff_cols(c), &failed); /* gated MLPs: gate and up */
     e->dq = alloc_floats(R * QK, &failed);
     e->dk = alloc_floats(R * QK, &failed);
     e->dv = alloc_floats(R * VO, &failed);
@@ -166,162 +145,179 @@ static int engine_init(engine *e, const lens_model *m, int T, int max_copies, in
     e->dpre = alloc_floats(max_copies * C, &failed);
     e->logits = alloc_floats(max_copies * K, &failed);
     e->dlogits = alloc_floats(max_copies * K, &failed);
-    e->v_l = alloc_floats(T * VO, &failed);
-    e->attn_out_l = alloc_floats(T * C, &failed);
     e->grad_sum = alloc_floats(NH * TT, &failed);
     e->dctx_sum = alloc_floats(T * VO, &failed);
-    e->mean_f = alloc_floats(max_copies, &failed);
-    e->rstd_f = alloc_floats(max_copies, &failed);
     return failed ? -1 : 0;
 }
 
-/* A pool job over `units` rows or copies of layer l: fn(j, u0, u1) runs on
- * units u0 .. u1 - 1, in chunks of `chunk`. */
+/* A pool job over the copies of layer l: fn(j, c0, c1) runs on copies c0 .. c1 - 1. */
 typedef struct task_job task_job;
 struct task_job {
     engine *e;
-    int l, units, chunk;
-    const float *x_l, *alpha; /* target_forward */
+    lens_block_io *io;
+    int l, units;
     void (*fn)(const task_job *j, int u0, int u1);
 };
 
 static void task_run(void *ctx, int task)
 {
     const task_job *j = ctx;
-    const int u0 = task * j->chunk, u1 = u0 + j->chunk < j->units ? u0 + j->chunk : j->units;
-    j->fn(j, u0, u1);
+    j->fn(j, task, task + 1);
 }
 
-/* Rows go in about 4 chunks a thread (row-wise work is even), copies one at
- * a time (the pool balances them). */
-static void run_tasks(task_job *j, int per_copy)
-{
-    const int parts = 4 * lens_pool_threads(j->e->pool);
-    j->chunk = per_copy ? 1 : (j->units + parts - 1) / parts;
-    if (j->chunk < 1) j->chunk = 1;
-    lens_pool_run(j->e->pool, (j->units + j->chunk - 1) / j->chunk, task_run, j);
-}
+/* Copies one at a time (the pool balances them). */
+static void run_copies(task_job *j) { lens_pool_run(j->e->pool, j->units, task_run, j); }
 
-/* The LayerNorm after the mid residual: post-norm ln_attn, pre-norm ln_2. */
-static const lens_layernorm *mid_ln(const engine *e, int l)
-{
-    const lens_block *blk = &e->m->p.blocks[l];
-    return e->pre_norm ? &blk->ln_ff : &blk->ln_attn;
-}
-
-/* The FFN half of layer l on a = LN_mid(mid) for R rows:
- * post-norm: h_ff = a + W2 gelu(W1 a + b1) + b2, x = LN_ff(h_ff);
- * pre-norm:  x = mid + W2 gelu(W1 a + b1) + b2. */
-static void ffn_forward(engine *e, int l, int R)
-{
-    const lens_config *c = &e->m->cfg;
-    const lens_block *blk = &e->m->p.blocks[l];
-    layer_cache *k = &e->cache[l];
-    lens_gemm_linear(k->ff_pre, e->a, &blk->ff_in, R, e->pool);
-    memcpy(e->ff, k->ff_pre, sizeof(float) * R * c->d_ff);
-    lens_gelu_rows(e->pool, e->ff, (size_t)c->d_ff, R, c->d_ff, c->gelu_tanh);
-    if (e->pre_norm) {
-        lens_gemm_linear(e->x, e->ff, &blk->ff_out, R, e->pool);
-        lens_residual_layernorm(e->pool, e->x, k->h_attn, NULL, NULL, NULL, NULL, R, c->d_model, c->ln_eps);
-        return;
-    }
-    lens_gemm_linear(k->h_ff, e->ff, &blk->ff_out, R, e->pool);
-    lens_add_layernorm(e->pool, e->x, k->mean_ff, k->rstd_ff, k->h_ff, e->a, &blk->ln_ff, R, c->d_model, c->ln_eps);
-}
-
-/* forward: attention of copies c0 .. c1 - 1 */
+/* forward: attention of copies c0 .. c1 - 1 above the target layer */
 static void attention_copies(const task_job *j, int c0, int c1)
 {
     const lens_config *c = &j->e->m->cfg;
-    layer_cache *k = &j->e->cache[j->l];
+    const lens_block_io *io = j->io;
     const int T = j->e->T, NH = c->n_heads;
     const size_t QK = (size_t)NH * c->d_head_k, VO = (size_t)NH * c->d_head_v, TT = (size_t)T * T;
     for (int i = c0; i < c1; i++) {
         const size_t r = (size_t)i * T;
-        lens_attention_forward(j->e->ctx + r * VO, k->probs + i * NH * TT, TT, k->q + r * QK, k->k + r * QK,
-                               k->v + r * VO, T, NH, c->d_head_k, c->d_head_v, j->e->causal, c->attn_scale);
+        lens_attention_forward(io->ctx + r * VO, j->e->probs[j->l] + i * NH * TT, TT, io->q + r * QK, io->k + r * QK,
+                               io->v + r * VO, T, NH, c->d_head_k, c->d_head_v, j->e->causal, c->attn_scale);
     }
 }
 
-/* Full layer l (above the target) on e->x for `copies` copies; with
- * cls_only (the last layer) only each copy's objective row past the
- * attention. Pre-norm: LN_1's input (the layer input) is kept in h_ff. */
-static void layer_forward(engine *e, int l, int copies, int cls_only)
-{
-    const lens_config *c = &e->m->cfg;
-    const lens_block *blk = &e->m->p.blocks[l];
-    layer_cache *k = &e->cache[l];
-    const int T = e->T, R = copies * T, C = c->d_model, r = e->obj_row;
-    const size_t VO = (size_t)c->n_heads * c->d_head_v;
-    const float *in = e->x;
-    if (e->pre_norm) { /* forward: n1 = LN_1(x) */
-        memcpy(k->h_ff, e->x, sizeof(float) * R * C);
-        lens_add_layernorm(e->pool, e->a, k->mean_ff, k->rstd_ff, k->h_ff, NULL, &blk->ln_attn, R, C, c->ln_eps);
-        in = e->a;
-    }
-    lens_gemm_linear(k->q, in, &blk->q, R, e->pool);
-    lens_gemm_linear(k->k, in, &blk->k, R, e->pool);
-    lens_gemm_linear(k->v, in, &blk->v, R, e->pool);
-    task_job j = {.e = e, .l = l, .units = copies, .fn = attention_copies};
-    run_tasks(&j, 1);
-    /* F reads only the objective row of the last layer's output: past the
-     * attention, the last layer runs on one row per copy (row i = copy i) */
-    int rows = R;
-    if (cls_only) {
-        for (int i = 0; i < copies; i++) { /* row i*T + r -> row i <= i*T + r: sources are read before overwritten */
-            const size_t from = (size_t)i * T + r;
-            if (from == (size_t)i) continue;
-            memmove(e->ctx + i * VO, e->ctx + from * VO, sizeof(float) * VO);
-            memmove(e->x + (size_t)i * C, e->x + from * C, sizeof(float) * C);
-        }
-        rows = copies;
-    }
-    /* forward: mid = x + attn_out(ctx); a = LN_mid(mid) */
-    lens_gemm_linear(k->h_attn, e->ctx, &blk->attn_out, rows, e->pool);
-    lens_add_layernorm(e->pool, e->a, k->mean_attn, k->rstd_attn, k->h_attn, e->x, mid_ln(e, l), rows, C, c->ln_eps);
-    ffn_forward(e, l, rows);
-}
-
-/* forward (target layer): mid = x_l + alpha (A v W_O) + b_O, then
- * a = LN_mid(mid), for copies c0 .. c1 - 1 */
+/* forward (target layer): ctx_h = (α_i A_h) v_h in copy i, the attention
+ * probabilities scaled by the copy's α */
 static void target_copies(const task_job *j, int c0, int c1)
 {
     const engine *e = j->e;
     const lens_config *c = &e->m->cfg;
-    const lens_block *blk = &e->m->p.blocks[j->l];
-    layer_cache *k = &e->cache[j->l];
+    const lens_block_io *io = j->io;
+    const int T = e->T, DV = c->d_head_v;
+    const size_t VO = (size_t)c->n_heads * DV, TT = (size_t)T * T;
+    for (int i = c0; i < c1; i++)
+        for (int h = 0; h < c->n_heads; h++) {
+            const size_t r = (size_t)i * T * VO + (size_t)h * DV;
+            const lens_gemm_args context = {.M = T, .N = DV, .K = T, .x = e->A + h * TT, .ldx = (size_t)T,
+                                            .w = io->v + r, .ld = VO, .w_kn = 1, .alpha = e->alpha[i],
+                                            .y = io->ctx + r, .ldy = VO};
+            lens_gemm(&context, NULL);
+        }
+}
+
+/* attend hook: the target layer's α-scaled A, the others' own attention;
+ * the last layer then keeps only each copy's objective row (F reads no
+ * other), row i*T + r -> row i (sources are read before overwritten). */
+static void engine_attend(lens_block_io *io, int l)
+{
+    engine *e = io->attend_ctx;
+    const lens_config *c = &e->m->cfg;
+    task_job j = {.e = e, .io = io, .l = l, .units = e->copies, .fn = l == e->target ? target_copies : attention_copies};
+    run_copies(&j);
+    if (l != c->n_layers - 1 || l == e->target) return;
     const int T = e->T, C = c->d_model;
-    for (int i = c0; i < c1; i++) {
-        const size_t r = (size_t)i * T;
-        float *h = k->h_attn + r * C;
-        for (int t = 0; t < T; t++)
-            for (int d = 0; d < C; d++) {
-                const size_t n = (size_t)t * C + d;
-                h[n] = j->alpha[i] * e->attn_out_l[n] + blk->attn_out.b[d] + j->x_l[n];
-            }
-        lens_layernorm_forward(e->a + r * C, k->mean_attn + r, k->rstd_attn + r, h, mid_ln(e, j->l), T, C,
-                               c->ln_eps);
+    const size_t VO = (size_t)c->n_heads * c->d_head_v;
+    for (int i = 0; i < e->copies; i++) {
+        const size_t from = (size_t)i * T + e->obj_row;
+        if (from == (size_t)i) continue;
+        memmove(io->ctx + i * VO, io->ctx + from * VO, sizeof(float) * VO);
+        memmove(io->x + (size_t)i * C, io->x + from * C, sizeof(float) * C);
+    }
+    io->N = e->copies;
+}
+
+/* Rows of `copies` copies compacted to one row each (row i = copy i's row
+ * r) go back to all rows: row i -> row i*T + r, the other rows get 0.
+ * Descending i: a destination i*T + r >= i never holds an unmoved source. */
+static void expand_rows(float *x, size_t width, int copies, int T, int r)
+{
+    for (int i = copies - 1; i >= 0; i--) {
+        const size_t to = (size_t)i * T + r;
+        if (to != (size_t)i) memmove(x + to * width, x + i * width, sizeof(float) * width);
+    }
+    for (int i = 0; i < copies; i++) {
+        memset(x + (size_t)i * T * width, 0, sizeof(float) * r * width);
+        memset(x + ((size_t)i * T + r + 1) * width, 0, sizeof(float) * (T - 1 - r) * width);
     }
 }
 
-/* Target layer l with its attention probabilities scaled by alpha[i] in copy i:
- * h_attn = x_l + alpha (A v W_O) + b_O, then LN and the FFN. */
-static void target_forward(engine *e, int l, const float *x_l, const float *alpha, int copies)
+/* backward of the attention of copies c0 .. c1 - 1: dq, dk, dv from dctx */
+static void attention_backward_copies(const task_job *j, int c0, int c1)
 {
-    task_job j = {.e = e, .l = l, .units = copies, .x_l = x_l, .alpha = alpha, .fn = target_copies};
-    run_tasks(&j, 1);
-    ffn_forward(e, l, copies * e->T);
+    const engine *e = j->e;
+    const lens_config *c = &e->m->cfg;
+    const lens_block_io *io = j->io;
+    const lens_block_cache *k = io->cache;
+    const int T = e->T, NH = c->n_heads, thread = lens_pool_thread_index();
+    const size_t QK = (size_t)NH * c->d_head_k, VO = (size_t)NH * c->d_head_v, TT = (size_t)T * T;
+    for (int i = c0; i < c1; i++) {
+        const size_t r = (size_t)i * T;
+        float *dq = io->q + r * QK, *dk = io->k + r * QK, *dv = io->v + r * VO;
+        memset(dq, 0, sizeof(float) * T * QK);
+        memset(dk, 0, sizeof(float) * T * QK);
+        memset(dv, 0, sizeof(float) * T * VO);
+        lens_attention_backward(dq, dk, dv, e->dprobs + thread * NH * TT, TT, e->dscores + thread * TT,
+                                io->ctx + r * VO, k->q + r * QK, k->k + r * QK, k->v + r * VO,
+                                e->probs[j->l] + i * NH * TT, TT, T, NH, c->d_head_k, c->d_head_v, e->causal,
+                                c->attn_scale);
+    }
 }
 
-/* The tied LM decoder: logits = t E^T. */
-static lens_linear lm_decoder(const engine *e)
+/* Σ over the copies of dF/dctx, then per head ∂F/∂P_h += dctx_h v_h^T
+ * (forward: ctx_h = P_h v_h; every copy has the same v). */
+static void accumulate_grad(engine *e, const lens_block_io *io)
 {
-    return lens_tied_decoder(e->m);
+    const lens_config *c = &e->m->cfg;
+    const int T = e->T, NH = c->n_heads, DV = c->d_head_v;
+    const size_t VO = (size_t)NH * DV, TT = (size_t)T * T;
+    float *dctx_sum = e->dctx_sum;
+    memcpy(dctx_sum, io->ctx, sizeof(float) * T * VO);
+    for (int i = 1; i < e->copies; i++) lens_residual_forward(dctx_sum, io->ctx + (size_t)i * T * VO, (size_t)T * VO);
+    for (int h = 0; h < NH; h++)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, DV, 1.0f, dctx_sum + h * DV, (int)VO,
+                    io->cache->v + h * DV, (int)VO, 1.0f, e->grad_sum + h * TT, T);
+}
+
+/* attend_backward hook: the last layer's compacted rows go back to all
+ * rows; the target layer stops at dF/dctx (summed into grad_sum). */
+static int engine_attend_backward(lens_block_io *io, int l)
+{
+    engine *e = io->attend_ctx;
+    const lens_config *c = &e->m->cfg;
+    if (l == e->target) {
+        accumulate_grad(e, io);
+        return 1;
+    }
+    if (l == c->n_layers - 1 && e->cls_rows) {
+        expand_rows(io->ctx, (size_t)c->n_heads * c->d_head_v, e->copies, e->T, e->obj_row);
+        expand_rows(io->x, (size_t)c->d_model, e->copies, e->T, e->obj_row);
+        io->N = e->copies * e->T;
+    }
+    task_job j = {.e = e, .io = io, .l = l, .units = e->copies, .fn = attention_backward_copies};
+    run_copies(&j);
+    return 0;
+}
+
+/* The block io over e's work buffers for layer l, `rows` rows. */
+static lens_block_io engine_io(engine *e, int l, int rows)
+{
+    lens_block_io io = {.N = rows, .x = e->x, .h = e->h, .n = e->n, .ctx = e->ctx, .ff = e->ff,
+                        .ff_ld = (size_t)e->m->cfg.d_ff, .pool = e->pool, .cache = &e->cache[l], .pos = e->pos,
+                        .attend = engine_attend, .attend_backward = engine_attend_backward, .attend_ctx = e};
+    return io;
+}
+
+/* Layers target .. L-1 for e->copies copies of x_l [T][C], the target
+ * layer's attention A scaled by alpha[i] in copy i. */
+static int forward_copies(engine *e, const float *x_l, int l, const float *A, const float *alpha, int copies,
+                          const lens_attr_opts *o);
+
+/* The final norm (the family's) on `copies` rows of x, in place, cached for its backward. */
+static lens_block_io final_io(engine *e, float *x, float *scratch, int copies)
+{
+    lens_block_io io = {.N = copies, .x = x, .h = scratch, .pool = e->pool, .cache = &e->final};
+    return io;
 }
 
 /* The head on the objective row of each copy, F[i] = softmax(z)[target] with
  * classifier: z = W_c act(W_p x + b_p) + b_c (act tanh, or ReLU);
- * causal LM:  z = ln_f(x) E^T. */
+ * causal LM:  z = final_norm(x) E^T. */
 static void head_forward(engine *e, int copies, int target, double *F)
 {
     const lens_config *c = &e->m->cfg;
@@ -329,8 +325,12 @@ static void head_forward(engine *e, int copies, int target, double *F)
     const size_t stride = e->cls_rows ? 1 : (size_t)e->T, r = e->cls_rows ? 0 : (size_t)e->obj_row;
     for (int i = 0; i < copies; i++) memcpy(e->cls + (size_t)i * C, e->x + (i * stride + r) * C, sizeof(float) * C);
     if (e->lm) {
-        const lens_linear dec = lm_decoder(e);
-        lens_layernorm_forward(e->pooled, e->mean_f, e->rstd_f, e->cls, &e->m->p.ln_final, copies, C, c->ln_eps);
+        const lens_linear dec = lens_lm_decoder(e->m);
+        memcpy(e->pooled, e->cls, sizeof(float) * copies * C);
+        if (c->family->final_forward) {
+            lens_block_io io = final_io(e, e->pooled, e->dpre, copies);
+            c->family->final_forward(e->m, &io);
+        }
         lens_gemm_linear(e->logits, e->pooled, &dec, copies, e->pool);
     } else {
         lens_gemm_linear(e->pooled, e->cls, &e->m->p.pooler, copies, e->pool);
@@ -357,11 +357,14 @@ static void head_backward(engine *e, int copies, int target)
     memset(e->dpooled, 0, sizeof(float) * copies * C);
     memset(e->dpre, 0, sizeof(float) * copies * C);
     memset(e->dcls, 0, sizeof(float) * copies * C);
-    if (e->lm) { /* forward: z = ln_f(x) E^T */
-        const lens_linear dec = lm_decoder(e);
+    if (e->lm) { /* forward: z = final_norm(x) E^T */
+        const lens_linear dec = lens_lm_decoder(e->m);
         lens_gemm_linear_backward(e->dpooled, e->dlogits, &dec, copies, 0, e->pool);
-        lens_layernorm_backward(e->dcls, NULL, NULL, e->dpooled, e->cls, e->mean_f, e->rstd_f, &e->m->p.ln_final,
-                                copies, C);
+        if (c->family->final_backward) {
+            lens_block_io io = final_io(e, e->dpooled, e->dpre, copies);
+            c->family->final_backward(e->m, &io);
+        }
+        memcpy(e->dcls, e->dpooled, sizeof(float) * copies * C);
     } else {
         lens_linear_backward(e->dpooled, NULL, NULL, e->dlogits, NULL, &e->m->p.classifier, copies);
         (c->head_relu ? lens_relu_backward : lens_tanh_backward)(e->dpre, e->pooled, e->dpooled, (size_t)copies * C);
@@ -372,168 +375,39 @@ static void head_backward(engine *e, int copies, int target)
     for (int i = 0; i < copies; i++) memcpy(e->x + (i * stride + r) * C, e->dcls + (size_t)i * C, sizeof(float) * C);
 }
 
-/* backward, rows r0 .. r1 - 1: dh = dF/dh_ff from dx = dF/d(layer output)
- * (forward: x = LN_ff(h_ff)), and da = dh (h_ff's residual branch) */
-static void ln_ff_backward_rows(const task_job *j, int r0, int r1)
-{
-    const engine *e = j->e;
-    const size_t C = e->m->cfg.d_model;
-    const layer_cache *k = &e->cache[j->l];
-    float *dh = e->dh + r0 * C;
-    memset(dh, 0, sizeof(float) * (r1 - r0) * C);
-    lens_layernorm_backward(dh, NULL, NULL, e->x + r0 * C, k->h_ff + r0 * C, k->mean_ff + r0, k->rstd_ff + r0,
-                            &e->m->p.blocks[j->l].ln_ff, r1 - r0, C);
-    memcpy(e->a + r0 * C, dh, sizeof(float) * (r1 - r0) * C);
-}
-
-/* backward (forward: ff = gelu(ff_pre)), in place on dff */
-static void gelu_backward_rows(const task_job *j, int r0, int r1)
-{
-    const lens_config *c = &j->e->m->cfg;
-    const size_t F = c->d_ff;
-    lens_gelu_backward_inplace(j->e->ff + r0 * F, j->e->cache[j->l].ff_pre + r0 * F, (r1 - r0) * F, c->gelu_tanh);
-}
-
-/* backward: dh = dF/dmid from da (forward: a = LN_mid(mid)); pre-norm
- * adds to dh = dx, the gradient of the residual x' = mid + FFN(a) */
-static void ln_attn_backward_rows(const task_job *j, int r0, int r1)
-{
-    const engine *e = j->e;
-    const size_t C = e->m->cfg.d_model;
-    const layer_cache *k = &e->cache[j->l];
-    float *dh = e->dh + r0 * C;
-    if (e->pre_norm) memcpy(dh, e->x + r0 * C, sizeof(float) * (r1 - r0) * C);
-    else memset(dh, 0, sizeof(float) * (r1 - r0) * C);
-    lens_layernorm_backward(dh, NULL, NULL, e->a + r0 * C, k->h_attn + r0 * C, k->mean_attn + r0,
-                            k->rstd_attn + r0, mid_ln(e, j->l), r1 - r0, C);
-}
-
-/* backward (pre-norm): dx += LN_1 backward of dn1 = e->a (forward: n1 = LN_1(x)) */
-static void ln1_backward_rows(const task_job *j, int r0, int r1)
-{
-    const engine *e = j->e;
-    const size_t C = e->m->cfg.d_model;
-    const layer_cache *k = &e->cache[j->l];
-    lens_layernorm_backward(e->x + r0 * C, NULL, NULL, e->a + r0 * C, k->h_ff + r0 * C, k->mean_ff + r0,
-                            k->rstd_ff + r0, &e->m->p.blocks[j->l].ln_attn, r1 - r0, C);
-}
-
-/* backward of the attention of copies c0 .. c1 - 1: dq, dk, dv from dctx,
- * and dx = dh (h_attn's residual branch) for the q/k/v paths to add to */
-static void attention_backward_copies(const task_job *j, int c0, int c1)
-{
-    const engine *e = j->e;
-    const lens_config *c = &e->m->cfg;
-    const layer_cache *k = &e->cache[j->l];
-    const int T = e->T, NH = c->n_heads, thread = lens_pool_thread_index();
-    const size_t C = c->d_model, QK = (size_t)NH * c->d_head_k, VO = (size_t)NH * c->d_head_v, TT = (size_t)T * T;
-    for (int i = c0; i < c1; i++) {
-        const size_t r = (size_t)i * T;
-        float *dq = e->dq + r * QK, *dk = e->dk + r * QK, *dv = e->dv + r * VO;
-        memcpy(e->x + r * C, e->dh + r * C, sizeof(float) * T * C);
-        memset(dq, 0, sizeof(float) * T * QK);
-        memset(dk, 0, sizeof(float) * T * QK);
-        memset(dv, 0, sizeof(float) * T * VO);
-        lens_attention_backward(dq, dk, dv, e->dprobs + thread * NH * TT, TT, e->dscores + thread * TT,
-                                e->ctx + r * VO, k->q + r * QK, k->k + r * QK, k->v + r * VO,
-                                k->probs + i * NH * TT, TT, T, NH, c->d_head_k, c->d_head_v, e->causal, c->attn_scale);
-    }
-}
-
-/* Rows of `copies` copies compacted to one row each (row i = copy i's row
- * r) go back to all rows: row i -> row i*T + r, the other rows get 0.
- * Descending i: a destination i*T + r >= i never holds an unmoved source. */
-static void expand_rows(float *x, size_t width, int copies, int T, int r)
-{
-    for (int i = copies - 1; i >= 0; i--) {
-        const size_t to = (size_t)i * T + r;
-        if (to != (size_t)i) memmove(x + to * width, x + i * width, sizeof(float) * width);
-    }
-    for (int i = 0; i < copies; i++) {
-        memset(x + (size_t)i * T * width, 0, sizeof(float) * r * width);
-        memset(x + ((size_t)i * T + r + 1) * width, 0, sizeof(float) * (T - 1 - r) * width);
-    }
-}
-
-/* Backward of layer l for all copies: e->x holds dF/d(layer output) and
- * gets dF/d(layer input), unless l is the target layer: then e->ctx gets
- * dF/dctx. With cls_only everything up to dctx covers row i = copy i. */
-static void layer_backward(engine *e, int l, int copies, int is_target, int cls_only)
-{
-    const lens_config *c = &e->m->cfg;
-    const lens_block *blk = &e->m->p.blocks[l];
-    const int T = e->T, C = c->d_model, R = cls_only ? copies : copies * T, Rq = copies * T;
-    const size_t VO = (size_t)c->n_heads * c->d_head_v;
-    float *dh = e->dh, *dctx = e->ctx;
-    task_job j = {.e = e, .l = l, .units = R};
-    /* forward, post-norm: x' = LN_ff(h_ff), h_ff = ff_out(gelu(ff_in(a))) + a;
-     *          pre-norm:  x' = mid + ff_out(gelu(ff_in(a))) */
-    if (e->pre_norm) lens_gemm_linear_backward(e->ff, e->x, &blk->ff_out, R, 0, e->pool);
-    else {
-        j.fn = ln_ff_backward_rows, run_tasks(&j, 0);
-        lens_gemm_linear_backward(e->ff, dh, &blk->ff_out, R, 0, e->pool);
-    }
-    j.fn = gelu_backward_rows, run_tasks(&j, 0);
-    lens_gemm_linear_backward(e->a, e->ff, &blk->ff_in, R, !e->pre_norm, e->pool);
-    j.fn = ln_attn_backward_rows, run_tasks(&j, 0);
-    /* forward: mid = attn_out(ctx) + x */
-    lens_gemm_linear_backward(dctx, dh, &blk->attn_out, R, 0, e->pool);
-    if (is_target) return;
-    if (cls_only) {
-        expand_rows(dctx, VO, copies, T, e->obj_row);
-        expand_rows(dh, (size_t)C, copies, T, e->obj_row);
-    }
-    j = (task_job){.e = e, .l = l, .units = copies, .fn = attention_backward_copies};
-    run_tasks(&j, 1);
-    /* forward: q, k, v = in W_{Q,K,V} + b, in = x (post-norm) or LN_1(x)
-     * (attention and q, k, v cover every row) */
-    float *din = e->pre_norm ? e->a : e->x;
-    lens_gemm_linear_backward(din, e->dq, &blk->q, Rq, !e->pre_norm, e->pool);
-    lens_gemm_linear_backward(din, e->dk, &blk->k, Rq, 1, e->pool);
-    lens_gemm_linear_backward(din, e->dv, &blk->v, Rq, 1, e->pool);
-    if (e->pre_norm) {
-        j = (task_job){.e = e, .l = l, .units = Rq, .fn = ln1_backward_rows};
-        run_tasks(&j, 0);
-    }
-}
-
-/* Σ over the copies of dF/dctx, then per head ∂F/∂P_h += dctx_h v_h^T
- * (forward: ctx_h = P_h v_h). */
-static void accumulate_grad(engine *e, int copies)
-{
-    const lens_config *c = &e->m->cfg;
-    const int T = e->T, NH = c->n_heads, DV = c->d_head_v;
-    const size_t VO = (size_t)NH * DV, TT = (size_t)T * T;
-    float *dctx_sum = e->dctx_sum;
-    memcpy(dctx_sum, e->ctx, sizeof(float) * T * VO);
-    for (int i = 1; i < copies; i++) lens_residual_forward(dctx_sum, e->ctx + (size_t)i * T * VO, (size_t)T * VO);
-    for (int h = 0; h < NH; h++)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, DV, 1.0f, dctx_sum + h * DV, (int)VO,
-                    e->v_l + h * DV, (int)VO, 1.0f, e->grad_sum + h * TT, T);
-}
-
-/* v = x_l W_V + b_V and attn_out_l = (P v) W_O without bias: the part of
- * layer l's attention output that scales with α (P = A_l, or any [NH][T][T]). */
-static void prepare_layer(engine *e, const float *x_l, int l, const float *P)
-{
-    const lens_config *c = &e->m->cfg;
-    const lens_block *blk = &e->m->p.blocks[l];
-    const int T = e->T, DV = c->d_head_v;
-    const size_t VO = (size_t)c->n_heads * DV, TT = (size_t)T * T;
-    if (e->pre_norm) { /* the values read LN_1(x_l) */
-        lens_layernorm_forward(e->a, NULL, NULL, x_l, &blk->ln_attn, T, c->d_model, c->ln_eps);
-        x_l = e->a;
-    }
-    lens_gemm_linear(e->v_l, x_l, &blk->v, T, e->pool);
-    for (int h = 0; h < c->n_heads; h++) /* forward: ctx_h = P_h v_h */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, DV, T, 1.0f, P + h * TT, T, e->v_l + h * DV,
-                    (int)VO, 0.0f, e->ctx + h * DV, (int)VO);
-    lens_linear no_bias = blk->attn_out;
-    no_bias.b = NULL;
-    lens_gemm_linear(e->attn_out_l, e->ctx, &no_bias, T, e->pool);
-}
-
 static int cancelled(const lens_attr_opts *o) { return o && lens_cancelled(o->cancel); }
+
+static int forward_copies(engine *e, const float *x_l, int l, const float *A, const float *alpha, int copies,
+                          const lens_attr_opts *o)
+{
+    const lens_model *m = e->m;
+    const int T = e->T, C = m->cfg.d_model, L = m->cfg.n_layers;
+    e->target = l, e->A = A, e->alpha = alpha, e->copies = copies;
+    for (int i = 0; i < copies; i++) memcpy(e->x + (size_t)i * T * C, x_l, sizeof(float) * T * C);
+    for (int j = l; j < L; j++) {
+        if (cancelled(o)) return -1;
+        lens_block_io io = engine_io(e, j, copies * T);
+        io.q = io.cache->q, io.k = io.cache->k, io.v = io.cache->v;
+        m->cfg.family->block_forward(m, &io, j);
+    }
+    e->cls_rows = l < L - 1;
+    return 0;
+}
+
+/* The backward of the first n copies from the head down to the target
+ * layer's dF/dctx (the attend_backward hook accumulates it). */
+static void backward_copies(engine *e, int n, int target)
+{
+    const lens_model *m = e->m;
+    const int L = m->cfg.n_layers;
+    head_backward(e, n, target);
+    e->copies = n;
+    for (int j = L - 1; j >= e->target; j--) {
+        lens_block_io io = engine_io(e, j, j == L - 1 && e->cls_rows ? n : n * e->T);
+        io.q = e->dq, io.k = e->dk, io.v = e->dv;
+        m->cfg.family->block_backward(m, &io, j);
+    }
+}
 
 /* One target layer l (0-based): attribution into out, F(0) into *f_zero. */
 static int attribute_layer(engine *e, const lens_activations *act, int l, int target, int steps,
@@ -541,12 +415,11 @@ static int attribute_layer(engine *e, const lens_activations *act, int l, int ta
 {
     const lens_model *m = e->m;
     const lens_config *c = &m->cfg;
-    const int T = e->T, NH = c->n_heads, L = c->n_layers;
+    const int T = e->T, NH = c->n_heads;
     const size_t TT = (size_t)T * T;
     const float *x_l = lens_act_hidden(m, act, l, 0);
     const float *A = act->attn + (size_t)l * NH * act->attn_layer_size; /* one sequence: heads TT apart */
 
-    prepare_layer(e, x_l, l, A);
     memset(e->grad_sum, 0, sizeof(float) * NH * TT);
 
     float alpha[e->max_copies];
@@ -562,17 +435,11 @@ static int attribute_layer(engine *e, const lens_activations *act, int l, int ta
         for (int i = 0; i < n; i++) alpha[i] = (float)(k0 + i + (riemann == LENS_RIEMANN_RIGHT)) / steps;
         if (extra) alpha[n] = 0.0f;
         const int copies = n + extra;
-        target_forward(e, l, x_l, alpha, copies);
-        e->cls_rows = l < L - 1;
-        for (int j = l + 1; j < L; j++) {
-            if (cancelled(o)) return lens_fail(err, LENS_ECANCEL, "attribution cancelled at layer %d", l + 1);
-            layer_forward(e, j, copies, j == L - 1);
-        }
+        if (forward_copies(e, x_l, l, A, alpha, copies, o))
+            return lens_fail(err, LENS_ECANCEL, "attribution cancelled at layer %d", l + 1);
         head_forward(e, copies, target, F);
         if (extra) out->f_zero = F[n], zero_done = 1;
-        head_backward(e, n, target);
-        for (int j = L - 1; j >= l; j--) layer_backward(e, j, n, j == l, j == L - 1 && j > l);
-        accumulate_grad(e, n);
+        backward_copies(e, n, target);
         k0 += n;
     }
     /* Attr = A ⊙ (1/m) Σ_k ∂F/∂X(α_k A) */
@@ -690,10 +557,7 @@ int lens_attr_eval(const lens_model *m, const int *ids, const int *type_ids, int
         return lens_fail(err, LENS_ENOMEM, "out of memory for %d tokens", T);
     }
     const float one = 1.0f;
-    prepare_layer(&e, lens_act_hidden(m, &act, layer - 1, 0), layer - 1, probs);
-    target_forward(&e, layer - 1, lens_act_hidden(m, &act, layer - 1, 0), &one, 1);
-    e.cls_rows = layer < c->n_layers;
-    for (int j = layer; j < c->n_layers; j++) layer_forward(&e, j, 1, j == c->n_layers - 1);
+    forward_copies(&e, lens_act_hidden(m, &act, layer - 1, 0), layer - 1, probs, &one, 1, NULL);
     head_forward(&e, 1, target, F);
     engine_free(&e);
     lens_activations_free(&act);

@@ -35,24 +35,16 @@
 #define DEFAULT_PROBES 16
 #define DEFAULT_SCRATCH ((size_t)256 << 20)
 
-/* What one layer's JVP reads from the primal pass ([T] rows). ln1 / ln2:
- * BERT ln_attn / ln_ff (post-LN, input = residual sum), GPT-2 ln_1 / ln_2
- * (pre-LN, input = the residual stream). */
-typedef struct {
-    float *q, *k, *v;          /* [T][NH*DK], [T][NH*DK], [T][NH*DV] */
-    float *probs;              /* [NH][T][T] */
-    float *ln1_in, *ln2_in;    /* [T][C] */
-    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd; /* [T] */
-    float *gelu_grad;          /* [T][d_ff] GELU'(input): every tangent's FFN JVP multiplies by it */
-} layer_cache;
-
+/* The primal pass: each layer's lens_block_cache (what the family's block
+ * JVP reads) and attention probabilities, the final norm's cache. */
 typedef struct {
     const lens_model *m;
     int T, L, C, QK, VO, F, NH, causal;
-    layer_cache *cache;        /* [L] */
-    float *lnf_in, *lnf_mean, *lnf_rstd; /* GPT-2 ln_f: [T][C], [T], [T] */
+    lens_block_cache *cache;   /* [L], T rows */
+    lens_block_cache final;    /* final norm (pre-norm families) */
+    float *probs;              /* [L][NH][T][T] */
     /* primal work [T][...] */
-    float *x, *a, *ctx, *ff;
+    float *x, *h, *n, *ctx, *ff;
 } primal;
 
 static void *zalloc(size_t n, int *failed)
@@ -65,14 +57,10 @@ static void *zalloc(size_t n, int *failed)
 static void primal_free(primal *p)
 {
     if (p->cache)
-        for (int l = 0; l < p->L; l++) {
-            layer_cache *c = &p->cache[l];
-            free(c->q), free(c->k), free(c->v), free(c->probs), free(c->ln1_in), free(c->ln2_in);
-            free(c->ln1_mean), free(c->ln1_rstd), free(c->ln2_mean), free(c->ln2_rstd), free(c->gelu_grad);
-        }
+        for (int l = 0; l < p->L; l++) lens_block_cache_free(&p->cache[l]);
     free(p->cache);
-    free(p->lnf_in), free(p->lnf_mean), free(p->lnf_rstd);
-    free(p->x), free(p->a), free(p->ctx), free(p->ff);
+    lens_block_cache_free(&p->final);
+    free(p->probs), free(p->x), free(p->h), free(p->n), free(p->ctx), free(p->ff);
     memset(p, 0, sizeof *p);
 }
 
@@ -80,25 +68,20 @@ static int primal_init(primal *p, const lens_model *m, int T)
 {
     const lens_config *c = &m->cfg;
     memset(p, 0, sizeof *p);
-    p->m = m, p->T = T, p->L = c->n_layers, p->C = c->d_model, p->NH = c->n_heads, p->F = c->d_ff;
+    p->m = m, p->T = T, p->L = c->n_layers, p->C = c->d_model, p->NH = c->n_heads;
+    p->F = lens_ff_cols(c); /* the MLP buffer's columns: gate and up of a gated MLP */
     p->QK = c->n_heads * c->d_head_k, p->VO = c->n_heads * c->d_head_v;
     p->causal = lens_has_cap(c, LENS_CAP_CAUSAL);
     int failed = 0;
     const size_t t = (size_t)T;
     p->cache = calloc((size_t)p->L, sizeof *p->cache);
     if (!p->cache) return -1;
-    for (int l = 0; l < p->L; l++) {
-        layer_cache *lc = &p->cache[l];
-        lc->q = zalloc(t * p->QK, &failed), lc->k = zalloc(t * p->QK, &failed), lc->v = zalloc(t * p->VO, &failed);
-        lc->probs = zalloc((size_t)p->NH * t * t, &failed);
-        lc->ln1_in = zalloc(t * p->C, &failed), lc->ln2_in = zalloc(t * p->C, &failed);
-        lc->ln1_mean = zalloc(t, &failed), lc->ln1_rstd = zalloc(t, &failed);
-        lc->ln2_mean = zalloc(t, &failed), lc->ln2_rstd = zalloc(t, &failed);
-        lc->gelu_grad = zalloc(t * p->F, &failed);
-    }
-    p->lnf_in = zalloc(t * p->C, &failed), p->lnf_mean = zalloc(t, &failed), p->lnf_rstd = zalloc(t, &failed);
-    p->x = zalloc(t * p->C, &failed), p->a = zalloc(t * p->C, &failed);
-    p->ctx = zalloc(t * (p->VO > p->C ? p->VO : p->C), &failed), p->ff = zalloc(t * p->F, &failed);
+    for (int l = 0; l < p->L; l++)
+        if (lens_block_cache_init(&p->cache[l], c, T, 0, 0)) failed = 1;
+    if (lens_block_cache_init(&p->final, c, T, 0, 1)) failed = 1;
+    p->probs = zalloc((size_t)p->L * p->NH * t * t, &failed);
+    p->x = zalloc(t * p->C, &failed), p->h = zalloc(t * p->C, &failed), p->n = zalloc(t * p->C, &failed);
+    p->ctx = zalloc(t * p->VO, &failed), p->ff = zalloc(t * p->F, &failed);
     if (failed) {
         primal_free(p);
         return -1;
@@ -106,67 +89,37 @@ static int primal_init(primal *p, const lens_model *m, int T)
     return 0;
 }
 
-/* x <- GELU(x), grad <- GELU'(x) (of the input), for n values. */
-static void gelu_forward_keep_grad(float *x, float *grad, size_t n, int tanh_approx)
+/* attend hook of the primal: the one sequence, probabilities kept */
+static void primal_attend(lens_block_io *io, int l)
 {
-    for (size_t i = 0; i < n; i++) grad[i] = 1.0f;
-    lens_gelu_backward_inplace(grad, x, n, tanh_approx);
-    (tanh_approx ? lens_gelu_tanh_forward : lens_gelu_forward)(x, n);
+    const primal *p = io->attend_ctx;
+    const lens_config *c = &p->m->cfg;
+    const size_t TT = (size_t)p->T * p->T;
+    lens_attention_forward(io->ctx, p->probs + (size_t)l * p->NH * TT, TT, io->q, io->k, io->v, p->T, p->NH,
+                           c->d_head_k, c->d_head_v, p->causal, c->attn_scale);
 }
 
-/* The layers from h^0; hidden [L+1][T][C] when non-NULL. */
-static void primal_run(primal *p, const float *h0, float *hidden)
+/* The layers from h^0 (the family's block forward, caching); hidden
+ * [L+1][T][C] when non-NULL (layer L after the final norm, as HF). */
+static void primal_run(primal *p, const float *h0, float *hidden, lens_pool *pool)
 {
     const lens_model *m = p->m;
-    const lens_config *c = &m->cfg;
-    const int T = p->T, C = p->C;
-    const size_t TC = (size_t)T * C;
+    const lens_family *f = m->cfg.family;
+    const size_t TC = (size_t)p->T * p->C;
     memcpy(p->x, h0, sizeof(float) * TC);
     if (hidden) memcpy(hidden, h0, sizeof(float) * TC);
+    lens_block_io io = {.N = p->T, .x = p->x, .h = p->h, .n = p->n, .ctx = p->ctx, .ff = p->ff,
+                        .ff_ld = (size_t)p->F, .pool = pool, .attend = primal_attend, .attend_ctx = p};
     for (int l = 0; l < p->L; l++) {
-        const lens_block *b = &m->p.blocks[l];
-        layer_cache *lc = &p->cache[l];
-        const size_t TT = (size_t)T * T;
-        if (!lens_has_cap(c, LENS_CAP_PRE_NORM)) {
-            /* a = LN_attn(x + attn_out(attention(x Wq, x Wk, x Wv))) */
-            lens_linear_forward(lc->q, p->x, &b->q, T);
-            lens_linear_forward(lc->k, p->x, &b->k, T);
-            lens_linear_forward(lc->v, p->x, &b->v, T);
-            lens_attention_forward(p->ctx, lc->probs, TT, lc->q, lc->k, lc->v, T, p->NH, c->d_head_k, c->d_head_v, 0,
-                                   c->attn_scale);
-            lens_linear_forward(lc->ln1_in, p->ctx, &b->attn_out, T);
-            lens_residual_forward(lc->ln1_in, p->x, TC);
-            lens_layernorm_forward(p->a, lc->ln1_mean, lc->ln1_rstd, lc->ln1_in, &b->ln_attn, T, C, c->ln_eps);
-            /* x' = LN_ff(a + ff_out(gelu(a W_in))) */
-            lens_linear_forward(p->ff, p->a, &b->ff_in, T);
-            gelu_forward_keep_grad(p->ff, lc->gelu_grad, (size_t)T * p->F, c->gelu_tanh);
-            lens_linear_forward(lc->ln2_in, p->ff, &b->ff_out, T);
-            lens_residual_forward(lc->ln2_in, p->a, TC);
-            lens_layernorm_forward(p->x, lc->ln2_mean, lc->ln2_rstd, lc->ln2_in, &b->ln_ff, T, C, c->ln_eps);
-        } else {
-            /* x2 = x + attn_out(attention(ln_1(x))) */
-            memcpy(lc->ln1_in, p->x, sizeof(float) * TC);
-            lens_layernorm_forward(p->a, lc->ln1_mean, lc->ln1_rstd, lc->ln1_in, &b->ln_attn, T, C, c->ln_eps);
-            lens_linear_forward(lc->q, p->a, &b->q, T);
-            lens_linear_forward(lc->k, p->a, &b->k, T);
-            lens_linear_forward(lc->v, p->a, &b->v, T);
-            lens_attention_forward(p->ctx, lc->probs, TT, lc->q, lc->k, lc->v, T, p->NH, c->d_head_k, c->d_head_v, 1,
-                                   c->attn_scale);
-            lens_linear_forward(lc->ln2_in, p->ctx, &b->attn_out, T);
-            lens_residual_forward(lc->ln2_in, p->x, TC);
-            /* x' = x2 + ff_out(gelu(ln_2(x2) W_in)) */
-            lens_layernorm_forward(p->a, lc->ln2_mean, lc->ln2_rstd, lc->ln2_in, &b->ln_ff, T, C, c->ln_eps);
-            lens_linear_forward(p->ff, p->a, &b->ff_in, T);
-            gelu_forward_keep_grad(p->ff, lc->gelu_grad, (size_t)T * p->F, c->gelu_tanh);
-            lens_linear_forward(p->x, p->ff, &b->ff_out, T);
-            lens_residual_forward(p->x, lc->ln2_in, TC);
-        }
+        io.cache = &p->cache[l];
+        io.q = io.cache->q, io.k = io.cache->k, io.v = io.cache->v;
+        f->block_forward(m, &io, l);
         if (hidden) memcpy(hidden + (size_t)(l + 1) * TC, p->x, sizeof(float) * TC);
     }
-    if (lens_has_cap(c, LENS_CAP_PRE_NORM)) { /* HF hidden_states[L] has the final LayerNorm applied */
-        memcpy(p->lnf_in, p->x, sizeof(float) * TC);
-        lens_layernorm_forward(p->a, p->lnf_mean, p->lnf_rstd, p->lnf_in, &m->p.ln_final, T, C, c->ln_eps);
-        if (hidden) memcpy(hidden + (size_t)p->L * TC, p->a, sizeof(float) * TC);
+    if (f->final_forward) {
+        io.cache = &p->final;
+        f->final_forward(m, &io);
+        if (hidden) memcpy(hidden + (size_t)p->L * TC, p->x, sizeof(float) * TC);
     }
 }
 
@@ -185,96 +138,22 @@ int lens_hta_forward_from(const lens_model *m, const float *h0, int T, float *hi
 {
     primal p;
     if (primal_init(&p, m, T)) return lens_fail(err, LENS_ENOMEM, "out of memory");
-    primal_run(&p, h0, hidden);
+    primal_run(&p, h0, hidden, NULL);
     primal_free(&p);
     return 0;
 }
 
-/* ---- JVPs over B tangents, R = B*T rows ---- */
-
-/* forward: y = (x - mean) * rstd * w + b, per row of x [T][C].
- * JVP: dy = w ⊙ rstd (dx - mean(dx) - xhat mean(xhat ⊙ dx)), xhat = (x - mean) rstd,
- * for each of the B tangents dx [B][T][C]; dy may alias dx. */
-static void layernorm_jvp(float *dy, const float *dx, const float *x, const float *mean, const float *rstd,
-                          const lens_layernorm *ln, int B, int T, int C, float *xhat_scratch)
-{
-    for (int t = 0; t < T; t++) {
-        float *xh = xhat_scratch;
-        for (int i = 0; i < C; i++) xh[i] = (x[(size_t)t * C + i] - mean[t]) * rstd[t];
-        for (int b = 0; b < B; b++) {
-            const float *d = dx + ((size_t)b * T + t) * C;
-            float *y = dy + ((size_t)b * T + t) * C;
-            /* 16 partial sums in float, so the loop vectorises without reassociating */
-            float pd[16] = {0}, pxd[16] = {0};
-            int i = 0;
-            for (; i + 16 <= C; i += 16)
-                for (int l = 0; l < 16; l++) pd[l] += d[i + l], pxd[l] += xh[i + l] * d[i + l];
-            double md = 0, mxd = 0;
-            for (; i < C; i++) md += d[i], mxd += (double)xh[i] * d[i];
-            for (int l = 0; l < 16; l++) md += pd[l], mxd += pxd[l];
-            const float mdf = (float)(md / C), mxdf = (float)(mxd / C);
-            for (int c = 0; c < C; c++) y[c] = ln->w[c] * rstd[t] * (d[c] - mdf - xh[c] * mxdf);
-        }
-    }
-}
-
-/* forward: ctx_h = P_h v_h, P_h = softmax(q_h k_h^T / sqrt(DK)) (causal: GPT-2).
- * JVP per tangent and head (scale = lens_config.attn_scale, 1/sqrt(DK) unless the config says DV):
- *   dS = scale (dq_h k_h^T + q_h dk_h^T)
- *   dP = P ⊙ (dS − rowsum(P ⊙ dS))          (masked entries have P = 0)
- *   dctx_h = dP v_h + P dv_h */
-static void attention_jvp(float *dctx, const float *dq, const float *dk, const float *dv, const layer_cache *lc,
-                          int B, int T, int NH, int DK, int DV, float scale, float *dS)
-{
-    const int QK = NH * DK, VO = NH * DV;
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            const float *P = lc->probs + (size_t)h * T * T;
-            const size_t rq = (size_t)b * T * QK + (size_t)h * DK, rv = (size_t)b * T * VO + (size_t)h * DV;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, DK, scale, dq + rq, QK, lc->k + h * DK, QK,
-                        0.0f, dS, T);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, DK, scale, lc->q + h * DK, QK, dk + rq, QK,
-                        1.0f, dS, T);
-            for (int t = 0; t < T; t++) {
-                const float *p = P + (size_t)t * T;
-                float *s = dS + (size_t)t * T;
-                double dot = 0;
-                for (int u = 0; u < T; u++) dot += (double)p[u] * s[u];
-                for (int u = 0; u < T; u++) s[u] = p[u] * (s[u] - (float)dot);
-            }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, DV, T, 1.0f, dS, T, lc->v + h * DV, VO, 0.0f,
-                        dctx + rv, VO);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, DV, T, 1.0f, P, T, dv + rv, VO, 1.0f,
-                        dctx + rv, VO);
-        }
-}
-
-/* the linear part of out = inp W + b */
-static void linear_jvp(float *dout, const float *dinp, const lens_linear *lin, int R)
-{
-    lens_linear nobias = *lin;
-    nobias.b = NULL;
-    lens_gemm_linear(dout, dinp, &nobias, R, NULL);
-}
-
-/* each of the B blocks of x [B][n] times g [n], elementwise (a JVP through an elementwise op) */
-static void scale_rows(float *x, const float *g, int B, size_t n)
-{
-    for (int b = 0; b < B; b++) {
-        float *xb = x + (size_t)b * n;
-        for (size_t e = 0; e < n; e++) xb[e] *= g[e];
-    }
-}
+/* ---- JVPs over B tangents, R = B*T rows: the family's block JVP ---- */
 
 typedef struct {
     float *tx, *tn, *tq, *tk, *tv, *tctx, *th, *tff, *dS, *xhat;
-    float *rows_in, *rows_out; /* [B][C], [B][max(QK, VO)]: the one non-zero row of each tangent (first layer) */
+    const primal *p;
 } tangents;
 
 static void tangents_free(tangents *t)
 {
     free(t->tx), free(t->tn), free(t->tq), free(t->tk), free(t->tv), free(t->tctx), free(t->th), free(t->tff);
-    free(t->dS), free(t->xhat), free(t->rows_in), free(t->rows_out);
+    free(t->dS), free(t->xhat);
     memset(t, 0, sizeof *t); /* tangents_init frees on failure and its caller frees every set again */
 }
 
@@ -283,72 +162,49 @@ static int tangents_init(tangents *t, const primal *p, int B)
     int failed = 0;
     const size_t R = (size_t)B * p->T;
     memset(t, 0, sizeof *t);
+    t->p = p;
     t->tx = zalloc(R * p->C, &failed), t->tn = zalloc(R * p->C, &failed), t->th = zalloc(R * p->C, &failed);
     t->tq = zalloc(R * p->QK, &failed), t->tk = zalloc(R * p->QK, &failed);
-    t->tv = zalloc(R * p->VO, &failed), t->tctx = zalloc(R * p->VO, &failed), t->tff = zalloc(R * p->F, &failed);
+    t->tv = zalloc(R * p->VO, &failed), t->tctx = zalloc(R * p->VO, &failed);
+    /* tff also takes the one-row products of the first layer, [B][max(QK, VO)] */
+    t->tff = zalloc(R * p->F > (size_t)B * (p->QK > p->VO ? p->QK : p->VO) ? R * p->F
+                                                                         : (size_t)B * (p->QK > p->VO ? p->QK : p->VO),
+                    &failed);
     t->dS = zalloc((size_t)p->T * p->T, &failed), t->xhat = zalloc((size_t)p->C, &failed);
-    t->rows_in = zalloc((size_t)B * p->C, &failed);
-    t->rows_out = zalloc((size_t)B * (p->QK > p->VO ? p->QK : p->VO), &failed);
     if (failed) tangents_free(t);
     return failed ? -1 : 0;
 }
 
-/* The q, k, v tangents from in [B][T][C]. row >= 0: every tangent of in is
- * zero except its row `row` (the first layer sees one input token's
- * directions), so the maps run on those B rows and the rest is zero. */
-static void qkv_jvp(const primal *p, tangents *t, const lens_block *b, const float *in, int B, int row)
+/* attend_jvp hook: tangent ctx of the B tangents from the primal's probabilities */
+static void tangent_attend(lens_block_io *io, int l)
 {
-    const int T = p->T, C = p->C, R = B * T;
-    if (row < 0) {
-        linear_jvp(t->tq, in, &b->q, R);
-        linear_jvp(t->tk, in, &b->k, R);
-        linear_jvp(t->tv, in, &b->v, R);
-        return;
-    }
-    for (int k = 0; k < B; k++) memcpy(t->rows_in + (size_t)k * C, in + ((size_t)k * T + row) * C, sizeof(float) * C);
-    float *outs[3] = {t->tq, t->tk, t->tv};
-    const lens_linear *maps[3] = {&b->q, &b->k, &b->v};
-    for (int m = 0; m < 3; m++) {
-        const int W = maps[m]->out;
-        linear_jvp(t->rows_out, t->rows_in, maps[m], B);
-        memset(outs[m], 0, sizeof(float) * (size_t)R * W);
-        for (int k = 0; k < B; k++)
-            memcpy(outs[m] + ((size_t)k * T + row) * W, t->rows_out + (size_t)k * W, sizeof(float) * W);
-    }
+    tangents *t = io->attend_ctx;
+    const primal *p = t->p;
+    const lens_config *c = &p->m->cfg;
+    const size_t TT = (size_t)p->T * p->T;
+    lens_attention_jvp(io->ctx, io->q, io->k, io->v, io->cache->q, io->cache->k, io->cache->v,
+                       p->probs + (size_t)l * p->NH * TT, TT, io->N / p->T, p->T, p->NH, c->d_head_k, c->d_head_v,
+                       c->attn_scale, t->dS);
 }
 
-/* One layer's JVP: t->tx [B][T][C] in, t->tx out; row as for qkv_jvp. */
-static void layer_jvp(const primal *p, tangents *t, int l, int B, int row)
+/* One layer's JVP: t->tx [B][T][C] in, t->tx out; row >= 0: every tangent
+ * is zero except that row (the first layer sees one input token). */
+static void layer_jvp(tangents *t, int l, int B, int row)
 {
-    const lens_model *m = p->m;
-    const lens_config *c = &m->cfg;
-    const lens_block *b = &m->p.blocks[l];
-    const layer_cache *lc = &p->cache[l];
-    const int T = p->T, C = p->C, R = B * T;
-    const size_t RC = (size_t)R * C;
-    if (!lens_has_cap(c, LENS_CAP_PRE_NORM)) {
-        qkv_jvp(p, t, b, t->tx, B, row);
-        attention_jvp(t->tctx, t->tq, t->tk, t->tv, lc, B, T, p->NH, c->d_head_k, c->d_head_v, c->attn_scale, t->dS);
-        linear_jvp(t->th, t->tctx, &b->attn_out, R);
-        lens_residual_forward(t->th, t->tx, RC);
-        layernorm_jvp(t->tn, t->th, lc->ln1_in, lc->ln1_mean, lc->ln1_rstd, &b->ln_attn, B, T, C, t->xhat);
-        linear_jvp(t->tff, t->tn, &b->ff_in, R);
-        scale_rows(t->tff, lc->gelu_grad, B, (size_t)T * p->F);
-        linear_jvp(t->th, t->tff, &b->ff_out, R);
-        lens_residual_forward(t->th, t->tn, RC);
-        layernorm_jvp(t->tx, t->th, lc->ln2_in, lc->ln2_mean, lc->ln2_rstd, &b->ln_ff, B, T, C, t->xhat);
-    } else {
-        layernorm_jvp(t->tn, t->tx, lc->ln1_in, lc->ln1_mean, lc->ln1_rstd, &b->ln_attn, B, T, C, t->xhat);
-        qkv_jvp(p, t, b, t->tn, B, row); /* ln_1's JVP keeps the other rows zero */
-        attention_jvp(t->tctx, t->tq, t->tk, t->tv, lc, B, T, p->NH, c->d_head_k, c->d_head_v, c->attn_scale, t->dS);
-        linear_jvp(t->th, t->tctx, &b->attn_out, R);
-        lens_residual_forward(t->tx, t->th, RC);
-        layernorm_jvp(t->tn, t->tx, lc->ln2_in, lc->ln2_mean, lc->ln2_rstd, &b->ln_ff, B, T, C, t->xhat);
-        linear_jvp(t->tff, t->tn, &b->ff_in, R);
-        scale_rows(t->tff, lc->gelu_grad, B, (size_t)T * p->F);
-        linear_jvp(t->th, t->tff, &b->ff_out, R);
-        lens_residual_forward(t->tx, t->th, RC);
-    }
+    const primal *p = t->p;
+    lens_block_io io = {.N = B * p->T, .x = t->tx, .h = t->th, .n = t->tn, .q = t->tq, .k = t->tk, .v = t->tv,
+                        .ctx = t->tctx, .ff = t->tff, .ff_ld = (size_t)p->F, .cache = &p->cache[l],
+                        .jvp_row = row, .row_scratch = t->xhat, .attend_jvp = tangent_attend, .attend_ctx = t};
+    p->m->cfg.family->block_jvp(p->m, &io, l);
+}
+
+/* The final norm's JVP in place on t->tx (pre-norm families' layer L). */
+static void final_jvp(tangents *t, int B)
+{
+    const primal *p = t->p;
+    lens_block_io io = {.N = B * p->T, .x = t->tx, .h = t->th, .n = t->tn, .cache = (lens_block_cache *)&p->final,
+                        .jvp_row = -1, .row_scratch = t->xhat};
+    p->m->cfg.family->final_jvp(p->m, &io);
 }
 
 static uint64_t xorshift(uint64_t *s)
@@ -446,13 +302,10 @@ static void sweep_token(void *ctx, int i)
             else probe(row, C, job->seed, i, d0 + k, P);
         }
         for (int l = 1; l <= job->top; l++) {
-            layer_jvp(p, t, l - 1, nb, l == 1 ? i : -1);
+            layer_jvp(t, l - 1, nb, l == 1 ? i : -1);
             if (job->want[l] < 0) continue;
+            if (l == L && m->cfg.family->final_jvp) final_jvp(t, nb); /* the last layer: nothing reads tx after */
             const float *y = t->tx;
-            if (l == L && lens_has_cap(&m->cfg, LENS_CAP_PRE_NORM)) { /* final LayerNorm */
-                layernorm_jvp(t->tn, t->tx, p->lnf_in, p->lnf_mean, p->lnf_rstd, &m->p.ln_final, nb, T, C, t->xhat);
-                y = t->tn;
-            }
             double *s1 = job->sum + (size_t)job->want[l] * TT, *s2 = job->sumsq + (size_t)job->want[l] * TT;
             for (int k = 0; k < nb; k++)
                 for (int j = 0; j < T; j++) {
@@ -523,7 +376,7 @@ int lens_hidden_attribution(const lens_model *m, const int *ids, const int *type
     primal p = {0};
     /* tangents per chunk: all buffers of B*T rows within the scratch budget, shared by the threads */
     const size_t per_tangent = sizeof(float) * (size_t)T * (3 * (size_t)C + 2 * (size_t)c->n_heads * c->d_head_k +
-                                                              2 * (size_t)c->n_heads * c->d_head_v + c->d_ff);
+                                                              2 * (size_t)c->n_heads * c->d_head_v + lens_ff_cols(c));
     const size_t budget = opts && opts->max_scratch_bytes ? opts->max_scratch_bytes : DEFAULT_SCRATCH;
     const int threads = lens_pool_threads(opts ? opts->pool : NULL);
     int B = (int)(budget / threads / per_tangent);
@@ -542,7 +395,7 @@ int lens_hidden_attribution(const lens_model *m, const int *ids, const int *type
         lens_hta_result_free(out);
         return lens_fail(err, LENS_ENOMEM, "out of memory (T = %d)", T);
     }
-    primal_run(&p, h0, NULL);
+    primal_run(&p, h0, NULL, opts ? opts->pool : NULL);
     free(h0);
     sweep_job job = {
         .p = &p, .t = t, .opts = opts, .want = want, .top = top, .P = P, .B = B,

@@ -8,10 +8,16 @@
 #include "core/model/arch.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "core/base/gemm.h"
+#include "core/nn/ops.h"
+
 const lens_family *const lens_families[] = {&lens_family_bert, &lens_family_gpt2, &lens_family_roberta,
-                                            &lens_family_distilbert, NULL};
+                                            &lens_family_distilbert, &lens_family_llama, &lens_family_mistral,
+                                            &lens_family_qwen2, &lens_family_qwen3, &lens_family_gemma,
+                                            &lens_family_gemma2, &lens_family_gpt_neox, NULL};
 
 const lens_family *lens_family_find(const char *model_type)
 {
@@ -53,6 +59,30 @@ void lens_walk_linear(lens_param_visitor *v, lens_linear *lin, const char *base,
     lin->in = in, lin->out = out, lin->ld = conv1d ? out : in, lin->w_in_out = conv1d, lin->packed = NULL;
 }
 
+void lens_walk_linear_bias(lens_param_visitor *v, lens_linear *lin, const char *base, int in, int out, int bias,
+                           float init_std)
+{
+    if (bias) {
+        lens_walk_linear(v, lin, base, in, out, 0, init_std);
+        return;
+    }
+    char name[256];
+    snprintf(name, sizeof name, "%s.weight", base);
+    *lin = (lens_linear){.w = lens_walk_tensor(v, name, out, in, LENS_PARAM_WEIGHT, init_std), .in = in, .out = out,
+                         .ld = in};
+    lin->dtype = v->dtype;
+}
+
+void lens_walk_rmsnorm(lens_param_visitor *v, lens_layernorm *ln, const char *base, int C, int unit_offset,
+                       float noise)
+{
+    char name[256];
+    snprintf(name, sizeof name, "%s.weight", base);
+    /* a unit-offset gain is a zero-initialised, undecayed offset: the bias kind's init */
+    ln->w = lens_walk_tensor(v, name, C, 0, unit_offset ? LENS_PARAM_NORM_BIAS : LENS_PARAM_NORM_WEIGHT, noise);
+    ln->b = NULL;
+}
+
 void lens_walk_layernorm(lens_param_visitor *v, lens_layernorm *ln, const char *base, int C)
 {
     char name[256];
@@ -60,4 +90,72 @@ void lens_walk_layernorm(lens_param_visitor *v, lens_layernorm *ln, const char *
     ln->w = lens_walk_tensor(v, name, C, 0, LENS_PARAM_NORM_WEIGHT, 0);
     snprintf(name, sizeof name, "%s.bias", base);
     ln->b = lens_walk_tensor(v, name, C, 0, LENS_PARAM_NORM_BIAS, 0);
+}
+
+/* ------------------------------------------------------------ block caches */
+
+int lens_block_cache_init(lens_block_cache *cache, const lens_config *cfg, int rows, int for_weights, int final)
+{
+    const lens_family *f = cfg->family;
+    const size_t R = (size_t)(rows > 0 ? rows : 1);
+    const size_t QK = (size_t)cfg->n_heads * cfg->d_head_k, VO = (size_t)cfg->n_heads * cfg->d_head_v;
+    const size_t own = final ? (f->final_cache_floats ? f->final_cache_floats(cfg, for_weights) : 0)
+                             : f->cache_floats(cfg, for_weights);
+    memset(cache, 0, sizeof *cache);
+    cache->rows = rows, cache->for_weights = for_weights;
+    if (!final) {
+        cache->q = malloc(R * QK * sizeof(float));
+        cache->k = malloc(R * QK * sizeof(float));
+        cache->v = malloc(R * VO * sizeof(float));
+        if (!cache->q || !cache->k || !cache->v) return -1;
+    }
+    cache->buf = malloc((own ? R * own : 1) * sizeof(float));
+    return cache->buf ? 0 : -1;
+}
+
+void lens_block_cache_free(lens_block_cache *cache)
+{
+    free(cache->q), free(cache->k), free(cache->v), free(cache->buf);
+    memset(cache, 0, sizeof *cache);
+}
+
+static float *grad_of(const lens_block_io *io, const float *param)
+{
+    return io->grads && param ? io->grads->of(io->grads, param) : NULL;
+}
+
+void lens_block_linear_backward(const lens_block_io *io, float *dinp, int acc, const float *dout, const float *inp,
+                                const lens_linear *lin, int N)
+{
+    if (!io->grads) { /* the packed GEMM on the pool */
+        lens_gemm_linear_backward(dinp, dout, lin, N, acc, io->pool);
+        return;
+    }
+    if (dinp && !acc) memset(dinp, 0, sizeof(float) * (size_t)N * lin->in);
+    lens_linear_backward(dinp, grad_of(io, lin->w), grad_of(io, lin->b), dout, inp, lin, N);
+}
+
+void lens_block_layernorm_backward(const lens_block_io *io, float *dinp, int acc, const float *dout,
+                                   const float *inp, const float *mean, const float *rstd, const lens_layernorm *ln,
+                                   int N, int C)
+{
+    if (!acc) memset(dinp, 0, sizeof(float) * (size_t)N * C);
+    if (!io->grads) lens_layernorm_backward_rows(io->pool, dinp, dout, inp, mean, rstd, ln, N, C);
+    else lens_layernorm_backward(dinp, grad_of(io, ln->w), grad_of(io, ln->b), dout, inp, mean, rstd, ln, N, C);
+}
+
+void lens_block_linear_jvp(const lens_block_io *io, float *out, const float *in, const lens_linear *lin,
+                           float *gather, float *prod)
+{
+    const int row = io->jvp_row;
+    if (row < 0) {
+        lens_linear_jvp(out, in, lin, io->N, io->pool);
+        return;
+    }
+    /* only row `row` of each copy is non-zero: map those B rows, the rest of out is zero */
+    const int T = io->cache->rows, B = io->N / T, IN = lin->in, OUT = lin->out;
+    for (int b = 0; b < B; b++) memcpy(gather + (size_t)b * IN, in + ((size_t)b * T + row) * IN, sizeof(float) * IN);
+    lens_linear_jvp(prod, gather, lin, B, io->pool);
+    memset(out, 0, sizeof(float) * (size_t)io->N * OUT);
+    for (int b = 0; b < B; b++) memcpy(out + ((size_t)b * T + row) * OUT, prod + (size_t)b * OUT, sizeof(float) * OUT);
 }

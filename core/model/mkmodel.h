@@ -18,7 +18,9 @@
  * very often), "tiny" (L2 H128 2 heads), "small"
  * (L4 H256 4 heads), "base" (L12 H768 12 heads; BERT vocab 30522, GPT-2
  * 50257), "xl" (GPT-2 XL's L48 H1600 25 heads: 1.56 B parameters, for
- * make bigmodel). task: NULL for the arch's default (bert: classification with 2
+ * make bigmodel); the decoder families (llama, mistral, qwen2, qwen3, gemma,
+ * gemma2, gpt_neox) have their own micro, tiny and the real shapes 1b / 8b
+ * (docs/families.md). task: NULL for the arch's default (bert: classification with 2
  * labels, gpt2: causal-lm) or "classification" | "masked-lm" | "encoder". */
 int lens_mkmodel(const char *arch, const char *preset, const char *task,
                  unsigned long long seed, const char *out_dir, lens_err *err);
@@ -27,7 +29,9 @@ int lens_mkmodel(const char *arch, const char *preset, const char *task,
  * (vocab_dir, NULL = generated): WordPiece vocab.txt copied; GPT-2's
  * vocab.json + merges.txt with the family's special tokens added (RoBERTa:
  * <s> <pad> </s> <unk> at 0..3 and <mask> last, as roberta-base); the
- * model's vocab_size follows. */
+ * model's vocab_size follows. A vocab_dir holding tokenizer.json (a Hugging
+ * Face fast tokenizer, e.g. Llama-3's or Gemma's) has it copied as is, with
+ * its tokenizer_config.json. */
 int lens_mkmodel_vocab(const char *arch, const char *preset, const char *task, unsigned long long seed,
                        const char *vocab_dir, const char *out_dir, lens_err *err);
 

@@ -75,19 +75,22 @@ static size_t linear_extent(const lens_linear *lin)
     return (rows - 1) * (size_t)lin->ld + cols;
 }
 
-/* The linear maps of the model in load order: [L][6] block maps, then heads;
- * entries whose weight is not bound are skipped by the callers. */
+/* The linear maps of the model in load order: [L][BLOCK_MAPS] block maps,
+ * then heads; entries whose weight is not bound are skipped by the callers. */
+enum { BLOCK_MAPS = 7, HEAD_MAPS = 4 };
 static int model_linears(lens_model *m, lens_linear **out)
 {
     int n = 0;
     for (int l = 0; l < m->cfg.n_layers; l++) {
         lens_block *blk = &m->p.blocks[l];
-        lens_linear *maps[6] = {&blk->q, &blk->k, &blk->v, &blk->attn_out, &blk->ff_in, &blk->ff_out};
-        for (int i = 0; i < 6; i++) out[n++] = maps[i];
+        lens_linear *maps[BLOCK_MAPS] = {&blk->q, &blk->k, &blk->v, &blk->attn_out, &blk->gate, &blk->ff_in,
+                                         &blk->ff_out};
+        for (int i = 0; i < BLOCK_MAPS; i++) out[n++] = maps[i];
     }
     out[n++] = &m->p.pooler;
     out[n++] = &m->p.classifier;
     out[n++] = &m->p.mlm_transform;
+    out[n++] = &m->p.lm_head;
     return n;
 }
 
@@ -123,7 +126,7 @@ static void expand_summed_heads(lens_model *m, float *expanded)
  * as is, and a second copy would cost V x C floats. */
 static int pack_weights(lens_model *m, lens_err *err)
 {
-    lens_linear **lins = malloc(sizeof *lins * ((size_t)m->cfg.n_layers * 6 + 3));
+    lens_linear **lins = malloc(sizeof *lins * ((size_t)m->cfg.n_layers * BLOCK_MAPS + HEAD_MAPS));
     if (!lins) return lens_fail(err, LENS_ENOMEM, "out of memory");
     const lens_config *c = &m->cfg;
     /* summed heads: the expanded output weights [L][C][NH*DV] (float32, and a
@@ -137,7 +140,7 @@ static int pack_weights(lens_model *m, lens_err *err)
     size_t total = expanded;
     for (int i = 0; i < n; i++)
         /* summed output weights (block map 3) are float32 once expanded */
-        if (lins[i]->w && (lins[i]->dtype == LENS_DT_F32 || (summed && i < 6 * c->n_layers && i % 6 == 3)))
+        if (lins[i]->w && (lins[i]->dtype == LENS_DT_F32 || (summed && i < BLOCK_MAPS * c->n_layers && i % BLOCK_MAPS == 3)))
             total += (lens_gemm_packed_size(lins[i]->in, lins[i]->out) + 15) & ~(size_t)15;
     m->packed = total ? aligned_alloc(64, total * sizeof(float)) : NULL;
     if (total && !m->packed) {
@@ -154,7 +157,7 @@ static int pack_weights(lens_model *m, lens_err *err)
             dst += (lens_gemm_packed_size(lin->in, lin->out) + 15) & ~(size_t)15;
         }
         /* release only whole layers: GPT-2's q, k, v are views of one tensor */
-        if (i == n - 1 || (i + 1) % 6 == 0) {
+        if (i == n - 1 || (i + 1) % BLOCK_MAPS == 0) {
             for (; released <= i; released++)
                 if (lins[released]->packed)
                     lens_weights_release(m->weights, lins[released]->w, linear_extent(lins[released]) * sizeof(float));
@@ -264,9 +267,15 @@ int lens_model_supports(const lens_model *m, lens_analysis a, const char **why)
     const int cls_classifier = classifier && lens_has_cap(c, LENS_CAP_CLS_FIRST) && lens_has_cap(c, LENS_CAP_POOLER);
     const char *no = NULL;
     if (m->tokenizer_only) a = LENS_ANALYSIS_COUNT; /* only tokenize */
+    /* the gradient analyses need the family's block backward / JVP */
+    const char *no_backward = c->family ? c->family->no_backward : NULL;
     switch (a) {
+    case LENS_ANALYSIS_HIDDEN_ATTRIBUTION:
+        no = no_backward;
+        break;
     case LENS_ANALYSIS_ATTRIBUTION:
-        if (!classifier && !causal_lm)
+        if (no_backward) no = no_backward;
+        else if (!classifier && !causal_lm)
             no = "attribution needs a sequence classifier (class probability) or a causal LM (next-token probability)";
         else if (classifier ? pre_norm || !lens_has_cap(c, LENS_CAP_POOLER) : !pre_norm)
             no = "attribution runs post-norm classifiers with a pooler and pre-norm causal LMs; this model is neither";
@@ -285,7 +294,6 @@ int lens_model_supports(const lens_model *m, lens_analysis a, const char **why)
     case LENS_ANALYSIS_FORWARD:
     case LENS_ANALYSIS_ATTENTION:
     case LENS_ANALYSIS_TOKEN_IDENTITY:
-    case LENS_ANALYSIS_HIDDEN_ATTRIBUTION:
     case LENS_ANALYSIS_DECOMPOSITION:
         break;
     default:

@@ -91,5 +91,8 @@ const lens_family lens_family_roberta = {
     .walk = roberta_walk,
     .embed = roberta_embed,
     .block_forward = lens_bert_block_forward,
+    .block_backward = lens_bert_block_backward,
+    .block_jvp = lens_bert_block_jvp,
+    .cache_floats = lens_bert_cache_floats,
     .final_forward = NULL,
 };

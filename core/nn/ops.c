@@ -39,6 +39,14 @@ void lens_linear_backward(float *dinp, float *dweight, float *dbias, const float
             for (int o = 0; o < lin->out; o++) dbias[o] += dout[(size_t)n * lin->out + o];
 }
 
+void lens_linear_jvp(float *dout, const float *dinp, const lens_linear *lin, int N, lens_pool *pool)
+{
+    /* forward: out = inp W + b, linear in inp except b */
+    lens_linear nobias = *lin;
+    nobias.b = NULL;
+    lens_gemm_linear(dout, dinp, &nobias, N, pool);
+}
+
 void lens_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                             const lens_layernorm *ln, int N, int C, float eps)
 {
@@ -86,6 +94,29 @@ void lens_layernorm_backward(float *dinp, float *dweight, float *dbias, const fl
             dx[i] += s * (dnorm - (float)dnorm_mean - norm * (float)dnorm_norm_mean);
             if (dweight) dweight[i] += norm * dy[i];
             if (dbias) dbias[i] += dy[i];
+        }
+    }
+}
+
+void lens_layernorm_jvp(float *dy, const float *dx, const float *inp, const float *mean, const float *rstd,
+                        const lens_layernorm *ln, int B, int T, int C, float *xhat_scratch)
+{
+    for (int t = 0; t < T; t++) {
+        float *xh = xhat_scratch;
+        for (int i = 0; i < C; i++) xh[i] = (inp[(size_t)t * C + i] - mean[t]) * rstd[t];
+        for (int b = 0; b < B; b++) {
+            const float *d = dx + ((size_t)b * T + t) * C;
+            float *y = dy + ((size_t)b * T + t) * C;
+            /* 16 partial sums in float, so the loop vectorises without reassociating */
+            float pd[16] = {0}, pxd[16] = {0};
+            int i = 0;
+            for (; i + 16 <= C; i += 16)
+                for (int l = 0; l < 16; l++) pd[l] += d[i + l], pxd[l] += xh[i + l] * d[i + l];
+            double md = 0, mxd = 0;
+            for (; i < C; i++) md += d[i], mxd += (double)xh[i] * d[i];
+            for (int l = 0; l < 16; l++) md += pd[l], mxd += pxd[l];
+            const float mdf = (float)(md / C), mxdf = (float)(mxd / C);
+            for (int c = 0; c < C; c++) y[c] = ln->w[c] * rstd[t] * (d[c] - mdf - xh[c] * mxdf);
         }
     }
 }
@@ -165,6 +196,11 @@ void lens_gelu_backward_inplace(float *d, const float *inp, size_t n, int tanh_a
         for (size_t i = 0; i < n; i++) d[i] *= gelu_tanh_grad(inp[i]);
     else
         for (size_t i = 0; i < n; i++) d[i] *= gelu_grad(inp[i]);
+}
+
+void lens_gelu_jvp(float *d, const float *inp, int B, size_t n, int tanh_approx)
+{
+    for (int b = 0; b < B; b++) lens_gelu_backward_inplace(d + (size_t)b * n, inp, n, tanh_approx);
 }
 
 void lens_relu_forward(float *x, size_t n)
@@ -304,6 +340,36 @@ void lens_attention_backward(float *dq, float *dk, float *dv, float *dprobs, siz
     }
 }
 
+void lens_attention_jvp(float *dout, const float *dq, const float *dk, const float *dv, const float *q,
+                        const float *k, const float *v, const float *probs, size_t probs_stride, int B, int T,
+                        int NH, int DK, int DV, float scale, float *dS)
+{
+    const int QK = NH * DK, VO = NH * DV;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            const float *P = probs + h * probs_stride;
+            const size_t rq = (size_t)b * T * QK + (size_t)h * DK, rv = (size_t)b * T * VO + (size_t)h * DV;
+            /* forward: scores = scale q_h k_h^T */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, DK, scale, dq + rq, QK, k + h * DK, QK, 0.0f,
+                        dS, T);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, DK, scale, q + h * DK, QK, dk + rq, QK, 1.0f,
+                        dS, T);
+            /* forward: P = softmax(scores) */
+            for (int t = 0; t < T; t++) {
+                const float *p = P + (size_t)t * T;
+                float *s = dS + (size_t)t * T;
+                double dot = 0;
+                for (int u = 0; u < T; u++) dot += (double)p[u] * s[u];
+                for (int u = 0; u < T; u++) s[u] = p[u] * (s[u] - (float)dot);
+            }
+            /* forward: out_h = P v_h */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, DV, T, 1.0f, dS, T, v + h * DV, VO, 0.0f,
+                        dout + rv, VO);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, DV, T, 1.0f, P, T, dv + rv, VO, 1.0f, dout + rv,
+                        VO);
+        }
+}
+
 void lens_embedding_forward(float *out, const int *ids, const int *type_ids, const void *tok, const void *pos,
                             const void *type, lens_dtype dt, int T, int C)
 {
@@ -346,6 +412,7 @@ static void task_rows(int task, int n_tasks, int rows, int *r0, int *r1)
 typedef struct {
     float *out, *mean, *rstd;
     size_t ld;                   /* gelu: row stride of out */
+    const float *dout, *cmean, *crstd; /* backward: gradient in, the forward's statistics */
     const float *inp, *residual; /* residual may be NULL */
     float *residual_out;         /* when set, inp + residual is also stored here (GPT-2 stream) */
     const lens_layernorm *ln;
@@ -409,4 +476,39 @@ void lens_gelu_rows(lens_pool *pool, float *x, size_t ld, int N, int C, int tanh
 {
     rows_job j = {.out = x, .ld = ld, .N = N, .C = C, .gelu_tanh = tanh_approx, .n_tasks = row_tasks(pool, N)};
     lens_pool_run(pool, j.n_tasks, gelu_task, &j);
+}
+
+/* dinp += LN backward of dout on rows r0..r1 */
+static void layernorm_backward_task(void *ctx, int task)
+{
+    const rows_job *j = ctx;
+    int r0, r1;
+    task_rows(task, j->n_tasks, j->N, &r0, &r1);
+    const size_t off = (size_t)r0 * j->C;
+    lens_layernorm_backward(j->out + off, NULL, NULL, j->dout + off, j->inp + off, j->cmean + r0, j->crstd + r0, j->ln,
+                            r1 - r0, j->C);
+}
+
+void lens_layernorm_backward_rows(lens_pool *pool, float *dinp, const float *dout, const float *inp,
+                                  const float *mean, const float *rstd, const lens_layernorm *ln, int N, int C)
+{
+    rows_job j = {.out = dinp, .dout = dout, .inp = inp, .cmean = mean, .crstd = rstd, .ln = ln, .N = N, .C = C,
+                  .n_tasks = row_tasks(pool, N)};
+    lens_pool_run(pool, j.n_tasks, layernorm_backward_task, &j);
+}
+
+static void gelu_backward_task(void *ctx, int task)
+{
+    const rows_job *j = ctx;
+    int r0, r1;
+    task_rows(task, j->n_tasks, j->N, &r0, &r1);
+    for (int r = r0; r < r1; r++)
+        lens_gelu_backward_inplace(j->out + (size_t)r * j->ld, j->inp + (size_t)r * j->ld, (size_t)j->C, j->gelu_tanh);
+}
+
+void lens_gelu_backward_rows(lens_pool *pool, float *d, const float *inp, size_t ld, int N, int C, int tanh_approx)
+{
+    rows_job j = {.out = d, .inp = inp, .ld = ld, .N = N, .C = C, .gelu_tanh = tanh_approx,
+                  .n_tasks = row_tasks(pool, N)};
+    lens_pool_run(pool, j.n_tasks, gelu_backward_task, &j);
 }

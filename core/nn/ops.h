@@ -46,6 +46,8 @@ void lens_linear_forward(float *out, const float *inp, const lens_linear *lin, i
  * dinp may be NULL (weight gradients only). */
 void lens_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                           const float *inp, const lens_linear *lin, int N);
+/* JVP: dout[N][OC] = dinp[N][IC] W, the linear part (GEMM on pool). */
+void lens_linear_jvp(float *dout, const float *dinp, const lens_linear *lin, int N, lens_pool *pool);
 
 /* out[N][C] = (inp - mean) * rstd * w + b, statistics per row; mean and rstd
  * ([N]) may be NULL. out may alias inp. */
@@ -57,6 +59,11 @@ void lens_layernorm_forward(float *out, float *mean, float *rstd, const float *i
 void lens_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                              const float *inp, const float *mean, const float *rstd,
                              const lens_layernorm *ln, int N, int C);
+/* JVP for B tangents dx [B][T][C] of the forward's inp [T][C] (mean, rstd
+ * [T]): dy = w ⊙ rstd (dx - mean(dx) - xhat mean(xhat ⊙ dx)), xhat =
+ * (inp - mean) rstd; dy may alias dx; xhat_scratch [C]. */
+void lens_layernorm_jvp(float *dy, const float *dx, const float *inp, const float *mean, const float *rstd,
+                        const lens_layernorm *ln, int B, int T, int C, float *xhat_scratch);
 
 /* In place on x[n]: exact GELU x * Phi(x) (BERT "gelu") or the tanh
  * approximation (GPT-2 "gelu_new"). */
@@ -70,6 +77,8 @@ void lens_gelu_backward(float *dinp, const float *inp, const float *dout, size_t
 void lens_gelu_tanh_backward(float *dinp, const float *inp, const float *dout, size_t n);
 /* d[n] = GELU'(inp) * d in place (the FFN's hidden gradient needs no sum). */
 void lens_gelu_backward_inplace(float *d, const float *inp, size_t n, int tanh_approx);
+/* JVP for B tangents d [B][n] of the forward's input inp [n]: d *= GELU'(inp). */
+void lens_gelu_jvp(float *d, const float *inp, int B, size_t n, int tanh_approx);
 
 /* In place on x[n]: max(x, 0) (DistilBERT's pre_classifier). */
 void lens_relu_forward(float *x, size_t n);
@@ -117,6 +126,15 @@ void lens_attention_backward(float *dq, float *dk, float *dv, float *dprobs, siz
                              float *dscores, const float *dout, const float *q, const float *k,
                              const float *v, const float *probs, size_t probs_stride, int T, int NH,
                              int DK, int DV, int causal, float scale);
+/* JVP of lens_attention_forward for B tangents of one sequence: dq, dk
+ * [B][T][NH*DK], dv [B][T][NH*DV] -> dout [B][T][NH*DV] (set), from the
+ * forward's q, k, v and probs (NH blocks of [T][T] at probs_stride); dS
+ * [T][T] scratch. Per tangent and head:
+ *   dS = scale (dq_h k_h^T + q_h dk_h^T); dP = P ⊙ (dS − rowsum(P ⊙ dS))
+ *   (masked entries have P = 0); dout_h = dP v_h + P dv_h. */
+void lens_attention_jvp(float *dout, const float *dq, const float *dk, const float *dv, const float *q,
+                        const float *k, const float *v, const float *probs, size_t probs_stride, int B, int T,
+                        int NH, int DK, int DV, float scale, float *dS);
 
 /* Embeddings of one sequence (BERT / GPT-2 input):
  * out[T][C] = tok[ids[t]] + pos[t] (+ type[type_ids[t]] when type is
@@ -140,5 +158,11 @@ void lens_add_layernorm(lens_pool *pool, float *out, float *mean, float *rstd, f
 void lens_residual_layernorm(lens_pool *pool, float *x, const float *h, float *out, float *mean, float *rstd,
                              const lens_layernorm *ln, int N, int C, float eps);
 void lens_gelu_rows(lens_pool *pool, float *x, size_t ld, int N, int C, int tanh_approx);
+/* Backward forms, activation gradients only:
+ * lens_layernorm_backward_rows: dinp[N][C] += LN backward of dout (as lens_layernorm_backward);
+ * lens_gelu_backward_rows: d[N][C] (row stride ld) *= GELU'(inp) (same stride). */
+void lens_layernorm_backward_rows(lens_pool *pool, float *dinp, const float *dout, const float *inp,
+                                  const float *mean, const float *rstd, const lens_layernorm *ln, int N, int C);
+void lens_gelu_backward_rows(lens_pool *pool, float *d, const float *inp, size_t ld, int N, int C, int tanh_approx);
 
 #endif

@@ -1,15 +1,19 @@
 /* train.c - training BERT classifiers / masked LMs and GPT-2 causal LMs:
  * parameters, the forward pass that keeps what backward needs, the backward
- * pass, AdamW, checkpoints. GPT-2's model is stated above forward_gpt2; a
- * summed-heads BERT (head_combination sum) above tile_summed.
+ * pass, AdamW, checkpoints. The blocks are the family's (arch.h:
+ * block_forward caching into a lens_block_cache with the linear maps'
+ * inputs, block_backward with weight gradients through a lens_grad_map);
+ * this file owns the embeddings, the heads, the losses and attention over
+ * the packed sequences (the attend hooks). A summed-heads BERT
+ * (head_combination sum) is explained above tile_summed.
  *
  * Model (HF BertForSequenceClassification, post-LN, no dropout):
  *   e   = tok[ids] + pos[t] + type[seg];        x_0 = LN_emb(e)
- *   per layer l:  q,k,v = x W_{Q,K,V} + b;      ctx = concat_h softmax(q_h k_h^T / sqrt(DK)) v_h
- *                 r1 = x + ctx W_O + b_O;       a = LN_attn(r1)
- *                 r2 = a + GELU(a W_1 + b_1) W_2 + b_2;   x_{l+1} = LN_ff(r2)
+ *   per layer l:  x_{l+1} = block_l(x_l)         (bert.c)
  *   pooled = tanh(x_L[CLS] W_p + b_p);  logits = pooled W_c + b_c
  *   loss = mean over sequences of -log softmax(logits)[label]
+ * GPT-2 (pre-LN): x_0 = wte[ids] + wpe[t]; x_{l+1} = block_l(x_l) (gpt2.c);
+ *   xf = LN_f(x_L); logits = xf wte^T (tied head, lm_loss).
  * Backward walks the same lines in reverse with the ops of ops.h, which
  * accumulate; weight gradients land in one buffer laid out as the parameters.
  *
@@ -49,27 +53,24 @@ typedef struct {
 /* Rows of LM-head logits computed at a time ([LM_ROWS][V] instead of [N][V]). */
 enum { LM_ROWS = 128 };
 
-/* Activations of one batch, grown to the largest batch seen. */
+/* Activations of one batch, grown to the largest batch seen: each block's
+ * lens_block_cache (with the linear maps' inputs, for weight gradients)
+ * and attention probabilities, and the io buffers of the family's block
+ * forward / backward (arch.h). */
 typedef struct {
     size_t N, S, A; /* capacity */
-    float *emb, *emb_mean, *emb_rstd; /* [N][C], [N], [N] */
-    float *x;                 /* [L+1][N][C] block inputs / outputs */
-    float *q, *k;             /* [L][N][NH*DK] */
-    float *v, *ctx;           /* [L][N][NH*DV] */
+    float *emb, *emb_mean, *emb_rstd; /* post-norm: [N][C], [N], [N] embedding LayerNorm input and statistics */
+    float *x;                 /* [N][C] residual stream: after the forward, x_L (post-norm) or LN_f(x_L) */
+    lens_block_cache *cache;  /* [L], N rows */
+    lens_block_cache final;   /* the final norm's (pre-norm families) */
     float *probs;             /* [L][NH][A] */
-    float *r1, *a, *r2;       /* [L][N][C] */
-    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd; /* [L][N] */
-    float *ff_pre, *ff_act;   /* [L][N][F] */
+    float *ctx;               /* [N][NH*DV] forward context / backward dctx */
     float *cls, *pooled, *logits; /* [S][C], [S][C], [S][K] */
-    /* GPT-2 (pre-LN): h1 = LN_1(x), mid = x + attention, h2 = LN_2(mid) */
-    float *h1, *mid, *h2;     /* [L][N][C] */
-    float *xf, *lnf_mean, *lnf_rstd; /* [N][C] = LN_f(x_L), [N], [N] */
     float *lm_logits;         /* [LM_ROWS][V] one chunk of LM-head logits */
-    float *dxf;               /* [N][C] */
-    /* backward scratch */
-    float *dx, *dres, *da, *dxn;  /* [N][C] */
-    float *dff;                   /* [N][F] */
-    float *dq, *dk, *dv, *dctx;   /* [N][NH*DK], [N][NH*DK], [N][NH*DV], [N][NH*DV] */
+    /* backward: dx = dL/d(stream), scratch */
+    float *dx, *dres, *da;    /* [N][C] */
+    float *dff;               /* [N][F] (also the forward's FFN scratch) */
+    float *dq, *dk, *dv;      /* [N][NH*DK], [N][NH*DK], [N][NH*DV] */
     float *dprobs, *dscores;      /* [NH][Tmax^2], [Tmax^2] */
     float *dpooled, *dlogits;     /* [S][C], [S][K] */
     float *dw_summed;             /* summed heads: [C][NH*DV] untied output-weight gradient */
@@ -87,6 +88,7 @@ struct lens_trainer {
     long step;
     acts a;
     lens_pool *pool; /* owned: the forward GEMMs' threads (lens_trainer_set_threads), or NULL */
+    lens_model view; /* cfg and p as a lens_model, for the family's block functions */
 };
 
 /* ------------------------------------------------------------- parameters */
@@ -253,6 +255,7 @@ lens_trainer *lens_trainer_new(const lens_config *cfg, unsigned long long seed, 
     t->v = calloc(t->n_param, sizeof(float));
     if (!t->tensors || !t->param || !t->grad || !t->m || !t->v) goto oom;
     walk(t, &w); /* bind */
+    t->view = (lens_model){.cfg = t->cfg, .p = t->p};
     float *compact = NULL;
     if (t->cfg.head_combination) {
         const size_t n = (size_t)cfg->d_model * cfg->d_head_v, tiled = n * cfg->n_heads;
@@ -280,15 +283,15 @@ oom:
     return NULL;
 }
 
-static void acts_free(acts *a)
+static void acts_free(acts *a, int L)
 {
-    float **all[] = {&a->emb, &a->emb_mean, &a->emb_rstd, &a->x, &a->q, &a->k, &a->v, &a->ctx, &a->probs,
-                     &a->r1, &a->a, &a->r2, &a->ln1_mean, &a->ln1_rstd, &a->ln2_mean, &a->ln2_rstd,
-                     &a->ff_pre, &a->ff_act, &a->cls, &a->pooled, &a->logits, &a->dx, &a->dres, &a->da,
-                     &a->dxn, &a->dff, &a->dq, &a->dk, &a->dv, &a->dctx, &a->dprobs, &a->dscores,
-                     &a->dpooled, &a->dlogits, &a->dw_summed, &a->h1, &a->mid, &a->h2, &a->xf,
-                     &a->lnf_mean, &a->lnf_rstd, &a->lm_logits, &a->dxf};
+    float **all[] = {&a->emb, &a->emb_mean, &a->emb_rstd, &a->x, &a->probs, &a->ctx, &a->cls, &a->pooled,
+                     &a->logits, &a->lm_logits, &a->dx, &a->dres, &a->da, &a->dff, &a->dq, &a->dk, &a->dv,
+                     &a->dprobs, &a->dscores, &a->dpooled, &a->dlogits, &a->dw_summed};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(*all[i]), *all[i] = NULL;
+    for (int l = 0; a->cache && l < L; l++) lens_block_cache_free(&a->cache[l]);
+    free(a->cache), a->cache = NULL;
+    lens_block_cache_free(&a->final);
     free(a->row_start), free(a->attn_start);
     a->row_start = a->attn_start = NULL;
     a->N = a->S = a->A = a->tmax2 = 0;
@@ -297,7 +300,7 @@ static void acts_free(acts *a)
 void lens_trainer_free(lens_trainer *t)
 {
     if (!t) return;
-    acts_free(&t->a);
+    acts_free(&t->a, t->cfg.n_layers);
     lens_pool_free(t->pool);
     free(t->param), free(t->grad), free(t->m), free(t->v), free(t->tensors), free(t->p.blocks);
     lens_config_free(&t->cfg);
@@ -385,22 +388,19 @@ static int acts_reserve(lens_trainer *t, size_t N, size_t S, size_t A, size_t tm
     const size_t QK = NH * c->d_head_k, VO = NH * c->d_head_v, K = (size_t)c->n_labels;
     int failed = 0;
     if (N > a->N) {
-        if (lens_has_cap(c, LENS_CAP_PRE_NORM)) {
-            failed |= grow(&a->h1, L * N * C) | grow(&a->mid, L * N * C) | grow(&a->h2, L * N * C);
-            failed |= grow(&a->xf, N * C) | grow(&a->lnf_mean, N) | grow(&a->lnf_rstd, N) | grow(&a->dxf, N * C);
-            if (!a->lm_logits) failed |= grow(&a->lm_logits, (size_t)LM_ROWS * c->vocab_size);
-        } else {
+        if (!lens_has_cap(c, LENS_CAP_PRE_NORM))
             failed |= grow(&a->emb, N * C) | grow(&a->emb_mean, N) | grow(&a->emb_rstd, N);
-            failed |= grow(&a->r1, L * N * C) | grow(&a->a, L * N * C) | grow(&a->r2, L * N * C);
+        if (c->task == LENS_TASK_CAUSAL_LM && !a->lm_logits) failed |= grow(&a->lm_logits, (size_t)LM_ROWS * c->vocab_size);
+        if (!a->cache) failed |= !(a->cache = calloc(L, sizeof *a->cache));
+        for (size_t l = 0; l < L && !failed; l++) {
+            lens_block_cache_free(&a->cache[l]);
+            failed |= lens_block_cache_init(&a->cache[l], c, (int)N, 1, 0);
         }
-        failed |= grow(&a->x, (L + 1) * N * C) | grow(&a->q, L * N * QK) | grow(&a->k, L * N * QK);
-        failed |= grow(&a->v, L * N * VO) | grow(&a->ctx, L * N * VO);
-        failed |= grow(&a->ln1_mean, L * N) | grow(&a->ln1_rstd, L * N) | grow(&a->ln2_mean, L * N) |
-                  grow(&a->ln2_rstd, L * N);
-        failed |= grow(&a->ff_pre, L * N * F) | grow(&a->ff_act, L * N * F);
-        failed |= grow(&a->dx, N * C) | grow(&a->dres, N * C) | grow(&a->da, N * C) | grow(&a->dxn, N * C);
-        failed |= grow(&a->dff, N * F) | grow(&a->dq, N * QK) | grow(&a->dk, N * QK) | grow(&a->dv, N * VO) |
-                  grow(&a->dctx, N * VO);
+        lens_block_cache_free(&a->final);
+        failed |= lens_block_cache_init(&a->final, c, (int)N, 1, 1);
+        failed |= grow(&a->x, N * C) | grow(&a->ctx, N * VO);
+        failed |= grow(&a->dx, N * C) | grow(&a->dres, N * C) | grow(&a->da, N * C);
+        failed |= grow(&a->dff, N * F) | grow(&a->dq, N * QK) | grow(&a->dk, N * QK) | grow(&a->dv, N * VO);
         if (!failed) a->N = N;
     }
     if (S > a->S) {
@@ -425,45 +425,81 @@ static int acts_reserve(lens_trainer *t, size_t N, size_t S, size_t A, size_t tm
 
 /* ---------------------------------------------------------- forward / backward */
 
+/* The attention of every sequence of the batch, for the family's blocks. */
+typedef struct {
+    lens_trainer *t;
+    const lens_batch *b;
+    size_t A;
+    int layer; /* backward: the layer whose summed output weight maps to dw_summed */
+} batch_attention;
+
+/* attend hook: ctx = attention per sequence, probabilities kept for the backward */
+static void train_attend(lens_block_io *io, int l)
+{
+    const batch_attention *ba = io->attend_ctx;
+    const lens_config *c = &ba->t->cfg;
+    const acts *a = &ba->t->a;
+    const int NH = c->n_heads, DK = c->d_head_k, DV = c->d_head_v, causal = lens_has_cap(c, LENS_CAP_CAUSAL);
+    const size_t QK = (size_t)NH * DK, VO = (size_t)NH * DV;
+    float *probs = a->probs + (size_t)l * NH * ba->A;
+    for (int s = 0; s < ba->b->n_seqs; s++) {
+        const size_t r = (size_t)a->row_start[s];
+        lens_attention_forward(io->ctx + r * VO, probs + a->attn_start[s], ba->A, io->q + r * QK, io->k + r * QK,
+                               io->v + r * VO, ba->b->lengths[s], NH, DK, DV, causal, c->attn_scale);
+    }
+}
+
+/* attend_backward hook: dq, dk, dv from dctx per sequence */
+static int train_attend_backward(lens_block_io *io, int l)
+{
+    const batch_attention *ba = io->attend_ctx;
+    const lens_config *c = &ba->t->cfg;
+    const acts *a = &ba->t->a;
+    const int NH = c->n_heads, DK = c->d_head_k, DV = c->d_head_v, causal = lens_has_cap(c, LENS_CAP_CAUSAL);
+    const size_t QK = (size_t)NH * DK, VO = (size_t)NH * DV, N = (size_t)io->N;
+    const float *probs = a->probs + (size_t)l * NH * ba->A;
+    const lens_block_cache *k = io->cache;
+    memset(io->q, 0, N * QK * sizeof(float));
+    memset(io->k, 0, N * QK * sizeof(float));
+    memset(io->v, 0, N * VO * sizeof(float));
+    for (int s = 0; s < ba->b->n_seqs; s++) {
+        const size_t r = (size_t)a->row_start[s];
+        lens_attention_backward(io->q + r * QK, io->k + r * QK, io->v + r * VO, a->dprobs, a->tmax2, a->dscores,
+                                io->ctx + r * VO, k->q + r * QK, k->k + r * QK, k->v + r * VO,
+                                probs + a->attn_start[s], ba->A, ba->b->lengths[s], NH, DK, DV, causal, c->attn_scale);
+    }
+    return 0;
+}
+
+/* The embeddings, then the family's blocks (caching for the backward) and
+ * final norm: a->x = x_L, or LN_f(x_L) for pre-norm families.
+ * post-norm: e = tok[ids] + pos[t] + type[seg]; x_0 = LN_emb(e)
+ * pre-norm:  x_0 = wte[ids] + wpe[t] (type ids ignored) */
 static void forward(lens_trainer *t, const lens_batch *b, size_t N, size_t A)
 {
     const lens_config *c = &t->cfg;
     const lens_params *p = &t->p;
+    const lens_family *f = c->family;
     acts *a = &t->a;
-    const int C = c->d_model, F = c->d_ff, NH = c->n_heads, DK = c->d_head_k, DV = c->d_head_v;
-    const size_t QK = (size_t)NH * DK, VO = (size_t)NH * DV;
-    const int n = (int)N;
+    const int C = c->d_model, n = (int)N, pre = lens_has_cap(c, LENS_CAP_PRE_NORM);
     for (int s = 0; s < b->n_seqs; s++) {
         const int r = a->row_start[s];
-        lens_embedding_forward(a->emb + (size_t)r * C, b->ids + r, b->type_ids ? b->type_ids + r : NULL,
-                               p->tok_emb, p->pos_emb, p->type_emb, LENS_DT_F32, b->lengths[s], C);
+        lens_embedding_forward((pre ? a->x : a->emb) + (size_t)r * C, b->ids + r,
+                               !pre && b->type_ids ? b->type_ids + r : NULL, p->tok_emb, p->pos_emb,
+                               pre ? NULL : p->type_emb, LENS_DT_F32, b->lengths[s], C);
     }
-    lens_layernorm_forward(a->x, a->emb_mean, a->emb_rstd, a->emb, &p->ln_emb, n, C, c->ln_eps);
+    if (!pre) lens_layernorm_forward(a->x, a->emb_mean, a->emb_rstd, a->emb, &p->ln_emb, n, C, c->ln_eps);
+    batch_attention ba = {.t = t, .b = b, .A = A};
+    lens_block_io io = {.N = n, .x = a->x, .h = a->dres, .n = a->da, .ctx = a->ctx, .ff = a->dff,
+                        .ff_ld = (size_t)c->d_ff, .pool = t->pool, .attend = train_attend, .attend_ctx = &ba};
     for (int l = 0; l < c->n_layers; l++) {
-        const lens_block *blk = &p->blocks[l];
-        const float *x = a->x + (size_t)l * N * C;
-        float *q = a->q + l * N * QK, *k = a->k + l * N * QK, *v = a->v + l * N * VO, *ctx = a->ctx + l * N * VO;
-        float *probs = a->probs + (size_t)l * NH * A;
-        float *r1 = a->r1 + l * N * C, *aa = a->a + l * N * C, *r2 = a->r2 + l * N * C;
-        float *pre = a->ff_pre + l * N * F, *act = a->ff_act + l * N * F;
-        lens_gemm_linear(q, x, &blk->q, n, t->pool);
-        lens_gemm_linear(k, x, &blk->k, n, t->pool);
-        lens_gemm_linear(v, x, &blk->v, n, t->pool);
-        for (int s = 0; s < b->n_seqs; s++) {
-            const size_t r = (size_t)a->row_start[s];
-            lens_attention_forward(ctx + r * VO, probs + a->attn_start[s], A, q + r * QK, k + r * QK, v + r * VO,
-                                   b->lengths[s], NH, DK, DV, 0, c->attn_scale);
-        }
-        lens_gemm_linear(r1, ctx, &blk->attn_out, n, t->pool);
-        lens_residual_forward(r1, x, N * C);
-        lens_layernorm_forward(aa, a->ln1_mean + l * N, a->ln1_rstd + l * N, r1, &blk->ln_attn, n, C, c->ln_eps);
-        lens_gemm_linear(pre, aa, &blk->ff_in, n, t->pool);
-        memcpy(act, pre, N * F * sizeof(float));
-        (c->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(act, N * F);
-        lens_gemm_linear(r2, act, &blk->ff_out, n, t->pool);
-        lens_residual_forward(r2, aa, N * C);
-        lens_layernorm_forward(a->x + (size_t)(l + 1) * N * C, a->ln2_mean + l * N, a->ln2_rstd + l * N, r2,
-                               &blk->ln_ff, n, C, c->ln_eps);
+        io.cache = &a->cache[l];
+        io.q = io.cache->q, io.k = io.cache->k, io.v = io.cache->v;
+        f->block_forward(&t->view, &io, l);
+    }
+    if (f->final_forward) {
+        io.cache = &a->final;
+        f->final_forward(&t->view, &io);
     }
 }
 
@@ -473,9 +509,9 @@ static void forward_classifier(lens_trainer *t, const lens_batch *b, size_t N)
     const lens_params *p = &t->p;
     acts *a = &t->a;
     const int C = t->cfg.d_model;
-    const float *xL = a->x + (size_t)t->cfg.n_layers * N * C;
+    (void)N;
     for (int s = 0; s < b->n_seqs; s++)
-        memcpy(a->cls + (size_t)s * C, xL + (size_t)a->row_start[s] * C, C * sizeof(float));
+        memcpy(a->cls + (size_t)s * C, a->x + (size_t)a->row_start[s] * C, C * sizeof(float));
     lens_gemm_linear(a->pooled, a->cls, &p->pooler, b->n_seqs, t->pool);
     lens_tanh_forward(a->pooled, (size_t)b->n_seqs * C);
     lens_gemm_linear(a->logits, a->pooled, &p->classifier, b->n_seqs, t->pool);
@@ -501,186 +537,54 @@ static void backward_classifier(lens_trainer *t, const lens_batch *b, size_t N)
         memcpy(a->dx + (size_t)a->row_start[s] * C, a->dpooled + (size_t)s * C, C * sizeof(float));
 }
 
-/* From a->dx = dL/dx_L down to the embeddings, accumulating weight gradients. */
+/* Weight gradients for the family's block backward: a parameter's gradient
+ * sits at the same offset of t->grad, except a summed output weight's, which
+ * goes to dw_summed to be tied (tie_summed_grad). */
+static float *grad_of(const lens_grad_map *g, const float *param)
+{
+    const batch_attention *ba = g->ctx;
+    const lens_trainer *t = ba->t;
+    if (t->cfg.head_combination && param == t->p.blocks[ba->layer].attn_out.w) return t->a.dw_summed;
+    return G(t, param);
+}
+
+/* From a->dx = dL/d(forward output a->x) down to the embeddings,
+ * accumulating weight gradients: the family's final norm and block
+ * backward, then the embeddings' (the forward's lines in reverse). */
 static void backward(lens_trainer *t, const lens_batch *b, size_t N, size_t A)
 {
     const lens_config *c = &t->cfg;
     const lens_params *p = &t->p;
+    const lens_family *f = c->family;
     acts *a = &t->a;
-    const int C = c->d_model, F = c->d_ff, NH = c->n_heads, DK = c->d_head_k, DV = c->d_head_v, S = b->n_seqs;
-    const size_t QK = (size_t)NH * DK, VO = (size_t)NH * DV, NC = N * C;
-    const int n = (int)N;
-
+    const int C = c->d_model, S = b->n_seqs, n = (int)N, pre = lens_has_cap(c, LENS_CAP_PRE_NORM);
+    batch_attention ba = {.t = t, .b = b, .A = A};
+    const lens_grad_map grads = {.of = grad_of, .ctx = &ba};
+    lens_block_io io = {.N = n, .x = a->dx, .h = a->dres, .n = a->da, .q = a->dq, .k = a->dk, .v = a->dv,
+                        .ctx = a->ctx, .ff = a->dff, .ff_ld = (size_t)c->d_ff, .pool = t->pool, .grads = &grads,
+                        .attend_backward = train_attend_backward, .attend_ctx = &ba};
+    if (f->final_backward) {
+        io.cache = &a->final;
+        f->final_backward(&t->view, &io);
+    }
     for (int l = c->n_layers - 1; l >= 0; l--) {
-        const lens_block *blk = &p->blocks[l];
-        const float *x = a->x + (size_t)l * N * C;
-        const float *q = a->q + l * N * QK, *k = a->k + l * N * QK, *v = a->v + l * N * VO;
-        const float *ctx = a->ctx + l * N * VO, *probs = a->probs + (size_t)l * NH * A;
-        const float *r1 = a->r1 + l * N * C, *aa = a->a + l * N * C, *r2 = a->r2 + l * N * C;
-        const float *pre = a->ff_pre + l * N * F, *act = a->ff_act + l * N * F;
-        /* x_{l+1} = LN_ff(r2) */
-        memset(a->dres, 0, NC * sizeof(float));
-        lens_layernorm_backward(a->dres, G(t, blk->ln_ff.w), G(t, blk->ln_ff.b), a->dx, r2, a->ln2_mean + l * N,
-                                a->ln2_rstd + l * N, &blk->ln_ff, n, C);
-        /* r2 = a + GELU(a W_1 + b_1) W_2 + b_2 */
-        memcpy(a->da, a->dres, NC * sizeof(float));
-        memset(a->dff, 0, N * F * sizeof(float));
-        lens_linear_backward(a->dff, G(t, blk->ff_out.w), G(t, blk->ff_out.b), a->dres, act, &blk->ff_out, n);
-        lens_gelu_backward_inplace(a->dff, pre, N * F, c->gelu_tanh);
-        lens_linear_backward(a->da, G(t, blk->ff_in.w), G(t, blk->ff_in.b), a->dff, aa, &blk->ff_in, n);
-        /* a = LN_attn(r1) */
-        memset(a->dres, 0, NC * sizeof(float));
-        lens_layernorm_backward(a->dres, G(t, blk->ln_attn.w), G(t, blk->ln_attn.b), a->da, r1,
-                                a->ln1_mean + l * N, a->ln1_rstd + l * N, &blk->ln_attn, n, C);
-        /* r1 = x + ctx W_O + b_O */
-        memcpy(a->dxn, a->dres, NC * sizeof(float));
-        memset(a->dctx, 0, N * VO * sizeof(float));
-        if (c->head_combination) {
-            memset(a->dw_summed, 0, (size_t)C * VO * sizeof(float));
-            lens_linear_backward(a->dctx, a->dw_summed, G(t, blk->attn_out.b), a->dres, ctx, &blk->attn_out, n);
-            tie_summed_grad(c, G(t, blk->attn_out.w), a->dw_summed);
-        } else {
-            lens_linear_backward(a->dctx, G(t, blk->attn_out.w), G(t, blk->attn_out.b), a->dres, ctx,
-                                 &blk->attn_out, n);
-        }
-        /* ctx_h = softmax(q_h k_h^T / sqrt(DK)) v_h, per sequence */
-        memset(a->dq, 0, N * QK * sizeof(float));
-        memset(a->dk, 0, N * QK * sizeof(float));
-        memset(a->dv, 0, N * VO * sizeof(float));
-        for (int s = 0; s < S; s++) {
-            const size_t r = (size_t)a->row_start[s];
-            const int T = b->lengths[s];
-            lens_attention_backward(a->dq + r * QK, a->dk + r * QK, a->dv + r * VO, a->dprobs, a->tmax2,
-                                    a->dscores, a->dctx + r * VO, q + r * QK, k + r * QK, v + r * VO,
-                                    probs + a->attn_start[s], A, T, NH, DK, DV, 0, c->attn_scale);
-        }
-        /* q, k, v = x W_{Q,K,V} + b */
-        lens_linear_backward(a->dxn, G(t, blk->q.w), G(t, blk->q.b), a->dq, x, &blk->q, n);
-        lens_linear_backward(a->dxn, G(t, blk->k.w), G(t, blk->k.b), a->dk, x, &blk->k, n);
-        lens_linear_backward(a->dxn, G(t, blk->v.w), G(t, blk->v.b), a->dv, x, &blk->v, n);
-        float *swap = a->dx;
-        a->dx = a->dxn, a->dxn = swap;
+        io.cache = &a->cache[l];
+        ba.layer = l;
+        if (c->head_combination) memset(a->dw_summed, 0, (size_t)C * c->n_heads * c->d_head_v * sizeof(float));
+        f->block_backward(&t->view, &io, l);
+        if (c->head_combination) tie_summed_grad(c, G(t, p->blocks[l].attn_out.w), a->dw_summed);
     }
-    /* x_0 = LN_emb(e); e = tok[ids] + pos[t] + type[seg] */
-    memset(a->dres, 0, NC * sizeof(float));
-    lens_layernorm_backward(a->dres, G(t, p->ln_emb.w), G(t, p->ln_emb.b), a->dx, a->emb, a->emb_mean,
-                            a->emb_rstd, &p->ln_emb, n, C);
-    for (int s = 0; s < S; s++) {
+    const float *de = a->dx; /* dL/de */
+    if (!pre) { /* x_0 = LN_emb(e) */
+        memset(a->dres, 0, N * C * sizeof(float));
+        lens_layernorm_backward(a->dres, G(t, p->ln_emb.w), G(t, p->ln_emb.b), a->dx, a->emb, a->emb_mean,
+                                a->emb_rstd, &p->ln_emb, n, C);
+        de = a->dres;
+    }
+    for (int s = 0; s < S; s++) { /* e = tok[ids] + pos[t] (+ type[seg]) */
         const int r = a->row_start[s];
-        lens_embedding_backward(G(t, p->tok_emb), G(t, p->pos_emb), G(t, p->type_emb), a->dres + (size_t)r * C,
-                                b->ids + r, b->type_ids ? b->type_ids + r : NULL, b->lengths[s], C);
-    }
-}
-
-/* GPT-2 (pre-LN, causal attention, tanh GELU), b's type ids ignored:
- *   x_0 = wte[ids] + wpe[t]
- *   per layer l:  h1 = LN_1(x);  q,k,v = h1 W_attn + b_attn  (views of c_attn)
- *                 ctx = concat_h causal_softmax(q_h k_h^T / sqrt(DK)) v_h
- *                 mid = x + ctx W_proj + b_proj;   h2 = LN_2(mid)
- *                 x_{l+1} = mid + GELU_tanh(h2 W_fc + b_fc) W_mproj + b_mproj
- *   xf = LN_f(x_L); logits = xf wte^T (tied head, lm_loss) */
-static void forward_gpt2(lens_trainer *t, const lens_batch *b, size_t N, size_t A)
-{
-    const lens_config *c = &t->cfg;
-    const lens_params *p = &t->p;
-    acts *a = &t->a;
-    const int C = c->d_model, F = c->d_ff, NH = c->n_heads, DH = C / NH;
-    const int n = (int)N;
-    for (int s = 0; s < b->n_seqs; s++) {
-        const int r = a->row_start[s];
-        lens_embedding_forward(a->x + (size_t)r * C, b->ids + r, NULL, p->tok_emb, p->pos_emb, NULL, LENS_DT_F32,
-                               b->lengths[s], C);
-    }
-    for (int l = 0; l < c->n_layers; l++) {
-        const lens_block *blk = &p->blocks[l];
-        const size_t LNC = l * N * C;
-        const float *x = a->x + LNC;
-        float *h1 = a->h1 + LNC, *mid = a->mid + LNC, *h2 = a->h2 + LNC;
-        float *q = a->q + LNC, *k = a->k + LNC, *v = a->v + LNC, *ctx = a->ctx + LNC;
-        float *probs = a->probs + (size_t)l * NH * A;
-        float *pre = a->ff_pre + l * N * F, *act = a->ff_act + l * N * F;
-        lens_layernorm_forward(h1, a->ln1_mean + l * N, a->ln1_rstd + l * N, x, &blk->ln_attn, n, C, c->ln_eps);
-        lens_gemm_linear(q, h1, &blk->q, n, t->pool);
-        lens_gemm_linear(k, h1, &blk->k, n, t->pool);
-        lens_gemm_linear(v, h1, &blk->v, n, t->pool);
-        for (int s = 0; s < b->n_seqs; s++) {
-            const size_t r = (size_t)a->row_start[s] * C;
-            lens_attention_forward(ctx + r, probs + a->attn_start[s], A, q + r, k + r, v + r, b->lengths[s], NH, DH,
-                                   DH, 1, c->attn_scale);
-        }
-        lens_gemm_linear(mid, ctx, &blk->attn_out, n, t->pool);
-        lens_residual_forward(mid, x, N * C);
-        lens_layernorm_forward(h2, a->ln2_mean + l * N, a->ln2_rstd + l * N, mid, &blk->ln_ff, n, C, c->ln_eps);
-        lens_gemm_linear(pre, h2, &blk->ff_in, n, t->pool);
-        memcpy(act, pre, N * F * sizeof(float));
-        (c->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(act, N * F);
-        float *out = a->x + (l + 1) * N * C;
-        lens_gemm_linear(out, act, &blk->ff_out, n, t->pool);
-        lens_residual_forward(out, mid, N * C);
-    }
-    lens_layernorm_forward(a->xf, a->lnf_mean, a->lnf_rstd, a->x + (size_t)c->n_layers * N * C, &p->ln_final, n, C,
-                           c->ln_eps);
-}
-
-/* From a->dxf = dL/dxf down to the embeddings, accumulating weight gradients. */
-static void backward_gpt2(lens_trainer *t, const lens_batch *b, size_t N, size_t A)
-{
-    const lens_config *c = &t->cfg;
-    const lens_params *p = &t->p;
-    acts *a = &t->a;
-    const int C = c->d_model, F = c->d_ff, NH = c->n_heads, DH = C / NH;
-    const size_t NC = N * C;
-    const int n = (int)N;
-    /* xf = LN_f(x_L) */
-    memset(a->dx, 0, NC * sizeof(float));
-    lens_layernorm_backward(a->dx, G(t, p->ln_final.w), G(t, p->ln_final.b), a->dxf,
-                            a->x + (size_t)c->n_layers * NC, a->lnf_mean, a->lnf_rstd, &p->ln_final, n, C);
-    for (int l = c->n_layers - 1; l >= 0; l--) {
-        const lens_block *blk = &p->blocks[l];
-        const size_t LNC = l * NC;
-        const float *x = a->x + LNC, *h1 = a->h1 + LNC, *mid = a->mid + LNC, *h2 = a->h2 + LNC;
-        const float *q = a->q + LNC, *k = a->k + LNC, *v = a->v + LNC, *ctx = a->ctx + LNC;
-        const float *probs = a->probs + (size_t)l * NH * A;
-        const float *pre = a->ff_pre + l * N * F, *act = a->ff_act + l * N * F;
-        /* x_{l+1} = mid + GELU(h2 W_fc + b_fc) W_mproj + b_mproj: dmid = dx + (FFN branch) */
-        memcpy(a->da, a->dx, NC * sizeof(float)); /* da = dL/dmid */
-        memset(a->dff, 0, N * F * sizeof(float));
-        lens_linear_backward(a->dff, G(t, blk->ff_out.w), G(t, blk->ff_out.b), a->dx, act, &blk->ff_out, n);
-        lens_gelu_backward_inplace(a->dff, pre, N * F, c->gelu_tanh);
-        memset(a->dres, 0, NC * sizeof(float)); /* dres = dL/dh2 */
-        lens_linear_backward(a->dres, G(t, blk->ff_in.w), G(t, blk->ff_in.b), a->dff, h2, &blk->ff_in, n);
-        /* h2 = LN_2(mid) */
-        lens_layernorm_backward(a->da, G(t, blk->ln_ff.w), G(t, blk->ln_ff.b), a->dres, mid, a->ln2_mean + l * N,
-                                a->ln2_rstd + l * N, &blk->ln_ff, n, C);
-        /* mid = x + ctx W_proj + b_proj */
-        memcpy(a->dxn, a->da, NC * sizeof(float)); /* dxn = dL/dx */
-        memset(a->dctx, 0, NC * sizeof(float));
-        lens_linear_backward(a->dctx, G(t, blk->attn_out.w), G(t, blk->attn_out.b), a->da, ctx, &blk->attn_out, n);
-        /* ctx_h = causal_softmax(q_h k_h^T / sqrt(DK)) v_h, per sequence */
-        memset(a->dq, 0, NC * sizeof(float));
-        memset(a->dk, 0, NC * sizeof(float));
-        memset(a->dv, 0, NC * sizeof(float));
-        for (int s = 0; s < b->n_seqs; s++) {
-            const size_t r = (size_t)a->row_start[s] * C;
-            lens_attention_backward(a->dq + r, a->dk + r, a->dv + r, a->dprobs, a->tmax2, a->dscores, a->dctx + r,
-                                    q + r, k + r, v + r, probs + a->attn_start[s], A, b->lengths[s], NH, DH, DH, 1,
-                                    c->attn_scale);
-        }
-        /* q, k, v = h1 W_{q,k,v} + b (column blocks of c_attn) */
-        memset(a->dres, 0, NC * sizeof(float)); /* dres = dL/dh1 */
-        lens_linear_backward(a->dres, G(t, blk->q.w), G(t, blk->q.b), a->dq, h1, &blk->q, n);
-        lens_linear_backward(a->dres, G(t, blk->k.w), G(t, blk->k.b), a->dk, h1, &blk->k, n);
-        lens_linear_backward(a->dres, G(t, blk->v.w), G(t, blk->v.b), a->dv, h1, &blk->v, n);
-        /* h1 = LN_1(x) */
-        lens_layernorm_backward(a->dxn, G(t, blk->ln_attn.w), G(t, blk->ln_attn.b), a->dres, x, a->ln1_mean + l * N,
-                                a->ln1_rstd + l * N, &blk->ln_attn, n, C);
-        float *swap = a->dx;
-        a->dx = a->dxn, a->dxn = swap;
-    }
-    /* x_0 = wte[ids] + wpe[t] */
-    for (int s = 0; s < b->n_seqs; s++) {
-        const int r = a->row_start[s];
-        lens_embedding_backward(G(t, p->tok_emb), G(t, p->pos_emb), NULL, a->dx + (size_t)r * C, b->ids + r, NULL,
+        lens_embedding_backward(G(t, p->tok_emb), G(t, p->pos_emb), pre ? NULL : G(t, p->type_emb),
+                                de + (size_t)r * C, b->ids + r, !pre && b->type_ids ? b->type_ids + r : NULL,
                                 b->lengths[s], C);
     }
 }
@@ -711,7 +615,7 @@ static int encode(lens_trainer *t, const lens_batch *b, size_t *N_out, size_t *A
         a->row_start[s] = r, a->attn_start[s] = q;
         r += b->lengths[s], q += b->lengths[s] * b->lengths[s];
     }
-    (lens_has_cap(c, LENS_CAP_PRE_NORM) ? forward_gpt2 : forward)(t, b, N, A);
+    forward(t, b, N, A);
     *N_out = N, *A_out = A;
     return 0;
 }
@@ -799,7 +703,7 @@ int lens_trainer_mlm_batch(lens_trainer *t, const lens_batch *b, const int *targ
         return lens_fail(err, LENS_ENOMEM, "out of memory for %d predictions", M);
     }
     float *rstd = mean + M;
-    const float *xL = a->x + (size_t)c->n_layers * N * C;
+    const float *xL = a->x;
     for (size_t i = 0, m = 0; i < N; i++)
         if (targets[i] >= 0) rows[m] = (int)i, memcpy(xm + m * C, xL + i * C, sizeof(float) * C), m++;
     const lens_linear decoder = {.w = p->tok_emb, .b = p->mlm_bias, .in = C, .out = V, .ld = C};
@@ -842,17 +746,17 @@ int lens_trainer_causal_batch(lens_trainer *t, const lens_batch *b, int backward
     int M = 0;
     for (int s = 0; s < b->n_seqs; s++) M += b->lengths[s] - 1;
     if (n_predicted) *n_predicted = M;
-    /* logits = xf wte^T, LM_ROWS rows at a time; loss = mean over the M
+    /* logits = xf wte^T (xf = LN_f(x_L) = a->x), LM_ROWS rows at a time; loss = mean over the M
      * predictions of -log softmax(logits_i)[ids[i + 1]] */
     const lens_linear head = {.w = p->tok_emb, .in = C, .out = V, .ld = C};
-    if (backward_pass) memset(a->dxf, 0, N * C * sizeof(float));
+    if (backward_pass) memset(a->dx, 0, N * C * sizeof(float));
     double total = 0;
     for (int s = 0; s < b->n_seqs; s++) {
         const int r0 = a->row_start[s], T = b->lengths[s];
         for (int i0 = 0; i0 < T; i0 += LM_ROWS) {
             const int rows = T - i0 < LM_ROWS ? T - i0 : LM_ROWS;
             const size_t r = (size_t)r0 + i0;
-            lens_gemm_linear(a->lm_logits, a->xf + r * C, &head, rows, t->pool);
+            lens_gemm_linear(a->lm_logits, a->x + r * C, &head, rows, t->pool);
             if (logits) memcpy(logits + r * V, a->lm_logits, (size_t)rows * V * sizeof(float));
             for (int i = 0; i < rows; i++) {
                 float *z = a->lm_logits + (size_t)i * V;
@@ -861,11 +765,11 @@ int lens_trainer_causal_batch(lens_trainer *t, const lens_batch *b, int backward
             }
             /* logits = xf wte^T: dxf += dlogits wte; dwte += dlogits^T xf */
             if (backward_pass && M)
-                lens_linear_backward(a->dxf + r * C, G(t, p->tok_emb), NULL, a->lm_logits, a->xf + r * C, &head, rows);
+                lens_linear_backward(a->dx + r * C, G(t, p->tok_emb), NULL, a->lm_logits, a->x + r * C, &head, rows);
         }
     }
     if (loss) *loss = M ? (float)(total / M) : 0.0f;
-    if (backward_pass && M) backward_gpt2(t, b, N, A);
+    if (backward_pass && M) backward(t, b, N, A);
     return 0;
 }
 
