@@ -47,7 +47,7 @@ static void usage(FILE *f)
             "            print what POST /v1/decomposition returns (texts: the arguments and/or the\n"
             "            file's non-empty lines; labels: one per text)\n"
             "  attribution --model DIR TEXT [--pair TEXT] [--target predicted|LABEL|INDEX] [--steps 20]\n"
-            "            [--riemann right|left] [--layers 1,..] [--heads 0,..] [--no-matrices]\n"
+            "            [--riemann right|left] [--quadrature riemann|gauss] [--layers 1,..] [--heads 0,..] [--no-matrices]\n"
             "            [--tree] [--tree-threshold 0.4] [--precision N] [--encoding json|base64]\n"
             "            print what POST /v1/attribution returns (BERT sequence classifiers)\n"
             "  token-identity --model DIR TEXT [--layers 0,..] [--metric cosine|l2] [--top-k 5]\n"
@@ -169,7 +169,7 @@ static const cli_opt decompose_opts[] = {
 
 static const cli_opt attribution_opts[] = {
     {"target", "target", OPT_STR_OR_INT}, {"steps", "steps", OPT_INT}, {"riemann", "riemann", OPT_STR},
-    {"layers", "layers", OPT_INTS}, {"heads", "heads", OPT_INTS}, {"no-matrices", "include_matrices", OPT_FALSE},
+    {"quadrature", "quadrature", OPT_STR}, {"layers", "layers", OPT_INTS}, {"heads", "heads", OPT_INTS}, {"no-matrices", "include_matrices", OPT_FALSE},
     {"tree", "tree", OPT_TRUE}, {"tree-threshold", "tree.threshold", OPT_NUM}, {NULL, NULL, 0}};
 
 static const cli_opt token_identity_opts[] = {

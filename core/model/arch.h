@@ -295,6 +295,13 @@ void lens_bert_write_config(FILE *f, const lens_config *c, int random_weights);
  * labels negative / positive), for new_config. */
 int lens_new_encoder_task(lens_config *c, const char *task, lens_err *err);
 
+/* The final LayerNorm of pre-LN families (gpt2.c; GPT-NeoX shares it):
+ * ln_f (model.p.ln_final) in slot 2L, its cache, backward and JVP. */
+size_t lens_ln_final_cache_floats(const lens_config *c, int for_weights);
+void lens_ln_final_forward(const lens_model *m, lens_block_io *io);
+void lens_ln_final_backward(const lens_model *m, lens_block_io *io);
+void lens_ln_final_jvp(const lens_model *m, lens_block_io *io);
+
 /* A tokenizer-only folder (lens_model_tokenizer_only) has no family: no capabilities. */
 static inline int lens_has_cap(const lens_config *c, unsigned cap) { return c->family && (c->family->caps & cap) != 0; }
 

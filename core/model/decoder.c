@@ -297,9 +297,7 @@ static void save(float *dst, const float *src, size_t n)
     if (dst) memcpy(dst, src, sizeof(float) * n);
 }
 
-/* RoPE of x [N][H*DK] (forward, or its transpose when back): positions pos,
- * or with pos NULL row n of each block of `rows` rows at position n % rows. */
-static void rotate_rows(const lens_config *c, float *x, const int *pos, int N, int rows, int H, int back)
+void lens_decoder_rope(const lens_config *c, float *x, const int *pos, int N, int rows, int H, int back)
 {
     const int DK = c->d_head_k, R = c->rope.dim;
     if (!R) return;
@@ -331,8 +329,8 @@ static void project_qk(const lens_model *m, const lens_block *blk, const float *
         lens_qk_norm_forward(q, s ? s->q_rstd : NULL, blk->q_norm.w, N, NH, DK, c->ln_eps);
         lens_qk_norm_forward(k, s ? s->k_rstd : NULL, blk->k_norm.w, N, NKV, DK, c->ln_eps);
     }
-    rotate_rows(c, q, pos, N, N, NH, 0);
-    rotate_rows(c, k, pos, N, N, NKV, 0);
+    lens_decoder_rope(c, q, pos, N, N, NH, 0);
+    lens_decoder_rope(c, k, pos, N, N, NKV, 0);
     lens_repeat_kv(k, N, NKV, NH, DK);
 }
 
@@ -449,8 +447,8 @@ void lens_decoder_block_backward(const lens_model *m, lens_block_io *io, int l)
     /* forward: q = rope(qk_norm(h1 W_q)), k = repeat(rope(qk_norm(h1 W_k))), v = repeat(h1 W_v) */
     sum_kv(io->k, N, NKV, NH, DK);
     sum_kv(io->v, N, NKV, NH, c->d_head_v);
-    rotate_rows(c, io->q, io->pos, N, N, NH, 1);
-    rotate_rows(c, io->k, io->pos, N, N, NKV, 1);
+    lens_decoder_rope(c, io->q, io->pos, N, N, NH, 1);
+    lens_decoder_rope(c, io->k, io->pos, N, N, NKV, 1);
     if (c->qk_norm) {
         lens_rmsnorm_backward_inplace(io->q, grad_for(io, blk->q_norm.w), s.q_pre, s.q_rstd, blk->q_norm.w, 0, N * NH,
                                       DK);
@@ -489,8 +487,8 @@ void lens_decoder_block_jvp(const lens_model *m, lens_block_io *io, int l)
         rms_jvp_copies(m, io->q, io->q, s.q_pre, s.q_rstd, blk->q_norm.w, 0, B, T * NH, DK);
         rms_jvp_copies(m, io->k, io->k, s.k_pre, s.k_rstd, blk->k_norm.w, 0, B, T * NKV, DK);
     }
-    rotate_rows(c, io->q, NULL, N, T, NH, 0);
-    rotate_rows(c, io->k, NULL, N, T, NKV, 0);
+    lens_decoder_rope(c, io->q, NULL, N, T, NH, 0);
+    lens_decoder_rope(c, io->k, NULL, N, T, NKV, 0);
     lens_repeat_kv(io->k, N, NKV, NH, DK);
     lens_repeat_kv(io->v, N, NKV, NH, c->d_head_v);
     io->attend_jvp(io, l);
@@ -551,9 +549,6 @@ void lens_decoder_attn_qk(const lens_model *m, int l, const float *h, int T, flo
     project_qk(m, blk, x, T, NULL, q, k, NULL, NULL);
 }
 
-const char lens_decoder_no_backward[] =
-    "attention attribution and hidden-token attribution need the block backward / JVP, which this decoder family "
-    "does not have yet (forward, logit lens, attention, token identity and decomposition work)";
 const char lens_decoder_no_window_grad[] =
     "attention attribution and hidden-token attribution do not yet apply sliding-window or soft-capped attention "
     "in their gradients (forward, logit lens, attention, token identity and decomposition work)";

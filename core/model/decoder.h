@@ -45,6 +45,11 @@ void lens_decoder_final_backward(const lens_model *m, lens_block_io *io);
 void lens_decoder_final_jvp(const lens_model *m, lens_block_io *io);
 void lens_decoder_attn_qk(const lens_model *m, int l, const float *h, int T, float *x, float *q, float *k);
 
+/* RoPE of x [N][H*DK] (forward, or its transpose when back) on c's rotary
+ * channels: positions pos, or with pos NULL row n of each block of `rows`
+ * rows at n % rows (the copies of one sequence). */
+void lens_decoder_rope(const lens_config *c, float *x, const int *pos, int N, int rows, int H, int back);
+
 /* GQA: x holds [N][NKV*D] compact at its start; on return [N][NH*D], kv
  * head g repeated for query heads g*NH/NKV .. (g+1)*NH/NKV - 1 (HF repeat_kv). */
 void lens_repeat_kv(float *x, int N, int NKV, int NH, int D);
@@ -57,7 +62,6 @@ typedef struct {
 } lens_decoder_preset;
 int lens_decoder_apply_preset(const lens_decoder_preset *presets, const char *name, lens_config *c);
 
-extern const char lens_decoder_no_backward[];   /* gpt_neox: no block backward / JVP yet */
 extern const char lens_decoder_no_window_grad[]; /* mistral, gemma2: the gradient analyses' attention has no window / cap */
 
 #endif

@@ -142,7 +142,7 @@ class Decoder:
 
     def block(self, l, x, pos, scale=None):
         if self.type == "gpt_neox":
-            return self.neox_block(l, x, pos)
+            return self.neox_block(l, x, pos, scale)
         b = f"model.layers.{l}."
         T = x.shape[0]
         off = self.gemma
@@ -167,7 +167,7 @@ class Decoder:
             f = rms(f, self.p(b + "post_feedforward_layernorm.weight"), self.eps, True)
         return x + f, P, V
 
-    def neox_block(self, l, x, pos):
+    def neox_block(self, l, x, pos, scale=None):
         b = f"gpt_neox.layers.{l}."
         T, D = x.shape[0], self.D
         ln = lambda z, n: torch.nn.functional.layer_norm(z, (self.C,), self.p(b + n + ".weight"),
@@ -175,7 +175,7 @@ class Decoder:
         qkv = self.lin(ln(x, "input_layernorm"), b + "attention.query_key_value").view(T, self.NH, 3 * D)
         q, k, v = qkv[..., :D], qkv[..., D:2 * D], qkv[..., 2 * D:]
         q, k = rope(q, pos, self.freqs), rope(k, pos, self.freqs)
-        ctx, P, V = self.attend(q, k, v, l)
+        ctx, P, V = self.attend(q, k, v, l, scale)
         a = self.lin(ctx, b + "attention.dense")
         mlp = lambda z: self.lin(self.act(self.lin(z, b + "mlp.dense_h_to_4h")), b + "mlp.dense_4h_to_h")
         if self.cfg.get("use_parallel_residual", True):
@@ -274,6 +274,10 @@ def main():
         res["attribution"], res["target"], res["f_full"] = attribution(m, h0, req["steps"], req.get("target", -1))
     if req.get("hta"):
         res["hta"] = hta(m, h0)
+    from families_reference import decomposition, token_identity  # family-independent: hidden states only
+    res["ti_rank"], res["ti_margin"] = token_identity(hidden)
+    if req.get("windows"):
+        res["decomposition"] = decomposition(m, req["windows"], req["labels"])
     json.dump(res, sys.stdout)
 
 
