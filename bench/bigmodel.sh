@@ -3,9 +3,10 @@
 # (issue 15: weights resident in their file dtype). Not part of make test
 # or make bench: it writes gigabytes and takes minutes.
 #
-# For each ARCH:PRESET of BIGMODEL_MODELS (default gpt2:xl, GPT-2 XL's
-# shape, 1.56 B parameters, 3.1 GB in BF16; llama:1b llama:8b once the llama
-# family is merged): `lensd mkmodel --dtype bf16 --max-shard-size 2GB`
+# For each ARCH:PRESET of BIGMODEL_MODELS (default llama:1b llama:8b, the
+# Llama-3.2-1B and Llama-3.1-8B shapes with their real tensor names, 2.5 and
+# 16 GB in BF16; gpt2:xl is GPT-2 XL's, 1.56 B): `lensd mkmodel --dtype bf16
+# --max-shard-size 2GB`
 # (kept for the next run), `lensd serve` with only that model, then POST
 # /v1/forward and /v1/attention with 64 tokens, and prints the load time,
 # each request's time (the forward twice: the first one faults the mapped
@@ -16,12 +17,13 @@
 #   BIGMODEL_DIR=DIR       where the checkpoints go (default build/bigmodels)
 #   BIGMODEL_MODELS="gpt2:xl llama:8b"
 #   BIGMODEL_PORT=18931
+# (awk prints with %.0f: mawk's %d stops at 2^31 - 1, i.e. 2047 MiB)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 LENSD=${1:-build/lensd}
 DIR=${BIGMODEL_DIR:-build/bigmodels}
-MODELS=${BIGMODEL_MODELS:-gpt2:xl}
+MODELS=${BIGMODEL_MODELS:-llama:1b llama:8b}
 PORT=${BIGMODEL_PORT:-18931}
 T=64
 SLACK=$((3 << 29)) # 1.5 GiB
@@ -72,7 +74,7 @@ for spec in $MODELS; do
     status=1
     continue
   fi
-  rss_loaded=$(awk '/VmRSS/ { printf "%d", $2 * 1024 }' "/proc/$pid/status")
+  rss_loaded=$(awk '/VmRSS/ { printf "%.0f", $2 * 1024 }' "/proc/$pid/status")
   times=""
   # the first forward faults the weights in from the page cache (or disk): BF16
   # maps are not touched at load; the second one is the steady state
@@ -85,7 +87,7 @@ for spec in $MODELS; do
     [ "${code% *}" = 200 ] || { status=1; head -c 300 "$DIR/$ep-$arch-$preset.json" >&2; echo >&2; }
     times="$times $ep=${code#* }s"
   done
-  hwm=$(awk '/VmHWM/ { printf "%d", $2 * 1024 }' "/proc/$pid/status")
+  hwm=$(awk '/VmHWM/ { printf "%.0f", $2 * 1024 }' "/proc/$pid/status")
   kill "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
   verdict=PASS

@@ -6,8 +6,8 @@
  * the two must give bitwise equal results, since widening is exact and the
  * GEMM widens BF16/F16 panels to the same float32 values the F32 model
  * packs at load (same kernel, same blocking, same summation order). Checked
- * on mkmodel'd BERT (classification, masked LM), GPT-2 and RoBERTa at the
- * tiny preset: every hidden state, attention probability, value and logit of
+ * on mkmodel'd BERT (classification, masked LM), GPT-2, RoBERTa, DistilBERT,
+ * Llama (untied lm_head), Qwen3, GPT-NeoX and Gemma2 at the tiny preset: every hidden state, attention probability, value and logit of
  * a packed batch of two sequences (7 and 40 tokens, the longer one crossing a
  * 32-column GEMM panel), and the token identity vocabulary ranking (which
  * reads the embedding table block by block). Sharded checkpoints: an F32
@@ -199,11 +199,15 @@ static void test_resident_equals_widened(void)
         {"bert", "masked-lm", LENS_DT_F16, 0},
         {"roberta", "classification", LENS_DT_BF16, 0},
         {"distilbert", "masked-lm", LENS_DT_BF16, 0},
+        {"llama", NULL, LENS_DT_BF16, 400000},
+        {"qwen3", NULL, LENS_DT_BF16, 0},
+        {"gpt_neox", NULL, LENS_DT_BF16, 0},
+        {"gemma2", NULL, LENS_DT_F16, 0},
     };
     const int n_cases = (int)(sizeof cases / sizeof *cases);
     int n_run = 0;
     for (int i = 0; i < n_cases; i++) run_case(&cases[i], &n_run);
-    CHECK(n_cases == 7 && n_run == n_cases, "%d of %d dtype cases ran", n_run, n_cases);
+    CHECK(n_cases == 11 && n_run == n_cases, "%d of %d dtype cases ran", n_run, n_cases);
 }
 
 /* An F32 checkpoint written in shards: the index lists every tensor in the

@@ -309,13 +309,6 @@ static lens_block_io engine_io(engine *e, int l, int rows)
 static int forward_copies(engine *e, const float *x_l, int l, const float *A, const float *alpha, int copies,
                           const lens_attr_opts *o);
 
-/* The LM decoder: logits = t E^T (tied) or t W_lm^T (lm_head). */
-static lens_linear lm_decoder(const engine *e)
-{
-    if (e->m->p.lm_head.w) return e->m->p.lm_head;
-    return lens_tied_decoder(e->m);
-}
-
 /* The final norm (the family's) on `copies` rows of x, in place, cached for its backward. */
 static lens_block_io final_io(engine *e, float *x, float *scratch, int copies)
 {
@@ -348,7 +341,7 @@ static void head_forward(engine *e, int copies, int target, double *F)
     const size_t stride = e->cls_rows ? 1 : (size_t)e->T, r = e->cls_rows ? 0 : (size_t)e->obj_row;
     for (int i = 0; i < copies; i++) memcpy(e->cls + (size_t)i * C, e->x + (i * stride + r) * C, sizeof(float) * C);
     if (e->lm) {
-        const lens_linear dec = lm_decoder(e);
+        const lens_linear dec = lens_lm_decoder(e->m);
         memcpy(e->pooled, e->cls, sizeof(float) * copies * C);
         if (c->family->final_forward) {
             lens_block_io io = final_io(e, e->pooled, e->dpre, copies);
@@ -380,7 +373,7 @@ static void head_backward(engine *e, int copies, int target)
     memset(e->dpre, 0, sizeof(float) * copies * C);
     memset(e->dcls, 0, sizeof(float) * copies * C);
     if (e->lm) { /* forward: z = final_norm(x) E^T */
-        const lens_linear dec = lm_decoder(e);
+        const lens_linear dec = lens_lm_decoder(e->m);
         lens_gemm_linear_backward(e->dpooled, e->dlogits, &dec, copies, 0, e->pool);
         if (c->family->final_backward) {
             lens_block_io io = final_io(e, e->dpooled, e->dpre, copies);

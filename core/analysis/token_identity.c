@@ -727,8 +727,10 @@ static double model_fingerprint(const lens_model *m)
     const lens_dtype dt = m->p.emb_dtype;
     double s = 0;
     float x;
-    for (size_t i = 0; i < n_tok; i++) lens_widen(&x, lens_dtype_at(m->p.tok_emb, dt, i), dt, 1), s += (double)x * (double)(1 + i % 13);
-    for (size_t i = 0; m->p.pos_emb && i < n_pos; i++) lens_widen(&x, lens_dtype_at(m->p.pos_emb, dt, i), dt, 1), s += (double)x * (double)(1 + i % 7); /* RoPE: none */
+    for (size_t i = 0; i < n_tok; i++)
+        lens_widen(&x, lens_dtype_at(m->p.tok_emb, dt, i), dt, 1), s += (double)x * (double)(1 + i % 13);
+    for (size_t i = 0; m->p.pos_emb && i < n_pos; i++) /* RoPE: none */
+        lens_widen(&x, lens_dtype_at(m->p.pos_emb, dt, i), dt, 1), s += (double)x * (double)(1 + i % 7);
     return s;
 }
 

@@ -70,6 +70,7 @@ void lens_walk_linear_bias(lens_param_visitor *v, lens_linear *lin, const char *
     snprintf(name, sizeof name, "%s.weight", base);
     *lin = (lens_linear){.w = lens_walk_tensor(v, name, out, in, LENS_PARAM_WEIGHT, init_std), .in = in, .out = out,
                          .ld = in};
+    lin->dtype = v->dtype;
 }
 
 void lens_walk_rmsnorm(lens_param_visitor *v, lens_layernorm *ln, const char *base, int C, int unit_offset,

@@ -140,7 +140,7 @@ static int pack_weights(lens_model *m, lens_err *err)
     size_t total = expanded;
     for (int i = 0; i < n; i++)
         /* summed output weights (block map 3) are float32 once expanded */
-        if (lins[i]->w && (lins[i]->dtype == LENS_DT_F32 || (summed && i < 6 * c->n_layers && i % 6 == 3)))
+        if (lins[i]->w && (lins[i]->dtype == LENS_DT_F32 || (summed && i < BLOCK_MAPS * c->n_layers && i % BLOCK_MAPS == 3)))
             total += (lens_gemm_packed_size(lins[i]->in, lins[i]->out) + 15) & ~(size_t)15;
     m->packed = total ? aligned_alloc(64, total * sizeof(float)) : NULL;
     if (total && !m->packed) {

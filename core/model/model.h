@@ -169,11 +169,13 @@ typedef struct lens_model {
     float *packed;   /* one allocation holding every lens_linear.packed (F32 checkpoints only) */
 } lens_model;
 
-/* The tied LM decoder, logits = t E^T: the token embeddings viewed as a
+/* The LM decoder, logits = t W_lm^T with the untied lm_head when the
+ * checkpoint has one, else tied, t E^T: the token embeddings viewed as a
  * Linear C -> V in their dtype (no bias; MLM heads add mlm_bias). */
-static inline lens_linear lens_tied_decoder(const lens_model *m)
+static inline lens_linear lens_lm_decoder(const lens_model *m)
 {
     const int C = m->cfg.d_model;
+    if (m->p.lm_head.w) return m->p.lm_head;
     return (lens_linear){.w = m->p.tok_emb, .dtype = m->p.emb_dtype, .in = C, .out = m->cfg.vocab_size, .ld = C};
 }
 
