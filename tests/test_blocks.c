@@ -70,7 +70,7 @@ static int bench_init(bench *b, const lens_model *m)
 {
     const lens_config *c = &m->cfg;
     const size_t R = 2 * T, C = c->d_model, QK = (size_t)c->n_heads * c->d_head_k,
-                 VO = (size_t)c->n_heads * c->d_head_v, F = c->d_ff, TT = (size_t)T * T;
+                 VO = (size_t)c->n_heads * c->d_head_v, F = lens_block_ff_cols(c), TT = (size_t)T * T;
     memset(b, 0, sizeof *b);
     b->m = m;
     b->x = floats(R * C), b->h = floats(R * C), b->n = floats(R * C), b->scratch = floats(C);
@@ -94,7 +94,7 @@ static void bench_free(bench *b)
 static lens_block_io io_of(bench *b, int rows, int final)
 {
     lens_block_io io = {.N = rows, .x = b->x, .h = b->h, .n = b->n, .q = b->q, .k = b->k, .v = b->v, .ctx = b->ctx,
-                        .ff = b->ff, .ff_ld = (size_t)b->m->cfg.d_ff, .cache = final ? &b->final : &b->cache,
+                        .ff = b->ff, .ff_ld = (size_t)lens_block_ff_cols(&b->m->cfg), .cache = final ? &b->final : &b->cache,
                         .jvp_row = -1, .row_scratch = b->scratch, .attend = attend,
                         .attend_backward = attend_backward, .attend_jvp = attend_jvp, .attend_ctx = b};
     return io;

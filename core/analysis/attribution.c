@@ -68,7 +68,7 @@ typedef struct {
     int target, copies;
     const float *A, *alpha;
     /* block io work [R][...]; the same buffers carry the gradients in the backward */
-    float *x, *h, *n, *ctx, *ff;   /* [R][C] x3, [R][NH*DV], [R][d_ff] */
+    float *x, *h, *n, *ctx, *ff;   /* [R][C] x3, [R][NH*DV], [R][lens_block_ff_cols] */
     float *dq, *dk, *dv;       /* [R][NH*DK] x2, [R][NH*DV] */
     float *dprobs, *dscores;   /* per pool thread: [NH][T][T], [T][T] */
     float *cls, *pooled, *logits, *dcls, *dpooled, *dpre, *dlogits; /* [copies][C or K]; LM: pooled = ln_f(cls) */
@@ -89,7 +89,7 @@ static size_t bytes_per_copy(const lens_config *c, int T, int lowest)
     const size_t C = c->d_model, QK = (size_t)c->n_heads * c->d_head_k, VO = (size_t)c->n_heads * c->d_head_v;
     const size_t per_layer = T * (2 * QK + VO + c->family->cache_floats(c, 0));
     const size_t per_above = (size_t)c->n_heads * T * T;
-    const size_t work = T * (3 * C + VO + c->d_ff + 2 * QK + VO) + 7 * C +
+    const size_t work = T * (3 * C + VO + (size_t)lens_block_ff_cols(c) + 2 * QK + VO) + 7 * C +
                         (c->task == LENS_TASK_CAUSAL_LM ? 2 * (size_t)c->vocab_size : 0); /* logits, dlogits */
     return sizeof(float) * ((c->n_layers - lowest) * per_layer + (c->n_layers - 1 - lowest) * per_above + work);
 }
@@ -129,7 +129,7 @@ static int engine_init(engine *e, const lens_model *m, int T, int max_copies, in
     e->h = alloc_floats(R * C, &failed);
     e->n = alloc_floats(R * C, &failed);
     e->ctx = alloc_floats(R * VO, &failed);
-    e->ff = alloc_floats(R * c->d_ff, &failed);
+    e->ff = alloc_floats(R * lens_block_ff_cols(c), &failed);
     e->dq = alloc_floats(R * QK, &failed);
     e->dk = alloc_floats(R * QK, &failed);
     e->dv = alloc_floats(R * VO, &failed);
@@ -295,7 +295,7 @@ static int engine_attend_backward(lens_block_io *io, int l)
 static lens_block_io engine_io(engine *e, int l, int rows)
 {
     lens_block_io io = {.N = rows, .x = e->x, .h = e->h, .n = e->n, .ctx = e->ctx, .ff = e->ff,
-                        .ff_ld = (size_t)e->m->cfg.d_ff, .pool = e->pool, .cache = &e->cache[l],
+                        .ff_ld = (size_t)lens_block_ff_cols(&e->m->cfg), .pool = e->pool, .cache = &e->cache[l],
                         .attend = engine_attend, .attend_backward = engine_attend_backward, .attend_ctx = e};
     return io;
 }

@@ -105,13 +105,28 @@ const float *lens_walk_tensor(lens_param_visitor *v, const char *name, int64_t d
  *    activation gradients only (attribution).
  *
  * Buffer roles. Forward: x [N][C] the residual stream in place, h, n [N][C]
- * scratch, q, k, v, ctx, ff as named. Backward: x holds dL/d(block output)
- * on entry and dL/d(block input) on exit; q, k, v, ctx are dq, dk, dv,
- * dctx; h, n, ff scratch; the saved values come from io->cache. JVP: the
- * same with tangents: io->N = B * cache->rows rows (B tangents of one
- * sequence, tangent row r reads primal row r % rows); io->jvp_row >= 0 says
- * the input tangents are zero except that row of each copy (first layer).
- * N never exceeds the buffers' capacity; the family may not allocate.
+ * scratch, q, k, v, ctx, ff (row stride ff_ld) as named; with a cache the
+ * norm statistics go to the cache, else to io->ln_mean / ln_rstd when set.
+ * Backward: x holds dL/d(block output) on entry and dL/d(block input) on
+ * exit; q, k, v, ctx are dq, dk, dv, dctx; h, n, ff ([N][d_ff], ff_ld =
+ * d_ff) scratch; the saved values come from io->cache. JVP: the same with
+ * tangents: io->N = B * cache->rows rows (B tangents of one sequence,
+ * tangent row r reads primal row r % rows), row_scratch [C]; io->jvp_row >=
+ * 0 says the input tangents are zero except that row of each copy (the
+ * first layer; lens_block_linear_jvp uses it). N never exceeds the
+ * buffers' capacity; the family may not allocate. tests/test_blocks.c
+ * checks a family's three functions against each other and against finite
+ * differences.
+ *
+ * What stays inside a family file: RoPE (rotate q, k before attend; the
+ * inverse rotation of dq, dk after attend_backward; the tangents' before
+ * attend_jvp), grouped-query attention (expand k, v to NH heads before
+ * attend, as HF's repeat_kv, and sum dk, dv over each group after
+ * attend_backward), QK-norm, gated MLPs (ff_factor 2), parallel residuals
+ * and extra norms (their inputs and statistics in cache->buf). What the
+ * hooks do not cover: changes to the attention op itself (logit
+ * soft-capping, sliding windows) live in ops.h's lens_attention_* and
+ * forward.c's attend_task, which every caller's hook calls.
  *
  * Final norm (pre-norm families): final_forward / final_backward /
  * final_jvp with the same conventions, their cache a lens_block_cache of
@@ -219,6 +234,9 @@ struct lens_family {
     void (*block_jvp)(const lens_model *m, lens_block_io *io, int l);
     /* Floats per row the block / final norm keep in lens_block_cache.buf. */
     size_t (*cache_floats)(const lens_config *c, int for_weights);
+    /* Columns of io->ff per d_ff: 0 or 1, or 2 for a gated MLP (gate and up
+     * side by side); callers size ff with lens_block_ff_cols. */
+    int ff_factor;
     size_t (*final_cache_floats)(const lens_config *c, int for_weights);
     /* After the last block: final LayerNorm (pre-norm families), or NULL;
      * its backward and JVP (io->cache: the final cache). */
@@ -267,6 +285,12 @@ void lens_bert_write_config(FILE *f, const lens_config *c, int random_weights);
 /* A new encoder config's task from its name (NULL: classification with
  * labels negative / positive), for new_config. */
 int lens_new_encoder_task(lens_config *c, const char *task, lens_err *err);
+
+/* Columns of io->ff (its ff_ld in backward / JVP) for cfg's family. */
+static inline int lens_block_ff_cols(const lens_config *c)
+{
+    return (c->family->ff_factor > 1 ? c->family->ff_factor : 1) * c->d_ff;
+}
 
 /* A tokenizer-only folder (lens_model_tokenizer_only) has no family: no capabilities. */
 static inline int lens_has_cap(const lens_config *c, unsigned cap) { return c->family && (c->family->caps & cap) != 0; }
