@@ -95,7 +95,7 @@ static void gpt2_walk(const lens_config *c, lens_params *p, lens_param_visitor *
         lens_linear *views[3] = {&blk->q, &blk->k, &blk->v};
         for (int i = 0; i < 3; i++) {
             *views[i] = qkv;
-            views[i]->w = qkv.w ? qkv.w + i * C : NULL;
+            views[i]->w = qkv.w ? lens_dtype_at(qkv.w, qkv.dtype, (size_t)i * C) : NULL;
             views[i]->b = qkv.b ? qkv.b + i * C : NULL;
             views[i]->out = C;
         }
@@ -108,7 +108,7 @@ static void gpt2_embed(const lens_model *m, const int *ids, const int *type_ids,
                        float *rstd)
 {
     (void)type_ids, (void)mean, (void)rstd; /* no segments, no embedding LayerNorm */
-    lens_embedding_forward(x, ids, NULL, m->p.tok_emb, m->p.pos_emb, NULL, T, m->cfg.d_model);
+    lens_embedding_forward(x, ids, NULL, m->p.tok_emb, m->p.pos_emb, NULL, m->p.emb_dtype, T, m->cfg.d_model);
 }
 
 /* What the pre-norm block keeps in lens_block_cache.buf, [rows][width]
@@ -241,7 +241,7 @@ static void gpt2_block_jvp(const lens_model *m, lens_block_io *io, int l)
 }
 
 /* Final cache: ln_f's input [rows][C] and statistics [rows] x2. */
-static size_t gpt2_final_cache_floats(const lens_config *c, int for_weights)
+size_t lens_ln_final_cache_floats(const lens_config *c, int for_weights)
 {
     (void)for_weights;
     return (size_t)c->d_model + 2;
@@ -249,7 +249,7 @@ static size_t gpt2_final_cache_floats(const lens_config *c, int for_weights)
 
 /* x = ln_f(x), statistics in slot 2L (or, with io->cache, the input and
  * statistics there). */
-static void gpt2_final_forward(const lens_model *m, lens_block_io *io)
+void lens_ln_final_forward(const lens_model *m, lens_block_io *io)
 {
     const lens_config *c = &m->cfg;
     const int L = c->n_layers, C = c->d_model;
@@ -262,7 +262,7 @@ static void gpt2_final_forward(const lens_model *m, lens_block_io *io)
     lens_add_layernorm(io->pool, io->x, mean, rstd, io->x, NULL, &m->p.ln_final, io->N, C, c->ln_eps);
 }
 
-static void gpt2_final_backward(const lens_model *m, lens_block_io *io)
+void lens_ln_final_backward(const lens_model *m, lens_block_io *io)
 {
     const int C = m->cfg.d_model;
     const size_t R = (size_t)io->cache->rows;
@@ -271,7 +271,7 @@ static void gpt2_final_backward(const lens_model *m, lens_block_io *io)
     memcpy(io->x, io->h, sizeof(float) * io->N * C);
 }
 
-static void gpt2_final_jvp(const lens_model *m, lens_block_io *io)
+void lens_ln_final_jvp(const lens_model *m, lens_block_io *io)
 {
     const int C = m->cfg.d_model, T = io->cache->rows;
     const float *in = io->cache->buf, *mean = in + (size_t)T * C, *rstd = mean + T;
@@ -295,8 +295,8 @@ const lens_family lens_family_gpt2 = {
     .block_backward = gpt2_block_backward,
     .block_jvp = gpt2_block_jvp,
     .cache_floats = gpt2_cache_floats,
-    .final_cache_floats = gpt2_final_cache_floats,
-    .final_forward = gpt2_final_forward,
-    .final_backward = gpt2_final_backward,
-    .final_jvp = gpt2_final_jvp,
+    .final_cache_floats = lens_ln_final_cache_floats,
+    .final_forward = lens_ln_final_forward,
+    .final_backward = lens_ln_final_backward,
+    .final_jvp = lens_ln_final_jvp,
 };

@@ -118,7 +118,7 @@ typedef struct {
     int n;
 } walker;
 
-static const float *take(lens_param_visitor *v, const lens_param_desc *d)
+static const void *take(lens_param_visitor *v, const lens_param_desc *d)
 {
     walker *w = (walker *)v;
     const lens_config *c = &w->t->cfg;
@@ -384,7 +384,7 @@ static int acts_reserve(lens_trainer *t, size_t N, size_t S, size_t A, size_t tm
 {
     acts *a = &t->a;
     const lens_config *c = &t->cfg;
-    const size_t C = (size_t)c->d_model, L = (size_t)c->n_layers, F = (size_t)lens_block_ff_cols(c), NH = (size_t)c->n_heads;
+    const size_t C = (size_t)c->d_model, L = (size_t)c->n_layers, F = (size_t)c->d_ff, NH = (size_t)c->n_heads;
     const size_t QK = NH * c->d_head_k, VO = NH * c->d_head_v, K = (size_t)c->n_labels;
     int failed = 0;
     if (N > a->N) {
@@ -486,12 +486,12 @@ static void forward(lens_trainer *t, const lens_batch *b, size_t N, size_t A)
         const int r = a->row_start[s];
         lens_embedding_forward((pre ? a->x : a->emb) + (size_t)r * C, b->ids + r,
                                !pre && b->type_ids ? b->type_ids + r : NULL, p->tok_emb, p->pos_emb,
-                               pre ? NULL : p->type_emb, b->lengths[s], C);
+                               pre ? NULL : p->type_emb, LENS_DT_F32, b->lengths[s], C);
     }
     if (!pre) lens_layernorm_forward(a->x, a->emb_mean, a->emb_rstd, a->emb, &p->ln_emb, n, C, c->ln_eps);
     batch_attention ba = {.t = t, .b = b, .A = A};
     lens_block_io io = {.N = n, .x = a->x, .h = a->dres, .n = a->da, .ctx = a->ctx, .ff = a->dff,
-                        .ff_ld = (size_t)lens_block_ff_cols(c), .pool = t->pool, .attend = train_attend, .attend_ctx = &ba};
+                        .ff_ld = (size_t)c->d_ff, .pool = t->pool, .attend = train_attend, .attend_ctx = &ba};
     for (int l = 0; l < c->n_layers; l++) {
         io.cache = &a->cache[l];
         io.q = io.cache->q, io.k = io.cache->k, io.v = io.cache->v;
@@ -561,7 +561,7 @@ static void backward(lens_trainer *t, const lens_batch *b, size_t N, size_t A)
     batch_attention ba = {.t = t, .b = b, .A = A};
     const lens_grad_map grads = {.of = grad_of, .ctx = &ba};
     lens_block_io io = {.N = n, .x = a->dx, .h = a->dres, .n = a->da, .q = a->dq, .k = a->dk, .v = a->dv,
-                        .ctx = a->ctx, .ff = a->dff, .ff_ld = (size_t)lens_block_ff_cols(c), .pool = t->pool, .grads = &grads,
+                        .ctx = a->ctx, .ff = a->dff, .ff_ld = (size_t)c->d_ff, .pool = t->pool, .grads = &grads,
                         .attend_backward = train_attend_backward, .attend_ctx = &ba};
     if (f->final_backward) {
         io.cache = &a->final;
