@@ -116,13 +116,28 @@ void lens_walk_rmsnorm(lens_param_visitor *v, lens_layernorm *ln, const char *ba
  *    activation gradients only (attribution).
  *
  * Buffer roles. Forward: x [N][C] the residual stream in place, h, n [N][C]
- * scratch, q, k, v, ctx, ff as named. Backward: x holds dL/d(block output)
- * on entry and dL/d(block input) on exit; q, k, v, ctx are dq, dk, dv,
- * dctx; h, n, ff scratch; the saved values come from io->cache. JVP: the
- * same with tangents: io->N = B * cache->rows rows (B tangents of one
- * sequence, tangent row r reads primal row r % rows); io->jvp_row >= 0 says
- * the input tangents are zero except that row of each copy (first layer).
- * N never exceeds the buffers' capacity; the family may not allocate.
+ * scratch, q, k, v, ctx, ff (row stride ff_ld) as named; with a cache the
+ * norm statistics go to the cache, else to io->ln_mean / ln_rstd when set.
+ * Backward: x holds dL/d(block output) on entry and dL/d(block input) on
+ * exit; q, k, v, ctx are dq, dk, dv, dctx; h, n, ff ([N][d_ff], ff_ld =
+ * d_ff) scratch; the saved values come from io->cache. JVP: the same with
+ * tangents: io->N = B * cache->rows rows (B tangents of one sequence,
+ * tangent row r reads primal row r % rows), row_scratch [C]; io->jvp_row >=
+ * 0 says the input tangents are zero except that row of each copy (the
+ * first layer; lens_block_linear_jvp uses it). N never exceeds the
+ * buffers' capacity; the family may not allocate. tests/test_blocks.c
+ * checks a family's three functions against each other and against finite
+ * differences.
+ *
+ * What stays inside a family file: RoPE (rotate q, k before attend; the
+ * inverse rotation of dq, dk after attend_backward; the tangents' before
+ * attend_jvp), grouped-query attention (expand k, v to NH heads before
+ * attend, HF's repeat_kv, and sum dk, dv over each group after
+ * attend_backward), QK-norm, gated MLPs (io->ff holds lens_ff_cols
+ * columns), parallel residuals and extra norms (their inputs and
+ * statistics in cache->buf). Changes to the attention op itself (logit
+ * soft-capping, sliding windows) belong to the ops every caller's hook
+ * calls (ops.h lens_attention_*, core/nn/scores.h, forward.c's attend_task).
  *
  * Final norm (pre-norm families): final_forward / final_backward /
  * final_jvp with the same conventions, their cache a lens_block_cache of

@@ -5,8 +5,9 @@
  * Only what opts->keep asks for is stored in lens_activations; the rest lives
  * in per-call scratch, so concurrent calls on one model never share memory.
  * The family (arch.h) computes the embedding and each block on the buffers
- * of lens_block_io; this file owns the buffers, attention per (sequence,
- * head), the task head and the layer loop (with its cancel check).
+ * of lens_block_io (no cache: nothing is kept for a backward); this file
+ * owns the buffers, attention per (sequence, head) (the attend hook), the
+ * task head and the layer loop (with its cancel check).
  *
  * Threads: everything runs through opts->pool (NULL = the caller alone).
  * Linear maps split over output panels and row blocks (lens_gemm), attention
@@ -22,7 +23,7 @@
 #include "core/nn/scores.h"
 #include "core/base/pool.h"
 
-/* The block buffers (io, handed to the family's block_forward; ff has d_ff
+/* The block buffers (io, handed to the family's block_forward; ff has lens_ff_cols
  * columns, rows padded off 4 KiB multiples, gemm.h) and what attention
  * needs besides. io.v is the kept values' layer slice or v_scratch. */
 typedef struct {
@@ -208,6 +209,7 @@ static int layout(const lens_model *m, const lens_batch *b, unsigned keep, size_
     io->N = (int)N;
     io->x = alloc_floats(N * C, &failed);
     io->h = alloc_floats(N * C, &failed);
+    io->n = alloc_floats(N * C, &failed); /* the block contract's second scratch (a family may use it) */
     io->q = alloc_floats(N * QK, &failed);
     io->k = alloc_floats(N * QK, &failed);
     io->ctx = alloc_floats(N * VO, &failed);
@@ -230,7 +232,8 @@ static int layout(const lens_model *m, const lens_batch *b, unsigned keep, size_
 static void scratch_free(scratch *w)
 {
     lens_block_io *io = &w->io;
-    free(io->x), free(io->h), free(io->q), free(io->k), free(io->ctx), free(io->ff), free(w->v_scratch), free(w->probs), free(w->pos);
+    free(io->x), free(io->h), free(io->n), free(io->q), free(io->k), free(io->ctx), free(io->ff);
+    free(w->v_scratch), free(w->probs), free(w->pos);
 }
 
 static void keep_hidden(lens_activations *act, const float *x, int layer, int C)
