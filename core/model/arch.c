@@ -159,3 +159,10 @@ void lens_block_linear_jvp(const lens_block_io *io, float *out, const float *in,
     memset(out, 0, sizeof(float) * (size_t)io->N * OUT);
     for (int b = 0; b < B; b++) memcpy(out + ((size_t)b * T + row) * OUT, prod + (size_t)b * OUT, sizeof(float) * OUT);
 }
+
+void lens_block_copy_rows(float *dst, const float *src, size_t ld, int N, int W)
+{
+    if (ld == (size_t)W) memcpy(dst, src, sizeof(float) * N * W);
+    else
+        for (int n = 0; n < N; n++) memcpy(dst + (size_t)n * W, src + n * ld, sizeof(float) * W);
+}

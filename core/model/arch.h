@@ -208,6 +208,8 @@ void lens_block_layernorm_backward(const lens_block_io *io, float *dinp, int acc
  * gather [B][lin->in] and prod [B][lin->out] (scratch). */
 void lens_block_linear_jvp(const lens_block_io *io, float *out, const float *in, const lens_linear *lin,
                            float *gather, float *prod);
+/* dst[N][W] = src[N] rows of row stride ld (a cache keeps io->ff packed). */
+void lens_block_copy_rows(float *dst, const float *src, size_t ld, int N, int W);
 
 struct lens_family {
     const char *model_type;   /* config "model_type": "bert" */

@@ -150,14 +150,6 @@ static pre_saved pre_slots(const lens_config *c, const lens_block_cache *k)
     return s;
 }
 
-/* dst[N][W] = src[N] (row stride ld) */
-static void copy_rows(float *dst, const float *src, size_t ld, int N, int W)
-{
-    if (ld == (size_t)W) memcpy(dst, src, sizeof(float) * N * W);
-    else
-        for (int n = 0; n < N; n++) memcpy(dst + (size_t)n * W, src + n * ld, sizeof(float) * W);
-}
-
 /* a = x + Attn(LN1(x)); x' = a + FFN(LN2(a)), in place on io->x. With
  * io->cache the LayerNorm statistics go there (not to io->ln_mean). */
 static void gpt2_block_forward(const lens_model *m, lens_block_io *io, int l)
@@ -185,9 +177,9 @@ static void gpt2_block_forward(const lens_model *m, lens_block_io *io, int l)
     if (io->cache) memcpy(s.mid, io->x, sizeof(float) * N * C);
     if (w) memcpy(s.h2, io->h, sizeof(float) * N * C);
     lens_gemm_linear_ld(io->ff, io->ff_ld, io->h, (size_t)C, &blk->ff_in, N, io->pool);
-    if (io->cache) copy_rows(s.ff_pre, io->ff, io->ff_ld, N, F);
+    if (io->cache) lens_block_copy_rows(s.ff_pre, io->ff, io->ff_ld, N, F);
     lens_gelu_rows(io->pool, io->ff, io->ff_ld, N, F, c->gelu_tanh);
-    if (w) copy_rows(s.ff_act, io->ff, io->ff_ld, N, F);
+    if (w) lens_block_copy_rows(s.ff_act, io->ff, io->ff_ld, N, F);
     lens_gemm_linear_ld(io->h, (size_t)C, io->ff, io->ff_ld, &blk->ff_out, N, io->pool);
     lens_residual_layernorm(io->pool, io->x, io->h, NULL, NULL, NULL, NULL, N, C, c->ln_eps);
 }
