@@ -67,10 +67,14 @@ void api_write_model_info(jw *w, const api_model *am)
     jw_obj(w);
     jw_key(w, "id");
     jw_str(w, am->name);
+    /* a tokenizer-only folder (lens_model_tokenizer_only) has no family,
+     * architecture or task: null, not a family it is not */
     jw_key(w, "architecture");
-    jw_str(w, cfg->architecture);
+    if (cfg->family) jw_str(w, cfg->architecture);
+    else jw_null(w);
     jw_key(w, "model_type");
-    jw_str(w, cfg->family->model_type);
+    if (cfg->family) jw_str(w, cfg->family->model_type);
+    else jw_null(w);
     jw_key(w, "num_layers");
     jw_int(w, cfg->n_layers);
     jw_key(w, "num_heads");
@@ -94,7 +98,8 @@ void api_write_model_info(jw *w, const api_model *am)
         jw_null(w);
     }
     jw_key(w, "task");
-    jw_str(w, lens_task_name(cfg->task));
+    if (cfg->family) jw_str(w, lens_task_name(cfg->task));
+    else jw_null(w);
     jw_key(w, "parameters");
     jw_int(w, (long long)m->n_params);
     jw_key(w, "bytes");

@@ -374,7 +374,7 @@ int api_tokenize_input(api_call *c, const api_input *in, lens_token **toks, int 
         if (!t) return api_fail(c, 500, "internal", NULL, "out of memory");
         for (int i = 0; i < in->n_input_ids; i++) {
             t[i].id = in->input_ids[i];
-            t[i].start = t[i].end = -1;
+            t[i].start = t[i].end = t[i].text_index = -1;
             t[i].special = lens_tokenizer_is_special(m->tok, t[i].id);
         }
         *toks = t, *n = in->n_input_ids;
@@ -551,6 +551,9 @@ void api_write_tokens(jw *w, const lens_model *m, const lens_token *t, int n)
         jw_bool(w, t[i].special);
         jw_key(w, "segment");
         jw_int(w, t[i].segment);
+        jw_key(w, "text_index");
+        if (t[i].text_index < 0) jw_null(w);
+        else jw_int(w, t[i].text_index);
         jw_end(w);
     }
     jw_end(w);

@@ -1,6 +1,6 @@
 /* test_families.c - every model family against an independent reference.
  *
- * A table of (family, task) cases; each runs on a random "tiny" checkpoint
+ * A table of (family, task) cases (family_cases.h); each runs on a random "tiny" checkpoint
  * that lens_mkmodel writes (preset micro) with the family's exact HF tensor names (no
  * ../shared needed), and compares lensd with tests/reference/
  * families_reference.py (float64 PyTorch written from the HF modeling code):
@@ -11,6 +11,8 @@
  *   attribution  [L][NH][T][T], 4 steps       |diff| <= 1e-3 max|ref| + 1e-8
  *                (classifiers and causal LMs; the others must get a reason)
  *   HTA exact    ||dh^l_j/dh^0_i||_F^2 [L][T][T]  |diff| <= 1e-3 |ref| + 1e-4 max|ref|
+ *   token identity  cosine rank [L+1][T]        equal (unless the reference's margin < 1e-5)
+ *   decomposition   15 metrics x [L+1] over 6 windows of 9 tokens   |diff| <= 1e-4 + 1e-3 |ref|
  * plus exact identities: every analysis is either supported or has a
  * sentence saying why, and every family in lens_families has a case (so a
  * new family inherits these checks or this test fails), and mkmodel's
@@ -27,7 +29,9 @@
 #include "family_cases.h"
 #include "core/analysis/attention.h"
 #include "core/analysis/attribution.h"
+#include "core/analysis/decomposition.h"
 #include "core/analysis/hidden_attribution.h"
+#include "core/analysis/token_identity.h"
 #include "core/model/arch.h"
 #include "core/model/mkmodel.h"
 
@@ -43,6 +47,13 @@ static const int IDS[] = {0, 300, 301, 1, 302, 303, 304, 500, 42, 999, 7, 2};
 #define T_IDS ((int)(sizeof IDS / sizeof IDS[0]))
 #define T_SHORT 5
 
+/* Decomposition windows: W_DECOMP windows of T_DECOMP ids valid in every
+ * family's vocabulary (>= 300: clear of specials and RoBERTa's <pad>),
+ * labels w % 2. */
+#define W_DECOMP 6
+#define T_DECOMP 9
+static int window_id(int w, int t) { return 300 + (w * 37 + t * 11 + (w % 2) * 101) % 400; }
+
 static int have_reference(void)
 {
     return system(PYTHON " -c 'import torch, numpy' >/dev/null 2>&1") == 0;
@@ -57,8 +68,16 @@ static json_t *reference(const char *dir, int T, int attribution, int hta)
     if (!f) return NULL;
     fprintf(f, "{\"model\": \"%s\", \"ids\": [", dir);
     for (int t = 0; t < T; t++) fprintf(f, "%s%d", t ? ", " : "", IDS[t]);
-    fprintf(f, "], \"steps\": 4, \"target\": -1, \"attribution\": %s, \"hta\": %s}\n", attribution ? "true" : "false",
-            hta ? "true" : "false");
+    fprintf(f, "], \"steps\": 4, \"target\": -1, \"attribution\": %s, \"hta\": %s, \"windows\": [",
+            attribution ? "true" : "false", hta ? "true" : "false");
+    for (int w = 0; w < W_DECOMP; w++) {
+        fprintf(f, "%s[", w ? ", " : "");
+        for (int t = 0; t < T_DECOMP; t++) fprintf(f, "%s%d", t ? ", " : "", window_id(w, t));
+        fprintf(f, "]");
+    }
+    fprintf(f, "], \"labels\": [");
+    for (int w = 0; w < W_DECOMP; w++) fprintf(f, "%s%d", w ? ", " : "", w % 2);
+    fprintf(f, "]}\n");
     fclose(f);
     snprintf(cmd, sizeof cmd, PYTHON " " REFERENCE " %s > %s/reference.json", req, dir);
     if (system(cmd) != 0) return NULL;
@@ -182,6 +201,82 @@ static void check_hta(const char *name, const lens_model *m, json_t *ref)
     lens_hta_result_free(&r);
 }
 
+/* Token identity (cosine, identity mapping) per layer: lensd's rank of each
+ * token == the reference's, except where the reference's margin between
+ * the own and another candidate is below 1e-5 (float32 cannot order them). */
+static void check_token_identity(const char *name, const lens_model *m, json_t *ref)
+{
+    const int L = m->cfg.n_layers, T = T_IDS;
+    const lens_ti_opts o = {.metric = LENS_TI_COSINE};
+    lens_ti_result r;
+    lens_err err = {0};
+    CHECK(!lens_token_identity(m, IDS, NULL, NULL, T, &o, &r, &err), "%s: token identity: %s", name, err.msg);
+    if (err.code) return;
+    json_t *ranks = json_object_get(ref, "ti_rank"), *margins = json_object_get(ref, "ti_margin");
+    int same = 0, close = 0, n = 0, identified = 0;
+    CHECK(r.n_layers == L + 1 && (int)json_array_size(ranks) == L + 1, "%s: %d layers ranked, reference %zu", name,
+          r.n_layers, json_array_size(ranks));
+    for (int l = 0; l < r.n_layers && l < (int)json_array_size(ranks); l++)
+        for (int i = 0; i < T; i++, n++) {
+            const int want = (int)json_integer_value(json_array_get(json_array_get(ranks, l), i));
+            const double margin = json_number_value(json_array_get(json_array_get(margins, l), i));
+            if (r.layers[l].rank[i] == want) same++;
+            else if (margin < 1e-5) close++;
+            identified += l == 0 && r.layers[l].rank[i] == 1;
+        }
+    CHECK(same + close == n && n == (L + 1) * T, "%s: token identity ranks: %d of %d equal, %d within 1e-5", name,
+          same, n, close);
+    CHECK(identified == T, "%s: layer 0 identifies all %d tokens (%d)", name, T, identified);
+    printf("  %-34s %d of %d ranks equal (%d tie-close)\n", "token identity", same, n, close);
+    lens_ti_result_free(&r);
+}
+
+/* Decomposition (position 0 dropped) over the request's windows: every
+ * layer's shares, operator-norm ratios, position spectrum, smoothness,
+ * cosines and topic means vs the reference's direct computation:
+ * |diff| <= 1e-4 + 1e-3 |ref| (lensd streams float32 Gram blocks). */
+static void check_decomposition(const char *name, const lens_model *m, json_t *ref)
+{
+    const int L = m->cfg.n_layers;
+    int ids[W_DECOMP * T_DECOMP], labels[W_DECOMP];
+    for (int w = 0; w < W_DECOMP; w++) {
+        labels[w] = w % 2;
+        for (int t = 0; t < T_DECOMP; t++) ids[w * T_DECOMP + t] = window_id(w, t);
+    }
+    lens_err err = {0};
+    lens_decomp_result res = {0};
+    lens_decomp *acc = lens_decomp_begin(m, T_DECOMP, NULL, 0, NULL, &err);
+    CHECK(acc && !lens_decomp_add(acc, ids, labels, W_DECOMP, &err) && !lens_decomp_finish(acc, &res, &err),
+          "%s: decomposition: %s", name, err.msg);
+    lens_decomp_free(acc);
+    json_t *want = json_object_get(ref, "decomposition");
+    CHECK(res.n_layers == L + 1 && (int)json_array_size(want) == L + 1, "%s: decomposition of %d layers, reference %zu",
+          name, res.n_layers, json_array_size(want));
+    static const char *keys[] = {"share_mean", "share_pos", "share_ctx", "share_resid", "norm_pos", "norm_ctx",
+                                 "norm_resid", "pos_stable_rank", "pos_explained_k2", "pos_explained_k2_sq",
+                                 "pos_smoothness", "max_abs_cos", "mean_abs_cos", "topics_within", "topics_between"};
+    const int K = (int)(sizeof keys / sizeof *keys);
+    double worst = 0;
+    int n = 0;
+    for (int l = 0; l < res.n_layers && l < (int)json_array_size(want); l++) {
+        const lens_decomp_layer *y = &res.layers[l];
+        const double got[] = {y->share_mean, y->share_pos, y->share_ctx, y->share_resid, y->norm_pos, y->norm_ctx,
+                              y->norm_resid, y->pos_stable_rank, y->pos_explained_k2, y->pos_explained_k2_sq,
+                              y->pos_smoothness, y->max_abs_cos, y->mean_abs_cos, y->topics_within,
+                              y->topics_between};
+        for (int k = 0; k < K; k++, n++) {
+            const double r = json_number_value(json_object_get(json_array_get(want, l), keys[k]));
+            const double d = fabs(got[k] - r);
+            CHECK(d <= 1e-4 + 1e-3 * fabs(r), "%s: decomposition layer %d %s: %.8g, reference %.8g", name, l, keys[k],
+                  got[k], r);
+            worst = d > worst ? d : worst;
+        }
+    }
+    CHECK(n == (L + 1) * K, "%s: %d decomposition values compared", name, n);
+    printf("  %-34s %d values, max |diff| %.2e\n", "decomposition", n, worst);
+    lens_decomp_result_free(&res);
+}
+
 /* Every analysis is either supported or says why (a typed 422 in the API). */
 static void check_supports(const char *name, const lens_model *m)
 {
@@ -227,6 +322,8 @@ static void run_case(const family_case *fc, int with_reference)
             check_forward(name, m, ref, T_IDS);
             if (attr) check_attribution(name, m, ref);
             if (hta) check_hta(name, m, ref);
+            check_token_identity(name, m, ref);
+            check_decomposition(name, m, ref);
             json_decref(ref);
         }
         if (with_reference && m->cfg.rope.dim) { /* RoPE families: T below head_dim too */

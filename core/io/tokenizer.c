@@ -560,13 +560,13 @@ static int apply_template(const lens_tokenizer *tok, lens_tok_vec *seq, int n_a,
     for (int i = n - 1; i >= 0; i--) {
         const lens_tmpl_item *it = &items[i];
         if (it->id >= 0) {
-            seq->v[--pos] = (lens_token){ .id = it->id, .start = -1, .end = -1, .segment = it->type_id };
+            seq->v[--pos] = (lens_token){ .id = it->id, .start = -1, .end = -1, .segment = it->type_id, .text_index = -1 };
             continue;
         }
         int lo = it->seq == 0 ? 0 : n_a, hi = it->seq == 0 ? n_a : seq->n;
         for (int k = hi - 1; k >= lo; k--) {
             seq->v[--pos] = seq->v[k];
-            seq->v[pos].segment = it->type_id;
+            seq->v[pos].segment = it->type_id; /* text_index stays the input's */
         }
     }
     seq->n = total;

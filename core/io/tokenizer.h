@@ -22,7 +22,9 @@ typedef enum { LENS_TOK_WORDPIECE, LENS_TOK_BPE } lens_tok_kind;
 typedef struct {
     int id;
     int start, end; /* code-point offsets into its segment's text; -1 for special tokens */
-    int segment;    /* 0: text, 1: text_pair (token_type_id for BERT) */
+    int segment;    /* the template's token type id (BERT: 0 text, 1 text_pair; RoBERTa: 0 for both) */
+    int text_index; /* the input the token comes from (the text its start / end index): 0 text,
+                     * 1 text_pair; -1 for the template's special tokens and input_ids */
     int special;    /* lens_tokenizer_is_special(id): [CLS], [SEP], <s>, ...
                      * added by the template, and special tokens written in
                      * the text ("[MASK]", "<|endoftext|>"), which keep

@@ -217,7 +217,7 @@ int lens_tok_grow(lens_tok_vec *out);
 static inline int lens_tok_push(lens_tok_vec *out, int id, int start, int end, int segment)
 {
     if (out->n == out->cap && lens_tok_grow(out) < 0) return -1;
-    out->v[out->n++] = (lens_token){ .id = id, .start = start, .end = end, .segment = segment };
+    out->v[out->n++] = (lens_token){ .id = id, .start = start, .end = end, .segment = segment, .text_index = segment };
     return 0;
 }
 

@@ -250,6 +250,10 @@ def main():
         res["attribution"], res["target"], res["f_full"] = attribution(m, h0, req["steps"], req.get("target", -1))
     if req.get("hta"):
         res["hta"] = hta(m, h0)
+    from families_reference import decomposition, token_identity  # family-independent: hidden states only
+    res["ti_rank"], res["ti_margin"] = token_identity(hidden)
+    if req.get("windows"):
+        res["decomposition"] = decomposition(m, req["windows"], req["labels"])
     json.dump(res, sys.stdout)
 
 

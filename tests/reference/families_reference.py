@@ -28,12 +28,19 @@ Analyses, from their papers' definitions:
                V_h (decoders: row i on that of V_0..i), pinv in float64
   hta          Brunner et al. 2020: ||d h^l_j / d h^0_i||_F^2 for every layer, by
                autograd Jacobians of the layers from h^0 (the embedding output)
+  token identity  Brunner et al. 2020 sec. 4: rank of h^0_i among the sentence's h^0_j by
+               cosine to h^l_i (1 = identified), and the margin min_j |cos_ij - cos_ii|
+               (a rank is only defined up to float rounding when it is tiny)
+  decomposition   Song & Zhong 2023: the mean / position / context / residual split of
+               each layer's hidden states over windows (decomposition_reference.metrics,
+               the direct non-streaming computation), position 0 dropped
 
 Usage: families_reference.py REQUEST.json > RESULT.json, with REQUEST
 {"model": DIR, "ids": [...], "steps": m, "target": k or -1, "hta": bool,
-"attribution": bool}. Output: hidden [L+1][T][C], attentions and effective [L][NH][T][T],
-logits, and attribution [L][NH][T][T] / target / f_full, hta [L][T][T] when
-asked. Needs only torch and numpy (no transformers / safetensors packages)."""
+"attribution": bool, "windows": [[...]] (optional), "labels": [...]}. Output:
+hidden [L+1][T][C], attentions and effective [L][NH][T][T], logits,
+ti_rank / ti_margin [L+1][T], and attribution [L][NH][T][T] / target /
+f_full, hta [L][T][T], decomposition [L+1] of metrics when asked. Needs only torch and numpy (no transformers / safetensors packages)."""
 import json
 import math
 import struct
@@ -262,6 +269,31 @@ def hta(m, h0):
     return out
 
 
+def token_identity(hidden):
+    h0 = hidden[0] / hidden[0].norm(dim=1, keepdim=True)
+    ranks, margins = [], []
+    for h in hidden:
+        cos = (h / h.norm(dim=1, keepdim=True)) @ h0.t()  # [i][j] = cos(h^l_i, h^0_j)
+        own = cos.diagonal()
+        ranks.append((1 + (cos > own[:, None]).sum(1)).tolist())
+        gap = (cos - own[:, None]).abs() + torch.eye(len(own), dtype=DT) * 1e9
+        margins.append(gap.min(1).values.tolist())
+    return ranks, margins
+
+
+def decomposition(m, windows, labels):
+    import os
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import decomposition_reference as dr
+    with torch.no_grad():
+        per = [m.layers(m.embed(w))[0] for w in windows]  # W of [L+1] x [T][C]
+    out = []
+    for l in range(m.L + 1):
+        h = torch.stack([hw[l] for hw in per])  # [W][T][C]
+        out.append(dr.metrics(h[:, 1:, :], labels))
+    return out
+
+
 def main():
     req = json.load(open(sys.argv[1]))
     with open(req["model"] + "/config.json") as f:
@@ -281,6 +313,9 @@ def main():
         res["attribution"], res["target"], res["f_full"] = attribution(m, h0, req["steps"], req.get("target", -1))
     if req.get("hta"):
         res["hta"] = hta(m, h0)
+    res["ti_rank"], res["ti_margin"] = token_identity(hidden)
+    if req.get("windows"):
+        res["decomposition"] = decomposition(m, req["windows"], req["labels"])
     json.dump(res, sys.stdout)
 
 

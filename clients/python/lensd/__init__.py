@@ -45,8 +45,8 @@ def _build(cls, data: Dict[str, Any]):
 @dataclass
 class ModelInfo:
     id: str
-    architecture: str
-    model_type: str
+    architecture: Optional[str]  # None for a folder holding only tokenizer files
+    model_type: Optional[str]    # None for a folder holding only tokenizer files
     num_layers: int
     num_heads: int
     hidden_size: int
@@ -55,7 +55,7 @@ class ModelInfo:
     vocab_size: int
     max_positions: int
     labels: Optional[List[str]]
-    task: str
+    task: Optional[str]          # None for a folder holding only tokenizer files
     parameters: int
     bytes: int
     memory_bytes: int = 0
@@ -115,7 +115,8 @@ class Token(TypedDict):
     start: Optional[int]
     end: Optional[int]
     special: bool
-    segment: int
+    segment: int                 # the template's token type id (RoBERTa: 0 for both texts)
+    text_index: Optional[int]    # 0 text, 1 text_pair; None for template tokens and input_ids
 
 
 class Prediction(TypedDict):
