@@ -29,6 +29,9 @@ typedef struct {
                            * (api/token_identity.c swaps it under a lock; use api_maps_acquire) */
     int refs;             /* server registry: counted references (its own + one per request or job using it);
                            * guarded by the registry's lock, unused by the CLI */
+    _Atomic unsigned long long fingerprint; /* lens_model_fingerprint once, 0 until a partial's header needs it
+                                             * (api/shard.c): it hashes the whole embedding table, 94 MB for
+                                             * BERT-base, too much to redo per request */
 } api_model;
 
 typedef enum { API_LOADING, API_READY, API_DRAINING } api_state;

@@ -26,7 +26,9 @@
  * relative_norm {pos, ctx, resid}, pos_stable_rank, pos_screenot {rank,
  * threshold, explained}, pos_explained {k2, k10,
  * k2_sq, k10_sq}, pos_smoothness, pos_pca: [[x, y]..per position..],
- * orthogonality {max_abs_cos, mean_abs_cos, principal_angles_deg}, topics?
+ * ctx_pca {variance_share: [k], window: [W], label?: [W], coords: [[k]..per
+ * window..]} (each window's context mean on the top k = 3 principal axes of
+ * the context means; label indexes labels), orthogonality {max_abs_cos, mean_abs_cos, principal_angles_deg}, topics?
  * {within, between, within_pairs, between_pairs}}], timing_ms}. */
 #include <limits.h>
 #include <stdio.h>
@@ -329,7 +331,32 @@ static void on_progress(void *user, long done, long total)
     if (total > 0) api_progress(p->c, p->base + p->span * (double)done / (double)total);
 }
 
-static void write_layer(jw *w, const lens_decomp_layer *L, const lens_decomp_result *res)
+/* ctx_pca {variance_share: [k], window: [W], label?: [W] (indices into the
+ * response's labels), coords: [[k]..per window..]} */
+static void write_ctx_pca(jw *w, const lens_decomp_ctx_pca *p)
+{
+    jw_obj(w);
+    jw_key(w, "variance_share");
+    jw_arr(w);
+    for (int j = 0; j < p->k; j++) jw_float(w, p->share[j], 6);
+    jw_end(w);
+    jw_key(w, "window");
+    jw_arr(w);
+    for (long i = 0; i < p->W; i++) jw_int(w, p->window[i]);
+    jw_end(w);
+    if (p->label) {
+        jw_key(w, "label");
+        jw_arr(w);
+        for (long i = 0; i < p->W; i++) jw_int(w, p->label[i]);
+        jw_end(w);
+    }
+    jw_key(w, "coords");
+    jw_floats_2d(w, p->coords, (size_t)p->W, (size_t)p->k, (size_t)p->k, 6);
+    jw_end(w);
+}
+
+static void write_layer(jw *w, const lens_decomp_layer *L, const lens_decomp_ctx_pca *ctx_pca,
+                        const lens_decomp_result *res)
 {
     jw_obj(w);
     jw_key(w, "layer");
@@ -382,6 +409,8 @@ static void write_layer(jw *w, const lens_decomp_layer *L, const lens_decomp_res
     jw_key(w, "pos_pca");
     if (L->pos_pca) jw_floats_2d(w, L->pos_pca, (size_t)res->P, 2, 2, 6);
     else jw_null(w);
+    jw_key(w, "ctx_pca");
+    write_ctx_pca(w, ctx_pca);
     jw_key(w, "orthogonality");
     jw_obj(w);
     jw_key(w, "max_abs_cos");
@@ -473,10 +502,12 @@ static int shard_set(api_call *c, const decomp_req *r, const char *field, const 
     return 0;
 }
 
-/* The decomposition of one window set from every shard's accumulators. */
+/* The decomposition of one window set from every shard's accumulators, and
+ * when ctx_pca is not NULL its context means on their top CTX_PCA_K axes. */
+#define CTX_PCA_K 3
 static int merge_set(api_call *c, const decomp_req *r, const char *field, const char *prefix,
                      const lens_decomp_result *reference, lens_partial *const *parts, int n_parts,
-                     lens_decomp_result *res, int *W)
+                     lens_decomp_result *res, lens_decomp_ctx_pca **ctx_pca, int *W)
 {
     int *ids, *labels, *own_ids, *own_labels;
     memset(res, 0, sizeof *res);
@@ -489,6 +520,10 @@ static int merge_set(api_call *c, const decomp_req *r, const char *field, const 
     for (int i = 0; i < n_parts && !rc; i++) rc = lens_decomp_import(acc, parts[i], prefix, *W, &err);
     if (rc == 0) rc = lens_decomp_complete(acc, &err);
     if (rc == 0) rc = lens_decomp_finish(acc, res, &err);
+    if (rc == 0 && ctx_pca && !(*ctx_pca = lens_decomp_ctx_pca_compute(acc, CTX_PCA_K, &err))) {
+        lens_decomp_result_free(res);
+        rc = -1;
+    }
     lens_decomp_free(acc);
     if (rc && err.code == LENS_EFORMAT) return api_fail(c, 422, "partial_mismatch", "parts", "%s", err.msg);
     if (rc) return api_fail_core(c, &err, "length", NULL, "decomposition");
@@ -519,8 +554,10 @@ void api_decomposition_merge(api_call *c, lens_partial *const *parts, int n_part
     int W = 0, ref_W = 0;
     lens_decomp_result res, ref_res;
     memset(&ref_res, 0, sizeof ref_res);
-    int rc = r->ref ? merge_set(c, r->ref, "reference_texts", "ref.", NULL, parts, n_parts, &ref_res, &ref_W) : 0;
-    if (rc == 0) rc = merge_set(c, r, "texts", "", r->ref ? &ref_res : NULL, parts, n_parts, &res, &W);
+    lens_decomp_ctx_pca *ctx_pca = NULL;
+    int rc = r->ref ? merge_set(c, r->ref, "reference_texts", "ref.", NULL, parts, n_parts, &ref_res, NULL, &ref_W)
+                    : 0;
+    if (rc == 0) rc = merge_set(c, r, "texts", "", r->ref ? &ref_res : NULL, parts, n_parts, &res, &ctx_pca, &W);
     lens_decomp_result_free(&ref_res);
     if (rc) return;
     double t2 = api_now();
@@ -557,8 +594,9 @@ void api_decomposition_merge(api_call *c, lens_partial *const *parts, int n_part
     }
     jw_key(w, "layers");
     jw_arr(w);
-    for (int i = 0; i < res.n_layers; i++) write_layer(w, &res.layers[i], &res);
+    for (int i = 0; i < res.n_layers; i++) write_layer(w, &res.layers[i], &ctx_pca[i], &res);
     jw_end(w);
+    lens_decomp_ctx_pca_free(ctx_pca, res.n_layers);
     lens_decomp_result_free(&res);
     api_write_timing(c, t1 - t0, t2 - t1, t2);
     jw_end(w);

@@ -7,6 +7,7 @@
  * the checks before a merge. What a partial holds and how it reduces is the
  * kind's (its shard() and merge() in the kind's file). A server job of a
  * sharded kind is shard 0 of 1 merged, the same code. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,21 @@ static void hex64(uint64_t v, char out[17]) { snprintf(out, 17, "%016llx", (unsi
 /* The decoded request's model: every dataset kind's request starts with it. */
 static const api_model *request_model(const api_call *c) { return c->model_ref ? c->model_ref : NULL; }
 
+/* The model's fingerprint, computed on first use and kept in the api_model
+ * (the weights never change after load). Two requests may both compute it
+ * the first time; they store the same value. 0 without a model. */
+static uint64_t model_fingerprint(const api_model *m)
+{
+    if (!m) return 0;
+    api_model *cache = (api_model *)m; /* a cache, not the model's state */
+    unsigned long long fp = atomic_load_explicit(&cache->fingerprint, memory_order_relaxed);
+    if (!fp) {
+        fp = lens_model_fingerprint(m->model);
+        atomic_store_explicit(&cache->fingerprint, fp, memory_order_relaxed);
+    }
+    return fp;
+}
+
 int api_shard_rows(lens_partial *part, long total, long in_shard)
 {
     return json_object_set_new(part->header, "rows", json_pack("{s:I, s:I}", "total", (json_int_t)total, "in_shard",
@@ -43,7 +59,7 @@ int api_shard_run(api_call *c, const api_job_kind *kind, int index, int count, l
     if (lens_partial_init(part, &err)) return api_fail(c, 500, "internal", NULL, "%s", err.msg);
     const api_model *m = request_model(c);
     char fp[17], ph[32];
-    hex64(m ? lens_model_fingerprint(m->model) : 0, fp);
+    hex64(model_fingerprint(m), fp);
     json_t *h = part->header;
     if (params_hash(c->body, ph) || json_object_set_new(h, "kind", json_string(kind->kind)) ||
         json_object_set(h, "params", c->body) || json_object_set_new(h, "params_hash", json_string(ph)) ||
@@ -103,7 +119,7 @@ static int check_parts(api_call *c, const api_job_kind *kind, lens_partial **par
                         hdr_str(parts[0], NULL, "kind"), kind->kind);
     const api_model *m = request_model(c);
     char fp[17];
-    hex64(m ? lens_model_fingerprint(m->model) : 0, fp);
+    hex64(model_fingerprint(m), fp);
     if (strcmp(fp, hdr_str(parts[0], "model", "fingerprint")))
         return api_fail(c, 422, "partial_mismatch", "model",
                         "the partials were computed on another model (fingerprint %.20s, this one %s)",

@@ -6,7 +6,8 @@
 # Prints: requests and requests/s; responses by status; errors (anything but
 # 2xx and the designed 429 / 503, plus socket errors), which must be 0; the
 # server's RSS after a 60 s warm-up and at the end, with its value after
-# each round to show the trend (growth must stay < 5% over at least 100k
+# each round to show the trend (read at rest, once the round's last requests
+# are answered) (growth must stay < 5% over at least 100k
 # requests; extra rounds top the count up); and the time from
 # SIGTERM to exit, which must be within --timeout + 5 s. Exit status 1 when
 # a bound is missed.
@@ -81,6 +82,18 @@ end
 LUA
 
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$pid/status"; }
+# RSS split: anonymous (heap, stacks: what a leak or fragmentation grows) and
+# file-backed (the mmap'd weights: pages count once touched)
+# RSS is read at rest: wrk's last requests are still running when it exits
+# (p99 ~0.5 s at c=64 on 2 cores), and their buffers would count as growth
+settle() {
+  for _ in $(seq 50); do
+    [ "$(curl -sf "http://127.0.0.1:$port/metrics" | awk '/^lensd_in_flight / {print $2}')" = 1 ] && break
+    sleep 0.1
+  done
+  sleep 1 # past the worker pool's idle trim (server/pool.c TRIM_IDLE_S)
+}
+rss_split() { awk '/^RssAnon/ {a = $2} /^RssFile/ {f = $2} END {printf "anon %.1f, file %.1f MiB", a / 1024, f / 1024}' "/proc/$pid/status"; }
 errors=0 total=0 fail=0
 run() { # seconds -> accumulates
   local line
@@ -93,7 +106,8 @@ run() { # seconds -> accumulates
     case $s in 2??|404|429|503) ;; *) bad=$((bad + c)) ;; esac
   done
   errors=$((errors + bad))
-  echo "  ${1}s: $n requests, $rps req/s, p99 $p99 ms, socket errors $sock, RSS $(($(rss_kb) / 1024)) MiB, by status: $statuses"
+  settle
+  echo "  ${1}s: $n requests, $rps req/s, p99 $p99 ms, socket errors $sock, RSS $(($(rss_kb) / 1024)) MiB ($(rss_split)), by status: $statuses"
 }
 
 start
@@ -104,7 +118,7 @@ run "$DURATION"
 while [ "$total" -lt 100000 ]; do run 20; done
 rss1=$(rss_kb)
 growth=$(python3 -c "print(f'{($rss1 - $rss0) / $rss0 * 100:.2f}')")
-echo "soak: $total requests, errors (not 2xx/404/429/503, or socket) $errors; RSS $((rss0 / 1024)) -> $((rss1 / 1024)) MiB ($growth%)"
+echo "soak: $total requests, errors (not 2xx/404/429/503, or socket) $errors; RSS $(awk -v k=$rss0 'BEGIN {printf "%.1f", k / 1024}') -> $(awk -v k=$rss1 'BEGIN {printf "%.1f", k / 1024}') MiB ($growth%)"
 [ "$errors" -eq 0 ] || fail=1
 python3 -c "import sys; sys.exit(0 if $growth < 5 else 1)" || fail=1
 

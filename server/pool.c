@@ -6,9 +6,12 @@
  * head of the two queues), the n_fast after them fast-lane (cheap only). The watchdog wakes every
  * 10 ms and raises the cancel flag of queued or running jobs whose deadline
  * has passed; a cancelled job still runs its fn (which sees the flag and
- * answers "timeout") so that every suspended connection is resumed. */
+ * answers "timeout") so that every suspended connection is resumed. Once
+ * the workers have been idle for TRIM_IDLE_S after some work, it gives freed
+ * heap back to the system (malloc_trim). */
 #include "server/pool.h"
 
+#include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
@@ -83,9 +86,17 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* Seconds the workers must have been idle (nothing queued, reserved or
+ * running) before the watchdog returns freed heap to the system: long enough
+ * for the HTTP thread to send and free the last responses, short enough that
+ * a burst's memory goes back before the next one. */
+#define TRIM_IDLE_S 0.2
+
 static void *watchdog_main(void *arg)
 {
     pool *p = arg;
+    int worked = 0;       /* a request ran since the last trim */
+    double last_busy = 0; /* when the workers last had something */
     pthread_mutex_lock(&p->lock);
     while (!p->stopping || p->head[0] || p->head[1] || p->n_running) {
         struct timespec ts;
@@ -100,6 +111,18 @@ static void *watchdog_main(void *arg)
         for (int i = 0; i < p->n_threads; i++) {
             pool_job *j = p->running[i];
             if (j && j->deadline > 0 && now >= j->deadline) lens_cancel_set(&j->cancel, 1);
+        }
+        /* Freed request buffers stay in glibc's arenas (free chunks below
+         * each arena's top are not given back), so RSS after a burst
+         * depended on how fragmented the arenas were left: make soak saw
+         * 12.4-13.6 MiB of anonymous memory between rounds, of which
+         * malloc_trim(0) returned 2.9 MiB each time (gdb, 4 rounds). */
+        if (p->n_running || p->queued || p->reserved) worked = 1, last_busy = now;
+        else if (worked && now - last_busy >= TRIM_IDLE_S) {
+            worked = 0;
+            pthread_mutex_unlock(&p->lock);
+            malloc_trim(0);
+            pthread_mutex_lock(&p->lock);
         }
     }
     pthread_mutex_unlock(&p->lock);

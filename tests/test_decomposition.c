@@ -10,6 +10,10 @@
  *   streaming   windows added in several calls and one window per forward
  *               give what one call with one batch gives.
  *   api         cancellation, progress, bad arguments, texts -> windows.
+ *   ctx_pca     the context means on their principal axes against LAPACK's
+ *               SVD of the full tensor's context means, and against the
+ *               fixtures' ctx_pca / ctx_pca_share (torch.linalg.svd of ctx;
+ *               coordinates atol TOL_PCA * max|coords|, shares TOL_REF).
  *   reference   tests/fixtures/decomposition_<model>.json
  *               (tests/reference/decomposition_reference.py: full tensor,
  *               float64, torch.linalg) on the shared checkpoints, every metric,
@@ -39,6 +43,7 @@
 #include <unistd.h>
 
 #include "core/analysis/decomposition.h"
+#include "core/base/pool.h"
 #include "core/model/mkmodel.h"
 #include "core/model/model.h"
 #include "tests/check.h"
@@ -266,10 +271,11 @@ static void compare_results(const char *label, const lens_decomp_result *a, cons
     }
 }
 
+/* pca: when not NULL, also *pca = lens_decomp_ctx_pca_compute(acc, 3) (free with lens_decomp_ctx_pca_free) */
 static int run(const lens_model *m, int T, const int *ids, const int *labels, int W, int n_calls, int batch_tokens,
-               int keep_first, lens_decomp_result *res)
+               int keep_first, lens_pool *pool, lens_decomp_result *res, lens_decomp_ctx_pca **pca)
 {
-    lens_decomp_opts o = {.batch_tokens = batch_tokens, .keep_first_position = keep_first};
+    lens_decomp_opts o = {.batch_tokens = batch_tokens, .keep_first_position = keep_first, .pool = pool};
     lens_err err = {0};
     lens_decomp *acc = lens_decomp_begin(m, T, NULL, 0, &o, &err);
     CHECK(acc != NULL, "begin: %s", err.msg);
@@ -281,6 +287,10 @@ static int run(const lens_model *m, int T, const int *ids, const int *labels, in
         done += n;
     }
     if (rc == 0) rc = lens_decomp_finish(acc, res, &err);
+    if (rc == 0 && pca && !(*pca = lens_decomp_ctx_pca_compute(acc, 3, &err))) {
+        lens_decomp_result_free(res);
+        rc = -1;
+    }
     CHECK(rc == 0, "decomposition: %s", err.msg);
     lens_decomp_free(acc);
     return rc;
@@ -292,16 +302,25 @@ static void test_streaming(const lens_model *m, const char *label)
     int *ids = pseudo_random_windows(W, T, m->cfg.vocab_size, 5);
     int labels[W];
     for (int i = 0; i < W; i++) labels[i] = i % 3;
-    lens_decomp_result one = {0}, many = {0};
-    if (run(m, T, ids, labels, W, 1, 1 << 20, 0, &one) == 0 && run(m, T, ids, labels, W, 3, T, 0, &many) == 0) {
+    lens_decomp_result one = {0}, many = {0}, pooled = {0};
+    lens_pool *pool = lens_pool_create(3);
+    CHECK(pool != NULL, "a pool of 3 threads");
+    if (run(m, T, ids, labels, W, 1, 1 << 20, 0, NULL, &one, NULL) == 0 && run(m, T, ids, labels, W, 3, T, 0, NULL, &many, NULL) == 0) {
         char what[96];
         snprintf(what, sizeof what, "%s streamed (3 calls, 1 window per batch) vs one batch", label);
         compare_results(what, &many, &one, TOL_STREAM, 1e-3);
+        /* the layers accumulate in parallel, one thread per layer: the same sums in the same order */
+        if (pool && run(m, T, ids, labels, W, 1, 1 << 20, 0, pool, &pooled, NULL) == 0) {
+            snprintf(what, sizeof what, "%s on a 3-thread pool vs the calling thread", label);
+            compare_results(what, &pooled, &one, 0, 0);
+        }
         CHECK(one.n_layers == m->cfg.n_layers + 1 && one.n_windows == W && one.P == T - 1 && one.has_labels,
               "%s: result says %d layers %ld windows P=%d", label, one.n_layers, one.n_windows, one.P);
     }
     lens_decomp_result_free(&one);
     lens_decomp_result_free(&many);
+    lens_decomp_result_free(&pooled);
+    lens_pool_free(pool);
     free(ids);
 }
 
@@ -471,11 +490,13 @@ static void test_reference(const char *shared, const char *name)
         const json_t *var = json_array_get(variants, v);
         int drop = json_is_true(json_object_get(var, "drop_first_position"));
         lens_decomp_result res = {0};
-        if (run(m, T, ids, labels, W, 3, 2 * T, !drop, &res) != 0) continue;
+        lens_decomp_ctx_pca *ctx_pcas = NULL;
+        if (run(m, T, ids, labels, W, 3, 2 * T, !drop, NULL, &res, &ctx_pcas) != 0) continue;
         const json_t *layers = json_object_get(var, "layers");
         CHECK((size_t)res.n_layers == json_array_size(layers), "%s: %d layers vs %zu", name, res.n_layers,
               json_array_size(layers));
-        double worst[8] = {0}; /* shares, norms, ratios, cos, smooth+topics, pca, angles, rank/norms (rel) */
+        double worst[8] = {0}; /* shares, norms, ratios (+ ctx_pca shares), cos, smooth+topics, pca (pos and ctx),
+                                * angles, rank/norms (rel) */
         char what[160];
         for (int l = 0; l < res.n_layers && (size_t)l < json_array_size(layers); l++) {
             const json_t *want = json_array_get(layers, (size_t)l);
@@ -528,6 +549,29 @@ static void test_reference(const char *shared, const char *name)
             snprintf(what, sizeof what, "%s drop_first=%d layer %d pos_pca", name, drop, r->layer);
             worst[5] = fmax(worst[5], check_close(what, r->pos_pca, wp, (size_t)res.P * 2, TOL_PCA * scale, 0) / scale);
             free(wp);
+            /* ctx_pca: coordinates [W][k] and shares [k] against torch.linalg.svd of ctx */
+            const json_t *cp = json_object_get(want, "ctx_pca"), *cs = json_object_get(want, "ctx_pca_share");
+            const lens_decomp_ctx_pca *o = &ctx_pcas[l];
+            CHECK(json_array_size(cp) == (size_t)o->W && json_array_size(cs) == (size_t)o->k && o->k == 3,
+                  "%s: ctx_pca %ld x %d, reference %zu x %zu", name, o->W, o->k, json_array_size(cp),
+                  json_array_size(cs));
+            if (json_array_size(cp) == (size_t)o->W && json_array_size(cs) == (size_t)o->k) {
+                float *wc = malloc((size_t)o->W * o->k * sizeof(float)), cscale = 0;
+                for (long w = 0; w < o->W; w++)
+                    for (int j = 0; j < o->k; j++) {
+                        wc[w * o->k + j] = (float)json_number_value(json_array_get(json_array_get(cp, (size_t)w), (size_t)j));
+                        cscale = fmaxf(cscale, fabsf(wc[w * o->k + j]));
+                    }
+                snprintf(what, sizeof what, "%s drop_first=%d layer %d ctx_pca", name, drop, r->layer);
+                worst[5] = fmax(worst[5], check_close(what, o->coords, wc, (size_t)o->W * o->k, TOL_PCA * cscale, 0) / cscale);
+                for (int j = 0; j < o->k; j++) {
+                    double w = json_number_value(json_array_get(cs, (size_t)j));
+                    snprintf(what, sizeof what, "%s drop_first=%d layer %d ctx_pca_share[%d]", name, drop, r->layer, j);
+                    close_scalar(what, o->share[j], w, TOL_REF, 0);
+                    worst[2] = fmax(worst[2], fabs(o->share[j] - w));
+                }
+                free(wc);
+            }
             const json_t *ang = json_object_get(want, "principal_angles_deg");
             CHECK(json_array_size(ang) == (size_t)r->n_angles, "%s: %d angles, reference %zu", name, r->n_angles,
                   json_array_size(ang));
@@ -541,11 +585,101 @@ static void test_reference(const char *shared, const char *name)
         printf("  %-20s drop_first=%d W=%d T=%d vs PyTorch: shares %.1e norms %.1e explained %.1e cos %.1e "
                "smooth/topics %.1e pca %.1e (rel) angles %.1e deg, rank/|mu|/|pos| %.1e (rel)\n",
                name, drop, W, T, worst[0], worst[1], worst[2], worst[3], worst[4], worst[5], worst[6], worst[7]);
+        lens_decomp_ctx_pca_free(ctx_pcas, res.n_layers);
         lens_decomp_result_free(&res);
     }
     free(ids), free(labels);
     lens_model_free(m);
     json_decref(fx);
+}
+
+/* ---------------------------------------------------------------- context means' PCA */
+
+/* lens_decomp_ctx_pca_compute against an independent computation: the
+ * context means of the full tensor (lens_decomp_components) and LAPACK's SVD
+ * of them. W windows with labels w % 3, all layers; W = 5 <= C takes the
+ * W x W Gram path (k = 3 of rank 4), W = C + 6 the C x C one. Checked: the
+ * coordinates equal U_k S_k (sign: largest entry positive) to TOL_STREAM of
+ * their scale (the accumulator keeps float32 means), the shares equal
+ * s_i^2 / sum s^2, the columns are orthogonal and reproduce their shares
+ * (sum_w coords_i^2 = share_i |X|_F^2), windows and labels come in order. */
+static void test_ctx_pca(const lens_model *m, const char *label, int W, int T)
+{
+    const int first = 1, P = T - first, C = m->cfg.d_model, L = m->cfg.n_layers;
+    int *ids = pseudo_random_windows(W, T, m->cfg.vocab_size, 17);
+    int labels[W];
+    for (int w = 0; w < W; w++) labels[w] = w % 3;
+    lens_err err = {0};
+    lens_decomp *acc = lens_decomp_begin(m, T, NULL, 0, NULL, &err);
+    int ok = acc && lens_decomp_add(acc, ids, labels, W, &err) == 0;
+    lens_decomp_ctx_pca *p = ok ? lens_decomp_ctx_pca_compute(acc, 3, &err) : NULL;
+    CHECK(p != NULL, "%s W=%d: ctx_pca: %s", label, W, err.msg);
+    for (int l = 0; p && l <= L; l++) {
+        const lens_decomp_ctx_pca *o = &p[l];
+        const int k = W - 1 < 3 ? W - 1 : 3;
+        CHECK(o->layer == l && o->k == k && o->W == W && o->label, "%s W=%d layer %d: layer %d, k %d, W %ld", label,
+              W, l, o->layer, o->k, o->W);
+        if (o->k != k || o->W != W || !o->label) continue;
+        float *h = hidden_of(m, ids, W, T, first, l);
+        double *mu = malloc(C * sizeof(double)), *pos = malloc((size_t)P * C * sizeof(double));
+        double *ctx = malloc((size_t)W * C * sizeof(double));
+        lens_decomp_components(h, W, P, C, mu, pos, ctx, NULL);
+        /* ctx already has zero mean over windows; SVD ctx = U S V^T */
+        const int n = W < C ? W : C;
+        double *u = malloc((size_t)W * n * sizeof(double)), *sv = malloc(n * sizeof(double));
+        double *vt = malloc((size_t)n * C * sizeof(double)), *superb = malloc(n * sizeof(double));
+        double *a = malloc((size_t)W * C * sizeof(double));
+        memcpy(a, ctx, (size_t)W * C * sizeof(double));
+        int info = LAPACKE_dgesvd(LAPACK_ROW_MAJOR, 'S', 'S', W, C, a, C, sv, u, n, vt, C, superb);
+        CHECK(info == 0, "%s: dgesvd info %d", label, info);
+        double total = 0, scale = 0, worst = 0, worst_share = 0, worst_orth = 0, worst_repro = 0;
+        for (int i = 0; i < n; i++) total += sv[i] * sv[i];
+        for (int j = 0; j < k; j++) {
+            double big = 0;
+            for (int w = 0; w < W; w++) big = fabs(u[(size_t)w * n + j]) > fabs(big) ? u[(size_t)w * n + j] : big;
+            double sign = big < 0 ? -1 : 1, ss = 0;
+            for (int w = 0; w < W; w++) {
+                double want = sign * u[(size_t)w * n + j] * sv[j], got = o->coords[(size_t)w * k + j];
+                scale = fmax(scale, fabs(want)), worst = fmax(worst, fabs(got - want)), ss += got * got;
+            }
+            worst_share = fmax(worst_share, fabs(o->share[j] - sv[j] * sv[j] / total));
+            worst_repro = fmax(worst_repro, fabs(ss / total - o->share[j]));
+            for (int i = 0; i < j; i++) {
+                double d = 0, ni = 0, nj = 0;
+                for (int w = 0; w < W; w++) {
+                    double xi = o->coords[(size_t)w * k + i], xj = o->coords[(size_t)w * k + j];
+                    d += xi * xj, ni += xi * xi, nj += xj * xj;
+                }
+                worst_orth = fmax(worst_orth, fabs(d) / sqrt(ni * nj));
+            }
+        }
+        CHECK(worst <= TOL_STREAM * scale, "%s W=%d layer %d: coords differ from U S by %g (scale %g)", label, W, l,
+              worst, scale);
+        CHECK(worst_share <= TOL_STREAM, "%s W=%d layer %d: shares differ from s^2 / sum s^2 by %g", label, W, l,
+              worst_share);
+        CHECK(worst_orth <= TOL_STREAM && worst_repro <= TOL_STREAM,
+              "%s W=%d layer %d: columns' cosine up to %g, sum coords^2 / |X|^2 - share up to %g", label, W, l,
+              worst_orth, worst_repro);
+        for (int j = 1; j < k; j++) CHECK(o->share[j] <= o->share[j - 1], "%s: shares not descending", label);
+        double sum = 0;
+        for (int j = 0; j < k; j++) sum += o->share[j];
+        if (k == W - 1) /* all of the centred means' rank: the shares sum to 1 */
+            CHECK(fabs(sum - 1) <= TOL_STREAM, "%s W=%d layer %d: full-rank shares sum to %.9f", label, W, l, sum);
+        else CHECK(sum < 1 + TOL_STREAM, "%s W=%d layer %d: shares sum to %.9f > 1", label, W, l, sum);
+        int order = 1;
+        for (int w = 0; w < W; w++) order &= o->window[w] == w && o->label[w] == w % 3;
+        CHECK(order, "%s W=%d layer %d: windows or labels out of order", label, W, l);
+        free(h), free(mu), free(pos), free(ctx), free(u), free(sv), free(vt), free(superb), free(a);
+    }
+    lens_decomp_ctx_pca_free(p, L + 1);
+    err = (lens_err){0};
+    lens_decomp *one = lens_decomp_begin(m, T, NULL, 0, NULL, &err);
+    CHECK(one && lens_decomp_add(one, ids, NULL, 1, &err) == 0 && !lens_decomp_ctx_pca_compute(one, 3, &err) &&
+              err.code == LENS_EINVAL,
+          "%s: ctx_pca of one window accepted", label);
+    lens_decomp_free(one);
+    lens_decomp_free(acc);
+    free(ids);
 }
 
 int main(void)
@@ -561,6 +695,8 @@ int main(void)
             test_streaming(m, label);
             test_api(m, label);
             test_windows_from_texts(m, label);
+            test_ctx_pca(m, label, 5, 8);
+            test_ctx_pca(m, label, m->cfg.d_model + 6, 4);
         }
         lens_model_free(m);
         nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);

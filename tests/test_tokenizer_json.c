@@ -274,6 +274,9 @@ static void check_malformed(void)
         { "{\"added_tokens\": [{\"id\": 5}], \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "added_tokens" },
         { "{\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<s>\"}}], \"pair\": [], \"special_tokens\": {}}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "<s>" },
         { "{\"post_processor\": {\"type\": \"BertProcessing\", \"sep\": [\"x\", 99], \"cls\": [\"a\", 0]}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "sep" },
+        /* ids inside a gap of the vocabulary (fuzz_tokenizer_json's find: emitted without a piece) */
+        { "{\"post_processor\": {\"type\": \"BertProcessing\", \"sep\": [\"b\", 1], \"cls\": [\"a\", 0]}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"c\": 2}, \"merges\": []}}", "sep" },
+        { "{\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<s>\"}}], \"pair\": [], \"special_tokens\": {\"<s>\": {\"ids\": [1]}}}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"c\": 2}, \"merges\": []}}", "not a vocabulary token" },
     };
     int n = (int)(sizeof bad / sizeof *bad);
     for (int i = 0; i < n; i++) {

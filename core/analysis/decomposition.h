@@ -155,6 +155,28 @@ int lens_decomp_windows_from_texts(const lens_tokenizer *tok, const char *const 
  * number of sv above the threshold (*threshold), or -1 when 2k + 1 >= n. */
 int lens_screenot(const double *sv, int n, int rows, int cols, int k, double *threshold);
 
+/* Each window's context mean on the top k principal axes of the context
+ * means (the dashboard's "context means coloured by topic"), per selected
+ * layer. For W windows (in the accumulator's order, which is the run's
+ * after lens_decomp_complete) and X [W][C] the context means minus their
+ * mean: coords [W][k] = X V_k with V_k the top k right singular vectors
+ * (sign: each column's entry of largest magnitude positive), share [k] =
+ * s_i^2 / |X|_F^2, the part of the context means' variance on axis i. */
+typedef struct {
+    int layer;       /* hidden-state index */
+    int k;           /* min(k asked, W - 1, C) */
+    long W;
+    float *coords;   /* [W][k] */
+    double *share;   /* [k] descending */
+    long *window;    /* [W] each row's window index in the run */
+    int *label;      /* [W] label index, NULL without labels */
+} lens_decomp_ctx_pca;
+
+/* One lens_decomp_ctx_pca per selected layer (free with
+ * lens_decomp_ctx_pca_free(p, n_layers)); NULL and err on failure. Needs W >= 2. */
+lens_decomp_ctx_pca *lens_decomp_ctx_pca_compute(const lens_decomp *acc, int k, lens_err *err);
+void lens_decomp_ctx_pca_free(lens_decomp_ctx_pca *p, int n_layers);
+
 void lens_decomp_components(const float *h, int W, int P, int C, double *mu, double *pos, double *ctx,
                             double *resid);
 

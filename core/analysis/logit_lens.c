@@ -26,7 +26,7 @@ int lens_logit_lens(const lens_model *m, const float *x, int R, int layer, float
         return lens_fail(err, LENS_EINVAL, "layer %d is outside 0..%d", layer, c->n_layers);
     float *t = malloc((size_t)R * C * sizeof *t); /* [R][C] what the decoder reads */
     if (!t) return lens_fail(err, LENS_ENOMEM, "out of memory for %d rows", R);
-    lens_linear decoder = {.w = p->tok_emb, .in = C, .out = c->vocab_size, .ld = C};
+    lens_linear decoder = lens_tied_decoder(m);
     if (c->task == LENS_TASK_CAUSAL_LM) {
         memcpy(t, x, (size_t)R * C * sizeof *t);
         /* hidden[L] is stored after the final norm (as HF); earlier layers get

@@ -345,13 +345,21 @@ static int read_model(loader *L, const json_t *model, const json_t *added)
 
 /* ---- post_processor ----------------------------------------------------- */
 
+/* A post-processor's token id must name a token the vocabulary has: an id
+ * inside a gap of the vocabulary's ids would be emitted without a piece
+ * (found by fuzz_tokenizer_json: sep ["[SEP]", 31] with ids 0..9 and 71). */
+static int is_token_id(const loader *L, const json_t *id)
+{
+    return json_is_integer(id) && json_integer_value(id) >= 0 && json_integer_value(id) < L->tok->vocab_size &&
+           L->tok->piece[json_integer_value(id)] != NULL;
+}
+
 /* ["[CLS]", 101] of BertProcessing / RobertaProcessing -> id. */
 static int pair_id(loader *L, const json_t *v, const char *what)
 {
     const json_t *id = json_array_get(v, 1);
-    if (!json_is_array(v) || !json_is_integer(id) || json_integer_value(id) < 0 ||
-        json_integer_value(id) >= L->tok->vocab_size)
-        return lens_fail(L->err, LENS_EFORMAT, "%s: post_processor %s is not [token, id] with an id in the vocabulary",
+    if (!json_is_array(v) || !is_token_id(L, id))
+        return lens_fail(L->err, LENS_EFORMAT, "%s: post_processor %s is not [token, id] with the id of a vocabulary token",
                          L->path, what);
     return (int)json_integer_value(id);
 }
@@ -395,8 +403,8 @@ static int template_side(loader *L, const json_t *list, const json_t *specials, 
         if (!json_is_array(ids) || json_array_size(ids) == 0)
             return lens_fail(L->err, LENS_EFORMAT, "%s: template token \"%.64s\" is not in special_tokens", L->path, name);
         json_array_foreach(ids, k, idv) {
-            if (!json_is_integer(idv) || json_integer_value(idv) < 0 || json_integer_value(idv) >= L->tok->vocab_size)
-                return lens_fail(L->err, LENS_EFORMAT, "%s: template token \"%.64s\" has an id outside the vocabulary", L->path, name);
+            if (!is_token_id(L, idv))
+                return lens_fail(L->err, LENS_EFORMAT, "%s: template token \"%.64s\" has an id that is not a vocabulary token", L->path, name);
             if (n == cap) return bad(L, "TemplateProcessing template too long");
             out[n++] = (lens_tmpl_item){ (int)json_integer_value(idv), 0, type_id };
         }

@@ -37,8 +37,8 @@ const char *lens_family_names(void)
     return names;
 }
 
-const float *lens_walk_tensor(lens_param_visitor *v, const char *name, int64_t d0, int64_t d1,
-                              lens_param_kind kind, float init_std)
+const void *lens_walk_tensor(lens_param_visitor *v, const char *name, int64_t d0, int64_t d1,
+                             lens_param_kind kind, float init_std)
 {
     if (v->failed) return NULL;
     const lens_param_desc d = {.name = name, .ndim = d1 ? 2 : 1, .shape = {d0, d1}, .kind = kind,
@@ -53,6 +53,7 @@ void lens_walk_linear(lens_param_visitor *v, lens_linear *lin, const char *base,
     snprintf(name, sizeof name, "%s.weight", base);
     lin->w = conv1d ? lens_walk_tensor(v, name, in, out, LENS_PARAM_WEIGHT, init_std)
                     : lens_walk_tensor(v, name, out, in, LENS_PARAM_WEIGHT, init_std);
+    lin->dtype = v->dtype;
     snprintf(name, sizeof name, "%s.bias", base);
     lin->b = lens_walk_tensor(v, name, out, 0, LENS_PARAM_BIAS, 0);
     lin->in = in, lin->out = out, lin->ld = conv1d ? out : in, lin->w_in_out = conv1d, lin->packed = NULL;

@@ -57,13 +57,16 @@ typedef struct {
 } lens_param_desc;
 
 /* The walker calls tensor() once per tensor in HF order; it returns the
- * tensor's data ([shape] floats; [C][NH*DV] for a summed weight when
- * tiles_summed) or NULL, which the walker stores in lens_params. After an
- * error the visitor keeps returning NULL and sets failed. */
+ * tensor's data ([shape] elements of v->dtype; [C][NH*DV] for a summed
+ * weight when tiles_summed) or NULL, which the walker stores in lens_params.
+ * 1-D tensors (biases, norms) are always float32; the loader returns
+ * matrices in the checkpoint's dtype, the trainer and mkmodel float32. After
+ * an error the visitor keeps returning NULL and sets failed. */
 typedef struct lens_param_visitor {
-    const float *(*tensor)(struct lens_param_visitor *v, const lens_param_desc *d);
+    const void *(*tensor)(struct lens_param_visitor *v, const lens_param_desc *d);
     int tiles_summed; /* 1: summed output weights arrive tiled (row stride NH*DV) */
     int failed;
+    lens_dtype dtype; /* of the tensor tensor() returned last (F32 = 0 unless the visitor sets it) */
 } lens_param_visitor;
 
 /* Helpers for walkers: an HF nn.Linear (weight [out][in]) or GPT-2 Conv1D
@@ -71,8 +74,8 @@ typedef struct lens_param_visitor {
 void lens_walk_linear(lens_param_visitor *v, lens_linear *lin, const char *base, int in, int out, int conv1d,
                       float init_std);
 void lens_walk_layernorm(lens_param_visitor *v, lens_layernorm *ln, const char *base, int C);
-const float *lens_walk_tensor(lens_param_visitor *v, const char *name, int64_t d0, int64_t d1,
-                              lens_param_kind kind, float init_std);
+const void *lens_walk_tensor(lens_param_visitor *v, const char *name, int64_t d0, int64_t d1,
+                             lens_param_kind kind, float init_std);
 /* An nn.Linear with an optional bias (Llama's attention_bias / mlp_bias). */
 void lens_walk_linear_bias(lens_param_visitor *v, lens_linear *lin, const char *base, int in, int out, int bias,
                            float init_std);

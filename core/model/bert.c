@@ -114,6 +114,7 @@ static void walk_summed_output(const lens_config *c, lens_param_visitor *v, lens
     const lens_param_desc d = {.name = name, .ndim = 2, .shape = {C, c->d_head_v}, .kind = LENS_PARAM_WEIGHT,
                                .init_std = 0.02f, .summed = 1};
     lin->w = v->failed ? NULL : v->tensor(v, &d);
+    lin->dtype = v->dtype;
     snprintf(name, sizeof name, "%s.bias", base);
     lin->b = lens_walk_tensor(v, name, C, 0, LENS_PARAM_BIAS, 0);
     lin->in = VO, lin->out = C, lin->ld = v->tiles_summed ? VO : c->d_head_v, lin->w_in_out = 0, lin->packed = NULL;
@@ -173,7 +174,8 @@ void lens_bert_embed(const lens_model *m, const int *ids, const int *type_ids, i
                        float *rstd)
 {
     const lens_config *c = &m->cfg;
-    lens_embedding_forward(x, ids, type_ids, m->p.tok_emb, m->p.pos_emb, m->p.type_emb, T, c->d_model);
+    lens_embedding_forward(x, ids, type_ids, m->p.tok_emb, m->p.pos_emb, m->p.type_emb, m->p.emb_dtype, T,
+                           c->d_model);
     lens_add_layernorm(NULL, x, mean, rstd, x, NULL, &m->p.ln_emb, T, c->d_model, c->ln_eps);
 }
 

@@ -221,9 +221,11 @@ void lens_decoder_embed(const lens_model *m, const int *ids, const int *type_ids
     (void)type_ids, (void)mean, (void)rstd; /* no segments, no embedding norm */
     const int C = m->cfg.d_model;
     const float scale = m->cfg.emb_scale > 0 ? m->cfg.emb_scale : 1.0f;
+    const lens_dtype dt = m->p.emb_dtype;
     for (int t = 0; t < T; t++) {
-        const float *e = m->p.tok_emb + (size_t)ids[t] * C;
-        for (int i = 0; i < C; i++) x[(size_t)t * C + i] = e[i] * scale;
+        float *row = x + (size_t)t * C;
+        lens_widen(row, lens_dtype_at(m->p.tok_emb, dt, (size_t)ids[t] * C), dt, (size_t)C);
+        for (int i = 0; i < C; i++) row[i] *= scale;
     }
 }
 

@@ -151,7 +151,7 @@ static int task_head(const lens_model *m, lens_activations *act, scratch *w)
         act->logits = alloc_floats((size_t)N * c->vocab_size, &failed);
         if (failed) return -1;
         /* decoder tied to the word embeddings: logits = t E^T (+ bias) */
-        lens_linear decoder = {.w = p->tok_emb, .in = C, .out = c->vocab_size, .ld = C};
+        lens_linear decoder = lens_tied_decoder(m);
         const float *t = w->io.x;
         if (c->task == LENS_TASK_MASKED_LM) {
             lens_gemm_linear(w->io.h, w->io.x, &p->mlm_transform, N, w->io.pool);
@@ -169,7 +169,7 @@ static int task_head(const lens_model *m, lens_activations *act, scratch *w)
 void lens_lm_decode(const lens_model *m, const float *t, int R, float *logits, lens_pool *pool)
 {
     const lens_config *c = &m->cfg;
-    const lens_linear tied = {.w = m->p.tok_emb, .in = c->d_model, .out = c->vocab_size, .ld = c->d_model};
+    const lens_linear tied = lens_tied_decoder(m);
     lens_gemm_linear(logits, t, m->p.lm_head.w ? &m->p.lm_head : &tied, R, pool);
     if (c->final_softcap > 0) lens_softcap_forward(logits, (size_t)R * c->vocab_size, c->final_softcap);
 }

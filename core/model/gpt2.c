@@ -95,7 +95,7 @@ static void gpt2_walk(const lens_config *c, lens_params *p, lens_param_visitor *
         lens_linear *views[3] = {&blk->q, &blk->k, &blk->v};
         for (int i = 0; i < 3; i++) {
             *views[i] = qkv;
-            views[i]->w = qkv.w ? qkv.w + i * C : NULL;
+            views[i]->w = qkv.w ? lens_dtype_at(qkv.w, qkv.dtype, (size_t)i * C) : NULL;
             views[i]->b = qkv.b ? qkv.b + i * C : NULL;
             views[i]->out = C;
         }
@@ -108,7 +108,7 @@ static void gpt2_embed(const lens_model *m, const int *ids, const int *type_ids,
                        float *rstd)
 {
     (void)type_ids, (void)mean, (void)rstd; /* no segments, no embedding LayerNorm */
-    lens_embedding_forward(x, ids, NULL, m->p.tok_emb, m->p.pos_emb, NULL, T, m->cfg.d_model);
+    lens_embedding_forward(x, ids, NULL, m->p.tok_emb, m->p.pos_emb, NULL, m->p.emb_dtype, T, m->cfg.d_model);
 }
 
 /* What the pre-norm block keeps in lens_block_cache.buf, [rows][width]

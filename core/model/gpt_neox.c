@@ -286,7 +286,8 @@ static void neox_attn_qk(const lens_model *m, int l, const float *h, int T, floa
     for (int hh = 0; hh < NH; hh++)
         for (int part = 0; part < 2; part++) {
             const size_t row = (size_t)hh * 3 * D + (size_t)part * D;
-            const lens_linear view = {.w = blk->q.w + row * C, .b = blk->q.b + row, .in = C, .out = D, .ld = C};
+            const lens_linear view = {.w = lens_dtype_at(blk->q.w, blk->q.dtype, row * C), .dtype = blk->q.dtype,
+                                      .b = blk->q.b + row, .in = C, .out = D, .ld = C};
             lens_gemm_linear_ld((part ? k : q) + (size_t)hh * D, (size_t)C, x, (size_t)C, &view, T, NULL);
         }
     lens_decoder_rope(c, q, NULL, T, T, NH, 0);

@@ -111,12 +111,16 @@ int lens_task_parse(const char *name, lens_task *task); /* -1: unknown name */
 
 /* A linear map y = x W^T + b (HF nn.Linear, W is [out][in]) or y = x W + b
  * (GPT-2 Conv1D, W is [in][out]); ld is W's row stride, which lets GPT-2's
- * fused c_attn be viewed as three maps. */
+ * fused c_attn be viewed as three maps. W is in the checkpoint's dtype,
+ * served from its mapping (read it through lens_widen / lens_dtype_at, or
+ * the GEMM, which widens while packing); the bias is always float32. */
 typedef struct {
-    const float *w, *b;
+    const void *w;  /* [out][in] or [in][out] elements of dtype */
+    const float *b;
     int in, out, ld;
     int w_in_out; /* 1: W stored [in][out] (Conv1D), 0: [out][in] (Linear) */
-    const float *packed; /* W in lens_gemm panel layout, packed at load (owned by the model), or NULL */
+    const float *packed; /* F32 W in lens_gemm panel layout, packed at load (owned by the model), or NULL */
+    lens_dtype dtype;    /* of w: F32 (0, what code building a map by hand gets), BF16, F16 */
 } lens_linear;
 
 typedef struct {
@@ -137,9 +141,12 @@ typedef struct {
 } lens_block;
 
 typedef struct {
-    const float *tok_emb;  /* [V][C] */
-    const float *pos_emb;  /* [max_positions][C] */
-    const float *type_emb; /* BERT: [type_vocab_size][C], GPT-2: NULL */
+    /* embedding tables in the checkpoint's dtype emb_dtype (one for all
+     * three: the loader refuses mixed ones); read rows with lens_widen */
+    const void *tok_emb;  /* [V][C] */
+    const void *pos_emb;  /* [max_positions][C] */
+    const void *type_emb; /* BERT: [type_vocab_size][C], GPT-2: NULL */
+    lens_dtype emb_dtype;
     lens_layernorm ln_emb; /* BERT embeddings LayerNorm; GPT-2: unused */
     lens_block *blocks;    /* [L] */
     lens_layernorm ln_final; /* GPT-2 ln_f */
@@ -159,8 +166,16 @@ typedef struct lens_model {
     lens_tokenizer *tok; /* NULL when the folder has no tokenizer files */
     int tokenizer_only;  /* lens_model_tokenizer_only: no config, no weights */
     size_t n_params;
-    float *packed;   /* one allocation holding every lens_linear.packed */
+    float *packed;   /* one allocation holding every lens_linear.packed (F32 checkpoints only) */
 } lens_model;
+
+/* The tied LM decoder, logits = t E^T: the token embeddings viewed as a
+ * Linear C -> V in their dtype (no bias; MLM heads add mlm_bias). */
+static inline lens_linear lens_tied_decoder(const lens_model *m)
+{
+    const int C = m->cfg.d_model;
+    return (lens_linear){.w = m->p.tok_emb, .dtype = m->p.emb_dtype, .in = C, .out = m->cfg.vocab_size, .ld = C};
+}
 
 lens_model *lens_model_load(const char *dir, lens_err *err);
 /* A folder holding only tokenizer files (tokenizer.json and/or

@@ -79,6 +79,13 @@ def metrics(h, labels):
     for j in range(2):
         if pca[int(pca[:, j].abs().argmax()), j] < 0:
             pca[:, j] = -pca[:, j]
+    # context means on their top principal axes (ctx has zero mean over windows)
+    Uc, Sc, _ = torch.linalg.svd(ctx, full_matrices=False)
+    kc = min(3, Wn - 1, C)
+    ctx_pca = Uc[:, :kc] * Sc[:kc]
+    for j in range(kc):
+        if ctx_pca[int(ctx_pca[:, j].abs().argmax()), j] < 0:
+            ctx_pca[:, j] = -ctx_pca[:, j]
     pn = pos / pos.norm(dim=1, keepdim=True)
     G = pn @ pn.t()
     i = torch.arange(P, dtype=torch.float64)
@@ -110,6 +117,8 @@ def metrics(h, labels):
         "pos_explained_k2_sq": float((s[:2] ** 2).sum() / (s ** 2).sum()),
         "pos_explained_k10_sq": float((s[:10] ** 2).sum() / (s ** 2).sum()),
         "pos_pca": pca.tolist(),
+        "ctx_pca": ctx_pca.tolist(),
+        "ctx_pca_share": (Sc[:kc] ** 2 / (Sc ** 2).sum()).tolist(),
         "pos_smoothness": float((F[:K, :K] ** 2).sum() / (F ** 2).sum()),
         "max_abs_cos": float(cos_pc.max()),
         "mean_abs_cos": float(cos_pc.mean()),

@@ -280,6 +280,28 @@ async function decompositionView(page, base) {
   check(spirals.every(n => n === 15), `each with the 15 kept positions of a 16-token window (${spirals})`);
   const topics = await page.$$eval('figcaption', els => els.some(e => e.textContent.startsWith('Cosine similarity of context means')));
   check(topics, 'topic similarity chart drawn');
+  // the context means scatter against the response itself: Run again and take the answer the page drew
+  const [answer] = await Promise.all([
+    page.waitForResponse(r => r.url().endsWith('v1/decomposition') && r.request().method() === 'POST', { timeout: 60000 }),
+    page.click('form.input-form button[type=submit]')]);
+  const r = await answer.json();
+  await page.waitForFunction(() => document.querySelectorAll('.ctx-means svg.scatter').length > 0, { timeout: 10000 });
+  const ctx = await page.$$eval('.ctx-means figure', figs => figs.map(f => ({
+    points: f.querySelectorAll('svg.scatter circle.point').length,
+    legend: [...f.querySelectorAll('.legend-item')].map(e => e.textContent),
+    axes: [...f.querySelectorAll('svg.scatter text.axis-title')].map(e => e.textContent),
+    tips: [...f.querySelectorAll('svg.scatter circle.point')].map(e => e.dataset.tip) })));
+  check(Array.isArray(r.labels) && r.labels.length === 2 && r.layers.every(l => l.ctx_pca && l.ctx_pca.coords.length === r.windows),
+    `the response has 2 labels and ctx_pca for every layer's ${r.windows} windows`);
+  check(ctx.length === r.layers.length, `one context-means scatter per layer (${ctx.length} of ${r.layers.length})`);
+  check(ctx.every(c => c.points === r.windows), `each draws the response's ${r.windows} windows (${ctx.map(c => c.points)})`);
+  check(ctx.every(c => JSON.stringify(c.legend) === JSON.stringify(r.labels)), `legend = the response's labels ${JSON.stringify(r.labels)} (${JSON.stringify(ctx[0] && ctx[0].legend)})`);
+  const pct = v => `${Math.round(1000 * v) / 10}%`;
+  check(ctx.every((c, i) => c.axes[0] === `PC1 (${pct(r.layers[i].ctx_pca.variance_share[0])} of context variance)` &&
+    c.axes[1] === `PC2 (${pct(r.layers[i].ctx_pca.variance_share[1])})`), `axes carry the variance shares (${ctx[0] && ctx[0].axes})`);
+  const p0 = r.layers[0].ctx_pca;
+  check(ctx[0].tips.every((t, i) => t.startsWith(`window ${p0.window[i]} · ${r.labels[p0.label[i]]}:`)),
+    `hover names each point's window and topic (${ctx[0].tips[0]})`);
   await shot(page, 'decomposition-demo-gpt2');
   noErrors(page, 'decomposition');
 }

@@ -1,7 +1,8 @@
 // decomposition.js - Decomposition of hidden states into position, context
 // and residual parts over windows of several texts: position vectors on
 // their top two principal components per layer (the spirals), variance
-// shares per layer, and how close context means of one topic are.
+// shares per layer, each window's context mean on the top two principal
+// components coloured by topic, and how close context means of one topic are.
 import { el, scatter, lineChart, CATEGORICAL } from '../plot.js';
 import { into, section, note } from './common.js';
 
@@ -26,13 +27,30 @@ export function decompositionPlots(resp) {
     series: ['mean', 'pos', 'ctx', 'resid'].map((k, i) => ({ name: { mean: 'global mean', pos: 'position', ctx: 'context', resid: 'residual' }[k], xs: layers, ys: share(k), color: CATEGORICAL[i] })) });
   const out = [section(`Position vectors (${resp.windows} windows of ${resp.length} tokens, ${resp.positions} positions)`, el('div', { class: 'row spirals' }, spirals)),
     section('Variance shares', shares)];
+  const withCtx = resp.layers.filter(l => l.ctx_pca && l.ctx_pca.coords.length);
+  if (withCtx.length) {
+    const names = resp.labels || ['all windows'];
+    const pct = (l, i) => `${Math.round(1000 * (l.ctx_pca.variance_share[i] ?? 0)) / 10}%`;
+    const ctxPlots = withCtx.map(l => {
+      const p = l.ctx_pca, two = p.variance_share.length > 1;
+      return scatter({
+        title: `Layer ${l.layer}: context means on their PC1/PC2`, groups: names, width: 300, height: 280,
+        xLabel: `PC1 (${pct(l, 0)} of context variance)`, yLabel: two ? `PC2 (${pct(l, 1)})` : 'PC2 (none: 2 windows)',
+        points: p.coords.map((c, i) => {
+          const g = p.label ? p.label[i] : 0;
+          return { x: c[0], y: two ? c[1] : 0, group: g, label: `window ${p.window[i]} · ${names[g]}` };
+        }) });
+    });
+    out.push(section(`Context means coloured by topic (${resp.windows} windows${resp.labels ? '' : ', no labels sent'})`,
+      el('div', { class: 'row ctx-means' }, ctxPlots),
+      note('Each point is one window’s context mean (mean hidden state over its positions, minus the mean over windows), projected on the top two principal axes of the context means; axis titles give each axis’s share of the context means’ variance.')));
+  }
   const withTopics = resp.layers.filter(l => l.topics);
   if (withTopics.length) {
-    out.push(section(`Context means by topic (${(resp.labels || []).join(', ')})`, lineChart({
+    out.push(section(`Topic similarity of context means (${(resp.labels || []).join(', ')})`, lineChart({
       title: 'Cosine similarity of context means: same topic vs different topics', xLabel: 'layer', yLabel: 'mean cosine',
       series: [{ name: 'within a topic', xs: withTopics.map(l => l.layer), ys: withTopics.map(l => l.topics.within), color: CATEGORICAL[0] },
-        { name: 'between topics', xs: withTopics.map(l => l.layer), ys: withTopics.map(l => l.topics.between), color: CATEGORICAL[1] }] }),
-    note('The API reports topic similarities per layer, not the context mean vectors themselves, so they are drawn as these two curves.')));
+        { name: 'between topics', xs: withTopics.map(l => l.layer), ys: withTopics.map(l => l.topics.between), color: CATEGORICAL[1] }] })));
   }
   return out;
 }
