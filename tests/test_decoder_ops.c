@@ -12,7 +12,9 @@
  * repeat_kv copies kv head h / (NH/NKV) exactly; a Llama checkpoint with
  * NKV = 2 kv heads equals the same model with each kv head duplicated to
  * NKV = NH (multi-head attention), and a prefix of a sequence gives the same
- * hidden states as the whole (causal), for every decoder family. Decoder
+ * hidden states as the whole (causal), for every decoder family; the logit
+ * lens of layer L - 1 equals the logits of the checkpoint cut to L - 1
+ * layers (1e-5). Decoder
  * checkpoints made with the real tokenizer.json files (npm, skipped when
  * absent) tokenize and run text. */
 #include <math.h>
@@ -23,6 +25,7 @@
 
 #include "check.h"
 #include "core/analysis/attention.h"
+#include "core/analysis/logit_lens.h"
 #include "core/model/arch.h"
 #include "core/model/decoder.h"
 #include "core/model/mkmodel.h"
@@ -487,6 +490,46 @@ static void check_attention_scores(const char *arch, const lens_model *m)
     lens_activations_free(&act);
 }
 
+/* The logit lens of hidden layer L - 1 is the logits of the same checkpoint
+ * cut to L - 1 layers (config num_hidden_layers; the loader reads only the
+ * tensors the walker names): the family's final norm, LM head (tied or
+ * lm_head / embed_out) and final soft-cap, for every decoder family. */
+static void check_logit_lens(const char *arch, const char *dir, const lens_model *m)
+{
+    char cut[] = "/tmp/lensd-decops-cut-XXXXXX", path[256], cmd[700];
+    if (!mkdtemp(cut)) {
+        CHECK(0, "mkdtemp");
+        return;
+    }
+    snprintf(cmd, sizeof cmd,
+             "ln -s %s/model.safetensors %s/ && sed 's/\"num_hidden_layers\": %d/\"num_hidden_layers\": %d/' "
+             "%s/config.json > %s/config.json",
+             dir, cut, m->cfg.n_layers, m->cfg.n_layers - 1, dir, cut);
+    lens_err err = {0};
+    lens_model *m1 = system(cmd) == 0 ? lens_model_load(cut, &err) : NULL;
+    CHECK(m1 && m1->cfg.n_layers == m->cfg.n_layers - 1, "%s cut to %d layers: %s", arch, m->cfg.n_layers - 1,
+          err.msg);
+    lens_activations a, b;
+    if (m1 && !forward(m, T_IDS, &a)) {
+        if (!forward(m1, T_IDS, &b)) {
+            const size_t n = (size_t)T_IDS * m->cfg.vocab_size;
+            float *lens = malloc(sizeof(float) * n);
+            const int rc = lens ? lens_logit_lens(m, lens_act_hidden(m, &a, m->cfg.n_layers - 1, 0), T_IDS,
+                                                  m->cfg.n_layers - 1, lens, NULL, &err)
+                                : -1;
+            CHECK(rc == 0, "%s: logit lens: %s", arch, err.msg);
+            snprintf(path, sizeof path, "%s logit lens of layer L-1 vs the (L-1)-layer model", arch);
+            if (rc == 0) printf("%-8s logit lens = cut model's logits: max |diff| %.2e\n", arch,
+                                check_close(path, lens, b.logits, n, 1e-5, 1e-5));
+            free(lens);
+            lens_activations_free(&b);
+        }
+        lens_activations_free(&a);
+    }
+    lens_model_free(m1);
+    remove_dir(cut);
+}
+
 /* A prefix gives the same hidden states as the whole sequence (causal),
  * for every decoder family. */
 static void check_causal_prefix(void)
@@ -516,6 +559,7 @@ static void check_causal_prefix(void)
             lens_activations_free(&whole);
         }
         if (m) check_attention_scores(archs[i], m);
+        if (m) check_logit_lens(archs[i], dir, m);
         lens_model_free(m);
         if (dir) remove_dir(dir);
     }

@@ -62,6 +62,15 @@ typedef struct {
 } lens_decoder_preset;
 int lens_decoder_apply_preset(const lens_decoder_preset *presets, const char *name, lens_config *c);
 
-extern const char lens_decoder_no_window_grad[]; /* mistral, gemma2: the gradient analyses' attention has no window / cap */
+extern const char lens_decoder_no_window_grad[];
+
+/* The shared block's entries of a lens_family (llama.c, qwen.c, gemma.c). */
+#define LENS_DECODER_FAMILY_FNS                                                                                    \
+    .base_prefix = "model.", .caps = LENS_CAP_CAUSAL | LENS_CAP_PRE_NORM | LENS_CAP_BYTE_BPE,                      \
+    .walk = lens_decoder_walk, .embed = lens_decoder_embed, .block_forward = lens_decoder_block_forward,           \
+    .final_forward = lens_decoder_final_forward, .block_backward = lens_decoder_block_backward,                    \
+    .block_jvp = lens_decoder_block_jvp, .cache_floats = lens_decoder_cache_floats,                                \
+    .final_cache_floats = lens_decoder_final_cache_floats, .final_backward = lens_decoder_final_backward,          \
+    .final_jvp = lens_decoder_final_jvp, .attn_qk = lens_decoder_attn_qk /* mistral, gemma2: the gradient analyses' attention has no window / cap */
 
 #endif

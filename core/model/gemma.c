@@ -137,15 +137,7 @@ static int gemma2_preset(lens_config *c, const char *name)
     return 0;
 }
 
-#define GEMMA_FAMILY                                                                                               \
-    .base_prefix = "model.", .caps = LENS_CAP_CAUSAL | LENS_CAP_PRE_NORM | LENS_CAP_BYTE_BPE,                      \
-    .bpe_last = "<eos>", .walk = lens_decoder_walk, .embed = lens_decoder_embed,                                   \
-    .block_forward = lens_decoder_block_forward, .final_forward = lens_decoder_final_forward,                      \
-    .block_backward = lens_decoder_block_backward, .block_jvp = lens_decoder_block_jvp,                      \
-    .cache_floats = lens_decoder_cache_floats, .final_cache_floats = lens_decoder_final_cache_floats,             \
-    .final_backward = lens_decoder_final_backward, .final_jvp = lens_decoder_final_jvp,                          \
-    .attn_qk = lens_decoder_attn_qk,                                                                     \
-    .preset_names = "micro, tiny, 1b, 8b"
+#define GEMMA_FAMILY LENS_DECODER_FAMILY_FNS, .bpe_last = "<eos>", .preset_names = "micro, tiny, 1b, 8b"
 
 const lens_family lens_family_gemma = {
     .model_type = "gemma",

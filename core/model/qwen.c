@@ -102,15 +102,7 @@ static const lens_decoder_preset qwen3_presets[] = {
 static int qwen2_preset(lens_config *c, const char *name) { return lens_decoder_apply_preset(qwen2_presets, name, c); }
 static int qwen3_preset(lens_config *c, const char *name) { return lens_decoder_apply_preset(qwen3_presets, name, c); }
 
-#define QWEN_FAMILY                                                                                                \
-    .base_prefix = "model.", .caps = LENS_CAP_CAUSAL | LENS_CAP_PRE_NORM | LENS_CAP_BYTE_BPE,                      \
-    .bpe_last = "<|endoftext|>", .walk = lens_decoder_walk, .embed = lens_decoder_embed,                           \
-    .block_forward = lens_decoder_block_forward, .final_forward = lens_decoder_final_forward,                      \
-    .block_backward = lens_decoder_block_backward, .block_jvp = lens_decoder_block_jvp,                      \
-    .cache_floats = lens_decoder_cache_floats, .final_cache_floats = lens_decoder_final_cache_floats,             \
-    .final_backward = lens_decoder_final_backward, .final_jvp = lens_decoder_final_jvp,                          \
-    .attn_qk = lens_decoder_attn_qk,                                                                     \
-    .preset_names = "micro, tiny, 1b, 8b"
+#define QWEN_FAMILY LENS_DECODER_FAMILY_FNS, .bpe_last = "<|endoftext|>", .preset_names = "micro, tiny, 1b, 8b"
 
 const lens_family lens_family_qwen2 = {
     .model_type = "qwen2",

@@ -19,8 +19,9 @@ lensd; the transformers package is not imported.
                final_layer_norm;  logits = hidden[L] embed_out^T
   effective    Brunner et al. 2020: row i of A_h projected on the column space of the
                causal prefix V_h[0..i] (V_h the values of the query head's kv group), pinv
-  attribution  Hao et al. 2021, next-token objective at the last position (as families_reference)
-  hta          ||d h^l_j / d h^0_i||_F^2 by autograd Jacobians from h0
+  attribution  Hao et al. 2021, next-token objective at the last position, and
+  hta          ||d h^l_j / d h^0_i||_F^2 by autograd Jacobians from h0: families_reference's
+               functions on this Model (layers, head, objective_logits)
 
 Usage: decoders_reference.py REQUEST.json > RESULT.json with REQUEST {"model": DIR,
 "ids": [...], "steps", "target", "attribution", "hta"}; output hidden [L+1][T][C],
@@ -33,7 +34,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from families_reference import read_safetensors  # noqa: E402  (the F32 safetensors reader)
+from families_reference import attribution, hta, read_safetensors  # noqa: E402  (Hao et al., Brunner et al., F32 reader)
 
 torch.set_num_threads(1)
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gpt_neox")
@@ -192,30 +193,36 @@ class Decoder:
             x = x * torch.tensor(self.C ** 0.5, dtype=torch.float32).double()  # normalizer in the model dtype
         return x
 
-    def forward(self, ids):
-        return self.layers(self.embed(ids))
-
     def layers(self, x, scales=None):
-        """hidden [L+1] (the last after the final norm), probabilities, values, logits from h0 = x."""
+        """hidden [L+1] (the last after the final norm) and probabilities from
+        h0 = x; the values per query head go to self.values (families_reference's
+        Model interface, so its attribution and hta run on decoders too)."""
         pos = torch.arange(x.shape[0])
-        hidden, probs, values = [x], [], []
+        hidden, probs, self.values = [x], [], []
         for l in range(self.L):
             x, P, V = self.block(l, x, pos, scales[l] if scales else None)
             hidden.append(x)
             probs.append(P)
-            values.append(V)
+            self.values.append(V)
         if self.type == "gpt_neox":
-            hL = torch.nn.functional.layer_norm(x, (self.C,), self.p("gpt_neox.final_layer_norm.weight"),
-                                                self.p("gpt_neox.final_layer_norm.bias"), self.eps)
-            head = self.p("embed_out.weight")
+            hidden[-1] = torch.nn.functional.layer_norm(x, (self.C,), self.p("gpt_neox.final_layer_norm.weight"),
+                                                        self.p("gpt_neox.final_layer_norm.bias"), self.eps)
         else:
-            hL = rms(x, self.p("model.norm.weight"), self.eps, self.gemma)
-            head = self.p("model.embed_tokens.weight") if self.tied else self.p("lm_head.weight")
-        hidden[-1] = hL
-        logits = hL @ head.t()
+            hidden[-1] = rms(x, self.p("model.norm.weight"), self.eps, self.gemma)
+        return hidden, probs
+
+    def head(self, hL):
+        if self.type == "gpt_neox":
+            w = self.p("embed_out.weight")
+        else:
+            w = self.p("model.embed_tokens.weight") if self.tied else self.p("lm_head.weight")
+        logits = hL @ w.t()
         if getattr(self, "final_cap", None):
             logits = torch.tanh(logits / self.final_cap) * self.final_cap
-        return hidden, probs, values, logits
+        return logits
+
+    def objective_logits(self, logits):
+        return logits[-1]  # next token after the last position
 
 
 def effective(probs, values):
@@ -230,46 +237,15 @@ def effective(probs, values):
     return out
 
 
-def attribution(m, h0, steps, target):
-    """Hao et al. 2021 with the next-token objective at the last position:
-    Attr_l = A_l * (1/m) sum_k dF/dA_l at alpha_k A_l, alpha_k = k/m."""
-    with torch.no_grad():
-        _, probs, _, logits = m.layers(h0)
-    z = logits[-1]
-    if target < 0:
-        target = int(torch.argmax(z))
-    f_full = float(torch.softmax(z, -1)[target])
-    out = []
-    for l in range(m.L):
-        A = probs[l].detach()
-        g = torch.zeros_like(A)
-        for k in range(1, steps + 1):
-            scale = torch.full_like(A, k / steps).requires_grad_(True)
-            scales = [None] * m.L
-            scales[l] = scale
-            F = torch.softmax(m.layers(h0, scales)[3][-1], -1)[target]
-            (gs,) = torch.autograd.grad(F, scale)
-            g += gs  # dF/dscale = A * dF/dX at X = alpha_k A
-        out.append((g / steps).tolist())
-    return out, target, f_full
-
-
-def hta(m, h0):
-    out = []
-    for l in range(1, m.L + 1):
-        J = torch.autograd.functional.jacobian(lambda z: m.layers(z)[0][l], h0)  # [T][C][T][C]
-        out.append((J ** 2).sum(dim=(1, 3)).tolist())  # ||d h^l_j / d h^0_i||_F^2
-    return out
-
-
 def main():
     req = json.load(open(sys.argv[1]))
     m = Decoder(req["model"])
     h0 = m.embed(req["ids"])
     with torch.no_grad():
-        hidden, probs, values, logits = m.layers(h0)
+        hidden, probs = m.layers(h0)
+        logits = m.head(hidden[-1])
     res = {"hidden": [h.tolist() for h in hidden], "attentions": [P.tolist() for P in probs],
-           "logits": logits.tolist(), "effective": effective(probs, values)}
+           "logits": logits.tolist(), "effective": effective(probs, m.values)}
     if req.get("attribution"):
         res["attribution"], res["target"], res["f_full"] = attribution(m, h0, req["steps"], req.get("target", -1))
     if req.get("hta"):
