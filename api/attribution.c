@@ -7,14 +7,16 @@
  * rules and an example in docs/attribution.md).
  *
  * Request {model?, text | input_ids, text_pair?, target? ("predicted"
- * (default) | a label name | a class index), steps? = 20 (1..1000),
- * riemann? = "right" | "left", layers? (1..L, default all), heads? (default
+ * (default) | a label name | a class index), quadrature? = "riemann"
+ * (default) | "gauss", steps? (gradient evaluations, 1..1000: Riemann steps,
+ * default 20, or Gauss–Legendre nodes, default LENS_ATTR_GAUSS_NODES),
+ * riemann? = "right" | "left" (riemann only), layers? (1..L, default all), heads? (default
  * all; selects what is returned), include_matrices? = true, tree? (true, or
  * {threshold: 0.4}; default none), format?, async? = false (true: 202 with a
  * job of kind "attribution")}.
  *
  * Response {model, tokens, target: {index, label, prob}, predicted: {index,
- * label}, steps, riemann, layers: [{layer, f_zero, attr_sum, heads: [{head,
+ * label}, quadrature, steps, riemann, layers: [{layer, f_zero, attr_sum, heads: [{head,
  * importance, attribution?: [T][T]}]}], tree?: {root, threshold, nodes:
  * [{token, layer}], edges: [{layer, from, to, score}]}, timing_ms}.
  * attribution[i][j]: query token i, attended token j. The tree needs every
@@ -38,8 +40,7 @@
 typedef struct {
     api_input in;
     int target; /* -1 = predicted */
-    int steps;
-    lens_riemann riemann;
+    api_schedule sched;
     api_index_list layers, heads;
     int matrices;
     int tree;
@@ -95,6 +96,35 @@ static int decode_target(api_call *c, const lens_config *cfg, int *target)
     return api_fail(c, 422, "invalid_request", "target", "\"%.64s\" is not a label of this model", s);
 }
 
+int api_decode_schedule(api_call *c, api_schedule *s)
+{
+    const char *riemann = NULL, *quadrature = NULL;
+    const int has_quadrature = api_get_string(c, "quadrature", &quadrature, NULL);
+    if (has_quadrature < 0) return -1;
+    if (has_quadrature && strcmp(quadrature, "riemann") && strcmp(quadrature, "gauss"))
+        return api_fail(c, 422, "invalid_request", "quadrature", "quadrature must be \"riemann\" or \"gauss\"");
+    s->quadrature = has_quadrature && !strcmp(quadrature, "gauss") ? LENS_QUAD_GAUSS : LENS_QUAD_RIEMANN;
+    s->steps = s->quadrature == LENS_QUAD_GAUSS ? LENS_ATTR_GAUSS_NODES : LENS_ATTR_RIEMANN_STEPS;
+    const int has_riemann = api_get_string(c, "riemann", &riemann, NULL);
+    if (has_riemann < 0) return -1;
+    if (has_riemann && strcmp(riemann, "right") && strcmp(riemann, "left"))
+        return api_fail(c, 422, "invalid_request", "riemann", "riemann must be \"right\" or \"left\"");
+    if (has_riemann && s->quadrature == LENS_QUAD_GAUSS) /* Gauss nodes have no left/right convention */
+        return api_fail(c, 422, "invalid_request", "riemann", "riemann applies to quadrature \"riemann\" only");
+    s->riemann = has_riemann && !strcmp(riemann, "left") ? LENS_RIEMANN_LEFT : LENS_RIEMANN_RIGHT;
+    return api_get_int(c, "steps", 1, 1000, &s->steps) < 0 ? -1 : 0;
+}
+
+void api_write_schedule(jw *w, const api_schedule *s)
+{
+    jw_key(w, "quadrature");
+    jw_str(w, s->quadrature == LENS_QUAD_GAUSS ? "gauss" : "riemann");
+    jw_key(w, "steps");
+    jw_int(w, s->steps);
+    jw_key(w, "riemann");
+    jw_str(w, s->riemann == LENS_RIEMANN_LEFT ? "left" : "right");
+}
+
 static int decode_tree(api_call *c, attribution_req *r)
 {
     json_t *v = json_object_get(c->body, "tree");
@@ -131,15 +161,8 @@ int api_attribution_prepare(api_call *c)
         return api_fail(c, 422, "invalid_request", "model", "%s; %s is %s (%s)", why, m->name,
                         lens_task_name(cfg->task), cfg->architecture);
     if (api_decode_input(c, m, &r->in)) return -1;
-    r->steps = 20;
     r->matrices = 1;
-    const char *riemann = NULL;
-    int has_riemann = api_get_string(c, "riemann", &riemann, NULL);
-    if (has_riemann < 0) return -1;
-    if (has_riemann && strcmp(riemann, "right") && strcmp(riemann, "left"))
-        return api_fail(c, 422, "invalid_request", "riemann", "riemann must be \"right\" or \"left\"");
-    r->riemann = has_riemann && !strcmp(riemann, "left") ? LENS_RIEMANN_LEFT : LENS_RIEMANN_RIGHT;
-    if (decode_target(c, cfg, &r->target) || api_get_int(c, "steps", 1, 1000, &r->steps) < 0 ||
+    if (api_decode_schedule(c, &r->sched) || decode_target(c, cfg, &r->target) ||
         api_get_bool(c, "include_matrices", &r->matrices) < 0 || decode_tree(c, r) ||
         api_decode_index_list(c, "layers", 1, cfg->n_layers, &r->layers) ||
         api_decode_index_list(c, "heads", 0, cfg->n_heads - 1, &r->heads) || api_decode_format(c, &r->format))
@@ -217,7 +240,7 @@ void api_attribution_run(api_call *c)
     int T = seq.T;
     /* per target layer, steps forward + backward passes (~3 forwards) of the whole model */
     const int n_targets = r->tree ? m->cfg.n_layers : r->layers.n;
-    const double flops = 3.0 * r->steps * n_targets * api_cost_forward_flops(&m->cfg, T, m->cfg.n_layers);
+    const double flops = 3.0 * r->sched.steps * n_targets * api_cost_forward_flops(&m->cfg, T, m->cfg.n_layers);
     if (api_cost_check(c, API_COST_ATTRIBUTION, flops, "text")) {
         api_seq_free(&seq);
         return;
@@ -225,8 +248,9 @@ void api_attribution_run(api_call *c)
     double t1 = api_now();
     api_progress(c, 0);
 
-    lens_attr_opts opts = {.steps = r->steps,
-                           .riemann = r->riemann,
+    lens_attr_opts opts = {.steps = r->sched.steps,
+                           .riemann = r->sched.riemann,
+                           .quadrature = r->sched.quadrature,
                            .target = r->target,
                            .layers = r->tree ? NULL : r->layers.v, /* the tree needs every layer */
                            .n_layers = r->tree ? 0 : r->layers.n,
@@ -266,10 +290,7 @@ void api_attribution_run(api_call *c)
     api_seq_free(&seq);
     write_class(w, m, "target", out.target, out.f_full, r->format.precision);
     write_class(w, m, "predicted", out.predicted, NAN, r->format.precision);
-    jw_key(w, "steps");
-    jw_int(w, out.steps);
-    jw_key(w, "riemann");
-    jw_str(w, out.riemann == LENS_RIEMANN_LEFT ? "left" : "right");
+    api_write_schedule(w, &(api_schedule){.steps = out.steps, .riemann = out.riemann, .quadrature = out.quadrature});
     jw_key(w, "layers");
     jw_arr(w);
     for (int i = 0; i < out.n_layers; i++) {

@@ -8,8 +8,8 @@
  * Params, both kinds: {model?, rows?: [{text, label}] | data?: "PATH" (a
  * TSV with a header naming a "sentence" (or "text") and a "label" column,
  * as SST-2's dev.tsv; PATH relative to the server's --data-dir, and it must
- * resolve inside it), max_rows? = 1000 (first rows of data), steps? = 20
- * (1..1000), riemann? = "right" | "left", definition? = "paper-code" |
+ * resolve inside it), max_rows? = 1000 (first rows of data), quadrature?,
+ * steps?, riemann? (as /v1/attribution: api_decode_schedule), definition? = "paper-code" |
  * "lensd" (the defaults of the named choices below; docs/reproducing.md)}. label: a class index, its
  * decimal text or a label name. Texts longer than the token limit keep
  * their first limit - 1 tokens and the final [SEP].
@@ -42,8 +42,7 @@ typedef struct {
     data_row *rows;
     int n;
     char *source; /* "rows" or the data path as given */
-    int steps;
-    lens_riemann riemann;
+    api_schedule sched;
     int paper_code;       /* definition "paper-code" (default) or "lensd": docs/reproducing.md */
     int seeds, seed;      /* head-importance */
     int target_gold, prune_floor;
@@ -166,15 +165,9 @@ static int dataset_prepare(api_call *c, dataset_req **out)
     if (!lens_model_supports(r->model->model, LENS_ANALYSIS_HEAD_IMPORTANCE, &why))
         return api_fail(c, 422, "invalid_request", "model", "%s; %s is %s (%s)", why, r->model->name,
                         lens_task_name(cfg->task), cfg->architecture);
-    r->steps = 20;
-    int max_rows = DEFAULT_MAX_ROWS;
-    const char *riemann = NULL, *data = NULL;
-    int has_riemann = api_get_string(c, "riemann", &riemann, NULL), has_data;
-    if (has_riemann < 0) return -1;
-    if (has_riemann && strcmp(riemann, "right") && strcmp(riemann, "left"))
-        return api_fail(c, 422, "invalid_request", "riemann", "riemann must be \"right\" or \"left\"");
-    r->riemann = has_riemann && !strcmp(riemann, "left") ? LENS_RIEMANN_LEFT : LENS_RIEMANN_RIGHT;
-    if (api_get_int(c, "steps", 1, 1000, &r->steps) < 0 || api_get_int(c, "max_rows", 1, MAX_ROWS, &max_rows) < 0 ||
+    int max_rows = DEFAULT_MAX_ROWS, has_data;
+    const char *data = NULL;
+    if (api_decode_schedule(c, &r->sched) || api_get_int(c, "max_rows", 1, MAX_ROWS, &max_rows) < 0 ||
         (has_data = api_get_string(c, "data", &data, NULL)) < 0)
         return -1;
     json_t *rows = json_object_get(c->body, "rows");
@@ -290,10 +283,7 @@ static void write_common(jw *w, const dataset_req *r, int n)
     jw_str(w, r->source);
     jw_key(w, "n_examples");
     jw_int(w, n);
-    jw_key(w, "steps");
-    jw_int(w, r->steps);
-    jw_key(w, "riemann");
-    jw_str(w, r->riemann == LENS_RIEMANN_LEFT ? "left" : "right");
+    api_write_schedule(w, &r->sched);
     jw_key(w, "definition");
     jw_str(w, r->paper_code ? "paper-code" : "lensd");
 }
@@ -313,7 +303,8 @@ int api_head_importance_shard(api_call *c, int index, int count, lens_partial *p
     }
     double *attr = calloc((size_t)r->n * H, sizeof(double)), *attn = calloc((size_t)r->n * H, sizeof(double));
     int64_t *rows = malloc(sizeof(int64_t) * (size_t)r->n);
-    lens_head_opts o = {.steps = r->steps, .riemann = r->riemann, .target_gold = r->target_gold,
+    lens_head_opts o = {.steps = r->sched.steps, .riemann = r->sched.riemann,
+                        .quadrature = r->sched.quadrature, .target_gold = r->target_gold,
                         .n_seeds = r->seeds, .seed = (unsigned long long)r->seed, .pool = c->threads,
                         .cancel = c->cancel, .progress = core_progress, .progress_user = c,
                         .stage = LENS_HEAD_EXAMPLES, .shard_index = index, .shard_count = count,
@@ -383,7 +374,8 @@ void api_head_importance_merge(api_call *c, lens_partial *const *parts, int n_pa
         return;
     }
     double t1 = api_now();
-    lens_head_opts o = {.steps = r->steps, .riemann = r->riemann, .target_gold = r->target_gold,
+    lens_head_opts o = {.steps = r->sched.steps, .riemann = r->sched.riemann,
+                        .quadrature = r->sched.quadrature, .target_gold = r->target_gold,
                         .prune_floor = r->prune_floor, .n_seeds = r->seeds,
                         .seed = (unsigned long long)r->seed, .pool = c->threads, .cancel = c->cancel,
                         .progress = core_progress, .progress_user = c, .stage = LENS_HEAD_FINISH,
@@ -467,7 +459,8 @@ int api_triggers_shard(api_call *c, int index, int count, lens_partial *part)
     lens_trigger_source *src = calloc((size_t)n, sizeof *src);
     int64_t *ints = malloc(sizeof(int64_t) * (size_t)n * (3 + 2 * TOPK));
     double *reals = malloc(sizeof(double) * (size_t)n * 3 * TOPK);
-    lens_trigger_opts o = {.steps = r->steps, .riemann = r->riemann, .rule = r->rule, .top_k = r->top_k,
+    lens_trigger_opts o = {.steps = r->sched.steps, .riemann = r->sched.riemann,
+                           .quadrature = r->sched.quadrature, .rule = r->rule, .top_k = r->top_k,
                            .pool = c->threads, .cancel = c->cancel, .progress = core_progress, .progress_user = c,
                            .stage = LENS_TRIGGER_SOURCES, .shard_index = index, .shard_count = count,
                            .sources = src};
@@ -555,7 +548,8 @@ void api_triggers_merge(api_call *c, lens_partial *const *parts, int n_parts)
         return;
     }
     double t1 = api_now();
-    lens_trigger_opts o = {.steps = r->steps, .riemann = r->riemann, .rule = r->rule, .top_k = r->top_k,
+    lens_trigger_opts o = {.steps = r->sched.steps, .riemann = r->sched.riemann,
+                           .quadrature = r->sched.quadrature, .rule = r->rule, .top_k = r->top_k,
                            .pool = c->threads, .cancel = c->cancel, .progress = core_progress, .progress_user = c,
                            .stage = LENS_TRIGGER_FINISH, .sources = src};
     lens_trigger_result tr;

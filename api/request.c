@@ -145,7 +145,7 @@ int api_parse_body(api_call *c, const char *data, size_t len)
  * params, by kind) accepts. A new request field is one word in its row. */
 #define INPUT_FIELDS "model", "text", "text_pair", "input_ids"
 #define BATCH_FIELDS "texts", "text_pairs" /* api/batch.c */
-#define DATASET_FIELDS "model", "data", "rows", "max_rows", "steps", "riemann"
+#define DATASET_FIELDS "model", "data", "rows", "max_rows", "steps", "riemann", "quadrature"
 typedef struct {
     const char *name;
     const char *fields[24]; /* NULL-terminated */
@@ -158,7 +158,7 @@ static const api_field_set field_sets[] = {
     {"/v1/forward", {INPUT_FIELDS, BATCH_FIELDS, "outputs", "layers", "heads", "positions", "k", "logit_lens", "format"}},
     {"/v1/attention", {INPUT_FIELDS, BATCH_FIELDS, "layers", "heads", "effective", "include_raw", "null", "identifiability", "format"}},
     {"/v1/attribution",
-     {INPUT_FIELDS, BATCH_FIELDS, "layers", "heads", "steps", "riemann", "target", "tree", "include_matrices", "format", "async"}},
+     {INPUT_FIELDS, BATCH_FIELDS, "layers", "heads", "steps", "riemann", "quadrature", "target", "tree", "include_matrices", "format", "async"}},
     {"/v1/decomposition",
      {"model", "texts", "windows", "corpus", "labels", "length", "drop_first_position", "top_k", "causal", "layers",
       "async", "definition", "topics_self_pairs", "topics_pca", "screenot_k", "reference_texts", "reference_windows",
@@ -173,7 +173,7 @@ static const api_field_set field_sets[] = {
       "async", "definition", "topics_self_pairs", "topics_pca", "screenot_k", "reference_texts", "reference_windows",
       "reference_corpus"}},
     {"attribution", /* texts: attribution over a dataset, a sharded kind (api/attribution.c) */
-     {INPUT_FIELDS, BATCH_FIELDS, "layers", "heads", "steps", "riemann", "target", "tree", "include_matrices", "format", "async"}},
+     {INPUT_FIELDS, BATCH_FIELDS, "layers", "heads", "steps", "riemann", "quadrature", "target", "tree", "include_matrices", "format", "async"}},
     {"hidden-attribution", {INPUT_FIELDS, "layers", "method", "probes", "seed", "include_norms", "format", "async"}},
     {"head-importance", {DATASET_FIELDS, "seeds", "seed", "definition", "target", "prune_count"}},
     {"adversarial-triggers", {DATASET_FIELDS, "sources", "top_k", "definition", "rule"}},

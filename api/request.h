@@ -8,6 +8,7 @@
 #define LENS_API_REQUEST_H
 
 #include "api/api.h"
+#include "core/analysis/attribution.h"
 
 typedef struct {
     const api_model *model;
@@ -100,5 +101,19 @@ const char *const *api_allowed_fields(const char *name);
 /* Reads "async"; when true (and not already in a job) submits the call as a
  * job of kind and marks it answered. 0, or -1 with the error written. */
 int api_decode_async(api_call *c, const char *kind);
+
+/* The attribution schedule every attribution-based request takes
+ * (api/attribution.c): quadrature? = "riemann" (default) | "gauss", steps?
+ * (1..1000 gradient evaluations: Riemann steps, default 20, or
+ * Gauss–Legendre nodes, default LENS_ATTR_GAUSS_NODES), riemann? = "right"
+ * (default) | "left" (riemann only: with gauss it is a 422). */
+typedef struct {
+    int steps;
+    lens_riemann riemann;
+    lens_quadrature quadrature;
+} api_schedule;
+int api_decode_schedule(api_call *c, api_schedule *s);
+/* "quadrature", "steps", "riemann" keys of a response */
+void api_write_schedule(jw *w, const api_schedule *s);
 
 #endif

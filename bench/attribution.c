@@ -3,6 +3,7 @@
  *
  *   attribution [--model DIR] [--T 64] [--steps 20] [--threads 2] [--reps 1]
  *               [--warmup 0] [--seed 42] [--riemann right|left]
+ *               [--quadrature riemann|gauss] [--dump FILE]
  *
  * DIR defaults to build/bench-models/bert-base-cls, written once with
  * lens_mkmodel (bert, base, classification: L12 C768 12 heads d_ff 3072,
@@ -12,7 +13,10 @@
  * forward keeping hidden states, then per layer the m steps batched through
  * the layers above and back), median of --reps; prints one JSON line with
  * ms, peak RSS (getrusage, KiB) and the checkpoint size. Threads: a lens_pool
- * of --threads (lens_attr_opts.pool), OpenBLAS at one thread (core/base/pool.h). */
+ * of --threads (lens_attr_opts.pool), OpenBLAS at one thread (core/base/pool.h).
+ * --steps 0 takes the quadrature's default (20 Riemann steps, LENS_ATTR_GAUSS_NODES
+ * Gauss nodes). --dump writes the last run's attributions, float32 [L][NH][T][T]
+ * native-endian, for bench/run.sh to measure errors against a reference run. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -37,6 +41,8 @@ int main(int argc, char **argv)
     int T = 64, steps = 20, threads = 2, reps = 1, warmup = 0;
     unsigned seed = 42;
     lens_riemann riemann = LENS_RIEMANN_RIGHT;
+    lens_quadrature quad = LENS_QUAD_RIEMANN;
+    const char *dump = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) {
@@ -51,14 +57,16 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--warmup")) warmup = atoi(v);
         else if (!strcmp(a, "--seed")) seed = (unsigned)strtoul(v, NULL, 10);
         else if (!strcmp(a, "--riemann")) riemann = !strcmp(v, "left") ? LENS_RIEMANN_LEFT : LENS_RIEMANN_RIGHT;
+        else if (!strcmp(a, "--quadrature")) quad = !strcmp(v, "gauss") ? LENS_QUAD_GAUSS : LENS_QUAD_RIEMANN;
+        else if (!strcmp(a, "--dump")) dump = v;
         else {
             fprintf(stderr, "usage: attribution [--model DIR] [--T 64] [--steps 20] [--threads 2] [--reps 1]\n");
             return 2;
         }
         i++;
     }
-    if (T < 1 || steps < 1 || threads < 1 || reps < 1) {
-        fprintf(stderr, "attribution: T, steps, threads and reps must be >= 1\n");
+    if (T < 1 || steps < 0 || threads < 1 || reps < 1) {
+        fprintf(stderr, "attribution: T, threads and reps must be >= 1, steps >= 0\n");
         return 2;
     }
     lens_err err = {0};
@@ -88,7 +96,7 @@ int main(int argc, char **argv)
     uint32_t state = seed ? seed : 1;
     for (int t = 0; t < T; t++) ids[t] = (int)(xorshift32(&state) % (uint32_t)m->cfg.vocab_size);
     double *times = malloc(sizeof(double) * reps);
-    lens_attr_opts o = {.steps = steps, .riemann = riemann, .target = -1, .pool = pool};
+    lens_attr_opts o = {.steps = steps, .riemann = riemann, .quadrature = quad, .target = -1, .pool = pool};
     lens_attribution at = {0};
     for (int r = -warmup; r < reps; r++) {
         if (r > -warmup) lens_attribution_free(&at);
@@ -107,11 +115,21 @@ int main(int argc, char **argv)
         const double gap = fabs(at.layers[l].attr_sum - (at.f_full - at.layers[l].f_zero));
         max_gap = gap > max_gap ? gap : max_gap;
     }
-    printf("{\"impl\":\"lensd\",\"T\":%d,\"steps\":%d,\"layers\":%d,\"threads\":%d,\"reps\":%d,"
+    if (dump) {
+        FILE *f = fopen(dump, "wb");
+        const size_t n = (size_t)at.n_heads * T * T;
+        int ok = f != NULL;
+        for (int l = 0; ok && l < at.n_layers; l++) ok = fwrite(at.layers[l].attr, sizeof(float), n, f) == n;
+        if (!f || fclose(f) || !ok) {
+            fprintf(stderr, "attribution: cannot write %s\n", dump);
+            return 1;
+        }
+    }
+    printf("{\"impl\":\"lensd\",\"quadrature\":\"%s\",\"T\":%d,\"steps\":%d,\"layers\":%d,\"threads\":%d,\"reps\":%d,"
            "\"ms_median\":%.1f,\"ms_min\":%.1f,\"maxrss_kib\":%ld,\"model_mib\":%.1f,"
            "\"target\":%d,\"f_full\":%.6f,\"attr_sum_layer1\":%.6g,\"max_completeness_gap\":%.3g,"
            "\"blas_core\":\"%s\"}\n",
-           T, steps, at.n_layers, threads, reps, times[reps / 2], times[0], ru.ru_maxrss, model_mib, at.target,
+           quad == LENS_QUAD_GAUSS ? "gauss" : "riemann", T, at.steps, at.n_layers, threads, reps, times[reps / 2], times[0], ru.ru_maxrss, model_mib, at.target,
            at.f_full, at.layers[0].attr_sum, max_gap, lens_blas_core());
     lens_attribution_free(&at);
     free(ids), free(times);

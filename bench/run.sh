@@ -4,7 +4,8 @@
 #   forward        BERT-base forward pass vs PyTorch and ONNX Runtime (issue 2)
 #   attention      effective attention, all 144 heads, T=128 and 512 (issue 4); key-aware
 #                  identifiability on demo-identifiable at T=125 vs the dense SVDs (issue 20)
-#   attribution    attention attribution, 12 layers, m=20, T=64 (+ lensd T=128) (issue 5)
+#   attribution    attention attribution, 12 layers, m=20, T=64 (+ lensd T=128) (issue 5); Gauss-Legendre
+#                  quadrature at its default node count vs PyTorch's riemann-20, errors against gauss-32 (issue 20)
 #   decomposition  256 windows x 128 tokens, tokens/s and peak RSS (issue 7)
 #   hta            hidden token attribution: exact (bert-tiny, T=32) vs PyTorch Jacobians,
 #                  estimate (BERT-base, T=64, 16 probes)
@@ -202,6 +203,28 @@ if status:
     targets.write("forward\tcorrectness: hidden states within 1e-3 of the peers\tERROR\n")
 sys.exit(status)
 EOF
+  local rc=$?
+  # Issue 15: the same checkpoint in BF16, resident in its dtype (the GEMM
+  # widens weight panels per call; F32 is prepacked at load), same run.
+  local bf16=$MODELS/bert-base-bf16
+  if [ ! -s "$bf16/config.json" ]; then
+    log "writing the BF16 BERT-base checkpoint to $bf16"
+    "$LENSD" mkmodel --arch bert --preset base --task encoder --seed "$SEED" --dtype bf16 --out "$bf16" >/dev/null ||
+      return 1
+  fi
+  {
+    echo
+    echo "BF16 weights resident (BERT-base, batch 1, 2 threads, median of 7; F32 = the prepacked path above):"
+    for T in 128 512; do
+      common=(--T "$T" --batch 1 --threads 2 --reps 7 --warmup 2 --seed "$SEED")
+      f=$("$DRIVER" --model "$MODEL" "${common[@]}") b=$("$DRIVER" --model "$bf16" "${common[@]}")
+      "$PY" -c 'import json, sys
+f, b = (json.loads(a) for a in sys.argv[1:3])
+print("  T=%d: BF16 %.1f ms vs F32 %.1f ms (%.2fx); load %.0f vs %.0f ms" % (f["T"], b["ms_median"], f["ms_median"],
+      b["ms_median"] / f["ms_median"], b["load_ms"], f["load_ms"]))' "$f" "$b"
+    done
+  } | tee -a "$OUT/forward-table.txt"
+  return $rc
 }
 
 # ---------------------------------------------------------------- attention (issue 4)
@@ -273,7 +296,7 @@ EOF
 
 # ---------------------------------------------------------------- attribution (issue 5)
 attribution_section() {
-  local res=$OUT/attribution-results.jsonl cls=$MODELS/bert-base-cls threads=2
+  local res=$OUT/attribution-results.jsonl cls=$MODELS/bert-base-cls threads=2 dump=$OUT/attribution
   make -s BUILD="$BUILD" "$BUILD/bench/attribution" || return 1
   : >"$res"
   "$BUILD/bench/attribution" --model "$cls" --T 8 --steps 1 --threads 1 >/dev/null || return 1 # writes the checkpoint once
@@ -281,18 +304,29 @@ attribution_section() {
   [ -n "${BENCH_LONG:-}" ] && torch_T="64 128"
   for T in 64 128; do
     log "attribution: lensd, 12 layers, m=20, T=$T, $threads threads"
-    "$BUILD/bench/attribution" --model "$cls" --T "$T" --steps 20 --threads "$threads" >>"$res" || return 1
+    "$BUILD/bench/attribution" --model "$cls" --T "$T" --steps 20 --threads "$threads" --dump "$dump-riemann-$T.f32" \
+      >>"$res" || return 1
     case " $torch_T " in *" $T "*)
       log "attribution: PyTorch, 12 layers, m=20, T=$T, $threads threads"
       OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=PASSIVE \
         "$PY" bench/peer/attribution_torch.py --model "$cls" --T "$T" --steps 20 --threads "$threads" >>"$res" || return 1 ;;
     esac
   done
-  "$PY" - "$res" "$TARGETS" <<'EOF' | tee "$OUT/attribution-table.txt"
+  # issue 20 item 1: Gauss-Legendre at its default node count, and a 32-node run as the
+  # reference both errors (riemann-20's and gauss's) are measured against
+  log "attribution: lensd, 12 layers, gauss (default nodes), T=64, $threads threads"
+  "$BUILD/bench/attribution" --model "$cls" --T 64 --steps 0 --quadrature gauss --threads "$threads" \
+    --dump "$dump-gauss-64.f32" >>"$res" || return 1
+  log "attribution: lensd, 12 layers, gauss-32 (the error reference), T=64, $threads threads"
+  "$BUILD/bench/attribution" --model "$cls" --T 64 --steps 32 --quadrature gauss --threads "$threads" \
+    --dump "$dump-ref-64.f32" | sed 's/"impl":"lensd"/"impl":"reference"/' >>"$res" || return 1
+  "$PY" - "$res" "$TARGETS" "$dump" <<'EOF' | tee "$OUT/attribution-table.txt"
 import json, sys
+import numpy as np
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 targets = open(sys.argv[2], "a")
-L = {r["T"]: r for r in rows if r["impl"] == "lensd"}
+L = {r["T"]: r for r in rows if r["impl"] == "lensd" and r["quadrature"] == "riemann"}
+G = {r["T"]: r for r in rows if r["impl"] == "lensd" and r["quadrature"] == "gauss"}
 P = {r["T"]: r for r in rows if r["impl"] == "pytorch"}
 print("\n== attention attribution (issue 5): BERT-base classifier, all 12 layers, m = 20, 2 threads, 1 run ==")
 print("PyTorch: per layer one batched forward of the m scaled copies + autograd (bench/peer/attribution_torch.py)")
@@ -303,11 +337,27 @@ for T in sorted(L):
     print(f"{T:>4} | {l['ms_median']/1e3:8.1f} {l['maxrss_kib']/1024:8.0f} | "
           + (f"{p['ms_median']/1e3:9.1f} {p['maxrss_kib']/1024:8.0f} | {l['ms_median']/p['ms_median']:8.2f} | "
              f"{l['attr_sum_layer1']:.6g} / {p['attr_sum_layer1']:.6g}" if p else f"{'-':>9} {'-':>8} | {'-':>8} | {l['attr_sum_layer1']:.6g}"))
+# errors against the gauss-32 reference: ||Attr - Attr_ref||_F / ||Attr_ref||_F over all layers
+ref = np.fromfile(sys.argv[3] + "-ref-64.f32", dtype=np.float32).astype(np.float64)
+def err(name):
+    a = np.fromfile(f"{sys.argv[3]}-{name}-64.f32", dtype=np.float32).astype(np.float64)
+    return float(np.linalg.norm(a - ref) / np.linalg.norm(ref))
+g = G.get(64)
+if g:
+    e_r, e_g = err("riemann"), err("gauss")
+    print("\n== attribution quadrature (issue 20): T=64, all 12 layers; error = relative Frobenius distance to gauss-32 ==")
+    print(f"  lensd riemann-20: {L[64]['ms_median']/1e3:6.1f} s, error {e_r:.3g}, completeness gap {L[64]['max_completeness_gap']:.3g}")
+    print(f"  lensd gauss-{g['steps']}:    {g['ms_median']/1e3:6.1f} s, error {e_g:.3g}, completeness gap {g['max_completeness_gap']:.3g}")
 print("targets:")
 checks = []
 if 64 in L and 64 in P:
     r = L[64]["ms_median"] / P[64]["ms_median"]
     checks.append((f"T=64: lensd <= 0.33 x PyTorch ({L[64]['ms_median']/1e3:.1f} vs {P[64]['ms_median']/1e3:.1f} s, {r:.2f}x)", r <= 0.33))
+if g and 64 in P:
+    r = g["ms_median"] / P[64]["ms_median"]
+    checks.append((f"T=64: lensd gauss-{g['steps']} <= 0.3 x PyTorch riemann-20 ({g['ms_median']/1e3:.1f} vs "
+                   f"{P[64]['ms_median']/1e3:.1f} s, {r:.2f}x), error {e_g:.2g} <= riemann-20's {e_r:.2g}",
+                   r <= 0.3 and e_g <= e_r))
 if 64 in L:
     rss, lim = L[64]["maxrss_kib"] / 1024, L[64]["model_mib"] + 512
     checks.append((f"T=64: lensd peak RSS <= model + 512 MiB ({rss:.0f} vs {lim:.0f} MiB)", rss <= lim))

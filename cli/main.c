@@ -47,7 +47,7 @@ static void usage(FILE *f)
             "            print what POST /v1/decomposition returns (texts: the arguments and/or the\n"
             "            file's non-empty lines; labels: one per text)\n"
             "  attribution --model DIR TEXT [--pair TEXT] [--target predicted|LABEL|INDEX] [--steps 20]\n"
-            "            [--riemann right|left] [--layers 1,..] [--heads 0,..] [--no-matrices]\n"
+            "            [--riemann right|left] [--quadrature riemann|gauss] [--layers 1,..] [--heads 0,..] [--no-matrices]\n"
             "            [--tree] [--tree-threshold 0.4] [--precision N] [--encoding json|base64]\n"
             "            print what POST /v1/attribution returns (BERT sequence classifiers)\n"
             "  token-identity --model DIR TEXT [--layers 0,..] [--metric cosine|l2] [--top-k 5]\n"
@@ -61,10 +61,13 @@ static void usage(FILE *f)
             "            [--probes 16] [--seed 1] [--norms]\n"
             "            print what POST /v1/hidden-attribution returns (Jacobian norms)\n"
             "  info      BLAS library, core and threads (GET /v1/info without server limits)\n"
-            "  mkmodel   --arch bert|gpt2|roberta|distilbert --preset micro|tiny|small|base [--task T]\n"
-            "            --seed N --out DIR [--vocab DIR]\n"
+            "  mkmodel   --arch bert|gpt2|roberta|distilbert --preset micro|tiny|small|base|xl [--task T]\n"
+            "            --arch llama|mistral|qwen2|qwen3|gemma|gemma2|gpt_neox --preset micro|tiny|1b|8b\n"
+            "            --seed N --out DIR [--vocab DIR] [--dtype f32|bf16|f16] [--max-shard-size SIZE]\n"
             "            write a random-weight checkpoint in Hugging Face format (--vocab: tokenizer files\n"
-            "            from a vocabulary, e.g. ../shared/vocab/gpt2 for roberta, else generated)\n"
+            "            from a vocabulary, e.g. ../shared/vocab/gpt2 for roberta, or a folder with\n"
+            "            tokenizer.json, else generated; docs/families.md has the decoder presets; SIZE as\n"
+            "            transformers' max_shard_size, e.g. 5GB or 2GiB: shards + model.safetensors.index.json)\n"
             "  job       run --kind K --params FILE --shard I/N --out PART | merge --out RESULT PART...\n"
             "            one shard of a dataset job, and the merge of every shard (`lensd job` lists the options)\n"
             "  train     classify|mlm|causal|vocab ...  train a BERT classifier / masked LM, a GPT-2 causal LM,\n"
@@ -166,7 +169,7 @@ static const cli_opt decompose_opts[] = {
 
 static const cli_opt attribution_opts[] = {
     {"target", "target", OPT_STR_OR_INT}, {"steps", "steps", OPT_INT}, {"riemann", "riemann", OPT_STR},
-    {"layers", "layers", OPT_INTS}, {"heads", "heads", OPT_INTS}, {"no-matrices", "include_matrices", OPT_FALSE},
+    {"quadrature", "quadrature", OPT_STR}, {"layers", "layers", OPT_INTS}, {"heads", "heads", OPT_INTS}, {"no-matrices", "include_matrices", OPT_FALSE},
     {"tree", "tree", OPT_TRUE}, {"tree-threshold", "tree.threshold", OPT_NUM}, {NULL, NULL, 0}};
 
 static const cli_opt token_identity_opts[] = {
@@ -442,6 +445,7 @@ static int cmd_mkmodel(int argc, char **argv)
 {
     const char *arch = NULL, *preset = NULL, *task = NULL, *out = NULL, *vocab = NULL;
     unsigned long long seed = 1;
+    lens_mkmodel_out how = {LENS_DT_F32, 0};
     for (int a = 0; a < argc; a++) {
         const char *val = a + 1 < argc ? argv[a + 1] : NULL;
         if (!val) {
@@ -454,7 +458,14 @@ static int cmd_mkmodel(int argc, char **argv)
         else if (!strcmp(argv[a], "--seed")) seed = strtoull(val, NULL, 10);
         else if (!strcmp(argv[a], "--out")) out = val;
         else if (!strcmp(argv[a], "--vocab")) vocab = val;
-        else {
+        else if (!strcmp(argv[a], "--dtype") && lens_dtype_parse(val, &how.dtype)) {
+            fprintf(stderr, "lensd mkmodel: --dtype %s: expected f32, bf16 or f16\n", val);
+            return 2;
+        } else if (!strcmp(argv[a], "--max-shard-size") && (lens_parse_size(val, &how.max_shard_bytes) ||
+                                                             !how.max_shard_bytes)) {
+            fprintf(stderr, "lensd mkmodel: --max-shard-size %s: expected a size such as 5GB, 500MB or 2GiB\n", val);
+            return 2;
+        } else if (strcmp(argv[a], "--dtype") && strcmp(argv[a], "--max-shard-size")) {
             fprintf(stderr, "lensd mkmodel: unknown option %s\n", argv[a]);
             return 2;
         }
@@ -467,7 +478,7 @@ static int cmd_mkmodel(int argc, char **argv)
         return 2;
     }
     lens_err err = {0};
-    if (lens_mkmodel_vocab(arch, preset, task, seed, vocab, out, &err)) {
+    if (lens_mkmodel_write(arch, preset, task, seed, vocab, out, &how, &err)) {
         fprintf(stderr, "lensd mkmodel: %s\n", err.msg);
         return 1;
     }

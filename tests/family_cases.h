@@ -21,6 +21,9 @@ static const family_case family_cases[] = {
     {"bert", "classification"},    {"bert", "masked-lm"},       {"gpt2", "causal-lm"},
     {"roberta", "classification"}, {"roberta", "masked-lm"},    {"roberta", "encoder"},
     {"distilbert", "classification"}, {"distilbert", "masked-lm"}, {"distilbert", "encoder"},
+    {"llama", "causal-lm"},        {"mistral", "causal-lm"},    {"qwen2", "causal-lm"},
+    {"qwen3", "causal-lm"},        {"gemma", "causal-lm"},      {"gemma2", "causal-lm"},
+    {"gpt_neox", "causal-lm"},
 };
 #define N_FAMILY_CASES ((int)(sizeof family_cases / sizeof family_cases[0]))
 

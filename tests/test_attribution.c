@@ -3,7 +3,8 @@
  * shared classifier bert-tiny-sst2; SKIPs when ../shared is absent.
  *
  * Fixture tests/fixtures/attribution_sst2.json: the three golden.json inputs,
- * m = 20, both Riemann conventions, per layer the attribution [NH][T][T],
+ * m = 20, both Riemann conventions, and quadrature "gauss" with
+ * gauss_nodes (= LENS_ATTR_GAUSS_NODES) Gauss–Legendre nodes, per layer the attribution [NH][T][T],
  * head importance, F(0 A), and the tree (threshold 0.4).
  *
  * Tolerances:
@@ -15,8 +16,15 @@
  *  - completeness, m = 200 (right): |Σ Attr_l − (F(A) − F(0))| per
  *    layer, 3e-3 (the Riemann error falls as 1/m; measured worst 1.6e-3 on golden0
  *    layer 2, where F(αA) bends sharply near α = 0);
+ *  - completeness, gauss with 16 nodes: 1e-6 (the rule is exact to degree 31
+ *    in α; what is left is float32 summation, measured worst 8.5e-8);
  *  - batching: a 1 MiB scratch budget (many small batches of steps) and a
- *    single-layer request give the all-in-one result to 1e-6 of the max. */
+ *    single-layer request give the all-in-one result to 1e-6 of the max;
+ *  - the schedule (no model needed): Gauss–Legendre nodes and weights against
+ *    their closed forms for 1..5 points (1e-14), exactness on α^k up to
+ *    degree 2m − 1 for m = 1..40 and the known remainder at degree 2m
+ *    (m ≤ 8); the Riemann
+ *    points k/m as the paper and the released code. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +40,8 @@
 #define TOL_PROB 1e-5
 #define TOL_COMPLETE 3e-3
 #define STEPS_COMPLETE 200
+#define GAUSS_COMPLETE 16
+#define TOL_GAUSS_COMPLETE 1e-6
 
 static int *json_int_array(const json_t *a, int *n)
 {
@@ -84,7 +94,28 @@ static void compare_tree(const char *what, const lens_attr_tree *t, const json_t
     printf("\n");
 }
 
-static void test_example(const lens_model *m, const json_t *ex, int steps)
+static void test_completeness(const lens_model *m, const char *name, const int *ids, const int *type_ids, int T,
+                              lens_quadrature q, int steps, double tol)
+{
+    const char *rule = q == LENS_QUAD_GAUSS ? "gauss" : "riemann";
+    lens_attr_opts o = {.steps = steps, .quadrature = q, .target = -1};
+    lens_attribution at;
+    lens_err err = {0};
+    if (lens_attribution_run(m, ids, type_ids, T, &o, &at, &err)) {
+        CHECK(0, "%s: %s", name, err.msg);
+        return;
+    }
+    CHECK(at.steps == steps && at.quadrature == q, "%s: echoed %d steps, quadrature %d", name, at.steps, at.quadrature);
+    for (int l = 0; l < at.n_layers; l++) {
+        const double gap = at.layers[l].attr_sum - (at.f_full - at.layers[l].f_zero);
+        CHECK(fabs(gap) <= tol, "%s layer %d: completeness gap %.3g at %s-%d", name, l + 1, gap, rule, steps);
+        printf("  %s layer %d %s-%d: sum Attr %.6f, F(A) - F(0) = %.6f - %.6f, gap %.2e\n", name, l + 1, rule,
+               steps, at.layers[l].attr_sum, at.f_full, at.layers[l].f_zero, gap);
+    }
+    lens_attribution_free(&at);
+}
+
+static void test_example(const lens_model *m, const json_t *ex, int steps, int gauss_nodes)
 {
     const char *name = json_string_value(json_object_get(ex, "name"));
     int T, T2;
@@ -92,11 +123,17 @@ static void test_example(const lens_model *m, const json_t *ex, int steps)
     int *type_ids = json_int_array(json_object_get(ex, "token_type_ids"), &T2);
     const int NH = m->cfg.n_heads, L = m->cfg.n_layers;
     const size_t TT = (size_t)T * T;
-    const char *conventions[2] = {"right", "left"};
-    for (int ci = 0; ci < 2; ci++) {
-        const json_t *want = json_object_get(json_object_get(ex, "riemann"), conventions[ci]);
+    const char *conventions[3] = {"right", "left", "gauss"};
+    for (int ci = 0; ci < 3; ci++) {
+        const json_t *want = ci < 2 ? json_object_get(json_object_get(ex, "riemann"), conventions[ci])
+                                    : json_object_get(ex, "gauss");
         const json_t *layers = json_object_get(want, "layers");
-        lens_attr_opts o = {.steps = steps, .riemann = ci ? LENS_RIEMANN_LEFT : LENS_RIEMANN_RIGHT, .target = -1};
+        CHECK(json_array_size(layers) == (size_t)L, "%s %s: fixture has %zu layers", name, conventions[ci],
+              json_array_size(layers));
+        lens_attr_opts o = {.steps = ci < 2 ? steps : gauss_nodes,
+                            .riemann = ci == 1 ? LENS_RIEMANN_LEFT : LENS_RIEMANN_RIGHT,
+                            .quadrature = ci < 2 ? LENS_QUAD_RIEMANN : LENS_QUAD_GAUSS,
+                            .target = -1};
         lens_attribution at;
         lens_err err = {0};
         if (lens_attribution_run(m, ids, type_ids, T, &o, &at, &err)) {
@@ -133,7 +170,7 @@ static void test_example(const lens_model *m, const json_t *ex, int steps)
                   at.layers[l].f_zero, fz);
         }
         printf("  %s %s m=%d: max |lensd - torch| / max|score| = %.2e (scores), %.2e (importance)\n", name,
-               conventions[ci], steps, worst / scale, worst_imp / scale);
+               conventions[ci], o.steps, worst / scale, worst_imp / scale);
         const float *attr_layers[64];
         for (int l = 0; l < L && l < 64; l++) attr_layers[l] = at.layers[l].attr;
         lens_attr_tree tree;
@@ -171,22 +208,9 @@ static void test_example(const lens_model *m, const json_t *ex, int steps)
         lens_attribution_free(&at);
     }
 
-    /* completeness: Σ Attr → F(A) − F(0) as m grows */
-    lens_attr_opts o = {.steps = STEPS_COMPLETE, .riemann = LENS_RIEMANN_RIGHT, .target = -1};
-    lens_attribution at;
-    lens_err err = {0};
-    if (lens_attribution_run(m, ids, type_ids, T, &o, &at, &err) == 0) {
-        for (int l = 0; l < L; l++) {
-            const double gap = at.layers[l].attr_sum - (at.f_full - at.layers[l].f_zero);
-            CHECK(fabs(gap) <= TOL_COMPLETE, "%s layer %d: completeness gap %.3g at m=%d", name, l + 1, gap,
-                  STEPS_COMPLETE);
-            printf("  %s layer %d m=%d: sum Attr %.6f, F(A) - F(0) = %.6f - %.6f, gap %.2e\n", name, l + 1,
-                   STEPS_COMPLETE, at.layers[l].attr_sum, at.f_full, at.layers[l].f_zero, gap);
-        }
-        lens_attribution_free(&at);
-    } else {
-        CHECK(0, "%s: %s", name, err.msg);
-    }
+    /* completeness: Σ Attr → F(A) − F(0) as m grows; Gauss–Legendre gets there with few nodes */
+    test_completeness(m, name, ids, type_ids, T, LENS_QUAD_RIEMANN, STEPS_COMPLETE, TOL_COMPLETE);
+    test_completeness(m, name, ids, type_ids, T, LENS_QUAD_GAUSS, GAUSS_COMPLETE, TOL_GAUSS_COMPLETE);
     free(ids), free(type_ids);
 }
 
@@ -225,6 +249,68 @@ static void test_threads(const lens_model *m, const json_t *ex, int steps)
     free(ids), free(type_ids);
 }
 
+/* Σ_k w_k α_k^d against ∫₀¹ α^d dα = 1 / (d + 1) */
+static double moment_error(const double *a, const double *w, int m, int d)
+{
+    double s = 0;
+    for (int k = 0; k < m; k++) s += w[k] * pow(a[k], d);
+    return fabs(s - 1.0 / (d + 1));
+}
+
+static void test_schedule(void)
+{
+    /* closed forms on [-1, 1], ascending: 1..5 points */
+    const double r70 = sqrt(70), r30 = sqrt(30), q4 = 2 * sqrt(6.0 / 5) / 7, q5 = 2 * sqrt(10.0 / 7);
+    const double want_x[5][5] = {{0},
+                                 {-1 / sqrt(3), 1 / sqrt(3)},
+                                 {-sqrt(0.6), 0, sqrt(0.6)},
+                                 {-sqrt(3.0 / 7 + q4), -sqrt(3.0 / 7 - q4), sqrt(3.0 / 7 - q4), sqrt(3.0 / 7 + q4)},
+                                 {-sqrt(5 + q5) / 3, -sqrt(5 - q5) / 3, 0, sqrt(5 - q5) / 3, sqrt(5 + q5) / 3}};
+    const double want_w[5][5] = {{2},
+                                 {1, 1},
+                                 {5.0 / 9, 8.0 / 9, 5.0 / 9},
+                                 {(18 - r30) / 36, (18 + r30) / 36, (18 + r30) / 36, (18 - r30) / 36},
+                                 {(322 - 13 * r70) / 900, (322 + 13 * r70) / 900, 128.0 / 225,
+                                  (322 + 13 * r70) / 900, (322 - 13 * r70) / 900}};
+    int cases = 0;
+    for (int m = 1; m <= 5; m++) {
+        double x[5], w[5];
+        lens_gauss_legendre(m, x, w);
+        for (int k = 0; k < m; k++, cases++)
+            CHECK(fabs(x[k] - want_x[m - 1][k]) < 1e-14 && fabs(w[k] - want_w[m - 1][k]) < 1e-14,
+                  "gauss-%d node %d: x %.17g w %.17g, expected %.17g %.17g", m, k, x[k], w[k], want_x[m - 1][k],
+                  want_w[m - 1][k]);
+    }
+    /* on [0, 1]: exact to degree 2m − 1, not at 2m; weights positive, nodes inside and ascending */
+    double a[40], w[40];
+    for (int m = 1; m <= 40; m++, cases++) {
+        CHECK(lens_attr_nodes(LENS_QUAD_GAUSS, LENS_RIEMANN_RIGHT, m, a, w) == 1, "gauss-%d divisor", m);
+        double worst = 0;
+        for (int d = 0; d < 2 * m; d++) worst = fmax(worst, moment_error(a, w, m, d));
+        CHECK(worst < 1e-13, "gauss-%d: worst moment error %.3g up to degree %d", m, worst, 2 * m - 1);
+        /* the remainder at degree 2m is 1 / ((2m + 1) C(2m, m)²); above m = 8 it sinks under rounding */
+        double binom = 1;
+        for (int i = 1; i <= m; i++) binom = binom * (m + i) / i;
+        const double rem = 1 / ((2 * m + 1) * binom * binom);
+        CHECK(m > 8 || fabs(moment_error(a, w, m, 2 * m) - rem) < 1e-6 * rem,
+              "gauss-%d: degree %d error %.6g, expected %.6g", m, 2 * m, moment_error(a, w, m, 2 * m), rem);
+        int ok = 1;
+        for (int k = 0; k < m; k++) ok &= w[k] > 0 && a[k] > 0 && a[k] < 1 && (k == 0 || a[k] > a[k - 1]);
+        CHECK(ok, "gauss-%d: nodes in (0, 1) ascending, weights positive", m);
+    }
+    /* Riemann: the paper's right points k/m (k = 1..m), the released code's left ones (k = 0..m-1) */
+    CHECK(lens_attr_nodes(LENS_QUAD_RIEMANN, LENS_RIEMANN_RIGHT, 4, a, w) == 4 && a[0] == 0.25 && a[3] == 1 &&
+              w[0] == 1 && w[3] == 1,
+          "riemann right 4: %g .. %g", a[0], a[3]);
+    CHECK(lens_attr_nodes(LENS_QUAD_RIEMANN, LENS_RIEMANN_LEFT, 4, a, w) == 4 && a[0] == 0 && a[3] == 0.75,
+          "riemann left 4: %g .. %g", a[0], a[3]);
+    CHECK(lens_attr_nodes(LENS_QUAD_RIEMANN, LENS_RIEMANN_RIGHT, 0, a, w) == 0 &&
+              lens_attr_nodes((lens_quadrature)7, LENS_RIEMANN_RIGHT, 4, a, w) == 0,
+          "no schedule for m = 0 or an unknown rule");
+    printf("  schedule: %d Gauss-Legendre cases (closed forms 1..5 points, moments 1..40 points)\n", cases);
+    CHECK(cases == 15 + 40, "%d schedule cases", cases);
+}
+
 static void test_tree_rules(void)
 {
     /* 3 layers, 1 head, 4 tokens, hand-made: layer 3 makes token 2 the root
@@ -255,6 +341,7 @@ static void test_tree_rules(void)
 int main(void)
 {
     test_tree_rules();
+    test_schedule();
     const char *shared = check_shared_dir();
     if (!shared) {
         SKIP("../shared/models not found: attribution vs PyTorch on bert-tiny-sst2");
@@ -269,7 +356,11 @@ int main(void)
     const json_t *examples = fixture_list(fx, "examples", "attribution_sst2.json");
     if (m && fx && examples) {
         const int steps = (int)json_integer_value(json_object_get(fx, "steps"));
-        for (size_t i = 0; i < json_array_size(examples); i++) test_example(m, json_array_get(examples, i), steps);
+        const int gauss_nodes = (int)json_integer_value(json_object_get(fx, "gauss_nodes"));
+        CHECK(gauss_nodes == LENS_ATTR_GAUSS_NODES, "fixture gauss_nodes %d, LENS_ATTR_GAUSS_NODES %d", gauss_nodes,
+              LENS_ATTR_GAUSS_NODES);
+        for (size_t i = 0; i < json_array_size(examples); i++)
+            test_example(m, json_array_get(examples, i), steps, gauss_nodes);
         test_threads(m, json_array_get(examples, 0), steps);
     }
     json_decref(fx);

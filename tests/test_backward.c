@@ -304,7 +304,7 @@ typedef struct {
 static void emb_fwd(void *p, float *out)
 {
     emb_ctx *c = p;
-    lens_embedding_forward(out, c->ids, c->type_ids, c->tok, c->pos, c->type, 3, 4);
+    lens_embedding_forward(out, c->ids, c->type_ids, c->tok, c->pos, c->type, LENS_DT_F32, 3, 4);
 }
 
 static void test_embedding(void)

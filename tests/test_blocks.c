@@ -70,12 +70,13 @@ static int bench_init(bench *b, const lens_model *m)
 {
     const lens_config *c = &m->cfg;
     const size_t R = 2 * T, C = c->d_model, QK = (size_t)c->n_heads * c->d_head_k,
-                 VO = (size_t)c->n_heads * c->d_head_v, F = c->d_ff, TT = (size_t)T * T;
+                 VO = (size_t)c->n_heads * c->d_head_v, TT = (size_t)T * T;
     memset(b, 0, sizeof *b);
     b->m = m;
     b->x = floats(R * C), b->h = floats(R * C), b->n = floats(R * C), b->scratch = floats(C);
     b->q = floats(R * QK), b->k = floats(R * QK), b->v = floats(R * VO), b->ctx = floats(R * VO);
-    b->ff = floats(R * (F > QK ? F : QK));
+    const size_t FF = (size_t)lens_ff_cols(c); /* a gated MLP keeps gate and up: 2F */
+    b->ff = floats(R * (FF > QK ? FF : QK));
     b->probs = floats(c->n_heads * TT), b->dprobs = floats(c->n_heads * TT), b->dscores = floats(TT), b->dS = floats(TT);
     if (lens_block_cache_init(&b->cache, c, T, 1, 0) || lens_block_cache_init(&b->final, c, T, 1, 1)) return -1;
     return b->x && b->h && b->n && b->scratch && b->q && b->k && b->v && b->ctx && b->ff && b->probs && b->dprobs &&
@@ -263,6 +264,13 @@ int main(void)
             m = lens_model_load(dir, &err);
         CHECK(m != NULL, "%s: %s", family_cases[k].arch, err.msg);
         bench b;
+        if (m && !m->cfg.family->block_backward) { /* its gradient analyses answer a typed 422 until it has them */
+            SKIP("%s: no block backward / JVP yet: %s", family_cases[k].arch, m->cfg.family->no_backward);
+            lens_model_free(m);
+            snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+            if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+            continue;
+        }
         if (m && !bench_init(&b, m)) {
             const lens_family *f = m->cfg.family;
             CHECK(f->block_backward && f->block_jvp && f->cache_floats, "%s: block backward / JVP missing", f->model_type);

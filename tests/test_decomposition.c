@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "core/analysis/decomposition.h"
+#include "core/base/pool.h"
 #include "core/model/mkmodel.h"
 #include "core/model/model.h"
 #include "tests/check.h"
@@ -272,9 +273,9 @@ static void compare_results(const char *label, const lens_decomp_result *a, cons
 
 /* pca: when not NULL, also *pca = lens_decomp_ctx_pca_compute(acc, 3) (free with lens_decomp_ctx_pca_free) */
 static int run(const lens_model *m, int T, const int *ids, const int *labels, int W, int n_calls, int batch_tokens,
-               int keep_first, lens_decomp_result *res, lens_decomp_ctx_pca **pca)
+               int keep_first, lens_pool *pool, lens_decomp_result *res, lens_decomp_ctx_pca **pca)
 {
-    lens_decomp_opts o = {.batch_tokens = batch_tokens, .keep_first_position = keep_first};
+    lens_decomp_opts o = {.batch_tokens = batch_tokens, .keep_first_position = keep_first, .pool = pool};
     lens_err err = {0};
     lens_decomp *acc = lens_decomp_begin(m, T, NULL, 0, &o, &err);
     CHECK(acc != NULL, "begin: %s", err.msg);
@@ -301,16 +302,25 @@ static void test_streaming(const lens_model *m, const char *label)
     int *ids = pseudo_random_windows(W, T, m->cfg.vocab_size, 5);
     int labels[W];
     for (int i = 0; i < W; i++) labels[i] = i % 3;
-    lens_decomp_result one = {0}, many = {0};
-    if (run(m, T, ids, labels, W, 1, 1 << 20, 0, &one, NULL) == 0 && run(m, T, ids, labels, W, 3, T, 0, &many, NULL) == 0) {
+    lens_decomp_result one = {0}, many = {0}, pooled = {0};
+    lens_pool *pool = lens_pool_create(3);
+    CHECK(pool != NULL, "a pool of 3 threads");
+    if (run(m, T, ids, labels, W, 1, 1 << 20, 0, NULL, &one, NULL) == 0 && run(m, T, ids, labels, W, 3, T, 0, NULL, &many, NULL) == 0) {
         char what[96];
         snprintf(what, sizeof what, "%s streamed (3 calls, 1 window per batch) vs one batch", label);
         compare_results(what, &many, &one, TOL_STREAM, 1e-3);
+        /* the layers accumulate in parallel, one thread per layer: the same sums in the same order */
+        if (pool && run(m, T, ids, labels, W, 1, 1 << 20, 0, pool, &pooled, NULL) == 0) {
+            snprintf(what, sizeof what, "%s on a 3-thread pool vs the calling thread", label);
+            compare_results(what, &pooled, &one, 0, 0);
+        }
         CHECK(one.n_layers == m->cfg.n_layers + 1 && one.n_windows == W && one.P == T - 1 && one.has_labels,
               "%s: result says %d layers %ld windows P=%d", label, one.n_layers, one.n_windows, one.P);
     }
     lens_decomp_result_free(&one);
     lens_decomp_result_free(&many);
+    lens_decomp_result_free(&pooled);
+    lens_pool_free(pool);
     free(ids);
 }
 
@@ -481,7 +491,7 @@ static void test_reference(const char *shared, const char *name)
         int drop = json_is_true(json_object_get(var, "drop_first_position"));
         lens_decomp_result res = {0};
         lens_decomp_ctx_pca *ctx_pcas = NULL;
-        if (run(m, T, ids, labels, W, 3, 2 * T, !drop, &res, &ctx_pcas) != 0) continue;
+        if (run(m, T, ids, labels, W, 3, 2 * T, !drop, NULL, &res, &ctx_pcas) != 0) continue;
         const json_t *layers = json_object_get(var, "layers");
         CHECK((size_t)res.n_layers == json_array_size(layers), "%s: %d layers vs %zu", name, res.n_layers,
               json_array_size(layers));

@@ -192,6 +192,44 @@ static void test_gemm(void)
     lens_pool_free(two);
 }
 
+/* W in BF16 / F16 (weights resident in their checkpoint dtype): the GEMM
+ * widens them while packing, exactly, so y must be bitwise the product with
+ * the same W widened to F32 beforehand (same kernel, same blocking), for
+ * both layouts (W[N][K] n-major takes the AVX-512 gather path when the
+ * kernel is in use), row strides past the row, K across KC blocks (k0 > 0),
+ * N not a multiple of the 32-column panel, alpha != 1. */
+static void test_half_weights(void)
+{
+    static const int shapes[][3] = {{1, 1, 1}, {5, 17, 9}, {13, 33, 385}, {250, 70, 800}, {64, 96, 768}};
+    static const lens_dtype dts[] = {LENS_DT_BF16, LENS_DT_F16};
+    lens_pool *two = lens_pool_create(2);
+    int n_cases = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int w_kn = 0; w_kn <= 1; w_kn++)
+            for (int d = 0; d < 2; d++) {
+                const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+                const size_t ld = (w_kn ? (size_t)N : (size_t)K) + (size_t)(s % 3), rows = w_kn ? (size_t)K : (size_t)N;
+                float *x = malloc(sizeof(float) * M * K), *wf = malloc(sizeof(float) * rows * ld);
+                float *y16 = malloc(sizeof(float) * M * N), *y32 = malloc(sizeof(float) * M * N);
+                uint16_t *wh = malloc(sizeof(uint16_t) * rows * ld);
+                for (size_t i = 0; i < (size_t)M * K; i++) x[i] = uniform();
+                for (size_t i = 0; i < rows * ld; i++) wf[i] = uniform() * 3.0f;
+                lens_narrow(wh, wf, dts[d], rows * ld);
+                lens_widen(wf, wh, dts[d], rows * ld);
+                lens_gemm_args g = {.M = M, .N = N, .K = K, .x = x, .ldx = (size_t)K, .w = wh, .w_dtype = dts[d],
+                                    .ld = ld, .w_kn = w_kn, .alpha = 0.5f, .y = y16, .ldy = (size_t)N};
+                lens_gemm(&g, two);
+                g.w = wf, g.w_dtype = LENS_DT_F32, g.y = y32;
+                lens_gemm(&g, two);
+                CHECK(!memcmp(y16, y32, sizeof(float) * M * N), "%s W %s M=%d N=%d K=%d: product differs from the "
+                      "widened F32 one", lens_dtype_name(dts[d]), w_kn ? "[K][N]" : "[N][K]", M, N, K);
+                n_cases++;
+                free(x), free(wf), free(y16), free(y32), free(wh);
+            }
+    CHECK(n_cases == 20, "%d half-weight cases", n_cases);
+    lens_pool_free(two);
+}
+
 /* lens_gemm_linear_backward (the attribution backward's GEMM) against
  * ops.c's cblas lens_linear_backward: Linear and Conv1D layouts, row strides
  * past the row, y = and y += (accumulate), on a 2-thread pool. */
@@ -304,6 +342,7 @@ int main(void)
 {
     test_pool();
     test_gemm();
+    test_half_weights();
     test_linear_backward();
     const char *shared = check_shared_dir();
     if (!shared) {

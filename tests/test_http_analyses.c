@@ -11,6 +11,7 @@
 #include <math.h>
 
 #include "api/api.h"
+#include "core/analysis/attribution.h"
 #include "tests/check.h"
 #include "tests/http_util.h"
 
@@ -590,6 +591,32 @@ static void test_attribution(test_server *s)
           "target by label, layers [2], heads [1], no matrices, left sum");
     http_resp_free(&r);
 
+    /* Gauss–Legendre: the default node count, and completeness (exact up to
+     * float32 with 12 nodes, where a 3-step Riemann sum is visibly off) */
+    http_post_json(s, &r, AT, "{\"model\": \"bert\", \"text\": \"a fine movie\", \"quadrature\": \"gauss\", "
+                              "\"include_matrices\": false}");
+    CHECK(r.status == 200 && !strcmp(json_string_value(get(r.json, "quadrature")), "gauss") &&
+              ival(r.json, "steps") == LENS_ATTR_GAUSS_NODES,
+          "gauss: %ld, default %d nodes: %.300s", r.status, LENS_ATTR_GAUSS_NODES, r.body);
+    check_schema(&r, AT, "POST");
+    http_resp_free(&r);
+    double gap[2] = {0, 0};
+    const char *rules[2] = {"\"quadrature\": \"gauss\", \"steps\": 12", "\"quadrature\": \"riemann\", \"steps\": 3"};
+    for (int i = 0; i < 2; i++) {
+        char body[256];
+        snprintf(body, sizeof body, "{\"model\": \"bert\", \"text\": \"a fine movie\", %s, \"include_matrices\": false}",
+                 rules[i]);
+        http_post_json(s, &r, AT, body);
+        CHECK(r.status == 200, "%s: %ld %.300s", rules[i], r.status, r.body);
+        const double f = num(get(get(r.json, "target"), "prob"));
+        for (size_t l = 0; l < json_array_size(get(r.json, "layers")); l++) {
+            const json_t *L = json_array_get(get(r.json, "layers"), l);
+            gap[i] = fmax(gap[i], fabs(num(get(L, "attr_sum")) - (f - num(get(L, "f_zero")))));
+        }
+        http_resp_free(&r);
+    }
+    CHECK(gap[0] < 1e-5 && gap[1] > 10 * gap[0], "completeness gap gauss-12 %.3g, riemann-3 %.3g", gap[0], gap[1]);
+
     /* the CLI prints the same JSON */
     http_post_json(s, &r, AT, "{\"model\": \"bert\", \"text\": \"a b c\", \"steps\": 3, \"target\": 1, \"tree\": true, \"format\": {\"precision\": 5}}");
     char cmd[1024];
@@ -655,6 +682,10 @@ static void test_attribution(test_server *s)
         {"/v1/attribution", "{\"model\": \"bert\", \"text\": \"a\", \"steps\": \"20\"}", 422, "invalid_request", "steps"},
         {"/v1/attribution", "{\"model\": \"bert\", \"text\": \"a\", \"riemann\": \"middle\"}", 422, "invalid_request", "riemann"},
         {"/v1/attribution", "{\"model\": \"bert\", \"text\": \"a\", \"riemann\": 1}", 422, "invalid_request", "riemann"},
+        {"/v1/attribution", "{\"model\": \"bert\", \"text\": \"a\", \"quadrature\": \"simpson\"}", 422, "invalid_request", "quadrature"},
+        {"/v1/attribution", "{\"model\": \"bert\", \"text\": \"a\", \"quadrature\": 2}", 422, "invalid_request", "quadrature"},
+        {"/v1/attribution", "{\"model\": \"bert\", \"text\": \"a\", \"quadrature\": \"gauss\", \"riemann\": \"left\"}", 422, "invalid_request", "riemann"},
+        {"/v1/attribution", "{\"model\": \"bert\", \"text\": \"a\", \"quadrature\": \"gauss\", \"steps\": 0}", 422, "invalid_request", "steps"},
         {"/v1/attribution", "{\"model\": \"bert\", \"text\": \"a\", \"target\": 2}", 422, "invalid_request", "target"},
         {"/v1/attribution", "{\"model\": \"bert\", \"text\": \"a\", \"target\": -1}", 422, "invalid_request", "target"},
         {"/v1/attribution", "{\"model\": \"bert\", \"text\": \"a\", \"target\": \"neutral\"}", 422, "invalid_request", "target"},

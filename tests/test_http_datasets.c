@@ -14,6 +14,7 @@
  * SKIP otherwise). Numbers go through JSON at 6 decimals. */
 #include <math.h>
 
+#include "core/analysis/attribution.h"
 #include "tests/check.h"
 #include "tests/http_util.h"
 
@@ -195,6 +196,14 @@ static void test_tiny(void)
     job = run_job(&s, body, 30000);
     check_definition(job, "lensd", "predicted", "floor", floor4); /* a named field overrides the definition */
     json_decref(job);
+    snprintf(body, sizeof body, "{\"kind\": \"head-importance\", \"params\": {%s, \"quadrature\": \"gauss\"}}", rows6);
+    job = run_job(&s, body, 30000);
+    check_importance(job, 4, 6, "tiny, rows, gauss");
+    const json_t *gres = get(job, "result");
+    CHECK(gres && !strcmp(json_string_value(get(gres, "quadrature")), "gauss") &&
+              json_integer_value(get(gres, "steps")) == LENS_ATTR_GAUSS_NODES,
+          "head-importance echoes quadrature gauss with the default %d nodes", LENS_ATTR_GAUSS_NODES);
+    json_decref(job);
     job = run_job(&s, "{\"kind\": \"head-importance\", \"params\": {\"data\": \"small.tsv\", \"steps\": 2, \"seeds\": 2}}",
                   30000);
     check_importance(job, 4, 4, "tiny, data small.tsv");
@@ -267,6 +276,8 @@ static void test_tiny(void)
         {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"data\": \"small.tsv\", \"seeds\": 0}}", 422, "invalid_request", "params.seeds"},
         {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"data\": \"small.tsv\", \"max_rows\": 0}}", 422, "invalid_request", "params.max_rows"},
         {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"data\": \"small.tsv\", \"riemann\": \"mid\"}}", 422, "invalid_request", "params.riemann"},
+        {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"data\": \"small.tsv\", \"quadrature\": \"mid\"}}", 422, "invalid_request", "params.quadrature"},
+        {"/v1/jobs", "{\"kind\": \"adversarial-triggers\", \"params\": {\"data\": \"small.tsv\", \"quadrature\": \"gauss\", \"riemann\": \"left\"}}", 422, "invalid_request", "params.riemann"},
         {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"model\": \"nope\", \"data\": \"small.tsv\"}}", 404, "model_not_found", "params.model"},
         {"/v1/jobs", "{\"kind\": \"adversarial-triggers\", \"params\": {\"data\": \"small.tsv\", \"sources\": 4}}", 422, "invalid_request", "params.sources"},
         {"/v1/jobs", "{\"kind\": \"adversarial-triggers\", \"params\": {\"data\": \"small.tsv\", \"top_k\": 0}}", 422, "invalid_request", "params.top_k"},

@@ -378,7 +378,17 @@ static void test_half(void)
     lens_weights *w = lens_weights_open(dir, &err);
     CHECK(w != NULL, "half weights_open: %s", err.msg);
     if (!w) return;
-    CHECK(lens_weights_bytes(w) == 0, "nothing converted yet, bytes %zu", lens_weights_bytes(w));
+    /* half tensors are served from the mapping in their dtype: counted once */
+    CHECK(lens_weights_bytes(w) == nbytes, "mapped half bytes %zu, want %zu", lens_weights_bytes(w), nbytes);
+    lens_dtype dt = LENS_DT_F32;
+    const void *raw = lens_weights_get_raw(w, "b", 1, (int64_t[]){NB}, &dt, &err);
+    CHECK(raw && dt == LENS_DT_BF16 && lens_weights_bytes(w) == nbytes, "get_raw BF16: served from the mapping, "
+          "dtype %s, bytes %zu (%s)", lens_dtype_name(dt), lens_weights_bytes(w), raw ? "" : err.msg);
+    for (int i = 0; raw && i < NB; i++) {
+        float x;
+        lens_widen(&x, lens_dtype_at(raw, dt, (size_t)i), dt, 1);
+        CHECK(to_bits(x) == bf16[i].f, "raw BF16 %d widened: 0x%08x, want 0x%08x", i, to_bits(x), bf16[i].f);
+    }
     const float *h = lens_weights_get(w, "h", 1, (int64_t[]){N16}, &err);
     CHECK(h != NULL, "get F16: %s", err.msg);
     for (int i = 0; h && i < N16; i++)
@@ -390,7 +400,7 @@ static void test_half(void)
     for (int i = 0; b && i < NB; i++)
         CHECK(to_bits(b[i]) == bf16[i].f, "BF16 0x%04x: got 0x%08x, want 0x%08x", bf16[i].h, to_bits(b[i]), bf16[i].f);
     CHECK(b && b[4] == 3.140625f && b[5] == from_bits(0x00010000), "BF16 values");
-    CHECK(lens_weights_bytes(w) == 4 * (N16 + NB), "bytes after conversion %zu", lens_weights_bytes(w));
+    CHECK(lens_weights_bytes(w) == nbytes + 4 * (N16 + NB), "bytes after conversion %zu", lens_weights_bytes(w));
 
     /* Every binary16 pattern against the compiler's own conversion. */
     const float *all = lens_weights_get(w, "all", 2, (int64_t[]){256, 256}, &err);
@@ -416,6 +426,115 @@ static void test_half(void)
     lens_weights_close(w);
     unlink(p);
     rmdir(dir);
+}
+
+/* lens_narrow, the writer's rounding, against exact identities: every F16
+ * and BF16 pattern survives widen -> narrow (NaN stays NaN), and floats
+ * between two neighbours round to the nearer one, ties to the even one;
+ * against the compiler's _Float16 on a sweep of floats when it has one. */
+static void test_narrow(void)
+{
+    int bad16 = 0, badb = 0, checked = 0;
+    for (uint32_t i = 0; i < 65536; i++) {
+        const uint16_t h = (uint16_t)i;
+        for (int d = 0; d < 2; d++) {
+            const lens_dtype dt = d ? LENS_DT_BF16 : LENS_DT_F16;
+            float x;
+            uint16_t back;
+            lens_widen(&x, &h, dt, 1);
+            lens_narrow(&back, &x, dt, 1);
+            float y;
+            lens_widen(&y, &back, dt, 1);
+            const int ok = isnan(x) ? isnan(y) : back == h;
+            *(d ? &badb : &bad16) += !ok;
+            checked++;
+        }
+    }
+    CHECK(checked == 2 * 65536 && bad16 == 0 && badb == 0, "round trip: %d F16, %d BF16 of 65536 patterns changed",
+          bad16, badb);
+    /* ties: 1 + 2^-8 lies halfway between BF16 1 and 1 + 2^-7 -> even (1);
+     * 1 + 3 * 2^-8 halfway between 1 + 2^-7 and 1 + 2^-6 -> even (1 + 2^-6) */
+    const float ties[] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-8f + 0x1p-20f, 65520.0f, 65519.0f, 0x1p-25f,
+                          0x1.000002p-25f, 0x1.8p-24f};
+    uint16_t b[8], h[8];
+    lens_narrow(b, ties, LENS_DT_BF16, 3);
+    CHECK(b[0] == 0x3F80 && b[1] == 0x3F82 && b[2] == 0x3F81, "BF16 ties to even: %04x %04x %04x", b[0], b[1], b[2]);
+    lens_narrow(h, ties + 3, LENS_DT_F16, 5);
+    CHECK(h[0] == 0x7C00 && h[1] == 0x7BFF && h[2] == 0 && h[3] == 1 && h[4] == 2,
+          "F16 overflow / subnormal rounding: %04x %04x %04x %04x %04x", h[0], h[1], h[2], h[3], h[4]);
+#ifdef __FLT16_MAX__
+    int bad = 0, n = 0;
+    for (uint32_t bits = 0; bits < 0x7f800000u; bits += 0x1235, n++) {
+        const float x = from_bits(bits);
+        const _Float16 want = (_Float16)x;
+        uint16_t wb, got;
+        memcpy(&wb, &want, 2);
+        lens_narrow(&got, &x, LENS_DT_F16, 1);
+        if (got != wb && bad++ < 5) fprintf(stderr, "narrow F16 0x%08x: got %04x, want %04x\n", bits, got, wb);
+    }
+    CHECK(n > 400000 && bad == 0, "%d of %d floats narrowed to F16 unlike _Float16", bad, n);
+#else
+    SKIP("compiler has no _Float16; F16 narrowing sweep not run");
+#endif
+}
+
+/* lens_st_write in BF16/F16: the file says so, its bytes are the rounded
+ * values, and chunked lens_st_writer_put gives the same file. */
+static void test_write_dtypes(void)
+{
+    enum { N = 3000 };
+    float *v = malloc(sizeof(float) * N);
+    for (int i = 0; i < N; i++) v[i] = sinf((float)i) * (float)(1 + i % 50);
+    const lens_dtype dts[] = {LENS_DT_F32, LENS_DT_BF16, LENS_DT_F16};
+    for (int d = 0; d < 3; d++) {
+        const lens_st_out t[2] = {{.name = "a", .ndim = 2, .shape = {30, 50}, .data = v, .dtype = dts[d]},
+                                  {.name = "b", .ndim = 1, .shape = {1500}, .data = v + 1500, .dtype = dts[d]}};
+        char p[300], q[300];
+        snprintf(p, sizeof p, "%s/w%d.safetensors", tmpdir, d);
+        snprintf(q, sizeof q, "%s/c%d.safetensors", tmpdir, d);
+        lens_err err = {0};
+        CHECK(lens_st_write(p, t, 2, &err) == 0, "write %s: %s", lens_dtype_name(dts[d]), err.msg);
+        lens_st_writer *w = lens_st_writer_open(q, t, 2, &err);
+        int rc = !w;
+        for (int i = 0; w && !rc && i < N; i += 7) rc = lens_st_writer_put(w, v + i, N - i < 7 ? N - i : 7, &err);
+        rc |= w && !rc ? lens_st_writer_finish(w, &err) : (lens_st_writer_abort(w), -1);
+        CHECK(rc == 0, "chunked write %s: %s", lens_dtype_name(dts[d]), err.msg);
+        lens_safetensors st, sc;
+        if (lens_st_open(p, &st, &err)) {
+            CHECK(0, "reopen: %s", err.msg);
+            continue;
+        }
+        CHECK(lens_st_open(q, &sc, &err) == 0 && st.map_len == sc.map_len && !memcmp(st.map, sc.map, st.map_len),
+              "%s: chunked file differs from the whole-tensor one", lens_dtype_name(dts[d]));
+        const lens_st_tensor *a = lens_st_find(&st, "a"), *b = lens_st_find(&st, "b");
+        CHECK(a && b && a->dtype == dts[d] && b->dtype == dts[d] && a->nbytes == 1500 * lens_dtype_size(dts[d]),
+              "dtype %s written", lens_dtype_name(dts[d]));
+        int bad = 0;
+        for (int i = 0; a && b && i < N; i++) {
+            uint16_t want16 = 0;
+            float got, want = v[i];
+            if (dts[d] != LENS_DT_F32) lens_narrow(&want16, &v[i], dts[d], 1), lens_widen(&want, &want16, dts[d], 1);
+            lens_widen(&got, lens_dtype_at(i < 1500 ? a->data : b->data, dts[d], (size_t)(i % 1500)), dts[d], 1);
+            bad += to_bits(got) != to_bits(want);
+        }
+        CHECK(bad == 0, "%s: %d of %d values differ from the rounded input", lens_dtype_name(dts[d]), bad, N);
+        lens_st_close(&st), lens_st_close(&sc);
+        unlink(p), unlink(q);
+    }
+    /* too much / too little data is refused */
+    const lens_st_out one = {.name = "x", .ndim = 1, .shape = {4}, .dtype = LENS_DT_BF16};
+    char p[300];
+    snprintf(p, sizeof p, "%s/short.safetensors", tmpdir);
+    lens_err err = {0};
+    lens_st_writer *w = lens_st_writer_open(p, &one, 1, &err);
+    CHECK(w && lens_st_writer_put(w, v, 5, &err) != 0 && strstr(err.msg, "more data"), "overlong put refused: %s",
+          err.msg);
+    if (w) lens_st_writer_abort(w);
+    w = lens_st_writer_open(p, &one, 1, &err);
+    CHECK(w && lens_st_writer_put(w, v, 3, &err) == 0 && lens_st_writer_finish(w, &err) != 0 &&
+              strstr(err.msg, "less data") && access(p, F_OK) != 0,
+          "short tensor refused, no file left: %s", err.msg);
+    free(v);
 }
 
 static void write_text(const char *path, const char *text)
@@ -557,6 +676,8 @@ int main(void)
     test_corrupt();
     test_misaligned();
     test_half();
+    test_narrow();
+    test_write_dtypes();
     test_sharded();
     test_shared_models();
     rmdir(tmpdir);

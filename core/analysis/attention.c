@@ -77,6 +77,7 @@
 
 #include "core/model/arch.h"
 #include "core/nn/ops.h"
+#include "core/nn/scores.h"
 
 #define EPS_F32 ((double)FLT_EPSILON)
 
@@ -1038,13 +1039,16 @@ static int select_indices(const int *want, int n_want, int lo, int hi, const cha
     return 0;
 }
 
-/* max |softmax(scale Q_h K_h^T) - A_h| over the selected heads of one layer (scale = lens_config.attn_scale). */
-static double score_diff(const float *Q, const float *K, int NH, int DK, float scale, int T, int causal, const float *A,
-                         float *scores)
+/* max |softmax(scale Q_h K_h^T) - A_h| over the selected heads of one layer (scale = lens_config.attn_scale;
+ * soft-capped scores and the layer's sliding window as the forward has them). */
+static double score_diff(const float *Q, const float *K, int NH, int DK, float scale, int T, int causal, float softcap,
+                         int window, const float *A, float *scores)
 {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, DK, scale, Q, NH * DK, K, NH * DK,
                 0.0f, scores, T);
-    lens_softmax_forward(scores, T, T, causal);
+    if (softcap > 0) lens_softcap_forward(scores, (size_t)T * T, softcap);
+    if (window) lens_softmax_window_forward(scores, T, T, window);
+    else lens_softmax_forward(scores, T, T, causal);
     double worst = 0;
     for (size_t k = 0; k < (size_t)T * T; k++) {
         const double d = fabs((double)scores[k] - A[k]);
@@ -1064,7 +1068,9 @@ typedef struct {
     double *diff;         /* [n_heads] score_diff */
     lens_err *err;        /* [n_heads] */
     int li, T, NH, DK, DV, causal;
+    int window;           /* this layer's sliding window (0 = none) */
     float scale;          /* lens_config.attn_scale of the model */
+    float softcap;        /* lens_config.attn_softcap */
 } head_job;
 
 static void head_task(void *ctx, int hi)
@@ -1075,7 +1081,7 @@ static void head_task(void *ctx, int hi)
     const size_t k = (size_t)j->li * res->n_heads + hi, TT = (size_t)T * T;
     if (j->K)
         j->diff[hi] = score_diff(j->Q + (size_t)h * j->DK, j->K + (size_t)h * j->DK, j->NH, j->DK, j->scale, T, j->causal,
-                                 j->A[hi], j->scores + (size_t)lens_pool_thread_index() * TT);
+                                 j->softcap, j->window, j->A[hi], j->scores + (size_t)lens_pool_thread_index() * TT);
     lens_attention_head(j->A[hi], j->values + (size_t)h * j->DV, j->NH * j->DV,
                         j->Q ? j->Q + (size_t)h * j->DK : NULL, j->NH * j->DK, T, j->DV, j->DK, j->causal, j->special,
                         j->punct, &j->req->head, res->effective ? res->effective + k * TT : NULL,
@@ -1110,7 +1116,8 @@ int lens_attention_analyze(const lens_model *m, const lens_activations *act, int
     unsigned char *masks = malloc(2 * (size_t)T);
     float *x = need_q ? malloc((size_t)T * C * sizeof *x) : NULL;
     float *Q = need_q ? malloc((size_t)T * NH * DK * sizeof *Q) : NULL;
-    float *K = req->verify_scores ? malloc((size_t)T * NH * DK * sizeof *K) : NULL;
+    /* a family's attn_qk computes K with Q */
+    float *K = req->verify_scores || (need_q && c->family->attn_qk) ? malloc((size_t)T * NH * DK * sizeof *K) : NULL;
     const int n_threads = lens_pool_threads(req->pool);
     float *scores = req->verify_scores ? malloc((size_t)n_threads * TT * sizeof *scores) : NULL;
     head_job job = {0};
@@ -1119,7 +1126,7 @@ int lens_attention_analyze(const lens_model *m, const lens_activations *act, int
     job.err = malloc((size_t)res->n_heads * sizeof *job.err);
     int rc = 0;
     if (!res->head || (req->want_effective && !res->effective) || (req->head.null_component && !res->null) ||
-        !masks || !job.A || !job.diff || !job.err || (need_q && (!x || !Q)) || (req->verify_scores && (!K || !scores))) {
+        !masks || !job.A || !job.diff || !job.err || (need_q && (!x || !Q || (c->family->attn_qk && !K))) || (req->verify_scores && (!K || !scores))) {
         rc = lens_fail(err, LENS_ENOMEM, "out of memory for attention analysis of %zu heads at T = %d", n_heads_total,
                        T);
         goto done;
@@ -1131,8 +1138,8 @@ int lens_attention_analyze(const lens_model *m, const lens_activations *act, int
         if (!punct) punct = masks + T;
     }
     if (req->verify_scores) res->scores_max_diff = 0;
-    job = (head_job){.req = req, .res = res, .special = special, .punct = punct, .Q = Q, .K = K, .scores = scores,
-                     .T = T, .NH = NH, .DK = DK, .DV = DV, .scale = m->cfg.attn_scale, .causal = causal, .A = job.A,
+    job = (head_job){.req = req, .res = res, .special = special, .punct = punct, .Q = Q, .K = req->verify_scores ? K : NULL, .scores = scores,
+                     .T = T, .NH = NH, .DK = DK, .DV = DV, .scale = m->cfg.attn_scale, .softcap = c->attn_softcap, .causal = causal, .A = job.A,
                      .diff = job.diff,
                      .err = job.err};
     for (int li = 0; li < res->n_layers; li++) {
@@ -1142,7 +1149,11 @@ int lens_attention_analyze(const lens_model *m, const lens_activations *act, int
             rc = lens_fail(err, LENS_ECANCEL, "attention analysis cancelled before layer %d", l);
             goto done;
         }
-        if (need_q) {
+        job.window = lens_layer_window(c, l - 1);
+        if (need_q && c->family->attn_qk) {
+            /* the family's q, k as the scores see them (RoPE, QK-norm, GQA heads repeated) */
+            c->family->attn_qk(m, l - 1, lens_act_hidden(m, act, l - 1, seq), T, x, Q, K);
+        } else if (need_q) {
             /* The attention input of layer l: BERT h_{l-1}, GPT-2 ln_1(h_{l-1}) (hidden[l-1] for
              * l <= L is a raw block output; only hidden[L] has ln_f applied). */
             const float *h = lens_act_hidden(m, act, l - 1, seq);
@@ -1161,7 +1172,7 @@ int lens_attention_analyze(const lens_model *m, const lens_activations *act, int
         lens_pool_run(req->pool, res->n_heads, head_task, &job);
         for (int hi = 0; hi < res->n_heads; hi++) {
             const size_t k = (size_t)li * res->n_heads + hi;
-            if (K && job.diff[hi] > res->scores_max_diff) res->scores_max_diff = job.diff[hi];
+            if (job.K && job.diff[hi] > res->scores_max_diff) res->scores_max_diff = job.diff[hi];
             if (!res->head[k].ok) {
                 if (job.err[hi].code == LENS_ECANCEL) {
                     rc = lens_fail(err, LENS_ECANCEL, "attention analysis cancelled at layer %d head %d", l,

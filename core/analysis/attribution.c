@@ -49,7 +49,6 @@
 #include "core/model/arch.h"
 #include "core/nn/ops.h"
 
-#define DEFAULT_STEPS 20
 #define DEFAULT_SCRATCH ((size_t)256 << 20)
 
 typedef struct {
@@ -61,19 +60,21 @@ typedef struct {
     int obj_row;               /* the row F reads: 0 (classifier) or T-1 (causal LM) */
     int cls_rows;              /* 1: the last layer ran on the objective rows only, row i = copy i */
     lens_block_cache *cache;   /* [L], max_copies * T rows: what the family's block backward reads */
+    int *pos;                  /* [max_copies * T] position of each row in its copy (RoPE families) */
     float **probs;             /* [L] -> [copies][NH][T][T] above the lowest target layer */
     lens_block_cache final;    /* LM: the final norm's, one row per copy */
     lens_pool *pool;           /* threads for the GEMMs of the forward steps */
     /* the step of the current pass: target layer, its attention A [NH][T][T], α per copy */
     int target, copies;
     const float *A, *alpha;
+    const float *weight;       /* [copies] quadrature weights of the copies being differentiated */
     /* block io work [R][...]; the same buffers carry the gradients in the backward */
     float *x, *h, *n, *ctx, *ff;   /* [R][C] x3, [R][NH*DV], [R][d_ff] */
     float *dq, *dk, *dv;       /* [R][NH*DK] x2, [R][NH*DV] */
     float *dprobs, *dscores;   /* per pool thread: [NH][T][T], [T][T] */
     float *cls, *pooled, *logits, *dcls, *dpooled, *dpre, *dlogits; /* [copies][C or K]; LM: pooled = ln_f(cls) */
-    float *dctx_sum;           /* [T][NH*DV] Σ over copies of dF/dctx */
-    float *grad_sum;           /* [NH][T][T] Σ_k ∂F/∂X */
+    float *dctx_sum;           /* [T][NH*DV] Σ over copies of w_k dF/dctx */
+    float *grad_sum;           /* [NH][T][T] Σ_k w_k ∂F/∂X */
 } engine;
 
 static void *alloc_floats(size_t n, int *failed)
@@ -98,7 +99,7 @@ static void engine_free(engine *e)
 {
     for (int l = 0; e->cache && l < e->m->cfg.n_layers; l++) lens_block_cache_free(&e->cache[l]);
     for (int l = 0; e->probs && l < e->m->cfg.n_layers; l++) free(e->probs[l]);
-    free(e->cache), free(e->probs);
+    free(e->cache), free(e->probs), free(e->pos);
     lens_block_cache_free(&e->final);
     free(e->x), free(e->h), free(e->n), free(e->ctx), free(e->ff), free(e->dq), free(e->dk), free(e->dv);
     free(e->dprobs), free(e->dscores), free(e->cls), free(e->pooled), free(e->logits), free(e->dcls);
@@ -119,7 +120,9 @@ static int engine_init(engine *e, const lens_model *m, int T, int max_copies, in
     const size_t threads = (size_t)lens_pool_threads(pool);
     e->cache = calloc((size_t)c->n_layers, sizeof *e->cache);
     e->probs = calloc((size_t)c->n_layers, sizeof *e->probs);
-    if (!e->cache || !e->probs) return -1;
+    e->pos = malloc(sizeof(int) * R);
+    if (!e->cache || !e->probs || !e->pos) return -1;
+    for (size_t r = 0; r < R; r++) e->pos[r] = (int)(r % (size_t)T);
     for (int l = lowest; l < c->n_layers; l++) {
         if (lens_block_cache_init(&e->cache[l], c, (int)R, 0, 0)) failed = 1;
         if (l > lowest) e->probs[l] = alloc_floats(max_copies * NH * TT, &failed);
@@ -129,7 +132,7 @@ static int engine_init(engine *e, const lens_model *m, int T, int max_copies, in
     e->h = alloc_floats(R * C, &failed);
     e->n = alloc_floats(R * C, &failed);
     e->ctx = alloc_floats(R * VO, &failed);
-    e->ff = alloc_floats(R * c->d_ff, &failed);
+    e->ff = alloc_floats(R * lens_ff_cols(c), &failed); /* gated MLPs: gate and up */
     e->dq = alloc_floats(R * QK, &failed);
     e->dk = alloc_floats(R * QK, &failed);
     e->dv = alloc_floats(R * VO, &failed);
@@ -264,8 +267,9 @@ static void accumulate_grad(engine *e, const lens_block_io *io)
     const int T = e->T, NH = c->n_heads, DV = c->d_head_v;
     const size_t VO = (size_t)NH * DV, TT = (size_t)T * T;
     float *dctx_sum = e->dctx_sum;
-    memcpy(dctx_sum, io->ctx, sizeof(float) * T * VO);
-    for (int i = 1; i < e->copies; i++) lens_residual_forward(dctx_sum, io->ctx + (size_t)i * T * VO, (size_t)T * VO);
+    memset(dctx_sum, 0, sizeof(float) * T * VO); /* Σ_i w_i dF/dctx_i; Riemann's w_i = 1 keeps the sum exact */
+    for (int i = 0; i < e->copies; i++)
+        cblas_saxpy(T * (int)VO, e->weight[i], io->ctx + (size_t)i * T * VO, 1, dctx_sum, 1);
     for (int h = 0; h < NH; h++)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, DV, 1.0f, dctx_sum + h * DV, (int)VO,
                     io->cache->v + h * DV, (int)VO, 1.0f, e->grad_sum + h * TT, T);
@@ -295,7 +299,7 @@ static int engine_attend_backward(lens_block_io *io, int l)
 static lens_block_io engine_io(engine *e, int l, int rows)
 {
     lens_block_io io = {.N = rows, .x = e->x, .h = e->h, .n = e->n, .ctx = e->ctx, .ff = e->ff,
-                        .ff_ld = (size_t)e->m->cfg.d_ff, .pool = e->pool, .cache = &e->cache[l],
+                        .ff_ld = (size_t)e->m->cfg.d_ff, .pool = e->pool, .cache = &e->cache[l], .pos = e->pos,
                         .attend = engine_attend, .attend_backward = engine_attend_backward, .attend_ctx = e};
     return io;
 }
@@ -305,18 +309,26 @@ static lens_block_io engine_io(engine *e, int l, int rows)
 static int forward_copies(engine *e, const float *x_l, int l, const float *A, const float *alpha, int copies,
                           const lens_attr_opts *o);
 
-/* The tied LM decoder: logits = t E^T. */
-static lens_linear lm_decoder(const engine *e)
-{
-    const lens_config *c = &e->m->cfg;
-    return (lens_linear){.w = e->m->p.tok_emb, .in = c->d_model, .out = c->vocab_size, .ld = c->d_model};
-}
-
 /* The final norm (the family's) on `copies` rows of x, in place, cached for its backward. */
 static lens_block_io final_io(engine *e, float *x, float *scratch, int copies)
 {
     lens_block_io io = {.N = copies, .x = x, .h = scratch, .pool = e->pool, .cache = &e->final};
     return io;
+}
+
+/* softmax(z)[target] over K logits in double with libm's exp, and, when p
+ * is not NULL, every probability into p [K]. F(A) and F(0) come out of two
+ * different forward paths, and the completeness gap is their difference:
+ * the forward's float32 softmax (lens_exp_approx, float sums) over GPT-2's
+ * 50257 tokens set a floor of 4e-5 .. 7e-5 on it. */
+static double softmax_at(const float *z, int K, int target, float *p)
+{
+    double zmax = z[0], sum = 0;
+    for (int k = 1; k < K; k++) zmax = z[k] > zmax ? z[k] : zmax;
+    for (int k = 0; k < K; k++) sum += exp(z[k] - zmax);
+    const double f = exp(z[target] - zmax) / sum;
+    for (int k = 0; p && k < K; k++) p[k] = (float)(exp(z[k] - zmax) / sum); /* p may be z */
+    return f;
 }
 
 /* The head on the objective row of each copy, F[i] = softmax(z)[target] with
@@ -329,7 +341,7 @@ static void head_forward(engine *e, int copies, int target, double *F)
     const size_t stride = e->cls_rows ? 1 : (size_t)e->T, r = e->cls_rows ? 0 : (size_t)e->obj_row;
     for (int i = 0; i < copies; i++) memcpy(e->cls + (size_t)i * C, e->x + (i * stride + r) * C, sizeof(float) * C);
     if (e->lm) {
-        const lens_linear dec = lm_decoder(e);
+        const lens_linear dec = lens_lm_decoder(e->m);
         memcpy(e->pooled, e->cls, sizeof(float) * copies * C);
         if (c->family->final_forward) {
             lens_block_io io = final_io(e, e->pooled, e->dpre, copies);
@@ -341,10 +353,9 @@ static void head_forward(engine *e, int copies, int target, double *F)
         (c->head_relu ? lens_relu_forward : lens_tanh_forward)(e->pooled, (size_t)copies * C);
         lens_gemm_linear(e->logits, e->pooled, &e->m->p.classifier, copies, e->pool);
     }
-    for (int i = 0; i < copies; i++) {
+    for (int i = 0; i < copies; i++) { /* logits -> probabilities in place */
         float *z = e->logits + (size_t)i * K;
-        lens_softmax_forward(z, 1, K, 0); /* logits -> probabilities in place */
-        F[i] = z[target];
+        F[i] = softmax_at(z, K, target, z);
     }
 }
 
@@ -362,7 +373,7 @@ static void head_backward(engine *e, int copies, int target)
     memset(e->dpre, 0, sizeof(float) * copies * C);
     memset(e->dcls, 0, sizeof(float) * copies * C);
     if (e->lm) { /* forward: z = final_norm(x) E^T */
-        const lens_linear dec = lm_decoder(e);
+        const lens_linear dec = lens_lm_decoder(e->m);
         lens_gemm_linear_backward(e->dpooled, e->dlogits, &dec, copies, 0, e->pool);
         if (c->family->final_backward) {
             lens_block_io io = final_io(e, e->dpooled, e->dpre, copies);
@@ -414,8 +425,66 @@ static void backward_copies(engine *e, int n, int target)
 }
 
 /* One target layer l (0-based): attribution into out, F(0) into *f_zero. */
-static int attribute_layer(engine *e, const lens_activations *act, int l, int target, int steps,
-                           lens_riemann riemann, const lens_attr_opts *o, lens_attr_layer *out, lens_err *err)
+void lens_gauss_legendre(int m, double *x, double *w)
+{
+    for (int i = 0; i < (m + 1) / 2; i++) {
+        /* the i-th largest root; Newton converges quadratically from here */
+        double z = cos(M_PI * (i + 0.75) / (m + 0.5)), dp = 1;
+        for (int it = 0; it < 100; it++) {
+            double p0 = 1, p1 = z; /* P_0, P_1, then (k+1) P_{k+1} = (2k+1) z P_k − k P_{k−1} */
+            for (int k = 1; k < m; k++) {
+                const double p2 = ((2 * k + 1) * z * p1 - k * p0) / (k + 1);
+                p0 = p1, p1 = p2;
+            }
+            dp = m * (z * p1 - p0) / (z * z - 1); /* P_m' from P_m and P_{m−1} */
+            const double dz = p1 / dp;
+            z -= dz;
+            if (fabs(dz) < 1e-15) break;
+        }
+        x[m - 1 - i] = z, x[i] = -z;
+        w[i] = w[m - 1 - i] = 2 / ((1 - z * z) * dp * dp);
+    }
+}
+
+double lens_attr_nodes(lens_quadrature q, lens_riemann r, int m, double *alpha, double *weight)
+{
+    if (m < 1) return 0;
+    if (q == LENS_QUAD_GAUSS) { /* [-1, 1] -> [0, 1]: α = (1 + x) / 2, w / 2 */
+        lens_gauss_legendre(m, alpha, weight);
+        for (int k = 0; k < m; k++) alpha[k] = (1 + alpha[k]) / 2, weight[k] /= 2;
+        return 1;
+    }
+    if (q != LENS_QUAD_RIEMANN || (r != LENS_RIEMANN_RIGHT && r != LENS_RIEMANN_LEFT)) return 0;
+    for (int k = 0; k < m; k++) alpha[k] = (double)(k + (r == LENS_RIEMANN_RIGHT)) / m, weight[k] = 1;
+    return m;
+}
+
+/* The m evaluations of lens_attr_nodes, as the engine takes them. */
+typedef struct {
+    int m;
+    float *alpha, *weight; /* [m] */
+    double divisor;
+} schedule;
+
+static void schedule_free(schedule *s) { free(s->alpha), free(s->weight); }
+
+/* -1 when out of memory (q and r are checked by the caller) */
+static int schedule_init(schedule *s, lens_quadrature q, lens_riemann r, int m)
+{
+    double *a = malloc(sizeof(double) * m), *w = malloc(sizeof(double) * m);
+    s->m = m, s->alpha = malloc(sizeof(float) * m), s->weight = malloc(sizeof(float) * m);
+    const int ok = a && w && s->alpha && s->weight;
+    if (ok) {
+        s->divisor = lens_attr_nodes(q, r, m, a, w);
+        for (int k = 0; k < m; k++) s->alpha[k] = (float)a[k], s->weight[k] = (float)w[k];
+    }
+    free(a), free(w);
+    return ok ? 0 : -1;
+}
+
+/* One target layer l (0-based): attribution into out, F(0) into *f_zero. */
+static int attribute_layer(engine *e, const lens_activations *act, int l, int target, const schedule *s,
+                           const lens_attr_opts *o, lens_attr_layer *out, lens_err *err)
 {
     const lens_model *m = e->m;
     const lens_config *c = &m->cfg;
@@ -430,13 +499,14 @@ static int attribute_layer(engine *e, const lens_activations *act, int l, int ta
     double F[e->max_copies];
     int zero_done = 0;
     out->f_zero = 0;
-    for (int k0 = 0; k0 < steps;) {
+    for (int k0 = 0; k0 < s->m;) {
         if (cancelled(o)) return lens_fail(err, LENS_ECANCEL, "attribution cancelled at layer %d", l + 1);
         /* copies k0 .. k0+n-1 get gradients; one more forward-only copy at α = 0 first time */
         const int extra = zero_done ? 0 : 1;
         int n = e->max_copies - extra;
-        if (n > steps - k0) n = steps - k0;
-        for (int i = 0; i < n; i++) alpha[i] = (float)(k0 + i + (riemann == LENS_RIEMANN_RIGHT)) / steps;
+        if (n > s->m - k0) n = s->m - k0;
+        memcpy(alpha, s->alpha + k0, sizeof(float) * n);
+        e->weight = s->weight + k0;
         if (extra) alpha[n] = 0.0f;
         const int copies = n + extra;
         if (forward_copies(e, x_l, l, A, alpha, copies, o))
@@ -446,12 +516,12 @@ static int attribute_layer(engine *e, const lens_activations *act, int l, int ta
         backward_copies(e, n, target);
         k0 += n;
     }
-    /* Attr = A ⊙ (1/m) Σ_k ∂F/∂X(α_k A) */
+    /* Attr = A ⊙ Σ_k w_k ∂F/∂X(α_k A) / divisor */
     double sum = 0;
     for (int h = 0; h < NH; h++) {
         float best = -INFINITY;
         for (size_t ij = 0; ij < TT; ij++) {
-            const float v = A[h * TT + ij] * e->grad_sum[h * TT + ij] / steps;
+            const float v = A[h * TT + ij] * e->grad_sum[h * TT + ij] / s->divisor;
             out->attr[h * TT + ij] = v;
             sum += v;
             best = v > best ? v : best;
@@ -477,8 +547,12 @@ int lens_attribution_run(const lens_model *m, const int *ids, const int *type_id
     const int L = c->n_layers, NH = c->n_heads;
     memset(out, 0, sizeof *out);
     if (check_model(m, err)) return -1;
-    const int steps = opts && opts->steps ? opts->steps : DEFAULT_STEPS;
     const lens_riemann riemann = opts ? opts->riemann : LENS_RIEMANN_RIGHT;
+    const lens_quadrature quad = opts ? opts->quadrature : LENS_QUAD_RIEMANN;
+    if (quad != LENS_QUAD_RIEMANN && quad != LENS_QUAD_GAUSS)
+        return lens_fail(err, LENS_EINVAL, "quadrature must be riemann or gauss");
+    const int steps = opts && opts->steps ? opts->steps
+                      : quad == LENS_QUAD_GAUSS ? LENS_ATTR_GAUSS_NODES : LENS_ATTR_RIEMANN_STEPS;
     if (steps < 1 || steps > 10000) return lens_fail(err, LENS_EINVAL, "steps must be in 1..10000, not %d", steps);
     if (riemann != LENS_RIEMANN_RIGHT && riemann != LENS_RIEMANN_LEFT)
         return lens_fail(err, LENS_EINVAL, "riemann must be right or left");
@@ -508,24 +582,24 @@ int lens_attribution_run(const lens_model *m, const int *ids, const int *type_id
         return lm ? lens_fail(err, LENS_EINVAL, "target %d is not a token id in 0..%d", target, K - 1)
                   : lens_fail(err, LENS_EINVAL, "target %d is not a label index in 0..%d", target, K - 1);
     }
-    double zmax = z[0], zsum = 0;
-    for (int k = 1; k < K; k++) zmax = z[k] > zmax ? z[k] : zmax;
-    for (int k = 0; k < K; k++) zsum += exp(z[k] - zmax);
 
     const size_t budget = opts && opts->max_scratch_bytes ? opts->max_scratch_bytes : DEFAULT_SCRATCH;
     size_t per = bytes_per_copy(c, T, lowest), fit = budget / per;
     int max_copies = fit < 2 ? 2 : fit > (size_t)steps + 1 ? steps + 1 : (int)fit;
     engine e;
     out->layers = calloc((size_t)n_sel, sizeof *out->layers);
-    if (!out->layers || engine_init(&e, m, T, max_copies, lowest, opts ? opts->pool : NULL)) {
-        if (out->layers) engine_free(&e); /* engine_init leaves e freeable */
+    schedule sched;
+    const int no_sched = schedule_init(&sched, quad, riemann, steps);
+    if (no_sched || !out->layers || engine_init(&e, m, T, max_copies, lowest, opts ? opts->pool : NULL)) {
+        if (!no_sched && out->layers) engine_free(&e); /* engine_init leaves e freeable */
+        schedule_free(&sched);
         lens_activations_free(&act);
         lens_attribution_free(out);
         return lens_fail(err, LENS_ENOMEM, "out of memory for attribution of %d tokens", T);
     }
     out->T = T, out->n_heads = NH, out->target = target, out->predicted = pred;
-    out->f_full = exp(z[target] - zmax) / zsum;
-    out->steps = steps, out->riemann = riemann, out->n_layers = n_sel;
+    out->f_full = softmax_at(z, K, target, NULL);
+    out->steps = steps, out->riemann = riemann, out->quadrature = quad, out->n_layers = n_sel;
     int rc = 0;
     for (int i = 0; i < n_sel && !rc; i++) {
         lens_attr_layer *ly = &out->layers[i];
@@ -533,10 +607,11 @@ int lens_attribution_run(const lens_model *m, const int *ids, const int *type_id
         ly->attr = malloc(sizeof(float) * NH * T * T);
         ly->importance = malloc(sizeof(float) * NH);
         if (!ly->attr || !ly->importance) rc = lens_fail(err, LENS_ENOMEM, "out of memory for attributions");
-        else rc = attribute_layer(&e, &act, ly->layer - 1, target, steps, riemann, opts, ly, err);
+        else rc = attribute_layer(&e, &act, ly->layer - 1, target, &sched, opts, ly, err);
         if (!rc && opts && opts->progress) opts->progress(opts->progress_user, (double)(i + 1) / n_sel);
     }
     engine_free(&e);
+    schedule_free(&sched);
     lens_activations_free(&act);
     if (rc) lens_attribution_free(out);
     return rc;

@@ -19,6 +19,9 @@
  *       sum_t pos = 0, sum_c ctx = 0, sum_c resid[c][t] = 0, sum_t resid[c][t] = 0)
  *   |tile(pos)|_op = sqrt(W) |pos|_op,  |tile(ctx)|_op = sqrt(P) |ctx|_op
  *   sum|h|^2 = sumsq + 2 s.(N m) + N |s|^2,  sum|resid|^2 = sumsq - N|m|^2 - W sum|pos|^2 - P sum|ctx|^2
+ * The layers of a batch accumulate in parallel on the request's pool, one
+ * layer per task with per-thread scratch (one thread sums a layer, so the
+ * bits do not depend on the thread count).
  * docs/decomposition.md has the derivations and the definitions of every metric. */
 #include <cblas.h>
 #include <lapacke.h>
@@ -29,6 +32,7 @@
 #include <string.h>
 
 #include "core/analysis/decomposition.h"
+#include "core/base/pool.h"
 
 typedef struct {
     int layer;
@@ -50,9 +54,10 @@ struct lens_decomp {
     long *window;     /* [cap] each accumulated window's index in the run (sharding: not the local order) */
     char *seen;       /* import: [cap] window already merged */
     int shift_set;    /* every layer's shift s is taken (from the run's first batch) */
-    float *rows;      /* [rows_windows * P][C] shifted kept rows of one layer */
+    int threads;      /* pool threads: the layers of a batch accumulate in parallel, one layer per task */
+    float *rows;      /* per thread [rows_windows * P][C] shifted kept rows of one layer */
     int rows_windows;
-    float *gram_batch;/* [C][C] */
+    float *gram_batch;/* per thread [C][C] */
     int batch_windows;
 };
 
@@ -149,9 +154,10 @@ lens_decomp *lens_decomp_begin(const lens_model *m, int T, const int *layers, in
     a->n_layers = n_layers ? n_layers : all;
     a->labels_state = -1;
     a->batch_windows = o.batch_tokens / T > 0 ? o.batch_tokens / T : 1;
+    a->threads = lens_pool_threads(o.pool);
     const size_t C = (size_t)a->C, P = (size_t)a->P;
     a->acc = calloc((size_t)a->n_layers, sizeof *a->acc);
-    a->gram_batch = malloc(C * C * sizeof(float));
+    a->gram_batch = malloc(a->threads * C * C * sizeof(float));
     if (!a->acc || !a->gram_batch) goto oom;
     for (int l = 0; l < a->n_layers; l++) {
         layer_acc *la = &a->acc[l];
@@ -207,8 +213,10 @@ static void set_shift(const lens_decomp *a, layer_acc *la, const float *hidden, 
     free(mean);
 }
 
-/* One layer of one batch. hidden: [S][T][C] of this layer. */
-static void accumulate_layer(lens_decomp *a, layer_acc *la, const float *hidden, int S)
+/* One layer of one batch. hidden: [S][T][C] of this layer; rows and
+ * gram_batch: the calling thread's scratch. */
+static void accumulate_layer(const lens_decomp *a, layer_acc *la, const float *hidden, int S, float *rows,
+                             float *gram_batch)
 {
     const int C = a->C, P = a->P, T = a->T;
     if (!a->shift_set) set_shift(a, la, hidden, S);
@@ -219,7 +227,7 @@ static void accumulate_layer(lens_decomp *a, layer_acc *la, const float *hidden,
         memset(ctx_sum, 0, sizeof ctx_sum);
         for (int t = 0; t < P; t++) {
             const float *h = hidden + ((size_t)s * T + t + a->first) * C;
-            float *x = a->rows + ((size_t)s * P + t) * C;
+            float *x = rows + ((size_t)s * P + t) * C;
             double *ps = la->pos_sum + (size_t)t * C;
             double sq = 0;
             for (int i = 0; i < C; i++) {
@@ -233,12 +241,30 @@ static void accumulate_layer(lens_decomp *a, layer_acc *la, const float *hidden,
         for (int i = 0; i < C; i++) ctx[i] = (float)(ctx_sum[i] / P);
     }
     /* gram_batch = X^T X over the S*P kept rows, upper triangle */
-    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, C, S * P, 1.0f, a->rows, C, 0.0f, a->gram_batch, C);
+    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, C, S * P, 1.0f, rows, C, 0.0f, gram_batch, C);
     for (int i = 0; i < C; i++) {
         double *g = la->gram + (size_t)i * C;
-        const float *gb = a->gram_batch + (size_t)i * C;
+        const float *gb = gram_batch + (size_t)i * C;
         for (int j = i; j < C; j++) g[j] += gb[j];
     }
+}
+
+typedef struct {
+    lens_decomp *a;
+    const lens_activations *act;
+    int S;
+} accumulate_job;
+
+/* Task l: layer l of the batch, on this pool thread's scratch. Each
+ * layer is summed by one thread in one order: the same bits whatever the
+ * thread count. */
+static void accumulate_task(void *ctx, int l)
+{
+    const accumulate_job *j = ctx;
+    lens_decomp *a = j->a;
+    const size_t thread = (size_t)lens_pool_thread_index(), C = (size_t)a->C;
+    accumulate_layer(a, &a->acc[l], lens_act_hidden(a->m, j->act, a->acc[l].layer, 0), j->S,
+                     a->rows + thread * a->rows_windows * a->P * C, a->gram_batch + thread * C * C);
 }
 
 int lens_decomp_add(lens_decomp *a, const int *ids, const int *labels, int n_windows, lens_err *err)
@@ -252,7 +278,7 @@ int lens_decomp_add(lens_decomp *a, const int *ids, const int *labels, int n_win
 
     const int batch = n_windows < a->batch_windows ? n_windows : a->batch_windows;
     if (batch > a->rows_windows) {
-        float *rows = realloc(a->rows, (size_t)batch * a->P * a->C * sizeof(float));
+        float *rows = realloc(a->rows, (size_t)a->threads * batch * a->P * a->C * sizeof(float));
         if (!rows) return lens_fail(err, LENS_ENOMEM, "out of memory for a batch of %d windows", batch);
         a->rows = rows, a->rows_windows = batch;
     }
@@ -292,8 +318,8 @@ int lens_decomp_add(lens_decomp *a, const int *ids, const int *labels, int n_win
             rc = lens_fail(err, LENS_ENOMEM, "out of memory for %ld context means", a->W + S);
             break;
         }
-        for (int l = 0; l < a->n_layers; l++)
-            accumulate_layer(a, &a->acc[l], lens_act_hidden(a->m, &act, a->acc[l].layer, 0), S);
+        accumulate_job job = {.a = a, .act = &act, .S = S};
+        lens_pool_run(a->opts.pool, a->n_layers, accumulate_task, &job);
         lens_activations_free(&act);
         a->shift_set = 1;
         for (int s = 0; s < S; s++) {

@@ -160,6 +160,7 @@ int lens_head_importance_run(const lens_model *m, const lens_example *ex, int n,
             break;
         }
         lens_attr_opts ao = {.steps = opts ? opts->steps : 0, .riemann = opts ? opts->riemann : LENS_RIEMANN_RIGHT,
+                             .quadrature = opts ? opts->quadrature : LENS_QUAD_RIEMANN,
                              .target = opts && opts->target_gold ? ex[e].label : -1,
                              .cancel = opts ? opts->cancel : NULL, .pool = opts ? opts->pool : NULL};
         lens_attribution a;

@@ -26,8 +26,9 @@ typedef struct {
 } lens_example;
 
 typedef struct {
-    int steps;                  /* attribution Riemann steps; 0 = 20 */
+    int steps;                  /* attribution steps or nodes; 0 = the quadrature's default */
     lens_riemann riemann;
+    lens_quadrature quadrature; /* default riemann (attribution.h) */
     int target_gold;            /* 1: attribute towards the gold label, as the released
                                  * examples/prune_head_with_attr.py (attattr); 0: the predicted class */
     int prune_floor;            /* 1: prune floor(f * L * NH) heads (the released int(prune_rate * L * NH));

@@ -68,7 +68,8 @@ static int primal_init(primal *p, const lens_model *m, int T)
 {
     const lens_config *c = &m->cfg;
     memset(p, 0, sizeof *p);
-    p->m = m, p->T = T, p->L = c->n_layers, p->C = c->d_model, p->NH = c->n_heads, p->F = c->d_ff;
+    p->m = m, p->T = T, p->L = c->n_layers, p->C = c->d_model, p->NH = c->n_heads;
+    p->F = lens_ff_cols(c); /* the MLP buffer's columns: gate and up of a gated MLP */
     p->QK = c->n_heads * c->d_head_k, p->VO = c->n_heads * c->d_head_v;
     p->causal = lens_has_cap(c, LENS_CAP_CAUSAL);
     int failed = 0;
@@ -375,7 +376,7 @@ int lens_hidden_attribution(const lens_model *m, const int *ids, const int *type
     primal p = {0};
     /* tangents per chunk: all buffers of B*T rows within the scratch budget, shared by the threads */
     const size_t per_tangent = sizeof(float) * (size_t)T * (3 * (size_t)C + 2 * (size_t)c->n_heads * c->d_head_k +
-                                                              2 * (size_t)c->n_heads * c->d_head_v + c->d_ff);
+                                                              2 * (size_t)c->n_heads * c->d_head_v + lens_ff_cols(c));
     const size_t budget = opts && opts->max_scratch_bytes ? opts->max_scratch_bytes : DEFAULT_SCRATCH;
     const int threads = lens_pool_threads(opts ? opts->pool : NULL);
     int B = (int)(budget / threads / per_tangent);

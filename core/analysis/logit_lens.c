@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/base/gemm.h"
+#include "core/model/arch.h"
 #include "core/nn/ops.h"
 
 int lens_has_lm_head(const lens_model *m)
@@ -25,11 +26,16 @@ int lens_logit_lens(const lens_model *m, const float *x, int R, int layer, float
         return lens_fail(err, LENS_EINVAL, "layer %d is outside 0..%d", layer, c->n_layers);
     float *t = malloc((size_t)R * C * sizeof *t); /* [R][C] what the decoder reads */
     if (!t) return lens_fail(err, LENS_ENOMEM, "out of memory for %d rows", R);
-    lens_linear decoder = {.w = p->tok_emb, .in = C, .out = c->vocab_size, .ld = C};
+    lens_linear decoder = lens_lm_decoder(m);
     if (c->task == LENS_TASK_CAUSAL_LM) {
         memcpy(t, x, (size_t)R * C * sizeof *t);
-        /* hidden[L] is stored after ln_f (as HF); earlier layers get it here */
-        if (layer < c->n_layers) lens_add_layernorm(pool, t, NULL, NULL, t, NULL, &p->ln_final, R, C, c->ln_eps);
+        /* hidden[L] is stored after the final norm (as HF); earlier layers get
+         * it here, the family's own (ln_f, RMSNorm) */
+        lens_block_io io = {.N = R, .x = t, .pool = pool};
+        if (layer < c->n_layers && c->family->final_forward) c->family->final_forward(m, &io);
+        lens_lm_decode(m, t, R, logits, pool);
+        free(t);
+        return 0;
     } else {
         lens_gemm_linear(t, x, &p->mlm_transform, R, pool);
         lens_gelu_rows(pool, t, (size_t)C, R, C, c->gelu_tanh);

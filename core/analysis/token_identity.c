@@ -150,7 +150,9 @@ static inline float make_key(float dot, float scale, lens_ti_metric metric)
 typedef struct {
     const float *packed_q;   /* Q [T][C] as the GEMM's W (K = C, N = T): unit rows for cosine */
     int T, C;
-    const float *cand;       /* [n_cand][C] */
+    const void *cand;        /* [n_cand][C] of cand_dt (the vocabulary: the embedding table's dtype) */
+    lens_dtype cand_dt;
+    float *cand_f32;         /* BF16/F16 candidates: [threads][block][C] each block widened, else NULL */
     int n_cand;
     lens_ti_metric metric;
     const int *own;          /* [T] */
@@ -177,7 +179,13 @@ static void rank_block_task(void *ctx, int b)
     const int th = lens_pool_thread_index(), T = j->T, C = j->C;
     const int j0 = b * j->block, nb = j->n_cand - j0 < j->block ? j->n_cand - j0 : j->block;
     float *scores = j->scores + (size_t)th * j->block * T; /* [nb][T] */
-    const lens_gemm_args g = {.M = nb, .N = T, .K = C, .x = j->cand + (size_t)j0 * C, .ldx = (size_t)C,
+    const float *cb = lens_dtype_at(j->cand, j->cand_dt, (size_t)j0 * C); /* [nb][C] */
+    if (j->cand_f32) {
+        float *wide = j->cand_f32 + (size_t)th * j->block * C;
+        lens_widen(wide, cb, j->cand_dt, (size_t)nb * C);
+        cb = wide;
+    }
+    const lens_gemm_args g = {.M = nb, .N = T, .K = C, .x = cb, .ldx = (size_t)C,
                               .packed = j->packed_q, .alpha = 1.0f, .y = scores, .ldy = (size_t)T};
     lens_gemm(&g, NULL);
     int *better = j->better + (size_t)th * T;
@@ -186,7 +194,7 @@ static void rank_block_task(void *ctx, int b)
     const float *own_key = j->own_key;
     for (int c = 0; c < nb; c++) {
         const int idx = j0 + c;
-        const float scale = cand_scale(j->cand + (size_t)idx * C, C, j->metric);
+        const float scale = cand_scale(cb + (size_t)c * C, C, j->metric);
         float *key = scores + (size_t)c * T;
         for (int i = 0; i < T; i++) key[i] = make_key(key[i], scale, j->metric);
         for (int i = 0; i < T; i++) better[i] += (key[i] > own_key[i]) & (own[i] != idx);
@@ -202,13 +210,14 @@ static void rank_block_task(void *ctx, int b)
 }
 
 /* The ranking with a cancel flag; lens_ti_rank's contract otherwise. */
-static int rank_core(const float *query, int T, const float *cand, int n_cand, int C, lens_ti_metric metric,
-                     const int *own, int top_k, int *rank, int *neighbors, lens_pool *pool,
+static int rank_core(const float *query, int T, const void *cand, lens_dtype cand_dt, int n_cand, int C,
+                     lens_ti_metric metric, const int *own, int top_k, int *rank, int *neighbors, lens_pool *pool,
                      const volatile int *cancel, lens_err *err)
 {
     if (T == 0) return 0;
     const int threads = lens_pool_threads(pool);
-    rank_job j = {.T = T, .C = C, .cand = cand, .n_cand = n_cand, .metric = metric, .own = own, .cancel = cancel};
+    rank_job j = {.T = T, .C = C, .cand = cand, .cand_dt = cand_dt, .n_cand = n_cand, .metric = metric, .own = own,
+                  .cancel = cancel};
     j.k = top_k < n_cand ? top_k : n_cand;
     /* [block][T] scores per thread within RANK_SCRATCH floats */
     int block = RANK_SCRATCH / T;
@@ -226,10 +235,11 @@ static int rank_core(const float *query, int T, const float *cand, int n_cand, i
     j.worst = malloc(sizeof(float) * (size_t)per_thread * T);
     j.heap_n = calloc((size_t)per_thread * T, sizeof(int));
     j.heaps = malloc(sizeof(ranked) * ((size_t)per_thread * T * j.k + 1));
+    if (cand_dt != LENS_DT_F32) j.cand_f32 = malloc(sizeof(float) * (size_t)per_thread * j.block * C);
     ranked *merged = malloc(sizeof(ranked) * ((size_t)j.k + 1));
     int rc = 0;
     if (!packed_q || !own_key || !slot || !own_ids || (metric == LENS_TI_COSINE && !unit) || !j.scores ||
-        !j.better || !j.worst || !j.heap_n || !j.heaps || !merged)
+        !j.better || !j.worst || !j.heap_n || !j.heaps || !merged || (cand_dt != LENS_DT_F32 && !j.cand_f32))
         goto oom;
     for (size_t e = 0; e < (size_t)per_thread * T; e++) j.worst[e] = -INFINITY;
     if (metric == LENS_TI_COSINE)
@@ -252,7 +262,8 @@ static int rank_core(const float *query, int T, const float *cand, int n_cand, i
     own_rows = malloc(sizeof(float) * (size_t)U * C);
     own_dots = malloc(sizeof(float) * (size_t)U * T);
     if (!own_rows || !own_dots) goto oom;
-    for (int u = 0; u < U; u++) memcpy(own_rows + (size_t)u * C, cand + (size_t)own_ids[u] * C, sizeof(float) * C);
+    for (int u = 0; u < U; u++)
+        lens_widen(own_rows + (size_t)u * C, lens_dtype_at(cand, cand_dt, (size_t)own_ids[u] * C), cand_dt, (size_t)C);
     const lens_gemm_args g = {.M = U, .N = T, .K = C, .x = own_rows, .ldx = (size_t)C, .packed = packed_q,
                               .alpha = 1.0f, .y = own_dots, .ldy = (size_t)T};
     lens_gemm(&g, pool);
@@ -288,7 +299,7 @@ oom:
     rc = lens_fail(err, LENS_ENOMEM, "out of memory ranking %d queries against %d candidates", T, n_cand);
 done:
     free(unit), free(packed_q), free(own_key), free(slot), free(own_ids), free(own_rows), free(own_dots);
-    free(j.scores), free(j.better), free(j.worst), free(j.heap_n), free(j.heaps), free(merged);
+    free(j.scores), free(j.better), free(j.worst), free(j.heap_n), free(j.heaps), free(merged), free(j.cand_f32);
     return rc;
 }
 
@@ -314,7 +325,7 @@ int lens_ti_rank(const float *query, int T, const float *cand, int n_cand, int C
                  const int *own, int top_k, int *rank, int *neighbors, lens_pool *pool, lens_err *err)
 {
     if (check_rank_args(query, T, cand, n_cand, C, metric, own, top_k, rank, neighbors, err)) return -1;
-    return rank_core(query, T, cand, n_cand, C, metric, own, top_k, rank, neighbors, pool, NULL, err);
+    return rank_core(query, T, cand, LENS_DT_F32, n_cand, C, metric, own, top_k, rank, neighbors, pool, NULL, err);
 }
 
 /* ------------------------------------------------------------ maps */
@@ -375,7 +386,7 @@ static void ti_layer_task(void *ctx, int k)
     if (j->maps) apply_map(j->maps, y->layer, h, j->T, q, NULL);
     else memcpy(q, h, sizeof(float) * TC);
     lens_err err;
-    if (rank_core(q, j->T, j->h0, j->T, j->C, j->opts->metric, j->own, j->out->top_k, y->rank,
+    if (rank_core(q, j->T, j->h0, LENS_DT_F32, j->T, j->C, j->opts->metric, j->own, j->out->top_k, y->rank,
                   y->neighbors, NULL, NULL, &err)) {
         j->failed = 1;
         return;
@@ -489,7 +500,7 @@ int lens_token_identity(const lens_model *m, const int *ids, const int *type_ids
             goto done;
         }
         for (size_t r = 0; r < NQ; r++) vocab_own[r] = ids[r % T];
-        if (rank_core(queries, (int)NQ, m->p.tok_emb, V, C, opts->metric, vocab_own, top_k, vocab_rank,
+        if (rank_core(queries, (int)NQ, m->p.tok_emb, m->p.emb_dtype, V, C, opts->metric, vocab_own, top_k, vocab_rank,
                       vocab_nb, opts->pool, opts->cancel, err))
             rc = -1;
         for (int k = 0; !rc && k < n_layers; k++) {
@@ -678,7 +689,7 @@ static void eval_task(void *ctx, int l)
         const int T = j->lengths[s];
         const float *h0 = j->hidden + row * C;
         lens_err err;
-        if (rank_core(h + row * C, T, h0, T, C, j->metric, own, 0, rank, NULL, NULL, NULL, &err)) {
+        if (rank_core(h + row * C, T, h0, LENS_DT_F32, T, C, j->metric, own, 0, rank, NULL, NULL, NULL, &err)) {
             j->failed = 1;
             break;
         }
@@ -713,9 +724,13 @@ static double model_fingerprint(const lens_model *m)
     const int C = m->cfg.d_model;
     const size_t n_tok = (size_t)(m->cfg.vocab_size < 64 ? m->cfg.vocab_size : 64) * C;
     const size_t n_pos = (size_t)(m->cfg.max_positions < 16 ? m->cfg.max_positions : 16) * C;
+    const lens_dtype dt = m->p.emb_dtype;
     double s = 0;
-    for (size_t i = 0; i < n_tok; i++) s += (double)m->p.tok_emb[i] * (double)(1 + i % 13);
-    for (size_t i = 0; i < n_pos; i++) s += (double)m->p.pos_emb[i] * (double)(1 + i % 7);
+    float x;
+    for (size_t i = 0; i < n_tok; i++)
+        lens_widen(&x, lens_dtype_at(m->p.tok_emb, dt, i), dt, 1), s += (double)x * (double)(1 + i % 13);
+    for (size_t i = 0; m->p.pos_emb && i < n_pos; i++) /* RoPE: none */
+        lens_widen(&x, lens_dtype_at(m->p.pos_emb, dt, i), dt, 1), s += (double)x * (double)(1 + i % 7);
     return s;
 }
 

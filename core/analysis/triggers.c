@@ -106,6 +106,7 @@ static int source_patterns(const lens_model *m, const lens_example *src, const l
     /* lensd: fewer than two content tokens; released: [CLS] [SEP] alone has no content to place */
     if (T < (released ? 3 : 4)) return 0;
     lens_attr_opts ao = {.steps = opts ? opts->steps : 0, .riemann = opts ? opts->riemann : LENS_RIEMANN_RIGHT,
+                         .quadrature = opts ? opts->quadrature : LENS_QUAD_RIEMANN,
                          .target = -1, .cancel = opts ? opts->cancel : NULL, .pool = opts ? opts->pool : NULL};
     lens_attribution a;
     if (lens_attribution_run(m, src->ids, src->type_ids, T, &ao, &a, err)) return -1;

@@ -46,8 +46,9 @@ typedef struct {
 } lens_trigger_source;
 
 typedef struct {
-    int steps;                  /* 0 = 20 */
+    int steps;                  /* 0 = the quadrature's default */
     lens_riemann riemann;
+    lens_quadrature quadrature; /* default riemann (attribution.h) */
     lens_trigger_rule rule;
     int top_k;                  /* pairs per source example; 0 = 3 (lensd rule) or 2 (released rule) */
     lens_pool *pool;

@@ -9,6 +9,9 @@
  * (panel p, row k: W[k][32p .. 32p+31], zero beyond N), so weights are packed
  * into that form once at model load (lens_gemm_pack) and every call only
  * reads them; a W that is not packed is packed panel by panel during the call.
+ * That is also how BF16/F16 weights (resident in their checkpoint dtype) are
+ * read: each task widens its W sub-panel [KC][32] to float32 while packing
+ * it, exactly, so the product equals the one with W widened beforehand.
  *
  * Kernel: AVX-512 (12 rows x 32 columns of accumulators, A broadcast, FMA)
  * chosen at run time with __builtin_cpu_supports, else a portable C kernel
@@ -33,15 +36,17 @@ void lens_gemm_pack(float *packed, const float *w, int K, int N, size_t ld, int 
 
 /* The general product: y[M][N] (row stride ldy) = x[M][K] (row stride ldx) W
  * + bias, or y += x W with accumulate (bias ignored). W is `packed` when not
- * NULL, else alpha * (w, ld, w_kn): alpha scales W while it is packed during
- * the call (attention's 1/sqrt(DK)) and is ignored for prepacked W. bias [N]
- * may be NULL. y must not alias x or W. */
+ * NULL, else alpha * (w, ld, w_kn) with elements of w_dtype (F32 = 0 unless
+ * set): alpha scales W while it is packed during the call (attention's
+ * 1/sqrt(DK)) and is ignored for prepacked W. bias [N] may be NULL. y must
+ * not alias x or W. */
 typedef struct {
     int M, N, K;
     const float *x;
     size_t ldx;
     const float *packed;
-    const float *w;
+    const void *w;
+    lens_dtype w_dtype;
     size_t ld;
     int w_kn;
     float alpha;

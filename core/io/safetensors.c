@@ -1,7 +1,8 @@
 /* safetensors.c - owns checkpoint I/O: mapping and validating safetensors
- * files (lens_st_open), writing F32 ones (lens_st_write), and the per-model
- * weight table that resolves tensor names across shards and hands out
- * float32 pointers (lens_weights).
+ * files (lens_st_open), writing them tensor by tensor (lens_st_writer), the
+ * F32/F16/BF16 element conversions, and the per-model weight table that
+ * resolves tensor names across shards and hands out tensors in their file
+ * dtype or as float32 (lens_weights).
  *
  * Trust model: the file is untrusted input. Nothing in the header is used
  * (no pointer formed, no size allocated) until the whole header has been
@@ -9,7 +10,7 @@
  * byte size and offsets, and that no two tensors overlap. Only then are the
  * lens_st_tensor.data pointers set.
  *
- * Byte order: safetensors is little-endian and F32 tensors are served
+ * Byte order: safetensors is little-endian and tensors are served
  * straight from the mapping, so this file only builds on little-endian
  * hosts (every target lensd runs on). */
 #include "core/io/safetensors.h"
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -37,10 +39,10 @@
 
 static size_t dtype_size(lens_dtype dt)
 {
-    return dt == LENS_DT_F32 ? 4 : 2;
+    return lens_dtype_size(dt);
 }
 
-static const char *dtype_name(lens_dtype dt)
+const char *lens_dtype_name(lens_dtype dt)
 {
     switch (dt) {
     case LENS_DT_F32: return "F32";
@@ -48,6 +50,15 @@ static const char *dtype_name(lens_dtype dt)
     case LENS_DT_BF16: return "BF16";
     }
     return "?";
+}
+
+int lens_dtype_parse(const char *name, lens_dtype *dt)
+{
+    if (!strcasecmp(name, "f32") || !strcasecmp(name, "float32")) *dt = LENS_DT_F32;
+    else if (!strcasecmp(name, "bf16") || !strcasecmp(name, "bfloat16")) *dt = LENS_DT_BF16;
+    else if (!strcasecmp(name, "f16") || !strcasecmp(name, "float16")) *dt = LENS_DT_F16;
+    else return -1;
+    return 0;
 }
 
 /* Dtypes the format defines but lensd does not compute in. Listed so the
@@ -107,16 +118,81 @@ static float bf16_to_f32(uint16_t h)
     return f;
 }
 
-/* src may be at any alignment (read bytewise); out: [n] */
-static void convert_to_f32(lens_dtype dt, const unsigned char *src, size_t n, float *out)
+/* memcpy, not byte arithmetic: one (vectorisable) load on little-endian hosts */
+static uint16_t load_u16(const unsigned char *p)
 {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return h;
+}
+
+void lens_widen(float *dst, const void *src, lens_dtype dt, size_t n)
+{
+    const unsigned char *b = src;
+    if (dt == LENS_DT_F32) memcpy(dst, b, n * 4);
+    else if (dt == LENS_DT_BF16)
+        for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(load_u16(b + 2 * i));
+    else
+        for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32(load_u16(b + 2 * i));
+}
+
+void lens_widen_add(float *dst, const void *src, lens_dtype dt, size_t n)
+{
+    const unsigned char *b = src;
+    if (dt == LENS_DT_F32)
+        for (size_t i = 0; i < n; i++) {
+            float f;
+            memcpy(&f, b + 4 * i, 4);
+            dst[i] += f;
+        }
+    else if (dt == LENS_DT_BF16)
+        for (size_t i = 0; i < n; i++) dst[i] += bf16_to_f32(load_u16(b + 2 * i));
+    else
+        for (size_t i = 0; i < n; i++) dst[i] += f16_to_f32(load_u16(b + 2 * i));
+}
+
+/* binary32 -> bfloat16, round to nearest even; NaN stays a quiet NaN. */
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
+}
+
+/* binary32 -> binary16, round to nearest even: overflow to inf (|x| >=
+ * 65520), subnormals below 2^-14, zero below 2^-25 (2^-25 itself ties to 0). */
+static uint16_t f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
+    uint32_t h, rem, half;
+    if (a < 0x38800000u) {
+        if (a <= 0x33000000u) return (uint16_t)sign;
+        /* value = m 2^(e-150) = (m >> (126 - e)) 2^-24, the subnormal unit */
+        const uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, shift = 126 - e;
+        h = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    } else {
+        const uint32_t r = a - (112u << 23); /* exponent bias 127 -> 15 */
+        h = r >> 13, rem = r & 0x1fffu, half = 0x1000u;
+    }
+    if (rem > half || (rem == half && (h & 1))) h++; /* a carry into the exponent is still right */
+    return (uint16_t)(sign | h);
+}
+
+void lens_narrow(void *dst, const float *src, lens_dtype dt, size_t n)
+{
+    unsigned char *b = dst;
     if (dt == LENS_DT_F32) {
-        memcpy(out, src, n * 4);
+        memcpy(b, src, n * 4);
         return;
     }
     for (size_t i = 0; i < n; i++) {
-        uint16_t h = (uint16_t)(src[2 * i] | (src[2 * i + 1] << 8));
-        out[i] = dt == LENS_DT_F16 ? f16_to_f32(h) : bf16_to_f32(h);
+        const uint16_t h = dt == LENS_DT_BF16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
+        b[2 * i] = (unsigned char)h, b[2 * i + 1] = (unsigned char)(h >> 8);
     }
 }
 
@@ -221,7 +297,7 @@ static int parse_tensor_entry(const char *path, const char *name, json_t *entry,
     if (end - begin != nbytes) {
         char sb[160];
         return lens_fail(err, LENS_EFORMAT, "%s: tensor '%s': %s %s needs %llu bytes but data_offsets span %llu",
-                         path, name, dtype_name(t->dtype), shape_str(sb, sizeof sb, t->ndim, t->shape),
+                         path, name, lens_dtype_name(t->dtype), shape_str(sb, sizeof sb, t->ndim, t->shape),
                          (unsigned long long)nbytes, (unsigned long long)(end - begin));
     }
     t->nbytes = (size_t)nbytes;
@@ -440,7 +516,12 @@ static char *build_header(const char *path, const lens_st_out *tensors, int n,
         json_t *entry = json_object();
         json_t *shape = json_array();
         json_t *offs = json_array();
-        if (json_object_set_new(entry, "dtype", json_string("F32")) ||
+        if ((unsigned)t->dtype > LENS_DT_BF16) {
+            json_decref(entry), json_decref(shape), json_decref(offs);
+            lens_fail(err, LENS_EINVAL, "%s: tensor '%s': unknown dtype %d", path, name, (int)t->dtype);
+            goto fail;
+        }
+        if (json_object_set_new(entry, "dtype", json_string(lens_dtype_name(t->dtype))) ||
             json_object_set_new(entry, "shape", shape) || json_object_set_new(entry, "data_offsets", offs)) {
             json_decref(entry);
             lens_fail(err, LENS_ENOMEM, "%s: out of memory building header", path);
@@ -450,17 +531,13 @@ static char *build_header(const char *path, const lens_st_out *tensors, int n,
             lens_fail(err, LENS_EINVAL, "%s: tensor '%s': cannot add to header (name not UTF-8?)", path, name);
             goto fail;
         }
-        uint64_t nbytes = 4;
+        uint64_t nbytes = dtype_size(t->dtype);
         for (int d = 0; d < t->ndim; d++) {
             if (t->shape[d] < 0 || __builtin_mul_overflow(nbytes, (uint64_t)t->shape[d], &nbytes)) {
                 lens_fail(err, LENS_EINVAL, "%s: tensor '%s': bad or overflowing shape", path, name);
                 goto fail;
             }
             json_array_append_new(shape, json_integer(t->shape[d]));
-        }
-        if (nbytes && !t->data) {
-            lens_fail(err, LENS_EINVAL, "%s: tensor '%s': no data", path, name);
-            goto fail;
         }
         json_array_append_new(offs, json_integer((json_int_t)offset));
         if (__builtin_add_overflow(offset, nbytes, &offset) || offset > INT64_MAX) {
@@ -479,67 +556,140 @@ fail:
     return NULL;
 }
 
-int lens_st_write(const char *path, const lens_st_out *tensors, int n, lens_err *err)
+struct lens_st_writer {
+    char *path, *tmp;
+    FILE *f;
+    const lens_st_out *tensors; /* the caller's list: names, shapes, dtypes */
+    int n, cur;                 /* tensor being filled, -1 before the first */
+    size_t left;                /* its elements still to come */
+};
+
+/* Elements of tensor t (the header already checked the product). */
+static size_t out_elems(const lens_st_out *t)
 {
-    if (n < 0 || (n > 0 && !tensors))
-        return lens_fail(err, LENS_EINVAL, "%s: invalid tensor list (n = %d)", path, n);
+    size_t nelem = 1;
+    for (int d = 0; d < t->ndim; d++) nelem *= (size_t)t->shape[d];
+    return nelem;
+}
+
+void lens_st_writer_abort(lens_st_writer *w)
+{
+    if (!w) return;
+    if (w->f) fclose(w->f);
+    if (w->tmp) unlink(w->tmp);
+    free(w->path), free(w->tmp), free(w);
+}
+
+lens_st_writer *lens_st_writer_open(const char *path, const lens_st_out *tensors, int n, lens_err *err)
+{
+    if (n < 0 || (n > 0 && !tensors)) {
+        lens_fail(err, LENS_EINVAL, "%s: invalid tensor list (n = %d)", path, n);
+        return NULL;
+    }
     uint64_t data_bytes;
     char *header = build_header(path, tensors, n, &data_bytes, err);
-    if (!header) return -1;
-
+    if (!header) return NULL;
     /* Pad with spaces (valid JSON whitespace) so the data section starts at
-     * a multiple of 8 and every F32 tensor is 4-aligned in the mapping, as
-     * the reference writer does. */
+     * a multiple of 8, as the reference writer does: every tensor of one
+     * dtype is then aligned to its element size in the mapping. */
     size_t hlen = strlen(header);
     size_t padded = (hlen + 7) & ~(size_t)7;
     unsigned char len_le[8];
     for (int i = 0; i < 8; i++) len_le[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-
+    lens_st_writer *w = calloc(1, sizeof *w);
     size_t plen = strlen(path);
-    char *tmp = malloc(plen + 5);
-    if (!tmp) {
+    if (!w || !(w->path = strdup(path)) || !(w->tmp = malloc(plen + 5))) {
         free(header);
-        return lens_fail(err, LENS_ENOMEM, "%s: out of memory", path);
+        if (w) free(w->path), free(w);
+        lens_fail(err, LENS_ENOMEM, "%s: out of memory", path);
+        return NULL;
     }
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-
-    int rc = -1;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        lens_fail(err, errno == ENOENT ? LENS_ENOENT : LENS_EIO, "%s: cannot create: %s", tmp, strerror(errno));
-        goto done;
+    memcpy(w->tmp, path, plen);
+    memcpy(w->tmp + plen, ".tmp", 5);
+    w->tensors = tensors, w->n = n, w->cur = -1;
+    if (!(w->f = fopen(w->tmp, "wb"))) {
+        lens_fail(err, errno == ENOENT ? LENS_ENOENT : LENS_EIO, "%s: cannot create: %s", w->tmp, strerror(errno));
+        free(header), free(w->tmp), w->tmp = NULL;
+        lens_st_writer_abort(w);
+        return NULL;
     }
     static const char spaces[] = "       "; /* padding is at most 7 */
-    int ok = fwrite(len_le, 1, 8, f) == 8 && fwrite(header, 1, hlen, f) == hlen &&
-             fwrite(spaces, 1, padded - hlen, f) == padded - hlen;
-    for (int i = 0; ok && i < n; i++) {
-        size_t nelem = 1;
-        for (int d = 0; d < tensors[i].ndim; d++) nelem *= (size_t)tensors[i].shape[d];
-        if (nelem) ok = fwrite(tensors[i].data, sizeof(float), nelem, f) == nelem;
+    const int ok = fwrite(len_le, 1, 8, w->f) == 8 && fwrite(header, 1, hlen, w->f) == hlen &&
+                   fwrite(spaces, 1, padded - hlen, w->f) == padded - hlen;
+    free(header);
+    if (!ok) {
+        lens_fail(err, LENS_EIO, "%s: write failed: %s", w->tmp, strerror(errno));
+        lens_st_writer_abort(w);
+        return NULL;
+    }
+    return w;
+}
+
+int lens_st_writer_put(lens_st_writer *w, const float *data, size_t n, lens_err *err)
+{
+    unsigned char buf[8192]; /* narrowed in chunks: nothing the size of a tensor */
+    while (n > 0) {
+        while (w->left == 0) {
+            if (w->cur + 1 >= w->n) return lens_fail(err, LENS_EINVAL, "%s: more data than the header lists", w->path);
+            w->left = out_elems(&w->tensors[++w->cur]);
+        }
+        const lens_dtype dt = w->tensors[w->cur].dtype;
+        const size_t es = dtype_size(dt), cap = dt == LENS_DT_F32 ? n : sizeof buf / es;
+        const size_t k = n < w->left && n < cap ? n : w->left < cap ? w->left : cap;
+        if (dt != LENS_DT_F32) lens_narrow(buf, data, dt, k);
+        if (fwrite(dt == LENS_DT_F32 ? (const void *)data : buf, es, k, w->f) != k)
+            return lens_fail(err, LENS_EIO, "%s: write failed: %s", w->tmp, strerror(errno));
+        data += k, n -= k, w->left -= k;
+    }
+    return 0;
+}
+
+int lens_st_writer_finish(lens_st_writer *w, lens_err *err)
+{
+    int missing = w->left > 0;
+    for (int i = w->cur + 1; i < w->n; i++) missing |= out_elems(&w->tensors[i]) > 0;
+    if (missing) {
+        lens_fail(err, LENS_EINVAL, "%s: less data than the header lists (tensor %d of %d)", w->path, w->cur + 1, w->n);
+        lens_st_writer_abort(w);
+        return -1;
     }
     /* fsync so the rename never publishes a file whose data is not on disk. */
-    if (ok) ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+    int ok = !ferror(w->f) && fflush(w->f) == 0 && fsync(fileno(w->f)) == 0;
     int write_errno = errno;
-    if (fclose(f) != 0 && ok) {
-        ok = 0;
-        write_errno = errno;
-    }
+    if (fclose(w->f) != 0 && ok) ok = 0, write_errno = errno;
+    w->f = NULL;
     if (!ok) {
-        lens_fail(err, LENS_EIO, "%s: write failed: %s", tmp, strerror(write_errno));
-        unlink(tmp);
-        goto done;
+        lens_fail(err, LENS_EIO, "%s: write failed: %s", w->tmp, strerror(write_errno));
+        lens_st_writer_abort(w);
+        return -1;
     }
-    if (rename(tmp, path) != 0) {
-        lens_fail(err, LENS_EIO, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
-        unlink(tmp);
-        goto done;
+    if (rename(w->tmp, w->path) != 0) {
+        lens_fail(err, LENS_EIO, "%s: cannot rename to %s: %s", w->tmp, w->path, strerror(errno));
+        lens_st_writer_abort(w);
+        return -1;
     }
-    rc = 0;
-done:
-    free(tmp);
-    free(header);
-    return rc;
+    free(w->tmp), w->tmp = NULL;
+    lens_st_writer_abort(w); /* nothing left to unlink: frees */
+    return 0;
+}
+
+int lens_st_write(const char *path, const lens_st_out *tensors, int n, lens_err *err)
+{
+    lens_st_writer *w = lens_st_writer_open(path, tensors, n, err);
+    if (!w) return -1;
+    for (int i = 0; i < n; i++) {
+        const size_t nelem = out_elems(&tensors[i]);
+        if (nelem && !tensors[i].data) {
+            lens_fail(err, LENS_EINVAL, "%s: tensor '%s': no data", path, tensors[i].name);
+            lens_st_writer_abort(w);
+            return -1;
+        }
+        if (lens_st_writer_put(w, tensors[i].data, nelem, err)) {
+            lens_st_writer_abort(w);
+            return -1;
+        }
+    }
+    return lens_st_writer_finish(w, err);
 }
 
 /* ------------------------------------------------------------- weights */
@@ -574,9 +724,15 @@ static weight_entry *find_entry(const lens_weights *w, const char *name)
     return bsearch(&key, w->entries, (size_t)w->n_entries, sizeof key, cmp_entry_name);
 }
 
+/* Served from the mapping as is: aligned to its element size. */
+static int is_aligned(const lens_st_tensor *t)
+{
+    return (uintptr_t)t->data % dtype_size(t->dtype) == 0;
+}
+
 static int is_aligned_f32(const lens_st_tensor *t)
 {
-    return t->dtype == LENS_DT_F32 && (uintptr_t)t->data % sizeof(float) == 0;
+    return t->dtype == LENS_DT_F32 && is_aligned(t);
 }
 
 static char *path_join(const char *dir, const char *file)
@@ -665,7 +821,7 @@ static int build_entries(lens_weights *w, const char *dir, lens_err *err)
             w->entries[k].t = t;
             w->entries[k].shard = s;
             k++;
-            if (is_aligned_f32(t)) w->mapped_bytes += t->nbytes;
+            if (is_aligned(t)) w->mapped_bytes += t->nbytes;
         }
     }
     w->n_entries = k;
@@ -759,11 +915,9 @@ void lens_weights_close(lens_weights *w)
     free(w);
 }
 
-/* Not thread-safe: the first get of an F16/BF16 (or misaligned F32) tensor
- * allocates and caches its float32 copy. Models call this while loading, on
- * one thread; after that the weights are only read. */
-const float *lens_weights_get(lens_weights *w, const char *name, int ndim,
-                              const int64_t *shape, lens_err *err)
+/* The entry of `name` when its shape is exactly shape[ndim], else NULL
+ * and err names the tensor. */
+static weight_entry *checked_entry(lens_weights *w, const char *name, int ndim, const int64_t *shape, lens_err *err)
 {
     if (ndim < 0 || ndim > LENS_ST_MAX_DIMS || (ndim > 0 && !shape)) {
         lens_fail(err, LENS_EINVAL, "tensor '%s': expected ndim %d out of range", name, ndim);
@@ -775,31 +929,56 @@ const float *lens_weights_get(lens_weights *w, const char *name, int ndim,
         return NULL;
     }
     const lens_st_tensor *t = e->t;
-    const char *path = w->shard_paths[e->shard];
     int same = t->ndim == ndim;
     for (int i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
     if (!same) {
         char got[160], want[160];
-        lens_fail(err, LENS_EFORMAT, "%s: tensor '%s' has shape %s, expected %s", path, name,
+        lens_fail(err, LENS_EFORMAT, "%s: tensor '%s' has shape %s, expected %s", w->shard_paths[e->shard], name,
                   shape_str(got, sizeof got, t->ndim, t->shape), shape_str(want, sizeof want, ndim, shape));
         return NULL;
     }
-    if (is_aligned_f32(t)) return t->data;
-    if (e->converted) return e->converted;
+    return e;
+}
 
-    /* F32 at an odd offset (a header not padded to 4) is copied rather than
-     * rejected: the file is valid, only unaligned float loads would be UB. */
+/* The float32 copy of e's tensor, made on first use. F32 at an odd offset
+ * (a header not padded to 4) is copied rather than rejected: the file is
+ * valid, only unaligned float loads would be UB. */
+static const float *converted(lens_weights *w, weight_entry *e, lens_err *err)
+{
+    if (e->converted) return e->converted;
+    const lens_st_tensor *t = e->t;
     size_t nelem = t->nbytes / dtype_size(t->dtype);
     float *out = malloc(nelem ? nelem * sizeof *out : 1);
     if (!out) {
-        lens_fail(err, LENS_ENOMEM, "%s: tensor '%s': out of memory converting %zu %s values", path, name, nelem,
-                  dtype_name(t->dtype));
+        lens_fail(err, LENS_ENOMEM, "%s: tensor '%s': out of memory converting %zu %s values",
+                  w->shard_paths[e->shard], t->name, nelem, lens_dtype_name(t->dtype));
         return NULL;
     }
-    convert_to_f32(t->dtype, t->data, nelem, out);
+    lens_widen(out, t->data, t->dtype, nelem);
     e->converted = out;
     w->converted_bytes += nelem * sizeof *out;
     return out;
+}
+
+/* Not thread-safe: the first get of an F16/BF16 (or misaligned) tensor
+ * allocates and caches its float32 copy. Models call this while loading, on
+ * one thread; after that the weights are only read. */
+const float *lens_weights_get(lens_weights *w, const char *name, int ndim,
+                              const int64_t *shape, lens_err *err)
+{
+    weight_entry *e = checked_entry(w, name, ndim, shape, err);
+    if (!e) return NULL;
+    if (is_aligned_f32(e->t)) return e->t->data;
+    return converted(w, e, err);
+}
+
+const void *lens_weights_get_raw(lens_weights *w, const char *name, int ndim, const int64_t *shape,
+                                 lens_dtype *dtype, lens_err *err)
+{
+    weight_entry *e = checked_entry(w, name, ndim, shape, err);
+    if (!e) return NULL;
+    *dtype = is_aligned(e->t) ? e->t->dtype : LENS_DT_F32;
+    return is_aligned(e->t) ? e->t->data : converted(w, e, err);
 }
 
 int lens_weights_has(const lens_weights *w, const char *name)
@@ -812,10 +991,10 @@ size_t lens_weights_bytes(const lens_weights *w)
     return w ? w->mapped_bytes + w->converted_bytes : 0; /* NULL: a tokenizer-only model */
 }
 
-void lens_weights_release(lens_weights *w, const float *p, size_t n_floats)
+void lens_weights_release(lens_weights *w, const void *p, size_t nbytes)
 {
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    const uintptr_t begin = (uintptr_t)p, end = begin + n_floats * sizeof(float);
+    const uintptr_t begin = (uintptr_t)p, end = begin + nbytes;
     for (int s = 0; s < w->n_shards; s++) {
         const uintptr_t map = (uintptr_t)w->shards[s].map, map_end = map + w->shards[s].map_len;
         if (!map || begin < map || end > map_end) continue;

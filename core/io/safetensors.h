@@ -10,9 +10,11 @@
  * element size.
  *
  * lens_weights is what models load from: one model.safetensors or the shards
- * listed in model.safetensors.index.json, looked up by tensor name, returned
- * as float32 (F32 data served from the mapping when aligned, F16/BF16
- * converted once into memory owned by the lens_weights). */
+ * listed in model.safetensors.index.json, looked up by tensor name. Matrices
+ * are served from the mapping in the file's dtype (lens_weights_get_raw: an
+ * 8B BF16 checkpoint stays 16 GB, not 32); small vectors are returned as
+ * float32 (lens_weights_get: F16/BF16 converted once into memory owned by
+ * the lens_weights). */
 #ifndef LENS_SAFETENSORS_H
 #define LENS_SAFETENSORS_H
 
@@ -24,6 +26,28 @@
 #define LENS_ST_MAX_DIMS 8
 
 typedef enum { LENS_DT_F32, LENS_DT_F16, LENS_DT_BF16 } lens_dtype;
+
+/* Element helpers for weights held in a file dtype: every code that reads
+ * weights element-wise (embedding rows, per-head slices, the GEMM's packing)
+ * goes through these instead of dereferencing a float pointer. */
+static inline size_t lens_dtype_size(lens_dtype dt)
+{
+    return dt == LENS_DT_F32 ? 4 : 2;
+}
+/* &base[i] for elements of dtype dt. */
+static inline const void *lens_dtype_at(const void *base, lens_dtype dt, size_t i)
+{
+    return (const unsigned char *)base + i * lens_dtype_size(dt);
+}
+const char *lens_dtype_name(lens_dtype dt); /* "F32", "F16", "BF16" */
+int lens_dtype_parse(const char *name, lens_dtype *dt); /* f32|bf16|f16, any case; -1: unknown */
+/* dst[0..n) = src[0..n) widened to float32 (exact for all three dtypes);
+ * src at any alignment. */
+void lens_widen(float *dst, const void *src, lens_dtype dt, size_t n);
+/* dst[i] += src[i] widened. */
+void lens_widen_add(float *dst, const void *src, lens_dtype dt, size_t n);
+/* dst[0..n) = src rounded to dt (round to nearest even; F32 copies). */
+void lens_narrow(void *dst, const float *src, lens_dtype dt, size_t n);
 
 typedef struct {
     char *name;
@@ -45,14 +69,28 @@ int lens_st_open(const char *path, lens_safetensors *st, lens_err *err);
 void lens_st_close(lens_safetensors *st);
 const lens_st_tensor *lens_st_find(const lens_safetensors *st, const char *name);
 
-/* Writing (used by `lensd mkmodel` and training): F32 tensors only. */
+/* Writing (used by `lensd mkmodel` and training): float32 data written in
+ * dtype (F32 unless set; F16/BF16 rounded to nearest even). */
 typedef struct {
     const char *name;
     int ndim;
     int64_t shape[LENS_ST_MAX_DIMS];
     const float *data;
+    lens_dtype dtype;
 } lens_st_out;
 int lens_st_write(const char *path, const lens_st_out *tensors, int n, lens_err *err);
+
+/* Streaming writer: the header is built from the tensors' names, shapes and
+ * dtypes first (data not read; the list must outlive the writer), then the
+ * data is appended as float32 in any chunks, filling the tensors in list
+ * order, so a checkpoint larger than memory is written a chunk at a time.
+ * lens_st_writer_finish checks every element came, fsyncs and renames
+ * path.tmp to path. */
+typedef struct lens_st_writer lens_st_writer;
+lens_st_writer *lens_st_writer_open(const char *path, const lens_st_out *tensors, int n, lens_err *err);
+int lens_st_writer_put(lens_st_writer *w, const float *data, size_t n, lens_err *err); /* next n elements */
+int lens_st_writer_finish(lens_st_writer *w, lens_err *err); /* frees w, also on failure */
+void lens_st_writer_abort(lens_st_writer *w); /* unlinks the temporary file, frees w */
 
 /* A checkpoint folder's weights (single file or sharded). */
 typedef struct lens_weights lens_weights;
@@ -68,14 +106,22 @@ const float *lens_weights_get(lens_weights *w, const char *name, int ndim,
                               const int64_t *shape, lens_err *err);
 int lens_weights_has(const lens_weights *w, const char *name);
 
-/* Drop the pages of a tensor returned by lens_weights_get from memory when
- * it is served from a file mapping (the page-aligned interior of
- * p[0..n_floats), madvise MADV_DONTNEED): a model that keeps its own copy
+/* The same check, returning the tensor in its file dtype (*dtype) served
+ * from the mapping without a copy; only a tensor at an address misaligned
+ * for its element size is copied (as float32, *dtype = LENS_DT_F32).
+ * Thread-safety as lens_weights_get. */
+const void *lens_weights_get_raw(lens_weights *w, const char *name, int ndim, const int64_t *shape,
+                                 lens_dtype *dtype, lens_err *err);
+
+/* Drop the pages of a tensor returned by lens_weights_get(_raw) from memory
+ * when it is served from a file mapping (the page-aligned interior of
+ * p[0..nbytes), madvise MADV_DONTNEED): a model that keeps its own copy
  * (packed GEMM weights) stops paying for both. The data stays valid and
  * faults back in from the file if read again. No-op for converted tensors. */
-void lens_weights_release(lens_weights *w, const float *p, size_t n_floats);
+void lens_weights_release(lens_weights *w, const void *p, size_t nbytes);
 
-/* Bytes of float32 data held for the model (mapped + converted). */
+/* Bytes of weight data held for the model: tensors served from the
+ * mappings (in their file dtype) + converted copies. */
 size_t lens_weights_bytes(const lens_weights *w);
 
 #endif

@@ -15,7 +15,9 @@
 #include "core/nn/ops.h"
 
 const lens_family *const lens_families[] = {&lens_family_bert, &lens_family_gpt2, &lens_family_roberta,
-                                            &lens_family_distilbert, NULL};
+                                            &lens_family_distilbert, &lens_family_llama, &lens_family_mistral,
+                                            &lens_family_qwen2, &lens_family_qwen3, &lens_family_gemma,
+                                            &lens_family_gemma2, &lens_family_gpt_neox, NULL};
 
 const lens_family *lens_family_find(const char *model_type)
 {
@@ -35,8 +37,8 @@ const char *lens_family_names(void)
     return names;
 }
 
-const float *lens_walk_tensor(lens_param_visitor *v, const char *name, int64_t d0, int64_t d1,
-                              lens_param_kind kind, float init_std)
+const void *lens_walk_tensor(lens_param_visitor *v, const char *name, int64_t d0, int64_t d1,
+                             lens_param_kind kind, float init_std)
 {
     if (v->failed) return NULL;
     const lens_param_desc d = {.name = name, .ndim = d1 ? 2 : 1, .shape = {d0, d1}, .kind = kind,
@@ -51,9 +53,34 @@ void lens_walk_linear(lens_param_visitor *v, lens_linear *lin, const char *base,
     snprintf(name, sizeof name, "%s.weight", base);
     lin->w = conv1d ? lens_walk_tensor(v, name, in, out, LENS_PARAM_WEIGHT, init_std)
                     : lens_walk_tensor(v, name, out, in, LENS_PARAM_WEIGHT, init_std);
+    lin->dtype = v->dtype;
     snprintf(name, sizeof name, "%s.bias", base);
     lin->b = lens_walk_tensor(v, name, out, 0, LENS_PARAM_BIAS, 0);
     lin->in = in, lin->out = out, lin->ld = conv1d ? out : in, lin->w_in_out = conv1d, lin->packed = NULL;
+}
+
+void lens_walk_linear_bias(lens_param_visitor *v, lens_linear *lin, const char *base, int in, int out, int bias,
+                           float init_std)
+{
+    if (bias) {
+        lens_walk_linear(v, lin, base, in, out, 0, init_std);
+        return;
+    }
+    char name[256];
+    snprintf(name, sizeof name, "%s.weight", base);
+    *lin = (lens_linear){.w = lens_walk_tensor(v, name, out, in, LENS_PARAM_WEIGHT, init_std), .in = in, .out = out,
+                         .ld = in};
+    lin->dtype = v->dtype;
+}
+
+void lens_walk_rmsnorm(lens_param_visitor *v, lens_layernorm *ln, const char *base, int C, int unit_offset,
+                       float noise)
+{
+    char name[256];
+    snprintf(name, sizeof name, "%s.weight", base);
+    /* a unit-offset gain is a zero-initialised, undecayed offset: the bias kind's init */
+    ln->w = lens_walk_tensor(v, name, C, 0, unit_offset ? LENS_PARAM_NORM_BIAS : LENS_PARAM_NORM_WEIGHT, noise);
+    ln->b = NULL;
 }
 
 void lens_walk_layernorm(lens_param_visitor *v, lens_layernorm *ln, const char *base, int C)
@@ -131,4 +158,11 @@ void lens_block_linear_jvp(const lens_block_io *io, float *out, const float *in,
     lens_linear_jvp(prod, gather, lin, B, io->pool);
     memset(out, 0, sizeof(float) * (size_t)io->N * OUT);
     for (int b = 0; b < B; b++) memcpy(out + ((size_t)b * T + row) * OUT, prod + (size_t)b * OUT, sizeof(float) * OUT);
+}
+
+void lens_block_copy_rows(float *dst, const float *src, size_t ld, int N, int W)
+{
+    if (ld == (size_t)W) memcpy(dst, src, sizeof(float) * N * W);
+    else
+        for (int n = 0; n < N; n++) memcpy(dst + (size_t)n * W, src + n * ld, sizeof(float) * W);
 }

@@ -50,19 +50,23 @@ typedef struct {
     int ndim;           /* 1 or 2 */
     int64_t shape[2];   /* as stored in the file */
     lens_param_kind kind;
-    float init_std;     /* random kinds: HF's initialiser N(0, init_std) */
+    float init_std;     /* random kinds: HF's initialiser N(0, init_std); norm kinds: mkmodel adds
+                           N(0, init_std) noise to the 1 / 0 fill so tests see every gain */
     int summed;         /* head_combination != concat: attention.output.dense.weight stored
                            [C][DV] (model.h); the trainer keeps it tiled [C][NH*DV] */
 } lens_param_desc;
 
 /* The walker calls tensor() once per tensor in HF order; it returns the
- * tensor's data ([shape] floats; [C][NH*DV] for a summed weight when
- * tiles_summed) or NULL, which the walker stores in lens_params. After an
- * error the visitor keeps returning NULL and sets failed. */
+ * tensor's data ([shape] elements of v->dtype; [C][NH*DV] for a summed
+ * weight when tiles_summed) or NULL, which the walker stores in lens_params.
+ * 1-D tensors (biases, norms) are always float32; the loader returns
+ * matrices in the checkpoint's dtype, the trainer and mkmodel float32. After
+ * an error the visitor keeps returning NULL and sets failed. */
 typedef struct lens_param_visitor {
-    const float *(*tensor)(struct lens_param_visitor *v, const lens_param_desc *d);
+    const void *(*tensor)(struct lens_param_visitor *v, const lens_param_desc *d);
     int tiles_summed; /* 1: summed output weights arrive tiled (row stride NH*DV) */
     int failed;
+    lens_dtype dtype; /* of the tensor tensor() returned last (F32 = 0 unless the visitor sets it) */
 } lens_param_visitor;
 
 /* Helpers for walkers: an HF nn.Linear (weight [out][in]) or GPT-2 Conv1D
@@ -70,8 +74,15 @@ typedef struct lens_param_visitor {
 void lens_walk_linear(lens_param_visitor *v, lens_linear *lin, const char *base, int in, int out, int conv1d,
                       float init_std);
 void lens_walk_layernorm(lens_param_visitor *v, lens_layernorm *ln, const char *base, int C);
-const float *lens_walk_tensor(lens_param_visitor *v, const char *name, int64_t d0, int64_t d1,
-                              lens_param_kind kind, float init_std);
+const void *lens_walk_tensor(lens_param_visitor *v, const char *name, int64_t d0, int64_t d1,
+                             lens_param_kind kind, float init_std);
+/* An nn.Linear with an optional bias (Llama's attention_bias / mlp_bias). */
+void lens_walk_linear_bias(lens_param_visitor *v, lens_linear *lin, const char *base, int in, int out, int bias,
+                           float init_std);
+/* An RMSNorm weight base + ".weight" [C] (Gemma's unit_offset gain 1 + w
+ * is stored as w, zero-initialised); noise as lens_param_desc.init_std. */
+void lens_walk_rmsnorm(lens_param_visitor *v, lens_layernorm *ln, const char *base, int C, int unit_offset,
+                       float noise);
 
 /* ------------------------------------------------------------ blocks */
 
@@ -105,13 +116,28 @@ const float *lens_walk_tensor(lens_param_visitor *v, const char *name, int64_t d
  *    activation gradients only (attribution).
  *
  * Buffer roles. Forward: x [N][C] the residual stream in place, h, n [N][C]
- * scratch, q, k, v, ctx, ff as named. Backward: x holds dL/d(block output)
- * on entry and dL/d(block input) on exit; q, k, v, ctx are dq, dk, dv,
- * dctx; h, n, ff scratch; the saved values come from io->cache. JVP: the
- * same with tangents: io->N = B * cache->rows rows (B tangents of one
- * sequence, tangent row r reads primal row r % rows); io->jvp_row >= 0 says
- * the input tangents are zero except that row of each copy (first layer).
- * N never exceeds the buffers' capacity; the family may not allocate.
+ * scratch, q, k, v, ctx, ff (row stride ff_ld) as named; with a cache the
+ * norm statistics go to the cache, else to io->ln_mean / ln_rstd when set.
+ * Backward: x holds dL/d(block output) on entry and dL/d(block input) on
+ * exit; q, k, v, ctx are dq, dk, dv, dctx; h, n, ff ([N][d_ff], ff_ld =
+ * d_ff) scratch; the saved values come from io->cache. JVP: the same with
+ * tangents: io->N = B * cache->rows rows (B tangents of one sequence,
+ * tangent row r reads primal row r % rows), row_scratch [C]; io->jvp_row >=
+ * 0 says the input tangents are zero except that row of each copy (the
+ * first layer; lens_block_linear_jvp uses it). N never exceeds the
+ * buffers' capacity; the family may not allocate. tests/test_blocks.c
+ * checks a family's three functions against each other and against finite
+ * differences.
+ *
+ * What stays inside a family file: RoPE (rotate q, k before attend; the
+ * inverse rotation of dq, dk after attend_backward; the tangents' before
+ * attend_jvp), grouped-query attention (expand k, v to NH heads before
+ * attend, HF's repeat_kv, and sum dk, dv over each group after
+ * attend_backward), QK-norm, gated MLPs (io->ff holds lens_ff_cols
+ * columns), parallel residuals and extra norms (their inputs and
+ * statistics in cache->buf). Changes to the attention op itself (logit
+ * soft-capping, sliding windows) belong to the ops every caller's hook
+ * calls (ops.h lens_attention_*, core/nn/scores.h, forward.c's attend_task).
  *
  * Final norm (pre-norm families): final_forward / final_backward /
  * final_jvp with the same conventions, their cache a lens_block_cache of
@@ -143,6 +169,7 @@ typedef struct lens_block_io {
     float *ff;            /* [N][ff_ld] */
     size_t ff_ld;
     float *ln_mean, *ln_rstd; /* [2L+1][N] LayerNorm statistics, or NULL (model.h: slot order is the family's) */
+    const int *pos;       /* [N] position of each row inside its sequence (RoPE) */
     lens_pool *pool;
     lens_block_cache *cache;      /* forward: save into it when non-NULL; backward / JVP: read */
     const lens_grad_map *grads;   /* backward: weight gradients, or NULL */
@@ -181,6 +208,8 @@ void lens_block_layernorm_backward(const lens_block_io *io, float *dinp, int acc
  * gather [B][lin->in] and prod [B][lin->out] (scratch). */
 void lens_block_linear_jvp(const lens_block_io *io, float *out, const float *in, const lens_linear *lin,
                            float *gather, float *prod);
+/* dst[N][W] = src[N] rows of row stride ld (a cache keeps io->ff packed). */
+void lens_block_copy_rows(float *dst, const float *src, size_t ld, int N, int W);
 
 struct lens_family {
     const char *model_type;   /* config "model_type": "bert" */
@@ -225,6 +254,19 @@ struct lens_family {
     void (*final_forward)(const lens_model *m, lens_block_io *io);
     void (*final_backward)(const lens_model *m, lens_block_io *io);
     void (*final_jvp)(const lens_model *m, lens_block_io *io);
+    /* Optional: q, k [T][NH*DK] of layer l (0-based) as the attention scores
+     * see them (normed, rotated, kv heads repeated) from the block input
+     * h [T][C] of one sequence, x [T][C] scratch; NULL = LN(h) (pre-norm) or
+     * h, times W_q / W_k. */
+    void (*attn_qk)(const lens_model *m, int l, const float *h, int T, float *x, float *q, float *k);
+    /* Non-NULL: the family has no block backward / JVP yet; the sentence
+     * lens_model_supports gives for the gradient analyses. */
+    const char *no_backward;
+    /* Optional: sets cfg's shape for an mkmodel preset name (after
+     * new_config); -1 when the family has no such preset. NULL = the
+     * generic presets of mkmodel.c. */
+    int (*preset)(lens_config *cfg, const char *name);
+    const char *preset_names; /* "micro, tiny, 1b, 8b" for errors */
 };
 
 /* The families lensd knows, NULL-terminated, and lookups. */
@@ -234,6 +276,8 @@ const lens_family *lens_family_find(const char *model_type); /* NULL when unknow
 const char *lens_family_names(void);
 
 extern const lens_family lens_family_bert, lens_family_gpt2, lens_family_roberta, lens_family_distilbert;
+extern const lens_family lens_family_llama, lens_family_mistral, lens_family_qwen2, lens_family_qwen3,
+    lens_family_gemma, lens_family_gemma2, lens_family_gpt_neox;
 
 /* Shared by the family files: JSON config helpers (config.c). */
 int lens_json_int(struct json_t *root, const char *path, const char *key, int fallback, int min, int max, int *out,
@@ -267,6 +311,13 @@ void lens_bert_write_config(FILE *f, const lens_config *c, int random_weights);
 /* A new encoder config's task from its name (NULL: classification with
  * labels negative / positive), for new_config. */
 int lens_new_encoder_task(lens_config *c, const char *task, lens_err *err);
+
+/* The final LayerNorm of pre-LN families (gpt2.c; GPT-NeoX shares it):
+ * ln_f (model.p.ln_final) in slot 2L, its cache, backward and JVP. */
+size_t lens_ln_final_cache_floats(const lens_config *c, int for_weights);
+void lens_ln_final_forward(const lens_model *m, lens_block_io *io);
+void lens_ln_final_backward(const lens_model *m, lens_block_io *io);
+void lens_ln_final_jvp(const lens_model *m, lens_block_io *io);
 
 /* A tokenizer-only folder (lens_model_tokenizer_only) has no family: no capabilities. */
 static inline int lens_has_cap(const lens_config *c, unsigned cap) { return c->family && (c->family->caps & cap) != 0; }

@@ -114,6 +114,7 @@ static void walk_summed_output(const lens_config *c, lens_param_visitor *v, lens
     const lens_param_desc d = {.name = name, .ndim = 2, .shape = {C, c->d_head_v}, .kind = LENS_PARAM_WEIGHT,
                                .init_std = 0.02f, .summed = 1};
     lin->w = v->failed ? NULL : v->tensor(v, &d);
+    lin->dtype = v->dtype;
     snprintf(name, sizeof name, "%s.bias", base);
     lin->b = lens_walk_tensor(v, name, C, 0, LENS_PARAM_BIAS, 0);
     lin->in = VO, lin->out = C, lin->ld = v->tiles_summed ? VO : c->d_head_v, lin->w_in_out = 0, lin->packed = NULL;
@@ -173,7 +174,8 @@ void lens_bert_embed(const lens_model *m, const int *ids, const int *type_ids, i
                        float *rstd)
 {
     const lens_config *c = &m->cfg;
-    lens_embedding_forward(x, ids, type_ids, m->p.tok_emb, m->p.pos_emb, m->p.type_emb, T, c->d_model);
+    lens_embedding_forward(x, ids, type_ids, m->p.tok_emb, m->p.pos_emb, m->p.type_emb, m->p.emb_dtype, T,
+                           c->d_model);
     lens_add_layernorm(NULL, x, mean, rstd, x, NULL, &m->p.ln_emb, T, c->d_model, c->ln_eps);
 }
 
@@ -215,14 +217,6 @@ static post_saved post_slots(const lens_config *c, const lens_block_cache *k)
     return s;
 }
 
-/* dst[N][W] = src[N] (row stride ld) */
-static void copy_rows(float *dst, const float *src, size_t ld, int N, int W)
-{
-    if (ld == (size_t)W) memcpy(dst, src, sizeof(float) * N * W);
-    else
-        for (int n = 0; n < N; n++) memcpy(dst + (size_t)n * W, src + n * ld, sizeof(float) * W);
-}
-
 /* a = LN(x + Attn(x)); x' = LN(a + FFN(a)), both in place on io->x. With
  * io->cache the LayerNorm statistics go there (not to io->ln_mean). */
 void lens_bert_block_forward(const lens_model *m, lens_block_io *io, int l)
@@ -246,9 +240,9 @@ void lens_bert_block_forward(const lens_model *m, lens_block_io *io, int l)
                        N, C, c->ln_eps);
     if (w) memcpy(s.a, io->x, sizeof(float) * N * C);
     lens_gemm_linear_ld(io->ff, io->ff_ld, io->x, (size_t)C, &blk->ff_in, N, io->pool);
-    if (io->cache) copy_rows(s.ff_pre, io->ff, io->ff_ld, N, F);
+    if (io->cache) lens_block_copy_rows(s.ff_pre, io->ff, io->ff_ld, N, F);
     lens_gelu_rows(io->pool, io->ff, io->ff_ld, N, F, c->gelu_tanh);
-    if (w) copy_rows(s.ff_act, io->ff, io->ff_ld, N, F);
+    if (w) lens_block_copy_rows(s.ff_act, io->ff, io->ff_ld, N, F);
     h = io->cache ? s.h_ff : io->h;
     lens_gemm_linear_ld(h, (size_t)C, io->ff, io->ff_ld, &blk->ff_out, N, io->pool);
     lens_add_layernorm(io->pool, io->x, io->cache ? s.mean_ff : lens_ln_slot(io, io->ln_mean, 2 + 2 * l),

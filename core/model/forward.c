@@ -5,8 +5,9 @@
  * Only what opts->keep asks for is stored in lens_activations; the rest lives
  * in per-call scratch, so concurrent calls on one model never share memory.
  * The family (arch.h) computes the embedding and each block on the buffers
- * of lens_block_io; this file owns the buffers, attention per (sequence,
- * head), the task head and the layer loop (with its cancel check).
+ * of lens_block_io (no cache: nothing is kept for a backward); this file
+ * owns the buffers, attention per (sequence, head) (the attend hook), the
+ * task head and the layer loop (with its cancel check).
  *
  * Threads: everything runs through opts->pool (NULL = the caller alone).
  * Linear maps split over output panels and row blocks (lens_gemm), attention
@@ -19,9 +20,10 @@
 #include "core/base/gemm.h"
 #include "core/model/arch.h"
 #include "core/nn/ops.h"
+#include "core/nn/scores.h"
 #include "core/base/pool.h"
 
-/* The block buffers (io, handed to the family's block_forward; ff has d_ff
+/* The block buffers (io, handed to the family's block_forward; ff has lens_ff_cols
  * columns, rows padded off 4 KiB multiples, gemm.h) and what attention
  * needs besides. io.v is the kept values' layer slice or v_scratch. */
 typedef struct {
@@ -30,6 +32,7 @@ typedef struct {
     lens_activations *act;
     float *v_scratch; /* [N][NH*DV] when values are not kept */
     float *probs; /* [threads][Tmax][Tmax] when attention is not kept */
+    int *pos;     /* [N] position of each row in its sequence (io.pos) */
     int Tmax;
     int causal;   /* mask keys after the query: causal families always, encoders on request */
     const unsigned char *head_mask; /* [L][NH] or NULL: 0 = pruned head */
@@ -84,7 +87,8 @@ typedef struct {
 } attend_job;
 
 /* One (sequence, head) pair, as lens_attention_forward does for one head:
- * P = softmax(attn_scale q_h k_h^T) (causal for decoders or on request), ctx_h = P v_h. */
+ * P = softmax(attn_scale q_h k_h^T) (causal for decoders or on request), ctx_h = P v_h;
+ * soft-capped scores and the layer's sliding window when the config has them. */
 static void attend_task(void *ctx, int task)
 {
     const attend_job *j = ctx;
@@ -107,7 +111,10 @@ static void attend_task(void *ctx, int task)
                                    .w = w->io.k + r * QK + h * DK, .ld = (size_t)QK, .w_kn = 0,
                                    .alpha = c->attn_scale, .y = probs, .ldy = (size_t)T};
     lens_gemm(&scores, NULL);
-    lens_softmax_forward(probs, T, T, w->causal);
+    if (c->attn_softcap > 0) lens_softcap_forward(probs, (size_t)T * T, c->attn_softcap);
+    const int window = lens_layer_window(c, j->layer);
+    if (window) lens_softmax_window_forward(probs, T, T, window);
+    else lens_softmax_forward(probs, T, T, w->causal);
     const lens_gemm_args context = {.M = T, .N = DV, .K = T, .x = probs, .ldx = (size_t)T,
                                     .w = w->io.v + r * VO + h * DV, .ld = (size_t)VO, .w_kn = 1, .alpha = 1.0f,
                                     .y = w->io.ctx + r * VO + h * DV, .ldy = (size_t)VO};
@@ -145,7 +152,7 @@ static int task_head(const lens_model *m, lens_activations *act, scratch *w)
         act->logits = alloc_floats((size_t)N * c->vocab_size, &failed);
         if (failed) return -1;
         /* decoder tied to the word embeddings: logits = t E^T (+ bias) */
-        lens_linear decoder = {.w = p->tok_emb, .in = C, .out = c->vocab_size, .ld = C};
+        lens_linear decoder = lens_lm_decoder(m);
         const float *t = w->io.x;
         if (c->task == LENS_TASK_MASKED_LM) {
             lens_gemm_linear(w->io.h, w->io.x, &p->mlm_transform, N, w->io.pool);
@@ -154,9 +161,18 @@ static int task_head(const lens_model *m, lens_activations *act, scratch *w)
             decoder.b = p->mlm_bias;
             t = w->io.h;
         }
-        lens_gemm_linear(act->logits, t, &decoder, N, w->io.pool);
+        if (c->task == LENS_TASK_CAUSAL_LM) lens_lm_decode(m, t, N, act->logits, w->io.pool);
+        else lens_gemm_linear(act->logits, t, &decoder, N, w->io.pool);
     }
     return 0;
+}
+
+void lens_lm_decode(const lens_model *m, const float *t, int R, float *logits, lens_pool *pool)
+{
+    const lens_config *c = &m->cfg;
+    const lens_linear decoder = lens_lm_decoder(m);
+    lens_gemm_linear(logits, t, &decoder, R, pool);
+    if (c->final_softcap > 0) lens_softcap_forward(logits, (size_t)R * c->vocab_size, c->final_softcap);
 }
 
 static int layout(const lens_model *m, const lens_batch *b, unsigned keep, size_t N, int Tmax,
@@ -193,13 +209,21 @@ static int layout(const lens_model *m, const lens_batch *b, unsigned keep, size_
     io->N = (int)N;
     io->x = alloc_floats(N * C, &failed);
     io->h = alloc_floats(N * C, &failed);
+    io->n = alloc_floats(N * C, &failed); /* the block contract's second scratch (a family may use it) */
     io->q = alloc_floats(N * QK, &failed);
     io->k = alloc_floats(N * QK, &failed);
     io->ctx = alloc_floats(N * VO, &failed);
-    io->ff_ld = (size_t)c->d_ff + (c->d_ff % 1024 == 0 ? 16 : 0);
+    /* a gated MLP keeps gate and up side by side: [N][2 d_ff] */
+    const size_t ff_cols = (size_t)lens_ff_cols(c);
+    io->ff_ld = ff_cols + (ff_cols % 1024 == 0 ? 16 : 0);
     io->ff = alloc_floats(N * io->ff_ld, &failed);
     io->ln_mean = act->ln_mean, io->ln_rstd = act->ln_rstd;
     io->attend = attend;
+    w->pos = malloc(sizeof(int) * (N ? N : 1));
+    if (!w->pos) failed = 1;
+    for (int s = 0; w->pos && s < b->n_seqs; s++)
+        for (int t = 0; t < b->lengths[s]; t++) w->pos[act->row_start[s] + t] = t;
+    io->pos = w->pos;
     if (!act->values) w->v_scratch = alloc_floats(N * VO, &failed);
     if (!act->attn) w->probs = alloc_floats((size_t)lens_pool_threads(io->pool) * Tmax * Tmax, &failed);
     return failed ? -1 : 0;
@@ -208,7 +232,8 @@ static int layout(const lens_model *m, const lens_batch *b, unsigned keep, size_
 static void scratch_free(scratch *w)
 {
     lens_block_io *io = &w->io;
-    free(io->x), free(io->h), free(io->q), free(io->k), free(io->ctx), free(io->ff), free(w->v_scratch), free(w->probs);
+    free(io->x), free(io->h), free(io->n), free(io->q), free(io->k), free(io->ctx), free(io->ff);
+    free(w->v_scratch), free(w->probs), free(w->pos);
 }
 
 static void keep_hidden(lens_activations *act, const float *x, int layer, int C)

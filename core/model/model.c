@@ -1,7 +1,9 @@
 /* model.c - loading BERT / GPT-2 checkpoints and running their forward pass.
  *
  * Loading binds every HF tensor name to a named pointer in lens_params after
- * checking its shape (lens_weights_get); nothing is copied for F32 files.
+ * checking its shape; matrices stay in the checkpoint's dtype, served from
+ * the mapping (BF16/F16 are widened inside the GEMM's packing, F32 ones are
+ * packed once here), and only biases and norm weights are widened to float32.
  * The forward pass works on packed rows: the N tokens of all sequences of a
  * batch go through every linear map as one GEMM, attention runs per sequence,
  * so padding is never computed.
@@ -30,13 +32,16 @@
 typedef struct {
     lens_param_visitor v; /* first member */
     lens_weights *w;
+    lens_params *p;       /* emb_dtype set from the first embedding table */
     const char *base_prefix;
     int strip;            /* -1: not decided yet, 0 / 1 */
+    int n_emb;            /* embedding tables bound so far */
     size_t n_params;
     lens_err *err;
 } binder;
 
-static const float *bind_tensor(lens_param_visitor *v, const lens_param_desc *d)
+/* Matrices in the file's dtype (no copy), vectors as float32. */
+static const void *bind_tensor(lens_param_visitor *v, const lens_param_desc *d)
 {
     binder *b = (binder *)v;
     const char *name = d->name;
@@ -44,7 +49,17 @@ static const float *bind_tensor(lens_param_visitor *v, const lens_param_desc *d)
     const int prefixed = plen && !strncmp(name, b->base_prefix, plen);
     if (b->strip < 0 && prefixed) b->strip = !lens_weights_has(b->w, name);
     if (prefixed && b->strip == 1) name += plen;
-    const float *p = lens_weights_get(b->w, name, d->ndim, d->shape, b->err);
+    v->dtype = LENS_DT_F32;
+    const void *p = d->ndim == 2 ? lens_weights_get_raw(b->w, name, d->ndim, d->shape, &v->dtype, b->err)
+                                 : lens_weights_get(b->w, name, d->ndim, d->shape, b->err);
+    if (p && d->kind == LENS_PARAM_EMBEDDING) {
+        /* one dtype for tok/pos/type tables: the embedding reads them in one pass */
+        if (b->n_emb++ && v->dtype != b->p->emb_dtype) {
+            lens_fail(b->err, LENS_EFORMAT, "%s: embedding tables in mixed dtypes (%s is %s, the first one %s)",
+                      name, name, lens_dtype_name(v->dtype), lens_dtype_name(b->p->emb_dtype));
+            p = NULL;
+        } else b->p->emb_dtype = v->dtype;
+    }
     if (p) b->n_params += (size_t)(d->shape[0] * (d->ndim == 2 ? d->shape[1] : 1));
     else v->failed = 1;
     return p;
@@ -60,19 +75,22 @@ static size_t linear_extent(const lens_linear *lin)
     return (rows - 1) * (size_t)lin->ld + cols;
 }
 
-/* The linear maps of the model in load order: [L][6] block maps, then heads;
- * entries whose weight is not bound are skipped by the callers. */
+/* The linear maps of the model in load order: [L][BLOCK_MAPS] block maps,
+ * then heads; entries whose weight is not bound are skipped by the callers. */
+enum { BLOCK_MAPS = 7, HEAD_MAPS = 4 };
 static int model_linears(lens_model *m, lens_linear **out)
 {
     int n = 0;
     for (int l = 0; l < m->cfg.n_layers; l++) {
         lens_block *blk = &m->p.blocks[l];
-        lens_linear *maps[6] = {&blk->q, &blk->k, &blk->v, &blk->attn_out, &blk->ff_in, &blk->ff_out};
-        for (int i = 0; i < 6; i++) out[n++] = maps[i];
+        lens_linear *maps[BLOCK_MAPS] = {&blk->q, &blk->k, &blk->v, &blk->attn_out, &blk->gate, &blk->ff_in,
+                                         &blk->ff_out};
+        for (int i = 0; i < BLOCK_MAPS; i++) out[n++] = maps[i];
     }
     out[n++] = &m->p.pooler;
     out[n++] = &m->p.classifier;
     out[n++] = &m->p.mlm_transform;
+    out[n++] = &m->p.lm_head;
     return n;
 }
 
@@ -88,36 +106,42 @@ static void expand_summed_heads(lens_model *m, float *expanded)
     const int C = c->d_model, DV = c->d_head_v, VO = c->n_heads * DV;
     for (int l = 0; l < c->n_layers; l++) {
         lens_linear *lin = &m->p.blocks[l].attn_out;
-        float *w = expanded + (size_t)l * C * VO;
-        for (int o = 0; o < C; o++)
-            for (int col = 0; col < VO; col++)
-                w[(size_t)o * VO + col] = lin->w[(size_t)o * DV + lens_head_summed_column(c, col)];
-        lens_weights_release(m->weights, lin->w, (size_t)C * DV);
-        lin->w = w, lin->in = VO, lin->ld = VO;
+        float *w = expanded + (size_t)l * C * VO, *row = expanded + (size_t)c->n_layers * C * VO; /* row: [DV] */
+        for (int o = 0; o < C; o++) {
+            lens_widen(row, lens_dtype_at(lin->w, lin->dtype, (size_t)o * DV), lin->dtype, (size_t)DV);
+            for (int col = 0; col < VO; col++) w[(size_t)o * VO + col] = row[lens_head_summed_column(c, col)];
+        }
+        lens_weights_release(m->weights, lin->w, (size_t)C * DV * lens_dtype_size(lin->dtype));
+        lin->w = w, lin->in = VO, lin->ld = VO, lin->dtype = LENS_DT_F32;
     }
 }
 
-/* Every linear map's weight copied once into the GEMM panel layout (one
+/* Every F32 linear map's weight copied once into the GEMM panel layout (one
  * 64-byte aligned allocation), so no forward call repacks weights. Each
  * layer's mapped pages are released after its maps are packed, keeping peak
- * RSS near the checkpoint size instead of twice it. The tied LM decoder is
- * not packed: it is the embedding table, which must stay as is, and a second
- * copy would cost V x C floats; the GEMM packs it panel by panel per call. */
+ * RSS near the checkpoint size instead of twice it. BF16/F16 maps are not
+ * packed: a float32 copy would double or triple the resident weights, so the
+ * GEMM widens them panel by panel per call instead (gemm.h). The tied LM
+ * decoder is not packed either: it is the embedding table, which must stay
+ * as is, and a second copy would cost V x C floats. */
 static int pack_weights(lens_model *m, lens_err *err)
 {
-    lens_linear **lins = malloc(sizeof *lins * ((size_t)m->cfg.n_layers * 6 + 3));
+    lens_linear **lins = malloc(sizeof *lins * ((size_t)m->cfg.n_layers * BLOCK_MAPS + HEAD_MAPS));
     if (!lins) return lens_fail(err, LENS_ENOMEM, "out of memory");
     const lens_config *c = &m->cfg;
-    /* summed heads: the expanded output weights [L][C][NH*DV] lead the
-     * allocation; attn_out.in is already the expanded NH*DV for sizing */
+    /* summed heads: the expanded output weights [L][C][NH*DV] (float32, and a
+     * [DV] row to widen into) lead the allocation; attn_out.in is already the
+     * expanded NH*DV for sizing */
     const int summed = c->head_combination != LENS_HEADS_CONCAT;
     const size_t expanded =
-        summed ? ((size_t)c->n_layers * c->d_model * c->n_heads * c->d_head_v + 15) & ~(size_t)15 : 0;
+        summed ? ((size_t)c->n_layers * c->d_model * c->n_heads * c->d_head_v + c->d_head_v + 15) & ~(size_t)15 : 0;
     for (int l = 0; summed && l < c->n_layers; l++) m->p.blocks[l].attn_out.in = c->n_heads * c->d_head_v;
     const int n = model_linears(m, lins);
     size_t total = expanded;
     for (int i = 0; i < n; i++)
-        if (lins[i]->w) total += (lens_gemm_packed_size(lins[i]->in, lins[i]->out) + 15) & ~(size_t)15;
+        /* summed output weights (block map 3) are float32 once expanded */
+        if (lins[i]->w && (lins[i]->dtype == LENS_DT_F32 || (summed && i < BLOCK_MAPS * c->n_layers && i % BLOCK_MAPS == 3)))
+            total += (lens_gemm_packed_size(lins[i]->in, lins[i]->out) + 15) & ~(size_t)15;
     m->packed = total ? aligned_alloc(64, total * sizeof(float)) : NULL;
     if (total && !m->packed) {
         free(lins);
@@ -127,15 +151,16 @@ static int pack_weights(lens_model *m, lens_err *err)
     float *dst = m->packed + expanded;
     for (int i = 0, released = 0; i < n; i++) {
         lens_linear *lin = lins[i];
-        if (lin->w) {
+        if (lin->w && lin->dtype == LENS_DT_F32) {
             lens_gemm_pack(dst, lin->w, lin->in, lin->out, (size_t)lin->ld, lin->w_in_out);
             lin->packed = dst;
             dst += (lens_gemm_packed_size(lin->in, lin->out) + 15) & ~(size_t)15;
         }
         /* release only whole layers: GPT-2's q, k, v are views of one tensor */
-        if (i == n - 1 || (i + 1) % 6 == 0) {
+        if (i == n - 1 || (i + 1) % BLOCK_MAPS == 0) {
             for (; released <= i; released++)
-                if (lins[released]->w) lens_weights_release(m->weights, lins[released]->w, linear_extent(lins[released]));
+                if (lins[released]->packed)
+                    lens_weights_release(m->weights, lins[released]->w, linear_extent(lins[released]) * sizeof(float));
         }
     }
     free(lins);
@@ -163,7 +188,7 @@ lens_model *lens_model_load(const char *dir, lens_err *err)
         goto fail;
     }
     if (!(m->weights = lens_weights_open(dir, err))) goto fail;
-    binder b = {.v = {.tensor = bind_tensor}, .w = m->weights, .base_prefix = m->cfg.family->base_prefix,
+    binder b = {.v = {.tensor = bind_tensor}, .w = m->weights, .p = &m->p, .base_prefix = m->cfg.family->base_prefix,
                 .strip = -1, .err = err};
     m->cfg.family->walk(&m->cfg, &m->p, &b.v);
     if (b.v.failed) goto fail;
@@ -242,9 +267,15 @@ int lens_model_supports(const lens_model *m, lens_analysis a, const char **why)
     const int cls_classifier = classifier && lens_has_cap(c, LENS_CAP_CLS_FIRST) && lens_has_cap(c, LENS_CAP_POOLER);
     const char *no = NULL;
     if (m->tokenizer_only) a = LENS_ANALYSIS_COUNT; /* only tokenize */
+    /* the gradient analyses need the family's block backward / JVP */
+    const char *no_backward = c->family ? c->family->no_backward : NULL;
     switch (a) {
+    case LENS_ANALYSIS_HIDDEN_ATTRIBUTION:
+        no = no_backward;
+        break;
     case LENS_ANALYSIS_ATTRIBUTION:
-        if (!classifier && !causal_lm)
+        if (no_backward) no = no_backward;
+        else if (!classifier && !causal_lm)
             no = "attribution needs a sequence classifier (class probability) or a causal LM (next-token probability)";
         else if (classifier ? pre_norm || !lens_has_cap(c, LENS_CAP_POOLER) : !pre_norm)
             no = "attribution runs post-norm classifiers with a pooler and pre-norm causal LMs; this model is neither";
@@ -263,7 +294,6 @@ int lens_model_supports(const lens_model *m, lens_analysis a, const char **why)
     case LENS_ANALYSIS_FORWARD:
     case LENS_ANALYSIS_ATTENTION:
     case LENS_ANALYSIS_TOKEN_IDENTITY:
-    case LENS_ANALYSIS_HIDDEN_ATTRIBUTION:
     case LENS_ANALYSIS_DECOMPOSITION:
         break;
     default:
@@ -280,8 +310,10 @@ unsigned long long lens_model_fingerprint(const lens_model *m)
                          c->vocab_size, c->max_positions, c->n_labels, (int)c->task};
     uint64_t h = lens_fnv1a64(LENS_FNV1A64_INIT, c->architecture, strlen(c->architecture));
     h = lens_fnv1a64(h, shape, sizeof shape);
-    h = lens_fnv1a64(h, m->p.tok_emb, sizeof(float) * (size_t)c->vocab_size * c->d_model);
+    h = lens_fnv1a64(h, m->p.tok_emb, lens_dtype_size(m->p.emb_dtype) * (size_t)c->vocab_size * c->d_model);
     const lens_linear *head = &m->p.classifier;
-    if (head->w) h = lens_fnv1a64(h, head->w, sizeof(float) * (size_t)(head->w_in_out ? head->in : head->out) * head->ld);
+    if (head->w)
+        h = lens_fnv1a64(h, head->w,
+                         lens_dtype_size(head->dtype) * (size_t)(head->w_in_out ? head->in : head->out) * head->ld);
     return h;
 }

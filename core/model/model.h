@@ -18,6 +18,7 @@
 #include "core/base/pool.h"
 #include "core/io/safetensors.h"
 #include "core/io/tokenizer.h"
+#include "core/nn/rope.h"
 
 /* A model family: its config keys, tensor names, forward and capabilities
  * (core/model/arch.h). */
@@ -49,7 +50,37 @@ typedef struct {
     int n_labels;            /* classification only, else 0 */
     char **labels;           /* id2label[n_labels], or NULL */
     int random_weights;      /* written by lens_mkmodel ("lensd_random_weights"): not a trained model */
+    /* Modern decoders (core/model/decoder.c, gpt_neox.c; 0 = off for the others): */
+    int n_kv_heads;          /* grouped-query attention: key/value heads, NH a multiple (0 = NH) */
+    lens_rope_params rope;   /* rotary embeddings (rope.dim 0: learned / no positions) */
+    int norm_rms;            /* 1: RMSNorm (no bias, no mean), 0: LayerNorm */
+    int norm_unit_offset;    /* RMSNorm gain 1 + w (Gemma) */
+    int glu;                 /* gated MLP activation (lens_glu), 0: plain W2 act(W1 x) */
+    int qkv_bias, o_bias;    /* q/k/v (Qwen2, attention_bias) and o_proj biases */
+    int qk_norm;             /* per-head RMSNorm of q and k before RoPE (Qwen3) */
+    int post_norms;          /* Gemma 2: RMSNorm after attention and after the MLP, before the residual add */
+    int parallel_residual;   /* GPT-NeoX: x + Attn(LN1(x)) + MLP(LN2(x)) */
+    int sliding_window;      /* keys i - j < W only (0 = full causal) */
+    int sliding_alternate;   /* the window applies to even layers only (Gemma 2) */
+    float attn_softcap;      /* scores = cap tanh(scores / cap) before the softmax (0 = off) */
+    float final_softcap;     /* the same on the LM logits */
+    float query_pre_attn_scalar; /* scores scaled by its -1/2 power instead of DK's (Gemma 2; 0 = DK) */
+    float emb_scale;         /* embeddings times this (Gemma: sqrt(C) rounded to the model dtype; 0 = 1) */
+    int tie_word_embeddings; /* decoders: LM head = token embeddings (else lm_head / embed_out) */
+    float init_range;        /* decoders' initializer_range: mkmodel's weight std (0 = 0.02) */
 } lens_config;
+
+/* The sliding window of layer l (0-based) of c, 0 = full attention. */
+static inline int lens_layer_window(const lens_config *c, int l)
+{
+    return c->sliding_window && (!c->sliding_alternate || l % 2 == 0) ? c->sliding_window : 0;
+}
+/* Columns of the block's MLP buffer (lens_block_io.ff): gate and up of a
+ * gated MLP, else d_ff. Callers allocate rows x lens_ff_cols floats. */
+static inline int lens_ff_cols(const lens_config *c) { return (c->glu ? 2 : 1) * c->d_ff; }
+/* Key/value heads and the key/value head that query head h reads (GQA). */
+static inline int lens_kv_heads(const lens_config *c) { return c->n_kv_heads ? c->n_kv_heads : c->n_heads; }
+static inline int lens_kv_head_of(const lens_config *c, int h) { return h / (c->n_heads / lens_kv_heads(c)); }
 
 /* config "head_combination" (docs/identifiable-encoder.md). A summed model's
  * attention.output.dense.weight is [C][DV]; the loader expands it to the
@@ -69,7 +100,8 @@ static inline int lens_head_summed_column(const lens_config *c, int m)
  * a lens_config by hand calls it after setting the head sizes. */
 static inline void lens_config_set_attn_scale(lens_config *c)
 {
-    c->attn_scale = 1.0f / sqrtf((float)(c->scale_by_dv ? c->d_head_v : c->d_head_k));
+    c->attn_scale = c->query_pre_attn_scalar > 0 ? 1.0f / sqrtf(c->query_pre_attn_scalar)
+                                                 : 1.0f / sqrtf((float)(c->scale_by_dv ? c->d_head_v : c->d_head_k));
 }
 
 int lens_config_load(const char *path, lens_config *cfg, lens_err *err);
@@ -79,12 +111,16 @@ int lens_task_parse(const char *name, lens_task *task); /* -1: unknown name */
 
 /* A linear map y = x W^T + b (HF nn.Linear, W is [out][in]) or y = x W + b
  * (GPT-2 Conv1D, W is [in][out]); ld is W's row stride, which lets GPT-2's
- * fused c_attn be viewed as three maps. */
+ * fused c_attn be viewed as three maps. W is in the checkpoint's dtype,
+ * served from its mapping (read it through lens_widen / lens_dtype_at, or
+ * the GEMM, which widens while packing); the bias is always float32. */
 typedef struct {
-    const float *w, *b;
+    const void *w;  /* [out][in] or [in][out] elements of dtype */
+    const float *b;
     int in, out, ld;
     int w_in_out; /* 1: W stored [in][out] (Conv1D), 0: [out][in] (Linear) */
-    const float *packed; /* W in lens_gemm panel layout, packed at load (owned by the model), or NULL */
+    const float *packed; /* F32 W in lens_gemm panel layout, packed at load (owned by the model), or NULL */
+    lens_dtype dtype;    /* of w: F32 (0, what code building a map by hand gets), BF16, F16 */
 } lens_linear;
 
 typedef struct {
@@ -96,12 +132,21 @@ typedef struct {
     lens_layernorm ln_attn;        /* BERT: after attention (post-LN); GPT-2: ln_1 (pre-LN) */
     lens_linear ff_in, ff_out;     /* C -> d_ff -> C */
     lens_layernorm ln_ff;          /* BERT: after FFN; GPT-2: ln_2 */
+    /* Modern decoders: with GQA k, v map C -> NKV*DK / NKV*DV (the block
+     * repeats each kv head for its NH/NKV query heads, as HF's repeat_kv,
+     * so io->k, io->v and the kept values are per query head). */
+    lens_linear gate;              /* gated MLP: C -> d_ff, act(gate) * ff_in (ff_in = up_proj) */
+    lens_layernorm q_norm, k_norm; /* QK-norm weights [DK] (w only) */
+    lens_layernorm post_attn, post_ff; /* Gemma 2 post-norms (w only) */
 } lens_block;
 
 typedef struct {
-    const float *tok_emb;  /* [V][C] */
-    const float *pos_emb;  /* [max_positions][C] */
-    const float *type_emb; /* BERT: [type_vocab_size][C], GPT-2: NULL */
+    /* embedding tables in the checkpoint's dtype emb_dtype (one for all
+     * three: the loader refuses mixed ones); read rows with lens_widen */
+    const void *tok_emb;  /* [V][C] */
+    const void *pos_emb;  /* [max_positions][C] */
+    const void *type_emb; /* BERT: [type_vocab_size][C], GPT-2: NULL */
+    lens_dtype emb_dtype;
     lens_layernorm ln_emb; /* BERT embeddings LayerNorm; GPT-2: unused */
     lens_block *blocks;    /* [L] */
     lens_layernorm ln_final; /* GPT-2 ln_f */
@@ -110,6 +155,7 @@ typedef struct {
     lens_linear mlm_transform;  /* BERT MLM: C -> C, GELU, LayerNorm */
     lens_layernorm mlm_ln;
     const float *mlm_bias;      /* [V]; decoder weight tied to tok_emb */
+    lens_linear lm_head;        /* untied decoder LM head (lm_head, embed_out): C -> V; w NULL = tied to tok_emb */
 } lens_params;
 
 typedef struct lens_model {
@@ -120,8 +166,18 @@ typedef struct lens_model {
     lens_tokenizer *tok; /* NULL when the folder has no tokenizer files */
     int tokenizer_only;  /* lens_model_tokenizer_only: no config, no weights */
     size_t n_params;
-    float *packed;   /* one allocation holding every lens_linear.packed */
+    float *packed;   /* one allocation holding every lens_linear.packed (F32 checkpoints only) */
 } lens_model;
+
+/* The LM decoder, logits = t W_lm^T with the untied lm_head when the
+ * checkpoint has one, else tied, t E^T: the token embeddings viewed as a
+ * Linear C -> V in their dtype (no bias; MLM heads add mlm_bias). */
+static inline lens_linear lens_lm_decoder(const lens_model *m)
+{
+    const int C = m->cfg.d_model;
+    if (m->p.lm_head.w) return m->p.lm_head;
+    return (lens_linear){.w = m->p.tok_emb, .dtype = m->p.emb_dtype, .in = C, .out = m->cfg.vocab_size, .ld = C};
+}
 
 lens_model *lens_model_load(const char *dir, lens_err *err);
 /* A folder holding only tokenizer files (tokenizer.json and/or
@@ -198,6 +254,9 @@ int lens_forward(const lens_model *m, const lens_batch *batch,
                  const lens_forward_opts *opts, lens_activations *act,
                  lens_err *err);
 void lens_activations_free(lens_activations *act);
+/* logits[R][V] = a causal LM's head on final-normed rows t[R][C]: the tied
+ * embeddings or lm_head, then the final soft-cap when the config has one. */
+void lens_lm_decode(const lens_model *m, const float *t, int R, float *logits, lens_pool *pool);
 
 /* Views into kept activations for sequence s (NULL if not kept). */
 const float *lens_act_hidden(const lens_model *m, const lens_activations *a, int layer, int s); /* [T][C] */

@@ -66,10 +66,11 @@ static void roberta_embed(const lens_model *m, const int *ids, const int *type_i
         const int real = ids[t] != c->pad_token_id;
         seen += real;
         const int pos = real ? c->pad_token_id + seen : c->pad_token_id;
-        const float *te = m->p.tok_emb + (size_t)ids[t] * C, *pe = m->p.pos_emb + (size_t)pos * C;
-        const float *se = m->p.type_emb + (size_t)(type_ids ? type_ids[t] : 0) * C;
+        const lens_dtype dt = m->p.emb_dtype;
         float *row = x + (size_t)t * C;
-        for (int i = 0; i < C; i++) row[i] = te[i] + pe[i] + se[i];
+        lens_widen(row, lens_dtype_at(m->p.tok_emb, dt, (size_t)ids[t] * C), dt, (size_t)C);
+        lens_widen_add(row, lens_dtype_at(m->p.pos_emb, dt, (size_t)pos * C), dt, (size_t)C);
+        lens_widen_add(row, lens_dtype_at(m->p.type_emb, dt, (size_t)(type_ids ? type_ids[t] : 0) * C), dt, (size_t)C);
     }
     lens_add_layernorm(NULL, x, mean, rstd, x, NULL, &m->p.ln_emb, T, C, c->ln_eps);
 }

@@ -21,7 +21,9 @@ void lens_linear_backward(float *dinp, float *dweight, float *dbias, const float
                           const float *inp, const lens_linear *lin, int N)
 {
     /* forward: out[N][OC] = inp[N][IC] W (+ b) */
-    if (dinp) /* dinp += dout W, W as [OC][IC] (Linear) or dout W^T, W [IC][OC] (Conv1D) */
+    if (dinp && lin->dtype != LENS_DT_F32) /* BF16/F16 W: the GEMM widens it while packing */
+        lens_gemm_linear_backward(dinp, dout, lin, N, 1, NULL);
+    else if (dinp) /* dinp += dout W, W as [OC][IC] (Linear) or dout W^T, W [IC][OC] (Conv1D) */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, lin->w_in_out ? CblasTrans : CblasNoTrans, N, lin->in,
                     lin->out, 1.0f, dout, lin->out, lin->w, lin->ld, 1.0f, dinp, lin->in);
     if (dweight) {
@@ -368,17 +370,14 @@ void lens_attention_jvp(float *dout, const float *dq, const float *dk, const flo
         }
 }
 
-void lens_embedding_forward(float *out, const int *ids, const int *type_ids, const float *tok,
-                            const float *pos, const float *type, int T, int C)
+void lens_embedding_forward(float *out, const int *ids, const int *type_ids, const void *tok, const void *pos,
+                            const void *type, lens_dtype dt, int T, int C)
 {
     for (int t = 0; t < T; t++) {
         float *row = out + (size_t)t * C;
-        const float *te = tok + (size_t)ids[t] * C, *pe = pos + (size_t)t * C;
-        for (int i = 0; i < C; i++) row[i] = te[i] + pe[i];
-        if (type) {
-            const float *se = type + (size_t)(type_ids ? type_ids[t] : 0) * C;
-            for (int i = 0; i < C; i++) row[i] += se[i];
-        }
+        lens_widen(row, lens_dtype_at(tok, dt, (size_t)ids[t] * C), dt, (size_t)C);
+        lens_widen_add(row, lens_dtype_at(pos, dt, (size_t)t * C), dt, (size_t)C);
+        if (type) lens_widen_add(row, lens_dtype_at(type, dt, (size_t)(type_ids ? type_ids[t] : 0) * C), dt, (size_t)C);
     }
 }
 

@@ -118,7 +118,7 @@ typedef struct {
     int n;
 } walker;
 
-static const float *take(lens_param_visitor *v, const lens_param_desc *d)
+static const void *take(lens_param_visitor *v, const lens_param_desc *d)
 {
     walker *w = (walker *)v;
     const lens_config *c = &w->t->cfg;
@@ -486,7 +486,7 @@ static void forward(lens_trainer *t, const lens_batch *b, size_t N, size_t A)
         const int r = a->row_start[s];
         lens_embedding_forward((pre ? a->x : a->emb) + (size_t)r * C, b->ids + r,
                                !pre && b->type_ids ? b->type_ids + r : NULL, p->tok_emb, p->pos_emb,
-                               pre ? NULL : p->type_emb, b->lengths[s], C);
+                               pre ? NULL : p->type_emb, LENS_DT_F32, b->lengths[s], C);
     }
     if (!pre) lens_layernorm_forward(a->x, a->emb_mean, a->emb_rstd, a->emb, &p->ln_emb, n, C, c->ln_eps);
     batch_attention ba = {.t = t, .b = b, .A = A};

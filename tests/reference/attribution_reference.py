@@ -9,7 +9,9 @@ For target class c with probability F = softmax(logits)[c] and layer l:
 
 X replaces layer l's attention probabilities in all heads at once (the layers
 above compute their attention normally); "right": alpha_k = k/m, k = 1..m;
-"left": k = 0..m-1 (attattr's released code). The m scaled copies are one
+"left": k = 0..m-1 (attattr's released code); "gauss": GAUSS_NODES-point
+Gauss-Legendre on [0, 1] from numpy's leggauss (independent of lensd's
+Newton iteration), Attr_l = A_l * sum_k w_k dF/dX(alpha_k A_l). The m scaled copies are one
 batch [m][NH][T][T] leaf tensor; autograd gives dF/dX for all of them from
 sum_k F_k. Everything runs in float64 (weights converted), so the fixture is
 the exact Riemann sum up to ~1e-12; lensd computes in float32.
@@ -38,6 +40,7 @@ from reference_forward import gelu_erf, layer_norm, linear, load  # noqa: E402
 torch.set_grad_enabled(True)  # reference_forward turns autograd off at import
 torch.set_num_threads(1)
 STEPS = 20
+GAUSS_NODES = 6  # LENS_ATTR_GAUSS_NODES, lensd's default for quadrature "gauss"
 THRESHOLD = 0.4
 
 
@@ -98,14 +101,22 @@ class Classifier:
         return self.head(x)
 
 
+def schedule(steps, rule):
+    """alphas and weights of the quadrature rule (right / left Riemann, gauss)"""
+    if rule == "gauss":
+        x, w = np.polynomial.legendre.leggauss(steps)
+        return torch.tensor((1 + x) / 2), torch.tensor(w / 2)
+    ks = range(1, steps + 1) if rule == "right" else range(0, steps)
+    return torch.tensor([k / steps for k in ks], dtype=torch.float64), torch.full((steps,), 1 / steps, dtype=torch.float64)
+
+
 def attribution(model, inputs, attns, l, target, steps, riemann):
     A = attns[l].detach()
-    ks = range(1, steps + 1) if riemann == "right" else range(0, steps)
-    alphas = torch.tensor([k / steps for k in ks], dtype=torch.float64)
+    alphas, weights = schedule(steps, riemann)
     X = (alphas[:, None, None, None] * A[None]).requires_grad_(True)
     F = model.from_layer(l, inputs[l].detach(), X)[:, target]
     (grad,) = torch.autograd.grad(F.sum(), X)
-    attr = A * grad.sum(0) / steps
+    attr = A * (weights[:, None, None, None] * grad).sum(0)
     with torch.no_grad():
         f_zero = float(model.from_layer(l, inputs[l], torch.zeros_like(A)[None])[0, target])
     return attr, f_zero
@@ -176,21 +187,24 @@ def main():
         target = int(torch.argmax(probs))
         ex = {"name": f"golden{i}", "input_ids": ids, "token_type_ids": type_ids, "target": target,
               "f_full": float(probs[target]), "riemann": {}}
-        for riemann in ("right", "left"):
+        for riemann in ("right", "left", "gauss"):
             layers = []
             attrs = []
             for l in range(model.L):
-                attr, f_zero = attribution(model, inputs, attns, l, target, STEPS, riemann)
+                steps = GAUSS_NODES if riemann == "gauss" else STEPS
+                attr, f_zero = attribution(model, inputs, attns, l, target, steps, riemann)
                 attrs.append(attr.numpy())
                 layers.append({"layer": l + 1, "f_zero": f_zero, "attr_sum": float(attr.sum()),
                                "importance": rounded(attr.amax(dim=(1, 2))), "attribution": rounded(attr)})
-            ex["riemann"][riemann] = {"layers": layers, "tree": tree(attrs, THRESHOLD)}
+            # the Riemann conventions under "riemann", the Gauss-Legendre rule as "gauss"
+            got = {"layers": layers, "tree": tree(attrs, THRESHOLD)}
+            (ex if riemann == "gauss" else ex["riemann"])[riemann] = got
             gap = sum(abs(x["attr_sum"] - (ex["f_full"] - x["f_zero"])) for x in layers)
-            print(f"golden{i} {riemann}: target {target} F {ex['f_full']:.4f}, completeness gap (m={STEPS}) "
-                  f"summed over layers {gap:.3g}, tree root {ex['riemann'][riemann]['tree']['root']} "
-                  f"edges {len(ex['riemann'][riemann]['tree']['edges'])}")
+            print(f"golden{i} {riemann}: target {target} F {ex['f_full']:.4f}, completeness gap (m={steps}) "
+                  f"summed over layers {gap:.3g}, tree root {got['tree']['root']} edges {len(got['tree']['edges'])}")
         examples.append(ex)
-    fixture = {"command": "python3 tests/reference/attribution_reference.py ../shared", "model": "bert-tiny-sst2", "steps": STEPS, "threshold": THRESHOLD,
+    fixture = {"command": "python3 tests/reference/attribution_reference.py ../shared", "model": "bert-tiny-sst2", "steps": STEPS,
+               "gauss_nodes": GAUSS_NODES, "threshold": THRESHOLD,
                "generated_by": "tests/reference/attribution_reference.py (PyTorch %s, float64 autograd)" % torch.__version__,
                "layout": "attribution [NH][T][T] per layer; row i = query token, column j = attended token",
                "examples": examples}

@@ -18,6 +18,7 @@ that `lensd mkmodel` writes and compares.
               vocab_transform(x_L))) E_word^T + vocab_projector.bias
   GPT-2       a = x + Attn(LN1(x)) (causal); x' = a + W2 gelu_new(W1 LN2(a));
               hidden L = ln_f(x_L); logits ln_f(x_L) wte^T
+  llama, mistral, qwen2, qwen3, gemma, gemma2, gpt_neox: decoders_reference.py
 
 Analyses, from their papers' definitions:
   attribution  Hao et al. 2021: Attr_l = A_l * (1/m) sum_k dF/dA_l at alpha_k A_l,
@@ -295,13 +296,24 @@ def decomposition(m, windows, labels):
 
 def main():
     req = json.load(open(sys.argv[1]))
+    with open(req["model"] + "/config.json") as f:
+        model_type = json.load(f)["model_type"]
+    import decoders_reference  # the modern decoders' reference (RoPE, RMSNorm, GQA, ...)
+    if model_type in decoders_reference.FAMILIES:
+        decoders_reference.main()
+        return
     m = Model(req["model"])
     h0 = m.embed(req["ids"])
     with torch.no_grad():
         hidden, probs = m.layers(h0)
         logits = m.head(hidden[-1])
+    json.dump(answer(req, m, h0, hidden, probs, logits, effective(m, probs)), sys.stdout)
+
+
+def answer(req, m, h0, hidden, probs, logits, effective):
+    """The reference's JSON for request req (every family: decoders_reference.py too)."""
     res = {"hidden": [h.tolist() for h in hidden], "attentions": [P.tolist() for P in probs],
-           "logits": None if logits is None else logits.tolist(), "effective": effective(m, probs)}
+           "logits": None if logits is None else logits.tolist(), "effective": effective}
     if req.get("attribution"):
         res["attribution"], res["target"], res["f_full"] = attribution(m, h0, req["steps"], req.get("target", -1))
     if req.get("hta"):
@@ -309,7 +321,7 @@ def main():
     res["ti_rank"], res["ti_margin"] = token_identity(hidden)
     if req.get("windows"):
         res["decomposition"] = decomposition(m, req["windows"], req["labels"])
-    json.dump(res, sys.stdout)
+    return res
 
 
 if __name__ == "__main__":

@@ -32,8 +32,9 @@ export async function render(root, ctx) {
     headSel.onchange = () => maps.replaceChildren(...layerHeatmaps(resp, headSel.value));
     const heads = resp.layers.flatMap(l => l.heads.map(h => ({ label: `layer ${l.layer} head ${h.head}`, v: h.importance })));
     const target = resp.target.label ?? (resp.tokens.length ? `next token id ${resp.target.index}` : resp.target.index);
+    const rule = resp.quadrature === 'gauss' ? `${resp.steps} Gauss–Legendre nodes` : `${resp.steps} ${resp.riemann} Riemann steps`;
     const panels = [
-      section(`Attribution scores (target: ${target}, p = ${resp.target.prob ?? 'n/a'}; ${resp.steps} ${resp.riemann} Riemann steps)`, maps),
+      section(`Attribution scores (target: ${target}, p = ${resp.target.prob ?? 'n/a'}; ${rule})`, maps),
       section('Head importance', barChart({ title: 'Head importance: max attribution of each head', labels: heads.map(h => h.label), values: heads.map(h => h.v),
         xLabel: 'importance', yLabel: 'head' })),
     ];

@@ -1,0 +1,251 @@
+#!/usr/bin/python3
+"""decoders_reference.py - an independent float64 PyTorch reference for the
+modern decoder families lensd reads (llama, mistral, qwen2, qwen3, gemma,
+gemma2, gpt_neox), written from the math of Hugging Face's modeling files
+(modeling_llama.py, modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py,
+modeling_gemma.py, modeling_gemma2.py, modeling_gpt_neox.py) and nothing of
+lensd; the transformers package is not imported.
+
+  Llama-style  x0 = E[id] (Gemma: times sqrt(C));  per layer
+               h = RMSNorm(x) (gain w, Gemma 1 + w);  q, k, v = h W^T (+ b)
+               q, k = RMSNorm per head (Qwen3);  q, k = RoPE (rotate_half; llama3 scaling)
+               k, v repeat_kv to NH heads;  s = q k^T * scale (Gemma 2: query_pre_attn_scalar^-1/2,
+               then cap tanh(s / cap));  causal mask, sliding window (key j seen when i - j < W;
+               Gemma 2 on even layers);  a = softmax(s) v W_o^T (+ b);  Gemma 2: post-norm
+               x = x + a;  x = x + [post-norm] W_down (act(W_gate h') * W_up h'), h' = RMSNorm(x)
+               hidden[L] = model.norm(x_L);  logits = hidden[L] (lm_head | E)^T (Gemma 2 final cap)
+  GPT-NeoX     h = LN1(x); qkv per head [q_h | k_h | v_h]; RoPE on the first rotary_pct of
+               each head;  parallel: x + Attn(LN1 x) + MLP(LN2 x), else sequential;
+               final_layer_norm;  logits = hidden[L] embed_out^T
+  effective    Brunner et al. 2020: row i of A_h projected on the column space of the
+               causal prefix V_h[0..i] (V_h the values of the query head's kv group), pinv
+  attribution  Hao et al. 2021, next-token objective at the last position, and
+  hta          ||d h^l_j / d h^0_i||_F^2 by autograd Jacobians from h0: families_reference's
+               functions on this Model (layers, head, objective_logits)
+
+Usage: decoders_reference.py REQUEST.json > RESULT.json with REQUEST {"model": DIR,
+"ids": [...], "steps", "target", "attribution", "hta"}; output hidden [L+1][T][C],
+attentions / effective [L][NH][T][T], logits [T][V], attribution / hta when asked, token identity and decomposition (families_reference.answer). families_reference.py hands these families to main() here."""
+import json
+import math
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from families_reference import answer, read_safetensors  # noqa: E402  (the shared answer: attribution, HTA, ...; F32 reader)
+
+torch.set_num_threads(1)
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gpt_neox")
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def gelu_erf(x):
+    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+
+ACTS = {"silu": torch.nn.functional.silu, "gelu_pytorch_tanh": gelu_tanh, "gelu_new": gelu_tanh, "gelu": gelu_erf}
+
+
+def rms(x, w, eps, unit_offset):
+    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return y * ((1.0 + w) if unit_offset else w)
+
+
+def inv_freq(dim, base, scaling):
+    f = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    if not scaling:
+        return f
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "linear":
+        return f / scaling["factor"]
+    if kind == "llama3":  # _compute_llama3_parameters
+        factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+        old = scaling["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / f
+        out = torch.where(wavelen > old / low, f / factor, f)
+        smooth = (old / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * out / factor + smooth * out
+        medium = ~(wavelen < old / high) & ~(wavelen > old / low)
+        return torch.where(medium, smoothed, out)
+    return f
+
+
+def rope(x, pos, freqs):
+    """x [T][H][D]: the first R = 2 len(freqs) channels rotate (rotate_half), the rest pass."""
+    R = 2 * freqs.shape[0]
+    ang = pos[:, None].double() * freqs[None, :]  # [T][R/2]
+    emb = torch.cat([ang, ang], -1)[:, None, :]  # [T][1][R]
+    cos, sin = emb.cos(), emb.sin()
+    xr, xp = x[..., :R], x[..., R:]
+    rot = torch.cat([-xr[..., R // 2:], xr[..., :R // 2]], -1)
+    return torch.cat([xr * cos + rot * sin, xp], -1)
+
+
+class Decoder:
+    def __init__(self, d):
+        self.cfg = c = json.load(open(d + "/config.json"))
+        self.w = read_safetensors(d + "/model.safetensors")
+        self.type = c["model_type"]
+        self.L, self.NH, self.C = c["num_hidden_layers"], c["num_attention_heads"], c["hidden_size"]
+        if self.type == "gpt_neox":
+            self.NKV, self.D = self.NH, self.C // self.NH
+            self.R = int(self.D * c.get("rotary_pct", 0.25))
+            self.freqs = inv_freq(self.R, c.get("rotary_emb_base", c.get("rope_theta", 10000.0)), None)
+            self.eps = c.get("layer_norm_eps", 1e-5)
+            self.act = ACTS[c.get("hidden_act", "gelu")]
+            self.scale = 1.0 / math.sqrt(self.D)
+            return
+        self.NKV = c.get("num_key_value_heads", self.NH)
+        self.D = c.get("head_dim") or self.C // self.NH
+        self.freqs = inv_freq(self.D, c.get("rope_theta", 10000.0), c.get("rope_scaling"))
+        self.eps = c["rms_norm_eps"]
+        self.gemma = self.type in ("gemma", "gemma2")
+        self.act = ACTS[c.get("hidden_activation") or c.get("hidden_act", "silu")] if self.gemma else ACTS[c["hidden_act"]]
+        q = c.get("query_pre_attn_scalar") if self.type == "gemma2" else None
+        self.scale = (q if q else self.D) ** -0.5
+        self.window = c.get("sliding_window") if self.type in ("mistral", "gemma2") else None
+        self.attn_cap = c.get("attn_logit_softcapping") if self.type == "gemma2" else None
+        self.final_cap = c.get("final_logit_softcapping") if self.type == "gemma2" else None
+        self.tied = c.get("tie_word_embeddings", self.gemma)
+
+    def p(self, name):
+        return self.w[name]
+
+    def lin(self, x, name, bias=None):
+        y = x @ self.p(name + ".weight").t()
+        key = name + ".bias"
+        return y + self.p(key) if (bias is not False and key in self.w) else y
+
+    def attend(self, q, k, v, layer, scale=None):
+        """q [T][NH][D], k, v [T][NKV][D] -> ctx [T][NH*D], P [NH][T][T], V per query head."""
+        T = q.shape[0]
+        rep = self.NH // self.NKV
+        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)  # repeat_kv
+        qh, kh, vh = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
+        s = qh @ kh.transpose(-1, -2) * self.scale
+        if getattr(self, "attn_cap", None):
+            s = torch.tanh(s / self.attn_cap) * self.attn_cap
+        i = torch.arange(T)[:, None]
+        j = torch.arange(T)[None, :]
+        masked = j > i
+        window = getattr(self, "window", None)
+        if window and (self.type != "gemma2" or layer % 2 == 0):
+            masked = masked | (i - j >= window)
+        s = s.masked_fill(masked, float("-inf"))
+        P = torch.softmax(s, -1)
+        Pu = P if scale is None else P * scale  # attribution: alpha A
+        return (Pu @ vh).transpose(0, 1).reshape(T, -1), P, vh
+
+    def block(self, l, x, pos, scale=None):
+        if self.type == "gpt_neox":
+            return self.neox_block(l, x, pos, scale)
+        b = f"model.layers.{l}."
+        T = x.shape[0]
+        off = self.gemma
+        h = rms(x, self.p(b + "input_layernorm.weight"), self.eps, off)
+        q = self.lin(h, b + "self_attn.q_proj").view(T, self.NH, self.D)
+        k = self.lin(h, b + "self_attn.k_proj").view(T, self.NKV, self.D)
+        v = self.lin(h, b + "self_attn.v_proj").view(T, self.NKV, self.D)
+        if self.type == "qwen3":
+            q = rms(q, self.p(b + "self_attn.q_norm.weight"), self.eps, False)
+            k = rms(k, self.p(b + "self_attn.k_norm.weight"), self.eps, False)
+        q, k = rope(q, pos, self.freqs), rope(k, pos, self.freqs)
+        ctx, P, V = self.attend(q, k, v, l, scale)
+        o = self.lin(ctx, b + "self_attn.o_proj")
+        if self.type == "gemma2":
+            o = rms(o, self.p(b + "post_attention_layernorm.weight"), self.eps, True)
+            h = rms(x + o, self.p(b + "pre_feedforward_layernorm.weight"), self.eps, True)
+        else:
+            h = rms(x + o, self.p(b + "post_attention_layernorm.weight"), self.eps, off)
+        x = x + o
+        f = self.lin(self.act(self.lin(h, b + "mlp.gate_proj")) * self.lin(h, b + "mlp.up_proj"), b + "mlp.down_proj")
+        if self.type == "gemma2":
+            f = rms(f, self.p(b + "post_feedforward_layernorm.weight"), self.eps, True)
+        return x + f, P, V
+
+    def neox_block(self, l, x, pos, scale=None):
+        b = f"gpt_neox.layers.{l}."
+        T, D = x.shape[0], self.D
+        ln = lambda z, n: torch.nn.functional.layer_norm(z, (self.C,), self.p(b + n + ".weight"),
+                                                         self.p(b + n + ".bias"), self.eps)
+        qkv = self.lin(ln(x, "input_layernorm"), b + "attention.query_key_value").view(T, self.NH, 3 * D)
+        q, k, v = qkv[..., :D], qkv[..., D:2 * D], qkv[..., 2 * D:]
+        q, k = rope(q, pos, self.freqs), rope(k, pos, self.freqs)
+        ctx, P, V = self.attend(q, k, v, l, scale)
+        a = self.lin(ctx, b + "attention.dense")
+        mlp = lambda z: self.lin(self.act(self.lin(z, b + "mlp.dense_h_to_4h")), b + "mlp.dense_4h_to_h")
+        if self.cfg.get("use_parallel_residual", True):
+            return x + a + mlp(ln(x, "post_attention_layernorm")), P, V
+        x = x + a
+        return x + mlp(ln(x, "post_attention_layernorm")), P, V
+
+    def embed(self, ids):
+        t = torch.tensor(ids)
+        if self.type == "gpt_neox":
+            return self.p("gpt_neox.embed_in.weight")[t]
+        x = self.p("model.embed_tokens.weight")[t]
+        if self.gemma:
+            x = x * torch.tensor(self.C ** 0.5, dtype=torch.float32).double()  # normalizer in the model dtype
+        return x
+
+    def layers(self, x, scales=None):
+        """hidden [L+1] (the last after the final norm) and probabilities from
+        h0 = x; the values per query head go to self.values (families_reference's
+        Model interface, so its attribution and hta run on decoders too)."""
+        pos = torch.arange(x.shape[0])
+        hidden, probs, self.values = [x], [], []
+        for l in range(self.L):
+            x, P, V = self.block(l, x, pos, scales[l] if scales else None)
+            hidden.append(x)
+            probs.append(P)
+            self.values.append(V)
+        if self.type == "gpt_neox":
+            hidden[-1] = torch.nn.functional.layer_norm(x, (self.C,), self.p("gpt_neox.final_layer_norm.weight"),
+                                                        self.p("gpt_neox.final_layer_norm.bias"), self.eps)
+        else:
+            hidden[-1] = rms(x, self.p("model.norm.weight"), self.eps, self.gemma)
+        return hidden, probs
+
+    def head(self, hL):
+        if self.type == "gpt_neox":
+            w = self.p("embed_out.weight")
+        else:
+            w = self.p("model.embed_tokens.weight") if self.tied else self.p("lm_head.weight")
+        logits = hL @ w.t()
+        if getattr(self, "final_cap", None):
+            logits = torch.tanh(logits / self.final_cap) * self.final_cap
+        return logits
+
+    def objective_logits(self, logits):
+        return logits[-1]  # next token after the last position
+
+
+def effective(probs, values):
+    out = []
+    for A, V in zip(probs, values):  # [NH][T][T], [NH][T][D]
+        E = torch.zeros_like(A)
+        for h in range(A.shape[0]):
+            for i in range(A.shape[1]):
+                Vi = V[h, :i + 1]
+                E[h, i, :i + 1] = A[h, i, :i + 1] @ (Vi @ torch.linalg.pinv(Vi))
+        out.append(E.tolist())
+    return out
+
+
+def main():
+    req = json.load(open(sys.argv[1]))
+    m = Decoder(req["model"])
+    h0 = m.embed(req["ids"])
+    with torch.no_grad():
+        hidden, probs = m.layers(h0)
+        logits = m.head(hidden[-1])
+    json.dump(answer(req, m, h0, hidden, probs, logits, effective(probs, m.values)), sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
