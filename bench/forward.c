@@ -5,11 +5,13 @@
  *   forward --sgemm [--size 2048] [--threads n] [--reps R]
  *       times cblas_sgemm on size x size matrices: the machine's ceiling.
  *   forward --model DIR --T 128 --batch 1 --threads 2 --reps R [--warmup W]
- *           [--seed S] [--dump FILE]
+ *           [--seed S] [--dump FILE] [--dump-logits FILE]
  *       times lens_forward on S = batch sequences of T tokens packed into one
  *       lens_batch (N = S*T rows, no padding) with a lens_pool of --threads
  *       threads (OpenBLAS at one thread); --dump writes the final hidden
- *       states [N][C] as raw float32 for the correctness guard.
+ *       states [N][C] as raw float32 for the correctness guard; --dump-logits
+ *       (a causal LM, batch 1) the last position's logits [V] (the llama-1b
+ *       section checks them against bench/llama_peer.py's).
  *
  * Every mode prints one JSON line on stdout. Token ids come from xorshift32
  * seeded with --seed, id = x mod V for each of the N tokens in packed order;
@@ -33,7 +35,7 @@
 #include "core/model/model.h"
 
 typedef struct {
-    const char *model_dir, *mkmodel_dir, *task, *dump;
+    const char *model_dir, *mkmodel_dir, *task, *dump, *dump_logits;
     int sgemm, size, T, batch, threads, reps, warmup;
     unsigned seed;
 } options;
@@ -92,21 +94,31 @@ static int run_sgemm(const options *o)
     return 0;
 }
 
-static int dump_final_hidden(const lens_model *m, const lens_batch *batch, lens_pool *pool, const char *path)
+/* One more forward after the timing, keeping `keep` (LENS_KEEP_HIDDEN or
+ * LENS_KEEP_LOGITS), written to path as raw float32: the final hidden states
+ * [N][C], or the last position's logits [V] (a causal LM). */
+static int dump_forward(const lens_model *m, const lens_batch *batch, lens_pool *pool, unsigned keep, const char *path)
 {
     lens_err err = {0};
     lens_activations act;
-    lens_forward_opts opts = {.keep = LENS_KEEP_HIDDEN, .pool = pool};
+    lens_forward_opts opts = {.keep = keep, .pool = pool};
     if (lens_forward(m, batch, &opts, &act, &err)) {
         fprintf(stderr, "forward: dump forward: %s\n", err.msg);
         return -1;
     }
-    const size_t count = (size_t)act.n_tokens * m->cfg.d_model;
-    const float *final = act.hidden + (size_t)act.n_layers * count; /* [N][C] after the last layer */
-    FILE *f = fopen(path, "wb");
-    int rc = f && fwrite(final, sizeof(float), count, f) == count ? 0 : -1;
+    const float *rows = NULL;
+    size_t count = 0;
+    if (keep == LENS_KEEP_HIDDEN) {
+        count = (size_t)act.n_tokens * m->cfg.d_model;
+        rows = act.hidden + (size_t)act.n_layers * count; /* [N][C] after the last layer */
+    } else if ((rows = lens_act_logits(m, &act, batch->n_seqs - 1))) {
+        count = (size_t)m->cfg.vocab_size;
+        rows += (size_t)(batch->lengths[batch->n_seqs - 1] - 1) * count; /* [V] of the last position */
+    }
+    FILE *f = rows ? fopen(path, "wb") : NULL;
+    int rc = f && fwrite(rows, sizeof(float), count, f) == count ? 0 : -1;
     if (f && fclose(f)) rc = -1;
-    if (rc) fprintf(stderr, "forward: cannot write %s\n", path);
+    if (rc) fprintf(stderr, "forward: cannot write %s%s\n", path, rows ? "" : " (the model has no LM head)");
     lens_activations_free(&act);
     return rc;
 }
@@ -164,7 +176,8 @@ static int run_forward(const options *o)
     const double C = c->d_model, L = c->n_layers;
     const double p_lin = L * (4.0 * C * C + 2.0 * C * c->d_ff);
     const double gflop = (2.0 * N * p_lin + 4.0 * (double)o->T * o->T * C * L * S) * 1e-9;
-    if (o->dump && dump_final_hidden(m, &batch, pool, o->dump)) return 1;
+    if (o->dump && dump_forward(m, &batch, pool, LENS_KEEP_HIDDEN, o->dump)) return 1;
+    if (o->dump_logits && dump_forward(m, &batch, pool, LENS_KEEP_LOGITS, o->dump_logits)) return 1;
     lens_pool_free(pool);
     printf("{\"impl\":\"lensd\",\"T\":%d,\"batch\":%d,\"threads\":%d,\"reps\":%d,\"warmup\":%d,"
            "\"ms_median\":%.3f,\"ms_min\":%.3f,\"ms_max\":%.3f,\"gflop\":%.4f,\"gflops\":%.2f,"
@@ -180,7 +193,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: forward --model DIR [--T 128] [--batch 1] [--threads 1] [--reps 5] [--warmup 1]\n"
-            "               [--seed 42] [--dump FILE]\n"
+            "               [--seed 42] [--dump FILE] [--dump-logits FILE]\n"
             "       forward --sgemm [--size 2048] [--threads 1] [--reps 5]\n"
             "       forward --mkmodel DIR [--task encoder] [--seed 42]\n");
 }
@@ -205,6 +218,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--mkmodel")) o.mkmodel_dir = v;
         else if (!strcmp(a, "--task")) o.task = v;
         else if (!strcmp(a, "--dump")) o.dump = v;
+        else if (!strcmp(a, "--dump-logits")) o.dump_logits = v;
         else if (!strcmp(a, "--size")) o.size = atoi(v);
         else if (!strcmp(a, "--T")) o.T = atoi(v);
         else if (!strcmp(a, "--batch")) o.batch = atoi(v);

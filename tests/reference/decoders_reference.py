@@ -25,7 +25,7 @@ lensd; the transformers package is not imported.
 
 Usage: decoders_reference.py REQUEST.json > RESULT.json with REQUEST {"model": DIR,
 "ids": [...], "steps", "target", "attribution", "hta"}; output hidden [L+1][T][C],
-attentions / effective [L][NH][T][T], logits [T][V], attribution / hta when asked. families_reference.py hands these families to main() here."""
+attentions / effective [L][NH][T][T], logits [T][V], attribution / hta when asked, token identity and decomposition (families_reference.answer). families_reference.py hands these families to main() here."""
 import json
 import math
 import os
@@ -34,7 +34,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from families_reference import attribution, hta, read_safetensors  # noqa: E402  (Hao et al., Brunner et al., F32 reader)
+from families_reference import answer, read_safetensors  # noqa: E402  (the shared answer: attribution, HTA, ...; F32 reader)
 
 torch.set_num_threads(1)
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gpt_neox")
@@ -244,17 +244,7 @@ def main():
     with torch.no_grad():
         hidden, probs = m.layers(h0)
         logits = m.head(hidden[-1])
-    res = {"hidden": [h.tolist() for h in hidden], "attentions": [P.tolist() for P in probs],
-           "logits": logits.tolist(), "effective": effective(probs, m.values)}
-    if req.get("attribution"):
-        res["attribution"], res["target"], res["f_full"] = attribution(m, h0, req["steps"], req.get("target", -1))
-    if req.get("hta"):
-        res["hta"] = hta(m, h0)
-    from families_reference import decomposition, token_identity  # family-independent: hidden states only
-    res["ti_rank"], res["ti_margin"] = token_identity(hidden)
-    if req.get("windows"):
-        res["decomposition"] = decomposition(m, req["windows"], req["labels"])
-    json.dump(res, sys.stdout)
+    json.dump(answer(req, m, h0, hidden, probs, logits, effective(probs, m.values)), sys.stdout)
 
 
 if __name__ == "__main__":

@@ -307,8 +307,13 @@ def main():
     with torch.no_grad():
         hidden, probs = m.layers(h0)
         logits = m.head(hidden[-1])
+    json.dump(answer(req, m, h0, hidden, probs, logits, effective(m, probs)), sys.stdout)
+
+
+def answer(req, m, h0, hidden, probs, logits, effective):
+    """The reference's JSON for request req (every family: decoders_reference.py too)."""
     res = {"hidden": [h.tolist() for h in hidden], "attentions": [P.tolist() for P in probs],
-           "logits": None if logits is None else logits.tolist(), "effective": effective(m, probs)}
+           "logits": None if logits is None else logits.tolist(), "effective": effective}
     if req.get("attribution"):
         res["attribution"], res["target"], res["f_full"] = attribution(m, h0, req["steps"], req.get("target", -1))
     if req.get("hta"):
@@ -316,7 +321,7 @@ def main():
     res["ti_rank"], res["ti_margin"] = token_identity(hidden)
     if req.get("windows"):
         res["decomposition"] = decomposition(m, req["windows"], req["labels"])
-    json.dump(res, sys.stdout)
+    return res
 
 
 if __name__ == "__main__":
