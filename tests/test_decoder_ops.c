@@ -527,8 +527,25 @@ static void check_attention_scores(const char *arch, const lens_model *m)
               "%s: %d of %d x %d heads failed", arch, res.n_failed, res.n_layers, res.n_heads);
         CHECK(res.scores_max_diff <= 1e-5, "%s: softmax(scores from attn_qk) differs from the forward's A by %g", arch,
               res.scores_max_diff);
-        printf("%-8s attention analysis: scores from attn_qk vs forward max |diff| %.2e\n", arch,
-               res.scores_max_diff);
+        /* effective attention (what /v1/attention serves) keeps each row on the keys it attends:
+         * nothing outside a sliding-window layer's window (the null space is the window's) */
+        const size_t TT = (size_t)T_IDS * T_IDS;
+        int outside = 0, masked = 0;
+        for (int li = 0; li < res.n_layers; li++) {
+            const int window = lens_layer_window(&m->cfg, res.layers[li] - 1);
+            for (int hi = 0; hi < res.n_heads; hi++) {
+                const float *e = res.effective + ((size_t)li * res.n_heads + hi) * TT;
+                for (int i = 0; i < T_IDS; i++)
+                    for (int j = 0; j < i && window; j++)
+                        if (i - j >= window) masked++, outside += e[(size_t)i * T_IDS + j] != 0.0f;
+            }
+        }
+        CHECK(outside == 0, "%s: %d effective weights outside their sliding window", arch, outside);
+        CHECK((masked > 0) == (m->cfg.sliding_window > 0 && T_IDS > m->cfg.sliding_window),
+              "%s: %d entries outside a window checked (sliding_window %d, T %d)", arch, masked,
+              m->cfg.sliding_window, T_IDS);
+        printf("%-8s attention analysis: scores from attn_qk vs forward max |diff| %.2e; %d effective entries "
+               "outside windows, all 0\n", arch, res.scores_max_diff, masked);
         lens_attention_result_free(&res);
     }
     lens_activations_free(&act);
