@@ -166,3 +166,9 @@ void lens_block_copy_rows(float *dst, const float *src, size_t ld, int N, int W)
     else
         for (int n = 0; n < N; n++) memcpy(dst + (size_t)n * W, src + n * ld, sizeof(float) * W);
 }
+
+size_t lens_ln_block_cache_floats(const lens_config *c, int for_weights)
+{
+    const size_t C = c->d_model, F = c->d_ff, VO = (size_t)c->n_heads * c->d_head_v;
+    return 2 * C + F + 4 + (for_weights ? 2 * C + VO + F : 0);
+}

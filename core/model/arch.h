@@ -210,6 +210,10 @@ void lens_block_linear_jvp(const lens_block_io *io, float *out, const float *in,
                            float *gather, float *prod);
 /* dst[N][W] = src[N] rows of row stride ld (a cache keeps io->ff packed). */
 void lens_block_copy_rows(float *dst, const float *src, size_t ld, int N, int W);
+/* cache_floats of the LayerNorm blocks, post-norm (BERT) and pre-norm (GPT-2)
+ * alike: two LayerNorms' inputs and statistics and the GELU input per row,
+ * for weight gradients also the inputs of the linear maps they do not keep. */
+size_t lens_ln_block_cache_floats(const lens_config *c, int for_weights);
 
 struct lens_family {
     const char *model_type;   /* config "model_type": "bert" */
@@ -306,7 +310,6 @@ void lens_bert_embed(const lens_model *m, const int *ids, const int *type_ids, i
 void lens_bert_block_forward(const lens_model *m, lens_block_io *io, int l);
 void lens_bert_block_backward(const lens_model *m, lens_block_io *io, int l);
 void lens_bert_block_jvp(const lens_model *m, lens_block_io *io, int l);
-size_t lens_bert_cache_floats(const lens_config *c, int for_weights);
 void lens_bert_write_config(FILE *f, const lens_config *c, int random_weights);
 /* A new encoder config's task from its name (NULL: classification with
  * labels negative / positive), for new_config. */

@@ -189,12 +189,6 @@ typedef struct {
     float *x_in, *ctx, *a, *ff_act;        /* for_weights: q/k/v, attn_out, ff_in, ff_out inputs */
 } post_saved;
 
-size_t lens_bert_cache_floats(const lens_config *c, int for_weights)
-{
-    const size_t C = c->d_model, F = c->d_ff, VO = (size_t)c->n_heads * c->d_head_v;
-    return 2 * C + F + 4 + (for_weights ? 2 * C + VO + F : 0);
-}
-
 static post_saved post_slots(const lens_config *c, const lens_block_cache *k)
 {
     const size_t R = (size_t)k->rows, C = c->d_model, F = c->d_ff, VO = (size_t)c->n_heads * c->d_head_v;
@@ -315,6 +309,6 @@ const lens_family lens_family_bert = {
     .block_forward = lens_bert_block_forward,
     .block_backward = lens_bert_block_backward,
     .block_jvp = lens_bert_block_jvp,
-    .cache_floats = lens_bert_cache_floats,
+    .cache_floats = lens_ln_block_cache_floats,
     .final_forward = NULL,
 };

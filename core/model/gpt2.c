@@ -122,12 +122,6 @@ typedef struct {
     float *h1, *ctx, *h2, *ff_act; /* for_weights: q/k/v, attn_out, ff_in, ff_out inputs */
 } pre_saved;
 
-static size_t gpt2_cache_floats(const lens_config *c, int for_weights)
-{
-    const size_t C = c->d_model, F = c->d_ff, VO = (size_t)c->n_heads * c->d_head_v;
-    return 2 * C + F + 4 + (for_weights ? 2 * C + VO + F : 0);
-}
-
 static pre_saved pre_slots(const lens_config *c, const lens_block_cache *k)
 {
     const size_t R = (size_t)k->rows, C = c->d_model, F = c->d_ff, VO = (size_t)c->n_heads * c->d_head_v;
@@ -286,7 +280,7 @@ const lens_family lens_family_gpt2 = {
     .block_forward = gpt2_block_forward,
     .block_backward = gpt2_block_backward,
     .block_jvp = gpt2_block_jvp,
-    .cache_floats = gpt2_cache_floats,
+    .cache_floats = lens_ln_block_cache_floats,
     .final_cache_floats = lens_ln_final_cache_floats,
     .final_forward = lens_ln_final_forward,
     .final_backward = lens_ln_final_backward,
