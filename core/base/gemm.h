@@ -30,6 +30,12 @@
 /* Floats of a packed K x N matrix (N rounded up to whole panels). */
 size_t lens_gemm_packed_size(int K, int N);
 
+/* Storage for `floats` packed weight floats, freed with free(): 2 MiB
+ * aligned and advised into transparent huge pages, so the forward, which
+ * streams every weight from DRAM once per call, does not also walk the page
+ * tables every 4 KiB. NULL when out of memory. */
+float *lens_gemm_alloc_packed(size_t floats);
+
 /* packed = W (K x N) in panel layout; w_kn: 1 = W[k][n] at w[k*ld + n],
  * 0 = at w[n*ld + k]. packed must be 64-byte aligned. */
 void lens_gemm_pack(float *packed, const float *w, int K, int N, size_t ld, int w_kn);
