@@ -6,9 +6,10 @@
  *       times cblas_sgemm on size x size matrices: the machine's ceiling.
  *   forward --gemm M,K,N [--threads n] [--reps R]
  *       times lens_gemm (prepacked random W, bias) on x[M][K] -> y[M][N]
- *       twice: rows stored at their width (ld = K, N) and padded by 16 floats
- *       (ld = K + 16, N + 16), one JSON line each: the 4 KiB aliasing a
- *       stride of 1024 floats (or a multiple) costs (gemm.h).
+ *       four times: rows of x and y stored at their width (ldx = K, ldy = N)
+ *       or padded by 16 floats, each alone and both, one JSON line each:
+ *       what the 4 KiB aliasing of a stride of 1024 floats (or a multiple)
+ *       costs on the input and on the output side (gemm.h).
  *   forward --model DIR --T 128 --batch 1 --threads 2 --reps R [--warmup W]
  *           [--seed S] [--dump FILE] [--dump-logits FILE]
  *       times lens_forward on S = batch sequences of T tokens packed into one
@@ -144,16 +145,17 @@ static int run_gemm(const options *o)
     for (int i = 0; i < N; i++) bias[i] = (float)xorshift32(&state) / 4294967296.0f - 0.5f;
     lens_gemm_pack(packed, w, K, N, (size_t)N, 1);
     const double gflop = 2.0 * M * K * N * 1e-9;
-    for (int pad = 0; pad <= 16; pad += 16) {
+    for (int v = 0; v < 4; v++) {
+        const int pad_x = v & 1 ? 16 : 0, pad_y = v & 2 ? 16 : 0;
         double cpu = 0;
-        const double ms = time_gemm(o, pool, M, K, N, (size_t)K + pad, (size_t)N + pad, packed, bias, &cpu);
+        const double ms = time_gemm(o, pool, M, K, N, (size_t)(K + pad_x), (size_t)(N + pad_y), packed, bias, &cpu);
         if (ms < 0) {
             fprintf(stderr, "forward: out of memory for gemm %d x %d x %d\n", M, K, N);
             return 1;
         }
         printf("{\"impl\":\"gemm\",\"M\":%d,\"K\":%d,\"N\":%d,\"ldx\":%d,\"ldy\":%d,\"threads\":%d,\"reps\":%d,"
                "\"ms_median\":%.4f,\"gflops\":%.2f,\"cpu_ms_median\":%.4f}\n",
-               M, K, N, K + pad, N + pad, o->threads, o->reps, ms, gflop / (ms * 1e-3), cpu);
+               M, K, N, K + pad_x, N + pad_y, o->threads, o->reps, ms, gflop / (ms * 1e-3), cpu);
     }
     lens_pool_free(pool);
     free(w), free(bias), free(packed);

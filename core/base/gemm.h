@@ -45,7 +45,9 @@ void lens_gemm_pack(float *packed, const float *w, int K, int N, size_t ld, int 
  * NULL, else alpha * (w, ld, w_kn) with elements of w_dtype (F32 = 0 unless
  * set): alpha scales W while it is packed during the call (attention's
  * 1/sqrt(DK)) and is ignored for prepacked W. bias [N] may be NULL. y must
- * not alias x or W. */
+ * not alias x or W. post, when set, is applied in place to every finished
+ * output row segment (y[m][n0 .. n0+n)) while it is still in L1: an
+ * elementwise activation fused into the product (BERT's GELU). */
 typedef struct {
     int M, N, K;
     const float *x;
@@ -60,6 +62,7 @@ typedef struct {
     float *y;
     size_t ldy;
     int accumulate;
+    void (*post)(float *y, size_t n);
 } lens_gemm_args;
 void lens_gemm(const lens_gemm_args *g, lens_pool *pool);
 
@@ -67,10 +70,16 @@ void lens_gemm(const lens_gemm_args *g, lens_pool *pool);
  * model packed them). */
 void lens_gemm_linear(float *out, const float *inp, const lens_linear *lin, int N, lens_pool *pool);
 /* The same with row strides: out[n] at out + n * ld_out, inp[n] at inp + n * ld_inp.
- * A stride that is a multiple of 1024 floats puts the kernel's 12 input rows
- * in one L1 set (4 KiB aliasing, -20% at K = 3072): pad such buffers. */
+ * An output stride that is a multiple of 1024 floats puts a tile's 12 rows
+ * in one L1 set (4 KiB aliasing, 10-20% at N = 3072): lens_gemm then works
+ * on a padded copy of y (gemm.c product_padded), which costs a pass over y,
+ * so buffers the caller owns are better padded (forward.c's ff rows). */
 void lens_gemm_linear_ld(float *out, size_t ld_out, const float *inp, size_t ld_inp, const lens_linear *lin, int N,
                          lens_pool *pool);
+/* The same followed by post(row, lin->out) on every output row, fused (see
+ * lens_gemm_args.post). */
+void lens_gemm_linear_post(float *out, size_t ld_out, const float *inp, size_t ld_inp, const lens_linear *lin, int N,
+                           void (*post)(float *y, size_t n), lens_pool *pool);
 
 /* The input gradient of a lens_linear: dinp[N][in] = dout[N][out] W^T in the
  * map's orientation (+= with accumulate), W packed panel by panel during the
