@@ -6,7 +6,7 @@
  * lens_pool_thread_index stays below the pool's thread count.
  *
  * GEMM: y = x W + b against a double-precision reference for shapes that are
- * not multiples of the tiles (MR 12, NR 32, KC 384, MC 240), M, N or K = 1,
+ * not multiples of the tiles (MR 12, NR 32, KC 768, MC 240), M, N or K = 1,
  * row strides larger than the rows, both weight layouts, with and without
  * bias, prepacked and packed-per-call W (with a scale), pools of 1 and 2
  * threads. Tolerance per element: 2 K FLT_EPSILON (sum_k |x_k W_kn| + |b_n|),
@@ -230,6 +230,14 @@ static void test_half_weights(void)
     lens_pool_free(two);
 }
 
+/* n values uniform in [-scale, scale), malloc'd (n + 1 so n = 0 allocates). */
+static float *uniform_floats(size_t n, float scale)
+{
+    float *v = malloc(sizeof(float) * (n + 1));
+    for (size_t i = 0; i < n; i++) v[i] = uniform() * scale;
+    return v;
+}
+
 /* lens_gemm_args.post (BERT's GELU fused into the FFN's first product):
  * bitwise the unfused product followed by the activation on every row, for
  * prepacked and per-call W, K across KC blocks and K = 0, N not a multiple
@@ -237,7 +245,7 @@ static void test_half_weights(void)
  * a pool, both GELUs. */
 static void test_post(void)
 {
-    static const int shapes[][3] = {{1, 1, 1}, {13, 33, 385}, {128, 96, 768}, {30, 70, 0}, {25, 3072, 40}};
+    static const int shapes[][3] = {{1, 1, 1}, {13, 33, 1000}, {128, 96, 768}, {30, 70, 0}, {25, 3072, 40}};
     lens_pool *two = lens_pool_create(2);
     int n_cases = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
@@ -245,13 +253,10 @@ static void test_post(void)
             const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], prepack = variant & 1;
             void (*post)(float *, size_t) = variant & 2 ? lens_gelu_tanh_forward : lens_gelu_forward;
             const size_t ldy = (size_t)N + 7;
-            float *x = malloc(sizeof(float) * (M * K + 1)), *w = malloc(sizeof(float) * (K * N + 1));
-            float *b = malloc(sizeof(float) * N), *fused = malloc(sizeof(float) * M * ldy);
+            float *x = uniform_floats((size_t)M * K, 2.0f), *w = uniform_floats((size_t)K * N, 0.2f);
+            float *b = uniform_floats((size_t)N, 1.0f), *fused = malloc(sizeof(float) * M * ldy);
             float *plain = malloc(sizeof(float) * M * ldy);
             float *packed = aligned_alloc(64, sizeof(float) * (lens_gemm_packed_size(K, N) + 16));
-            for (int i = 0; i < M * K; i++) x[i] = uniform() * 2.0f;
-            for (int i = 0; i < K * N; i++) w[i] = uniform() * 0.2f;
-            for (int i = 0; i < N; i++) b[i] = uniform();
             for (size_t i = 0; i < M * ldy; i++) fused[i] = plain[i] = 1234.5f;
             if (prepack) lens_gemm_pack(packed, w, K, N, (size_t)N, 1);
             lens_gemm_args g = {.M = M, .N = N, .K = K, .x = x, .ldx = (size_t)K, .packed = prepack ? packed : NULL,
@@ -285,11 +290,9 @@ static void test_aliased_rows(void)
         for (int variant = 0; variant < 4; variant++) {
             const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], acc = variant & 1;
             const size_t aliased = ((size_t)N + 1023) / 1024 * 1024, plain = (size_t)N + 3;
-            float *x = malloc(sizeof(float) * M * K), *w = malloc(sizeof(float) * K * N), *b = malloc(sizeof(float) * N);
+            float *x = uniform_floats((size_t)M * K, 1.0f), *w = uniform_floats((size_t)K * N, 0.1f);
+            float *b = uniform_floats((size_t)N, 1.0f);
             float *ya = malloc(sizeof(float) * M * aliased), *yp = malloc(sizeof(float) * M * plain);
-            for (int i = 0; i < M * K; i++) x[i] = uniform();
-            for (int i = 0; i < K * N; i++) w[i] = uniform() * 0.1f;
-            for (int i = 0; i < N; i++) b[i] = uniform();
             for (size_t i = 0; i < M * aliased; i++) ya[i] = 1234.5f;
             for (int m = 0; m < M; m++)
                 for (int n = 0; n < N; n++) ya[(size_t)m * aliased + n] = yp[(size_t)m * plain + n] = uniform();

@@ -15,7 +15,7 @@
  *
  * Kernel: AVX-512 (12 rows x 32 columns of accumulators, A broadcast, FMA)
  * chosen at run time with __builtin_cpu_supports, else a portable C kernel
- * over the same layout. Blocking: K in blocks of 384 rows, M in blocks of 240
+ * over the same layout. Blocking: K in blocks of 768 rows, M in blocks of 240
  * rows, work split over (M block, group of panels) tasks through the pool. */
 #ifndef LENS_GEMM_H
 #define LENS_GEMM_H
