@@ -15,6 +15,16 @@ static inline double now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
+/* CPU time of the whole process (every thread): on a loaded machine the
+ * comparable figure for a 1-thread run, since wall time counts the slices
+ * other processes took. */
+static inline double cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
 static inline uint32_t xorshift32(uint32_t *state)
 {
     uint32_t x = *state;

@@ -4,6 +4,12 @@
  *       writes a random BERT-base checkpoint (lens_mkmodel) into DIR.
  *   forward --sgemm [--size 2048] [--threads n] [--reps R]
  *       times cblas_sgemm on size x size matrices: the machine's ceiling.
+ *   forward --gemm M,K,N [--threads n] [--reps R]
+ *       times lens_gemm (prepacked random W, bias) on x[M][K] -> y[M][N]
+ *       four times: rows of x and y stored at their width (ldx = K, ldy = N)
+ *       or padded by 16 floats, each alone and both, one JSON line each:
+ *       what the 4 KiB aliasing of a stride of 1024 floats (or a multiple)
+ *       costs on the input and on the output side (gemm.h).
  *   forward --model DIR --T 128 --batch 1 --threads 2 --reps R [--warmup W]
  *           [--seed S] [--dump FILE] [--dump-logits FILE]
  *       times lens_forward on S = batch sequences of T tokens packed into one
@@ -31,11 +37,12 @@
 
 #include "bench/bench.h"
 #include "core/base/blas.h"
+#include "core/base/gemm.h"
 #include "core/model/mkmodel.h"
 #include "core/model/model.h"
 
 typedef struct {
-    const char *model_dir, *mkmodel_dir, *task, *dump, *dump_logits;
+    const char *model_dir, *mkmodel_dir, *task, *dump, *dump_logits, *gemm;
     int sgemm, size, T, batch, threads, reps, warmup;
     unsigned seed;
 } options;
@@ -94,6 +101,67 @@ static int run_sgemm(const options *o)
     return 0;
 }
 
+/* lens_gemm on x[M][K] (row stride ldx) and prepacked W[K][N] into y (row
+ * stride ldy), with the forward's pool; median ms of o->reps after warm-up. */
+static double time_gemm(const options *o, lens_pool *pool, int M, int K, int N, size_t ldx, size_t ldy,
+                        const float *packed, const float *bias, double *cpu_med)
+{
+    float *x = malloc(sizeof(float) * (size_t)M * ldx), *y = malloc(sizeof(float) * (size_t)M * ldy);
+    double *times = malloc(sizeof(double) * (size_t)o->reps), *cpu = malloc(sizeof(double) * (size_t)o->reps);
+    double med = -1;
+    if (x && y && times && cpu) {
+        uint32_t state = o->seed;
+        for (size_t i = 0; i < (size_t)M * ldx; i++) x[i] = (float)xorshift32(&state) / 4294967296.0f - 0.5f;
+        const lens_gemm_args g = {.M = M, .N = N, .K = K, .x = x, .ldx = ldx, .packed = packed, .alpha = 1.0f,
+                                  .bias = bias, .y = y, .ldy = ldy};
+        for (int r = -o->warmup; r < o->reps; r++) {
+            double t0 = now_ms(), c0 = cpu_ms();
+            lens_gemm(&g, pool);
+            if (r >= 0) times[r] = now_ms() - t0, cpu[r] = cpu_ms() - c0;
+        }
+        med = median(times, o->reps);
+        *cpu_med = median(cpu, o->reps);
+    }
+    free(x), free(y), free(times), free(cpu);
+    return med;
+}
+
+static int run_gemm(const options *o)
+{
+    int M = 0, K = 0, N = 0;
+    if (sscanf(o->gemm, "%d,%d,%d", &M, &K, &N) != 3 || M < 1 || K < 1 || N < 1) {
+        fprintf(stderr, "forward: --gemm wants M,K,N (positive)\n");
+        return 2;
+    }
+    float *w = malloc(sizeof(float) * (size_t)K * N), *bias = malloc(sizeof(float) * (size_t)N);
+    float *packed = aligned_alloc(64, (lens_gemm_packed_size(K, N) * sizeof(float) + 63) & ~(size_t)63);
+    lens_pool *pool = o->threads > 1 ? lens_pool_create(o->threads) : NULL;
+    if (!w || !bias || !packed || (o->threads > 1 && !pool)) {
+        fprintf(stderr, "forward: out of memory for gemm %d x %d x %d\n", M, K, N);
+        return 1;
+    }
+    uint32_t state = o->seed + 1;
+    for (size_t i = 0; i < (size_t)K * N; i++) w[i] = (float)xorshift32(&state) / 4294967296.0f - 0.5f;
+    for (int i = 0; i < N; i++) bias[i] = (float)xorshift32(&state) / 4294967296.0f - 0.5f;
+    lens_gemm_pack(packed, w, K, N, (size_t)N, 1);
+    const double gflop = 2.0 * M * K * N * 1e-9;
+    for (int v = 0; v < 4; v++) {
+        const int pad_x = v & 1 ? 16 : 0, pad_y = v & 2 ? 16 : 0;
+        double cpu = 0;
+        const double ms = time_gemm(o, pool, M, K, N, (size_t)(K + pad_x), (size_t)(N + pad_y), packed, bias, &cpu);
+        if (ms < 0) {
+            fprintf(stderr, "forward: out of memory for gemm %d x %d x %d\n", M, K, N);
+            return 1;
+        }
+        printf("{\"impl\":\"gemm\",\"M\":%d,\"K\":%d,\"N\":%d,\"ldx\":%d,\"ldy\":%d,\"threads\":%d,\"reps\":%d,"
+               "\"ms_median\":%.4f,\"gflops\":%.2f,\"cpu_ms_median\":%.4f}\n",
+               M, K, N, K + pad_x, N + pad_y, o->threads, o->reps, ms, gflop / (ms * 1e-3), cpu);
+    }
+    lens_pool_free(pool);
+    free(w), free(bias), free(packed);
+    return 0;
+}
+
 /* One more forward after the timing, keeping `keep` (LENS_KEEP_HIDDEN or
  * LENS_KEEP_LOGITS), written to path as raw float32: the final hidden states
  * [N][C], or the last position's logits [V] (a causal LM). */
@@ -141,8 +209,8 @@ static int run_forward(const options *o)
     }
     const int S = o->batch, N = o->T * o->batch;
     int *ids = malloc(sizeof(int) * (size_t)N), *lengths = malloc(sizeof(int) * (size_t)S);
-    double *times = malloc(sizeof(double) * (size_t)o->reps);
-    if (!ids || !lengths || !times) {
+    double *times = malloc(sizeof(double) * (size_t)o->reps), *cpu = malloc(sizeof(double) * (size_t)o->reps);
+    if (!ids || !lengths || !times || !cpu) {
         fprintf(stderr, "forward: out of memory\n");
         return 1;
     }
@@ -161,14 +229,14 @@ static int run_forward(const options *o)
 
     for (int r = -o->warmup; r < o->reps; r++) {
         lens_activations act;
-        double start = now_ms();
+        double start = now_ms(), cpu_start = cpu_ms();
         if (lens_forward(m, &batch, &opts, &act, &err)) {
             fprintf(stderr, "forward: %s\n", err.msg);
             return 1;
         }
         double ms = now_ms() - start;
         lens_activations_free(&act);
-        if (r >= 0) times[r] = ms;
+        if (r >= 0) times[r] = ms, cpu[r] = cpu_ms() - cpu_start;
     }
     const long rss = maxrss_kib(); /* before the dump, which keeps all L+1 hidden states */
     double med, min, max;
@@ -181,10 +249,10 @@ static int run_forward(const options *o)
     lens_pool_free(pool);
     printf("{\"impl\":\"lensd\",\"T\":%d,\"batch\":%d,\"threads\":%d,\"reps\":%d,\"warmup\":%d,"
            "\"ms_median\":%.3f,\"ms_min\":%.3f,\"ms_max\":%.3f,\"gflop\":%.4f,\"gflops\":%.2f,"
-           "\"load_ms\":%.1f,\"maxrss_kib\":%ld,\"blas_core\":\"%s\"}\n",
-           o->T, o->batch, o->threads, o->reps, o->warmup, med, min, max, gflop, gflop / (med * 1e-3), load_ms, rss,
-           lens_blas_core());
-    free(ids), free(lengths), free(times);
+           "\"cpu_ms_median\":%.3f,\"load_ms\":%.1f,\"maxrss_kib\":%ld,\"blas_core\":\"%s\"}\n",
+           o->T, o->batch, o->threads, o->reps, o->warmup, med, min, max, gflop, gflop / (med * 1e-3),
+           median(cpu, o->reps), load_ms, rss, lens_blas_core());
+    free(ids), free(lengths), free(times), free(cpu);
     lens_model_free(m);
     return 0;
 }
@@ -195,6 +263,7 @@ static void usage(void)
             "usage: forward --model DIR [--T 128] [--batch 1] [--threads 1] [--reps 5] [--warmup 1]\n"
             "               [--seed 42] [--dump FILE] [--dump-logits FILE]\n"
             "       forward --sgemm [--size 2048] [--threads 1] [--reps 5]\n"
+            "       forward --gemm M,K,N [--threads 1] [--reps 5]\n"
             "       forward --mkmodel DIR [--task encoder] [--seed 42]\n");
 }
 
@@ -218,6 +287,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--mkmodel")) o.mkmodel_dir = v;
         else if (!strcmp(a, "--task")) o.task = v;
         else if (!strcmp(a, "--dump")) o.dump = v;
+        else if (!strcmp(a, "--gemm")) o.gemm = v;
         else if (!strcmp(a, "--dump-logits")) o.dump_logits = v;
         else if (!strcmp(a, "--size")) o.size = atoi(v);
         else if (!strcmp(a, "--T")) o.T = atoi(v);
@@ -238,6 +308,7 @@ int main(int argc, char **argv)
     }
     if (o.mkmodel_dir) return run_mkmodel(&o);
     if (o.sgemm) return run_sgemm(&o);
+    if (o.gemm) return run_gemm(&o);
     if (o.model_dir) return run_forward(&o);
     usage();
     return 2;

@@ -6,7 +6,7 @@
  * lens_pool_thread_index stays below the pool's thread count.
  *
  * GEMM: y = x W + b against a double-precision reference for shapes that are
- * not multiples of the tiles (MR 12, NR 32, KC 384, MC 240), M, N or K = 1,
+ * not multiples of the tiles (MR 12, NR 32, KC 768, MC 240), M, N or K = 1,
  * row strides larger than the rows, both weight layouts, with and without
  * bias, prepacked and packed-per-call W (with a scale), pools of 1 and 2
  * threads. Tolerance per element: 2 K FLT_EPSILON (sum_k |x_k W_kn| + |b_n|),
@@ -230,6 +230,93 @@ static void test_half_weights(void)
     lens_pool_free(two);
 }
 
+/* n values uniform in [-scale, scale), malloc'd (n + 1 so n = 0 allocates). */
+static float *uniform_floats(size_t n, float scale)
+{
+    float *v = malloc(sizeof(float) * (n + 1));
+    for (size_t i = 0; i < n; i++) v[i] = uniform() * scale;
+    return v;
+}
+
+/* lens_gemm_args.post (BERT's GELU fused into the FFN's first product):
+ * bitwise the unfused product followed by the activation on every row, for
+ * prepacked and per-call W, K across KC blocks and K = 0, N not a multiple
+ * of the panel, y stride past the row (untouched past N), with and without
+ * a pool, both GELUs. */
+static void test_post(void)
+{
+    static const int shapes[][3] = {{1, 1, 1}, {13, 33, 1000}, {128, 96, 768}, {30, 70, 0}, {25, 3072, 40}};
+    lens_pool *two = lens_pool_create(2);
+    int n_cases = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int variant = 0; variant < 4; variant++) {
+            const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], prepack = variant & 1;
+            void (*post)(float *, size_t) = variant & 2 ? lens_gelu_tanh_forward : lens_gelu_forward;
+            const size_t ldy = (size_t)N + 7;
+            float *x = uniform_floats((size_t)M * K, 2.0f), *w = uniform_floats((size_t)K * N, 0.2f);
+            float *b = uniform_floats((size_t)N, 1.0f), *fused = malloc(sizeof(float) * M * ldy);
+            float *plain = malloc(sizeof(float) * M * ldy);
+            float *packed = aligned_alloc(64, sizeof(float) * (lens_gemm_packed_size(K, N) + 16));
+            for (size_t i = 0; i < M * ldy; i++) fused[i] = plain[i] = 1234.5f;
+            if (prepack) lens_gemm_pack(packed, w, K, N, (size_t)N, 1);
+            lens_gemm_args g = {.M = M, .N = N, .K = K, .x = x, .ldx = (size_t)K, .packed = prepack ? packed : NULL,
+                                .w = w, .ld = (size_t)N, .w_kn = 1, .alpha = 1.0f, .bias = b, .y = plain, .ldy = ldy};
+            lens_gemm(&g, variant < 2 ? NULL : two);
+            for (int m = 0; m < M; m++) post(plain + (size_t)m * ldy, (size_t)N);
+            g.y = fused, g.post = post;
+            lens_gemm(&g, variant < 2 ? two : NULL);
+            CHECK(!memcmp(fused, plain, sizeof(float) * M * ldy),
+                  "post M=%d N=%d K=%d %s %s: fused product differs from product then activation (or wrote past N)",
+                  M, N, K, prepack ? "prepacked" : "per-call", variant & 2 ? "gelu_tanh" : "gelu");
+            n_cases++;
+            free(x), free(w), free(b), free(fused), free(plain), free(packed);
+        }
+    CHECK(n_cases == 20, "%d post cases", n_cases);
+    lens_pool_free(two);
+}
+
+/* y rows 1024 floats (4 KiB) apart or a multiple: lens_gemm computes into a
+ * padded copy and copies it out (gemm.c product_padded). y must be bitwise
+ * the product written at an unaliased stride, for y = and y += (accumulate,
+ * the copy starts from y), with post, across KC and MC blocks, K below the
+ * copy's threshold (256) and M = 1, NULL and 2-thread pool; the columns past
+ * N stay untouched. */
+static void test_aliased_rows(void)
+{
+    static const int shapes[][3] = {{250, 70, 800}, {13, 1008, 385}, {1, 33, 300}, {40, 64, 64}, {128, 2048, 256}};
+    lens_pool *two = lens_pool_create(2);
+    int n_cases = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int variant = 0; variant < 4; variant++) {
+            const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], acc = variant & 1;
+            const size_t aliased = ((size_t)N + 1023) / 1024 * 1024, plain = (size_t)N + 3;
+            float *x = uniform_floats((size_t)M * K, 1.0f), *w = uniform_floats((size_t)K * N, 0.1f);
+            float *b = uniform_floats((size_t)N, 1.0f);
+            float *ya = malloc(sizeof(float) * M * aliased), *yp = malloc(sizeof(float) * M * plain);
+            for (size_t i = 0; i < M * aliased; i++) ya[i] = 1234.5f;
+            for (int m = 0; m < M; m++)
+                for (int n = 0; n < N; n++) ya[(size_t)m * aliased + n] = yp[(size_t)m * plain + n] = uniform();
+            lens_gemm_args g = {.M = M, .N = N, .K = K, .x = x, .ldx = (size_t)K, .w = w, .ld = (size_t)N, .w_kn = 1,
+                                .alpha = 1.0f, .bias = b, .y = ya, .ldy = aliased, .accumulate = acc,
+                                .post = variant & 2 ? lens_gelu_forward : NULL};
+            lens_gemm(&g, variant & 2 ? two : NULL);
+            g.y = yp, g.ldy = plain;
+            lens_gemm(&g, variant & 2 ? two : NULL);
+            int same_rows = 1, untouched = 1;
+            for (int m = 0; m < M; m++) {
+                same_rows &= !memcmp(ya + (size_t)m * aliased, yp + (size_t)m * plain, sizeof(float) * N);
+                for (size_t n = (size_t)N; n < aliased; n++) untouched &= ya[(size_t)m * aliased + n] == 1234.5f;
+            }
+            CHECK(same_rows && untouched, "M=%d N=%d K=%d %s%s: y stride %zu %s", M, N, K, acc ? "y +=" : "y =",
+                  variant & 2 ? " post, 2 threads" : "", aliased,
+                  !same_rows ? "gives another product than an unaliased stride" : "wrote past N");
+            n_cases++;
+            free(x), free(w), free(b), free(ya), free(yp);
+        }
+    CHECK(n_cases == 20, "%d aliased-stride cases", n_cases);
+    lens_pool_free(two);
+}
+
 /* lens_gemm_linear_backward (the attribution backward's GEMM) against
  * ops.c's cblas lens_linear_backward: Linear and Conv1D layouts, row strides
  * past the row, y = and y += (accumulate), on a 2-thread pool. */
@@ -343,6 +430,8 @@ int main(void)
     test_pool();
     test_gemm();
     test_half_weights();
+    test_post();
+    test_aliased_rows();
     test_linear_backward();
     const char *shared = check_shared_dir();
     if (!shared) {

@@ -58,21 +58,24 @@ const session = await ort.InferenceSession.create(a.model, {
 const loadMs = performance.now() - t0;
 const feeds = { input_ids: new ort.Tensor('int64', xorshift32Ids(+a.seed, B * T, V), [B, T]) };
 
-const times = [];
+const times = [], cpuTimes = []; // wall ms; process CPU ms (user + system, every thread), as bench/forward.c
 let hidden;
 for (let r = 0; r < warmup + reps; r++) {
-  const start = performance.now();
+  const start = performance.now(), cpuStart = process.cpuUsage();
   const out = await session.run(feeds);
-  const ms = performance.now() - start;
+  const ms = performance.now() - start, cpu = process.cpuUsage(cpuStart);
   hidden = out.last_hidden_state;
-  if (r >= warmup) times.push(ms);
+  if (r >= warmup) times.push(ms), cpuTimes.push((cpu.user + cpu.system) / 1000);
 }
 const maxrssKib = process.resourceUsage().maxRSS; // KiB
 if (a.dump) writeFileSync(a.dump, Buffer.from(hidden.data.buffer, hidden.data.byteOffset, hidden.data.byteLength));
 
-times.sort((x, y) => x - y);
-const n = times.length;
-const median = n % 2 ? times[(n - 1) / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+const medianOf = (v) => {
+  v.sort((x, y) => x - y);
+  const k = v.length;
+  return k % 2 ? v[(k - 1) / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
+};
+const median = medianOf(times), n = times.length;
 const C = +a.hidden, L = +a.layers, I = +a.ff;
 const pLin = L * (4 * C * C + 2 * C * I);
 const gflop = (2 * B * T * pLin + 4 * T * T * C * L * B) * 1e-9;
@@ -80,7 +83,7 @@ const round = (x, d) => Math.round(x * 10 ** d) / 10 ** d;
 console.log(JSON.stringify({
   impl: 'ort', T, batch: B, threads, reps, warmup,
   ms_median: round(median, 3), ms_min: round(times[0], 3), ms_max: round(times[n - 1], 3),
-  gflop: round(gflop, 4), gflops: round(gflop / (median * 1e-3), 2),
+  gflop: round(gflop, 4), gflops: round(gflop / (median * 1e-3), 2), cpu_ms_median: round(medianOf(cpuTimes), 3),
   load_ms: round(loadMs, 1), maxrss_kib: maxrssKib, ort: ort.env.versions?.common ?? '',
 }));
 await session.release?.();

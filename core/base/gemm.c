@@ -2,7 +2,7 @@
  *
  * Loop nest of one task (rows m0..m1 of x, panels p0..p1 of W):
  *   for k0 in K step KC          A block x[m0..m1][k0..k0+KC] stays in L2
- *     for panel p                W sub-panel [KC][32] (48 KiB) streams from L2
+ *     for panel p                W sub-panel [KC][32] (96 KiB) streams from L2
  *       for m in m0..m1 step MR  register tile y[m..m+MR][32p..32p+32]
  *         acc = k0 == 0 && !accumulate ? bias : y;  acc += x[m][k] W[k][.] over k;  y = acc
  * Bias is the accumulator's initial value, so no separate bias pass exists. */
@@ -12,15 +12,21 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define NR LENS_GEMM_NR
 #ifndef MR
 #define MR 12 /* 24 of the 32 zmm registers accumulate */
 #endif
 #ifndef KC
-#define KC 384 /* 768 = 2 KC, 3072 = 8 KC */
+/* 768 = 1 KC, 3072 = 4 KC. 384 (the W sub-panel in L1) measured 2-5% slower
+ * on BERT-base at one thread (CPU ms, interleaved: T=128 112.7/105.1/100.3
+ * vs 107.2/99.9/103.4, T=512 472/476/483 vs 461/468/468, 8 x 32 tokens
+ * 217/217/211 vs 206/207/205): each output tile is reloaded per KC block,
+ * and L2 streams the sub-panel fast enough. */
+#define KC 768
 #endif
-#define MC 240 /* rows per task: MC x KC floats = 360 KiB of L2 */
+#define MC 240 /* rows per task: MC x KC floats = 720 KiB of L2 */
 
 /* pf[0 .. pf_lines * 16): cache lines of the next W sub-panel to pull into
  * L2 while this tile computes (prepacked W comes from DRAM or L3 once per
@@ -85,6 +91,21 @@ static void pack_panel(float *dst, const void *w, lens_dtype dt, size_t ld, int 
         }
         for (int k = 0; nr < NR && k < kc; k++) memset(dst + (size_t)k * NR + nr, 0, sizeof(float) * (NR - nr));
     }
+}
+
+/* Measured on BERT-base T = 128 at one thread: 4-7% less CPU time per
+ * forward (340 MB of weights, 83 k pages of 4 KiB otherwise). Below one huge
+ * page the plain 64-byte alignment is kept (tiny models, tests). */
+float *lens_gemm_alloc_packed(size_t floats)
+{
+    const size_t huge = (size_t)2 << 20, bytes = floats * sizeof(float);
+    if (bytes < huge) return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    const size_t rounded = (bytes + huge - 1) & ~(huge - 1);
+    float *p = aligned_alloc(huge, rounded);
+#ifdef MADV_HUGEPAGE
+    if (p) madvise(p, rounded, MADV_HUGEPAGE); /* advice only: 4 KiB pages still work */
+#endif
+    return p;
 }
 
 void lens_gemm_pack(float *packed, const float *w, int K, int N, size_t ld, int w_kn)
@@ -262,27 +283,58 @@ static void gemm_task(void *ctx, int task)
             for (int m = m0, i = 0; m < m1; m += MR, i++) {
                 const int pf_first = i * per_block < next_lines ? i * per_block : next_lines;
                 const int pf_lines = next_lines - pf_first < per_block ? next_lines - pf_first : per_block;
-                j->kernel(m1 - m < MR ? m1 - m : MR, kc, g->x + (size_t)m * g->ldx + k0, g->ldx, b,
-                          g->y + (size_t)m * g->ldy + n0, g->ldy, nr, g->bias ? g->bias + n0 : NULL,
-                          k0 == 0 && !g->accumulate,
+                const int mr = m1 - m < MR ? m1 - m : MR;
+                float *y = g->y + (size_t)m * g->ldy + n0;
+                j->kernel(mr, kc, g->x + (size_t)m * g->ldx + k0, g->ldx, b, y, g->ldy, nr,
+                          g->bias ? g->bias + n0 : NULL, k0 == 0 && !g->accumulate,
                           next ? next + (size_t)pf_first * 16 : NULL, pf_lines);
+                for (int i = 0; g->post && k0 + kc == g->K && i < mr; i++) g->post(y + (size_t)i * g->ldy, (size_t)nr);
             }
         }
     }
+}
+
+/* y rows a multiple of 1024 floats (4 KiB) apart: an output tile's 12 rows
+ * fall in the same L1 sets, so its stores (and reloads at every KC block of
+ * K) evict each other. Measured with forward --gemm at M = 128, one thread:
+ * N = 3072 with K = 384 and K = 768 10-20% slower than rows padded by 16
+ * floats, while aliased x rows cost nothing measurable. Such a product (q, k,
+ * v and the residual branch of C = 1024, 2048 models) is computed into rows
+ * of N + 16 floats and copied out: bitwise the same y, for one pass over it,
+ * which the 2K flops per element pay for from K = 256 on (attention's scores,
+ * K = DK, stay in place). 0 when not needed (or out of memory: then computed
+ * in place, only slower). */
+static int product_padded(const lens_gemm_args *g, lens_pool *pool)
+{
+    if (g->ldy % 1024 || g->M < 2 || g->K < 256) return 0;
+    const size_t ld = (size_t)g->N + ((g->N + 16) % 1024 ? 16 : 32); /* itself not 1024-aligned */
+    float *tmp = malloc(sizeof(float) * ld * (size_t)g->M);
+    if (!tmp) return 0;
+    lens_gemm_args padded = *g;
+    padded.y = tmp, padded.ldy = ld;
+    for (int m = 0; g->accumulate && m < g->M; m++)
+        memcpy(tmp + (size_t)m * ld, g->y + (size_t)m * g->ldy, sizeof(float) * g->N);
+    lens_gemm(&padded, pool);
+    for (int m = 0; m < g->M; m++) memcpy(g->y + (size_t)m * g->ldy, tmp + (size_t)m * ld, sizeof(float) * g->N);
+    free(tmp);
+    return 1;
 }
 
 void lens_gemm(const lens_gemm_args *g, lens_pool *pool)
 {
     if (g->M <= 0 || g->N <= 0) return;
     if (g->K <= 0) {
-        if (g->accumulate) return;
         for (int m = 0; m < g->M; m++) {
             float *row = g->y + (size_t)m * g->ldy;
-            if (g->bias) memcpy(row, g->bias, sizeof(float) * g->N);
-            else memset(row, 0, sizeof(float) * g->N);
+            if (!g->accumulate) {
+                if (g->bias) memcpy(row, g->bias, sizeof(float) * g->N);
+                else memset(row, 0, sizeof(float) * g->N);
+            }
+            if (g->post) g->post(row, (size_t)g->N);
         }
         return;
     }
+    if (product_padded(g, pool)) return;
     gemm_job j = {.g = g, .kernel = kernel_c};
 #if defined(__x86_64__)
     if (lens_gemm_avx512()) j.kernel = kernel_avx512;
@@ -297,14 +349,20 @@ void lens_gemm(const lens_gemm_args *g, lens_pool *pool)
     lens_pool_run(pool, n_mblocks * j.n_panel_groups, gemm_task, &j);
 }
 
-void lens_gemm_linear_ld(float *out, size_t ld_out, const float *inp, size_t ld_inp, const lens_linear *lin, int N,
-                         lens_pool *pool)
+void lens_gemm_linear_post(float *out, size_t ld_out, const float *inp, size_t ld_inp, const lens_linear *lin, int N,
+                           void (*post)(float *y, size_t n), lens_pool *pool)
 {
     const lens_gemm_args g = {.M = N, .N = lin->out, .K = lin->in, .x = inp, .ldx = ld_inp, .packed = lin->packed,
                               .w = lin->w, .w_dtype = lin->dtype, .ld = (size_t)lin->ld, .w_kn = lin->w_in_out,
                               .alpha = 1.0f,
-                              .bias = lin->b, .y = out, .ldy = ld_out};
+                              .bias = lin->b, .y = out, .ldy = ld_out, .post = post};
     lens_gemm(&g, pool);
+}
+
+void lens_gemm_linear_ld(float *out, size_t ld_out, const float *inp, size_t ld_inp, const lens_linear *lin, int N,
+                         lens_pool *pool)
+{
+    lens_gemm_linear_post(out, ld_out, inp, ld_inp, lin, N, NULL, pool);
 }
 
 void lens_gemm_linear(float *out, const float *inp, const lens_linear *lin, int N, lens_pool *pool)

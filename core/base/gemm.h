@@ -15,7 +15,7 @@
  *
  * Kernel: AVX-512 (12 rows x 32 columns of accumulators, A broadcast, FMA)
  * chosen at run time with __builtin_cpu_supports, else a portable C kernel
- * over the same layout. Blocking: K in blocks of 384 rows, M in blocks of 240
+ * over the same layout. Blocking: K in blocks of 768 rows, M in blocks of 240
  * rows, work split over (M block, group of panels) tasks through the pool. */
 #ifndef LENS_GEMM_H
 #define LENS_GEMM_H
@@ -30,6 +30,12 @@
 /* Floats of a packed K x N matrix (N rounded up to whole panels). */
 size_t lens_gemm_packed_size(int K, int N);
 
+/* Storage for `floats` packed weight floats, freed with free(): 2 MiB
+ * aligned and advised into transparent huge pages, so the forward, which
+ * streams every weight from DRAM once per call, does not also walk the page
+ * tables every 4 KiB. NULL when out of memory. */
+float *lens_gemm_alloc_packed(size_t floats);
+
 /* packed = W (K x N) in panel layout; w_kn: 1 = W[k][n] at w[k*ld + n],
  * 0 = at w[n*ld + k]. packed must be 64-byte aligned. */
 void lens_gemm_pack(float *packed, const float *w, int K, int N, size_t ld, int w_kn);
@@ -39,7 +45,9 @@ void lens_gemm_pack(float *packed, const float *w, int K, int N, size_t ld, int 
  * NULL, else alpha * (w, ld, w_kn) with elements of w_dtype (F32 = 0 unless
  * set): alpha scales W while it is packed during the call (attention's
  * 1/sqrt(DK)) and is ignored for prepacked W. bias [N] may be NULL. y must
- * not alias x or W. */
+ * not alias x or W. post, when set, is applied in place to every finished
+ * output row segment (y[m][n0 .. n0+n)) while it is still in L1: an
+ * elementwise activation fused into the product (BERT's GELU). */
 typedef struct {
     int M, N, K;
     const float *x;
@@ -54,6 +62,7 @@ typedef struct {
     float *y;
     size_t ldy;
     int accumulate;
+    void (*post)(float *y, size_t n);
 } lens_gemm_args;
 void lens_gemm(const lens_gemm_args *g, lens_pool *pool);
 
@@ -61,10 +70,16 @@ void lens_gemm(const lens_gemm_args *g, lens_pool *pool);
  * model packed them). */
 void lens_gemm_linear(float *out, const float *inp, const lens_linear *lin, int N, lens_pool *pool);
 /* The same with row strides: out[n] at out + n * ld_out, inp[n] at inp + n * ld_inp.
- * A stride that is a multiple of 1024 floats puts the kernel's 12 input rows
- * in one L1 set (4 KiB aliasing, -20% at K = 3072): pad such buffers. */
+ * An output stride that is a multiple of 1024 floats puts a tile's 12 rows
+ * in one L1 set (4 KiB aliasing, 10-20% at N = 3072): lens_gemm then works
+ * on a padded copy of y (gemm.c product_padded), which costs a pass over y,
+ * so buffers the caller owns are better padded (forward.c's ff rows). */
 void lens_gemm_linear_ld(float *out, size_t ld_out, const float *inp, size_t ld_inp, const lens_linear *lin, int N,
                          lens_pool *pool);
+/* The same followed by post(row, lin->out) on every output row, fused (see
+ * lens_gemm_args.post). */
+void lens_gemm_linear_post(float *out, size_t ld_out, const float *inp, size_t ld_inp, const lens_linear *lin, int N,
+                           void (*post)(float *y, size_t n), lens_pool *pool);
 
 /* The input gradient of a lens_linear: dinp[N][in] = dout[N][out] W^T in the
  * map's orientation (+= with accumulate), W packed panel by panel during the

@@ -233,9 +233,14 @@ void lens_bert_block_forward(const lens_model *m, lens_block_io *io, int l)
                        io->cache ? s.rstd_attn : lens_ln_slot(io, io->ln_rstd, 1 + 2 * l), h, io->x, &blk->ln_attn,
                        N, C, c->ln_eps);
     if (w) memcpy(s.a, io->x, sizeof(float) * N * C);
-    lens_gemm_linear_ld(io->ff, io->ff_ld, io->x, (size_t)C, &blk->ff_in, N, io->pool);
-    if (io->cache) lens_block_copy_rows(s.ff_pre, io->ff, io->ff_ld, N, F);
-    lens_gelu_rows(io->pool, io->ff, io->ff_ld, N, F, c->gelu_tanh);
+    if (io->cache) { /* the GELU input is saved, so GELU runs after the product */
+        lens_gemm_linear_ld(io->ff, io->ff_ld, io->x, (size_t)C, &blk->ff_in, N, io->pool);
+        lens_block_copy_rows(s.ff_pre, io->ff, io->ff_ld, N, F);
+        lens_gelu_rows(io->pool, io->ff, io->ff_ld, N, F, c->gelu_tanh);
+    } else { /* fused into the product's tiles while they are in L1 */
+        lens_gemm_linear_post(io->ff, io->ff_ld, io->x, (size_t)C, &blk->ff_in, N,
+                              c->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward, io->pool);
+    }
     if (w) lens_block_copy_rows(s.ff_act, io->ff, io->ff_ld, N, F);
     h = io->cache ? s.h_ff : io->h;
     lens_gemm_linear_ld(h, (size_t)C, io->ff, io->ff_ld, &blk->ff_out, N, io->pool);

@@ -142,7 +142,7 @@ static int pack_weights(lens_model *m, lens_err *err)
         /* summed output weights (block map 3) are float32 once expanded */
         if (lins[i]->w && (lins[i]->dtype == LENS_DT_F32 || (summed && i < BLOCK_MAPS * c->n_layers && i % BLOCK_MAPS == 3)))
             total += (lens_gemm_packed_size(lins[i]->in, lins[i]->out) + 15) & ~(size_t)15;
-    m->packed = total ? aligned_alloc(64, total * sizeof(float)) : NULL;
+    m->packed = total ? lens_gemm_alloc_packed(total) : NULL;
     if (total && !m->packed) {
         free(lins);
         return lens_fail(err, LENS_ENOMEM, "out of memory packing %zu MiB of weights", total * sizeof(float) >> 20);
