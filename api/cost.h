@@ -2,9 +2,9 @@
  * server's deadline? Decided before it runs, from a flop count per analysis
  * and a rate measured on this machine.
  *
- * The rate is a short calibration GEMM (about 50 ms) with the threads a
- * worker computes with, measured once: at server start-up, or on first use
- * (`lensd info`). Each analysis' flop count is divided by rate x its
+ * The rate is a short calibration GEMM (about 60 ms: the best of 8 windows
+ * of 5 ms after 20 ms of warm-up) with the threads a worker computes with,
+ * measured once: at server start-up, or on first use (`lensd info`). Each analysis' flop count is divided by rate x its
  * efficiency (the fraction of the GEMM rate it was measured to reach; see
  * cost.c), and a request whose estimate passes the time left before its
  * deadline is answered 413 up front with a hint naming the alternative

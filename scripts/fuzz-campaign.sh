@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The long fuzzing campaign, resumable across sessions: runs scripts/fuzz.sh
-# on ONE target at a time (the machine is shared), at nice 10, each for
+# on ONE target at a time (the machine is shared), at nice 19, each for
 # SECONDS_EACH seconds, growing the kept corpus in $CAMPAIGN/fuzz-corpus/,
 # and appends one ledger line per run to tests/fuzz/campaign-ledger.tsv
 # (date, target, executions, seconds, crashes, commit) so that runs across
@@ -29,7 +29,7 @@ for t in "${targets[@]}"; do
   fi
   commit=$(git rev-parse --short HEAD)
   line=$(FUZZ_BUILD=$build FUZZ_SECONDS=$each FUZZ_CORPUS=$campaign/fuzz-corpus \
-    nice -n 10 scripts/fuzz.sh "$t" | grep -E '^(FAIL )?fuzz_')
+    nice -n 19 scripts/fuzz.sh "$t" | grep -E '^(FAIL )?fuzz_')
   echo "$line"
   execs=$(echo "$line" | sed -nE 's/.* ([0-9?]+) executions in ([0-9.]+) s.*/\1/p')
   secs=$(echo "$line" | sed -nE 's/.* executions in ([0-9.]+) s.*/\1/p')
