@@ -54,7 +54,7 @@ static void eff_task(void *ctx, int task)
     lens_err err = {0};
     j->failed[task] = lens_attention_effective(lens_act_attn(j->m, j->act, l, h, 0),
                                                lens_act_values(j->m, j->act, l, 0) + (size_t)h * DV, NH * DV, j->T, DV,
-                                               lens_has_cap(c, LENS_CAP_CAUSAL),
+                                               lens_has_cap(c, LENS_CAP_CAUSAL), lens_layer_window(c, l - 1),
                                                j->eff + (size_t)lens_pool_thread_index() * j->T * j->T,
                                                &j->rank[task], &err);
 }

@@ -141,7 +141,7 @@ static void test_synthetic_fixture(void)
             lens_attention_opts opts = {.key_aware = 1, .null_component = 1};
             lens_head_attention r;
             lens_err err = {0};
-            int rc = lens_attention_head(A, V, DV, Q, DK, T, DV, DK, causal, NULL, NULL, &opts, E, N, &r, &err);
+            int rc = lens_attention_head(A, V, DV, Q, DK, T, DV, DK, causal, 0, NULL, NULL, &opts, E, N, &r, &err);
             CHECK(rc == 0, "%s: %s", name, err.msg);
             char what[128];
             snprintf(what, sizeof what, "%s effective", name);
@@ -164,13 +164,13 @@ static void test_synthetic_fixture(void)
             /* The dense SVDs of J and M J (the method before the Gram/inertia one) give the same ranks. */
             lens_attention_opts dense = {.key_aware = 1, .key_aware_dense = 1};
             lens_head_attention rd;
-            rc = lens_attention_head(A, V, DV, Q, DK, T, DV, DK, causal, NULL, NULL, &dense, E, NULL, &rd, &err);
+            rc = lens_attention_head(A, V, DV, Q, DK, T, DV, DK, causal, 0, NULL, NULL, &dense, E, NULL, &rd, &err);
             CHECK(rc == 0 && rd.rank_j == r.rank_j && rd.rank_mj == r.rank_mj && rd.key_aware_dim == r.key_aware_dim,
                   "%s: dense SVD ranks J %d MJ %d, Gram %d %d", name, rd.rank_j, rd.rank_mj, r.rank_j, r.rank_mj);
             /* Over the size limit: closed form when rank(Q) = T (must agree with the explicit
              * count), otherwise skipped with a reason. */
             opts.key_aware_max_unknowns = 1;
-            rc = lens_attention_head(A, V, DV, Q, DK, T, DV, DK, causal, NULL, NULL, &opts, E, NULL, &r, &err);
+            rc = lens_attention_head(A, V, DV, Q, DK, T, DV, DK, causal, 0, NULL, NULL, &opts, E, NULL, &r, &err);
             CHECK(rc == 0, "%s (limit 1): %s", name, err.msg);
             if (json_int(ka, "rank_q") == T)
                 CHECK(r.key_aware_method == LENS_KEY_AWARE_CLOSED_FORM && r.key_aware_dim == json_int(ka, "explicit") &&
@@ -206,7 +206,7 @@ static void test_known_rank(void)
         softmax_rows(A, T, causal);
         lens_head_attention r;
         lens_err err = {0};
-        int rc = lens_attention_head(A, V, ld, NULL, 0, T, DV, 0, causal, NULL, NULL, NULL, E, NULL, &r, &err);
+        int rc = lens_attention_head(A, V, ld, NULL, 0, T, DV, 0, causal, 0, NULL, NULL, NULL, E, NULL, &r, &err);
         CHECK(rc == 0, "known rank: %s", err.msg);
         CHECK(r.rank == 5 && r.null_dim == T - 5 && !r.identifiable && r.rank_v1 == 6,
               "duplicated columns (causal %d): rank %d null %d rank_v1 %d, want 5 35 6", causal, r.rank, r.null_dim,
@@ -214,7 +214,7 @@ static void test_known_rank(void)
         check_head_identities(causal ? "known rank causal" : "known rank", A, E, V, ld, T, DV, causal, &r);
         int fast_rank = -1;
         float *F = malloc(sizeof(float) * T * T);
-        rc = lens_attention_effective(A, V, ld, T, DV, causal, F, &fast_rank, &err);
+        rc = lens_attention_effective(A, V, ld, T, DV, causal, 0, F, &fast_rank, &err);
         CHECK(rc == 0 && fast_rank == 5, "lens_attention_effective: rc %d rank %d", rc, fast_rank);
         check_close("lens_attention_effective == lens_attention_head", F, E, (size_t)T * T, 0, 0);
         free(F);
@@ -227,11 +227,11 @@ static void test_known_rank(void)
         for (int c = 0; c < ld; c++) V[t * ld + c] = uniform();
     lens_head_attention r;
     lens_err err = {0};
-    lens_attention_head(A, V, ld, NULL, 0, Ts, DV, 0, 0, NULL, NULL, NULL, E, NULL, &r, &err);
+    lens_attention_head(A, V, ld, NULL, 0, Ts, DV, 0, 0, 0, NULL, NULL, NULL, E, NULL, &r, &err);
     CHECK(r.ok && r.rank == Ts && r.identifiable && r.null_dim == 0, "T <= DV: rank %d", r.rank);
     check_head_identities("T <= DV", A, E, V, ld, Ts, DV, 0, &r);
     /* Bad arguments fail for the head, with a message. */
-    int rc = lens_attention_head(A, V, 2, NULL, 0, Ts, DV, 0, 0, NULL, NULL, NULL, E, NULL, &r, &err);
+    int rc = lens_attention_head(A, V, 2, NULL, 0, Ts, DV, 0, 0, 0, NULL, NULL, NULL, E, NULL, &r, &err);
     CHECK(rc == -1 && !r.ok && err.code == LENS_EINVAL && r.err.code == LENS_EINVAL, "ldv < DV accepted");
     free(V), free(A), free(E);
 }
@@ -254,21 +254,82 @@ static void test_causal_prefixes(void)
     softmax_rows(A, T, 1);
     int rank = -1;
     lens_err err = {0};
-    int rc = lens_attention_effective(A, V, DV, T, DV, 1, E, &rank, &err);
+    int rc = lens_attention_effective(A, V, DV, T, DV, 1, 0, E, &rank, &err);
     CHECK(rc == 0 && rank == DV, "causal effective: rc %d rank %d: %s", rc, rank, err.msg);
     double worst = 0;
     for (int i = 0; i < T; i++) {
         const int n = i + 1; /* n x n matrix whose rows are all a_i[0..i]: its effective rows are the projection */
         for (int a = 0; a < n; a++)
             for (int j = 0; j < n; j++) P[a * n + j] = A[(size_t)i * T + j];
-        if (lens_attention_effective(P, V, DV, n, DV, 0, PE, NULL, &err)) break;
+        if (lens_attention_effective(P, V, DV, n, DV, 0, 0, PE, NULL, &err)) break;
         for (int j = 0; j < n; j++) worst = fmax(worst, fabs((double)PE[j] - E[(size_t)i * T + j]));
     }
     CHECK(worst <= 1e-5, "causal rows differ from per-prefix projections by %g", worst);
     lens_head_attention r;
-    lens_attention_head(A, V, DV, NULL, 0, T, DV, 0, 1, NULL, NULL, NULL, E, NULL, &r, &err);
+    lens_attention_head(A, V, DV, NULL, 0, T, DV, 0, 1, 0, NULL, NULL, NULL, E, NULL, &r, &err);
     check_head_identities("causal prefixes", A, E, V, DV, T, DV, 1, &r);
     free(V), free(A), free(E), free(P), free(PE);
+}
+
+/* Sliding-window rows (Mistral, Gemma 2's local layers): row i >= W attends keys i-W+1..i only, so
+ * its effective row is the projection onto the values of those W keys, checked against the same
+ * W x W problem solved on its own (every row a_i[lo..i], non-causal: the per-row SVD path). W = 10
+ * rows of DV = 6: every window beyond row 5 is rank-deficient, and rows 20..29 span 3 directions
+ * only (the window of row 29 has rank 3). Rows below W are causal prefixes (test_causal_prefixes). */
+static void test_window_rows(void)
+{
+    printf("sliding-window rows one at a time\n");
+    enum { T = 48, DV = 6, W = 10 };
+    float *V = malloc(sizeof(float) * T * DV), *A = malloc(sizeof(float) * T * T), *E = malloc(sizeof(float) * T * T);
+    float *C = malloc(sizeof(float) * T * T), *P = malloc(sizeof(float) * W * W), *PE = malloc(sizeof(float) * W * W);
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < DV; c++) V[t * DV + c] = uniform();
+    for (int t = 23; t < 30; t++) /* combinations of rows 20, 21, 22 */
+        for (int c = 0; c < DV; c++) V[t * DV + c] = V[20 * DV + c] * uniform() + V[(21 + t % 2) * DV + c];
+    for (size_t k = 0; k < (size_t)T * T; k++) A[k] = 2 * uniform();
+    /* the windowed softmax's support: row i's keys i-W+1..i */
+    softmax_rows(A, T, 1);
+    for (int i = W; i < T; i++) {
+        double sum = 0;
+        for (int j = 0; j < T; j++) A[(size_t)i * T + j] = j > i - W && j <= i ? A[(size_t)i * T + j] : 0, sum += A[(size_t)i * T + j];
+        for (int j = 0; j < T; j++) A[(size_t)i * T + j] /= (float)sum;
+    }
+    lens_err err = {0};
+    int rank = -1;
+    CHECK(lens_attention_effective(A, V, DV, T, DV, 1, W, E, &rank, &err) == 0 && rank == DV,
+          "windowed effective: rank %d: %s", rank, err.msg);
+    CHECK(lens_attention_effective(A, V, DV, T, DV, 1, 0, C, NULL, &err) == 0, "causal effective: %s", err.msg);
+    double worst = 0, outside = 0, prefix = 0, moved = 0;
+    int rows = 0;
+    for (int i = 0; i < T; i++) {
+        const int lo = i - W + 1 > 0 ? i - W + 1 : 0, n = i - lo + 1;
+        for (int j = 0; j < T; j++) {
+            if (j < lo || j > i) outside = fmax(outside, fabs(E[(size_t)i * T + j]));
+            if (i < W) prefix = fmax(prefix, fabs((double)E[(size_t)i * T + j] - C[(size_t)i * T + j]));
+            else moved = fmax(moved, fabs((double)E[(size_t)i * T + j] - C[(size_t)i * T + j]));
+        }
+        if (i < W) continue;
+        for (int a = 0; a < n; a++)
+            for (int j = 0; j < n; j++) P[a * n + j] = A[(size_t)i * T + lo + j];
+        if (lens_attention_effective(P, V + (size_t)lo * DV, DV, n, DV, 0, 0, PE, NULL, &err)) break;
+        for (int j = 0; j < n; j++) worst = fmax(worst, fabs((double)PE[j] - E[(size_t)i * T + lo + j]));
+        rows++;
+    }
+    CHECK(rows == T - W, "%d windowed rows checked, want %d", rows, T - W);
+    CHECK(worst <= 1e-5, "windowed rows differ from per-window projections by %g", worst);
+    CHECK(outside == 0, "windowed rows have %g outside their window", outside);
+    CHECK(prefix == 0, "rows below the window differ from the causal prefixes by %g", prefix);
+    CHECK(moved > 1e-2, "the window changes no row (max |window - prefix| %g): the case tests nothing", moved);
+    lens_head_attention r;
+    CHECK(lens_attention_head(A, V, DV, NULL, 0, T, DV, 0, 1, W, NULL, NULL, NULL, C, NULL, &r, &err) == 0,
+          "windowed head: %s", err.msg);
+    check_close("windowed lens_attention_head == lens_attention_effective", C, E, (size_t)T * T, 0, 0);
+    check_head_identities("sliding window", A, C, V, DV, T, DV, 1, &r);
+    CHECK(lens_attention_effective(A, V, DV, T, DV, 0, W, E, NULL, &err) == -1 && err.code == LENS_EINVAL,
+          "a window without the causal mask is accepted");
+    printf("  %d windowed rows: max |diff| %.2e vs per-window projections, max |window - prefix| %.2e\n", rows, worst,
+           moved);
+    free(V), free(A), free(E), free(C), free(P), free(PE);
 }
 
 /* Causal rows whose prefix V[0..DV-1] is near-singular (σ_min < tol although every
@@ -299,8 +360,8 @@ static void test_causal_rows_fixture(void)
                 lens_err err = {0};
                 lens_head_attention r = {0};
                 int rank = -1;
-                int rc = pass ? lens_attention_head(A, V, DV, NULL, 0, T, DV, 0, 1, NULL, NULL, NULL, E, NULL, &r, &err)
-                              : lens_attention_effective(A, V, DV, T, DV, 1, E, &rank, &err);
+                int rc = pass ? lens_attention_head(A, V, DV, NULL, 0, T, DV, 0, 1, 0, NULL, NULL, NULL, E, NULL, &r, &err)
+                              : lens_attention_effective(A, V, DV, T, DV, 1, 0, E, &rank, &err);
                 if (pass) rank = r.rank;
                 CHECK(rc == 0 && rank == json_int(cs, "rank"), "%s: rc %d rank %d (reference %d): %s", name, rc, rank,
                       json_int(cs, "rank"), err.msg);
@@ -515,7 +576,7 @@ static void test_key_aware_fixture(void)
             lens_attention_opts opts = {.key_aware = 1};
             lens_head_attention r;
             lens_err err = {0};
-            int rc = lens_attention_head(A, V, DV, Q, DK, T, DV, DK, 0, NULL, NULL, &opts, NULL, NULL, &r, &err);
+            int rc = lens_attention_head(A, V, DV, Q, DK, T, DV, DK, 0, 0, NULL, NULL, &opts, NULL, NULL, &r, &err);
             CHECK(rc == 0 && r.key_aware_method == LENS_KEY_AWARE_EXPLICIT && r.rank_q == json_int(ka, "rank_q") &&
                       r.rank_j == json_int(ka, "rank_j") && r.rank_mj == json_int(ka, "rank_mj") &&
                       r.key_aware_dim == json_int(ka, "explicit"),
@@ -585,7 +646,7 @@ static void test_cancel(void)
         lens_head_attention r;
         const float *A = lens_act_attn(m, &act, 1, 0, 0);
         rc = lens_attention_head(A, lens_act_values(m, &act, 1, 0), m->cfg.n_heads * m->cfg.d_head_v, A, T, T,
-                                 m->cfg.d_head_v, 1, 0, NULL, NULL, &req.head, NULL, NULL, &r, &err);
+                                 m->cfg.d_head_v, 1, 0, 0, NULL, NULL, &req.head, NULL, NULL, &r, &err);
         CHECK(rc == -1 && !r.ok && r.err.code == LENS_ECANCEL, "lens_attention_head ignores cancel: rc %d", rc);
         lens_activations_free(&act);
     }
@@ -713,6 +774,7 @@ int main(void)
     test_synthetic_fixture();
     test_known_rank();
     test_causal_prefixes();
+    test_window_rows();
     test_causal_rows_fixture();
     test_mkmodel("bert");
     test_mkmodel("gpt2");

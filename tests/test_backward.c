@@ -238,14 +238,14 @@ enum { AT = 4, ANH = 2, ADK = 3, ADV = 2 };
 
 typedef struct {
     float *q, *k, *v;
-    int causal;
+    lens_score_fn f;
     float probs[ANH * AT * AT];
 } attn_ctx;
 
 static void attn_fwd(void *p, float *out)
 {
     attn_ctx *c = p;
-    lens_attention_forward(out, c->probs, AT * AT, c->q, c->k, c->v, AT, ANH, ADK, ADV, c->causal, ASCALE);
+    lens_attention_forward(out, c->probs, AT * AT, c->q, c->k, c->v, AT, ANH, ADK, ADV, &c->f);
 }
 
 /* out_h = P_h v_h with P given: the map whose gradient dprobs is */
@@ -265,31 +265,36 @@ static void apply_fwd(void *p, float *out)
             }
 }
 
-static void test_attention(int causal)
+/* causal, a sliding window of 2 (Mistral), a soft-cap of 0.5 (Gemma 2's tanh, small enough to bend
+ * these scores), each checked against finite differences of the forward */
+static void test_attention(int causal, int window, float softcap)
 {
     attn_ctx c = {random_floats(AT * ANH * ADK, -1, 1), random_floats(AT * ANH * ADK, -1, 1),
-                  random_floats(AT * ANH * ADV, -1, 1), causal, {0}};
+                  random_floats(AT * ANH * ADV, -1, 1),
+                  {.scale = ASCALE, .softcap = softcap, .causal = causal || window, .window = window}, {0}};
     const size_t n_out = AT * ANH * ADV;
     float *r = random_floats(n_out, -1, 1), *out = zeros(n_out);
     attn_fwd(&c, out);
     float *dq = zeros(AT * ANH * ADK), *dk = zeros(AT * ANH * ADK), *dv = zeros(AT * ANH * ADV);
     float dprobs[ANH * AT * AT], dscores[AT * AT];
     lens_attention_backward(dq, dk, dv, dprobs, AT * AT, dscores, r, c.q, c.k, c.v, c.probs, AT * AT, AT, ANH,
-                            ADK, ADV, causal, ASCALE);
-    char what[64];
-    snprintf(what, sizeof what, "attention%s dq", causal ? " (causal)" : "");
+                            ADK, ADV, &c.f);
+    char what[64], mode[40];
+    snprintf(mode, sizeof mode, "%s%s%s", causal ? " (causal)" : "", window ? " (window 2)" : "",
+             softcap > 0 ? " (soft-cap)" : "");
+    snprintf(what, sizeof what, "attention%s dq", mode);
     check_grad(what, attn_fwd, &c, c.q, AT * ANH * ADK, dq, r, n_out);
-    snprintf(what, sizeof what, "attention%s dk", causal ? " (causal)" : "");
+    snprintf(what, sizeof what, "attention%s dk", mode);
     check_grad(what, attn_fwd, &c, c.k, AT * ANH * ADK, dk, r, n_out);
-    snprintf(what, sizeof what, "attention%s dv", causal ? " (causal)" : "");
+    snprintf(what, sizeof what, "attention%s dv", mode);
     check_grad(what, attn_fwd, &c, c.v, AT * ANH * ADV, dv, r, n_out);
     apply_ctx a = {c.probs, c.v};
-    snprintf(what, sizeof what, "attention%s dprobs", causal ? " (causal)" : "");
+    snprintf(what, sizeof what, "attention%s dprobs", mode);
     check_grad(what, apply_fwd, &a, c.probs, ANH * AT * AT, dprobs, r, n_out);
     /* dq/dk/dv NULL: only dprobs, same values */
     float dprobs2[ANH * AT * AT];
     lens_attention_backward(NULL, NULL, NULL, dprobs2, AT * AT, NULL, r, c.q, c.k, c.v, c.probs, AT * AT, AT, ANH,
-                            ADK, ADV, causal, ASCALE);
+                            ADK, ADV, &c.f);
     check_close("attention dprobs alone == with dq/dk/dv", dprobs2, dprobs, ANH * AT * AT, 0, 0);
     free(c.q), free(c.k), free(c.v), free(r), free(out), free(dq), free(dk), free(dv);
 }
@@ -440,8 +445,11 @@ int main(void)
     test_pointwise();
     test_softmax(0);
     test_softmax(1);
-    test_attention(0);
-    test_attention(1);
+    test_attention(0, 0, 0);
+    test_attention(1, 0, 0);
+    test_attention(1, 2, 0);
+    test_attention(1, 0, 0.5f);
+    test_attention(1, 2, 0.5f);
     test_embedding();
     test_model();
     return check_done("test_backward");

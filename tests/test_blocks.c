@@ -36,35 +36,35 @@ static float *floats(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
 
 static void attend(lens_block_io *io, int l)
 {
-    (void)l;
     const bench *b = io->attend_ctx;
     const lens_config *c = &b->m->cfg;
+    const lens_score_fn f = lens_layer_scores(c, l, lens_has_cap(c, LENS_CAP_CAUSAL));
     lens_attention_forward(io->ctx, b->probs, (size_t)T * T, io->q, io->k, io->v, T, c->n_heads, c->d_head_k,
-                           c->d_head_v, lens_has_cap(c, LENS_CAP_CAUSAL), c->attn_scale);
+                           c->d_head_v, &f);
 }
 
 static int attend_backward(lens_block_io *io, int l)
 {
-    (void)l;
     const bench *b = io->attend_ctx;
     const lens_config *c = &b->m->cfg;
+    const lens_score_fn f = lens_layer_scores(c, l, lens_has_cap(c, LENS_CAP_CAUSAL));
     const size_t QK = (size_t)c->n_heads * c->d_head_k, VO = (size_t)c->n_heads * c->d_head_v;
     memset(io->q, 0, sizeof(float) * T * QK);
     memset(io->k, 0, sizeof(float) * T * QK);
     memset(io->v, 0, sizeof(float) * T * VO);
     lens_attention_backward(io->q, io->k, io->v, b->dprobs, (size_t)T * T, b->dscores, io->ctx, io->cache->q,
                             io->cache->k, io->cache->v, b->probs, (size_t)T * T, T, c->n_heads, c->d_head_k,
-                            c->d_head_v, lens_has_cap(c, LENS_CAP_CAUSAL), c->attn_scale);
+                            c->d_head_v, &f);
     return 0;
 }
 
 static void attend_jvp(lens_block_io *io, int l)
 {
-    (void)l;
     const bench *b = io->attend_ctx;
     const lens_config *c = &b->m->cfg;
+    const lens_score_fn f = lens_layer_scores(c, l, lens_has_cap(c, LENS_CAP_CAUSAL));
     lens_attention_jvp(io->ctx, io->q, io->k, io->v, io->cache->q, io->cache->k, io->cache->v, b->probs,
-                       (size_t)T * T, io->N / T, T, c->n_heads, c->d_head_k, c->d_head_v, c->attn_scale, b->dS);
+                       (size_t)T * T, io->N / T, T, c->n_heads, c->d_head_k, c->d_head_v, &f, b->dS);
 }
 
 static int bench_init(bench *b, const lens_model *m)
@@ -78,7 +78,7 @@ static int bench_init(bench *b, const lens_model *m)
     b->q = floats(R * QK), b->k = floats(R * QK), b->v = floats(R * VO), b->ctx = floats(R * VO);
     const size_t FF = (size_t)lens_ff_cols(c); /* a gated MLP keeps gate and up: 2F */
     b->ff = floats(R * (FF > QK ? FF : QK));
-    b->probs = floats(c->n_heads * TT), b->dprobs = floats(c->n_heads * TT), b->dscores = floats(TT), b->dS = floats(TT);
+    b->probs = floats(c->n_heads * TT), b->dprobs = floats(c->n_heads * TT), b->dscores = floats(TT), b->dS = floats(2 * TT);
     if (lens_block_cache_init(&b->cache, c, T, 1, 0) || lens_block_cache_init(&b->final, c, T, 1, 1)) return -1;
     return b->x && b->h && b->n && b->scratch && b->q && b->k && b->v && b->ctx && b->ff && b->probs && b->dprobs &&
                    b->dscores && b->dS

@@ -247,6 +247,43 @@ static void win_jvp(const void *ctx, const float *x, const float *tx, float *ty)
     lens_softmax_window_jvp(ty, p, c->T, c->T, c->window);
 }
 
+/* one layer's scores -> probabilities (scores.h's lens_score_fn: soft-cap, then the causal or windowed
+ * softmax) of a [T][T] block of scaled scores, with the backward and JVP the attention ops use */
+typedef struct {
+    int T;
+    lens_score_fn f;
+} scores_ctx;
+static void scores_fwd(const void *ctx, const float *x, float *y)
+{
+    const scores_ctx *c = ctx;
+    memcpy(y, x, sizeof(float) * c->T * c->T);
+    lens_scores_forward(y, c->T, &c->f);
+}
+/* the capped scores softcap(x), as lens_scores_capped gives them from q and k */
+static void scores_capped(const scores_ctx *c, const float *x, float *y)
+{
+    memcpy(y, x, sizeof(float) * c->T * c->T);
+    if (c->f.softcap > 0) lens_softcap_forward(y, (size_t)c->T * c->T, c->f.softcap);
+}
+static void scores_bwd(const void *ctx, const float *x, const float *dy, float *dx)
+{
+    const scores_ctx *c = ctx;
+    float p[64];
+    scores_fwd(ctx, x, p);
+    scores_capped(c, x, dx);
+    lens_scores_backward(dx, p, dy, c->T, &c->f);
+}
+static void scores_jvp(const void *ctx, const float *x, const float *tx, float *ty)
+{
+    const scores_ctx *c = ctx;
+    float p[64], g[64];
+    scores_fwd(ctx, x, p);
+    scores_capped(c, x, g);
+    if (c->f.softcap > 0) lens_scores_capgrad(g, c->T, &c->f);
+    memcpy(ty, tx, sizeof(float) * c->T * c->T);
+    lens_scores_jvp(ty, p, g, c->T, &c->f);
+}
+
 static double dot(const float *a, const float *b, int n)
 {
     double s = 0;
@@ -298,6 +335,10 @@ static void check_ops(void)
     static glu_ctx swiglu = {.N = 3, .F = 5, .act = LENS_GLU_SILU}, geglu = {.N = 3, .F = 5, .act = LENS_GLU_GELU_TANH};
     static cap_ctx cap = {.n = 20, .cap = 2.0f};
     static win_ctx win = {.T = 6, .window = 3};
+    /* cap 2 on scores of scale 3: tanh bends them (1 - (y / cap)^2 down to ~0.3) */
+    static scores_ctx sc_cap_win = {.T = 6, .f = {.scale = 1, .softcap = 2, .causal = 1, .window = 3}};
+    static scores_ctx sc_cap = {.T = 6, .f = {.scale = 1, .softcap = 2, .causal = 1}};
+    static scores_ctx sc_win = {.T = 6, .f = {.scale = 1, .causal = 1, .window = 3}};
     for (int i = 0; i < 16; i++) rms.w[i] = 1 + 0.5f * uniform(), rms1.w[i] = 0.5f * uniform();
     rmsw.r = rms;
     for (int i = 0; i < 48; i++) rmsw.x[i] = uniform();
@@ -319,9 +360,12 @@ static void check_ops(void)
         {"GeGLU (tanh)", 30, 15, glu_fwd, glu_bwd, glu_jvp, &geglu, 3},
         {"soft-cap", 20, 20, cap_fwd, cap_bwd, cap_jvp, &cap, 5},
         {"sliding-window softmax", 36, 36, win_fwd, win_bwd, win_jvp, &win, 3},
+        {"scores: soft-cap + window 3", 36, 36, scores_fwd, scores_bwd, scores_jvp, &sc_cap_win, 3},
+        {"scores: soft-cap, causal", 36, 36, scores_fwd, scores_bwd, scores_jvp, &sc_cap, 3},
+        {"scores: window 3", 36, 36, scores_fwd, scores_bwd, scores_jvp, &sc_win, 3},
     };
     const int n_ops = (int)(sizeof ops / sizeof ops[0]);
-    CHECK(n_ops == 11, "op table has %d cases", n_ops);
+    CHECK(n_ops == 14, "op table has %d cases", n_ops);
     for (int i = 0; i < n_ops; i++) check_op(&ops[i]);
     /* the rmsw JVP ignores unit_offset (d g / d w = 1 either way): only w */
     float p[36];
@@ -483,8 +527,25 @@ static void check_attention_scores(const char *arch, const lens_model *m)
               "%s: %d of %d x %d heads failed", arch, res.n_failed, res.n_layers, res.n_heads);
         CHECK(res.scores_max_diff <= 1e-5, "%s: softmax(scores from attn_qk) differs from the forward's A by %g", arch,
               res.scores_max_diff);
-        printf("%-8s attention analysis: scores from attn_qk vs forward max |diff| %.2e\n", arch,
-               res.scores_max_diff);
+        /* effective attention (what /v1/attention serves) keeps each row on the keys it attends:
+         * nothing outside a sliding-window layer's window (the null space is the window's) */
+        const size_t TT = (size_t)T_IDS * T_IDS;
+        int outside = 0, masked = 0;
+        for (int li = 0; li < res.n_layers; li++) {
+            const int window = lens_layer_window(&m->cfg, res.layers[li] - 1);
+            for (int hi = 0; hi < res.n_heads; hi++) {
+                const float *e = res.effective + ((size_t)li * res.n_heads + hi) * TT;
+                for (int i = 0; i < T_IDS; i++)
+                    for (int j = 0; j < i && window; j++)
+                        if (i - j >= window) masked++, outside += e[(size_t)i * T_IDS + j] != 0.0f;
+            }
+        }
+        CHECK(outside == 0, "%s: %d effective weights outside their sliding window", arch, outside);
+        CHECK((masked > 0) == (m->cfg.sliding_window > 0 && T_IDS > m->cfg.sliding_window),
+              "%s: %d entries outside a window checked (sliding_window %d, T %d)", arch, masked,
+              m->cfg.sliding_window, T_IDS);
+        printf("%-8s attention analysis: scores from attn_qk vs forward max |diff| %.2e; %d effective entries "
+               "outside windows, all 0\n", arch, res.scores_max_diff, masked);
         lens_attention_result_free(&res);
     }
     lens_activations_free(&act);

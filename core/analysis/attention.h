@@ -78,19 +78,21 @@ typedef struct {
  *   V         [T][DV] with row stride ldv (a head's columns of the [T][NH*DV] value matrix)
  *   Q         [T][DK] with row stride ldq (queries, before the 1/sqrt(DK) scale); may be
  *             NULL when opts->key_aware is 0
+ *   window    0, or a causal layer's sliding window W (lens_layer_window): row i >= W
+ *             projects onto the values of keys i - W + 1 .. i it attends, not the prefix
  *   special, punct  [T] token masks (1 = special / punctuation), or NULL
  *   effective [T][T] out (may be NULL), null [T][T] out (may be NULL; raw - effective)
  * Returns 0, or -1 with err filled (also copied to res->err) when this head's
  * computation failed (bad arguments, out of memory, LAPACK info != 0). */
 int lens_attention_head(const float *A, const float *V, int ldv, const float *Q, int ldq, int T, int DV, int DK,
-                        int causal, const unsigned char *special, const unsigned char *punct,
+                        int causal, int window, const unsigned char *special, const unsigned char *punct,
                         const lens_attention_opts *opts, float *effective, float *null, lens_head_attention *res,
                         lens_err *err);
 
 /* Only the effective matrix and rank(V): the fast path the benchmark times.
  * effective [T][T] out; *rank out (may be NULL). */
-int lens_attention_effective(const float *A, const float *V, int ldv, int T, int DV, int causal, float *effective,
-                             int *rank, lens_err *err);
+int lens_attention_effective(const float *A, const float *V, int ldv, int T, int DV, int causal, int window,
+                             float *effective, int *rank, lens_err *err);
 
 /* special / punct masks of a token sequence: for encoders the tokenizer's
  * special tokens (lens_tokenizer_is_special: [CLS], [SEP], [PAD], [MASK],

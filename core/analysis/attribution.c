@@ -175,10 +175,11 @@ static void attention_copies(const task_job *j, int c0, int c1)
     const lens_block_io *io = j->io;
     const int T = j->e->T, NH = c->n_heads;
     const size_t QK = (size_t)NH * c->d_head_k, VO = (size_t)NH * c->d_head_v, TT = (size_t)T * T;
+    const lens_score_fn f = lens_layer_scores(c, j->l, j->e->causal);
     for (int i = c0; i < c1; i++) {
         const size_t r = (size_t)i * T;
         lens_attention_forward(io->ctx + r * VO, j->e->probs[j->l] + i * NH * TT, TT, io->q + r * QK, io->k + r * QK,
-                               io->v + r * VO, T, NH, c->d_head_k, c->d_head_v, j->e->causal, c->attn_scale);
+                               io->v + r * VO, T, NH, c->d_head_k, c->d_head_v, &f);
     }
 }
 
@@ -246,6 +247,7 @@ static void attention_backward_copies(const task_job *j, int c0, int c1)
     const lens_block_cache *k = io->cache;
     const int T = e->T, NH = c->n_heads, thread = lens_pool_thread_index();
     const size_t QK = (size_t)NH * c->d_head_k, VO = (size_t)NH * c->d_head_v, TT = (size_t)T * T;
+    const lens_score_fn f = lens_layer_scores(c, j->l, e->causal);
     for (int i = c0; i < c1; i++) {
         const size_t r = (size_t)i * T;
         float *dq = io->q + r * QK, *dk = io->k + r * QK, *dv = io->v + r * VO;
@@ -254,8 +256,7 @@ static void attention_backward_copies(const task_job *j, int c0, int c1)
         memset(dv, 0, sizeof(float) * T * VO);
         lens_attention_backward(dq, dk, dv, e->dprobs + thread * NH * TT, TT, e->dscores + thread * TT,
                                 io->ctx + r * VO, k->q + r * QK, k->k + r * QK, k->v + r * VO,
-                                e->probs[j->l] + i * NH * TT, TT, T, NH, c->d_head_k, c->d_head_v, e->causal,
-                                c->attn_scale);
+                                e->probs[j->l] + i * NH * TT, TT, T, NH, c->d_head_k, c->d_head_v, &f);
     }
 }
 
@@ -341,13 +342,14 @@ static void head_forward(engine *e, int copies, int target, double *F)
     const size_t stride = e->cls_rows ? 1 : (size_t)e->T, r = e->cls_rows ? 0 : (size_t)e->obj_row;
     for (int i = 0; i < copies; i++) memcpy(e->cls + (size_t)i * C, e->x + (i * stride + r) * C, sizeof(float) * C);
     if (e->lm) {
-        const lens_linear dec = lens_lm_decoder(e->m);
         memcpy(e->pooled, e->cls, sizeof(float) * copies * C);
         if (c->family->final_forward) {
             lens_block_io io = final_io(e, e->pooled, e->dpre, copies);
             c->family->final_forward(e->m, &io);
         }
-        lens_gemm_linear(e->logits, e->pooled, &dec, copies, e->pool);
+        lens_lm_decode(e->m, e->pooled, copies, e->logits, e->pool); /* Gemma 2's final soft-cap included */
+        /* the capped logits for head_backward's chain rule (dlogits is free until then) */
+        if (c->final_softcap > 0) memcpy(e->dlogits, e->logits, sizeof(float) * copies * K);
     } else {
         lens_gemm_linear(e->pooled, e->cls, &e->m->p.pooler, copies, e->pool);
         (c->head_relu ? lens_relu_forward : lens_tanh_forward)(e->pooled, (size_t)copies * C);
@@ -364,10 +366,16 @@ static void head_backward(engine *e, int copies, int target)
 {
     const lens_config *c = &e->m->cfg;
     const int C = c->d_model, K = e->K, R = copies * e->T;
-    /* forward: F = p_target, p = softmax(z): dF/dz_k = p_t (δ_tk - p_k) */
+    /* forward: F = p_target, p = softmax(z): dF/dz_k = p_t (δ_tk - p_k);
+     * z = cap tanh(u / cap) (LM with a final soft-cap, z kept in dlogits): dF/du = dF/dz (1 - (z / cap)^2) */
+    const float cap = e->lm ? c->final_softcap : 0;
     for (int i = 0; i < copies; i++) {
         const float *p = e->logits + (size_t)i * K;
-        for (int k = 0; k < K; k++) e->dlogits[(size_t)i * K + k] = p[target] * ((k == target) - p[k]);
+        float *d = e->dlogits + (size_t)i * K;
+        for (int k = 0; k < K; k++) {
+            const float y = cap > 0 ? d[k] / cap : 0;
+            d[k] = p[target] * ((k == target) - p[k]) * (1.0f - y * y);
+        }
     }
     memset(e->dpooled, 0, sizeof(float) * copies * C);
     memset(e->dpre, 0, sizeof(float) * copies * C);

@@ -101,8 +101,9 @@ static void primal_attend(lens_block_io *io, int l)
     const primal *p = io->attend_ctx;
     const lens_config *c = &p->m->cfg;
     const size_t TT = (size_t)p->T * p->T;
+    const lens_score_fn f = lens_layer_scores(c, l, p->causal);
     lens_attention_forward(io->ctx, p->probs + (size_t)l * p->NH * TT, TT, io->q, io->k, io->v, p->T, p->NH,
-                           c->d_head_k, c->d_head_v, p->causal, c->attn_scale);
+                           c->d_head_k, c->d_head_v, &f);
 }
 
 /* The layers from h^0 (the family's block forward, caching); hidden
@@ -176,7 +177,7 @@ static int tangents_init(tangents *t, const primal *p, int B)
     t->tff = zalloc(R * p->F > (size_t)B * (p->QK > p->VO ? p->QK : p->VO) ? R * p->F
                                                                          : (size_t)B * (p->QK > p->VO ? p->QK : p->VO),
                     &failed);
-    t->dS = zalloc((size_t)p->T * p->T, &failed), t->xhat = zalloc((size_t)p->C, &failed);
+    t->dS = zalloc(2 * (size_t)p->T * p->T, &failed) /* the soft-cap's derivative after dS */, t->xhat = zalloc((size_t)p->C, &failed);
     if (failed) tangents_free(t);
     return failed ? -1 : 0;
 }
@@ -188,9 +189,10 @@ static void tangent_attend(lens_block_io *io, int l)
     const primal *p = t->p;
     const lens_config *c = &p->m->cfg;
     const size_t TT = (size_t)p->T * p->T;
+    const lens_score_fn f = lens_layer_scores(c, l, p->causal);
     lens_attention_jvp(io->ctx, io->q, io->k, io->v, io->cache->q, io->cache->k, io->cache->v,
                        p->probs + (size_t)l * p->NH * TT, TT, io->N / p->T, p->T, p->NH, c->d_head_k, c->d_head_v,
-                       c->attn_scale, t->dS);
+                       &f, t->dS);
 }
 
 /* One layer's JVP: t->tx [B][T][C] in, t->tx out; row >= 0: every tangent

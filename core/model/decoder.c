@@ -549,10 +549,6 @@ void lens_decoder_attn_qk(const lens_model *m, int l, const float *h, int T, flo
     project_qk(m, blk, x, T, NULL, q, k, NULL, NULL);
 }
 
-const char lens_decoder_no_window_grad[] =
-    "attention attribution and hidden-token attribution do not yet apply sliding-window or soft-capped attention "
-    "in their gradients (forward, logit lens, attention, token identity and decomposition work)";
-
 int lens_decoder_apply_preset(const lens_decoder_preset *ps, const char *name, lens_config *c)
 {
     for (; ps->name; ps++) {

@@ -62,8 +62,6 @@ typedef struct {
 } lens_decoder_preset;
 int lens_decoder_apply_preset(const lens_decoder_preset *presets, const char *name, lens_config *c);
 
-extern const char lens_decoder_no_window_grad[];
-
 /* The shared block's entries of a lens_family (llama.c, qwen.c, gemma.c). */
 #define LENS_DECODER_FAMILY_FNS                                                                                    \
     .base_prefix = "model.", .caps = LENS_CAP_CAUSAL | LENS_CAP_PRE_NORM | LENS_CAP_BYTE_BPE,                      \

@@ -111,10 +111,8 @@ static void attend_task(void *ctx, int task)
                                    .w = w->io.k + r * QK + h * DK, .ld = (size_t)QK, .w_kn = 0,
                                    .alpha = c->attn_scale, .y = probs, .ldy = (size_t)T};
     lens_gemm(&scores, NULL);
-    if (c->attn_softcap > 0) lens_softcap_forward(probs, (size_t)T * T, c->attn_softcap);
-    const int window = lens_layer_window(c, j->layer);
-    if (window) lens_softmax_window_forward(probs, T, T, window);
-    else lens_softmax_forward(probs, T, T, w->causal);
+    const lens_score_fn f = lens_layer_scores(c, j->layer, w->causal);
+    lens_scores_forward(probs, T, &f);
     const lens_gemm_args context = {.M = T, .N = DV, .K = T, .x = probs, .ldx = (size_t)T,
                                     .w = w->io.v + r * VO + h * DV, .ld = (size_t)VO, .w_kn = 1, .alpha = 1.0f,
                                     .y = w->io.ctx + r * VO + h * DV, .ldy = (size_t)VO};

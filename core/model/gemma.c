@@ -158,6 +158,5 @@ const lens_family lens_family_gemma2 = {
     .new_config = gemma2_new_config,
     .write_config = gemma2_write_config,
     .preset = gemma2_preset,
-    .no_backward = lens_decoder_no_window_grad,
     GEMMA_FAMILY,
 };

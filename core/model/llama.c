@@ -119,6 +119,5 @@ const lens_family lens_family_mistral = {
     .write_config = mistral_write_config,
     .preset = mistral_preset,
     .preset_names = "micro, tiny, 8b",
-    .no_backward = lens_decoder_no_window_grad,
     DECODER_FAMILY,
 };

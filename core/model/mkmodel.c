@@ -328,12 +328,35 @@ out:
     return rc;
 }
 
-static int write_config(const char *dir, const lens_config *c, lens_err *err)
+/* HF's torch_dtype name of the weights' dtype (PretrainedConfig.to_dict writes "float32", "bfloat16", ...) */
+static const char *torch_dtype_name(lens_dtype dt)
 {
+    switch (dt) {
+    case LENS_DT_F32: return "float32";
+    case LENS_DT_F16: return "float16";
+    case LENS_DT_BF16: return "bfloat16";
+    }
+    return "float32";
+}
+
+/* config.json: "torch_dtype" (the dtype the weights were written in, as a
+ * transformers save_pretrained writes it), then the family's own keys. */
+static int write_config(const char *dir, const lens_config *c, lens_dtype dtype, lens_err *err)
+{
+    char *text = NULL;
+    size_t n = 0;
+    FILE *mem = open_memstream(&text, &n);
+    if (!mem) return lens_fail(err, LENS_ENOMEM, "out of memory for config.json");
+    c->family->write_config(mem, c, 1);
+    if (ferror(mem) | fclose(mem) || !text || strncmp(text, "{\n", 2)) {
+        free(text);
+        return lens_fail(err, LENS_EIO, "%s/config.json: the %s config did not open with {", dir,
+                         c->family->model_type);
+    }
     FILE *f = open_in(dir, "config.json", err);
-    if (!f) return -1;
-    c->family->write_config(f, c, 1);
-    return close_file(f, dir, "config.json", err);
+    if (f) fprintf(f, "{\n  \"torch_dtype\": \"%s\",\n%s", torch_dtype_name(dtype), text + 2);
+    free(text);
+    return f ? close_file(f, dir, "config.json", err) : -1;
 }
 
 static size_t tensor_elems(const lens_st_out *t)
@@ -476,7 +499,7 @@ int lens_mkmodel_write(const char *arch, const char *preset_name, const char *ta
                                            : write_bert_vocab(out_dir, c.vocab_size, err))
         goto out;
     if (write_tokenizer_config(out_dir, family, err) || write_tensors(out_dir, &c, seed, out, err) ||
-        write_config(out_dir, &c, err))
+        write_config(out_dir, &c, out->dtype, err))
         goto out;
     rc = 0;
 out:

@@ -292,17 +292,17 @@ void lens_softmax_backward(float *dinp, const float *probs, const float *dout, i
 }
 
 void lens_attention_forward(float *out, float *probs, size_t probs_stride, const float *q,
-                            const float *k, const float *v, int T, int NH, int DK, int DV, int causal, float scale)
+                            const float *k, const float *v, int T, int NH, int DK, int DV, const lens_score_fn *f)
 {
     const int qk_stride = NH * DK, v_stride = NH * DV;
     for (int h = 0; h < NH; h++) {
         float *p = probs + h * probs_stride;
         /* scores[T][T] = scale q_h k_h^T: W = k_h^T, k_h rows are W's columns */
         const lens_gemm_args scores = {.M = T, .N = T, .K = DK, .x = q + h * DK, .ldx = qk_stride,
-                                       .w = k + h * DK, .ld = qk_stride, .w_kn = 0, .alpha = scale,
+                                       .w = k + h * DK, .ld = qk_stride, .w_kn = 0, .alpha = f->scale,
                                        .y = p, .ldy = T};
         lens_gemm(&scores, NULL);
-        lens_softmax_forward(p, T, T, causal);
+        lens_scores_forward(p, T, f);
         /* out_h[T][DV] = P v_h */
         const lens_gemm_args context = {.M = T, .N = DV, .K = T, .x = p, .ldx = T, .w = v + h * DV,
                                         .ld = v_stride, .w_kn = 1, .alpha = 1.0f, .y = out + h * DV,
@@ -314,7 +314,7 @@ void lens_attention_forward(float *out, float *probs, size_t probs_stride, const
 void lens_attention_backward(float *dq, float *dk, float *dv, float *dprobs, size_t dprobs_stride,
                              float *dscores, const float *dout, const float *q, const float *k,
                              const float *v, const float *probs, size_t probs_stride, int T, int NH,
-                             int DK, int DV, int causal, float scale)
+                             int DK, int DV, const lens_score_fn *f)
 {
     const int qk_stride = NH * DK, v_stride = NH * DV;
     for (int h = 0; h < NH; h++) {
@@ -327,47 +327,47 @@ void lens_attention_backward(float *dq, float *dk, float *dv, float *dprobs, siz
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, DV, T, 1.0f, p, T, dout + h * DV, v_stride,
                         1.0f, dv + h * DV, v_stride);
         if (!dq && !dk) continue;
-        /* forward: P = softmax(scores) */
-        memset(dscores, 0, sizeof(float) * T * T);
-        lens_softmax_backward(dscores, p, dp, T, T, causal);
+        /* forward: P = softmax(softcap(scores)) (the soft-cap's chain rule reads the capped scores) */
+        if (f->softcap > 0) lens_scores_capped(dscores, q + h * DK, k + h * DK, (size_t)qk_stride, T, DK, f);
+        lens_scores_backward(dscores, p, dp, T, f);
         /* forward: scores = scale q_h k_h^T */
         if (dq)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, DK, T, scale, dscores, T, k + h * DK,
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, DK, T, f->scale, dscores, T, k + h * DK,
                         qk_stride, 1.0f, dq + h * DK, qk_stride);
         if (dk)
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, DK, T, scale, dscores, T, q + h * DK,
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, DK, T, f->scale, dscores, T, q + h * DK,
                         qk_stride, 1.0f, dk + h * DK, qk_stride);
     }
 }
 
 void lens_attention_jvp(float *dout, const float *dq, const float *dk, const float *dv, const float *q,
                         const float *k, const float *v, const float *probs, size_t probs_stride, int B, int T,
-                        int NH, int DK, int DV, float scale, float *dS)
+                        int NH, int DK, int DV, const lens_score_fn *f, float *dS)
 {
     const int QK = NH * DK, VO = NH * DV;
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            const float *P = probs + h * probs_stride;
+    float *g = dS + (size_t)T * T; /* the soft-cap's derivative, once per head */
+    for (int h = 0; h < NH; h++) {
+        const float *P = probs + h * probs_stride;
+        if (f->softcap > 0) {
+            lens_scores_capped(g, q + h * DK, k + h * DK, (size_t)QK, T, DK, f);
+            lens_scores_capgrad(g, T, f);
+        }
+        for (int b = 0; b < B; b++) {
             const size_t rq = (size_t)b * T * QK + (size_t)h * DK, rv = (size_t)b * T * VO + (size_t)h * DV;
             /* forward: scores = scale q_h k_h^T */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, DK, scale, dq + rq, QK, k + h * DK, QK, 0.0f,
-                        dS, T);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, DK, scale, q + h * DK, QK, dk + rq, QK, 1.0f,
-                        dS, T);
-            /* forward: P = softmax(scores) */
-            for (int t = 0; t < T; t++) {
-                const float *p = P + (size_t)t * T;
-                float *s = dS + (size_t)t * T;
-                double dot = 0;
-                for (int u = 0; u < T; u++) dot += (double)p[u] * s[u];
-                for (int u = 0; u < T; u++) s[u] = p[u] * (s[u] - (float)dot);
-            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, DK, f->scale, dq + rq, QK, k + h * DK, QK,
+                        0.0f, dS, T);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, DK, f->scale, q + h * DK, QK, dk + rq, QK,
+                        1.0f, dS, T);
+            /* forward: P = softmax(softcap(scores)) */
+            lens_scores_jvp(dS, P, g, T, f);
             /* forward: out_h = P v_h */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, DV, T, 1.0f, dS, T, v + h * DV, VO, 0.0f,
                         dout + rv, VO);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, DV, T, 1.0f, P, T, dv + rv, VO, 1.0f, dout + rv,
                         VO);
         }
+    }
 }
 
 void lens_embedding_forward(float *out, const int *ids, const int *type_ids, const void *tok, const void *pos,

@@ -17,6 +17,7 @@
 
 #include "core/model/model.h"
 #include "core/base/pool.h"
+#include "core/nn/scores.h"
 
 /* exp(x) = 2^n exp(r), n = round(x log2 e), |r| <= ln2 / 2, degree-6
  * polynomial for exp(r) (relative error <= 1e-7), 2^n built in the exponent
@@ -110,31 +111,33 @@ void lens_softmax_backward(float *dinp, const float *probs, const float *dout, i
  *   probs: NH blocks of [T][T], head h at probs + h * probs_stride (so the
  *          probabilities can land directly in a caller's [L][NH][...] layout)
  *   out:  [T][NH*DV], head h in columns h*DV .. h*DV+DV-1
- * scores = scale q_h k_h^T (scale = lens_config.attn_scale: 1/sqrt(DK), or 1/sqrt(DV) for an
- * identifiable encoder trained as declare-lab's code), causal mask for GPT-2, softmax, out_h = P v_h. */
+ * scores = f->scale q_h k_h^T (lens_config.attn_scale: 1/sqrt(DK), or 1/sqrt(DV) for an
+ * identifiable encoder trained as declare-lab's code), then f's soft-cap and causal / windowed
+ * softmax (scores.h, lens_layer_scores), out_h = P v_h. */
 void lens_attention_forward(float *out, float *probs, size_t probs_stride, const float *q,
-                            const float *k, const float *v, int T, int NH, int DK, int DV, int causal, float scale);
+                            const float *k, const float *v, int T, int NH, int DK, int DV, const lens_score_fn *f);
 /* Backward of lens_attention_forward for one sequence.
  *   dout: [T][NH*DV] gradient of out; q, k, v, probs as in the forward
  *   dprobs: NH blocks of [T][T] at dprobs_stride: SET (not accumulated) to
  *           dL/dP_h = dout_h v_h^T, the gradient w.r.t. the probabilities
  *   dq, dk: [T][NH*DK], dv: [T][NH*DV], accumulated; any may be NULL
  *   dscores: [T][T] scratch, used when dq or dk is non-NULL
- * dscores = softmax_backward(dP); dq_h += scale dscores k_h,
- * dk_h += scale dscores^T q_h, dv_h += P^T dout_h. */
+ * dscores = softcap'(scores) softmax_backward(dP) (lens_scores_backward);
+ * dq_h += scale dscores k_h, dk_h += scale dscores^T q_h, dv_h += P^T dout_h. */
 void lens_attention_backward(float *dq, float *dk, float *dv, float *dprobs, size_t dprobs_stride,
                              float *dscores, const float *dout, const float *q, const float *k,
                              const float *v, const float *probs, size_t probs_stride, int T, int NH,
-                             int DK, int DV, int causal, float scale);
+                             int DK, int DV, const lens_score_fn *f);
 /* JVP of lens_attention_forward for B tangents of one sequence: dq, dk
  * [B][T][NH*DK], dv [B][T][NH*DV] -> dout [B][T][NH*DV] (set), from the
  * forward's q, k, v and probs (NH blocks of [T][T] at probs_stride); dS
- * [T][T] scratch. Per tangent and head:
- *   dS = scale (dq_h k_h^T + q_h dk_h^T); dP = P ⊙ (dS − rowsum(P ⊙ dS))
- *   (masked entries have P = 0); dout_h = dP v_h + P dv_h. */
+ * [T][T] scratch, [2][T][T] when f has a soft-cap (its derivative per head).
+ * Per tangent and head:
+ *   dS = softcap'(scores) ⊙ scale (dq_h k_h^T + q_h dk_h^T);
+ *   dP = P ⊙ (dS − rowsum(P ⊙ dS)) (masked entries have P = 0); dout_h = dP v_h + P dv_h. */
 void lens_attention_jvp(float *dout, const float *dq, const float *dk, const float *dv, const float *q,
                         const float *k, const float *v, const float *probs, size_t probs_stride, int B, int T,
-                        int NH, int DK, int DV, float scale, float *dS);
+                        int NH, int DK, int DV, const lens_score_fn *f, float *dS);
 
 /* Embeddings of one sequence (BERT / GPT-2 input):
  * out[T][C] = tok[ids[t]] + pos[t] (+ type[type_ids[t]] when type is

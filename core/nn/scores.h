@@ -11,6 +11,43 @@
 
 #include <stddef.h>
 
+#include "core/model/model.h"
+
+/* How one layer turns scale q k^T into attention probabilities, for every
+ * caller (forward.c's attend_task, ops.h's lens_attention_*, hence the
+ * attribution and HTA hooks and the trainer):
+ *   P = softmax over row i's visible keys of softcap(scale q_i k_j)
+ * visible: all keys, j <= i (causal), or i - W < j <= i (window W > 0). */
+typedef struct lens_score_fn {
+    float scale;
+    float softcap; /* 0 = none */
+    int causal;
+    int window;    /* 0 = none; > 0 implies causal */
+} lens_score_fn;
+
+/* Layer l (0-based) of c; causal: the caller's mask for full layers. */
+static inline lens_score_fn lens_layer_scores(const lens_config *c, int l, int causal)
+{
+    const int window = lens_layer_window(c, l);
+    return (lens_score_fn){.scale = c->attn_scale, .softcap = c->attn_softcap, .causal = causal || window > 0,
+                           .window = window};
+}
+
+/* p [T][T] = probabilities from the scaled scores s = scale q k^T in place. */
+void lens_scores_forward(float *p, int T, const lens_score_fn *f);
+/* ds [T][T] = dL/ds (set) from dp = dL/dP and the forward's P. With a
+ * soft-cap ds must hold the capped scores softcap(s) on entry (the chain
+ * rule reads them in place: lens_scores_capped). */
+void lens_scores_backward(float *ds, const float *p, const float *dp, int T, const lens_score_fn *f);
+/* ds [T][T] = tangent of P from the tangent of s in place; g [T][T] the
+ * soft-cap's derivative 1 - (softcap(s) / cap)^2 (lens_scores_capped then
+ * lens_scores_capgrad), ignored without a soft-cap. */
+void lens_scores_jvp(float *ds, const float *p, const float *g, int T, const lens_score_fn *f);
+/* y [T][T] = softcap(scale q_h k_h^T) of one head (q, k rows of stride ld). */
+void lens_scores_capped(float *y, const float *q, const float *k, size_t ld, int T, int DK, const lens_score_fn *f);
+/* y = 1 - (y / cap)^2 in place. */
+void lens_scores_capgrad(float *y, int T, const lens_score_fn *f);
+
 /* x[n] = cap tanh(x / cap) in place (cap > 0). */
 void lens_softcap_forward(float *x, size_t n, float cap);
 /* dinp[n] += (1 - (out / cap)^2) dout, out = the forward's output. */

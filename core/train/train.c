@@ -442,10 +442,11 @@ static void train_attend(lens_block_io *io, int l)
     const int NH = c->n_heads, DK = c->d_head_k, DV = c->d_head_v, causal = lens_has_cap(c, LENS_CAP_CAUSAL);
     const size_t QK = (size_t)NH * DK, VO = (size_t)NH * DV;
     float *probs = a->probs + (size_t)l * NH * ba->A;
+    const lens_score_fn f = lens_layer_scores(c, l, causal);
     for (int s = 0; s < ba->b->n_seqs; s++) {
         const size_t r = (size_t)a->row_start[s];
         lens_attention_forward(io->ctx + r * VO, probs + a->attn_start[s], ba->A, io->q + r * QK, io->k + r * QK,
-                               io->v + r * VO, ba->b->lengths[s], NH, DK, DV, causal, c->attn_scale);
+                               io->v + r * VO, ba->b->lengths[s], NH, DK, DV, &f);
     }
 }
 
@@ -459,6 +460,7 @@ static int train_attend_backward(lens_block_io *io, int l)
     const size_t QK = (size_t)NH * DK, VO = (size_t)NH * DV, N = (size_t)io->N;
     const float *probs = a->probs + (size_t)l * NH * ba->A;
     const lens_block_cache *k = io->cache;
+    const lens_score_fn f = lens_layer_scores(c, l, causal);
     memset(io->q, 0, N * QK * sizeof(float));
     memset(io->k, 0, N * QK * sizeof(float));
     memset(io->v, 0, N * VO * sizeof(float));
@@ -466,7 +468,7 @@ static int train_attend_backward(lens_block_io *io, int l)
         const size_t r = (size_t)a->row_start[s];
         lens_attention_backward(io->q + r * QK, io->k + r * QK, io->v + r * VO, a->dprobs, a->tmax2, a->dscores,
                                 io->ctx + r * VO, k->q + r * QK, k->k + r * QK, k->v + r * VO,
-                                probs + a->attn_start[s], ba->A, ba->b->lengths[s], NH, DK, DV, causal, c->attn_scale);
+                                probs + a->attn_start[s], ba->A, ba->b->lengths[s], NH, DK, DV, &f);
     }
     return 0;
 }

@@ -18,7 +18,8 @@ lensd; the transformers package is not imported.
                each head;  parallel: x + Attn(LN1 x) + MLP(LN2 x), else sequential;
                final_layer_norm;  logits = hidden[L] embed_out^T
   effective    Brunner et al. 2020: row i of A_h projected on the column space of the
-               causal prefix V_h[0..i] (V_h the values of the query head's kv group), pinv
+               values of the keys it attends, V_h[0..i] or in a sliding-window layer
+               V_h[i-W+1..i] (V_h the values of the query head's kv group), pinv
   attribution  Hao et al. 2021, next-token objective at the last position, and
   hta          ||d h^l_j / d h^0_i||_F^2 by autograd Jacobians from h0: families_reference's
                functions on this Model (layers, head, objective_logits)
@@ -121,6 +122,11 @@ class Decoder:
         key = name + ".bias"
         return y + self.p(key) if (bias is not False and key in self.w) else y
 
+    def layer_window(self, layer):
+        """the sliding window of a layer (HF: every Mistral layer, Gemma 2's even ones) or None"""
+        window = getattr(self, "window", None)
+        return window if window and (self.type != "gemma2" or layer % 2 == 0) else None
+
     def attend(self, q, k, v, layer, scale=None):
         """q [T][NH][D], k, v [T][NKV][D] -> ctx [T][NH*D], P [NH][T][T], V per query head."""
         T = q.shape[0]
@@ -133,8 +139,8 @@ class Decoder:
         i = torch.arange(T)[:, None]
         j = torch.arange(T)[None, :]
         masked = j > i
-        window = getattr(self, "window", None)
-        if window and (self.type != "gemma2" or layer % 2 == 0):
+        window = self.layer_window(layer)
+        if window:
             masked = masked | (i - j >= window)
         s = s.masked_fill(masked, float("-inf"))
         P = torch.softmax(s, -1)
@@ -225,14 +231,15 @@ class Decoder:
         return logits[-1]  # next token after the last position
 
 
-def effective(probs, values):
+def effective(probs, values, windows):
     out = []
-    for A, V in zip(probs, values):  # [NH][T][T], [NH][T][D]
+    for A, V, W in zip(probs, values, windows):  # [NH][T][T], [NH][T][D], sliding window or None
         E = torch.zeros_like(A)
         for h in range(A.shape[0]):
             for i in range(A.shape[1]):
-                Vi = V[h, :i + 1]
-                E[h, i, :i + 1] = A[h, i, :i + 1] @ (Vi @ torch.linalg.pinv(Vi))
+                lo = max(0, i - W + 1) if W else 0  # the keys row i attends
+                Vi = V[h, lo:i + 1]
+                E[h, i, lo:i + 1] = A[h, i, lo:i + 1] @ (Vi @ torch.linalg.pinv(Vi))
         out.append(E.tolist())
     return out
 
@@ -244,7 +251,7 @@ def main():
     with torch.no_grad():
         hidden, probs = m.layers(h0)
         logits = m.head(hidden[-1])
-    json.dump(answer(req, m, h0, hidden, probs, logits, effective(probs, m.values)), sys.stdout)
+    json.dump(answer(req, m, h0, hidden, probs, logits, effective(probs, m.values, [m.layer_window(l) for l in range(m.L)])), sys.stdout)
 
 
 if __name__ == "__main__":

