@@ -75,16 +75,6 @@ int api_hidden_attribution_prepare(api_call *c)
     return api_decode_async(c, "hidden-attribution");
 }
 
-/* Floating-point operations of the exact method: T·C tangents, each T rows
- * through the linear maps and the attention of every layer up to the top one. */
-static double exact_flops(const lens_config *cfg, int T, int top)
-{
-    const double C = cfg->d_model, QK = (double)cfg->n_heads * cfg->d_head_k,
-                 VO = (double)cfg->n_heads * cfg->d_head_v, F = cfg->d_ff;
-    const double per_row = 2.0 * (C * (2 * QK + VO) + VO * C + 2 * C * F) + 4.0 * T * (QK + VO);
-    return (double)T * C * T * per_row * top;
-}
-
 static void write_layer(jw *w, const hta_req *r, const lens_hta_layer *y, int T)
 {
     jw_obj(w);
@@ -118,9 +108,8 @@ void api_hidden_attribution_run(api_call *c)
     if (api_seq_begin(c, &r->in, &seq)) return;
     const int T = seq.T;
     int top = r->layers.v[r->layers.n - 1];
-    /* the estimate: probes tangents instead of T·C */
-    const double flops = r->method == LENS_HTA_EXACT ? exact_flops(&m->cfg, T, top)
-                                                     : exact_flops(&m->cfg, T, top) * r->probes / m->cfg.d_model / T;
+    /* T·C (exact) or T·probes (estimate) tangents, the path the core will take */
+    const double flops = lens_hta_flops(&m->cfg, T, top, r->method, r->probes);
     if (api_cost_check(c, API_COST_HIDDEN_ATTRIBUTION, flops, "text")) {
         api_seq_free(&seq);
         return;

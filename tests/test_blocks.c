@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "core/base/gemm.h"
 #include "core/model/mkmodel.h"
 #include "core/nn/ops.h"
 #include "family_cases.h"
@@ -115,17 +116,25 @@ static void run_forward(bench *b, int l, int final, const float *x, float *y, in
     memcpy(y, b->x, sizeof(float) * TC);
 }
 
-/* out [B][T][C] = J tangents [B][T][C] (primal: the last cached forward) */
-static void run_jvp(bench *b, int l, int final, const float *tangents, int B, int row, float *out)
+/* out [B][T][C] = J tangents [B][T][C] (primal: the last cached forward);
+ * row_jac: the block's row-wise tail as its explicit Jacobians, or NULL */
+static void run_jvp_jac(bench *b, int l, int final, const float *tangents, int B, int row, const float *row_jac,
+                        float *out)
 {
     const lens_family *f = b->m->cfg.family;
     const size_t n = (size_t)B * T * b->m->cfg.d_model;
     memcpy(b->x, tangents, sizeof(float) * n);
     lens_block_io io = io_of(b, B * T, final);
     io.jvp_row = row;
+    io.row_jac = row_jac;
     if (final) f->final_jvp(b->m, &io);
     else f->block_jvp(b->m, &io, l);
     memcpy(out, b->x, sizeof(float) * n);
+}
+
+static void run_jvp(bench *b, int l, int final, const float *tangents, int B, int row, float *out)
+{
+    run_jvp_jac(b, l, final, tangents, B, row, NULL, out);
 }
 
 /* Weight gradients into one buffer per parameter tensor seen. */
@@ -229,6 +238,23 @@ static void check_block(bench *b, const char *name, int l, int final)
     const double d_row = max_diff(jt, jt2, n);
     CHECK(d_row <= 1e-6 * max_abs(jt2, n) + 1e-12, "%s: jvp_row differs by %g", what, d_row);
     free(one);
+    /* the row-wise tail as explicit Jacobians (formed two tangents at a
+     * time, C / 2 chunks) gives the tail's JVP up to rounding */
+    const lens_family *f = b->m->cfg.family;
+    if (!final && f->block_row_jacobian) {
+        float *jac = floats(n * C), *packed = aligned_alloc(64, sizeof(float) * T * lens_gemm_packed_size(C, C));
+        lens_block_io io = io_of(b, 2 * T, 0);
+        f->block_row_jacobian(b->m, &io, l, jac);
+        lens_block_row_jac_pack(packed, jac, T, C);
+        run_jvp(b, l, 0, t, 2, -1, jt);
+        run_jvp_jac(b, l, 0, t, 2, -1, packed, jt2);
+        const double d_jac = max_diff(jt, jt2, 2 * n);
+        CHECK(d_jac <= 1e-5 * max_abs(jt, 2 * n) && max_abs(jt, 2 * n) > 0,
+              "%s: JVP through the row Jacobians differs by %g (max %g)", what, d_jac, max_abs(jt, 2 * n));
+        printf("  %-22s JVP through row Jacobians vs the tail's JVP %.1e (max %.1e)\n", what, d_jac,
+               max_abs(jt, 2 * n));
+        free(jac), free(packed);
+    }
 
     run_jvp(b, l, final, t, 1, -1, jt);
     run_backward(b, l, final, u, g, NULL);

@@ -34,6 +34,10 @@
 
 #define DEFAULT_PROBES 16
 #define DEFAULT_SCRATCH ((size_t)256 << 20)
+/* the blocks' row-wise tail Jacobians, [top][T][C][C] packed plus one layer
+ * unpacked while forming: held up to this, else the tangents go through the
+ * tail's own JVP (BERT-small at T = 128: 640 MiB) */
+#define MAX_ROW_JAC ((size_t)1 << 30)
 
 /* The primal pass: each layer's lens_block_cache (what the family's block
  * JVP reads) and attention probabilities, the final norm's cache. */
@@ -43,6 +47,8 @@ typedef struct {
     lens_block_cache *cache;   /* [L], T rows */
     lens_block_cache final;    /* final norm (pre-norm families) */
     float *probs;              /* [L][NH][T][T] */
+    float *row_jac;            /* [top][T][packed C x C] block_row_jacobian of each layer, or NULL */
+    size_t row_jac_layer;      /* floats per layer: T * lens_gemm_packed_size(C, C) */
     /* primal work [T][...] */
     float *x, *h, *n, *ctx, *ff;
 } primal;
@@ -60,7 +66,7 @@ static void primal_free(primal *p)
         for (int l = 0; l < p->L; l++) lens_block_cache_free(&p->cache[l]);
     free(p->cache);
     lens_block_cache_free(&p->final);
-    free(p->probs), free(p->x), free(p->h), free(p->n), free(p->ctx), free(p->ff);
+    free(p->probs), free(p->row_jac), free(p->x), free(p->h), free(p->n), free(p->ctx), free(p->ff);
     memset(p, 0, sizeof *p);
 }
 
@@ -196,7 +202,8 @@ static void layer_jvp(tangents *t, int l, int B, int row)
     const primal *p = t->p;
     lens_block_io io = {.N = B * p->T, .x = t->tx, .h = t->th, .n = t->tn, .q = t->tq, .k = t->tk, .v = t->tv,
                         .ctx = t->tctx, .ff = t->tff, .ff_ld = (size_t)p->F, .cache = &p->cache[l],
-                        .jvp_row = row, .row_scratch = t->xhat, .attend_jvp = tangent_attend, .attend_ctx = t};
+                        .jvp_row = row, .row_scratch = t->xhat, .attend_jvp = tangent_attend, .attend_ctx = t,
+                        .row_jac = p->row_jac ? p->row_jac + l * p->row_jac_layer : NULL};
     p->m->cfg.family->block_jvp(p->m, &io, l);
 }
 
@@ -207,6 +214,56 @@ static void final_jvp(tangents *t, int B)
     lens_block_io io = {.N = B * p->T, .x = t->tx, .h = t->th, .n = t->tn, .cache = (lens_block_cache *)&p->final,
                         .jvp_row = -1, .row_scratch = t->xhat};
     p->m->cfg.family->final_jvp(p->m, &io);
+}
+
+/* Flops of one tangent row through the row-wise tail of a block: the
+ * MLP's two maps (gate and up counted by lens_ff_cols), norms neglected. */
+static double tail_flops(const lens_config *c)
+{
+    return 2.0 * c->d_model * ((double)lens_ff_cols(c) + c->d_ff);
+}
+
+/* Whether the sweep of P tangents per token applies the tails as explicit
+ * Jacobians: forming them pushes C one-hot tangents per row through each
+ * tail (C·T rows), applying them costs 2·C² per row instead of the tail;
+ * worth it when P·T·(tail − 2C²) > C·tail (exact, P = C: from T = 2 on),
+ * and only within MAX_ROW_JAC. */
+static int use_row_jac(const lens_config *c, int T, int P, int top)
+{
+    const double C = c->d_model, tail = tail_flops(c);
+    if (!c->family->block_row_jacobian || top < 1) return 0;
+    if ((top + 1) * (size_t)T * lens_gemm_packed_size(c->d_model, c->d_model) > MAX_ROW_JAC / sizeof(float)) return 0;
+    return (double)P * T * (tail - 2 * C * C) > C * tail;
+}
+
+double lens_hta_flops(const lens_config *c, int T, int top, lens_hta_method method, int probes)
+{
+    const double C = c->d_model, QK = (double)c->n_heads * c->d_head_k, VO = (double)c->n_heads * c->d_head_v;
+    const int P = method == LENS_HTA_ESTIMATE ? (probes > 0 ? probes : DEFAULT_PROBES) : c->d_model;
+    const int jac = use_row_jac(c, T, P, top);
+    const double qkv = 2.0 * C * (2 * QK + VO), out = 2.0 * VO * C, attend = 4.0 * T * (QK + VO);
+    const double tail = jac ? 2.0 * C * C : tail_flops(c);
+    /* every tangent row of every layer; the first layer's q, k, v map one row per tangent */
+    const double rows = (double)P * T * T * top;
+    const double flops = rows * (out + attend + tail) + (double)P * T * (1 + (double)T * (top - 1)) * qkv;
+    return flops + (jac ? (double)top * C * T * tail_flops(c) : 0);
+}
+
+/* The row-wise tail Jacobians of layers 0..top-1 into p->row_jac, packed
+ * for the GEMM, with t's buffers as scratch (B tangents of T rows at a
+ * time) and jac [C][T][C]; -1 when cancelled. */
+static int form_row_jacobians(primal *p, tangents *t, int B, int top, float *jac, const lens_hta_opts *opts)
+{
+    const lens_model *m = p->m;
+    for (int l = 0; l < top; l++) {
+        if (opts && lens_cancelled(opts->cancel)) return -1;
+        lens_block_io io = {.N = B * p->T, .h = t->th, .n = t->tn, .q = t->tq, .k = t->tk, .v = t->tv,
+                            .ctx = t->tctx, .ff = t->tff, .ff_ld = (size_t)p->F, .cache = &p->cache[l], .jvp_row = -1,
+                            .row_scratch = t->xhat, .pool = opts ? opts->pool : NULL};
+        m->cfg.family->block_row_jacobian(m, &io, l, jac);
+        lens_block_row_jac_pack(p->row_jac + l * p->row_jac_layer, jac, p->T, p->C);
+    }
+    return 0;
 }
 
 static uint64_t xorshift(uint64_t *s)
@@ -387,25 +444,34 @@ int lens_hidden_attribution(const lens_model *m, const int *ids, const int *type
     tangents *t = calloc((size_t)threads, sizeof *t);
     if (!t) failed = 1;
     if (!failed && primal_init(&p, m, T)) failed = 1;
+    float *jac = NULL; /* one layer's row Jacobians before packing */
+    if (!failed && use_row_jac(c, T, P, top)) {
+        p.row_jac_layer = (size_t)T * lens_gemm_packed_size(C, C);
+        p.row_jac = aligned_alloc(64, sizeof(float) * top * p.row_jac_layer);
+        jac = malloc(sizeof(float) * (size_t)C * T * C);
+        if (!p.row_jac || !jac) failed = 1;
+    }
     for (int k = 0; k < threads && !failed; k++)
         if (tangents_init(&t[k], &p, B)) failed = 1;
     if (failed) {
         for (int k = 0; t && k < threads; k++) tangents_free(&t[k]);
         free(t);
         primal_free(&p);
-        free(h0), free(sum), free(sumsq);
+        free(h0), free(sum), free(sumsq), free(jac);
         lens_hta_result_free(out);
         return lens_fail(err, LENS_ENOMEM, "out of memory (T = %d)", T);
     }
     primal_run(&p, h0, NULL, opts ? opts->pool : NULL);
     free(h0);
+    int cancelled = p.row_jac && form_row_jacobians(&p, &t[0], B, top, jac, opts);
+    free(jac);
     sweep_job job = {
         .p = &p, .t = t, .opts = opts, .want = want, .top = top, .P = P, .B = B,
         .exact = method == LENS_HTA_EXACT, .sum = sum, .sumsq = sumsq,
         .seed = opts && opts->seed ? opts->seed : 1,
     };
-    if (top > 0) lens_pool_run(opts ? opts->pool : NULL, T, sweep_token, &job);
-    int rc = atomic_load(&job.cancelled) ? lens_fail(err, LENS_ECANCEL, "cancelled") : 0;
+    if (top > 0 && !cancelled) lens_pool_run(opts ? opts->pool : NULL, T, sweep_token, &job);
+    int rc = cancelled || atomic_load(&job.cancelled) ? lens_fail(err, LENS_ECANCEL, "cancelled") : 0;
     for (int k = 0; k < threads; k++) tangents_free(&t[k]);
     free(t);
     primal_free(&p);

@@ -160,6 +160,39 @@ void lens_block_linear_jvp(const lens_block_io *io, float *out, const float *in,
     for (int b = 0; b < B; b++) memcpy(out + ((size_t)b * T + row) * OUT, prod + (size_t)b * OUT, sizeof(float) * OUT);
 }
 
+void lens_block_row_jac_pack(float *packed, const float *jac, int T, int C)
+{
+    const size_t size = lens_gemm_packed_size(C, C);
+    for (int j = 0; j < T; j++) lens_gemm_pack(packed + j * size, jac + (size_t)j * C, C, C, (size_t)T * C, 1);
+}
+
+void lens_block_row_jac_apply(const lens_block_io *io, float *out, const float *in, const float *packed, int C)
+{
+    const int T = io->cache->rows;
+    const size_t ld = (size_t)T * C, size = lens_gemm_packed_size(C, C); /* row j of every tangent: stride T·C */
+    for (int j = 0; j < T; j++) {
+        const lens_gemm_args g = {.M = io->N / T, .N = C, .K = C, .x = in + (size_t)j * C, .ldx = ld,
+                                  .packed = packed + j * size, .y = out + (size_t)j * C, .ldy = ld};
+        lens_gemm(&g, io->pool);
+    }
+}
+
+void lens_block_row_jacobian(lens_block_io *io, int C, float *jac,
+                             void (*tail)(const lens_model *m, lens_block_io *io, int l), const lens_model *m, int l)
+{
+    const int T = io->cache->rows, chunk = io->N / T;
+    lens_block_io t = *io;
+    for (int b0 = 0; b0 < C; b0 += chunk) {
+        const int nb = C - b0 < chunk ? C - b0 : chunk;
+        t.N = nb * T;
+        memset(t.h, 0, sizeof(float) * (size_t)t.N * C);
+        for (int k = 0; k < nb; k++)
+            for (int j = 0; j < T; j++) t.h[((size_t)k * T + j) * C + b0 + k] = 1.0f;
+        t.x = jac + (size_t)b0 * T * C; /* tangent k's rows are jac[b0 + k] */
+        tail(m, &t, l);
+    }
+}
+
 void lens_block_copy_rows(float *dst, const float *src, size_t ld, int N, int W)
 {
     if (ld == (size_t)W) memcpy(dst, src, sizeof(float) * N * W);

@@ -175,6 +175,10 @@ typedef struct lens_block_io {
     const lens_grad_map *grads;   /* backward: weight gradients, or NULL */
     int jvp_row;                  /* JVP: -1, or the only non-zero input row of each tangent */
     float *row_scratch;           /* JVP: [C] */
+    /* JVP: NULL, or the block's row-wise tail as explicit Jacobians
+     * (family->block_row_jacobian packed by lens_block_row_jac_pack),
+     * applied by one GEMM per row instead of the tail's own JVP */
+    const float *row_jac;
     /* ctx = attention(q, k, v) of every sequence and head of layer l */
     void (*attend)(struct lens_block_io *io, int l);
     /* dq, dk, dv (set, not accumulated) from dctx = io->ctx; non-zero: stop */
@@ -208,6 +212,19 @@ void lens_block_layernorm_backward(const lens_block_io *io, float *dinp, int acc
  * gather [B][lin->in] and prod [B][lin->out] (scratch). */
 void lens_block_linear_jvp(const lens_block_io *io, float *out, const float *in, const lens_linear *lin,
                            float *gather, float *prod);
+/* packed [T][lens_gemm_packed_size(C, C)] (64-byte aligned) = the T
+ * matrices jac[.][j][.] of block_row_jacobian's [C][T][C], in the GEMM's
+ * weight layout. */
+void lens_block_row_jac_pack(float *packed, const float *jac, int T, int C);
+/* out[B][T][C] = row-wise products: out[b][j] = in[b][j] jac[.][j][.] for
+ * the B = N / T tangents of io (packed as lens_block_row_jac_pack), one
+ * GEMM of B rows per row j. */
+void lens_block_row_jac_apply(const lens_block_io *io, float *out, const float *in, const float *packed, int C);
+/* The tail Jacobian loop of block_row_jacobian: for the one-hot tangents
+ * e_b at every row, in chunks of io->N / rows, tail(io) maps io->h (the
+ * tail's input tangents) to io->x, which points into jac. */
+void lens_block_row_jacobian(lens_block_io *io, int C, float *jac,
+                             void (*tail)(const lens_model *m, lens_block_io *io, int l), const lens_model *m, int l);
 /* dst[N][W] = src[N] rows of row stride ld (a cache keeps io->ff packed). */
 void lens_block_copy_rows(float *dst, const float *src, size_t ld, int N, int W);
 /* cache_floats of the LayerNorm blocks, post-norm (BERT) and pre-norm (GPT-2)
@@ -250,6 +267,16 @@ struct lens_family {
     void (*block_backward)(const lens_model *m, lens_block_io *io, int l);
     /* io->x = J_block(x) io->x for B tangents of the cached sequence. */
     void (*block_jvp)(const lens_model *m, lens_block_io *io, int l);
+    /* Optional (NULL: not offered): jac [C][rows][C], the Jacobian of the
+     * block's row-wise tail (everything after attention's output projection
+     * and residual sum, up to the block output) at each cached row j:
+     * jac[b][j][:] = d out_j / d u_j[b]. Formed by pushing the C one-hot
+     * tangents of every row through the tail's JVP, io->N / rows of them at
+     * a time (io's JVP buffers as scratch); with io->row_jac set, block_jvp
+     * then applies it per row (lens_block_row_jac_apply): C^2 per tangent row
+     * instead of the tail's cost (the MLP's 2·C·F and the norms), which pays
+     * when many tangents share the cache (exact hidden token attribution). */
+    void (*block_row_jacobian)(const lens_model *m, lens_block_io *io, int l, float *jac);
     /* Floats per row the block / final norm keep in lens_block_cache.buf. */
     size_t (*cache_floats)(const lens_config *c, int for_weights);
     size_t (*final_cache_floats)(const lens_config *c, int for_weights);
@@ -310,6 +337,7 @@ void lens_bert_embed(const lens_model *m, const int *ids, const int *type_ids, i
 void lens_bert_block_forward(const lens_model *m, lens_block_io *io, int l);
 void lens_bert_block_backward(const lens_model *m, lens_block_io *io, int l);
 void lens_bert_block_jvp(const lens_model *m, lens_block_io *io, int l);
+void lens_bert_block_row_jacobian(const lens_model *m, lens_block_io *io, int l, float *jac);
 void lens_bert_write_config(FILE *f, const lens_config *c, int random_weights);
 /* A new encoder config's task from its name (NULL: classification with
  * labels negative / positive), for new_config. */

@@ -276,26 +276,43 @@ void lens_bert_block_backward(const lens_model *m, lens_block_io *io, int l)
     lens_block_linear_backward(io, io->x, 1, io->v, s.x_in, &blk->v, N);
 }
 
-/* JVP of lens_bert_block_forward for the B = io->N / rows tangents in io->x. */
-void lens_bert_block_jvp(const lens_model *m, lens_block_io *io, int l)
+/* JVP of the block's row-wise tail: io->x = d x' from io->h = d h_attn
+ * (h_attn = x + attn_out(ctx)); io->h, io->n, io->ff scratch. */
+static void bert_tail_jvp(const lens_model *m, lens_block_io *io, int l)
 {
     const lens_config *c = &m->cfg;
     const lens_block *blk = &m->p.blocks[l];
-    const lens_block_cache *k = io->cache;
-    const int C = c->d_model, T = k->rows, B = io->N / T, N = io->N;
-    const post_saved s = post_slots(c, k);
-    lens_block_linear_jvp(io, io->q, io->x, &blk->q, io->h, io->ff);
-    lens_block_linear_jvp(io, io->k, io->x, &blk->k, io->h, io->ff);
-    lens_block_linear_jvp(io, io->v, io->x, &blk->v, io->h, io->ff);
-    io->attend_jvp(io, l);
-    lens_linear_jvp(io->h, io->ctx, &blk->attn_out, N, io->pool);
-    lens_residual_forward(io->h, io->x, (size_t)N * C);
+    const int C = c->d_model, T = io->cache->rows, B = io->N / T, N = io->N;
+    const post_saved s = post_slots(c, io->cache);
+    /* a = LN_attn(h_attn); h_ff = a + ff_out(gelu(ff_in(a))); x' = LN_ff(h_ff) */
     lens_layernorm_jvp(io->n, io->h, s.h_attn, s.mean_attn, s.rstd_attn, &blk->ln_attn, B, T, C, io->row_scratch);
     lens_linear_jvp(io->ff, io->n, &blk->ff_in, N, io->pool);
     lens_gelu_jvp(io->ff, s.ff_pre, B, (size_t)T * c->d_ff, c->gelu_tanh);
     lens_linear_jvp(io->h, io->ff, &blk->ff_out, N, io->pool);
     lens_residual_forward(io->h, io->n, (size_t)N * C);
     lens_layernorm_jvp(io->x, io->h, s.h_ff, s.mean_ff, s.rstd_ff, &blk->ln_ff, B, T, C, io->row_scratch);
+}
+
+/* JVP of lens_bert_block_forward for the B = io->N / rows tangents in io->x. */
+void lens_bert_block_jvp(const lens_model *m, lens_block_io *io, int l)
+{
+    const lens_config *c = &m->cfg;
+    const lens_block *blk = &m->p.blocks[l];
+    const int C = c->d_model, N = io->N;
+    lens_block_linear_jvp(io, io->q, io->x, &blk->q, io->h, io->ff);
+    lens_block_linear_jvp(io, io->k, io->x, &blk->k, io->h, io->ff);
+    lens_block_linear_jvp(io, io->v, io->x, &blk->v, io->h, io->ff);
+    io->attend_jvp(io, l);
+    /* h_attn = x + attn_out(ctx) */
+    lens_linear_jvp(io->h, io->ctx, &blk->attn_out, N, io->pool);
+    lens_residual_forward(io->h, io->x, (size_t)N * C);
+    if (io->row_jac) lens_block_row_jac_apply(io, io->x, io->h, io->row_jac, C);
+    else bert_tail_jvp(m, io, l);
+}
+
+void lens_bert_block_row_jacobian(const lens_model *m, lens_block_io *io, int l, float *jac)
+{
+    lens_block_row_jacobian(io, m->cfg.d_model, jac, bert_tail_jvp, m, l);
 }
 
 const lens_family lens_family_bert = {
@@ -314,6 +331,7 @@ const lens_family lens_family_bert = {
     .block_forward = lens_bert_block_forward,
     .block_backward = lens_bert_block_backward,
     .block_jvp = lens_bert_block_jvp,
+    .block_row_jacobian = lens_bert_block_row_jacobian,
     .cache_floats = lens_ln_block_cache_floats,
     .final_forward = NULL,
 };

@@ -203,6 +203,22 @@ static void gpt2_block_backward(const lens_model *m, lens_block_io *io, int l)
     lens_block_layernorm_backward(io, io->x, 1, io->n, s.x_in, s.mean1, s.rstd1, &blk->ln_attn, N, C);
 }
 
+/* JVP of the block's row-wise tail: io->x = d x' from io->h = d mid
+ * (mid = x + attn_out(ctx)); io->n, io->ff scratch. */
+static void gpt2_tail_jvp(const lens_model *m, lens_block_io *io, int l)
+{
+    const lens_config *c = &m->cfg;
+    const lens_block *blk = &m->p.blocks[l];
+    const int C = c->d_model, T = io->cache->rows, B = io->N / T, N = io->N;
+    const pre_saved s = pre_slots(c, io->cache);
+    /* x' = mid + ff_out(gelu(ff_in(LN_2(mid)))) */
+    lens_layernorm_jvp(io->n, io->h, s.mid, s.mean2, s.rstd2, &blk->ln_ff, B, T, C, io->row_scratch);
+    lens_linear_jvp(io->ff, io->n, &blk->ff_in, N, io->pool);
+    lens_gelu_jvp(io->ff, s.ff_pre, B, (size_t)T * c->d_ff, c->gelu_tanh);
+    lens_linear_jvp(io->x, io->ff, &blk->ff_out, N, io->pool);
+    lens_residual_forward(io->x, io->h, (size_t)N * C);
+}
+
 /* JVP of gpt2_block_forward for the B = io->N / rows tangents in io->x. */
 static void gpt2_block_jvp(const lens_model *m, lens_block_io *io, int l)
 {
@@ -217,13 +233,16 @@ static void gpt2_block_jvp(const lens_model *m, lens_block_io *io, int l)
     lens_block_linear_jvp(io, io->k, io->n, &blk->k, io->h, io->ff);
     lens_block_linear_jvp(io, io->v, io->n, &blk->v, io->h, io->ff);
     io->attend_jvp(io, l);
+    /* mid = x + attn_out(ctx) */
     lens_linear_jvp(io->h, io->ctx, &blk->attn_out, N, io->pool);
-    lens_residual_forward(io->x, io->h, (size_t)N * C);
-    lens_layernorm_jvp(io->n, io->x, s.mid, s.mean2, s.rstd2, &blk->ln_ff, B, T, C, io->row_scratch);
-    lens_linear_jvp(io->ff, io->n, &blk->ff_in, N, io->pool);
-    lens_gelu_jvp(io->ff, s.ff_pre, B, (size_t)T * c->d_ff, c->gelu_tanh);
-    lens_linear_jvp(io->h, io->ff, &blk->ff_out, N, io->pool);
-    lens_residual_forward(io->x, io->h, (size_t)N * C);
+    lens_residual_forward(io->h, io->x, (size_t)N * C);
+    if (io->row_jac) lens_block_row_jac_apply(io, io->x, io->h, io->row_jac, C);
+    else gpt2_tail_jvp(m, io, l);
+}
+
+static void gpt2_block_row_jacobian(const lens_model *m, lens_block_io *io, int l, float *jac)
+{
+    lens_block_row_jacobian(io, m->cfg.d_model, jac, gpt2_tail_jvp, m, l);
 }
 
 /* Final cache: ln_f's input [rows][C] and statistics [rows] x2. */
@@ -280,6 +299,7 @@ const lens_family lens_family_gpt2 = {
     .block_forward = gpt2_block_forward,
     .block_backward = gpt2_block_backward,
     .block_jvp = gpt2_block_jvp,
+    .block_row_jacobian = gpt2_block_row_jacobian,
     .cache_floats = lens_ln_block_cache_floats,
     .final_cache_floats = lens_ln_final_cache_floats,
     .final_forward = lens_ln_final_forward,

@@ -93,6 +93,7 @@ const lens_family lens_family_roberta = {
     .block_forward = lens_bert_block_forward,
     .block_backward = lens_bert_block_backward,
     .block_jvp = lens_bert_block_jvp,
+    .block_row_jacobian = lens_bert_block_row_jacobian,
     .cache_floats = lens_ln_block_cache_floats,
     .final_forward = NULL,
 };
