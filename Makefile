@@ -65,8 +65,11 @@ deps-test:
 # Every response the HTTP tests receive is logged and checked last by
 # tests/openapi_validate.py (an independent validator of openapi.yaml).
 FUZZ_IN_TEST ?= 1
+# The benchmark drivers are built too (not run), so a change that breaks one
+# fails here rather than in the next `make bench`.
+BENCH_BIN = $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 test: deps-test
-	$(MAKE) all $(TEST_BIN)
+	$(MAKE) all $(TEST_BIN) $(BENCH_BIN)
 	$(if $(filter 1,$(FUZZ_IN_TEST)),$(MAKE) fuzz-build)
 	@rm -f $(BUILD)/responses.jsonl
 	@BUILD=$(BUILD) FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_CI_SECONDS) \

@@ -125,15 +125,6 @@ fail:
     return 1;
 }
 
-/* CPU time of the whole process (all pool threads), ms: on a shared machine the
- * wall clock also counts other processes' time slices. */
-static double cpu_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
 /* Key-aware identifiability (issue 20 item 2): lens_attention_analyze with the
  * key-aware dimension of every head, by the Gram/inertia method (median of reps)
  * and by the dense SVDs of J and M J it replaced (the peer, once: ~50 s at
