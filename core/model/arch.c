@@ -205,3 +205,12 @@ size_t lens_ln_block_cache_floats(const lens_config *c, int for_weights)
     const size_t C = c->d_model, F = c->d_ff, VO = (size_t)c->n_heads * c->d_head_v;
     return 2 * C + F + 4 + (for_weights ? 2 * C + VO + F : 0);
 }
+
+void lens_block_gelu_mlp_jvp(const lens_model *m, const lens_block *blk, lens_block_io *io, float *out,
+                             const float *in, const float *ff_pre)
+{
+    const int T = io->cache->rows;
+    lens_linear_jvp(io->ff, in, &blk->ff_in, io->N, io->pool);
+    lens_gelu_jvp(io->ff, ff_pre, io->N / T, (size_t)T * m->cfg.d_ff, m->cfg.gelu_tanh);
+    lens_linear_jvp(out, io->ff, &blk->ff_out, io->N, io->pool);
+}

@@ -231,6 +231,11 @@ void lens_block_copy_rows(float *dst, const float *src, size_t ld, int N, int W)
  * alike: two LayerNorms' inputs and statistics and the GELU input per row,
  * for weight gradients also the inputs of the linear maps they do not keep. */
 size_t lens_ln_block_cache_floats(const lens_config *c, int for_weights);
+/* JVP of the GELU MLP out = ff_out(gelu(ff_in(in))) for the io->N / rows
+ * tangents of io (ff_pre: the forward's GELU input [rows][d_ff]); io->ff is
+ * the scratch, so out may be in. */
+void lens_block_gelu_mlp_jvp(const lens_model *m, const lens_block *blk, lens_block_io *io, float *out,
+                             const float *in, const float *ff_pre);
 
 struct lens_family {
     const char *model_type;   /* config "model_type": "bert" */

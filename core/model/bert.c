@@ -286,9 +286,7 @@ static void bert_tail_jvp(const lens_model *m, lens_block_io *io, int l)
     const post_saved s = post_slots(c, io->cache);
     /* a = LN_attn(h_attn); h_ff = a + ff_out(gelu(ff_in(a))); x' = LN_ff(h_ff) */
     lens_layernorm_jvp(io->n, io->h, s.h_attn, s.mean_attn, s.rstd_attn, &blk->ln_attn, B, T, C, io->row_scratch);
-    lens_linear_jvp(io->ff, io->n, &blk->ff_in, N, io->pool);
-    lens_gelu_jvp(io->ff, s.ff_pre, B, (size_t)T * c->d_ff, c->gelu_tanh);
-    lens_linear_jvp(io->h, io->ff, &blk->ff_out, N, io->pool);
+    lens_block_gelu_mlp_jvp(m, blk, io, io->h, io->n, s.ff_pre);
     lens_residual_forward(io->h, io->n, (size_t)N * C);
     lens_layernorm_jvp(io->x, io->h, s.h_ff, s.mean_ff, s.rstd_ff, &blk->ln_ff, B, T, C, io->row_scratch);
 }

@@ -213,9 +213,7 @@ static void gpt2_tail_jvp(const lens_model *m, lens_block_io *io, int l)
     const pre_saved s = pre_slots(c, io->cache);
     /* x' = mid + ff_out(gelu(ff_in(LN_2(mid)))) */
     lens_layernorm_jvp(io->n, io->h, s.mid, s.mean2, s.rstd2, &blk->ln_ff, B, T, C, io->row_scratch);
-    lens_linear_jvp(io->ff, io->n, &blk->ff_in, N, io->pool);
-    lens_gelu_jvp(io->ff, s.ff_pre, B, (size_t)T * c->d_ff, c->gelu_tanh);
-    lens_linear_jvp(io->x, io->ff, &blk->ff_out, N, io->pool);
+    lens_block_gelu_mlp_jvp(m, blk, io, io->x, io->n, s.ff_pre);
     lens_residual_forward(io->x, io->h, (size_t)N * C);
 }
 

@@ -257,7 +257,7 @@ static void neox_block_jvp(const lens_model *m, lens_block_io *io, int l)
     const lens_config *c = &m->cfg;
     const lens_block *blk = &m->p.blocks[l];
     const lens_block_cache *k = io->cache;
-    const int C = c->d_model, F = c->d_ff, NH = c->n_heads, T = k->rows, N = io->N, B = N / T;
+    const int C = c->d_model, NH = c->n_heads, T = k->rows, N = io->N, B = N / T;
     const neox_saved s = neox_slots(c, k);
     lens_layernorm_jvp(io->n, io->x, s.x_in, s.mean1, s.rstd1, &blk->ln_attn, B, T, C, io->row_scratch);
     lens_linear_jvp(io->ff, io->n, &blk->q, N, io->pool);
@@ -268,9 +268,7 @@ static void neox_block_jvp(const lens_model *m, lens_block_io *io, int l)
     lens_linear_jvp(io->h, io->ctx, &blk->attn_out, N, io->pool);
     if (!c->parallel_residual) lens_residual_forward(io->x, io->h, (size_t)N * C);
     lens_layernorm_jvp(io->n, io->x, s.x2, s.mean2, s.rstd2, &blk->ln_ff, B, T, C, io->row_scratch);
-    lens_linear_jvp(io->ff, io->n, &blk->ff_in, N, io->pool);
-    lens_gelu_jvp(io->ff, s.ff_pre, B, (size_t)T * F, c->gelu_tanh);
-    lens_linear_jvp(io->n, io->ff, &blk->ff_out, N, io->pool);
+    lens_block_gelu_mlp_jvp(m, blk, io, io->n, io->n, s.ff_pre);
     lens_residual_forward(io->x, io->n, (size_t)N * C);
     if (c->parallel_residual) lens_residual_forward(io->x, io->h, (size_t)N * C);
 }
