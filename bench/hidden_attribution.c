@@ -118,10 +118,10 @@ int main(int argc, char **argv)
     const int P = method == LENS_HTA_EXACT ? m->cfg.d_model : probes;
     printf("{\"impl\":\"lensd\",\"method\":\"%s\",\"model\":\"%s\",\"T\":%d,\"C\":%d,\"L\":%d,\"probes\":%d,"
            "\"tangents\":%d,\"threads\":%d,\"reps\":%d,\"ms_median\":%.1f,\"ms_min\":%.1f,\"maxrss_kib\":%ld,"
-           "\"last_layer_self_mean\":%.6g,\"median_rel_stderr\":%.4g,\"blas_core\":\"%s\"}\n",
+           "\"flops\":%.6g,\"last_layer_self_mean\":%.6g,\"median_rel_stderr\":%.4g,\"blas_core\":\"%s\"}\n",
            method == LENS_HTA_EXACT ? "exact" : "estimate", dir, T, m->cfg.d_model, m->cfg.n_layers,
            method == LENS_HTA_EXACT ? 0 : probes, T * P, threads, reps, times[reps / 2], times[0], ru.ru_maxrss,
-           self_mean, rel_stderr, lens_blas_core());
+           lens_hta_flops(&m->cfg, T, m->cfg.n_layers, method, probes), self_mean, rel_stderr, lens_blas_core());
     lens_hta_result_free(&res);
     free(ids), free(times);
     lens_pool_free(pool);
