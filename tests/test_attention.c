@@ -90,18 +90,21 @@ static double identity_error(const float *A, const float *E, const float *V, int
 }
 
 /* The identities every head satisfies. */
+/* keys: how many keys the last row sees (T; W in a sliding window of W < T) */
 static void check_head_identities(const char *label, const float *A, const float *E, const float *V, int ldv, int T,
-                                  int DV, int causal, const lens_head_attention *r)
+                                  int DV, int causal, int keys, const lens_head_attention *r)
 {
     CHECK(r->ok, "%s: head failed: %s", label, r->err.msg);
     if (!r->ok) return;
     double id = identity_error(A, E, V, ldv, T, DV);
     CHECK(id <= TOL_IDENTITY, "%s: ||A_eff V - A V|| / ||A V|| = %g > %g", label, id, TOL_IDENTITY);
-    CHECK(r->rank >= 0 && r->rank <= (T < DV ? T : DV), "%s: rank %d not in 0..min(T %d, DV %d)", label, r->rank, T,
-          DV);
-    CHECK(r->null_dim == T - r->rank && r->identifiable == (r->rank == T), "%s: null_dim %d / identifiable %d", label,
-          r->null_dim, r->identifiable);
-    if (T > DV) CHECK(r->null_dim >= T - DV, "%s: null_dim %d < T - DV = %d", label, r->null_dim, T - DV);
+    CHECK(r->rank >= 0 && r->rank <= (keys < DV ? keys : DV), "%s: rank %d not in 0..min(keys %d, DV %d)", label,
+          r->rank, keys, DV);
+    CHECK(r->null_dim == keys - r->rank && r->identifiable == (r->rank == keys), "%s: null_dim %d / identifiable %d",
+          label, r->null_dim, r->identifiable);
+    if (keys > DV) CHECK(r->null_dim >= keys - DV, "%s: null_dim %d < keys - DV = %d", label, r->null_dim, keys - DV);
+    CHECK(r->stochastic_null_dim == keys - r->rank_v1, "%s: stochastic_null_dim %d, rank([V,1]) %d of %d keys", label,
+          r->stochastic_null_dim, r->rank_v1, keys);
     CHECK(r->rank_v1 >= r->rank && r->rank_v1 <= r->rank + 1, "%s: rank([V,1]) %d vs rank(V) %d", label, r->rank_v1,
           r->rank);
     if (r->rank == T) {
@@ -146,7 +149,7 @@ static void test_synthetic_fixture(void)
             char what[128];
             snprintf(what, sizeof what, "%s effective", name);
             check_close(what, E, want, (size_t)T * T, TOL_SYNTH, 0);
-            check_head_identities(name, A, E, V, DV, T, DV, causal, &r);
+            check_head_identities(name, A, E, V, DV, T, DV, causal, T, &r);
             double worst = 0;
             for (size_t k = 0; k < (size_t)T * T; k++) worst = fmax(worst, fabs((double)N[k] - (A[k] - E[k])));
             CHECK(worst <= 1e-7, "%s: null component != raw - effective (%g)", name, worst);
@@ -211,7 +214,7 @@ static void test_known_rank(void)
         CHECK(r.rank == 5 && r.null_dim == T - 5 && !r.identifiable && r.rank_v1 == 6,
               "duplicated columns (causal %d): rank %d null %d rank_v1 %d, want 5 35 6", causal, r.rank, r.null_dim,
               r.rank_v1);
-        check_head_identities(causal ? "known rank causal" : "known rank", A, E, V, ld, T, DV, causal, &r);
+        check_head_identities(causal ? "known rank causal" : "known rank", A, E, V, ld, T, DV, causal, T, &r);
         int fast_rank = -1;
         float *F = malloc(sizeof(float) * T * T);
         rc = lens_attention_effective(A, V, ld, T, DV, causal, 0, F, &fast_rank, &err);
@@ -229,7 +232,7 @@ static void test_known_rank(void)
     lens_err err = {0};
     lens_attention_head(A, V, ld, NULL, 0, Ts, DV, 0, 0, 0, NULL, NULL, NULL, E, NULL, &r, &err);
     CHECK(r.ok && r.rank == Ts && r.identifiable && r.null_dim == 0, "T <= DV: rank %d", r.rank);
-    check_head_identities("T <= DV", A, E, V, ld, Ts, DV, 0, &r);
+    check_head_identities("T <= DV", A, E, V, ld, Ts, DV, 0, Ts, &r);
     /* Bad arguments fail for the head, with a message. */
     int rc = lens_attention_head(A, V, 2, NULL, 0, Ts, DV, 0, 0, 0, NULL, NULL, NULL, E, NULL, &r, &err);
     CHECK(rc == -1 && !r.ok && err.code == LENS_EINVAL && r.err.code == LENS_EINVAL, "ldv < DV accepted");
@@ -267,7 +270,7 @@ static void test_causal_prefixes(void)
     CHECK(worst <= 1e-5, "causal rows differ from per-prefix projections by %g", worst);
     lens_head_attention r;
     lens_attention_head(A, V, DV, NULL, 0, T, DV, 0, 1, 0, NULL, NULL, NULL, E, NULL, &r, &err);
-    check_head_identities("causal prefixes", A, E, V, DV, T, DV, 1, &r);
+    check_head_identities("causal prefixes", A, E, V, DV, T, DV, 1, T, &r);
     free(V), free(A), free(E), free(P), free(PE);
 }
 
@@ -284,8 +287,10 @@ static void test_window_rows(void)
     float *C = malloc(sizeof(float) * T * T), *P = malloc(sizeof(float) * W * W), *PE = malloc(sizeof(float) * W * W);
     for (int t = 0; t < T; t++)
         for (int c = 0; c < DV; c++) V[t * DV + c] = uniform();
-    for (int t = 23; t < 30; t++) /* combinations of rows 20, 21, 22 */
-        for (int c = 0; c < DV; c++) V[t * DV + c] = V[20 * DV + c] * uniform() + V[(21 + t % 2) * DV + c];
+    for (int t = 23; t < 30; t++) { /* combinations of rows 20, 21, 22 */
+        const float u = uniform();
+        for (int c = 0; c < DV; c++) V[t * DV + c] = V[20 * DV + c] * u + V[(21 + t % 2) * DV + c];
+    }
     for (size_t k = 0; k < (size_t)T * T; k++) A[k] = 2 * uniform();
     /* the windowed softmax's support: row i's keys i-W+1..i */
     softmax_rows(A, T, 1);
@@ -324,7 +329,30 @@ static void test_window_rows(void)
     CHECK(lens_attention_head(A, V, DV, NULL, 0, T, DV, 0, 1, W, NULL, NULL, NULL, C, NULL, &r, &err) == 0,
           "windowed head: %s", err.msg);
     check_close("windowed lens_attention_head == lens_attention_effective", C, E, (size_t)T * T, 0, 0);
-    check_head_identities("sliding window", A, C, V, DV, T, DV, 1, &r);
+    check_head_identities("sliding window", A, C, V, DV, T, DV, 1, W, &r);
+    /* The last row's window decides rank and null_dim: at T = 48 it is rows 38..47 (rank DV); cut at
+     * T = 30 it is rows 20..29, which span 3 directions. Pearson runs over the band only. */
+    CHECK(r.rank == DV && r.null_dim == W - DV && !r.identifiable, "T = %d window: rank %d null_dim %d", T, r.rank,
+          r.null_dim);
+    enum { T2 = 30 };
+    float *A2 = malloc(sizeof(float) * T2 * T2), *C2 = malloc(sizeof(float) * T2 * T2);
+    for (int i = 0; i < T2; i++) memcpy(A2 + i * T2, A + (size_t)i * T, sizeof(float) * T2);
+    lens_head_attention r2;
+    CHECK(lens_attention_head(A2, V, DV, NULL, 0, T2, DV, 0, 1, W, NULL, NULL, NULL, C2, NULL, &r2, &err) == 0,
+          "windowed head at T = %d: %s", T2, err.msg);
+    check_head_identities("sliding window, rank-deficient last window", A2, C2, V, DV, T2, DV, 1, W, &r2);
+    CHECK(r2.rank == 3 && r2.null_dim == W - 3 && (r2.rank_v1 == 3 || r2.rank_v1 == 4),
+          "T = %d: the last window (rows 20..29) has rank 3, got rank %d null_dim %d rank([V,1]) %d", T2, r2.rank,
+          r2.null_dim, r2.rank_v1);
+    double sx = 0, sy = 0, sxx = 0, syy = 0, sxy = 0, n = 0; /* Pearson over the band, written out */
+    for (int i = 0; i < T2; i++)
+        for (int j = i >= W ? i - W + 1 : 0; j <= i; j++) {
+            const double x = A2[i * T2 + j], y = C2[i * T2 + j];
+            sx += x, sy += y, sxx += x * x, syy += y * y, sxy += x * y, n++;
+        }
+    const double band = (sxy - sx * sy / n) / sqrt((sxx - sx * sx / n) * (syy - sy * sy / n));
+    CHECK(fabs(r2.pearson - band) <= 1e-9, "windowed Pearson %.12f, over the band %.12f", r2.pearson, band);
+    free(A2), free(C2);
     CHECK(lens_attention_effective(A, V, DV, T, DV, 0, W, E, NULL, &err) == -1 && err.code == LENS_EINVAL,
           "a window without the causal mask is accepted");
     printf("  %d windowed rows: max |diff| %.2e vs per-window projections, max |window - prefix| %.2e\n", rows, worst,
@@ -419,8 +447,9 @@ static int analyze_all(const lens_model *m, const lens_activations *act, const i
             const size_t k = (size_t)li * res->n_heads + h;
             const float *A = lens_act_attn(m, act, res->layers[li], h, 0);
             const float *V = lens_act_values(m, act, res->layers[li], 0) + (size_t)h * c->d_head_v;
+            const int W = lens_layer_window(c, res->layers[li] - 1);
             check_head_identities(what, A, res->effective + k * T * T, V, c->n_heads * c->d_head_v, T, c->d_head_v,
-                                  causal, &res->head[k]);
+                                  causal, W && W < T ? W : T, &res->head[k]);
         }
     return 0;
 }

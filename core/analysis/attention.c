@@ -39,8 +39,9 @@
  *    causal head are those of the full V (the last row's prefix).
  *    Sliding-window heads (Mistral, Gemma 2's local layers, window W): row
  *    i >= W sees keys i - W + 1..i, and is projected onto the values of that
- *    window instead (effective_window); rank / null_dim stay those of the
- *    full V.
+ *    window instead (effective_window); rank / null_dim / rank([V, 1]) are
+ *    those of that last row's window, V_{T-W..T-1}, and Pearson runs over
+ *    the band the window allows.
  * 2. Row-stochastic refinement (Bhardwaj): alternatives must keep rows summing
  *    to 1, Δ 1 = 0 as well: dimension T - rank([V, 1]) per query row (causal:
  *    for the last row, which sees all T keys).
@@ -906,15 +907,18 @@ static int key_aware(const float *A, const float *V, int ldv, const float *Q, in
 
 /* ------------------------------------------------------------ statistics */
 
-static double pearson(const float *x, const float *y, int T, int causal)
+/* over the entries a row may attend: all (encoder), j <= i (causal), and
+ * i - W < j <= i in a sliding window of W */
+static double pearson(const float *x, const float *y, int T, int causal, int window)
 {
     double sx = 0, sy = 0, n = 0;
     for (int i = 0; i < T; i++)
-        for (int j = 0; j < (causal ? i + 1 : T); j++) sx += x[(size_t)i * T + j], sy += y[(size_t)i * T + j], n++;
+        for (int j = window && i >= window ? i - window + 1 : 0; j < (causal ? i + 1 : T); j++)
+            sx += x[(size_t)i * T + j], sy += y[(size_t)i * T + j], n++;
     const double mx = sx / n, my = sy / n;
     double sxy = 0, sxx = 0, syy = 0;
     for (int i = 0; i < T; i++)
-        for (int j = 0; j < (causal ? i + 1 : T); j++) {
+        for (int j = window && i >= window ? i - window + 1 : 0; j < (causal ? i + 1 : T); j++) {
             const double dx = x[(size_t)i * T + j] - mx, dy = y[(size_t)i * T + j] - my;
             sxy += dx * dy, sxx += dx * dx, syy += dy * dy;
         }
@@ -1007,15 +1011,22 @@ int lens_attention_head(const float *A, const float *V, int ldv, const float *Q,
         if (!rc) rc = effective_causal(A, V, ldv, T, DV, res->tol, eff, err);
         if (!rc && window) rc = effective_window(A, V, ldv, T, DV, window, res->tol, eff, opts->cancel, err);
     }
-    if (!rc) {
-        res->null_dim = T - res->rank;
-        res->identifiable = res->rank == T;
-        res->rank_v1 = rank_v_one(V, ldv, DV, NULL, T, err);
-        rc = res->rank_v1 < 0 ? -1 : 0;
-        res->stochastic_null_dim = rc ? -1 : T - res->rank_v1;
+    /* the last row's keys: all T, or the W of a sliding window */
+    const int keys = window && window < T ? window : T;
+    const float *Vk = V + (size_t)(T - keys) * ldv;
+    if (!rc && keys < T) {
+        double smax, tol; /* sigma_max / tol stay the full V's: the effective rows used them */
+        rc = thin_svd(Vk, ldv, keys, DV, &smax, &tol, &res->rank, NULL, 0, "the last window of V", err);
     }
     if (!rc) {
-        res->pearson = pearson(A, eff, T, causal);
+        res->null_dim = keys - res->rank;
+        res->identifiable = res->rank == keys;
+        res->rank_v1 = rank_v_one(Vk, ldv, DV, NULL, keys, err);
+        rc = res->rank_v1 < 0 ? -1 : 0;
+        res->stochastic_null_dim = rc ? -1 : keys - res->rank_v1;
+    }
+    if (!rc) {
+        res->pearson = pearson(A, eff, T, causal, window);
         res->special_mass_raw = mass(A, T, special), res->special_mass_effective = mass(eff, T, special);
         res->punct_mass_raw = mass(A, T, punct), res->punct_mass_effective = mass(eff, T, punct);
         res->max_identity_residual = identity_residual(A, eff, V, ldv, T, DV);

@@ -52,13 +52,15 @@ typedef struct {
     int T, DV, DK;
     int causal;
     /* Brunner */
-    int rank;               /* rank(V) with tolerance tol (causal: of the full V) */
-    int null_dim;           /* T - rank */
-    int identifiable;       /* rank == T */
-    double sigma_max, tol;  /* largest singular value of V, tol = sigma_max * eps_f32 * max(T, DV) */
+    int rank;               /* rank(V) over the last row's keys: all T (encoder, causal) or the last W
+                               rows of a sliding window; its own tolerance there */
+    int null_dim;           /* keys - rank (keys: T, or W in a sliding window) */
+    int identifiable;       /* rank == keys */
+    double sigma_max, tol;  /* largest singular value of the full V, tol = sigma_max * eps_f32 * max(T, DV)
+                               (the effective rows' tolerance) */
     /* Row-stochastic refinement */
-    int rank_v1;            /* rank([V, 1]) */
-    int stochastic_null_dim;/* T - rank([V, 1]): alternatives Δ with Δ V = 0, Δ 1 = 0 (per query row) */
+    int rank_v1;            /* rank([V, 1]) over the same keys */
+    int stochastic_null_dim;/* keys - rank([V, 1]): alternatives Δ with Δ V = 0, Δ 1 = 0 (per query row) */
     /* Key-aware local dimension (Bhardwaj et al.) */
     lens_key_aware_method key_aware_method;
     int key_aware_dim;      /* dim{J(δK) : J(δK) V = 0}, -1 unless computed */
@@ -67,7 +69,8 @@ typedef struct {
     int rank_j, rank_mj;    /* explicit method: rank(J), rank(M J); else -1 */
     char key_aware_note[160];
     /* Statistics, raw vs effective */
-    double pearson;         /* over all T*T entries (causal: the T(T+1)/2 allowed ones); NAN if a side is constant */
+    double pearson;         /* over the entries rows may attend (all T*T; causal: j <= i; window W: i-W < j <= i);
+                               NAN if a side is constant */
     double special_mass_raw, special_mass_effective; /* mean_i sum_{j special} A[i][j]; NAN without a mask */
     double punct_mass_raw, punct_mass_effective;
     double max_identity_residual; /* max_i ||(A_eff - A)_i V_i|| / ||A V||_F, a self-check */
