@@ -319,32 +319,51 @@ static void test_aliased_rows(void)
 
 /* lens_gemm_linear_backward (the attribution backward's GEMM) against
  * ops.c's cblas lens_linear_backward: Linear and Conv1D layouts, row strides
- * past the row, y = and y += (accumulate), on a 2-thread pool. */
+ * past the row, y = and y += (accumulate), on a 2-thread pool; and with the
+ * map prepacked as the loader packs it (the backward then reads W^T from
+ * those panels), bitwise equal to the product packed from w. out = 1000
+ * spans two K blocks of 768, the second not a whole number of 32-row
+ * panels; in = 50, 70: a partial last column panel. */
 static void test_linear_backward(void)
 {
     lens_pool *two = lens_pool_create(2);
-    const int N = 250, in = 50, out = 90;
-    for (int conv = 0; conv <= 1; conv++)
-        for (int acc = 0; acc <= 1; acc++) {
-            const int ld = (conv ? out : in) + 3;
-            const size_t nw = (size_t)(conv ? in : out) * ld;
-            float *w = malloc(sizeof(float) * nw), *dout = malloc(sizeof(float) * N * out);
-            float *want = malloc(sizeof(float) * N * in), *got = malloc(sizeof(float) * N * in);
-            for (size_t i = 0; i < nw; i++) w[i] = uniform();
-            for (size_t i = 0; i < (size_t)N * out; i++) dout[i] = uniform();
-            for (size_t i = 0; i < (size_t)N * in; i++) {
-                want[i] = acc ? uniform() : 0.0f;
-                got[i] = acc ? want[i] : 1234.5f; /* without accumulate the old values must go */
+    const int N = 250, shapes[][2] = {{50, 90}, {70, 1000}};
+    int cases = 0;
+    for (int sh = 0; sh < 2; sh++)
+        for (int conv = 0; conv <= 1; conv++)
+            for (int acc = 0; acc <= 1; acc++) {
+                const int in = shapes[sh][0], out = shapes[sh][1], ld = (conv ? out : in) + 3;
+                const size_t nw = (size_t)(conv ? in : out) * ld;
+                float *w = malloc(sizeof(float) * nw), *dout = malloc(sizeof(float) * N * out);
+                float *want = malloc(sizeof(float) * N * in), *got = malloc(sizeof(float) * N * in);
+                float *from_packed = malloc(sizeof(float) * N * in);
+                float *packed = aligned_alloc(64, sizeof(float) * lens_gemm_packed_size(in, out));
+                for (size_t i = 0; i < nw; i++) w[i] = uniform();
+                for (size_t i = 0; i < (size_t)N * out; i++) dout[i] = uniform();
+                for (size_t i = 0; i < (size_t)N * in; i++) {
+                    want[i] = acc ? uniform() : 0.0f;
+                    got[i] = from_packed[i] = acc ? want[i] : 1234.5f; /* without accumulate the old values must go */
+                }
+                lens_linear lin = {.w = w, .in = in, .out = out, .ld = ld, .w_in_out = conv};
+                lens_linear_backward(want, NULL, NULL, dout, NULL, &lin, N);
+                lens_gemm_linear_backward(got, dout, &lin, N, acc, two);
+                lens_gemm_pack(packed, w, in, out, (size_t)ld, conv);
+                lin.packed = packed;
+                lens_gemm_linear_backward(from_packed, dout, &lin, N, acc, two);
+                double worst = 0;
+                size_t differ = 0;
+                for (size_t i = 0; i < (size_t)N * in; i++) {
+                    worst = fmax(worst, fabs((double)got[i] - want[i]));
+                    differ += from_packed[i] != got[i];
+                }
+                CHECK(worst <= 1e-4, "linear backward %dx%d %s %s: max |lens_gemm - cblas| %.3g", in, out,
+                      conv ? "Conv1D" : "Linear", acc ? "+=" : "=", worst);
+                CHECK(differ == 0, "linear backward %dx%d %s %s: %zu values differ with prepacked W", in, out,
+                      conv ? "Conv1D" : "Linear", acc ? "+=" : "=", differ);
+                free(w), free(dout), free(want), free(got), free(from_packed), free(packed);
+                cases++;
             }
-            const lens_linear lin = {.w = w, .in = in, .out = out, .ld = ld, .w_in_out = conv};
-            lens_linear_backward(want, NULL, NULL, dout, NULL, &lin, N);
-            lens_gemm_linear_backward(got, dout, &lin, N, acc, two);
-            double worst = 0;
-            for (size_t i = 0; i < (size_t)N * in; i++) worst = fmax(worst, fabs((double)got[i] - want[i]));
-            CHECK(worst <= 1e-4, "linear backward %s %s: max |lens_gemm - cblas| %.3g", conv ? "Conv1D" : "Linear",
-                  acc ? "+=" : "=", worst);
-            free(w), free(dout), free(want), free(got);
-        }
+    CHECK(cases == 8, "linear backward: %d cases, want 8", cases);
     lens_pool_free(two);
 }
 

@@ -108,6 +108,23 @@ float *lens_gemm_alloc_packed(size_t floats)
     return p;
 }
 
+/* pack_panel's source when W is the transpose of a prepacked matrix: W[k][n]
+ * = Wt[n][k] with Wt (N x K) in lens_gemm_pack's panels, so rows k0 .. k0+31
+ * of W are panel k0 / 32 of Wt, and its row n holds W[k0 .. k0+31][n]
+ * contiguously: 32 x 32 transposes. k0 is a multiple of KC, hence of 32;
+ * Wt's zero padding beyond its N is never read (k < K). */
+static void pack_panel_transposed(float *dst, const float *wt, int N, int k0, int kc, int n0, int nr)
+{
+    for (int q = k0; q < k0 + kc; q += NR) {
+        const int rows = k0 + kc - q < NR ? k0 + kc - q : NR;
+        const float *src = wt + (size_t)(q / NR) * N * NR + (size_t)n0 * NR;
+        float *d = dst + (size_t)(q - k0) * NR;
+        for (int j = 0; j < nr; j++)
+            for (int r = 0; r < rows; r++) d[(size_t)r * NR + j] = src[(size_t)j * NR + r];
+        for (int r = 0; nr < NR && r < rows; r++) memset(d + (size_t)r * NR + nr, 0, sizeof(float) * (NR - nr));
+    }
+}
+
 void lens_gemm_pack(float *packed, const float *w, int K, int N, size_t ld, int w_kn)
 {
     for (int p = 0; p * NR < N; p++) {
@@ -276,6 +293,8 @@ static void gemm_task(void *ctx, int task)
                     next = g->packed + (size_t)p0 * g->K * NR + (size_t)(k0 + KC) * NR;
                     next_lines = 2 * (g->K - k0 - KC < KC ? g->K - k0 - KC : KC);
                 }
+            } else if (g->packed_t) {
+                pack_panel_transposed(panel, g->packed_t, g->N, k0, kc, n0, nr);
             } else {
                 pack_panel(panel, g->w, g->w_dtype, g->ld, g->w_kn, k0, kc, n0, nr, g->alpha);
             }
@@ -377,7 +396,8 @@ void lens_gemm_linear_backward(float *dinp, const float *dout, const lens_linear
      * is w[o*ld + i] for a Linear ([out][in], k-major here) or w[i*ld + o]
      * for a Conv1D ([in][out], n-major here) */
     const lens_gemm_args g = {.M = N, .N = lin->in, .K = lin->out, .x = dout, .ldx = (size_t)lin->out,
-                              .w = lin->w, .w_dtype = lin->dtype, .ld = (size_t)lin->ld, .w_kn = !lin->w_in_out,
-                              .alpha = 1.0f, .y = dinp, .ldy = (size_t)lin->in, .accumulate = accumulate};
+                              .packed_t = lin->packed, .w = lin->w, .w_dtype = lin->dtype, .ld = (size_t)lin->ld,
+                              .w_kn = !lin->w_in_out, .alpha = 1.0f, .y = dinp, .ldy = (size_t)lin->in,
+                              .accumulate = accumulate};
     lens_gemm(&g, pool);
 }

@@ -53,6 +53,9 @@ typedef struct {
     const float *x;
     size_t ldx;
     const float *packed;
+    const float *packed_t; /* else W^T packed by lens_gemm_pack (N x K), read transposed: a packed
+                              map's input gradient, so the backward leaves the released mapped
+                              weights alone */
     const void *w;
     lens_dtype w_dtype;
     size_t ld;
@@ -82,8 +85,9 @@ void lens_gemm_linear_post(float *out, size_t ld_out, const float *inp, size_t l
                            void (*post)(float *y, size_t n), lens_pool *pool);
 
 /* The input gradient of a lens_linear: dinp[N][in] = dout[N][out] W^T in the
- * map's orientation (+= with accumulate), W packed panel by panel during the
- * call. */
+ * map's orientation (+= with accumulate), W^T packed panel by panel during the
+ * call: from the map's packed panels when it has them (32 x 32 transposes;
+ * the loader released the mapped weights after packing them), else from w. */
 void lens_gemm_linear_backward(float *dinp, const float *dout, const lens_linear *lin, int N, int accumulate,
                                lens_pool *pool);
 
