@@ -566,6 +566,22 @@ static const json_t *openapi_response_schema(const json_t *doc, const char *path
 static json_t *openapi __attribute__((unused));
 
 /* Validate a JSON response against openapi.yaml for (route pattern, method). */
+/* 0 when r's body matches openapi.yaml's schema for its status, else -1 and why in msg. */
+static inline int schema_problem(const http_resp *r, const char *route, const char *method, char *msg, size_t n)
+{
+    const json_t *schema = openapi_response_schema(openapi, route, method, r->status);
+    char err[512];
+    if (!schema)
+        snprintf(msg, n, "openapi.yaml documents no JSON response %ld for %s %s", r->status, method, route);
+    else if (!r->json)
+        snprintf(msg, n, "%s %s: body is not JSON: %.200s", method, route, r->body ? r->body : "(empty)");
+    else if (schema_validate(openapi, schema, r->json, err, sizeof err))
+        snprintf(msg, n, "%s %s -> %ld does not match openapi.yaml: %s", method, route, r->status, err);
+    else
+        return 0;
+    return -1;
+}
+
 static inline void check_schema(const http_resp *r, const char *route, const char *method)
 {
     const json_t *schema = openapi_response_schema(openapi, route, method, r->status);
@@ -573,9 +589,8 @@ static inline void check_schema(const http_resp *r, const char *route, const cha
     if (!schema) return;
     CHECK(r->json != NULL, "%s %s: body is not JSON: %.200s", method, route, r->body ? r->body : "(empty)");
     if (!r->json) return;
-    char err[512];
-    int rc = schema_validate(openapi, schema, r->json, err, sizeof err);
-    CHECK(rc == 0, "%s %s -> %ld does not match openapi.yaml: %s", method, route, r->status, err);
+    char msg[1024];
+    CHECK(schema_problem(r, route, method, msg, sizeof msg) == 0, "%s", msg);
 }
 
 static inline const char *err_code(const http_resp *r)
@@ -644,26 +659,28 @@ static inline int job_is_final(const char *state)
 /* GET /v1/jobs/{id} until its state is final (or want, if given); returns the job (caller decrefs). */
 static inline json_t *poll_job(test_server *s, const char *id, const char *want, int timeout_ms)
 {
-    char path[128];
+    char path[128], problem[1024] = "";
     snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    json_t *job = NULL;
+    int polls = 0;
+    /* every poll's answer is checked against openapi.yaml, and counted as one check: how many polls a job
+     * takes depends on the machine */
     for (int waited = 0; waited <= timeout_ms; waited += 50) {
         http_resp r;
         http_get(s, &r, path);
-        check_schema(&r, "/v1/jobs/{id}", "GET");
+        polls++;
+        char msg[1024];
+        if (!*problem && schema_problem(&r, "/v1/jobs/{id}", "GET", msg, sizeof msg))
+            snprintf(problem, sizeof problem, "poll %d: %.900s", polls, msg);
         const char *state = json_string_value(json_object_get(r.json, "state"));
-        if (r.status != 200) {
-            http_resp_free(&r);
-            return NULL;
-        }
-        if (want ? (state && !strcmp(state, want)) : job_is_final(state)) {
-            json_t *job = json_incref(r.json);
-            http_resp_free(&r);
-            return job;
-        }
+        const int stop = r.status != 200 || (want ? (state && !strcmp(state, want)) : job_is_final(state));
+        if (stop && r.status == 200) job = json_incref(r.json);
         http_resp_free(&r);
+        if (stop) break;
         sleep_ms(50);
     }
-    return NULL;
+    CHECK(!*problem, "GET %s: %s", path, problem);
+    return job;
 }
 
 static inline void check_result_schema(const json_t *result, const char *schema_name)

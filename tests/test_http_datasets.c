@@ -245,16 +245,10 @@ static void test_tiny(void)
     http_do(&s, &r, "DELETE", jp, NULL, NULL, 0, NULL);
     CHECK(r.status == 200, "DELETE head-importance job: %ld", r.status);
     http_resp_free(&r);
-    const char *st = NULL;
-    for (int i = 0; i < 200; i++) {
-        http_get(&s, &r, jp);
-        st = json_string_value(get(r.json, "state"));
-        int final = st && strcmp(st, "running") && strcmp(st, "queued");
-        CHECK(!final || !strcmp(st, "cancelled"), "cancelled job ends %s", st);
-        http_resp_free(&r);
-        if (final) break;
-        sleep_ms(50);
-    }
+    job = poll_job(&s, jp + strlen("/v1/jobs/"), NULL, 10000);
+    const char *st = job ? json_string_value(get(job, "state")) : NULL;
+    CHECK(st && !strcmp(st, "cancelled"), "cancelled job ends %s", st ? st : "(not final within 10 s)");
+    json_decref(job);
 
     char abs_out[600];
     snprintf(abs_out, sizeof abs_out, "{\"kind\": \"head-importance\", \"params\": {\"data\": \"%s/outside.tsv\"}}", tmpdir);
