@@ -7,7 +7,8 @@
  * else a random BERT-base (lens_mkmodel bert base encoder) is written to a
  * temporary folder. For each T: the median time of lens_forward (nothing
  * kept), of lens_attention_effective over all L x NH heads (the effective
- * matrices and ranks: one double SVD of V per head plus two sgemms), and of
+ * matrices and ranks: a double Cholesky QR of V per head, or its SVD when
+ * V is rank-deficient, plus two lens_gemm products), and of
  * lens_attention_analyze with statistics and identifiability (key-aware
  * dimension on: over its size limit at these T, so only its check runs).
  * Threads: one lens_pool of --threads runs the forward, the L x NH heads of
@@ -227,7 +228,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "attention: %s: %s\n", model_dir, err.msg);
         return 1;
     }
-    /* core/base/pool.h: the forward and the heads run on the pool; OpenBLAS (LAPACK, the small sgemms) at 1 thread */
+    /* core/base/pool.h: the forward and the heads run on the pool; OpenBLAS (LAPACK, the small BLAS calls) at 1 thread */
     lens_blas_set_threads(1);
     lens_pool *pool = threads > 1 ? lens_pool_create(threads) : NULL;
     int rc = 0;

@@ -80,6 +80,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "core/base/gemm.h"
 #include "core/model/arch.h"
 #include "core/nn/ops.h"
 #include "core/nn/scores.h"
@@ -321,8 +322,13 @@ static int effective_full(const float *A, const float *V, int ldv, int T, int DV
             free(U);
             return lens_fail(err, LENS_ENOMEM, "out of memory for A U (%d x %d)", T, r);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, r, T, 1.0f, A, T, U, r, 0.0f, AU, r);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, r, 1.0f, AU, r, U, r, 0.0f, eff, T);
+        /* lens_gemm's kernel, on the calling thread (heads are the callers' tasks) */
+        lens_gemm(&(lens_gemm_args){.M = T, .N = r, .K = T, .x = A, .ldx = (size_t)T, .w = U, .ld = (size_t)r,
+                                    .w_kn = 1, .alpha = 1.0f, .y = AU, .ldy = (size_t)r},
+                  NULL);
+        lens_gemm(&(lens_gemm_args){.M = T, .N = T, .K = r, .x = AU, .ldx = (size_t)r, .w = U, .ld = (size_t)r,
+                                    .w_kn = 0, .alpha = 1.0f, .y = eff, .ldy = (size_t)T},
+                  NULL);
         free(AU);
     }
     free(U);
