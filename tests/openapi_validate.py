@@ -31,6 +31,23 @@ class Invalid(Exception):
     pass
 
 
+class StrictLoader(yaml.SafeLoader):
+    """safe_load keeps the last of two equal keys in a mapping; a spec with
+    such a key says two things of one field, so it is refused."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicated key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, StrictLoader.construct_mapping)
+
+
 class Validator:
     def __init__(self, spec):
         self.spec = spec
@@ -166,7 +183,7 @@ def main():
                                                                "responses.jsonl")
     passed = failed = 0
     with open(os.path.join(ROOT, "openapi.yaml")) as f:
-        spec = yaml.safe_load(f)
+        spec = yaml.load(f, Loader=StrictLoader)
     val = Validator(spec)
     records = []
     if os.path.exists(log):
