@@ -98,6 +98,8 @@ struct api_call {
     void (*progress)(void *user, double fraction);
     void *progress_user;
     const char *field_prefix;   /* prepended to api_fail's field ("params." for job params) */
+    int item;                   /* a batch item's index in texts (api/batch.c), else -1: its
+                                 * errors on text / text_pair name texts[i] / text_pairs[i] */
     const char *hint;           /* what to do instead when over the deadline (api/cost.h); NULL = none */
     int answered;               /* prepare() already wrote the response: do not run() */
     const struct api_job_kind *job_kind; /* POST /v1/jobs: the kind prepare() found */

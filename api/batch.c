@@ -97,6 +97,7 @@ int api_batch_prepare(api_call *c, api_prepare_fn prepare_one, api_run_fn run_on
         api_call *item = &b->items[i].call;
         api_call_init(item, c->ctx, c->t_start);
         item->field_prefix = c->field_prefix;
+        item->item = i;
         json_t *text = json_array_get(texts, (size_t)i);
         item->body = item_body(c->body, text, json_is_array(pairs) ? json_array_get(pairs, (size_t)i) : NULL);
         if (!item->body) return api_fail(c, 500, "internal", NULL, "out of memory");

@@ -32,6 +32,7 @@ void api_call_init(api_call *c, const api_ctx *ctx, double t_start)
     c->t_start = t_start;
     c->status = 200;
     c->content_type = "application/json";
+    c->item = -1;
     jw_init(&c->out);
 }
 
@@ -82,13 +83,13 @@ int api_fail(api_call *c, int status, const char *code, const char *field, const
     jw_key(w, "message");
     jw_str(w, msg);
     jw_key(w, "field");
-    if (field && c->field_prefix) {
-        char full[160];
-        snprintf(full, sizeof full, "%s%s", c->field_prefix, field);
-        jw_str(w, full);
-    } else {
-        jw_str(w, field);
-    }
+    char full[160];
+    const char *prefix = c->field_prefix ? c->field_prefix : "";
+    if (field && c->item >= 0 && (!strcmp(field, "text") || !strcmp(field, "text_pair")))
+        snprintf(full, sizeof full, "%s%ss[%d]", prefix, field, c->item);
+    else if (field)
+        snprintf(full, sizeof full, "%s%s", prefix, field);
+    jw_str(w, field ? full : NULL);
     jw_end(w);
     jw_end(w);
     return -1;

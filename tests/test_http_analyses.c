@@ -664,9 +664,9 @@ static void test_attribution(test_server *s)
         json_array_foreach(get(r.json, "results"), i, item) json_object_del(item, "timing_ms");
         json_t *bad = get(json_array_get(get(res, "results"), 1), "error");
         const char *field = json_string_value(get(bad, "field"));
-        CHECK(field && !strcmp(field, "params.text"), "row 1's error in its slot names params.text: %s",
+        CHECK(field && !strcmp(field, "params.texts[1]"), "row 1's error in its slot names params.texts[1]: %s",
               field ? field : "(none)");
-        if (bad) json_object_set_new(bad, "field", json_string("text")); /* a job's fields are under params. */
+        if (bad) json_object_set_new(bad, "field", json_string("texts[1]")); /* a job's fields are under params. */
         CHECK(json_equal(res, r.json), "the job over texts equals the batch response");
     }
     json_decref(job);

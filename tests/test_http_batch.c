@@ -103,6 +103,18 @@ static void test_bad_items(test_server *s)
     const char *c1 = json_string_value(get(get(json_array_get(res, 1), "error"), "code"));
     const char *c2 = json_string_value(get(get(json_array_get(res, 2), "error"), "code"));
     CHECK(c1 && c2 && !strcmp(c1, "invalid_request") && !strcmp(c2, "invalid_request"), "bad items' errors in their slots");
+    const char *f1 = json_string_value(get(get(json_array_get(res, 1), "error"), "field"));
+    const char *f2 = json_string_value(get(get(json_array_get(res, 2), "error"), "field"));
+    CHECK(f1 && f2 && !strcmp(f1, "texts[1]") && !strcmp(f2, "texts[2]"), "bad items name texts[i] (%s, %s)", f1 ?: "-",
+          f2 ?: "-");
+    http_resp_free(&r);
+
+    http_post_json(s, &r, "/v1/forward", "{\"model\": \"sst2\", \"texts\": [\"a\", \"b\"], \"text_pairs\": [\"c\", 7]}");
+    check_schema(&r, "/v1/forward", "POST");
+    res = get(r.json, "results");
+    const char *fp = json_string_value(get(get(json_array_get(res, 1), "error"), "field"));
+    CHECK(r.status == 200 && get(json_array_get(res, 0), "logits") && fp && !strcmp(fp, "text_pairs[1]"),
+          "a bad pair names text_pairs[1] (%s)", fp ?: "-");
     http_resp_free(&r);
 
     const bad_case cases[] = {
