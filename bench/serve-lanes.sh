@@ -11,6 +11,7 @@
 # latency, errors, and the p99 ratio of the two configurations.
 # Env: DURATION, TEXT (forward text).
 set -euo pipefail
+WRK_LUA=$(dirname "$0")/wrk-post.lua
 LENSD=${1:-build/lensd}
 DURATION=${DURATION:-30}
 TEXT=${TEXT:-"it 's a charming and often affecting journey . "}
@@ -30,17 +31,6 @@ trap cleanup EXIT
 python3 -c 'import json, sys; print(json.dumps({"text": sys.argv[1]}))' "$TEXT" >"$work/forward.json"
 python3 -c 'import json; print(json.dumps({"text": "a charming film " * 20, "method": "exact", "layers": [2]}))' \
   >"$work/heavy.json"
-cat >"$work/forward.lua" <<LUA
-wrk.method = "POST"
-wrk.body = [[$(cat "$work/forward.json")]]
-wrk.headers["Content-Type"] = "application/json"
-function done(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format("RESULT %d %.1f %.3f %.3f %d\n", summary.requests,
-    summary.requests / (summary.duration / 1e6), latency:percentile(50) / 1e3,
-    latency:percentile(99) / 1e3, e.status + e.connect + e.read + e.write + e.timeout))
-end
-LUA
 
 declare -A P99
 echo "model: $MODEL   lensd: $("$LENSD" version)   --workers 1   wrk c=8 for ${DURATION}s on /v1/forward during exact hidden attribution"
@@ -63,7 +53,7 @@ for fast in 0 1; do
     curl -s "$url/metrics" | grep -q '^lensd_workers_busy [1-9]' && break
     sleep 0.05
   done
-  read -r _ n rps p50 p99 errs < <(wrk -t 4 -c 8 -d "${DURATION}s" --timeout 120s --latency -s "$work/forward.lua" \
+  read -r _ n rps p50 p99 errs < <(WRK_BODY=$work/forward.json wrk -t 4 -c 8 -d "${DURATION}s" --timeout 120s --latency -s "$WRK_LUA" \
       "$url/v1/forward" | grep '^RESULT')
   kill "$heavy" 2>/dev/null; wait "$heavy" 2>/dev/null || true; heavy=""
   kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""

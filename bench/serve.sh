@@ -9,6 +9,7 @@
 # requests (extra rounds at concurrency 8 top the count up when needed).
 # Env: DURATION, WORKERS (default: lensd's, 1), TEXT (request text).
 set -euo pipefail
+WRK_LUA=$(dirname "$0")/wrk-post.lua
 LENSD=${1:-build/lensd}
 DURATION=${DURATION:-20}
 TEXT=${TEXT:-"it 's a charming and often affecting journey . "}
@@ -37,18 +38,7 @@ for _ in $(seq 100); do
 done
 curl -sf "http://127.0.0.1:$port/readyz" >/dev/null || { echo "lensd did not become ready" >&2; cat "$work/lensd.log" >&2; exit 1; }
 
-body=$(python3 -c 'import json, sys; print(json.dumps({"model": "bench", "text": sys.argv[1]}))' "$TEXT")
-cat >"$work/forward.lua" <<LUA
-wrk.method = "POST"
-wrk.body = [[$body]]
-wrk.headers["Content-Type"] = "application/json"
-function done(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format("RESULT %d %.1f %.3f %.3f %d\n", summary.requests,
-    summary.requests / (summary.duration / 1e6), latency:percentile(50) / 1e3,
-    latency:percentile(99) / 1e3, e.status + e.connect + e.read + e.write + e.timeout))
-end
-LUA
+python3 -c 'import json, sys; print(json.dumps({"model": "bench", "text": sys.argv[1]}))' "$TEXT" >"$work/forward.json"
 
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$pid/status"; }
 rss_before=$(rss_kb)
@@ -58,7 +48,7 @@ printf '%-12s %12s %10s %10s %8s\n' concurrency requests/s p50_ms p99_ms errors
 run() { # concurrency seconds -> prints a row
   local c=$1 d=$2 t
   t=$(( c < 4 ? c : 4 ))
-  read -r _ n rps p50 p99 errs < <(wrk -t "$t" -c "$c" -d "${d}s" --latency -s "$work/forward.lua" \
+  read -r _ n rps p50 p99 errs < <(WRK_BODY=$work/forward.json wrk -t "$t" -c "$c" -d "${d}s" --latency -s "$WRK_LUA" \
       "http://127.0.0.1:$port/v1/forward" | grep '^RESULT')
   total=$((total + n))
   printf '%-12s %12s %10s %10s %8s\n' "$c" "$rps" "$p50" "$p99" "$errs"
