@@ -49,9 +49,10 @@ void api_call_free(api_call *c)
     c->model_ref = NULL;
 }
 
-/* A message quotes client bytes (a jansson error's "near" text, a name cut
- * by %.64s, the 600-byte bound) and may end inside or hold a broken UTF-8
- * sequence; the error body must stay valid JSON, so such bytes become '?'. */
+/* A message or field quotes client bytes (a jansson error's "near" text, a
+ * name cut by %.64s, the 600- and 160-byte bounds) and may end inside or hold
+ * a broken UTF-8 sequence; the error body must stay valid JSON, so such bytes
+ * become '?'. */
 static void make_valid_utf8(char *s)
 {
     size_t n = strlen(s);
@@ -89,6 +90,7 @@ int api_fail(api_call *c, int status, const char *code, const char *field, const
         snprintf(full, sizeof full, "%s%ss[%d]", prefix, field, c->item);
     else if (field)
         snprintf(full, sizeof full, "%s%s", prefix, field);
+    if (field) make_valid_utf8(full);
     jw_str(w, field ? full : NULL);
     jw_end(w);
     jw_end(w);

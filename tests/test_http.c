@@ -160,6 +160,22 @@ static void test_tokenize(test_server *s)
     CHECK(r.status == 422 && err_field(&r) && !strcmp(err_field(&r), "whatever"),
           "tokenize with an unknown field: %ld %.200s", r.status, r.body);
     http_resp_free(&r);
+    /* a long unknown name is cut in the error's field, never inside a UTF-8 sequence (fuzz_req_jobs found
+     * params.<name> cut so, which made the 422 body invalid JSON); at the top level and in a job's params */
+    char name[2 * 200 + 1] = "", body[600];
+    for (int i = 0; i < 200; i++) strcat(name, "\xc3\xa9");
+    /* the field is cut after 159 bytes: "params.x" shifts the cut into a sequence as no prefix does */
+    const char *fmt[] = {"{\"model\": \"gpt\", \"text\": \"a\", \"%s\": 1}",
+                         "{\"kind\": \"token-identity-map\", \"params\": {\"model\": \"bert\", \"x%s\": 1}}"};
+    const char *path[] = {"/v1/tokenize", "/v1/jobs"}, *prefix[] = {"\xc3\xa9\xc3\xa9", "params.x\xc3\xa9"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(body, sizeof body, fmt[k], name);
+        http_post_json(s, &r, path[k], body);
+        const char *f = err_field(&r);
+        CHECK(r.status == 422 && r.json && f && !strncmp(f, prefix[k], strlen(prefix[k])),
+              "%s: a 200-character unknown name answers a JSON 422 naming it: %ld %.120s", path[k], r.status, r.body);
+        http_resp_free(&r);
+    }
 
     /* the CLI prints the same JSON (timing aside) */
     http_post_json(s, &r, "/v1/tokenize", "{\"model\": \"bert\", \"text\": \"Hello, wörld!\"}");
