@@ -10,7 +10,9 @@
 # Target fuzz_NAME starts from the seeds in tests/fuzz/corpus/NAME/ (a target
 # without seeds fails) and FUZZ_CORPUS/NAME/;
 # a crash, leak or sanitizer report fails the target and leaves the input in
-# $FUZZ_BUILD/fuzz-crashes/ and the log in $FUZZ_BUILD/fuzz-logs/.
+# $FUZZ_BUILD/fuzz-crashes/ and the log in $FUZZ_BUILD/fuzz-logs/NAME.PID.log
+# (per process: two campaigns may fuzz one target); a passing run's log
+# becomes NAME.log.
 set -u
 cd "$(dirname "$0")/.."
 build=${FUZZ_BUILD:-build-fuzz}
@@ -39,7 +41,7 @@ for t in "${targets[@]}"; do
   name=$(basename "$t")
   name=${name#fuzz_}
   seeds=tests/fuzz/corpus/$name
-  log=$build/fuzz-logs/$name.log
+  log=$build/fuzz-logs/$name.$$.log
   if [ -z "$(ls -A "$seeds" 2>/dev/null)" ]; then
     echo "FAIL fuzz_$name: no seed corpus in $seeds"
     failed=$((failed + 1))
@@ -55,6 +57,7 @@ for t in "${targets[@]}"; do
   crashes=$(ls "$build/fuzz-crashes/$name-"* 2>/dev/null | wc -l)
   if [ "$rc" -eq 0 ] && [ -n "$execs" ] && [ "$execs" -gt 0 ]; then
     printf 'fuzz_%s: %s executions in %.1f s, 0 crashes\n' "$name" "$execs" "$secs"
+    mv "$log" "$build/fuzz-logs/$name.log"
     passed=$((passed + 1))
   else
     printf 'FAIL fuzz_%s: rc %d after %s executions in %.1f s; %d saved crash inputs in %s; log %s\n' \
