@@ -300,6 +300,24 @@ static void test_decomposition(test_server *s)
     CHECK(ival(r.json, "length") == 8 && ival(r.json, "positions") == 7 && ival(r.json, "first_position") == 1 &&
               ival(r.json, "windows") >= 2 && json_array_size(get(r.json, "labels")) == 2,
           "length 8 -> 7 positions from 1, labels [a, b]");
+    /* labels are kept whole: two long names that differ only at the end stay two topics (they were cut to 127
+     * bytes, which merged them and, cut inside a UTF-8 sequence, made the answer invalid JSON) */
+    char la[2 * 100 + 2] = "", lb[sizeof la], body2[2048];
+    for (int i = 0; i < 100; i++) strcat(la, "\xc3\xa9");
+    strcpy(lb, la), strcat(la, "a"), strcat(lb, "b");
+    snprintf(body2, sizeof body2,
+             "{\"model\": \"bert\", %s, \"length\": 8, \"layers\": [2, 0], \"labels\": [\"%s\", \"%s\", \"%s\", \"%s\"]}",
+             decomp_texts, la, la, lb, lb);
+    http_resp r2;
+    http_post_json(s, &r2, D, body2);
+    const json_t *names = get(r2.json, "labels");
+    json_t *topics = get(json_array_get(get(r.json, "layers"), 1), "topics"),
+           *topics2 = get(json_array_get(get(r2.json, "layers"), 1), "topics");
+    CHECK(r2.status == 200 && json_array_size(names) == 2 &&
+              !strcmp(json_string_value(json_array_get(names, 0)) ?: "", la) &&
+              !strcmp(json_string_value(json_array_get(names, 1)) ?: "", lb) && topics && json_equal(topics, topics2),
+          "201-byte labels: two topics, named in full, the same topic figures as [a, b]: %ld", r2.status);
+    http_resp_free(&r2);
     CHECK(json_array_size(layers) == 2 && ival(json_array_get(layers, 0), "layer") == 0 &&
               ival(json_array_get(layers, 1), "layer") == 2,
           "layers sorted [0, 2]");
