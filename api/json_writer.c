@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 static const char digit_pairs[] =
     "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
@@ -139,6 +140,9 @@ void jw_strn(jw *w, const char *s, size_t n)
     write_string(w, s, n);
 }
 
+/* Escapes s; a byte that does not start a valid UTF-8 sequence (a string cut
+ * inside one, a file name in another encoding) becomes U+FFFD, so a body is
+ * valid JSON whatever the bytes it quotes. */
 static void write_string(jw *w, const char *s, size_t n)
 {
     /* worst case every byte becomes \u00XX */
@@ -147,6 +151,16 @@ static void write_string(jw *w, const char *s, size_t n)
     *d++ = '"';
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
+        if (c >= 0x80) {
+            utf8proc_int32_t cp;
+            utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
+            if (k > 0) {
+                memcpy(d, s + i, (size_t)k), d += k, i += (size_t)k - 1;
+            } else {
+                *d++ = (char)0xEF, *d++ = (char)0xBF, *d++ = (char)0xBD;
+            }
+            continue;
+        }
         if (c >= 0x20 && c != '"' && c != '\\') {
             *d++ = (char)c;
             continue;

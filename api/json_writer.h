@@ -61,7 +61,7 @@ void jw_end(jw *w); /* closes the innermost object or array */
 void jw_key(jw *w, const char *key);
 
 void jw_str(jw *w, const char *s);               /* NULL writes null */
-void jw_strn(jw *w, const char *s, size_t n);    /* escapes; s must be UTF-8 */
+void jw_strn(jw *w, const char *s, size_t n);    /* escapes; invalid UTF-8 bytes become U+FFFD */
 void jw_int(jw *w, long long v);
 void jw_bool(jw *w, int v);
 void jw_null(jw *w);

@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <utf8proc.h>
 
 double api_now(void)
 {
@@ -49,29 +48,16 @@ void api_call_free(api_call *c)
     c->model_ref = NULL;
 }
 
-/* A message or field quotes client bytes (a jansson error's "near" text, a
- * name cut by %.64s, the 600- and 160-byte bounds) and may end inside or hold
- * a broken UTF-8 sequence; the error body must stay valid JSON, so such bytes
- * become '?'. */
-static void make_valid_utf8(char *s)
-{
-    size_t n = strlen(s);
-    for (size_t i = 0; i < n;) {
-        utf8proc_int32_t cp;
-        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
-        if (k > 0) i += (size_t)k;
-        else s[i++] = '?';
-    }
-}
-
 int api_fail(api_call *c, int status, const char *code, const char *field, const char *fmt, ...)
 {
+    /* msg and field may quote client bytes cut inside a UTF-8 sequence (a
+     * jansson "near" text, %.64s, the 600- and 160-byte bounds): jw_str
+     * turns such bytes into U+FFFD, so the body stays valid JSON */
     char msg[600];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    make_valid_utf8(msg);
     jw_free(&c->out);
     c->status = status;
     c->content_type = "application/json";
@@ -90,7 +76,6 @@ int api_fail(api_call *c, int status, const char *code, const char *field, const
         snprintf(full, sizeof full, "%s%ss[%d]", prefix, field, c->item);
     else if (field)
         snprintf(full, sizeof full, "%s%s", prefix, field);
-    if (field) make_valid_utf8(full);
     jw_str(w, field ? full : NULL);
     jw_end(w);
     jw_end(w);

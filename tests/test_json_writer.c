@@ -251,6 +251,42 @@ static void test_base64(void)
     }
 }
 
+/* Bytes that are not valid UTF-8 become U+FFFD (EF BF BD); valid sequences,
+ * 2 to 4 bytes, pass unchanged. Each output must parse with jansson. */
+static void test_invalid_utf8(void)
+{
+    static const struct {
+        const char *in, *want, *what;
+    } cases[] = {
+        {"caf\xc3\xa9", "caf\xc3\xa9", "2-byte sequence kept"},
+        {"\xe2\x82\xac \xf0\x9f\x98\x80", "\xe2\x82\xac \xf0\x9f\x98\x80", "3- and 4-byte sequences kept"},
+        {"ab\xc3", "ab\xef\xbf\xbd", "cut after a lead byte"},
+        {"\xe2\x82x", "\xef\xbf\xbd\xef\xbf\xbdx", "cut 3-byte sequence: each byte replaced"},
+        {"\x80z", "\xef\xbf\xbdz", "lone continuation byte"},
+        {"\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd", "overlong '/'"},
+        {"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", "UTF-16 surrogate"},
+        {"\xf4\x90\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", "above U+10FFFF"},
+        {"\xff\"", "\xef\xbf\xbd\"", "0xFF, then an escaped quote"},
+    };
+    const int n = (int)(sizeof cases / sizeof *cases);
+    CHECK(n == 9, "9 UTF-8 cases");
+    for (int i = 0; i < n; i++) {
+        jw w;
+        jw_init(&w);
+        jw_arr(&w);
+        jw_str(&w, cases[i].in);
+        jw_end(&w);
+        size_t len;
+        char *out = jw_take(&w, &len);
+        json_error_t err;
+        json_t *v = json_loadb(out, len, 0, &err);
+        const char *got = json_string_value(json_array_get(v, 0));
+        CHECK(got && !strcmp(got, cases[i].want), "%s: %s", cases[i].what, v ? "wrong text" : err.text);
+        json_decref(v);
+        free(out);
+    }
+}
+
 int main(void)
 {
     test_format_cases();
@@ -258,6 +294,7 @@ int main(void)
     test_format_significant_cases();
     test_float_roundtrip_significant();
     test_structure();
+    test_invalid_utf8();
     test_base64();
     return check_done("test_json_writer");
 }
