@@ -208,10 +208,13 @@ static int decode_labels(api_call *c, decomp_req *r, size_t want, const char *pe
     if (!r->labels || !r->label_names) return api_fail(c, 500, "internal", NULL, "out of memory");
     for (size_t i = 0; i < want; i++) {
         json_t *e = json_array_get(v, i);
+        const char *name = json_string_value(e); /* whole: a cut name could merge two labels */
         char number[24];
-        const char *name = json_string_value(e); /* whole: a cut name could merge two labels and break UTF-8 */
-        if (json_is_integer(e)) snprintf(number, sizeof number, "%lld", (long long)json_integer_value(e)), name = number;
-        else if (!name) return api_fail(c, 422, "invalid_request", "labels", "labels[%zu] is not a string or integer", i);
+        if (json_is_integer(e)) {
+            snprintf(number, sizeof number, "%lld", (long long)json_integer_value(e));
+            name = number;
+        }
+        if (!name) return api_fail(c, 422, "invalid_request", "labels", "labels[%zu] is not a string or integer", i);
         int k = 0;
         while (k < r->n_label_names && strcmp(r->label_names[k], name)) k++;
         if (k == r->n_label_names) {

@@ -155,9 +155,12 @@ static void write_string(jw *w, const char *s, size_t n)
             utf8proc_int32_t cp;
             utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
             if (k > 0) {
-                memcpy(d, s + i, (size_t)k), d += k, i += (size_t)k - 1;
+                memcpy(d, s + i, (size_t)k);
+                d += k;
+                i += (size_t)k - 1;
             } else {
-                *d++ = (char)0xEF, *d++ = (char)0xBF, *d++ = (char)0xBD;
+                memcpy(d, "\xEF\xBF\xBD", 3); /* U+FFFD */
+                d += 3;
             }
             continue;
         }
