@@ -69,7 +69,7 @@ typedef struct {
     const float *A, *alpha;
     const float *weight;       /* [copies] quadrature weights of the copies being differentiated */
     /* block io work [R][...]; the same buffers carry the gradients in the backward */
-    float *x, *h, *n, *ctx, *ff;   /* [R][C] x3, [R][NH*DV], [R][d_ff] */
+    float *x, *h, *n, *ctx, *ff;   /* [R][C] x3, [R][NH*DV], [R][lens_ff_cols] */
     float *dq, *dk, *dv;       /* [R][NH*DK] x2, [R][NH*DV] */
     float *dprobs, *dscores;   /* per pool thread: [NH][T][T], [T][T] */
     float *cls, *pooled, *logits, *dcls, *dpooled, *dpre, *dlogits; /* [copies][C or K]; LM: pooled = ln_f(cls) */
@@ -90,7 +90,7 @@ static size_t bytes_per_copy(const lens_config *c, int T, int lowest)
     const size_t C = c->d_model, QK = (size_t)c->n_heads * c->d_head_k, VO = (size_t)c->n_heads * c->d_head_v;
     const size_t per_layer = T * (2 * QK + VO + c->family->cache_floats(c, 0));
     const size_t per_above = (size_t)c->n_heads * T * T;
-    const size_t work = T * (3 * C + VO + c->d_ff + 2 * QK + VO) + 7 * C +
+    const size_t work = T * (3 * C + VO + (size_t)lens_ff_cols(c) + 2 * QK + VO) + 7 * C +
                         (c->task == LENS_TASK_CAUSAL_LM ? 2 * (size_t)c->vocab_size : 0); /* logits, dlogits */
     return sizeof(float) * ((c->n_layers - lowest) * per_layer + (c->n_layers - 1 - lowest) * per_above + work);
 }
