@@ -55,10 +55,11 @@ function focused(resp, ctx, layer, h) {
         .map(t => el('th', { text: t }))),
       el('tr', {}, [h.rank, h.null_dim, h.identifiable ? 'yes' : 'no', idh.rank_v1, idh.stochastic_null_dim,
         `${idh.key_aware.dim ?? 'n/a'} (${idh.key_aware.method})`, fmt(h.stats.pearson)].map(v => el('td', { text: String(v) })))),
-    note('identifiable: the value matrix V has no null space (rank V = T), so no other attention gives this head the same output and effective = raw. ' +
-      'key-aware dim: how many dimensions of attention the head cannot tell apart once the keys are taken into account too (Brunner et al.’s ' +
-      'null space restricted to attention the key matrix can produce); it measures a different, key-dependent freedom and can be non-zero ' +
-      'while the value-side test says identifiable.'),
+    note('Two different counts. identifiable (Brunner et al.): rank V = T, so V has no null space and no other attention matrix ' +
+      'gives this head the same output; effective = raw. key-aware dim (Bhardwaj et al.): rank(J) − rank(M J), where J maps small ' +
+      'moves of the keys to the changes of attention they cause and M multiplies a change by V; it counts, with its own numerical ' +
+      'tolerance, the key-reachable changes that leave the output unchanged, so it is reported beside identifiable rather than ' +
+      'derived from it (docs/identifiability.md, sections 1 and 3).'),
   ];
 }
 
