@@ -126,11 +126,10 @@ fuzz: fuzz-build
 	    scripts/fuzz.sh $(FUZZ_TARGETS)
 
 # Serves the demo models trained by lensd and committed in models/ (see
-# models/README.md); one that is not there is left out.
-DEMO_MODELS := demo-sst2 demo-mlm demo-identifiable demo-gpt2
+# models/README.md), each named by its folder: --models-dir also lets
+# README's POST /v1/models example load another copy at run time.
 run: deps all
-	$(BUILD)/lensd serve --listen $${LENSD_LISTEN:-127.0.0.1:8080} \
-	    $(foreach m,$(DEMO_MODELS),$$([ -f models/$(m)/config.json ] && echo --model $(m)=models/$(m)))
+	$(BUILD)/lensd serve --listen $${LENSD_LISTEN:-127.0.0.1:8080} --models-dir models
 
 bench: deps all $(BUILD)/bench/forward
 	@scripts/deps.sh bench

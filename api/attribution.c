@@ -18,7 +18,8 @@
  * Response {model, tokens, target: {index, label, prob}, predicted: {index,
  * label}, quadrature, steps, riemann, layers: [{layer, f_zero, attr_sum, heads: [{head,
  * importance, attribution?: [T][T]}]}], tree?: {root, threshold, nodes:
- * [{token, layer}], edges: [{layer, from, to, score}]}, timing_ms}.
+ * [{token, text, layer}], edges: [{layer, from, to, from_text, to_text, score}]}, timing_ms}
+ * (text, from_text, to_text: the tokens' pieces, as tokens[].text).
  * attribution[i][j]: query token i, attended token j. The tree needs every
  * layer's attribution, so with tree all layers are computed and the
  * selected ones returned.
@@ -173,7 +174,9 @@ int api_attribution_prepare(api_call *c)
     return api_decode_async(c, "attribution");
 }
 
-static void write_tree(jw *w, const lens_attr_tree *t, int precision)
+/* The tree; each node and edge also names its tokens' texts (the pieces
+ * of tokens[]), so a client need not join them with tokens. */
+static void write_tree(jw *w, const lens_attr_tree *t, const lens_model *m, const int *ids, int precision)
 {
     jw_key(w, "tree");
     jw_obj(w);
@@ -187,6 +190,8 @@ static void write_tree(jw *w, const lens_attr_tree *t, int precision)
         jw_obj(w);
         jw_key(w, "token");
         jw_int(w, t->nodes[i].token);
+        jw_key(w, "text");
+        jw_str(w, lens_tokenizer_piece(m->tok, ids[t->nodes[i].token]));
         jw_key(w, "layer");
         jw_int(w, t->nodes[i].layer);
         jw_end(w);
@@ -202,6 +207,10 @@ static void write_tree(jw *w, const lens_attr_tree *t, int precision)
         jw_int(w, t->edges[i].from);
         jw_key(w, "to");
         jw_int(w, t->edges[i].to);
+        jw_key(w, "from_text");
+        jw_str(w, lens_tokenizer_piece(m->tok, ids[t->edges[i].from]));
+        jw_key(w, "to_text");
+        jw_str(w, lens_tokenizer_piece(m->tok, ids[t->edges[i].to]));
         jw_key(w, "score");
         jw_float(w, t->edges[i].score, precision);
         jw_end(w);
@@ -287,7 +296,6 @@ void api_attribution_run(api_call *c)
     jw *w = &c->out;
     const size_t TT = (size_t)T * T;
     api_write_head(w, &r->in, &seq);
-    api_seq_free(&seq);
     write_class(w, m, "target", out.target, out.f_full, r->format.precision);
     write_class(w, m, "predicted", out.predicted, NAN, r->format.precision);
     api_write_schedule(w, &(api_schedule){.steps = out.steps, .riemann = out.riemann, .quadrature = out.quadrature});
@@ -322,7 +330,8 @@ void api_attribution_run(api_call *c)
         jw_end(w);
     }
     jw_end(w);
-    if (r->tree) write_tree(w, &tree, r->format.precision);
+    if (r->tree) write_tree(w, &tree, m, seq.ids, r->format.precision);
+    api_seq_free(&seq);
     lens_attr_tree_free(&tree);
     lens_attribution_free(&out);
     api_write_timing(c, t1 - t0, t2 - t1, t2);

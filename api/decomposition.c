@@ -56,6 +56,7 @@ typedef struct decomp_req {
     int paper_code;          /* definition "paper-code" (default) or "lensd" */
     int topics_self_pairs, topics_pca, screenot_k;
     struct decomp_req *ref;  /* reference_texts / reference_windows / reference_corpus, or NULL */
+    api_format format;       /* without format: 6 decimals (4 for angles), as before format applied here */
 } decomp_req;
 
 static void decomp_req_free(void *p)
@@ -72,11 +73,6 @@ static void decomp_req_free(void *p)
     free(r->layers.v);
     if (r->ref) decomp_req_free(r->ref);
     free(r);
-}
-
-static int token_limit(const api_call *c, const lens_config *cfg)
-{
-    return c->ctx->max_tokens < cfg->max_positions ? c->ctx->max_tokens : cfg->max_positions;
 }
 
 static int decode_texts(api_call *c, decomp_req *r, json_t *v, const char *field)
@@ -169,9 +165,11 @@ static int decode_windows(api_call *c, decomp_req *r, json_t *v, int vocab, cons
     size_t T = json_array_size(first);
     if (r->T && (size_t)r->T != T)
         return api_fail(c, 422, "invalid_request", field, "%s[0] has %zu tokens but length is %d", field, T, r->T);
-    int limit = token_limit(c, &r->model->model->cfg);
+    const lens_config *cfg = &r->model->model->cfg;
+    int limit = api_token_limit(c, cfg);
     if (T > (size_t)limit)
-        return api_fail(c, 413, "too_many_tokens", field, "%s of %zu tokens; the limit is %d", field, T, limit);
+        return api_fail(c, 413, "too_many_tokens", field, "%s of %zu tokens; the limit is %d (%s)", field, T, limit,
+                        api_token_limit_name(c, cfg));
     if (n > (size_t)(1u << 30) / T) return api_fail(c, 422, "invalid_request", field, "too many windows");
     r->T = (int)T;
     r->windows = malloc(n * T * sizeof *r->windows);
@@ -307,16 +305,17 @@ int api_decomposition_prepare(api_call *c)
     c->free_req = decomp_req_free;
     if (api_decode_model(c, &r->model)) return -1;
     const lens_config *cfg = &r->model->model->cfg;
-    int limit = token_limit(c, cfg);
+    int limit = api_token_limit(c, cfg);
     r->drop_first = 1;
     r->top_k = 0;
     int has_len = api_get_int(c, "length", 1, 1LL << 40, &r->T);
     if (has_len < 0) return -1;
     if (has_len && r->T > limit)
-        return api_fail(c, 413, "too_many_tokens", "length", "length %d is over the limit of %d tokens", r->T, limit);
+        return api_fail(c, 413, "too_many_tokens", "length", "length %d is over the limit of %d tokens (%s)", r->T, limit,
+                          api_token_limit_name(c, cfg));
     if (api_get_bool(c, "drop_first_position", &r->drop_first) < 0 ||
         api_get_int(c, "top_k", 1, 1000, &r->top_k) < 0 || api_get_bool(c, "causal", &r->causal) < 0 ||
-        api_decode_index_list(c, "layers", 0, cfg->n_layers, &r->layers))
+        api_decode_index_list(c, "layers", 0, cfg->n_layers, &r->layers) || api_decode_format(c, &r->format))
         return -1;
     if (decode_window_set(c, r, "", has_len) || decode_definition(c, r)) return -1;
     api_cost_hint(c, API_COST_DECOMPOSITION);
@@ -334,14 +333,23 @@ static void on_progress(void *user, long done, long total)
     if (total > 0) api_progress(p->c, p->base + p->span * (double)done / (double)total);
 }
 
+/* A [rows][cols] matrix as format asks (a base64 tensor, or arrays with its
+ * precision), 6 decimals without a format. */
+static void write_floats_2d(jw *w, const float *x, size_t rows, size_t cols, const api_format *f)
+{
+    if (f->given) api_write_matrix(w, x, rows, cols, f);
+    else jw_floats_2d(w, x, rows, cols, cols, 6);
+}
+
 /* ctx_pca {variance_share: [k], window: [W], label?: [W] (indices into the
  * response's labels), coords: [[k]..per window..]} */
-static void write_ctx_pca(jw *w, const lens_decomp_ctx_pca *p)
+static void write_ctx_pca(jw *w, const lens_decomp_ctx_pca *p, const api_format *f)
 {
+    const int prec = f->given ? f->precision : 6;
     jw_obj(w);
     jw_key(w, "variance_share");
     jw_arr(w);
-    for (int j = 0; j < p->k; j++) jw_float(w, p->share[j], 6);
+    for (int j = 0; j < p->k; j++) jw_float(w, p->share[j], prec);
     jw_end(w);
     jw_key(w, "window");
     jw_arr(w);
@@ -354,84 +362,85 @@ static void write_ctx_pca(jw *w, const lens_decomp_ctx_pca *p)
         jw_end(w);
     }
     jw_key(w, "coords");
-    jw_floats_2d(w, p->coords, (size_t)p->W, (size_t)p->k, (size_t)p->k, 6);
+    write_floats_2d(w, p->coords, (size_t)p->W, (size_t)p->k, f);
     jw_end(w);
 }
 
 static void write_layer(jw *w, const lens_decomp_layer *L, const lens_decomp_ctx_pca *ctx_pca,
-                        const lens_decomp_result *res)
+                        const lens_decomp_result *res, const api_format *f)
 {
+    const int prec = f->given ? f->precision : 6;
     jw_obj(w);
     jw_key(w, "layer");
     jw_int(w, L->layer);
     jw_key(w, "variance_share");
     jw_obj(w);
     jw_key(w, "mean");
-    jw_float(w, L->share_mean, 6);
+    jw_float(w, L->share_mean, prec);
     jw_key(w, "pos");
-    jw_float(w, L->share_pos, 6);
+    jw_float(w, L->share_pos, prec);
     jw_key(w, "ctx");
-    jw_float(w, L->share_ctx, 6);
+    jw_float(w, L->share_ctx, prec);
     jw_key(w, "resid");
-    jw_float(w, L->share_resid, 6);
+    jw_float(w, L->share_resid, prec);
     jw_end(w);
     jw_key(w, "relative_norm");
     jw_obj(w);
     jw_key(w, "pos");
-    jw_float(w, L->norm_pos, 6);
+    jw_float(w, L->norm_pos, prec);
     jw_key(w, "ctx");
-    jw_float(w, L->norm_ctx, 6);
+    jw_float(w, L->norm_ctx, prec);
     jw_key(w, "resid");
-    jw_float(w, L->norm_resid, 6);
+    jw_float(w, L->norm_resid, prec);
     jw_end(w);
     jw_key(w, "pos_stable_rank");
-    jw_float(w, L->pos_stable_rank, 6);
+    jw_float(w, L->pos_stable_rank, prec);
     jw_key(w, "pos_screenot");
     jw_obj(w);
     jw_key(w, "rank");
     if (L->pos_screenot_rank < 0) jw_null(w);
     else jw_int(w, L->pos_screenot_rank);
     jw_key(w, "threshold");
-    jw_float(w, L->pos_screenot_threshold, 6);
+    jw_float(w, L->pos_screenot_threshold, prec);
     jw_key(w, "explained");
-    jw_float(w, L->pos_explained_screenot, 6);
+    jw_float(w, L->pos_explained_screenot, prec);
     jw_end(w);
     jw_key(w, "pos_explained");
     jw_obj(w);
     jw_key(w, "k2");
-    jw_float(w, L->pos_explained_k2, 6);
+    jw_float(w, L->pos_explained_k2, prec);
     jw_key(w, "k10");
-    jw_float(w, L->pos_explained_k10, 6);
+    jw_float(w, L->pos_explained_k10, prec);
     jw_key(w, "k2_sq");
-    jw_float(w, L->pos_explained_k2_sq, 6);
+    jw_float(w, L->pos_explained_k2_sq, prec);
     jw_key(w, "k10_sq");
-    jw_float(w, L->pos_explained_k10_sq, 6);
+    jw_float(w, L->pos_explained_k10_sq, prec);
     jw_end(w);
     jw_key(w, "pos_smoothness");
-    jw_float(w, L->pos_smoothness, 6);
+    jw_float(w, L->pos_smoothness, prec);
     jw_key(w, "pos_pca");
-    if (L->pos_pca) jw_floats_2d(w, L->pos_pca, (size_t)res->P, 2, 2, 6);
+    if (L->pos_pca) write_floats_2d(w, L->pos_pca, (size_t)res->P, 2, f);
     else jw_null(w);
     jw_key(w, "ctx_pca");
-    write_ctx_pca(w, ctx_pca);
+    write_ctx_pca(w, ctx_pca, f);
     jw_key(w, "orthogonality");
     jw_obj(w);
     jw_key(w, "max_abs_cos");
-    jw_float(w, L->max_abs_cos, 6);
+    jw_float(w, L->max_abs_cos, prec);
     jw_key(w, "mean_abs_cos");
-    jw_float(w, L->mean_abs_cos, 6);
+    jw_float(w, L->mean_abs_cos, prec);
     jw_key(w, "principal_angles_deg");
     jw_arr(w);
-    for (int i = 0; i < L->n_angles; i++) jw_float(w, L->principal_angles_deg[i], 4);
+    for (int i = 0; i < L->n_angles; i++) jw_float(w, L->principal_angles_deg[i], f->given ? f->precision : 4);
     jw_end(w);
     jw_end(w);
     if (res->has_labels) {
         jw_key(w, "topics");
         jw_obj(w);
         jw_key(w, "within");
-        jw_float(w, L->topics_within, 6);
+        jw_float(w, L->topics_within, prec);
         jw_key(w, "between");
-        jw_float(w, L->topics_between, 6);
+        jw_float(w, L->topics_between, prec);
         jw_key(w, "within_pairs");
         jw_int(w, L->topics_within_pairs);
         jw_key(w, "between_pairs");
@@ -597,7 +606,7 @@ void api_decomposition_merge(api_call *c, lens_partial *const *parts, int n_part
     }
     jw_key(w, "layers");
     jw_arr(w);
-    for (int i = 0; i < res.n_layers; i++) write_layer(w, &res.layers[i], &ctx_pca[i], &res);
+    for (int i = 0; i < res.n_layers; i++) write_layer(w, &res.layers[i], &ctx_pca[i], &res, &r->format);
     jw_end(w);
     lens_decomp_ctx_pca_free(ctx_pca, res.n_layers);
     lens_decomp_result_free(&res);

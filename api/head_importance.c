@@ -233,7 +233,7 @@ int api_triggers_prepare(api_call *c)
 static int tokenize_rows(api_call *c, const dataset_req *r, lens_example **out)
 {
     const lens_model *m = r->model->model;
-    const int limit = c->ctx->max_tokens < m->cfg.max_positions ? c->ctx->max_tokens : m->cfg.max_positions;
+    const int limit = api_token_limit(c, &m->cfg);
     lens_example *ex = calloc((size_t)r->n, sizeof *ex);
     if (!ex) return api_fail(c, 500, "internal", NULL, "out of memory");
     *out = ex;

@@ -119,6 +119,10 @@ int api_parse_body(api_call *c, const char *data, size_t len)
         c->body = NULL;
         return api_fail(c, 500, "internal", NULL, "out of memory parsing the request body");
     }
+    if (!c->body && strstr(jerr.text, "JSON_ALLOW_NUL")) /* jansson's text names its own flag */
+        return api_fail(c, 400, "invalid_json", NULL,
+                        "malformed JSON at line %d column %d: a string holds \\u0000 (NUL), which lensd does not accept",
+                        jerr.line, jerr.column);
     if (!c->body)
         return api_fail(c, 400, "invalid_json", NULL, "malformed JSON at line %d column %d: %s",
                         jerr.line, jerr.column, jerr.text);
@@ -150,8 +154,8 @@ static const api_field_set field_sets[] = {
     {"/v1/decomposition",
      {"model", "texts", "windows", "corpus", "labels", "length", "drop_first_position", "top_k", "causal", "layers",
       "async", "definition", "topics_self_pairs", "topics_pca", "screenot_k", "reference_texts", "reference_windows",
-      "reference_corpus"}},
-    {"/v1/token-identity", {INPUT_FIELDS, BATCH_FIELDS, "layers", "metric", "top_k", "mapping", "vocabulary"}},
+      "reference_corpus", "format"}},
+    {"/v1/token-identity", {INPUT_FIELDS, BATCH_FIELDS, "layers", "metric", "top_k", "mapping", "vocabulary", "format"}},
     {"/v1/hidden-attribution",
      {INPUT_FIELDS, BATCH_FIELDS, "layers", "method", "probes", "seed", "include_norms", "format", "async"}},
     {"/v1/jobs", {"kind", "params"}},
@@ -159,7 +163,7 @@ static const api_field_set field_sets[] = {
     {"decomposition",
      {"model", "texts", "windows", "corpus", "labels", "length", "drop_first_position", "top_k", "causal", "layers",
       "async", "definition", "topics_self_pairs", "topics_pca", "screenot_k", "reference_texts", "reference_windows",
-      "reference_corpus"}},
+      "reference_corpus", "format"}},
     {"attribution", /* texts: attribution over a dataset, a sharded kind (api/attribution.c) */
      {INPUT_FIELDS, BATCH_FIELDS, "layers", "heads", "steps", "riemann", "quadrature", "target", "tree", "include_matrices", "format", "async"}},
     {"hidden-attribution", {INPUT_FIELDS, "layers", "method", "probes", "seed", "include_norms", "format", "async"}},
@@ -327,9 +331,10 @@ int api_decode_input(api_call *c, const api_model *m, api_input *in)
     size_t n = json_array_size(ids);
     if (n == 0) return api_fail(c, 422, "invalid_request", "input_ids", "input_ids must not be empty");
     const lens_config *cfg = &m->model->cfg;
-    int limit = c->ctx->max_tokens < cfg->max_positions ? c->ctx->max_tokens : cfg->max_positions;
+    int limit = api_token_limit(c, cfg);
     if (n > (size_t)limit)
-        return api_fail(c, 413, "too_many_tokens", "input_ids", "%zu tokens; the limit is %d", n, limit);
+        return api_fail(c, 413, "too_many_tokens", "input_ids", "%zu tokens; the limit is %d (%s)", n, limit,
+                        api_token_limit_name(c, cfg));
     in->input_ids = malloc(n * sizeof *in->input_ids);
     if (!in->input_ids) return api_fail(c, 500, "internal", NULL, "out of memory");
     in->n_input_ids = (int)n;
@@ -352,10 +357,20 @@ void api_input_free(api_input *in)
     in->input_ids = NULL;
 }
 
+int api_token_limit(const api_call *c, const lens_config *cfg)
+{
+    return c->ctx->max_tokens < cfg->max_positions ? c->ctx->max_tokens : cfg->max_positions;
+}
+
+const char *api_token_limit_name(const api_call *c, const lens_config *cfg)
+{
+    return c->ctx->max_tokens < cfg->max_positions ? "the server's --max-tokens" : "the model's max_positions";
+}
+
 int api_tokenize_input(api_call *c, const api_input *in, lens_token **toks, int *n)
 {
     const lens_model *m = in->model->model;
-    int limit = c->ctx->max_tokens < m->cfg.max_positions ? c->ctx->max_tokens : m->cfg.max_positions;
+    int limit = api_token_limit(c, &m->cfg);
     *toks = NULL, *n = 0;
     if (in->input_ids) {
         lens_token *t = calloc((size_t)in->n_input_ids, sizeof *t);
@@ -383,7 +398,8 @@ int api_tokenize_input(api_call *c, const api_input *in, lens_token **toks, int 
         int got = *n;
         free(*toks);
         *toks = NULL, *n = 0;
-        return api_fail(c, 413, "too_many_tokens", "text", "the text is %d tokens; the limit is %d", got, limit);
+        return api_fail(c, 413, "too_many_tokens", "text", "the text is %d tokens; the limit is %d (%s)", got, limit,
+                        api_token_limit_name(c, &m->cfg));
     }
     if (*n == 0) return api_fail(c, 422, "invalid_request", "text", "text produced no tokens");
     return 0;
@@ -494,8 +510,10 @@ int api_decode_format(api_call *c, api_format *f)
 {
     f->precision = 6 | JW_SIGNIFICANT;
     f->base64 = 0;
+    f->given = 0;
     json_t *v = field_value(c, "format");
     if (!v) return 0;
+    f->given = 1;
     if (!json_is_object(v))
         return api_fail(c, 422, "invalid_request", "format", "format must be an object");
     json_t *p = json_object_get(v, "precision");

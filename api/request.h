@@ -21,6 +21,8 @@ typedef struct {
 typedef struct {
     int precision; /* significant digits 1..9 (default 6), or'ed with JW_SIGNIFICANT: pass it to jw_float* as is */
     int base64;    /* encoding "base64" */
+    int given;     /* the request had a format object: endpoints whose numbers predate format
+                      (token-identity, decomposition) keep their fixed decimals without one */
 } api_format;
 
 /* An index list such as layers: values in [lo, hi], sorted, deduplicated.
@@ -37,6 +39,13 @@ void api_input_free(api_input *in);
 int api_decode_format(api_call *c, api_format *f);
 int api_decode_index_list(api_call *c, const char *field, int lo, int hi, api_index_list *out);
 int api_index_list_has(const api_index_list *l, int v);
+
+/* The most tokens one sequence may have on a model: the smaller of the
+ * server's --max-tokens and the model's max_positions. */
+int api_token_limit(const api_call *c, const lens_config *cfg);
+/* Which bound api_token_limit is, for messages: "the model's max_positions"
+ * or "the server's --max-tokens". */
+const char *api_token_limit_name(const api_call *c, const lens_config *cfg);
 
 /* Tokenize the input (or wrap input_ids as tokens), enforcing max_tokens and
  * the model's max_positions (413 "too_many_tokens"). *toks is malloc'd. */

@@ -137,6 +137,7 @@ typedef struct {
     lens_ti_metric metric;
     int top_k, linear, vocabulary;
     api_ti_maps *maps; /* held from prepare to the end of run */
+    api_format format; /* rates: 6 decimals without one, as before format applied here */
 } ti_req;
 
 static void ti_req_free(void *p)
@@ -159,7 +160,8 @@ int api_token_identity_prepare(api_call *c)
     r->top_k = 5;
     api_cost_hint(c, API_COST_TOKEN_IDENTITY);
     if (api_decode_index_list(c, "layers", 0, m->model->cfg.n_layers, &r->layers) || decode_metric(c, &r->metric) ||
-        api_get_int(c, "top_k", 0, MAX_TOP_K, &r->top_k) < 0 || api_get_bool(c, "vocabulary", &r->vocabulary) < 0)
+        api_get_int(c, "top_k", 0, MAX_TOP_K, &r->top_k) < 0 || api_get_bool(c, "vocabulary", &r->vocabulary) < 0 ||
+        api_decode_format(c, &r->format))
         return -1;
     const char *mapping = NULL;
     int has = api_get_string(c, "mapping", &mapping, NULL);
@@ -174,10 +176,10 @@ int api_token_identity_prepare(api_call *c)
     return 0;
 }
 
-static void write_rate(jw *w, const char *key, double v)
+static void write_rate(jw *w, const char *key, double v, int precision)
 {
     jw_key(w, key);
-    jw_float(w, v, 6); /* NaN -> null */
+    jw_float(w, v, precision); /* NaN -> null */
 }
 
 static void write_neighbors(jw *w, const int *nb, int T, int k)
@@ -239,6 +241,7 @@ void api_token_identity_run(api_call *c)
     double t2 = api_now();
 
     jw *w = &c->out;
+    const int prec = r->format.given ? r->format.precision : 6;
     api_write_head(w, &r->in, &seq);
     api_seq_free(&seq);
     jw_key(w, "metric");
@@ -255,8 +258,8 @@ void api_token_identity_run(api_call *c)
         jw_obj(w);
         jw_key(w, "layer");
         jw_int(w, y->layer);
-        write_rate(w, "rate", y->rate);
-        write_rate(w, "rate_excluding_special", y->rate_excluding_special);
+        write_rate(w, "rate", y->rate, prec);
+        write_rate(w, "rate_excluding_special", y->rate_excluding_special, prec);
         jw_key(w, "ranks");
         jw_ints(w, y->rank, (size_t)T);
         jw_key(w, "neighbors");
@@ -264,7 +267,7 @@ void api_token_identity_run(api_call *c)
         if (y->vocab_rank) {
             jw_key(w, "vocabulary");
             jw_obj(w);
-            write_rate(w, "rate", y->vocab_rate);
+            write_rate(w, "rate", y->vocab_rate, prec);
             jw_key(w, "ranks");
             jw_ints(w, y->vocab_rank, (size_t)T);
             jw_key(w, "neighbors");
@@ -401,7 +404,7 @@ int api_token_identity_map_prepare(api_call *c)
 static int tokenize_texts(api_call *c, const map_req *r, int **ids_out, int **lengths_out)
 {
     const lens_model *m = r->model->model;
-    const int limit = c->ctx->max_tokens < m->cfg.max_positions ? c->ctx->max_tokens : m->cfg.max_positions;
+    const int limit = api_token_limit(c, &m->cfg);
     int *lengths = malloc(sizeof *lengths * (size_t)r->n), *ids = NULL;
     size_t n_ids = 0, cap = 0;
     if (!lengths) return api_fail(c, 500, "internal", NULL, "out of memory");
@@ -627,9 +630,9 @@ void api_token_identity_map_merge(api_call *c, lens_partial *const *parts, int n
         jw_obj(w);
         jw_key(w, "layer");
         jw_int(w, l);
-        write_rate(w, "train_rate", maps.train_rate[l]);
-        write_rate(w, "heldout_rate", maps.heldout_rate[l]);
-        write_rate(w, "identity_heldout_rate", maps.identity_heldout_rate[l]);
+        write_rate(w, "train_rate", maps.train_rate[l], 6);
+        write_rate(w, "heldout_rate", maps.heldout_rate[l], 6);
+        write_rate(w, "identity_heldout_rate", maps.identity_heldout_rate[l], 6);
         jw_end(w);
     }
     jw_end(w);

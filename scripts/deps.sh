@@ -2,7 +2,9 @@
 # Makes sure the Debian packages lensd needs are installed.
 #   deps.sh build   compiler, libraries, test client (make, make run)
 #   deps.sh test    + clang with libFuzzer and the sanitizer runtimes, python3
-#                   and PyYAML for the Python client test and the OpenAPI validator (make test, make fuzz)
+#                   and PyYAML for the Python client test and the OpenAPI validator,
+#                   PyTorch and numpy for the reference comparisons (test_families,
+#                   test_decoder_ops), zsh for the doc examples (make test, make fuzz)
 #   deps.sh bench   + PyTorch (python3-torch), wrk and node for the peers
 #   deps.sh web     + chromium, nginx and node for make test-web
 # As root it installs what is missing with apt-get; otherwise it prints the
@@ -10,7 +12,7 @@
 set -eu
 build_pkgs="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev liblapacke-dev libutf8proc-dev libcurl4-openssl-dev"
 # Debian 12: libFuzzer and the ASan/UBSan/TSan runtimes for clang 14 are in libclang-rt-14-dev
-test_pkgs="clang libclang-rt-14-dev python3 python3-yaml"
+test_pkgs="clang libclang-rt-14-dev python3 python3-yaml python3-torch python3-numpy zsh"
 bench_pkgs="python3-torch python3-numpy wrk nodejs npm"
 web_pkgs="chromium nginx nodejs npm"
 # a NodeSource nodejs already ships npm and conflicts with Debian's npm package

@@ -41,6 +41,9 @@ struct registry {
     char *models_dir; /* realpath of --models-dir, or NULL: run-time loading is off */
 };
 
+/* valid_name's rule, as the messages state it */
+#define NAME_RULE "1-128 characters of A-Z a-z 0-9 . _ -, other than \".\" and \"..\""
+
 static int valid_name(const char *s, size_t n)
 {
     if (n == 0 || n > 128) return 0;
@@ -166,9 +169,9 @@ static void load_at_start(registry *r, const char *name, size_t name_len, const 
     char id[160];
     snprintf(id, sizeof id, "%.*s", (int)(name_len < 128 ? name_len : 128), name);
     if (!valid_name(name, name_len)) {
-        log_msg("error", "model folder %s skipped: the name \"%s\" must be 1-128 characters of A-Z a-z 0-9 . _ -",
+        log_msg("error", "model folder %s skipped: the name \"%s\" must be " NAME_RULE,
                 dir, id);
-        record_failure(r, id, "the name must be 1-128 characters of A-Z a-z 0-9 . _ -");
+        record_failure(r, id, "the name must be " NAME_RULE);
         return;
     }
     lens_err err = {0};
@@ -355,7 +358,7 @@ static void hook_load(api_call *c, const char *id, const char *path)
     registry *r = of(c->ctx);
     char dir[PATH_MAX];
     if (!valid_name(id, strlen(id))) {
-        api_fail(c, 422, "invalid_request", "id", "id must be 1-128 characters of A-Z a-z 0-9 . _ -");
+        api_fail(c, 422, "invalid_request", "id", "id must be " NAME_RULE);
         return;
     }
     if (resolve_inside(c, r, path, dir)) return;

@@ -3,9 +3,11 @@
  * Extracts the curl commands of the ```sh blocks (a command continues over
  * lines ending in a backslash and while a quote is open), starts lensd on
  * the demo models in models/, points each command at it (localhost:8080 ->
- * 127.0.0.1:PORT), runs it with sh, and checks a 2xx status and a JSON
- * body (Prometheus text for /metrics). Fails when no example is found, so a
- * renamed block or file cannot turn it into a test of nothing. */
+ * 127.0.0.1:PORT), runs it under bash and then under zsh (the shells users
+ * paste into: zsh refuses an unquoted "?" that matches no file), and checks
+ * a 2xx status and a JSON body (Prometheus text for /metrics). Fails when no
+ * example is found, so a renamed block or file cannot turn it into a test of
+ * nothing. */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +111,39 @@ static char *runnable(const char *cmd, int port, const char *job_id, const char 
     return s;
 }
 
+/* Runs one example under shell (as a script file, as a user's paste would
+ * run) and checks its status and body; 1 when it ran. */
+static int run_example(const example *ex, const char *shell, int port, const char *job_id, const char *script,
+                       const char *out)
+{
+    char *cmd = runnable(ex->cmd, port, job_id, out);
+    FILE *f = fopen(script, "w");
+    if (f) {
+        fprintf(f, "%s\n", cmd);
+        fclose(f);
+    }
+    free(cmd);
+    remove(out);
+    char line[160];
+    snprintf(line, sizeof line, "%s %s 2>&1", shell, script);
+    FILE *p = f ? popen(line, "r") : NULL;
+    char status[256] = "";
+    if (p) {
+        if (!fgets(status, sizeof status, p)) status[0] = 0;
+        pclose(p);
+    }
+    status[strcspn(status, "\n")] = 0;
+    json_error_t jerr;
+    json_t *body = json_load_file(out, JSON_DECODE_ANY, &jerr);
+    /* not JSON by design: Prometheus text, the YAML spec, a Server-Sent Events stream */
+    int metrics = strstr(ex->cmd, "/metrics") || strstr(ex->cmd, "/openapi.yaml") || strstr(ex->cmd, "/events");
+    int code = atoi(status);
+    CHECK(code >= 200 && code < 300 && (body || metrics), "%s under %s: %.160s -> status %s, %s", ex->file, shell,
+          ex->cmd, status, body || metrics ? "body ok" : jerr.text);
+    json_decref(body);
+    return p != NULL;
+}
+
 int main(void)
 {
     collect("README.md");
@@ -155,32 +190,20 @@ int main(void)
     }
     CHECK(strcmp(job_id, "none"), "POST /v1/jobs for the JOB_ID examples answered %ld", jr.status);
     http_resp_free(&jr);
-    char out[64];
+    char out[64], script[64];
     snprintf(out, sizeof out, "/tmp/lensd-doc-example-%d.out", (int)getpid());
+    snprintf(script, sizeof script, "/tmp/lensd-doc-example-%d.sh", (int)getpid());
+    /* every example in one shell, then in the next: the load / unload pair
+     * runs in order once per shell */
+    const char *shells[] = {"bash", "zsh"};
     int ran = 0;
-    for (int i = 0; i < n_examples; i++) {
-        char *sh = runnable(examples[i].cmd, s.port, job_id, out);
-        FILE *p = popen(sh, "r");
-        char status[16] = "";
-        if (p) {
-            if (!fgets(status, sizeof status, p)) status[0] = 0;
-            pclose(p);
-        }
-        json_error_t jerr;
-        json_t *body = json_load_file(out, JSON_DECODE_ANY, &jerr);
-        /* not JSON by design: Prometheus text, the YAML spec, a Server-Sent Events stream */
-        int metrics = strstr(examples[i].cmd, "/metrics") || strstr(examples[i].cmd, "/openapi.yaml") ||
-                      strstr(examples[i].cmd, "/events");
-        int code = atoi(status);
-        CHECK(code >= 200 && code < 300 && (body || metrics), "%s: %.160s -> status %s, %s", examples[i].file,
-              examples[i].cmd, status, body || metrics ? "body ok" : jerr.text);
-        json_decref(body);
-        ran++;
-        free(sh);
-        free(examples[i].cmd);
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < n_examples; i++) ran += run_example(&examples[i], shells[k], s.port, job_id, script, out);
     }
+    for (int i = 0; i < n_examples; i++) free(examples[i].cmd);
     remove(out);
-    printf("%d curl examples run against lensd on the demo models\n", ran);
+    remove(script);
+    printf("%d curl examples run against lensd on the demo models, under bash and zsh (%d runs)\n", n_examples, ran);
     CHECK(server_terminate(&s) == 0, "lensd exits 0");
     return check_done("test_doc_examples");
 }

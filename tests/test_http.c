@@ -454,6 +454,12 @@ static void test_bad_inputs(test_server *s)
             CHECK(r.json && schema_validate(openapi, schema, r.json, err, sizeof err) == 0,
                   "case %d: error body does not match the Error schema", i);
         }
+        /* messages name the bound a client can act on, in the API's words */
+        if (c->body == long_text || c->body == many_ids)
+            CHECK(r.body && strstr(r.body, "the limit is 64 (the server's --max-tokens)"), "case %d names the bound: %s",
+                  i, r.body ? r.body : "");
+        if (c->body && strstr(c->body, "\\u0000"))
+            CHECK(r.body && strstr(r.body, "NUL") && !strstr(r.body, "JSON_ALLOW"), "case %d: %s", i, r.body ? r.body : "");
         if (c->status == 405) {
             char allow[64];
             CHECK(http_header(&r, "Allow", allow, sizeof allow) == 0 && allow[0], "case %d: 405 without Allow", i);

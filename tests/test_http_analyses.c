@@ -225,6 +225,72 @@ static const char *decomp_texts =
     "\"stocks fell sharply on monday as investors worried about rates\", "
     "\"the central bank raised interest rates by a quarter point today\"]";
 
+/* format: precision p is p significant digits of every share, base64 sends
+ * pos_pca and ctx_pca.coords as tensors of the same values (docs/api-notes.md) */
+static void test_decomposition_format(test_server *s, const char *win)
+{
+    const char *D = "/v1/decomposition";
+    char body[1024];
+    http_resp r9, r1, rb;
+    const char *fmt[] = {"{\"precision\": 9}", "{\"precision\": 1}", "{\"encoding\": \"base64\", \"precision\": 9}"};
+    http_resp *out[] = {&r9, &r1, &rb};
+    for (int i = 0; i < 3; i++) {
+        snprintf(body, sizeof body, "{\"model\": \"gpt\", \"windows\": %s, \"labels\": [0, 0, 1, 1], \"format\": %s}", win,
+                 fmt[i]);
+        http_post_json(s, out[i], D, body);
+        CHECK(out[i]->status == 200, "decomposition format %s: %ld %.200s", fmt[i], out[i]->status, out[i]->body);
+        if (out[i]->status == 200) check_schema(out[i], D, "POST");
+    }
+    if (r9.status == 200 && r1.status == 200 && rb.status == 200) {
+        int digits_ok = 1, b64_ok = 1;
+        for (size_t l = 0; l < json_array_size(get(r9.json, "layers")); l++) {
+            const json_t *a = json_array_get(get(r9.json, "layers"), l), *b = json_array_get(get(r1.json, "layers"), l),
+                         *c = json_array_get(get(rb.json, "layers"), l);
+            const char *k[] = {"mean", "pos", "ctx", "resid"};
+            for (int j = 0; j < 4; j++) {
+                double v9 = num(get(get(a, "variance_share"), k[j])), v1 = num(get(get(b, "variance_share"), k[j]));
+                char one[32];
+                snprintf(one, sizeof one, "%.1g", v9);
+                if (v1 != strtod(one, NULL)) digits_ok = 0;
+            }
+            /* base64 pos_pca [P][2] = the JSON pairs at 9 digits */
+            const json_t *t = get(c, "pos_pca"), *pairs = get(a, "pos_pca");
+            size_t P = json_array_size(pairs);
+            const int shape_ok = json_integer_value(json_array_get(get(t, "shape"), 0)) == (long long)P;
+            float *v = t && P && shape_ok ? b64_floats(t, P * 2) : NULL;
+            for (size_t i = 0; v && i < P; i++)
+                for (int j = 0; j < 2; j++)
+                    if (fabs(v[i * 2 + j] - num(json_array_get(json_array_get(pairs, i), (size_t)j))) >
+                        1e-7 * fabs(v[i * 2 + j]) + 1e-30)
+                        b64_ok = 0;
+            if (!v || !json_is_object(get(get(c, "ctx_pca"), "coords"))) b64_ok = 0;
+            free(v);
+        }
+        CHECK(digits_ok, "format.precision 1: every variance share is the 9-digit share rounded to 1 significant digit");
+        CHECK(b64_ok, "format base64: pos_pca a [P, 2] tensor of the 9-digit pairs, ctx_pca.coords a tensor");
+    }
+    http_resp_free(&r9), http_resp_free(&r1), http_resp_free(&rb);
+}
+
+/* causal: true runs BERT with a causal mask (docs/api-notes.md): the shares move */
+static void test_decomposition_causal(test_server *s, const char *win)
+{
+    const char *D = "/v1/decomposition";
+    char body[1024];
+    http_resp bi, ca;
+    snprintf(body, sizeof body, "{\"model\": \"bert\", \"windows\": %s, \"layers\": [2]}", win);
+    http_post_json(s, &bi, D, body);
+    snprintf(body, sizeof body, "{\"model\": \"bert\", \"windows\": %s, \"layers\": [2], \"causal\": true}", win);
+    http_post_json(s, &ca, D, body);
+    CHECK(bi.status == 200 && ca.status == 200, "BERT decomposition, causal false / true: %ld %ld %.200s", bi.status,
+          ca.status, ca.body);
+    if (bi.status == 200 && ca.status == 200)
+        CHECK(!json_equal(get(json_array_get(get(bi.json, "layers"), 0), "variance_share"),
+                          get(json_array_get(get(ca.json, "layers"), 0), "variance_share")),
+              "causal: true changes BERT's layer-2 variance shares");
+    http_resp_free(&bi), http_resp_free(&ca);
+}
+
 /* definition / topics_self_pairs / reference_*: docs/reproducing.md */
 static void test_decomposition_definitions(test_server *s)
 {
@@ -271,6 +337,8 @@ static void test_decomposition_definitions(test_server *s)
               "a reference equal to the windows changes nothing");
     }
     http_resp_free(&pc), http_resp_free(&ld), http_resp_free(&ref);
+    test_decomposition_format(s, win);
+    test_decomposition_causal(s, win);
     const bad_case cases[] = {
 #define W2 "{\"model\": \"gpt\", \"windows\": [[1, 2, 3], [4, 5, 6]], "
         {D, W2 "\"definition\": \"paper\"}", 422, "invalid_request", "definition"},
@@ -551,6 +619,33 @@ static void test_attribution(test_server *s)
                   ival(e, "to") < (long long)T && num(get(e, "score")) >= 0.3 - 1e-6;
     }
     CHECK(tree_ok, "tree: root is a non-[CLS] token, one node per edge plus the root, scores >= threshold");
+    /* nodes and edges name their tokens' texts: tokens[i].text of the indices they carry */
+    json_t *toks = get(r.json, "tokens");
+#define TOK_TEXT(i) json_string_value(get(json_array_get(toks, (size_t)(i)), "text"))
+    int texts_ok = tree && json_array_size(get(tree, "nodes")) > 0;
+    for (size_t i = 0; texts_ok && i < json_array_size(get(tree, "nodes")); i++) {
+        json_t *n = json_array_get(get(tree, "nodes"), i);
+        texts_ok = TOK_TEXT(ival(n, "token")) && !strcmp(json_string_value(get(n, "text")) ?: "", TOK_TEXT(ival(n, "token")));
+    }
+    for (size_t i = 0; texts_ok && i < json_array_size(get(tree, "edges")); i++) {
+        json_t *e = json_array_get(get(tree, "edges"), i);
+        texts_ok = !strcmp(json_string_value(get(e, "from_text")) ?: "", TOK_TEXT(ival(e, "from")) ?: "-") &&
+                   !strcmp(json_string_value(get(e, "to_text")) ?: "", TOK_TEXT(ival(e, "to")) ?: "-");
+    }
+#undef TOK_TEXT
+    CHECK(texts_ok, "tree: node text, edge from_text and to_text = tokens[index].text");
+    /* GPT-2 (docs/api-notes.md): the target is the next token, named by its piece */
+    http_resp g;
+    http_post_json(s, &g, "/v1/attribution", "{\"model\": \"gpt\", \"text\": \"a b c\", \"steps\": 4}");
+    CHECK(g.status == 200, "GPT-2 attribution: %ld %.200s", g.status, g.body);
+    if (g.status == 200) {
+        check_schema(&g, "/v1/attribution", "POST");
+        const json_t *tg = get(g.json, "target");
+        CHECK(json_is_integer(get(tg, "index")) && json_is_string(get(tg, "label")) && !get(g.json, "tree") &&
+                  json_array_size(get(g.json, "layers")) > 0,
+              "GPT-2 attribution: a next-token target with its piece, layers, no tree");
+    }
+    http_resp_free(&g);
 
     /* format.precision is significant digits and applies to the scalars too (issue 16 item 7) */
     http_resp rp;

@@ -108,9 +108,10 @@ static void test_load_errors(test_server *s)
         {"bert", "gpt", 409, "model_exists", "id"},               /* duplicate id */
         {"x5", "broken", 422, "load_failed", "path"},             /* corrupt checkpoint */
         {"bad id!", "gpt", 422, "invalid_request", "id"},
+        {"..", "gpt", 422, "invalid_request", "id"}, /* the message names the rule, "." and ".." too */
     };
     int n = (int)(sizeof cases / sizeof *cases);
-    CHECK(n == 7, "7 bad load cases");
+    CHECK(n == 8, "8 bad load cases");
     for (int i = 0; i < n; i++) {
         http_resp r;
         post_model(s, &r, cases[i].id, cases[i].path);
@@ -119,6 +120,9 @@ static void test_load_errors(test_server *s)
                   !strcmp(field, cases[i].field),
               "POST /v1/models {%s, %s} -> %ld %s field %s: %s", cases[i].id, cases[i].path, r.status,
               code ? code : "-", field ? field : "-", r.body ? r.body : "");
+        if (!strcmp(cases[i].field, "id") && cases[i].status == 422)
+            CHECK(r.body && strstr(r.body, "other than \\\".\\\" and \\\"..\\\""),
+                  "the id rule says . and .. are refused: %s", r.body ? r.body : "");
         http_resp_free(&r);
     }
     http_resp r;

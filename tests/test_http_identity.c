@@ -162,6 +162,31 @@ static void test_token_identity(test_server *s)
         http_resp_free(&r);
     }
 
+    /* format.precision: the rates' significant digits (1 digit = the 9-digit rate rounded) */
+    http_resp r9, r1;
+    snprintf(body, sizeof body, "{\"model\": \"bert\", \"text\": \"%s\", \"format\": {\"precision\": 9}}", sentence);
+    http_post_json(s, &r9, P, body);
+    snprintf(body, sizeof body, "{\"model\": \"bert\", \"text\": \"%s\", \"format\": {\"precision\": 1, \"encoding\": \"base64\"}}",
+             sentence);
+    http_post_json(s, &r1, P, body);
+    CHECK(r9.status == 200 && r1.status == 200, "token-identity with format: %ld %ld %.200s", r9.status, r1.status,
+          r1.body);
+    if (r9.status == 200 && r1.status == 200) {
+        check_schema(&r9, P, "POST");
+        int ok = json_array_size(get(r9.json, "layers")) > 0;
+        const double T9 = (double)json_array_size(get(r9.json, "tokens"));
+        for (size_t l = 0; ok && l < json_array_size(get(r9.json, "layers")); l++) {
+            double v9 = json_number_value(get(json_array_get(get(r9.json, "layers"), l), "rate"));
+            double v1 = json_number_value(get(json_array_get(get(r1.json, "layers"), l), "rate"));
+            char one[32];
+            snprintf(one, sizeof one, "%.1g", v9);
+            /* a rate is hits / T: at 9 digits it is that fraction within 1e-8 */
+            ok = v1 == strtod(one, NULL) && fabs(v9 * T9 - round(v9 * T9)) < 1e-8 * T9;
+        }
+        CHECK(ok, "rates at precision 9 are exact fractions hits / T, at precision 1 their 1-digit rounding");
+    }
+    http_resp_free(&r9), http_resp_free(&r1);
+
     /* vocabulary ranking (GPT-2: own id among the whole embedding table) */
     snprintf(body, sizeof body, "{\"model\": \"gpt\", \"text\": \"%s\", \"layers\": [1], \"vocabulary\": true}", sentence);
     http_post_json(s, &r, P, body);

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """test_client.py - the Python client against a live build/lensd (make test).
 
 Starts build/lensd ($BUILD/lensd) on the demo models in models/ with
@@ -6,6 +6,7 @@ Starts build/lensd ($BUILD/lensd) on the demo models in models/ with
 cancelled while it waits), runs every ```python block of
 clients/python/README.md as written (the notebook session), then checks
 each client method against the server's own answers and the error paths.
+Run by Debian's /usr/bin/python3 (scripts/deps.sh test gives it numpy).
 Prints "python_client: N passed, N failed, N skipped" for scripts/run-tests.sh."""
 import os
 import re
@@ -19,9 +20,9 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from lensd import Client, Job, LensdError, ModelInfo  # noqa: E402
+from lensd import Client, Job, LensdError, LensdUnreachable, ModelInfo, tensor  # noqa: E402
 
-passed = failed = 0
+passed = failed = skipped = 0
 
 
 def check(cond, what):
@@ -125,6 +126,44 @@ def test_errors(c: Client):
                   f"got {e.status} {e.code} {e.field}, want {status} {code} {field}")
 
 
+def test_values(c: Client):
+    """numpy / integral-float inputs, and base64 tensors decoded. Debian's
+    /usr/bin/python3 with python3-numpy (scripts/deps.sh test) runs it."""
+    global skipped
+    try:
+        import numpy as np
+    except ImportError:
+        skipped += 1
+        print(f"SKIP: no numpy for {sys.executable} (scripts/deps.sh test installs python3-numpy): "
+              "numpy inputs and tensor() not checked")
+        return
+    plain = c.forward("a charming film", model="demo-sst2", outputs=["logits", "attentions"], layers=[1], heads=[0])
+    floats = c.forward("a charming film", model="demo-sst2", outputs=["logits", "attentions"], layers=[1.0],
+                       heads=np.array([0]))
+    check(floats["logits"] == plain["logits"], "layers=[1.0] and heads=np.array([0]) ask what [1] and [0] do")
+    ids = np.array([t["id"] for t in c.tokenize("a charming film", model="demo-sst2")["tokens"]], dtype=np.int64)
+    by_ids = c._request("POST", "/v1/forward", {"model": "demo-sst2", "input_ids": ids, "outputs": ["logits"]})
+    check(by_ids["logits"] == plain["logits"], "input_ids as a numpy int64 array")
+    b64 = c.forward("a charming film", model="demo-sst2", outputs=["attentions"], layers=[1], heads=[0],
+                    format={"encoding": "base64", "precision": 9})
+    nine = c.forward("a charming film", model="demo-sst2", outputs=["attentions"], layers=[1], heads=[0],
+                     format={"precision": 9})
+    att_b64, att_json = b64["attentions"][0]["heads"][0]["weights"], nine["attentions"][0]["heads"][0]["weights"]
+    a, want = tensor(att_b64), np.array(att_json, dtype=np.float32)
+    check(isinstance(a, np.ndarray) and a.shape == want.shape and np.array_equal(a, want),
+          f"tensor(base64) = the JSON matrix at 9 digits ({getattr(a, 'shape', None)} vs {want.shape})")
+    lists = tensor(att_b64, numpy=False)
+    check(isinstance(lists, list) and np.array_equal(np.array(lists, dtype=np.float32), want),
+          "tensor(base64, numpy=False): nested lists of the same values")
+    check(np.array_equal(tensor(att_json), want), "tensor(nested lists) -> the same array")
+    down = Client("http://127.0.0.1:9", timeout=5)  # port 9 (discard): nothing listens
+    try:
+        down.healthz()
+        check(False, "a server that is down raises")
+    except LensdUnreachable as e:
+        check(e.status == 0 and e.code == "unreachable" and isinstance(e, LensdError), f"server down: {e}")
+
+
 def test_jobs(c: Client):
     updates = []
     job = c.run_job("hidden-attribution", {"model": "demo-sst2", "text": "a charming film"}, progress=updates.append)
@@ -150,6 +189,7 @@ def main():
         run_readme(url)
         test_methods(c)
         test_errors(c)
+        test_values(c)
         test_jobs(c)
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -158,7 +198,7 @@ def main():
         except subprocess.TimeoutExpired:
             proc.kill()
             check(False, "lensd did not exit")
-    print(f"python_client: {passed} passed, {failed} failed, 0 skipped")
+    print(f"python_client: {passed} passed, {failed} failed, {skipped} skipped")
     return 1 if failed else 0
 
 

@@ -79,6 +79,14 @@ async function shot(page, name) {
   shots.push(file);
 }
 
+// One element (a panel) as its own screenshot, readable at full size.
+async function shotOf(page, handle, name) {
+  const vp = page.viewport();
+  const file = `${SHOTS}/${name}-${vp.width}x${vp.height}.png`;
+  await handle.screenshot({ path: file });
+  shots.push(file);
+}
+
 function noErrors(page, what) {
   check(page.errors.length === 0, `${what}: zero console errors (${page.errors.join(' | ')})`);
   page.errors.length = 0;
@@ -184,11 +192,13 @@ async function attentionView(page, base) {
   });
   check(JSON.stringify(fills.fixed) === JSON.stringify(['rgb(68,1,84)', 'rgb(253,231,37)', 'rgb(247,247,247)', 'rgb(103,0,31)', 'rgb(5,48,97)']),
     `colour scales: viridis ends, diverging white at 0, red below, blue above (${fills.fixed})`);
-  const wantFill = await page.evaluate(async vals => {
+  const wantFill = await page.evaluate(async (raw, eff) => {
     const plot = await import(new URL('web/js/plot.js', document.baseURI).href);
-    return vals.map(row => row.map(v => plot.seqColor(v)));
-  }, lastHead.raw);
-  check(fills.cells.length > 0 && fills.cells.every(([r, c, f]) => f === wantFill[r][c]), 'focused raw heatmap: each cell coloured by the response weight');
+    const m = Math.max(...raw.flat().concat(eff.flat()).map(Math.abs));
+    return raw.map(row => row.map(v => plot.divColor(v / m)));
+  }, lastHead.raw, lastHead.effective);
+  check(fills.cells.length > 0 && fills.cells.every(([r, c, f]) => f === wantFill[r][c]),
+    'focused raw heatmap: each cell coloured by the response weight on the shared ±max scale');
   const table = await page.$$eval('table.heads tr[data-layer]', els => els.map(r => [...r.children].map(td => td.textContent)));
   const wantRows = att.layers.flatMap(l => l.heads.map(h => [String(l.layer), String(h.head), String(h.rank), String(h.null_dim)]));
   check(table.length === m.num_layers * m.num_heads && JSON.stringify(table.map(r => r.slice(0, 4))) === JSON.stringify(wantRows),
@@ -196,7 +206,9 @@ async function attentionView(page, base) {
   const points = await page.$$eval('svg.scatter circle.point', els => els.length);
   check(points === 2 * m.num_layers * m.num_heads, `mass plot: 2 points per head (${points})`);
   // hovering a cell shows the token pair and the value
-  const box = await (await page.$('.focus svg.heatmap rect.cell[data-r="1"][data-c="2"]')).boundingBox();
+  const hovered = await page.$('.focus svg.heatmap rect.cell[data-r="1"][data-c="2"]');
+  await hovered.evaluate(e => e.scrollIntoView({ block: 'center', inline: 'center' }));
+  const box = await hovered.boundingBox();
   await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
   const tip = await page.$eval('.tooltip', e => e.textContent);
   const want = `raw 1 ${tok.tokens[1].text} → 2 ${tok.tokens[2].text}`;
@@ -229,6 +241,141 @@ async function attributionView(page, base) {
   check(await page.$$eval('svg.tree', els => els.length) === 0, 'demo-gpt2: no tree drawn');
   await shot(page, 'attribution-demo-gpt2');
   noErrors(page, 'attribution/demo-gpt2');
+}
+
+// Issue 35 item 1: raw, effective and difference on one scale, the length
+// bound shown, and the long example (d_v + 16 = 48 tokens on demo-gpt2)
+// where effective attention differs from row d_v on.
+async function attentionLong(page, base) {
+  const model = 'demo-gpt2', m = modelInfo(model), dv = m.head_dim_value;
+  await gotoView(page, base, model, 'attention');
+  const shortBound = await page.$eval('.bound', e => ({ t: Number(e.dataset.t), text: e.textContent }));
+  check(shortBound.t <= dv && shortBound.text.includes(`≤ d_v = ${dv}`) && shortBound.text.includes('equals raw'),
+    `short text: the view says T = ${shortBound.t} ≤ d_v = ${dv}, effective = raw ("${shortBound.text.slice(0, 120)}")`);
+  const [answer] = await Promise.all([
+    page.waitForResponse(r => r.url().endsWith('v1/attention') && r.request().method() === 'POST', { timeout: 60000 }),
+    page.click('button.long-example')]);
+  const resp = await answer.json();
+  await page.waitForFunction(n => document.querySelector(`.bound[data-t="${n}"]`), { timeout: 30000 }, dv + 16);
+  const T = resp.tokens.length;
+  check(T === dv + 16 && T === 48, `long example: ${T} tokens = d_v ${dv} + 16 (48 on demo-gpt2)`);
+  const bound = await page.$eval('.bound', e => e.textContent);
+  check(bound.includes(`T = ${T} tokens > d_v = ${dv}`) && bound.includes(`rows ${dv} onward`), `the bound is shown: "${bound.slice(0, 160)}"`);
+  const h = resp.layers[0].heads[0];
+  const drawn = await page.evaluate(() => [...document.querySelectorAll('.focus svg.heatmap')].map(svg => ({
+    fills: [...svg.querySelectorAll('rect.cell')].map(c => [Number(c.dataset.r), Number(c.dataset.c), c.getAttribute('fill')]),
+    legend: [...svg.closest('figure').querySelectorAll('svg.legend text')].map(t => t.textContent) })));
+  check(drawn.length === 3 && drawn.every(d => d.fills.length === T * T), `three T x T panels (${drawn.map(d => d.fills.length)})`);
+  const legends = drawn.map(d => JSON.stringify(d.legend.slice(1)));
+  check(legends[0] === legends[1] && legends[1] === legends[2], `one colour scale: the three legends read the same range (${legends})`);
+  const at = (d, r, c) => d.fills[r * T + c][2];
+  let equalPairs = 0, equalSame = true;
+  for (let r = 0; r < T; r++) for (let c = 0; c < T; c++) {
+    if (h.raw[r][c] === h.effective[r][c]) { equalPairs++; if (at(drawn[0], r, c) !== at(drawn[1], r, c)) equalSame = false; }
+  }
+  check(equalPairs > 0 && equalSame, `equal raw and effective values have equal colours (${equalPairs} equal cells)`);
+  const white = 'rgb(247,247,247)';
+  const offWhite = rows => drawn[2].fills.filter(([r, , f]) => rows(r) && f !== white).length;
+  const above = offWhite(r => r < dv), below = offWhite(r => r >= dv);
+  const maxDiffBelow = Math.max(...h.effective.slice(dv).flatMap((row, i) => row.map((v, j) => Math.abs(v - h.raw[dv + i][j]))));
+  check(above === 0, `difference panel white in rows 0..${dv - 1}, where T ≤ d_v for each causal row (${above} coloured cells)`);
+  check(below > 0 && maxDiffBelow > 0.01, `difference non-zero from row ${dv} on (${below} coloured cells, max |eff − raw| ${maxDiffBelow.toFixed(3)})`);
+  const marks = await page.$$eval('.focus svg.heatmap text.mark-row-label', els => els.map(e => e.textContent));
+  check(marks.length === 3 && marks.every(t => t === `row ${dv} = d_v`), `row d_v marked on the three panels (${marks})`);
+  await shot(page, 'attention-demo-gpt2-48-tokens');
+  const focusPanel = await page.evaluateHandle(() => document.querySelector('.focus').closest('section.panel'));
+  await shotOf(page, focusPanel, 'attention-demo-gpt2-48-tokens-focused-head');
+  noErrors(page, 'attention long example');
+}
+
+// Issue 35 item 7: above CANVAS_CELLS a heatmap draws its cells on one
+// canvas and keeps hover; the build times of both drawings are printed.
+async function canvasHeatmap(page, base) {
+  await gotoView(page, base, 'demo-sst2', 'text');
+  const r = await page.evaluate(async () => {
+    const plot = await import(new URL('web/js/plot.js', document.baseURI).href);
+    const make = T => Array.from({ length: T }, (_, i) => Array.from({ length: T }, (_, j) => ((i * 7 + j * 13) % 100) / 100));
+    // build + first layout of one heatmap, drawn as the view chooses or forced (canvas true / false)
+    const time = (T, canvas) => {
+      const labels = Array.from({ length: T }, (_, i) => `t${i}`);
+      const box = document.createElement('div');
+      document.body.append(box);
+      const t0 = performance.now();
+      const fig = plot.heatmap({ title: 'probe', rows: labels, cols: labels, values: make(T), domain: [0, 1], canvas, cell: 6 });
+      box.append(fig);
+      box.getBoundingClientRect();
+      const ms = performance.now() - t0;
+      const kind = fig.querySelector('canvas.cells') ? 'canvas' : 'svg';
+      box.remove();
+      return { T, kind, ms: Math.round(ms) };
+    };
+    const chosen = [64, 128, 256, 512].map(T => time(T, undefined));
+    const runs = chosen.concat([128, 256].map(T => time(T, false)), [64].map(T => time(T, true)));
+    // hover on the canvas names the cell
+    const labels = Array.from({ length: 130 }, (_, i) => `t${i}`);
+    const fig = plot.heatmap({ title: 'hover', rows: labels, cols: labels, values: make(130), domain: [0, 1] });
+    document.body.append(fig);
+    const canvas = fig.querySelector('canvas.cells');
+    const rect = canvas.getBoundingClientRect();
+    canvas.dispatchEvent(new MouseEvent('mousemove', { clientX: rect.left + 6 * 5 + 3, clientY: rect.top + 6 * 7 + 3, bubbles: true }));
+    const tip = canvas.dataset.tip;
+    const rects = fig.querySelectorAll('rect.cell').length;
+    fig.remove();
+    return { runs, chosen, tip, rects, canvasCells: plot.CANVAS_CELLS };
+  });
+  console.log(`heatmap build + layout: ${r.runs.map(x => `T=${x.T} ${x.kind} ${x.ms} ms`).join(', ')}`);
+  check(r.chosen[0].kind === 'svg' && r.chosen.slice(1).every(x => x.kind === 'canvas'), `SVG up to ${r.canvasCells} cells, canvas above (${r.chosen.map(x => x.kind)})`);
+  check(r.rects === 0 && r.tip === 't7 → t5: 0.14', `a 130 x 130 heatmap has no <rect> cells and hover names the cell ("${r.tip}")`);
+}
+
+// Issue 35 item 3: what a reader sees on GPT-2 and in the charts.
+async function readableLabels(page, base) {
+  await gotoView(page, base, 'demo-gpt2', 'attribution');
+  const heading = await page.$$eval('section.panel h2', els => els.map(e => e.textContent).find(t => t.startsWith('Attribution scores')));
+  const text = await page.$eval('textarea[name=text]', e => e.value);
+  const resp = await post(LENSD_URL, 'v1/attribution', { model: 'demo-gpt2', text });
+  const readable = await page.evaluate(async s => (await import(new URL('web/js/views/common.js', document.baseURI).href)).pieceText(s), resp.target.label);
+  check(!/[\u0100-\u0143]/.test(heading) && heading.includes(`target: ${readable},`),
+    `GPT-2 target readable: "${heading}" (piece ${JSON.stringify(resp.target.label)})`);
+  await gotoView(page, base, 'demo-gpt2', 'text');
+  const pieces = await page.$$eval('ol.topk li .piece, table.lens .piece, .tokens .chip', els => els.map(e => e.textContent));
+  check(pieces.length > 0 && pieces.every(p => !/[\u0100-\u0143]/.test(p)), `GPT-2 chips, top-10 and logit lens show no byte-level marks (${pieces.slice(0, 6)})`);
+  const bars = await page.$$eval('ol.topk', ls => ls.map(l => [...l.querySelectorAll('.bar')].map(b => b.getBoundingClientRect().width / l.getBoundingClientRect().width)));
+  check(bars.length > 0 && bars.every(b => b[0] > 0.95), `the top bar of each top-10 list fills its row (${bars.map(b => b[0].toFixed(2))})`);
+  const lensCells = await page.$$eval('table.lens td', tds => tds.map(td => td.querySelector('.p') && td.querySelector('.p').textContent));
+  check(lensCells.length > 0 && lensCells.every(t => t && Number(t) > 0 && Number(t) <= 1), `logit-lens cells print their probability (${lensCells.slice(0, 4)})`);
+
+  await gotoView(page, base, 'demo-sst2', 'attribution');
+  const tr = await post(LENSD_URL, 'v1/attribution', { model: 'demo-sst2', text: TEXT, tree: true });
+  const treeHead = await page.$$eval('section.panel h2', els => els.map(e => e.textContent).find(t => t.startsWith('Attribution tree')));
+  const n = tr.tree.edges.length;
+  check(treeHead.startsWith(`Attribution tree (${n} edge${n === 1 ? '' : 's'},`), `tree heading counts "${treeHead}"`);
+  const nodeTexts = await page.$$eval('svg.tree text.node-text', els => els.map(e => e.textContent));
+  check(JSON.stringify(nodeTexts) === JSON.stringify(tr.tree.nodes.map(x => x.text)) && nodeTexts.length === tr.tree.nodes.length,
+    `tree nodes written with the response's node texts (${nodeTexts})`);
+
+  await gotoView(page, base, 'demo-gpt2', 'decomposition');
+  const [answer] = await Promise.all([
+    page.waitForResponse(r => r.url().endsWith('v1/decomposition') && r.request().method() === 'POST', { timeout: 60000 }),
+    page.click('form.input-form button[type=submit]')]);
+  const d = await answer.json();
+  await page.waitForFunction(() => document.querySelectorAll('.spirals figure').length > 0, { timeout: 20000 });
+  const legend = await page.$eval('.spirals figure svg.legend', s => [...s.querySelectorAll('text')].slice(1).map(t => t.textContent));
+  const tips = await page.$$eval('.spirals figure:first-child circle.point', els => els.map(e => e.dataset.tip.split(':')[0]));
+  check(JSON.stringify(legend) === JSON.stringify([String(d.first_position), String(d.first_position + d.positions - 1)]) &&
+    tips[0] === `position ${d.first_position}` && tips[tips.length - 1] === `position ${d.first_position + d.positions - 1}`,
+    `position legend ${legend} = the plotted positions ${tips[0]} … ${tips[tips.length - 1]}`);
+
+  await gotoView(page, base, 'demo-gpt2', 'identity');
+  const series = await page.$$eval('figure.chart-fig', figs => {
+    const f = figs.find(x => x.querySelector('figcaption').textContent.startsWith('Identification rate'));
+    return [...f.querySelectorAll('polyline.series')].map(p => ({ w: Number(p.getAttribute('stroke-width')), dash: p.getAttribute('stroke-dasharray'),
+      pts: p.getAttribute('points'), color: p.getAttribute('stroke') }));
+  });
+  check(series.length === 2 && series[0].w > series[1].w + 2 && series[1].dash && series[0].color !== series[1].color,
+    `both rate series visible when equal: "all tokens" ${series[0] && series[0].w}px under dashed "excluding special" ${series[1] && series[1].w}px (same points: ${series.length === 2 && series[0].pts === series[1].pts})`);
+  await shot(page, 'identity-demo-gpt2');
+  noErrors(page, 'readable labels');
 }
 
 // A 60-token text: cells keep their size and the heatmap scrolls in its box.
@@ -329,6 +476,11 @@ async function jobsView(page, base) {
   check(job.state === 'done', `job ${id} done`);
   const progress = await page.$eval(`tr[data-job="${id}"] progress`, e => e.value);
   check(progress === 1, `progress bar full (${progress})`);
+  const row = await page.$eval(`tr[data-job="${id}"]`, tr => ({ pct: tr.querySelector('.pct').textContent,
+    created: tr.querySelector('.created').dataset.time, finished: tr.querySelector('.finished').dataset.time,
+    shown: [tr.querySelector('.created').textContent, tr.querySelector('.finished').textContent] }));
+  check(row.pct === '100%' && row.created === job.created && row.finished === job.finished && row.shown.every(t => t.length > 0),
+    `jobs table: numeric progress and created / finished times (${row.pct}, ${row.shown})`);
   const series = await page.$$eval('svg.chart polyline.series', els => els.map(p => p.getAttribute('points').trim().split(' ').length));
   const n = job.result.pruning.fraction.length;
   check(series.length === 3 && series.every(k => k === n), `pruning curve: attribution, attention, random with ${n} points (${series})`);
@@ -358,7 +510,8 @@ async function jobsView(page, base) {
 
 // ------------------------------------------------------------------- runs
 
-const views = [textView, attentionView, attributionView, identityView, decompositionView, jobsView, longSequence];
+const views = [textView, attentionView, attentionLong, attributionView, readableLabels, identityView, decompositionView, jobsView,
+  longSequence, canvasHeatmap];
 for (const vp of VIEWPORTS) {
   const page = await openPage(vp);
   const t0 = Date.now();

@@ -1,4 +1,5 @@
-// plot.js - the dashboard's plots, plain SVG (and canvas for thumbnails).
+// plot.js - the dashboard's plots, plain SVG (and canvas for thumbnails and
+// for the cells of heatmaps above CANVAS_CELLS).
 //
 // Every plot has a title, labelled axes and a legend. Colour scales:
 // sequential values use viridis (perceptually uniform), signed values a
@@ -125,42 +126,83 @@ export function colorLegend(lo, hi, diverging, label) {
 
 // ---------------------------------------------------------------- heatmap
 
+// Above this many cells (T = 100) a heatmap's cells are one <canvas> under
+// the SVG labels, not one <rect> each; hover still names the cell. Measured
+// by make test-web (build + first layout, headless chromium, 6 px cells,
+// 2-core EPYC shared with other builds): SVG 220 ms at T = 128 and 1.8 s at
+// T = 256, canvas 86 ms and 171 ms, 1.2 s at T = 512 (262,144 cells, where
+// SVG would be ~7 s and 262,144 DOM nodes); at T = 64 both are under 70 ms.
+export const CANVAS_CELLS = 10000;
+
 // opts: rows, cols (labels), values[r][c], title, xLabel, yLabel, diverging,
 // domain [lo, hi] (default: data extent, symmetric when diverging), cell
-// (px, default 18), valueLabel, tip(r, c, v) -> text.
+// (px, default 18; 6 on a canvas), valueLabel, tip(r, c, v) -> text,
+// canvas (true / false: force the drawing; default by CANVAS_CELLS),
+// markRow {index, label}: a dashed rule above that row, labelled.
 export function heatmap(opts) {
   const { rows, cols, values } = opts;
-  const cell = opts.cell || 18;
-  const flat = values.flat();
-  let [lo, hi] = opts.domain || extent(flat);
+  const onCanvas = opts.canvas ?? rows.length * cols.length > CANVAS_CELLS;
+  const cell = opts.cell || (onCanvas ? 6 : 18);
+  let [lo, hi] = opts.domain || extent(values.flat());
   if (opts.diverging && !opts.domain) { const m = Math.max(Math.abs(lo), Math.abs(hi)) || 1; lo = -m; hi = m; }
   const color = v => !Number.isFinite(v) ? '#ccc'
     : opts.diverging ? divColor(v / Math.max(Math.abs(lo), Math.abs(hi))) : seqColor((v - lo) / (hi - lo));
+  const tipOf = (r, c) => (opts.tip ? opts.tip(r, c, values[r][c]) : `${rows[r]} → ${cols[c]}: ${fmt(values[r][c])}`);
+  // small canvas cells: every k-th label, so labels never overlap
+  const every = Math.ceil(12 / cell);
   const labelW = Math.min(120, 8 + 7 * Math.max(...rows.map(r => String(r).length), 1));
   const labelH = Math.min(110, 8 + 6 * Math.max(...cols.map(c => String(c).length), 1));
   const left = labelW + 22, top = labelH + 8;
-  const W = left + cols.length * cell + labelH * 0.6, H = top + rows.length * cell + 8;
+  const W = left + cols.length * cell + Math.max(labelH * 0.6, opts.markRow ? 90 : 0), H = top + rows.length * cell + 8;
   const svg = el('svg', { class: 'heatmap', width: W, height: H, role: 'img', 'aria-label': opts.title });
   svg.append(el('text', { class: 'axis-title', x: 10, y: top + rows.length * cell / 2, 'text-anchor': 'middle',
     transform: `rotate(-90 10 ${top + rows.length * cell / 2})`, text: opts.yLabel || '' }));
-  const cellsG = el('g', { class: 'cells' });
-  values.forEach((row, r) => row.forEach((v, c) => {
-    const tipText = opts.tip ? opts.tip(r, c, v) : `${rows[r]} → ${cols[c]}: ${fmt(v)}`;
-    cellsG.append(el('rect', { class: 'cell', x: left + c * cell, y: top + r * cell, width: cell - 1, height: cell - 1,
-      fill: color(v), 'data-tip': tipText, 'data-r': r, 'data-c': c }));
-  }));
-  svg.append(cellsG);
-  rows.forEach((label, r) => svg.append(el('text', { class: 'tick', x: left - 4, y: top + r * cell + cell * 0.7,
+  let canvas = null;
+  if (onCanvas) canvas = cellCanvas(values, cell, color, tipOf, left, top);
+  else {
+    const cellsG = el('g', { class: 'cells' });
+    values.forEach((row, r) => row.forEach((v, c) => {
+      cellsG.append(el('rect', { class: 'cell', x: left + c * cell, y: top + r * cell, width: cell - 1, height: cell - 1,
+        fill: color(v), 'data-tip': tipOf(r, c), 'data-r': r, 'data-c': c }));
+    }));
+    svg.append(cellsG);
+  }
+  if (opts.markRow && opts.markRow.index < rows.length) {
+    const y = top + opts.markRow.index * cell - 0.5, x2 = left + cols.length * cell;
+    svg.append(el('line', { class: 'mark-row', x1: left - 2, x2, y1: y, y2: y, stroke: '#d55e00', 'stroke-width': 1.5, 'stroke-dasharray': '4 3' }));
+    svg.append(el('text', { class: 'mark-row-label', x: x2 + 4, y: y + 4, text: opts.markRow.label }));
+  }
+  rows.forEach((label, r) => r % every === 0 && svg.append(el('text', { class: 'tick', x: left - 4, y: top + r * cell + Math.max(cell, 10) * 0.7,
     'text-anchor': 'end', text: label })));
   cols.forEach((label, c) => {
-    const x = left + c * cell + cell * 0.65, y = top - 4;
+    if (c % every) return;
+    const x = left + c * cell + Math.max(cell, 10) * 0.65, y = top - 4;
     svg.append(el('text', { class: 'tick', x, y, transform: `rotate(-60 ${x} ${y})`, text: label }));
   });
   const fig = figure(opts.title, 'heatmap-fig');
   fig.append(el('div', { class: 'axis-note', text: `x: ${opts.xLabel || ''} · y: ${opts.yLabel || ''}` }));
-  fig.append(el('div', { class: 'scroll' }, svg));
+  fig.append(el('div', { class: 'scroll' }, canvas ? el('div', { class: 'canvas-heatmap', style: `position:relative;width:${W}px;height:${H}px` }, svg, canvas) : svg));
   fig.append(colorLegend(lo, hi, opts.diverging, opts.valueLabel));
   return fig;
+}
+
+// The cells of a large heatmap as one canvas at (left, top) over the SVG;
+// the pointer's cell is its data-tip (installTips shows it).
+function cellCanvas(values, cell, color, tipOf, left, top) {
+  const n = values.length, m = values[0] ? values[0].length : 0;
+  const c = el('canvas', { class: 'cells', width: m * cell, height: n * cell, 'data-rows': n, 'data-cols': m,
+    style: `position:absolute;left:${left}px;top:${top}px` });
+  const ctx = c.getContext('2d');
+  for (let i = 0; i < n; i++) for (let j = 0; j < m; j++) {
+    ctx.fillStyle = color(values[i][j]);
+    ctx.fillRect(j * cell, i * cell, cell - 1, cell - 1);
+  }
+  c.addEventListener('mousemove', ev => {
+    const r = Math.floor(ev.offsetY / cell), col = Math.floor(ev.offsetX / cell);
+    if (r >= 0 && r < n && col >= 0 && col < m) c.dataset.tip = tipOf(r, col);
+    else delete c.dataset.tip;
+  });
+  return c;
 }
 
 // A small matrix on a canvas (head grid thumbnails): no axes, the grid
@@ -205,7 +247,9 @@ function legend(items) {
     el('span', { class: 'legend-item' }, el('span', { class: `swatch ${shape || ''}`, style: `background:${color}` }), name)));
 }
 
-// series: [{name, xs, ys, color}]; yDomain optional.
+// series: [{name, xs, ys, color, dash?}]; yDomain optional. Each later
+// series is drawn narrower than the one before, so a series that lies on
+// another (equal values) leaves the wider one showing around it.
 export function lineChart({ title, xLabel, yLabel, series, yDomain, xTickLabels, width = 520, height = 260 }) {
   const box = { l: 56, t: 10, w: width - 72, h: height - 56 };
   const [x0, x1] = extent(series.flatMap(s => s.xs));
@@ -217,13 +261,14 @@ export function lineChart({ title, xLabel, yLabel, series, yDomain, xTickLabels,
   const svg = el('svg', { class: 'chart', viewBox: `0 0 ${width} ${height}`, width, height, style: `width:100%;max-width:${width}px;height:auto`,
     role: 'img', 'aria-label': title });
   axes(svg, box, xs, ys, xLabel, yLabel, xTickLabels && xTickLabels.map((lab, i) => [i, lab]));
-  for (const s of series) {
+  series.forEach((s, k) => {
     const pts = s.xs.map((x, i) => [x, s.ys[i]]).filter(([, y]) => Number.isFinite(y));
-    svg.append(el('polyline', { class: 'series', fill: 'none', stroke: s.color, 'stroke-width': 2,
-      points: pts.map(([x, y]) => `${xs.map(x)},${ys.map(y)}`).join(' ') }));
-    for (const [x, y] of pts) svg.append(el('circle', { cx: xs.map(x), cy: ys.map(y), r: 3.5, fill: s.color,
+    const wide = series.length - 1 - k; // 0 for the last series
+    svg.append(el('polyline', { class: 'series', fill: 'none', stroke: s.color, 'stroke-width': 2 + 3 * wide,
+      'stroke-dasharray': s.dash, points: pts.map(([x, y]) => `${xs.map(x)},${ys.map(y)}`).join(' ') }));
+    for (const [x, y] of pts) svg.append(el('circle', { cx: xs.map(x), cy: ys.map(y), r: 3.5 + 2 * wide, fill: s.color,
       'data-tip': `${s.name}: ${xLabel} ${xTickLabels ? xTickLabels[x] : fmt(x)} → ${fmt(y)}` }));
-  }
+  });
   const fig = figure(title, 'chart-fig');
   fig.append(el('div', { class: 'scroll' }, svg), legend(series));
   return fig;
@@ -260,8 +305,10 @@ export function barChart({ title, labels, values, xLabel, yLabel, diverging, dom
 }
 
 // points: [{x, y, label, group}], groups: [names] coloured in order;
-// path: join the points in order (position vectors along the sequence).
-export function scatter({ title, xLabel, yLabel, points, groups, path, colorBy, width = 360, height = 320 }) {
+// path: join the points in order (position vectors along the sequence);
+// colorBy 'order': coloured by index, the legend reading orderFrom (the
+// first point's position, default 0) to orderFrom + points - 1.
+export function scatter({ title, xLabel, yLabel, points, groups, path, colorBy, orderFrom = 0, width = 360, height = 320 }) {
   const box = { l: 56, t: 10, w: width - 72, h: height - 56 };
   const xs = scale(...extent(points.map(p => p.x)), box.l, box.l + box.w);
   const ys = scale(...extent(points.map(p => p.y)), box.t + box.h, box.t);
@@ -275,7 +322,7 @@ export function scatter({ title, xLabel, yLabel, points, groups, path, colorBy, 
   });
   const fig = figure(title, 'chart-fig');
   fig.append(el('div', { class: 'scroll' }, svg));
-  if (colorBy === 'order') fig.append(colorLegend(0, points.length - 1, false, 'position'));
+  if (colorBy === 'order') fig.append(colorLegend(orderFrom, orderFrom + points.length - 1, false, 'position'));
   else fig.append(legend((groups || []).map((name, i) => ({ name, color: CATEGORICAL[i % CATEGORICAL.length] }))));
   return fig;
 }
@@ -284,7 +331,8 @@ export function scatter({ title, xLabel, yLabel, points, groups, path, colorBy, 
 // layer (top = layer L, the root). A node's layer is the layer of the edge
 // that added it; an edge of layer l joins its parent node to the token it
 // adds at layer l. One <line class="edge"> per response edge.
-export function tokenTree({ title, tokens, layers, tree }) {
+// tokens: the column labels; nodeText(node) -> the text written by each node.
+export function tokenTree({ title, tokens, layers, tree, nodeText }) {
   const colW = 64, rowH = 56, left = 70, top = 20;
   const width = left + tokens.length * colW + 10, height = top + layers * rowH + 40;
   const X = t => left + t * colW + colW / 2, Y = l => top + (layers - l) * rowH + rowH / 2;
@@ -303,9 +351,13 @@ export function tokenTree({ title, tokens, layers, tree }) {
       stroke: seqColor(0.2 + 0.6 * w), 'stroke-width': 1.5 + 4 * w,
       'data-tip': `layer ${e.layer}: ${tokens[e.from]} → ${tokens[e.to]}: ${fmt(e.score)}` }));
   }
-  for (const n of tree.nodes) svg.append(el('circle', { class: 'node', cx: X(n.token), cy: Y(n.layer), r: 7,
-    fill: n.token === tree.root ? '#d55e00' : '#0072b2', stroke: '#fff',
-    'data-tip': `${tokens[n.token]} (node at layer ${n.layer})` }));
+  for (const n of tree.nodes) {
+    svg.append(el('circle', { class: 'node', cx: X(n.token), cy: Y(n.layer), r: 7,
+      fill: n.token === tree.root ? '#d55e00' : '#0072b2', stroke: '#fff',
+      'data-tip': `${tokens[n.token]} (node at layer ${n.layer})` }));
+    svg.append(el('text', { class: 'node-text', x: X(n.token), y: Y(n.layer) - 11, 'text-anchor': 'middle', 'data-token': n.token,
+      text: nodeText(n) }));
+  }
   const fig = figure(title, 'chart-fig');
   fig.append(el('div', { class: 'scroll' }, svg),
     legend([{ name: 'root', color: '#d55e00' }, { name: 'token in the tree', color: '#0072b2' },

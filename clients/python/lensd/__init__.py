@@ -4,7 +4,12 @@ One method per operation of openapi.yaml. Responses that have a fixed shape
 come back as dataclasses (ModelInfo, Job, ...); the analysis responses, whose
 shape depends on the request's options, as typed dicts. Every error answer
 raises LensdError carrying the HTTP status and the server's code, message and
-field.
+field; a server that cannot be reached raises LensdUnreachable (a
+LensdError with status 0 and code "unreachable"). Request values may be
+numpy scalars and arrays, and integral floats (3.0) pass where the API wants
+an integer. tensor() turns a float array of a response (a base64 tensor
+from format {"encoding": "base64"}, or nested lists) into a numpy array, or
+into nested lists without numpy.
 
     from lensd import Client
     c = Client("http://127.0.0.1:8080")
@@ -12,7 +17,9 @@ field.
 """
 from __future__ import annotations
 
+import base64
 import json
+import struct
 import time
 import urllib.error
 import urllib.parse
@@ -21,7 +28,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, TypedDict
 
 __all__ = [
-    "Client", "LensdError", "ModelInfo", "FailedModel", "Models", "Job", "JobList", "Capabilities",
+    "Client", "LensdError", "LensdUnreachable", "tensor", "ModelInfo", "FailedModel", "Models", "Job", "JobList", "Capabilities",
     "Prediction", "Token",
 ]
 
@@ -34,6 +41,73 @@ class LensdError(Exception):
         super().__init__(f"{status} {code}: {message}" + (f" (field {field})" if field else ""))
         self.status, self.code, self.message, self.field = status, code, message, field
         self.retry_after = retry_after
+
+
+class LensdUnreachable(LensdError):
+    """No answer: the connection was refused, timed out or broke (status 0)."""
+
+    def __init__(self, url: str, reason: str):
+        super().__init__(0, "unreachable", f"no answer from {url}: {reason}")
+        self.url = url
+
+
+def _plain(value):
+    """A request value as JSON can carry it: numpy arrays and scalars become
+    lists and Python numbers (via tolist / item), and a float with an
+    integral value (3.0) an int, as integer fields require; a fractional
+    float stays a float."""
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+        value = value.tolist()
+    elif hasattr(value, "item") and not isinstance(value, (str, bytes, dict, list, tuple)):
+        value = value.item()
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def tensor(value, numpy: Optional[bool] = None):
+    """A float array of a response as a numpy array (numpy=True, or None when
+    numpy is installed) or nested lists (numpy=False). value is a base64
+    tensor {"dtype": "float32", "shape", "data"} (format {"encoding":
+    "base64"}) or nested lists of numbers (None for NaN / infinity)."""
+    if numpy is None:
+        try:
+            import numpy as _np  # noqa: F401
+            numpy = True
+        except ImportError:
+            numpy = False
+    if isinstance(value, dict):
+        if value.get("dtype") != "float32":
+            raise ValueError(f"unknown tensor dtype {value.get('dtype')!r}")
+        shape = [int(n) for n in value["shape"]]
+        raw = base64.b64decode(value["data"])
+        count = 1
+        for n in shape:
+            count *= n
+        if len(raw) != 4 * count:
+            raise ValueError(f"tensor of shape {shape} needs {4 * count} bytes, has {len(raw)}")
+        if numpy:
+            import numpy as np
+            return np.frombuffer(raw, dtype="<f4").reshape(shape).copy()
+        flat = list(struct.unpack(f"<{count}f", raw))
+        for n in reversed(shape[1:]):
+            flat = [flat[i:i + n] for i in range(0, len(flat), n)]
+        return flat
+    if numpy:
+        import numpy as np
+        nan = float("nan")
+        return np.array(_nulls_to(value, nan), dtype=np.float32)
+    return value
+
+
+def _nulls_to(value, fill):
+    if isinstance(value, list):
+        return [_nulls_to(v, fill) for v in value]
+    return fill if value is None else value
 
 
 def _build(cls, data: Dict[str, Any]):
@@ -141,7 +215,7 @@ class Client:
         url = self.base_url + path
         if query:
             url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
-        data = json.dumps(body).encode() if body is not None else None
+        data = json.dumps(_plain(body)).encode() if body is not None else None
         req = urllib.request.Request(url, data=data, method=method)
         if data is not None:
             req.add_header("Content-Type", "application/json")
@@ -152,6 +226,8 @@ class Client:
                 payload = resp.read()
         except urllib.error.HTTPError as e:
             raise self._error(e) from None
+        except (urllib.error.URLError, OSError) as e:  # refused, timed out, reset
+            raise LensdUnreachable(self.base_url, str(getattr(e, "reason", e))) from None
         if raw:
             return payload.decode()
         return json.loads(payload) if payload else None
@@ -268,6 +344,8 @@ class Client:
             resp = urllib.request.urlopen(req, timeout=self.timeout)
         except urllib.error.HTTPError as e:
             raise self._error(e) from None
+        except (urllib.error.URLError, OSError) as e:
+            raise LensdUnreachable(self.base_url, str(getattr(e, "reason", e))) from None
         with resp:
             event = None
             for raw in resp:

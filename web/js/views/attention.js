@@ -1,7 +1,9 @@
 // attention.js - Attention: a layer × head grid of thumbnails, a focused
-// head with raw and effective attention and their difference, per-head rank,
-// null dimension and identifiability bounds, special-token and punctuation
-// mass raw vs effective.
+// head with raw and effective attention and their difference on one colour
+// scale, the length bound (T > d_v) under which they can differ and a long
+// example that crosses it, per-head rank, null dimension and
+// identifiability bounds, special-token and punctuation mass raw vs
+// effective.
 import { el, heatmap, thumbnail, colorLegend, scatter, fmt } from '../plot.js';
 import { textForm, into, labels, section, note } from './common.js';
 
@@ -26,23 +28,77 @@ function headGrid(resp, onPick) {
     el('div', { class: 'scroll' }, grid), colorLegend(0, 1, false, 'attention weight'));
 }
 
-function focused(resp, layer, h) {
+// Raw, effective and their difference on one diverging scale, ±(the
+// largest |weight| of raw or effective): equal values get equal colours in
+// every panel, and a zero difference is white.
+function focused(resp, ctx, layer, h) {
   const lab = labels(resp.tokens);
   const diff = h.effective.map((row, i) => row.map((v, j) => v - h.raw[i][j]));
   const tip = name => (r, c, v) => `${name} ${lab[r]} → ${lab[c]}: ${fmt(v)}`;
-  const common = { rows: lab, cols: lab, xLabel: 'key token (attended to)', yLabel: 'query token' };
+  let m = 0;
+  for (const row of h.raw.concat(h.effective)) for (const v of row) if (Number.isFinite(v)) m = Math.max(m, Math.abs(v));
+  // cells shrink (18 px down to 8) so a text of up to 50 tokens shows whole, row d_v included
+  const cell = Math.max(8, Math.min(18, Math.floor(400 / lab.length)));
+  const dv = resp.identifiability.head_dim_value;
+  // causal heads: from row d_v on a query sees more than d_v keys, so effective can differ there
+  const markRow = ctx.model.model_type === 'gpt2' && lab.length > dv ? { index: dv, label: `row ${dv} = d_v` } : undefined;
+  const common = { rows: lab, cols: lab, xLabel: 'key token (attended to)', yLabel: 'query token', diverging: true, domain: [-(m || 1), m || 1], cell, markRow };
+  const maxDiff = Math.max(0, ...diff.flat().filter(Number.isFinite).map(Math.abs));
   const idh = resp.identifiability.layers.find(l => l.layer === layer.layer).heads.find(x => x.head === h.head);
   return [
     el('div', { class: 'row' },
-      heatmap({ ...common, title: `Raw attention A, layer ${layer.layer} head ${h.head}`, values: h.raw, domain: [0, 1], valueLabel: 'weight', tip: tip('raw') }),
-      heatmap({ ...common, title: 'Effective attention (null-space part of A removed)', values: h.effective, diverging: true, valueLabel: 'weight', tip: tip('effective') }),
-      heatmap({ ...common, title: 'Difference effective − raw', values: diff, diverging: true, valueLabel: 'difference', tip: tip('effective − raw') })),
+      heatmap({ ...common, title: `Raw attention A, layer ${layer.layer} head ${h.head}`, values: h.raw, valueLabel: 'weight', tip: tip('raw') }),
+      heatmap({ ...common, title: 'Effective attention (null-space part of A removed)', values: h.effective, valueLabel: 'weight', tip: tip('effective') }),
+      heatmap({ ...common, title: `Difference effective − raw (largest |difference| ${fmt(maxDiff)}, same scale)`, values: diff, valueLabel: 'difference', tip: tip('effective − raw') })),
     el('table', { class: 'stats' },
       el('tr', {}, ['rank of V', 'null dim', 'identifiable', 'rank V₁ (with bias)', 'stochastic null dim', 'key-aware dim (method)', 'pearson raw/eff']
         .map(t => el('th', { text: t }))),
       el('tr', {}, [h.rank, h.null_dim, h.identifiable ? 'yes' : 'no', idh.rank_v1, idh.stochastic_null_dim,
         `${idh.key_aware.dim ?? 'n/a'} (${idh.key_aware.method})`, fmt(h.stats.pearson)].map(v => el('td', { text: String(v) })))),
+    note('Two different counts. identifiable (Brunner et al.): rank V = T, so V has no null space and no other attention matrix ' +
+      'gives this head the same output; effective = raw. key-aware dim (Bhardwaj et al.): rank(J) − rank(M J), where J maps small ' +
+      'moves of the keys to the changes of attention they cause and M multiplies a change by V; it counts, with its own numerical ' +
+      'tolerance, the key-reachable changes that leave the output unchanged, so it is reported beside identifiable rather than ' +
+      'derived from it (docs/identifiability.md, sections 1 and 3).'),
   ];
+}
+
+// Effective attention can differ from raw only once the text is longer
+// than the value dimension (Brunner et al.: T ≤ d_v leaves V without a null
+// space); says where this text and model stand.
+function lengthBound(resp, ctx, onLong) {
+  const { seq_len: T, head_dim_value: dv } = resp.identifiability;
+  const maxT = ctx.model.max_positions;
+  const box = el('div', { class: 'bound', 'data-t': T, 'data-dv': dv });
+  const where = T <= dv
+    ? `This text is T = ${T} tokens ≤ d_v = ${dv}: V has no null space, so effective attention equals raw attention (difference 0, Pearson 1).`
+    : `This text is T = ${T} tokens > d_v = ${dv}: V has a null space of up to T − d_v = ${T - dv} dimensions, so effective attention can differ from raw` +
+      `${ctx.model.model_type === 'gpt2' ? ` (causal: rows ${dv} onward, where a query sees more than d_v tokens)` : ''}.`;
+  box.append(el('p', { text: `Effective attention can differ from raw attention only when the text is longer than the value dimension d_v. ${where}` }));
+  if (maxT > dv) {
+    box.append(el('button', { type: 'button', class: 'long-example', text: `long example (${Math.min(maxT, dv + 16)} tokens)`, onclick: onLong }));
+  } else {
+    box.append(el('p', { class: 'muted', text: `${ctx.model.id} takes at most ${maxT} tokens = d_v: its attention is identifiable at every length, so effective always equals raw.` }));
+  }
+  return box;
+}
+
+// A text of exactly n tokens for the model: a plain passage cut at its n-th
+// token (offsets from /v1/tokenize; special tokens of the template count).
+// Only its first n words are sent: each word is at least one token, and the
+// whole passage is longer than the demo models' 128 positions.
+const PASSAGE = ('the film opens on a quiet street where an old man feeds the birds every morning , and for a while nothing else happens . ' +
+  'then a letter arrives , the kind that changes a life , and the story turns into a long journey across the country by train , ' +
+  'by bus and finally on foot , with a dog that will not leave his side and a young woman who is running away from something she ' +
+  'never names . the acting is warm , the music is simple and the camera stays close to their faces , so by the end you feel you have ' +
+  'travelled with them and you are sorry to see them go . it is not a perfect film , but it is an honest and often moving one .');
+async function textOfTokens(ctx, n) {
+  const words = PASSAGE.split(' ').slice(0, n).join(' ');
+  const tok = await ctx.api('v1/tokenize', { model: ctx.model.id, text: words });
+  const special = tok.tokens.filter(t => t.start === null).length;
+  const inText = tok.tokens.filter(t => t.start !== null);
+  const keep = inText[Math.min(inText.length, n - special) - 1];
+  return words.slice(0, keep.end);
 }
 
 function massPlot(resp) {
@@ -78,16 +134,22 @@ function boundsTable(idf) {
 
 export async function render(root, ctx) {
   const out = el('div', { class: 'output' });
-  const form = textForm(ctx, input => into(out, async () => {
+  let form;
+  const runLong = async () => {
+    const n = Math.min(ctx.model.max_positions, ctx.model.head_dim_value + 16);
+    form.querySelector('textarea[name=text]').value = await textOfTokens(ctx, n);
+    await form.run();
+  };
+  form = textForm(ctx, input => into(out, async () => {
     const resp = await ctx.api('v1/attention', input);
     const focus = el('div', { class: 'focus' });
     const pick = (layer, h) => {
       out.querySelectorAll('.head-cell').forEach(c => c.setAttribute('aria-pressed', String(c.dataset.layer == layer.layer && c.dataset.head == h.head)));
-      focus.replaceChildren(...focused(resp, layer, h));
+      focus.replaceChildren(...focused(resp, ctx, layer, h));
     };
     const grid = headGrid(resp, pick);
     const panels = [section(`Heads (${resp.layers.length} layers × ${resp.layers[0].heads.length} heads)`, grid),
-      section('Focused head', focus), section('Identifiability bounds', boundsTable(resp.identifiability)),
+      section('Focused head', lengthBound(resp, ctx, runLong), focus), section('Identifiability bounds', boundsTable(resp.identifiability)),
       section('Every head', headsTable(resp)),
       section('Special-token and punctuation mass', massPlot(resp), note('Points below the diagonal: effective attention gives less weight than raw attention.'))];
     pick(resp.layers[0], resp.layers[0].heads[0]);

@@ -2,7 +2,7 @@
 // scores (summed over heads, or one head), head importance, and the
 // attribution tree drawn over the tokens.
 import { el, heatmap, barChart, tokenTree } from '../plot.js';
-import { textForm, into, labels, section, note, unsupported, pieceText } from './common.js';
+import { textForm, into, labels, section, note, unsupported, pieceText, plural } from './common.js';
 
 export const id = 'attribution';
 export const title = 'Attribution';
@@ -31,15 +31,17 @@ export async function render(root, ctx) {
     const maps = el('div', { class: 'row maps' }, layerHeatmaps(resp, headSel.value));
     headSel.onchange = () => maps.replaceChildren(...layerHeatmaps(resp, headSel.value));
     const heads = resp.layers.flatMap(l => l.heads.map(h => ({ label: `layer ${l.layer} head ${h.head}`, v: h.importance })));
-    const target = resp.target.label ?? (resp.tokens.length ? `next token id ${resp.target.index}` : resp.target.index);
+    const target = resp.target.label != null ? pieceText(resp.target.label)
+      : (resp.tokens.length ? `next token id ${resp.target.index}` : resp.target.index);
     const rule = resp.quadrature === 'gauss' ? `${resp.steps} Gauss–Legendre nodes` : `${resp.steps} ${resp.riemann} Riemann steps`;
     const panels = [
       section(`Attribution scores (target: ${target}, p = ${resp.target.prob ?? 'n/a'}; ${rule})`, maps),
       section('Head importance', barChart({ title: 'Head importance: max attribution of each head', labels: heads.map(h => h.label), values: heads.map(h => h.v),
         xLabel: 'importance', yLabel: 'head' })),
     ];
-    if (resp.tree) panels.push(section(`Attribution tree (${resp.tree.edges.length} edges, root “${pieceText(resp.tokens[resp.tree.root].text)}”)`,
-      tokenTree({ title: 'Attribution tree: how information flows into the root token, layer by layer', tokens: lab, layers: resp.layers.length, tree: resp.tree })));
+    if (resp.tree) panels.push(section(`Attribution tree (${plural(resp.tree.edges.length, 'edge')}, root “${pieceText(resp.tokens[resp.tree.root].text)}”)`,
+      tokenTree({ title: 'Attribution tree: how information flows into the root token, layer by layer', tokens: lab, layers: resp.layers.length, tree: resp.tree,
+        nodeText: n => pieceText(n.text ?? resp.tokens[n.token].text) })));
     else panels.push(note('No attribution tree: it is defined for BERT classifiers only.'));
     return panels;
   }), el('label', {}, 'heatmaps ', headSel));

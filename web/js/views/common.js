@@ -35,9 +35,34 @@ export function textForm(ctx, onRun, extra) {
   return form;
 }
 
-// Byte-level BPE pieces read better with the space marker shown as such.
+// GPT-2's byte-level alphabet: each byte is one printable character (the
+// printable Latin-1 ones as themselves, the others moved to U+0100..U+0143,
+// so a space is Ġ and a newline Ċ); the inverse map turns a piece back into
+// its bytes.
+const BYTE_OF = (() => {
+  const map = new Map();
+  let moved = 0;
+  for (let b = 0; b < 256; b++) {
+    const printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
+    map.set(String.fromCodePoint(printable ? b : 256 + moved++), b);
+  }
+  return map;
+})();
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+// A piece as a reader sees it: a byte-level BPE piece (one with a moved
+// character such as Ġ, every character in the alphabet) becomes its UTF-8
+// text (bytes that end inside a character are shown as <0xNN>); then a
+// space shows as ␣ and a newline as ⏎. WordPiece and SentencePiece pieces
+// keep their text.
 export function pieceText(s) {
-  return String(s).replace(/[Ġ ]/g, '␣').replace(/[Ċ\n]/g, '⏎');
+  s = String(s);
+  const chars = [...s];
+  if (chars.some(ch => ch.codePointAt(0) >= 256) && chars.every(ch => BYTE_OF.has(ch))) {
+    const bytes = Uint8Array.from(chars, ch => BYTE_OF.get(ch));
+    try { s = utf8.decode(bytes); } catch { s = [...bytes].map(b => (b < 0x80 ? String.fromCharCode(b) : `<0x${b.toString(16).toUpperCase()}>`)).join(''); }
+  }
+  return s.replace(/ /g, '␣').replace(/\n/g, '⏎');
 }
 
 export function labels(tokens) {
@@ -57,6 +82,9 @@ export async function into(box, fn) {
 
 let errorBoxFor = err => el('div', { class: 'error', role: 'alert', text: String(err) });
 export function setErrorBox(fn) { errorBoxFor = fn; }
+
+// "1 edge", "2 edges"
+export function plural(n, word) { return `${n} ${word}${n === 1 ? '' : 's'}`; }
 
 export function note(text) { return el('p', { class: 'note', text }); }
 

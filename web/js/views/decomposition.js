@@ -21,7 +21,7 @@ export function decompositionPlots(resp) {
   const layers = resp.layers.map(l => l.layer);
   const spirals = resp.layers.filter(l => Array.isArray(l.pos_pca)).map(l => scatter({
     title: `Layer ${l.layer}: position vectors on PC1/PC2 (${Math.round(100 * (l.pos_explained.k2 ?? 0))}% explained)`, xLabel: 'PC1', yLabel: 'PC2',
-    points: l.pos_pca.map((p, i) => ({ x: p[0], y: p[1], label: `position ${i + resp.first_position}` })), path: true, colorBy: 'order', width: 300, height: 280 }));
+    points: l.pos_pca.map((p, i) => ({ x: p[0], y: p[1], label: `position ${i + resp.first_position}` })), path: true, colorBy: 'order', orderFrom: resp.first_position, width: 300, height: 280 }));
   const share = k => resp.layers.map(l => l.variance_share[k]);
   const shares = lineChart({ title: 'Variance shares per layer', xLabel: 'layer (0 = embeddings)', yLabel: 'share of variance', yDomain: [0, 1],
     series: ['mean', 'pos', 'ctx', 'resid'].map((k, i) => ({ name: { mean: 'global mean', pos: 'position', ctx: 'context', resid: 'residual' }[k], xs: layers, ys: share(k), color: CATEGORICAL[i] })) });

@@ -13,7 +13,7 @@ function identityPanels(resp, lab) {
   const rates = lineChart({ title: `Identification rate per layer (${resp.metric}, ${resp.mapping} mapping)`, xLabel: 'layer (0 = embeddings)', yLabel: 'share identified',
     yDomain: [0, 1], series: [
       { name: 'all tokens', xs: layers, ys: resp.layers.map(l => l.rate), color: CATEGORICAL[0] },
-      { name: 'excluding special tokens', xs: layers, ys: resp.layers.map(l => l.rate_excluding_special), color: CATEGORICAL[1] }] });
+      { name: 'excluding special tokens', xs: layers, ys: resp.layers.map(l => l.rate_excluding_special), color: CATEGORICAL[1], dash: '6 4' }] });
   const ranks = lab.map((_, i) => resp.layers.map(l => l.ranks[i]));
   const maxRank = Math.max(...ranks.flat());
   const rankMap = heatmap({ title: 'Rank of each token’s own input among the candidates (1 = identified)', rows: lab, cols: layers.map(l => `layer ${l}`),

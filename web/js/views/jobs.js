@@ -90,17 +90,31 @@ export function resultPanels(job) {
   return [el('pre', { class: 'json', text: JSON.stringify(r, null, 1).slice(0, 4000) })];
 }
 
+// An RFC 3339 time as the reader's local date and time (seconds), '' for none.
+function when(t) {
+  if (!t) return '';
+  const d = new Date(t);
+  return Number.isNaN(d.getTime()) ? String(t) : d.toLocaleString(undefined, { dateStyle: 'short', timeStyle: 'medium' });
+}
+const percent = p => `${Math.round(100 * (p || 0))}%`;
+
 function jobRow(ctx, job, onShow) {
   const bar = el('progress', { max: 1, value: job.progress || 0, 'aria-label': `progress of ${job.id}` });
+  const pct = el('span', { class: 'pct', text: percent(job.progress) });
+  const created = el('td', { class: 'created', text: when(job.created), 'data-time': job.created || '' });
+  const finished = el('td', { class: 'finished', text: when(job.finished), 'data-time': job.finished || '' });
   const stateCell = el('td', { class: 'state', text: job.state });
   const cancel = el('button', { type: 'button', class: 'cancel', text: 'Cancel', disabled: final(job.state) || undefined,
     onclick: async () => { await ctx.api(`v1/jobs/${encodeURIComponent(job.id)}`, undefined, 'DELETE').catch(() => {}); } });
   const show = el('button', { type: 'button', class: 'show', text: 'Result', disabled: job.state !== 'done' || undefined, onclick: () => onShow(job.id) });
   const row = el('tr', { 'data-job': job.id }, el('td', { text: job.id }), el('td', { text: job.kind }), el('td', { text: job.model || '' }),
-    stateCell, el('td', {}, bar), el('td', {}, cancel, ' ', show));
+    stateCell, el('td', { class: 'progress' }, bar, ' ', pct), created, finished, el('td', {}, cancel, ' ', show));
   row.update = j => {
     Object.assign(job, j);
     bar.value = job.progress || 0;
+    pct.textContent = percent(job.progress);
+    finished.textContent = when(job.finished);
+    finished.dataset.time = job.finished || '';
     stateCell.textContent = job.state;
     cancel.disabled = final(job.state);
     show.disabled = job.state !== 'done';
@@ -159,7 +173,7 @@ export async function render(root, ctx) {
       result.replaceChildren(ctx.errorBox(err));
     }
   });
-  const table = el('table', { class: 'jobs' }, el('thead', {}, el('tr', {}, ['id', 'kind', 'model', 'state', 'progress', ''].map(t => el('th', { text: t })))), body);
+  const table = el('table', { class: 'jobs' }, el('thead', {}, el('tr', {}, ['id', 'kind', 'model', 'state', 'progress', 'created', 'finished', ''].map(t => el('th', { text: t })))), body);
   root.append(kinds.length ? form : note(`${m.id} supports none of the job kinds drawn here.`),
     section('Jobs', el('div', { class: 'scroll' }, table), ctx.modern ? null : note('This server has no jobs list: showing the jobs started from this tab.')), result);
   const jobs = await listJobs(ctx);

@@ -77,11 +77,16 @@ async function topKFromLogits(ctx, input, positions, k) {
   return tops.map((items, p) => ({ position: positions[p], items: items.map(t => ({ ...t, text: named.tokens[n++].text })) }));
 }
 
+// Bars are scaled to the list's largest probability (the first), so the
+// top bar fills the row and the others compare with it; the numbers say
+// the probabilities themselves.
 function topKList(entry, tokens, where) {
+  const top = Math.max(...entry.items.map(t => t.prob), 1e-12);
   return el('div', { class: 'topk-box' },
     el('h3', { text: `${where} token ${entry.position} “${pieceText(tokens[entry.position].text)}”` }),
+    el('div', { class: 'axis-note', text: `bar length: probability relative to the top one (${fmt(top)})` }),
     el('ol', { class: 'topk', 'data-position': entry.position }, entry.items.map(t => el('li', { 'data-id': t.id, 'data-prob': t.prob },
-      el('span', { class: 'bar', style: `width:${Math.round(100 * t.prob)}%;background:${seqColor(0.3 + 0.6 * t.prob)}` }),
+      el('span', { class: 'bar', style: `width:${(100 * t.prob / top).toFixed(1)}%;background:${seqColor(0.3 + 0.6 * t.prob / top)}` }),
       el('span', { class: 'piece', text: pieceText(t.text) }), el('span', { class: 'prob', text: fmt(t.prob) })))));
 }
 
@@ -93,7 +98,8 @@ function logitLensTable(lens, tokens, where) {
   const top = Math.max(...lens.layers.flatMap(l => l.predictions.map(p => p.prob)), 1e-6);
   const rows = lens.layers.map(l => el('tr', { 'data-layer': l.layer }, el('th', { text: l.layer === 0 ? 'embeddings' : `layer ${l.layer}` }),
     l.predictions.map(t => el('td', { style: `background:${seqColor(t.prob / top)};color:${t.prob / top > 0.6 ? '#000' : '#fff'}`,
-      'data-id': t.id, 'data-tip': `layer ${l.layer}, ${where} token ${lens.position}: ${t.token} p=${fmt(t.prob)}`, text: pieceText(t.token) }))));
+      'data-id': t.id, 'data-tip': `layer ${l.layer}, ${where} token ${lens.position}: ${pieceText(t.token)} p=${fmt(t.prob)}` },
+      el('span', { class: 'piece', text: pieceText(t.token) }), el('span', { class: 'p', text: fmt(t.prob) })))));
   return el('figure', { class: 'plot' },
     el('figcaption', { text: `Logit lens ${where} token ${lens.position} “${pieceText(tokens[lens.position].text)}”: each layer's hidden state read through the final norm and LM head` }),
     el('div', { class: 'axis-note', text: 'rows: layer · columns: rank (1 = most probable)' }),
