@@ -77,6 +77,14 @@ test: deps-test
 	    scripts/run-tests.sh $(TEST_BIN) clients/python/test_client.py \
 	    $(if $(filter 1,$(FUZZ_IN_TEST)),scripts/fuzz.sh) tests/openapi_validate.py
 
+# Hostile clients against one lensd (tests/test_hostile.c): 3,000 idle and
+# trickling connections for 30 s with probes that must answer within 2 s,
+# smuggling and framing attacks, sizes, the job store, API keys, symlinks;
+# loopback only, about 45 s, stops by itself. It is also one binary of
+# `make test`. HOSTILE_CONNECTIONS / HOSTILE_SECONDS change the flood.
+test-hostile: all $(BUILD)/tests/test_hostile
+	@BUILD=$(BUILD) scripts/run-tests.sh $(BUILD)/tests/test_hostile
+
 test-asan:
 	$(MAKE) test BUILD=build-asan FUZZ_IN_TEST=0 OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
 
@@ -145,7 +153,7 @@ bigmodel: deps all
 clean:
 	rm -rf build build-asan build-fuzz build-tsan build-campaign
 
-.PHONY: all deps deps-test test test-asan test-tsan test-web fuzz fuzz-bin fuzz-build run bench bigmodel clean
+.PHONY: all deps deps-test test test-hostile test-asan test-tsan test-web fuzz fuzz-bin fuzz-build run bench bigmodel clean
 
 # Regenerates tests/fixtures by running the command each fixture records
 # (tests/reference scripts: PyTorch, node; needs ../shared; not in CI).

@@ -1,0 +1,35 @@
+/* conns.h - the open client connections and their header deadline.
+ *
+ * libmicrohttpd's idle timeout restarts with every byte, so a client that
+ * trickles one header line every few seconds ("slowloris") would hold its
+ * connection for ever. Every connection is tracked from accept to close;
+ * while it has not sent a whole request header (a new connection, or a
+ * kept-alive one after its last answer) it must do so within
+ * --header-timeout seconds, else a reaper thread shuts its socket down and
+ * libmicrohttpd closes it. A connection whose request is being read,
+ * computed or answered is left alone (--idle-timeout covers silence). */
+#ifndef LENSD_CONNS_H
+#define LENSD_CONNS_H
+
+#include <microhttpd.h>
+
+typedef struct conns conns;
+
+/* Starts the reaper thread; NULL when out of memory or threads. */
+conns *conns_create(double header_timeout);
+/* Stops the reaper and frees what is left; after MHD_stop_daemon. */
+void conns_destroy(conns *cs);
+
+/* MHD_OPTION_NOTIFY_CONNECTION callback (cls = the conns). */
+void conns_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
+                  enum MHD_ConnectionNotificationCode code);
+/* A request's header is complete: the deadline no longer applies. */
+void conns_header_done(conns *cs, struct MHD_Connection *conn);
+/* A request was answered: the next header on this connection has until now + header_timeout. */
+void conns_request_done(conns *cs, struct MHD_Connection *conn);
+
+/* Open connections, and connections closed for a late header since start. */
+int conns_open(conns *cs);
+long long conns_reaped(conns *cs);
+
+#endif
