@@ -70,7 +70,7 @@ COPY --from=build /src/openapi.yaml /usr/share/lensd/openapi.yaml
 #   LENSD_TIMEOUT             --timeout SECONDS           (30; drain waits timeout + 5 s)
 #   LENSD_API_KEY_FILE        --api-key-file FILE         (one key per line)
 #   LENSD_CORS_ORIGIN         --cors-origin LIST          (origins or *)
-#   LENSD_MAX_CONNECTIONS     --max-connections N         (10000; lowered to ulimit -n - 256)
+#   LENSD_MAX_CONNECTIONS     --max-connections N         (16384; lowered to ulimit -n - 256)
 #   LENSD_MAX_CONNECTIONS_PER_IP --max-connections-per-ip N (0 = no limit)
 #   LENSD_HEADER_TIMEOUT      --header-timeout SECONDS    (10)
 #   LENSD_IDLE_TIMEOUT        --idle-timeout SECONDS      (60)

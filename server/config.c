@@ -80,7 +80,7 @@ static const config_opt options[] = {
      INFO_NONE},
     {"cors-origin", "LENSD_CORS_ORIGIN", NULL, "LIST", "origins allowed by CORS, comma-separated, or *",
      KIND_STR, OFF(cors_origin), 0, 0, INFO_NONE},
-    {"max-connections", "LENSD_MAX_CONNECTIONS", "10000", "N",
+    {"max-connections", "LENSD_MAX_CONNECTIONS", "16384", "N",
      "open client connections at once; more wait in the listen backlog (lowered to the descriptor limit - 256)",
      KIND_INT, OFF(max_connections), 16, 1000000, INFO_NONE},
     {"max-connections-per-ip", "LENSD_MAX_CONNECTIONS_PER_IP", "0", "N",

@@ -114,6 +114,7 @@ typedef struct {
     int connections, seconds;
     int opened, closed_idle, closed_trickle;
     int probes, slow_probes;
+    long peak_rss_kib; /* the server's, sampled every second */
     double worst_healthz_ms, worst_forward_ms;
 } flood_result;
 
@@ -201,6 +202,8 @@ static void flood(test_server *s, flood_result *res)
             res->opened += c->fd >= 0;
         }
         probe(s, res, now_s() - start);
+        long rss = rss_kib(s->pid);
+        if (rss > res->peak_rss_kib) res->peak_rss_kib = rss;
         double next = start + tick + 1;
         if (now_s() < next) sleep_ms((int)((next - now_s()) * 1e3));
     }
@@ -256,9 +259,9 @@ static void test_flood(test_server *s)
     flood(s, &res);
     printf("flood: %d connections (half idle, half trickling every 5 s) for %d s: %d probes, worst /healthz "
            "%.1f ms, worst /v1/forward %.1f ms; the server closed %d idle and %d trickling connections at "
-           "the header deadline; %d connects in all\n",
+           "the header deadline; %d connects in all; server RSS peak %ld KiB\n",
            res.connections, res.seconds, res.probes, res.worst_healthz_ms, res.worst_forward_ms, res.closed_idle,
-           res.closed_trickle, res.opened);
+           res.closed_trickle, res.opened, res.peak_rss_kib);
     CHECK(res.probes >= res.seconds - 1 && res.slow_probes == 0,
           "flood: %d of %d probes failed or took 2 s or more", res.slow_probes, res.probes);
     /* --header-timeout 10 s: within 30 s every held connection is closed at least once */
