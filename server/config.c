@@ -87,8 +87,8 @@ static const config_opt options[] = {
      "open connections from one client address; 0 = no limit (behind a proxy every client has its address)",
      KIND_INT, OFF(max_connections_per_ip), 0, 1000000, INFO_NONE},
     {"header-timeout", "LENSD_HEADER_TIMEOUT", "10", "SECONDS",
-     "a connection that has not sent a whole request header this long after it opened (or after its last "
-     "answer) is closed, however slowly it trickles",
+     "a connection that has not sent a whole request header this long after it opened (kept alive: after the "
+     "first line of its next request) is closed, however slowly it trickles",
      KIND_SECONDS, OFF(header_timeout), 0, 3600, INFO_NONE},
     {"idle-timeout", "LENSD_IDLE_TIMEOUT", "60", "SECONDS",
      "a connection silent this long while sending a body or reading an answer is closed (not one waiting for "

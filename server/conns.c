@@ -16,11 +16,14 @@
 
 #include "api/api.h"
 
+/* A connection's phase; the header deadline applies to the first two. */
+enum { NEW, READING_HEADER, BUSY, KEPT_ALIVE };
+
 typedef struct watch {
     int fd;
-    int awaiting_header; /* 1 until the request header is complete */
-    int reaped;          /* shut down once already */
-    double deadline;     /* api_now() by which the header must be complete */
+    int phase;
+    int reaped;      /* shut down once already */
+    double deadline; /* api_now() by which the header must be complete (NEW, READING_HEADER) */
     struct watch *prev, *next;
 } watch;
 
@@ -42,7 +45,7 @@ static void *reaper_thread(void *arg)
     while (!cs->stopping) {
         double now = api_now();
         for (watch *w = cs->head; w; w = w->next) {
-            if (!w->awaiting_header || w->reaped || now < w->deadline) continue;
+            if ((w->phase != NEW && w->phase != READING_HEADER) || w->reaped || now < w->deadline) continue;
             shutdown(w->fd, SHUT_RDWR); /* MHD sees the end of the stream and closes the connection */
             w->reaped = 1;
             cs->n_reaped++;
@@ -119,7 +122,7 @@ void conns_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
             return;
         }
         w->fd = info->connect_fd;
-        w->awaiting_header = 1;
+        w->phase = NEW;
         w->deadline = api_now() + cs->header_timeout;
         pthread_mutex_lock(&cs->lock);
         link_watch(cs, w);
@@ -142,24 +145,33 @@ static watch *watch_of(struct MHD_Connection *conn)
     return info ? info->socket_context : NULL;
 }
 
-void conns_header_done(conns *cs, struct MHD_Connection *conn)
+void *conns_request_line(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    (void)uri;
+    conns *cs = cls;
+    watch *w = watch_of(conn);
+    if (!w) return NULL;
+    pthread_mutex_lock(&cs->lock);
+    if (w->phase == KEPT_ALIVE) { /* a new connection keeps the deadline of its accept */
+        w->phase = READING_HEADER;
+        w->deadline = api_now() + cs->header_timeout;
+    }
+    pthread_mutex_unlock(&cs->lock);
+    return NULL;
+}
+
+static void set_phase(conns *cs, struct MHD_Connection *conn, int phase)
 {
     watch *w = watch_of(conn);
     if (!w) return;
     pthread_mutex_lock(&cs->lock);
-    w->awaiting_header = 0;
+    w->phase = phase;
     pthread_mutex_unlock(&cs->lock);
 }
 
-void conns_request_done(conns *cs, struct MHD_Connection *conn)
-{
-    watch *w = watch_of(conn);
-    if (!w) return;
-    pthread_mutex_lock(&cs->lock);
-    w->awaiting_header = 1;
-    w->deadline = api_now() + cs->header_timeout;
-    pthread_mutex_unlock(&cs->lock);
-}
+void conns_header_done(conns *cs, struct MHD_Connection *conn) { set_phase(cs, conn, BUSY); }
+
+void conns_request_done(conns *cs, struct MHD_Connection *conn) { set_phase(cs, conn, KEPT_ALIVE); }
 
 int conns_open(conns *cs)
 {

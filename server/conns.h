@@ -2,12 +2,14 @@
  *
  * libmicrohttpd's idle timeout restarts with every byte, so a client that
  * trickles one header line every few seconds ("slowloris") would hold its
- * connection for ever. Every connection is tracked from accept to close;
- * while it has not sent a whole request header (a new connection, or a
- * kept-alive one after its last answer) it must do so within
- * --header-timeout seconds, else a reaper thread shuts its socket down and
- * libmicrohttpd closes it. A connection whose request is being read,
- * computed or answered is left alone (--idle-timeout covers silence). */
+ * connection for ever. Every connection is tracked from accept to close. A
+ * new connection must send a whole request header within --header-timeout
+ * seconds of its accept; a kept-alive one, within --header-timeout of the
+ * first line of its next request (while it sends nothing, --idle-timeout
+ * applies, so gateways can keep upstream connections open). Past the
+ * deadline a reaper thread shuts the socket down and libmicrohttpd closes
+ * it. A connection whose request is being read, computed or answered is
+ * left alone (--idle-timeout covers silence). */
 #ifndef LENSD_CONNS_H
 #define LENSD_CONNS_H
 
@@ -23,9 +25,13 @@ void conns_destroy(conns *cs);
 /* MHD_OPTION_NOTIFY_CONNECTION callback (cls = the conns). */
 void conns_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
                   enum MHD_ConnectionNotificationCode code);
+/* MHD_OPTION_URI_LOG_CALLBACK (cls = the conns): a request line arrived;
+ * on a kept-alive connection its header deadline starts now. Returns NULL
+ * (the request's initial per-request pointer). */
+void *conns_request_line(void *cls, const char *uri, struct MHD_Connection *conn);
 /* A request's header is complete: the deadline no longer applies. */
 void conns_header_done(conns *cs, struct MHD_Connection *conn);
-/* A request was answered: the next header on this connection has until now + header_timeout. */
+/* A request was answered: the connection idles until its next request line. */
 void conns_request_done(conns *cs, struct MHD_Connection *conn);
 
 /* Open connections, and connections closed for a late header since start. */

@@ -827,6 +827,7 @@ server *server_start(const lensd_config *cfg)
                                              MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                                              MHD_OPTION_NOTIFY_CONNECTION, conns_notify, s->conns,
+                                             MHD_OPTION_URI_LOG_CALLBACK, conns_request_line, s->conns,
                                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_connections,
                                              MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_connections_per_ip,
                                              MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)4096,

@@ -173,7 +173,72 @@ static void probe(test_server *s, flood_result *res, double second)
     }
 }
 
-static void flood(test_server *s, flood_result *res)
+/* Connections opened before the flood and checked after it: TLS bytes on
+ * the plain port, a chunk size past 2^64, and two kept-alive connections
+ * after one answered request: one silent (as a gateway's upstream
+ * connection: kept, --idle-timeout 60 s), one trickling its next request
+ * (closed at the header deadline, counted from that request's first line). */
+typedef struct {
+    int tls, chunk, kept_idle, kept_slow;
+    int kept_slow_lines;
+} stalled;
+
+/* A blocking connection that has had one GET /healthz answered; -1 on failure. */
+static int kept_alive(int port)
+{
+    int fd = raw_connect(port, 0);
+    const char *req = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    char buf[1024];
+    struct timeval tv = {5, 0};
+    if (fd < 0) return -1;
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ssize_t n = send(fd, req, strlen(req), MSG_NOSIGNAL) > 0 ? recv(fd, buf, sizeof buf - 1, 0) : -1;
+    if (n <= 0) {
+        close(fd);
+        return -1;
+    }
+    buf[n] = 0;
+    return status_of(buf) == 200 ? fd : (close(fd), -1);
+}
+
+static stalled stall_open(int port)
+{
+    stalled st = {0};
+    st.kept_idle = kept_alive(port);
+    st.kept_slow = kept_alive(port);
+    st.tls = raw_connect(port, 0);
+    static const unsigned char hello[] = {0x16, 0x03, 0x01, 0x00, 0xa5, 0x01, 0x00, 0x00, 0xa1, 0x03, 0x03};
+    if (st.tls >= 0) send(st.tls, hello, sizeof hello, MSG_NOSIGNAL);
+    st.chunk = raw_connect(port, 0);
+    const char *chunked = "POST /v1/tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          "Authorization: Bearer key-a\r\nTransfer-Encoding: chunked\r\n\r\n"
+                          "1ffffffffffffffffffff\r\n{\"text\":";
+    if (st.chunk >= 0) send(st.chunk, chunked, strlen(chunked), MSG_NOSIGNAL);
+    return st;
+}
+
+static void stall_check(stalled st)
+{
+    CHECK(st.kept_idle >= 0 && !server_closed(st.kept_idle), "a silent kept-alive connection stays open (idle timeout)");
+    CHECK(st.kept_slow >= 0 && st.kept_slow_lines >= 3 && server_closed(st.kept_slow),
+          "a kept-alive connection trickling its next request is closed at the header deadline (%d lines sent)",
+          st.kept_slow_lines);
+    const char *again = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    char buf[1024];
+    ssize_t n = st.kept_idle >= 0 && send(st.kept_idle, again, strlen(again), MSG_NOSIGNAL) > 0
+                    ? recv(st.kept_idle, buf, sizeof buf - 1, 0)
+                    : -1;
+    if (n > 0) buf[n] = 0;
+    CHECK(n > 0 && status_of(buf) == 200, "the silent kept-alive connection still answers a request");
+    if (st.kept_idle >= 0) close(st.kept_idle);
+    if (st.kept_slow >= 0) close(st.kept_slow);
+    CHECK(st.tls >= 0 && server_closed(st.tls), "TLS bytes on the plain port: connection closed by the deadline");
+    CHECK(st.chunk >= 0 && server_closed(st.chunk), "a chunk size past 2^64: answered and closed");
+    if (st.tls >= 0) close(st.tls);
+    if (st.chunk >= 0) close(st.chunk);
+}
+
+static void flood(test_server *s, flood_result *res, stalled *st)
 {
     flood_conn *conns = calloc((size_t)res->connections, sizeof *conns);
     for (int i = 0; i < res->connections; i++) {
@@ -186,6 +251,11 @@ static void flood(test_server *s, flood_result *res)
     for (int tick = 0; now_s() - start < res->seconds; tick++) {
         int trickle_now = now_s() >= next_trickle;
         if (trickle_now) next_trickle += 5;
+        if (trickle_now && st->kept_slow >= 0) {
+            flood_conn slow = {st->kept_slow, 1, st->kept_slow_lines};
+            trickle_line(&slow);
+            st->kept_slow_lines = slow.lines;
+        }
         for (int i = 0; i < res->connections; i++) {
             flood_conn *c = &conns[i];
             if (c->fd >= 0 && !server_closed(c->fd)) {
@@ -212,34 +282,6 @@ static void flood(test_server *s, flood_result *res)
     free(conns);
 }
 
-/* Connections that stall on their own: TLS bytes on the plain port, a
- * chunk size past 2^64. Opened before the flood, checked after it. */
-typedef struct {
-    int tls, chunk;
-} stalled;
-
-static stalled stall_open(int port)
-{
-    stalled st;
-    st.tls = raw_connect(port, 0);
-    static const unsigned char hello[] = {0x16, 0x03, 0x01, 0x00, 0xa5, 0x01, 0x00, 0x00, 0xa1, 0x03, 0x03};
-    if (st.tls >= 0) send(st.tls, hello, sizeof hello, MSG_NOSIGNAL);
-    st.chunk = raw_connect(port, 0);
-    const char *chunked = "POST /v1/tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                          "Authorization: Bearer key-a\r\nTransfer-Encoding: chunked\r\n\r\n"
-                          "1ffffffffffffffffffff\r\n{\"text\":";
-    if (st.chunk >= 0) send(st.chunk, chunked, strlen(chunked), MSG_NOSIGNAL);
-    return st;
-}
-
-static void stall_check(stalled st)
-{
-    CHECK(st.tls >= 0 && server_closed(st.tls), "TLS bytes on the plain port: connection closed by the deadline");
-    CHECK(st.chunk >= 0 && server_closed(st.chunk), "a chunk size past 2^64: answered and closed");
-    if (st.tls >= 0) close(st.tls);
-    if (st.chunk >= 0) close(st.chunk);
-}
-
 static void test_flood(test_server *s)
 {
     flood_result res = {.connections = env_int("HOSTILE_CONNECTIONS", 3000),
@@ -256,7 +298,7 @@ static void test_flood(test_server *s)
         res.connections = fit;
     }
     stalled st = stall_open(s->port);
-    flood(s, &res);
+    flood(s, &res, &st);
     printf("flood: %d connections (half idle, half trickling every 5 s) for %d s: %d probes, worst /healthz "
            "%.1f ms, worst /v1/forward %.1f ms; the server closed %d idle and %d trickling connections at "
            "the header deadline; %d connects in all; server RSS peak %ld KiB\n",
@@ -272,7 +314,7 @@ static void test_flood(test_server *s)
         stall_check(st); /* past --header-timeout (10 s) */
     } else {
         SKIP("flood of %d s: shorter than the header deadline, stalled connections not checked", res.seconds);
-        close(st.tls), close(st.chunk);
+        close(st.tls), close(st.chunk), close(st.kept_idle), close(st.kept_slow);
     }
 }
 
