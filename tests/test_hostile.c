@@ -692,7 +692,12 @@ int main(void)
     test_containment(&s);
     long rss_end = rss_kib(s.pid);
     printf("hostile suite: %.0f s; server RSS %ld -> %ld KiB\n", now_s() - t0, rss_start, rss_end);
+#if defined(__SANITIZE_ADDRESS__)
+    /* the server is built like this test: ASan's quarantine (256 MiB) keeps freed blocks resident */
+    SKIP("RSS bound not checked under AddressSanitizer (grew by %ld KiB)", rss_end - rss_start);
+#else
     CHECK(rss_start > 0 && rss_end - rss_start < 50 * 1024, "RSS grew by %ld KiB (bound 50 MiB)", rss_end - rss_start);
+#endif
     CHECK(kill(s.pid, 0) == 0, "the server is alive after the suite");
     http_resp r;
     http_get(&s, &r, "/healthz");
