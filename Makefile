@@ -89,14 +89,15 @@ test-asan:
 	$(MAKE) test BUILD=build-asan FUZZ_IN_TEST=0 OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
 
 # ThreadSanitizer (clang) over the tests that run threads: the compute pool
-# (test_gemm), the worker pool, jobs and the HTTP server (test_http*).
+# (test_gemm), the worker pool, jobs and the HTTP server (test_http*), and
+# the connection reaper (server/conns.c) under a flood (test_hostile).
 # Every process writes its reports to build-tsan/tsan-reports/ and each
 # report fails (scripts/tsan-reports.sh, the summary's "tsan:" line);
 # tests/tsan.supp lists what is suppressed and why.
 # clang warns of some things gcc does not (gcc-only pragmas and attributes,
 # a loop counter bumped in the body to take an option's value)
 CLANG_WARN := -Wno-unknown-warning-option -Wno-unknown-attributes -Wno-for-loop-analysis
-TSAN_TESTS := test_gemm test_http test_http_analyses test_http_datasets test_http_identity
+TSAN_TESTS := test_gemm test_http test_http_analyses test_http_datasets test_http_identity test_hostile
 TSAN_OPT := -O1 -g -fno-omit-frame-pointer -fsanitize=thread
 test-tsan: deps-test
 	$(MAKE) BUILD=build-tsan CC=clang OPT="$(TSAN_OPT)" WARN_EXTRA="$(CLANG_WARN)" build-tsan/lensd $(TSAN_TESTS:%=build-tsan/tests/%)
