@@ -70,6 +70,10 @@ COPY --from=build /src/openapi.yaml /usr/share/lensd/openapi.yaml
 #   LENSD_TIMEOUT             --timeout SECONDS           (30; drain waits timeout + 5 s)
 #   LENSD_API_KEY_FILE        --api-key-file FILE         (one key per line)
 #   LENSD_CORS_ORIGIN         --cors-origin LIST          (origins or *)
+#   LENSD_MAX_CONNECTIONS     --max-connections N         (16384; lowered to ulimit -n - 256)
+#   LENSD_MAX_CONNECTIONS_PER_IP --max-connections-per-ip N (0 = no limit)
+#   LENSD_HEADER_TIMEOUT      --header-timeout SECONDS    (10)
+#   LENSD_IDLE_TIMEOUT        --idle-timeout SECONDS      (60)
 #   LENSD_MAX_JOBS            --max-jobs N                (1; async jobs computed at once)
 #   LENSD_MAX_STORED_JOBS     --max-stored-jobs N         (100)
 #   LENSD_JOB_TTL             --job-ttl SECONDS           (3600)
@@ -95,6 +99,10 @@ ENV LENSD_LISTEN=0.0.0.0:8080 \
     LENSD_TIMEOUT="" \
     LENSD_API_KEY_FILE="" \
     LENSD_CORS_ORIGIN="" \
+    LENSD_MAX_CONNECTIONS="" \
+    LENSD_MAX_CONNECTIONS_PER_IP="" \
+    LENSD_HEADER_TIMEOUT="" \
+    LENSD_IDLE_TIMEOUT="" \
     LENSD_MAX_JOBS="" \
     LENSD_MAX_STORED_JOBS="" \
     LENSD_JOB_TTL="" \

@@ -77,18 +77,27 @@ test: deps-test
 	    scripts/run-tests.sh $(TEST_BIN) clients/python/test_client.py \
 	    $(if $(filter 1,$(FUZZ_IN_TEST)),scripts/fuzz.sh) tests/openapi_validate.py
 
+# Hostile clients against one lensd (tests/test_hostile.c): 3,000 idle and
+# trickling connections for 30 s with probes that must answer within 2 s,
+# smuggling and framing attacks, sizes, the job store, API keys, symlinks;
+# loopback only, about 45 s, stops by itself. It is also one binary of
+# `make test`. HOSTILE_CONNECTIONS / HOSTILE_SECONDS change the flood.
+test-hostile: all $(BUILD)/tests/test_hostile
+	@BUILD=$(BUILD) scripts/run-tests.sh $(BUILD)/tests/test_hostile
+
 test-asan:
 	$(MAKE) test BUILD=build-asan FUZZ_IN_TEST=0 OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined"
 
 # ThreadSanitizer (clang) over the tests that run threads: the compute pool
-# (test_gemm), the worker pool, jobs and the HTTP server (test_http*).
+# (test_gemm), the worker pool, jobs and the HTTP server (test_http*), and
+# the connection reaper (server/conns.c) under a flood (test_hostile).
 # Every process writes its reports to build-tsan/tsan-reports/ and each
 # report fails (scripts/tsan-reports.sh, the summary's "tsan:" line);
 # tests/tsan.supp lists what is suppressed and why.
 # clang warns of some things gcc does not (gcc-only pragmas and attributes,
 # a loop counter bumped in the body to take an option's value)
 CLANG_WARN := -Wno-unknown-warning-option -Wno-unknown-attributes -Wno-for-loop-analysis
-TSAN_TESTS := test_gemm test_http test_http_analyses test_http_datasets test_http_identity
+TSAN_TESTS := test_gemm test_http test_http_analyses test_http_datasets test_http_identity test_hostile
 TSAN_OPT := -O1 -g -fno-omit-frame-pointer -fsanitize=thread
 test-tsan: deps-test
 	$(MAKE) BUILD=build-tsan CC=clang OPT="$(TSAN_OPT)" WARN_EXTRA="$(CLANG_WARN)" build-tsan/lensd $(TSAN_TESTS:%=build-tsan/tests/%)
@@ -144,7 +153,7 @@ bigmodel: deps all
 clean:
 	rm -rf build build-asan build-fuzz build-tsan build-campaign
 
-.PHONY: all deps deps-test test test-asan test-tsan test-web fuzz fuzz-bin fuzz-build run bench bigmodel clean
+.PHONY: all deps deps-test test test-hostile test-asan test-tsan test-web fuzz fuzz-bin fuzz-build run bench bigmodel clean
 
 # Regenerates tests/fixtures by running the command each fixture records
 # (tests/reference scripts: PyTorch, node; needs ../shared; not in CI).

@@ -120,6 +120,10 @@ struct api_call {
     void (*stream_free)(void *user);
     void *stream_user;
     api_model *model_ref;       /* the counted reference api_decode_model took (released by api_call_free) */
+    /* Who asked: the index of the API key that authorised the request, -1
+     * when the server has no keys (and in the CLI). A job belongs to its
+     * principal: other keys get 404 for it on every job route. */
+    int principal;
     /* for the request log */
     int n_tokens;
     const char *model_name;

@@ -74,7 +74,10 @@ static void write_schema_ref(jw *w, const char *key, const char *name)
     jw_str(w, ref);
 }
 
-/* Regular files under dir (relative names, one level of subfolders), at most *left. */
+/* Regular files under root (a realpath; relative names, one level of
+ * subfolders), at most *left. A symlink is listed only when it resolves
+ * inside root: jobs could not read any other (api/request.c confines data
+ * paths to --data-dir), and its name and size would leak. */
 static void write_data_files(jw *w, const char *root, const char *sub, int depth, int *left)
 {
     char path[PATH_MAX];
@@ -90,7 +93,10 @@ static void write_data_files(jw *w, const char *root, const char *sub, int depth
         n = snprintf(full, sizeof full, "%s/%s", root, rel);
         if (n < 0 || (size_t)n >= sizeof full) continue;
         struct stat st;
-        if (stat(full, &st)) continue;
+        char real[PATH_MAX];
+        size_t root_len = strlen(root);
+        if (!realpath(full, real) || strncmp(real, root, root_len) || real[root_len] != '/') continue;
+        if (stat(real, &st)) continue;
         if (S_ISDIR(st.st_mode)) {
             if (depth < 1) write_data_files(w, root, rel, depth + 1, left);
             continue;
@@ -146,7 +152,8 @@ void api_capabilities(api_call *c)
     jw_key(w, "data_files");
     jw_arr(w);
     int left = DATA_FILES_MAX;
-    if (c->ctx->data_dir) write_data_files(w, c->ctx->data_dir, "", 0, &left);
+    char root[PATH_MAX];
+    if (c->ctx->data_dir && realpath(c->ctx->data_dir, root)) write_data_files(w, root, "", 0, &left);
     jw_end(w);
     jw_end(w);
 }

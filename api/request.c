@@ -32,6 +32,7 @@ void api_call_init(api_call *c, const api_ctx *ctx, double t_start)
     c->status = 200;
     c->content_type = "application/json";
     c->item = -1;
+    c->principal = -1;
     jw_init(&c->out);
 }
 

@@ -27,6 +27,10 @@ typedef struct {
     double timeout;          /* seconds */
     char *api_key_file;
     char *cors_origin;       /* comma-separated list, "*" for any */
+    int max_connections;     /* client connections open at once (libmicrohttpd's limit) */
+    int max_connections_per_ip; /* 0 = no per-address limit */
+    double header_timeout;   /* seconds from connect (or the last answer) to a complete request header */
+    double idle_timeout;     /* seconds of silence before a connection is closed */
     int max_jobs;            /* async jobs running at once (job threads) */
     int max_stored_jobs;     /* queued + running + finished jobs kept before 429 */
     double job_ttl;          /* seconds a finished job's result is kept */

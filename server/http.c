@@ -1,11 +1,15 @@
 /* http.c - libmicrohttpd glue: the request lifecycle of lensd.
  *
- * Owns: the MHD daemon, the per-request state (`request`, kept in MHD's
- * per-connection pointer), and every policy applied before a handler runs:
- * route lookup (404 / 405 + Allow), CORS preflight and headers, API keys
- * (401), readiness (503), content type (415), body size (413, as soon as the
- * Content-Length or the bytes received pass --max-body), queue admission
- * (429 + Retry-After), and the per-request deadline (503 "timeout").
+ * Owns: the MHD daemon and its connection limits (--max-connections,
+ * --max-connections-per-ip, --idle-timeout; --header-timeout in conns.c),
+ * the per-request state (`request`, kept in MHD's per-connection pointer),
+ * and every policy applied before a handler runs: message framing (400
+ * invalid_framing and the connection closed: RFC 9112 6.3, against request
+ * smuggling), API keys for every /v1 path (401, before any 404), route
+ * lookup (404 / 405 + Allow), CORS preflight and headers, readiness (503),
+ * content type (415), body size (413, as soon as the Content-Length or the
+ * bytes received pass --max-body), queue admission (429 + Retry-After), and
+ * the per-request deadline (503 "timeout").
  *
  * Lifecycle (one internal polling thread with epoll, so every callback
  * below except job_run runs on that thread):
@@ -29,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,6 +41,7 @@
 #include "api/batch.h"
 #include "api/cost.h"
 #include "api/request.h"
+#include "server/conns.h"
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/jobs.h"
@@ -49,6 +55,7 @@ struct server {
     pool *pool;
     jobs *jobs;
     streams *streams; /* SSE responses (server/stream.c) */
+    conns *conns;     /* open connections and their header deadline */
     struct MHD_Daemon *daemon;
     int port;
     atomic_int state;     /* api_state */
@@ -89,6 +96,7 @@ typedef struct request {
     int over_limit; /* body passed --max-body: bytes are dropped, 413 at the end */
     long long drained; /* PHASE_DRAINING: body bytes dropped so far */
     int status;     /* sent status, 0 before a response */
+    int close_after; /* the framing was refused: close the connection after the answer */
     int preflight;  /* OPTIONS: answer with the CORS preflight headers */
     char allow[80]; /* Allow header value for 405 and OPTIONS */
     pool_job job;
@@ -227,18 +235,26 @@ static int key_equal(const char *a, size_t na, const char *b, size_t nb)
     return diff == 0;
 }
 
-static int authorized(const server *s, struct MHD_Connection *conn)
+enum { NO_KEYS = -1, NOT_AUTHORIZED = -2 };
+
+/* The index of the API key in the Authorization header, NO_KEYS when the
+ * server has none, NOT_AUTHORIZED when the header names no key. Every key is
+ * compared, whichever matches. */
+static int key_index(const server *s, struct MHD_Connection *conn)
 {
-    if (s->n_api_keys == 0) return 1;
+    if (s->n_api_keys == 0) return NO_KEYS;
     const char *auth = header(conn, "Authorization");
-    if (!auth || strncasecmp(auth, "Bearer ", 7)) return 0;
+    if (!auth || strncasecmp(auth, "Bearer ", 7)) return NOT_AUTHORIZED;
     const char *key = auth + 7;
     while (*key == ' ') key++;
     size_t n = strlen(key);
-    int ok = 0;
-    for (int i = 0; i < s->n_api_keys; i++) ok |= key_equal(key, n, s->api_keys[i], strlen(s->api_keys[i]));
-    return ok;
+    int found = NOT_AUTHORIZED;
+    for (int i = 0; i < s->n_api_keys; i++)
+        if (key_equal(key, n, s->api_keys[i], strlen(s->api_keys[i]))) found = i;
+    return found;
 }
+
+static int authorized(const request *r) { return r->call.principal != NOT_AUTHORIZED; }
 
 static int is_json_content_type(const char *ct)
 {
@@ -279,10 +295,12 @@ static enum MHD_Result respond(request *r)
     }
     if (c->allow) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, c->allow);
     if (c->status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (r->close_after) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    /* with CORS on, the answer depends on Origin for every client (allowed or not): caches must key on it */
+    if (r->srv->cors_any || r->srv->n_cors_origins) MHD_add_response_header(resp, "Vary", "Origin");
     if (r->cors_origin) {
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->cors_origin);
         MHD_add_response_header(resp, "Access-Control-Expose-Headers", "X-Request-Id, Retry-After");
-        MHD_add_response_header(resp, "Vary", "Origin");
         if (r->preflight) {
             MHD_add_response_header(resp, "Access-Control-Allow-Methods", r->allow);
             MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Content-Type, Authorization, X-Request-Id");
@@ -342,6 +360,43 @@ static void job_done(pool_job *job)
 
 /* ------------------------------------------------------------ callbacks */
 
+typedef struct {
+    int content_lengths, transfer_encodings;
+    const char *transfer_encoding;
+} framing;
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    framing *f = cls;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) f->content_lengths++;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) f->transfer_encodings++, f->transfer_encoding = value;
+    return MHD_YES;
+}
+
+/* RFC 9112 6.3: a body whose length two parties could read differently is
+ * refused with 400 and the connection closed, so bytes after it can never
+ * be run as a second, hidden request (libmicrohttpd 0.9.75 takes the first
+ * Content-Length and accepts one with Transfer-Encoding). Refused: more
+ * than one Content-Length (even equal ones), Content-Length with
+ * Transfer-Encoding, and any Transfer-Encoding but a single "chunked".
+ * Returns 1 with the answer in r->call. */
+static int check_framing(request *r)
+{
+    framing f = {0, 0, NULL};
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_framing, &f);
+    const char *why = NULL;
+    if (f.content_lengths > 1) why = "more than one Content-Length header";
+    else if (f.content_lengths && f.transfer_encodings) why = "both Content-Length and Transfer-Encoding";
+    else if (f.transfer_encodings > 1 || (f.transfer_encodings && strcasecmp(f.transfer_encoding, "chunked")))
+        why = "a Transfer-Encoding other than one \"chunked\"";
+    if (!why) return 0;
+    r->close_after = 1;
+    api_fail(&r->call, 400, "invalid_framing", NULL, "the request has %s; its length is ambiguous (RFC 9112 6.3)",
+             why);
+    return 1;
+}
+
 /* Headers are in: decide whatever can be decided without the body.
  * Returns 1 when an answer is ready in r->call. */
 static int check_headers(request *r)
@@ -362,9 +417,14 @@ static int check_headers(request *r)
         return 1;
     }
     r->route = api_route_match(method, r->path, c->param, sizeof c->param, allow, sizeof allow);
+    /* every /v1 path needs the key, so a client without one cannot tell routes from 404s */
+    int under_v1 = !strncmp(r->path, "/v1/", 4) || !strcmp(r->path, "/v1");
+    if ((r->route ? !r->route->open : under_v1) && !authorized(r))
+        return api_fail(c, 401, "unauthorized", NULL, "this route needs Authorization: Bearer <api key>"), 1;
     if (!r->route) {
         if (!allow[0]) return api_fail(c, 404, "not_found", NULL, "no route %s %s", r->method, r->path), 1;
-        snprintf(r->allow, sizeof r->allow, "%s", allow);
+        /* OPTIONS is answered on every known path (CORS preflight) */
+        snprintf(r->allow, sizeof r->allow, "%s, OPTIONS", allow);
         c->allow = r->allow;
         return api_fail(c, 405, "method_not_allowed", NULL, "%s does not accept %s (allowed: %s)", r->path, r->method,
                         allow),
@@ -372,8 +432,6 @@ static int check_headers(request *r)
     }
     r->route_index = (int)(r->route - api_routes);
     c->route = r->route;
-    if (!r->route->open && !authorized(s, r->conn))
-        return api_fail(c, 401, "unauthorized", NULL, "this route needs Authorization: Bearer <api key>"), 1;
     api_state st = (api_state)atomic_load(&s->state);
     if (r->route->needs_models && st == API_LOADING)
         return api_fail(c, 503, "not_ready", NULL, "models are still loading; see /readyz"), 1;
@@ -497,6 +555,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         api_call_init(&r->call, &s->ctx, api_now());
         r->call.query_arg = query_arg;
         r->call.conn = conn;
+        r->call.principal = key_index(s, conn);
         snprintf(r->method, sizeof r->method, "%s", method);
         snprintf(r->path, sizeof r->path, "%s", url);
         assign_request_id(r);
@@ -505,7 +564,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             snprintf(r->origin, sizeof r->origin, "%s", origin);
             r->cors_origin = s->cors_any ? "*" : r->origin;
         }
+        conns_header_done(s->conns, conn);
+        if (check_framing(r)) return respond(r);
         if (web_wants(r->method, r->path)) return respond_web(r);
+        if (s->web_dir && web_path(r->path)) {
+            r->call.allow = "GET, HEAD";
+            api_fail(&r->call, 405, "method_not_allowed", NULL, "the dashboard answers GET and HEAD only");
+            return respond(r);
+        }
         if (!check_headers(r)) return MHD_YES;
         if (body_follows(r) != 1) return respond(r);
         r->phase = PHASE_DRAINING;
@@ -533,8 +599,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)conn;
     server *s = cls;
+    conns_request_done(s->conns, conn);
     request *r = *con_cls;
     if (!r) return;
     *con_cls = NULL;
@@ -640,6 +706,46 @@ static void limit_malloc_arenas(void)
     mallopt(M_ARENA_MAX, cores < 2 ? 2 : cores);
 }
 
+/* Every connection is a descriptor: the soft limit (often 1024) is raised
+ * to the hard one. Returns the soft limit now in force. */
+static long raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl)) return 1024;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t want = rl.rlim_max;
+        rl.rlim_cur = want;
+        if (setrlimit(RLIMIT_NOFILE, &rl)) getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    return rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > 1000000 ? 1000000 : (long)rl.rlim_cur;
+}
+
+/* Each connection's buffer for its request line, headers and body bytes
+ * (libmicrohttpd's default is 32 KiB, which it takes from malloc: after a
+ * flood of thousands of connections those blocks stay in the heap). Above
+ * 32 KiB the library maps the buffer instead, and unmaps it when the
+ * connection closes. It also bounds a request's URI and headers (414, 431). */
+#define CONNECTION_MEMORY (36u << 10)
+
+/* Descriptors kept for everything but client connections: the listening
+ * socket, epoll, model and data files, job and worker threads' files, logs. */
+#define FD_RESERVE 256
+
+/* --max-connections, lowered so that connections cannot use up the
+ * descriptors the rest of the server needs. */
+static int connection_limit(const lensd_config *cfg)
+{
+    long fds = raise_fd_limit();
+    long room = fds - FD_RESERVE;
+    if (room < 16) room = 16;
+    if (cfg->max_connections > room) {
+        log_msg("warn", "--max-connections %d lowered to %ld: the descriptor limit is %ld (ulimit -n)",
+                cfg->max_connections, room, fds);
+        return (int)room;
+    }
+    return cfg->max_connections;
+}
+
 server *server_start(const lensd_config *cfg)
 {
     limit_malloc_arenas();
@@ -708,17 +814,32 @@ server *server_start(const lensd_config *cfg)
         goto fail;
     }
     jobs_set_keepalive(s->jobs, cfg->sse_keepalive);
+    s->conns = conns_create(cfg->header_timeout);
+    /* epoll: thousands of connections cost one wakeup per ready socket, not a scan of all */
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
-                                 (unsigned)120, MHD_OPTION_END);
+    int max_connections = connection_limit(cfg);
+    unsigned idle = cfg->idle_timeout < 1 ? 1u : (unsigned)cfg->idle_timeout;
+    s->daemon = !s->conns ? NULL
+                          : MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
+                                             /* first, so that every message of the library goes through it */
+                                             MHD_OPTION_EXTERNAL_LOGGER, log_library, "libmicrohttpd",
+                                             MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                                             MHD_OPTION_NOTIFY_CONNECTION, conns_notify, s->conns,
+                                             MHD_OPTION_URI_LOG_CALLBACK, conns_request_line, s->conns,
+                                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_connections,
+                                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_connections_per_ip,
+                                             MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)4096,
+                                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY,
+                                             MHD_OPTION_CONNECTION_TIMEOUT, idle, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->daemon) {
         log_msg("error", "cannot listen on %s (address in use or not permitted?)", cfg->listen);
         pool_destroy(s->pool);
         jobs_destroy(s->jobs);
         streams_destroy(s->streams);
+        conns_destroy(s->conns);
         goto fail;
     }
     /* the cost model's rate, measured before any request competes for the cores
@@ -741,6 +862,8 @@ server *server_start(const lensd_config *cfg)
     jw_int(&w, cfg->threads_per_worker);
     jw_key(&w, "fast_workers");
     jw_int(&w, cfg->fast_workers);
+    jw_key(&w, "max_connections");
+    jw_int(&w, max_connections);
     jw_key(&w, "gemm_gflops");
     jw_float(&w, rate->gflops, 1);
     log_emit(&w);
@@ -779,6 +902,7 @@ void server_stop(server *s)
     pool_destroy(s->pool);
     streams_close_all(s->streams); /* no connection may stay suspended past MHD_stop_daemon */
     MHD_stop_daemon(s->daemon);
+    conns_destroy(s->conns);
     streams_destroy(s->streams);
     /* running jobs see their cancel flag at the next check; models outlive this */
     jobs_destroy(s->jobs);

@@ -7,7 +7,10 @@
  * run() on a private api_call whose cancel flag is the job's (set by
  * DELETE or shutdown) and whose progress callback updates the job. The
  * result is kept as JSON text and written verbatim into GET responses.
- * Expired jobs are swept whenever the store is touched. */
+ * Expired jobs are swept whenever the store is touched; a full store makes
+ * room by dropping the finished job that finished first, so only queued
+ * and running jobs can fill it. A job belongs to the API key that created
+ * it (api_call.principal): lookups by another key find nothing (404). */
 #include "server/jobs.h"
 
 #include <fcntl.h>
@@ -30,6 +33,7 @@ typedef struct jobs jobs;
 
 typedef struct job {
     char id[24];
+    int principal;             /* api_call.principal of the request that created it */
     jobs *owner;
     const api_job_kind *kind;
     const api_ctx *ctx;
@@ -117,11 +121,35 @@ static void sweep(jobs *j)
     }
 }
 
-static job *find(jobs *j, const char *id)
+/* The job id of principal, or NULL (unknown, expired, or another key's). Lock held. */
+static job *find(jobs *j, const char *id, int principal)
 {
     for (job *jb = j->all; jb; jb = jb->next)
-        if (!strcmp(jb->id, id)) return jb;
+        if (!strcmp(jb->id, id)) return jb->principal == principal ? jb : NULL;
     return NULL;
+}
+
+/* Unlink jb from the store and free it. Lock held; jb is finished (no thread holds it). */
+static void drop(jobs *j, job *jb)
+{
+    job **pp = &j->all;
+    while (*pp && *pp != jb) pp = &(*pp)->next;
+    if (!*pp) return;
+    *pp = jb->next;
+    j->n_stored--;
+    job_free(jb);
+}
+
+/* A full store drops the finished job that finished first; 0 when every
+ * stored job is still queued or running. Lock held. */
+static int make_room(jobs *j)
+{
+    job *oldest = NULL;
+    for (job *jb = j->all; jb; jb = jb->next)
+        if (jb->state >= JOB_DONE && (!oldest || jb->finished_mono < oldest->finished_mono)) oldest = jb;
+    if (!oldest) return 0;
+    drop(j, oldest);
+    return 1;
 }
 
 static void write_time(jw *w, const char *key, double t)
@@ -320,16 +348,17 @@ void jobs_submit(jobs *j, api_call *c, const api_job_kind *kind)
         api_fail(c, 503, "shutting_down", NULL, "the server is shutting down");
         return;
     }
-    if (j->n_stored >= j->max_stored) {
+    if (j->n_stored >= j->max_stored && !make_room(j)) {
         pthread_mutex_unlock(&j->lock);
         free(jb);
         c->retry_after = 60;
-        api_fail(c, 429, "too_many_jobs", NULL,
-                 "%d jobs are stored (the limit); finished ones expire after %g s", j->max_stored, j->ttl);
+        api_fail(c, 429, "too_many_jobs", NULL, "%d jobs are queued or running (the limit); retry when one finishes",
+                 j->max_stored);
         return;
     }
     snprintf(jb->id, sizeof jb->id, "%016llx", mix64(j->id_seed + j->id_counter++));
     jb->owner = j;
+    jb->principal = c->principal;
     jb->kind = kind;
     jb->ctx = c->ctx;
     jb->state = JOB_QUEUED;
@@ -356,7 +385,7 @@ void jobs_get(jobs *j, api_call *c, const char *id)
 {
     pthread_mutex_lock(&j->lock);
     sweep(j);
-    job *jb = find(j, id);
+    job *jb = find(j, id, c->principal);
     if (jb) {
         write_job(&c->out, jb, j->ttl);
         c->status = 200;
@@ -369,7 +398,8 @@ void jobs_cancel(jobs *j, api_call *c, const char *id)
 {
     pthread_mutex_lock(&j->lock);
     sweep(j);
-    job *jb = find(j, id);
+    job *jb = find(j, id, c->principal);
+    int finished = jb && jb->state >= JOB_DONE;
     if (jb && jb->state == JOB_QUEUED) {
         /* unlink from the queue; it never runs */
         job **pp = &j->queue_head;
@@ -391,6 +421,7 @@ void jobs_cancel(jobs *j, api_call *c, const char *id)
         write_job(&c->out, jb, j->ttl);
         c->status = 200;
     }
+    if (finished) drop(j, jb); /* answered with its last state; gone from now on */
     pthread_mutex_unlock(&j->lock);
     if (!jb) api_fail(c, 404, "job_not_found", "id", "no job \"%.64s\" (unknown, or expired)", id);
 }
@@ -430,7 +461,7 @@ void jobs_list(jobs *j, api_call *c, const char *state, int limit)
     jw_arr(w);
     /* the store list is newest first; results are left out (GET /v1/jobs/{id} has them) */
     for (job *jb = j->all; jb; jb = jb->next) {
-        if (want >= 0 && (int)jb->state != want) continue;
+        if (jb->principal != c->principal || (want >= 0 && (int)jb->state != want)) continue;
         if (total++ >= limit) continue;
         char *result = jb->result;
         jb->result = NULL;
@@ -451,6 +482,7 @@ void jobs_list(jobs *j, api_call *c, const char *state, int limit)
 typedef struct {
     jobs *owner;
     char id[24];
+    int principal;
     int sent_any, ended;
     job_state last_state;
     double last_progress;
@@ -502,7 +534,7 @@ static long events_read(void *user, char *buf, size_t max)
     jobs *j = ev->owner;
     double now = api_now();
     pthread_mutex_lock(&j->lock);
-    job *jb = find(j, ev->id);
+    job *jb = find(j, ev->id, ev->principal);
     if (!jb) {
         queue_event(ev, "error", NULL, "{\"code\":\"job_not_found\",\"message\":\"the job expired\",\"field\":\"id\"}");
         ev->ended = 1;
@@ -527,7 +559,7 @@ void jobs_events(jobs *j, api_call *c, const char *id)
 {
     pthread_mutex_lock(&j->lock);
     sweep(j);
-    int known = find(j, id) != NULL;
+    int known = find(j, id, c->principal) != NULL;
     pthread_mutex_unlock(&j->lock);
     if (!known) {
         api_fail(c, 404, "job_not_found", "id", "no job \"%.64s\" (unknown, or expired)", id);
@@ -539,6 +571,7 @@ void jobs_events(jobs *j, api_call *c, const char *id)
         return;
     }
     ev->owner = j;
+    ev->principal = c->principal;
     snprintf(ev->id, sizeof ev->id, "%s", id);
     ev->last_sent = api_now();
     jw_init(&ev->pending);

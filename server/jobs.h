@@ -4,8 +4,11 @@
  * --max-jobs dedicated threads, not on the request worker pool, and without
  * the request deadline. States: queued -> running -> done | failed |
  * cancelled (a queued job cancelled by DELETE never runs). At most
- * --max-stored-jobs jobs are kept (queued, running or finished; 429 beyond);
- * finished jobs are dropped --job-ttl seconds after they finish. */
+ * --max-stored-jobs jobs are kept: a new job past it drops the finished job
+ * that finished first, and is 429 only when every stored job is queued or
+ * running. Finished jobs are dropped --job-ttl seconds after they finish, or
+ * by DELETE. Every call sees only the jobs of its caller's API key
+ * (api_call.principal). */
 #ifndef LENSD_JOBS_H
 #define LENSD_JOBS_H
 
@@ -24,6 +27,8 @@ void jobs_destroy(jobs *j);
 /* The api_ctx hooks (see api/api.h). */
 void jobs_submit(jobs *j, api_call *c, const api_job_kind *kind);
 void jobs_get(jobs *j, api_call *c, const char *id);
+/* DELETE /v1/jobs/{id}: a queued or running job is cancelled, a finished
+ * one removed; answers with the job as it was. */
 void jobs_cancel(jobs *j, api_call *c, const char *id);
 /* GET /v1/jobs: jobs in state (NULL = any; else 422 naming "state"), newest
  * first, at most limit, without their results; "total" counts every match. */

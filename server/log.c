@@ -3,11 +3,14 @@
  * Owns: the log line format. Every line has "time" (UTC, RFC 3339 with
  * milliseconds) and "level"; request lines are built by http.c with
  * request_id, method, path, route, status, ms, tokens, model. A line is
- * written with one fwrite so concurrent lines never interleave. */
+ * written with one fwrite so concurrent lines never interleave. Messages of
+ * libraries (libmicrohttpd) are wrapped into the same shape and rate-limited. */
 #include "server/log.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 void log_begin(jw *w, const char *level)
@@ -46,5 +49,39 @@ void log_msg(const char *level, const char *fmt, ...)
     log_begin(&w, level);
     jw_key(&w, "msg");
     jw_str(&w, msg);
+    log_emit(&w);
+}
+
+#define LIBRARY_LINES_PER_SECOND 10
+
+void log_library(void *cls, const char *fmt, va_list ap)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static time_t window;
+    static int written;
+    static long long suppressed;
+    time_t now = time(NULL);
+    pthread_mutex_lock(&lock);
+    if (now != window) window = now, written = 0;
+    int allowed = written < LIBRARY_LINES_PER_SECOND;
+    long long dropped = suppressed;
+    if (allowed) written++, suppressed = 0;
+    else suppressed++;
+    pthread_mutex_unlock(&lock);
+    if (!allowed) return;
+    char msg[1024];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == ' ')) msg[--n] = 0;
+    jw w;
+    log_begin(&w, "debug");
+    jw_key(&w, "source");
+    jw_str(&w, cls ? (const char *)cls : "library");
+    jw_key(&w, "msg");
+    jw_str(&w, msg);
+    if (dropped) {
+        jw_key(&w, "suppressed");
+        jw_int(&w, dropped);
+    }
     log_emit(&w);
 }

@@ -56,6 +56,28 @@ static int valid_name(const char *s, size_t n)
     return !(n <= 2 && s[0] == '.' && (n == 1 || s[1] == '.'));
 }
 
+/* Does path (a realpath) lie inside root (a realpath)? */
+static int inside(const char *root, const char *path)
+{
+    size_t n = strlen(root);
+    return !strncmp(path, root, n) && path[n] == '/';
+}
+
+/* msg with every "root/" removed, into out: errors shown to clients name
+ * folders relative to --models-dir, never the server's absolute paths. */
+static void relative_message(char *out, size_t size, const char *msg, const char *root)
+{
+    size_t n = root ? strlen(root) : 0, used = 0;
+    while (*msg && used + 1 < size) {
+        if (n && !strncmp(msg, root, n) && msg[n] == '/') {
+            msg += n + 1;
+            continue;
+        }
+        out[used++] = *msg++;
+    }
+    out[used] = 0;
+}
+
 /* ------------------------------------------------------------ the lists */
 
 /* Lock held. */
@@ -155,11 +177,11 @@ static api_model *load_one(const char *name, const char *dir, lens_err *err)
     lens_err maps_err = {0};
     int maps = api_model_load_maps(m, &maps_err);
     if (maps < 0)
-        log_msg("warning", "model %s: ignoring its token identity maps: %s", name, maps_err.msg);
+        log_msg("warn", "model %s: ignoring its token identity maps: %s", name, maps_err.msg);
     else if (maps > 0)
         log_msg("info", "model %s: token identity maps loaded (mapping \"linear\")", name);
     if (lm->cfg.random_weights)
-        log_msg("warning", "model %s has RANDOM weights (made by lensd mkmodel): its outputs mean nothing", name);
+        log_msg("warn", "model %s has RANDOM weights (made by lensd mkmodel): its outputs mean nothing", name);
     return m;
 }
 
@@ -178,7 +200,9 @@ static void load_at_start(registry *r, const char *name, size_t name_len, const 
     api_model *m = load_one(id, dir, &err);
     if (!m) {
         log_msg("error", "model %s from %s skipped: %s", id, dir, err.msg);
-        record_failure(r, id, err.msg);
+        char shown[sizeof err.msg];
+        relative_message(shown, sizeof shown, err.msg, r->models_dir);
+        record_failure(r, id, shown);
         return;
     }
     pthread_mutex_lock(&r->lock);
@@ -242,9 +266,15 @@ registry *registry_create(const lensd_config *cfg)
         }
         r->models_dir = strdup(real);
         for (char **p = names; *p; p++) {
-            char dir[PATH_MAX];
+            char dir[PATH_MAX], resolved[PATH_MAX];
             int len = snprintf(dir, sizeof dir, "%s/%s", real, *p);
-            if (len > 0 && (size_t)len < sizeof dir) load_at_start(r, *p, strlen(*p), dir);
+            /* the same containment as a run-time load: a symlink out of the folder is not served */
+            if (len > 0 && (size_t)len < sizeof dir && realpath(dir, resolved) && !inside(real, resolved)) {
+                log_msg("error", "model folder %s skipped: it resolves outside --models-dir", dir);
+                record_failure(r, *p, "the folder resolves outside --models-dir");
+            } else if (len > 0 && (size_t)len < sizeof dir) {
+                load_at_start(r, *p, strlen(*p), dir);
+            }
             free(*p);
         }
         free(names);
@@ -254,7 +284,7 @@ registry *registry_create(const lensd_config *cfg)
                                        : "no models: give --model NAME=DIR or --models-dir DIR");
         goto fail;
     }
-    if (r->n_failed) log_msg("warning", "%d model folder(s) failed to load; GET /v1/models lists them", r->n_failed);
+    if (r->n_failed) log_msg("warn", "%d model folder(s) failed to load; GET /v1/models lists them", r->n_failed);
     return r;
 fail:
     registry_free(r);
@@ -343,8 +373,7 @@ static int resolve_inside(api_call *c, const registry *r, const char *path, char
                              : snprintf(joined, sizeof joined, "%s/%s", r->models_dir, path);
     if (len < 0 || (size_t)len >= sizeof joined || !realpath(joined, out))
         return api_fail(c, 422, "invalid_request", "path", "no folder \"%.200s\" under --models-dir", path);
-    size_t n = strlen(r->models_dir);
-    if (strncmp(out, r->models_dir, n) || out[n] != '/')
+    if (!inside(r->models_dir, out))
         return api_fail(c, 422, "invalid_request", "path",
                         "path \"%.200s\" resolves outside --models-dir (paths must stay inside it)", path);
     struct stat st;
@@ -373,7 +402,10 @@ static void hook_load(api_call *c, const char *id, const char *path)
     api_model *m = load_one(id, dir, &err);
     if (!m) {
         log_msg("error", "loading model %s from %s failed: %s", id, dir, err.msg);
-        api_fail(c, 422, "load_failed", "path", "cannot load \"%.200s\": %s", path, err.msg);
+        char shown[sizeof err.msg];
+        relative_message(shown, sizeof shown, err.msg, r->models_dir);
+        record_failure(r, id, shown); /* GET /v1/models lists it until a load of this id succeeds */
+        api_fail(c, 422, "load_failed", "path", "cannot load \"%.200s\": %s", path, shown);
         return;
     }
     pthread_mutex_lock(&r->lock);

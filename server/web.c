@@ -46,10 +46,15 @@ char *web_resolve_dir(const char *flag, int disabled)
     return has_index(exe) ? realpath(exe, NULL) : NULL;
 }
 
+int web_path(const char *path)
+{
+    return !strcmp(path, "/") || !strncmp(path, "/web/", 5);
+}
+
 int web_wants(const char *method, const char *path)
 {
     if (strcmp(method, "GET") && strcmp(method, "HEAD")) return 0;
-    return !strcmp(path, "/") || !strncmp(path, "/web/", 5);
+    return web_path(path);
 }
 
 /* "/" -> "index.html", "/web/a/b.js" -> "a/b.js"; NULL when a segment is unsafe. */
@@ -124,5 +129,8 @@ struct MHD_Response *web_respond(const char *dir, const char *path, const char *
     /* revalidate every load: a new lensd may ship new files under the same names */
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    /* the dashboard holds an API key: no other site may frame it (clickjacking) */
+    MHD_add_response_header(resp, "X-Frame-Options", "DENY");
+    MHD_add_response_header(resp, "Content-Security-Policy", "frame-ancestors 'none'");
     return resp;
 }

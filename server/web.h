@@ -11,6 +11,8 @@ char *web_resolve_dir(const char *flag, int disabled);
 
 /* Is this a dashboard request (GET or HEAD of "/" or "/web/...")? */
 int web_wants(const char *method, const char *path);
+/* "/" or under "/web/": the dashboard's paths, whatever the method. */
+int web_path(const char *path);
 
 /* The response for path under dir (NULL dir: 404); *status is 200, 304 (ETag
  * matched if_none_match) or 404 (missing, not a regular file, or outside dir). */

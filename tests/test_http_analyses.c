@@ -884,24 +884,35 @@ static void test_job_lifecycle(void)
           "the running job ends cancelled");
     json_decref(ja);
 
-    /* cap: A and B (finished, within the TTL) + C = 3 stored; D -> 429 */
+    /* cap 3: A and B are finished, so C makes 3 and D, E each drop the finished
+     * job that finished first (B, cancelled while queued, then A); with C, D, E
+     * queued or running, F -> 429 */
     json_t *c = submit_small_job(&s, &st);
     CHECK(c != NULL, "job C accepted");
     json_t *d = submit_small_job(&s, &st);
-    CHECK(!d && st == 429, "a 4th stored job -> 429 (got %ld)", st);
-    json_decref(d);
-    /* TTL 1 s: A and B expire, then there is room again */
-    sleep_ms(1200);
+    CHECK(d && st == 202, "a 4th job drops a finished one instead of 429 (got %ld)", st);
     snprintf(path, sizeof path, "/v1/jobs/%s", idb);
     http_get(&s, &r, path);
-    CHECK(r.status == 404, "a finished job is gone after --job-ttl: %ld", r.status);
+    CHECK(r.status == 404, "the job that finished first (B) made room: %ld", r.status);
     http_resp_free(&r);
-    d = submit_small_job(&s, &st);
-    CHECK(d && st == 202, "expired jobs free their slots (got %ld)", st);
+    json_t *e = submit_small_job(&s, &st);
+    CHECK(e && st == 202, "a 5th job drops the other finished one (got %ld)", st);
+    json_t *f = submit_small_job(&s, &st);
+    CHECK(!f && st == 429, "with 3 jobs queued or running a 4th -> 429 (got %ld)", st);
+    json_decref(f);
     json_t *jc = c ? poll_job(&s, json_string_value(get(c, "id")), NULL, 15000) : NULL;
     CHECK(jc && !strcmp(json_string_value(get(jc, "state")), "done"), "job C runs after A and finishes done");
     if (jc) check_result_schema(get(jc, "result"), "DecompositionResponse");
     json_decref(jc);
+    json_t *jd = d ? poll_job(&s, json_string_value(get(d, "id")), "running", 5000) : NULL;
+    CHECK(jd != NULL, "job D runs");
+    json_decref(jd);
+    /* TTL 1 s: C expires (D, then E, hold the job thread meanwhile) */
+    sleep_ms(1200);
+    snprintf(path, sizeof path, "/v1/jobs/%s", json_string_value(get(c, "id")));
+    http_get(&s, &r, path);
+    CHECK(r.status == 404, "a finished job is gone after --job-ttl: %ld", r.status);
+    http_resp_free(&r);
 
     http_get(&s, &r, "/metrics");
     CHECK(r.body && strstr(r.body, "lensd_jobs{state=\"done\"}") && strstr(r.body, "lensd_jobs{state=\"queued\"}"),
@@ -914,14 +925,11 @@ static void test_job_lifecycle(void)
     check_schema(&r, "/v1/info", "GET");
     http_resp_free(&r);
 
-    /* SIGTERM with a job running: it is cancelled and the process exits 0 */
-    json_t *jd = d ? poll_job(&s, json_string_value(get(d, "id")), "running", 5000) : NULL;
-    CHECK(jd != NULL, "job D runs");
-    json_decref(jd);
+    /* SIGTERM with a job running (D or E): it is cancelled and the process exits 0 */
     double t0 = (double)time(NULL);
     CHECK(server_terminate(&s) == 0, "lensd exits 0 on SIGTERM with a running job");
     CHECK((double)time(NULL) - t0 <= 10, "shutdown does not wait for jobs to finish on their own");
-    json_decref(a), json_decref(b), json_decref(c), json_decref(d);
+    json_decref(a), json_decref(b), json_decref(c), json_decref(d), json_decref(e);
 }
 
 /* ------------------------------------------------------------------ main */

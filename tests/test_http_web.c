@@ -90,8 +90,10 @@ static void test_files(test_server *s)
     check_schema(&r, "/v1/models", "GET");
     http_resp_free(&r);
     http_do(s, &r, "POST", "/", "application/json", "{}", 2, NULL);
-    CHECK(r.status == 404 && err_code(&r) && !strcmp(err_code(&r), "not_found"), "POST / -> 404 typed: %ld",
-          r.status);
+    char allow[64] = "";
+    http_header(&r, "Allow", allow, sizeof allow);
+    CHECK(r.status == 405 && err_code(&r) && !strcmp(err_code(&r), "method_not_allowed") && !strcmp(allow, "GET, HEAD"),
+          "POST / -> 405 typed, Allow: GET, HEAD: %ld \"%s\"", r.status, allow);
     http_resp_free(&r);
 }
 
