@@ -7,14 +7,14 @@
 
 BUILD ?= build
 CC ?= cc
-PKGS := libmicrohttpd jansson libutf8proc libcurl
+PKGS := libmicrohttpd jansson libutf8proc libcurl oniguruma
 OPT ?= -O3 -march=native
 CFLAGS ?= $(OPT) -g
 # -Wpointer-arith: weights are const void * in their file dtype (model.h);
 # arithmetic on them must go through lens_dtype_at, never GNU void * math
 CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wpointer-arith -MMD -MP \
           -I. -I/usr/include/x86_64-linux-gnu/openblas-pthread $(WARN_EXTRA)
-LDLIBS := -ljansson -lutf8proc -llapacke -lopenblas -lm -lpthread
+LDLIBS := -ljansson -lutf8proc -lonig -llapacke -lopenblas -lm -lpthread
 SERVER_LIBS := -lmicrohttpd
 TEST_LIBS := -lcurl
 

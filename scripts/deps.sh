@@ -9,7 +9,7 @@
 # As root it installs what is missing with apt-get; otherwise it prints the
 # exact apt-get line and fails.
 set -eu
-build_pkgs="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev liblapacke-dev libutf8proc-dev libcurl4-openssl-dev"
+build_pkgs="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev liblapacke-dev libutf8proc-dev libcurl4-openssl-dev libonig-dev"
 # Debian 12: libFuzzer and the ASan/UBSan/TSan runtimes for clang 14 are in libclang-rt-14-dev
 test_pkgs="clang libclang-rt-14-dev python3 python3-yaml nodejs npm"
 bench_pkgs="python3-torch python3-numpy wrk nodejs npm"

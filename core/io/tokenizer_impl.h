@@ -54,16 +54,17 @@ typedef enum {
     PRE_SP_WORDS /* internal: cut before a ▁ that follows a non-▁ (see tokenizer_json.c) */
 } lens_pre_kind;
 
-/* The regexes lensd matches by hand (see tokenizer_pretok.c). */
-typedef enum { RE_GPT2, RE_LLAMA3, RE_QWEN2 } lens_regex;
+/* A compiled Oniguruma regex (tokenizer_regex.c). */
+typedef struct lens_regex lens_regex;
 
 /* Split behaviours of HF's SplitDelimiterBehavior. */
 typedef enum { SPLIT_REMOVED, SPLIT_ISOLATED, SPLIT_MERGED_PREV, SPLIT_MERGED_NEXT, SPLIT_CONTIGUOUS } lens_split;
 
 typedef struct {
     lens_pre_kind kind;
-    lens_regex regex;          /* PRE_REGEX, PRE_BYTELEVEL with use_regex */
+    lens_regex *re;            /* PRE_REGEX, PRE_BYTELEVEL with use_regex (owned) */
     unsigned char use_regex, add_prefix_space, individual_digits, split;
+    unsigned char invert;      /* PRE_REGEX: the pieces between matches are the delimiters */
     unsigned char prepend;     /* Metaspace: 0 never, 1 first, 2 always */
     lens_split behavior;
     uint32_t replacement;      /* Metaspace */
@@ -304,9 +305,23 @@ int lens_load_bpe(lens_tokenizer *tok, const char *dir, const char *vocab_name, 
 typedef int (*lens_word_fn)(void *ctx, const lens_text *t, int i, int j);
 int lens_pretokenize(const lens_tokenizer *tok, int k, const lens_text *t, int a, int b, lens_word_fn word,
                      void *ctx);
+/* GPT-2's pre-tokenizer regex written out by hand over utf8proc's classes:
+ * the end of the pre-token at i. Only lens_gpt2_pretokenize (vocabulary
+ * training) uses it; tokenizers run the regex through Oniguruma. */
 int lens_gpt2_word_end(const uint32_t *cp, int i, int b);
-/* Which hand-written regex a Split pattern is; -1 when unknown. */
-int lens_regex_from_pattern(const char *pattern);
+
+/* ---- Regexes through Oniguruma (tokenizer_regex.c) -------------------- */
+
+/* ByteLevel's regex (GPT-2's). */
+extern const char lens_gpt2_pattern[];
+/* NULL with Oniguruma's message in msg when the pattern does not compile. */
+lens_regex *lens_regex_compile(const char *pattern, char *msg, size_t msg_cap);
+void lens_regex_free(lens_regex *r);
+/* Calls found(ctx, s, e) for each match [s, e) (code points of t) of r in
+ * [a, b), in order, as the onig crate's find_iter does; stops at the first
+ * non-zero return and returns it (-1 when the engine gives up). */
+typedef int (*lens_match_fn)(void *ctx, int start, int end);
+int lens_regex_each(const lens_regex *r, const lens_text *t, int a, int b, lens_match_fn found, void *ctx);
 
 /* ---- tokenizer.json (tokenizer_json.c) -------------------------------- */
 

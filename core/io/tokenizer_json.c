@@ -22,10 +22,12 @@ typedef struct {
     lens_tokenizer *tok;
     const char *path;
     lens_err *err;
+    const char *at; /* JSON path of the normalizer / pre-tokenizer being read, or NULL */
 } loader;
 
 static int bad(loader *L, const char *what)
 {
+    if (L->at) return lens_fail(L->err, LENS_EFORMAT, "%s: %s (at %s)", L->path, what, L->at);
     return lens_fail(L->err, LENS_EFORMAT, "%s: %s", L->path, what);
 }
 
@@ -68,17 +70,23 @@ static const char *string_pattern(loader *L, const json_t *node, const char *who
 
 /* ---- normalizer --------------------------------------------------------- */
 
-static int add_norm(loader *L, const json_t *n)
+/* Normalizer n, found at JSON path at ("normalizer.normalizers[1]"). */
+static int add_norm(loader *L, const json_t *n, const char *at)
 {
     lens_tokenizer *tok = L->tok;
     const char *type = get_str(n, "type");
+    L->at = at;
     if (!type) return bad(L, "normalizer without a \"type\"");
     if (!strcmp(type, "Sequence")) {
         const json_t *list = json_object_get(n, "normalizers"), *v;
         size_t i;
         if (!json_is_array(list)) return bad(L, "Sequence normalizer without \"normalizers\"");
-        json_array_foreach(list, i, v)
-            if (add_norm(L, v) < 0) return -1;
+        json_array_foreach(list, i, v) {
+            char child[160];
+            snprintf(child, sizeof child, "%.120s.normalizers[%zu]", at, i);
+            if (add_norm(L, v, child) < 0) return -1;
+        }
+        L->at = NULL;
         return 0;
     }
     if (tok->n_norm == LENS_TOK_MAX_STEPS) return bad(L, "too many normalizers");
@@ -112,13 +120,25 @@ static int add_norm(loader *L, const json_t *n)
             !(nm->content = short_string(L, get_str(n, "content"), "Replace needs a short \"content\" string")))
             return -1;
     } else {
-        return lens_fail(L->err, LENS_EFORMAT, "%s: normalizer \"%.64s\" is not supported", L->path, type);
+        return lens_fail(L->err, LENS_EFORMAT, "%s: normalizer \"%.64s\" at %s is not supported", L->path, type, at);
     }
     tok->n_norm++;
+    L->at = NULL;
     return 0;
 }
 
 /* ---- pre_tokenizer ------------------------------------------------------ */
+
+/* Oniguruma's compile of pattern into *re; a pattern it rejects is a load
+ * error naming the component, the JSON path and the engine's message. */
+static int compile(loader *L, lens_regex **re, const char *pattern, const char *who)
+{
+    char msg[128];
+    *re = lens_regex_compile(pattern, msg, sizeof msg);
+    if (*re) return 0;
+    return lens_fail(L->err, LENS_EFORMAT, "%s: %s at %s: regex \"%.120s\" rejected by Oniguruma: %s", L->path, who,
+                     L->at ? L->at : "?", pattern, msg);
+}
 
 static int behavior_of(loader *L, const json_t *n, lens_split dflt, lens_split *out)
 {
@@ -134,17 +154,23 @@ static int behavior_of(loader *L, const json_t *n, lens_split dflt, lens_split *
     return 0;
 }
 
-static int add_pre(loader *L, const json_t *n)
+/* Pre-tokenizer n, found at JSON path at ("pre_tokenizer.pretokenizers[0]"). */
+static int add_pre(loader *L, const json_t *n, const char *at)
 {
     lens_tokenizer *tok = L->tok;
     const char *type = get_str(n, "type");
+    L->at = at;
     if (!type) return bad(L, "pre_tokenizer without a \"type\"");
     if (!strcmp(type, "Sequence")) {
         const json_t *list = json_object_get(n, "pretokenizers"), *v;
         size_t i;
         if (!json_is_array(list)) return bad(L, "Sequence pre_tokenizer without \"pretokenizers\"");
-        json_array_foreach(list, i, v)
-            if (add_pre(L, v) < 0) return -1;
+        json_array_foreach(list, i, v) {
+            char child[160];
+            snprintf(child, sizeof child, "%.120s.pretokenizers[%zu]", at, i);
+            if (add_pre(L, v, child) < 0) return -1;
+        }
+        L->at = NULL;
         return 0;
     }
     if (tok->n_pre == LENS_TOK_MAX_STEPS) return bad(L, "too many pre_tokenizers");
@@ -154,24 +180,22 @@ static int add_pre(loader *L, const json_t *n)
         p->kind = PRE_BERT;
     } else if (!strcmp(type, "ByteLevel")) {
         p->kind = PRE_BYTELEVEL;
-        p->regex = RE_GPT2;
+        p->behavior = SPLIT_ISOLATED;
         p->use_regex = (unsigned char)get_bool(n, "use_regex", 1);
+        if (p->use_regex && compile(L, &p->re, lens_gpt2_pattern, "ByteLevel") < 0) return -1;
         p->add_prefix_space = (unsigned char)get_bool(n, "add_prefix_space", 1);
         if (p->add_prefix_space && tok->n_pre > 0)
             return bad(L, "ByteLevel with add_prefix_space after another pre_tokenizer is not supported");
     } else if (!strcmp(type, "Split")) {
         const json_t *pat = json_object_get(n, "pattern");
-        if (get_bool(n, "invert", 0)) return bad(L, "Split with \"invert\": true is not supported");
+        p->invert = (unsigned char)get_bool(n, "invert", 0);
         if (behavior_of(L, n, SPLIT_ISOLATED, &p->behavior) < 0) return -1;
         const char *re = get_str(pat, "Regex"), *str = get_str(pat, "String");
         if (re) {
-            int which = lens_regex_from_pattern(re);
-            if (which < 0)
-                return lens_fail(L->err, LENS_EFORMAT, "%s: Split regex \"%.120s\" is not supported (GPT-2, Llama-3 and Qwen2 patterns are)",
-                                 L->path, re);
-            if (p->behavior != SPLIT_ISOLATED) return bad(L, "Split with a regex supports behavior Isolated only");
             p->kind = PRE_REGEX;
-            p->regex = (lens_regex)which;
+            if (compile(L, &p->re, re, "Split") < 0) return -1;
+        } else if (p->invert) {
+            return bad(L, "Split with a String pattern and \"invert\": true is not supported");
         } else if (str && *str) {
             p->kind = PRE_SPLIT_STRING;
             if (!(p->string = short_string(L, str, "Split pattern too long"))) return -1;
@@ -210,9 +234,10 @@ static int add_pre(loader *L, const json_t *n)
         p->kind = PRE_PUNCTUATION;
         if (behavior_of(L, n, SPLIT_ISOLATED, &p->behavior) < 0) return -1;
     } else {
-        return lens_fail(L->err, LENS_EFORMAT, "%s: pre_tokenizer \"%.64s\" is not supported", L->path, type);
+        return lens_fail(L->err, LENS_EFORMAT, "%s: pre_tokenizer \"%.64s\" at %s is not supported", L->path, type, at);
     }
     tok->n_pre++;
+    L->at = NULL;
     return 0;
 }
 
@@ -504,8 +529,8 @@ static int read_root(loader *L, const json_t *root)
     int rc = -1;
     if (!json_is_array(added)) { bad(L, "added_tokens is not an array"); goto done; }
     const json_t *norm = json_object_get(root, "normalizer"), *pre = json_object_get(root, "pre_tokenizer");
-    if (norm && !json_is_null(norm) && add_norm(L, norm) < 0) goto done;
-    if (pre && !json_is_null(pre) && add_pre(L, pre) < 0) goto done;
+    if (norm && !json_is_null(norm) && add_norm(L, norm, "normalizer") < 0) goto done;
+    if (pre && !json_is_null(pre) && add_pre(L, pre, "pre_tokenizer") < 0) goto done;
     if (read_model(L, json_object_get(root, "model"), added) < 0) goto done;
     if (read_post(L, json_object_get(root, "post_processor")) < 0) goto done;
     if (read_added(L, added) < 0) goto done;
@@ -528,7 +553,7 @@ int lens_load_tokenizer_json_text(lens_tokenizer *tok, const char *data, size_t 
     json_error_t jerr;
     json_t *root = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) return lens_fail(err, LENS_EFORMAT, "tokenizer.json:%d: %s", jerr.line, jerr.text);
-    loader L = { tok, "tokenizer.json", err };
+    loader L = { tok, "tokenizer.json", err, NULL };
     int rc = read_root(&L, root);
     json_decref(root);
     return rc;
@@ -540,7 +565,7 @@ int lens_load_tokenizer_json(lens_tokenizer *tok, const char *path, const json_t
     json_error_t jerr;
     json_t *root = json_load_file(path, 0, &jerr);
     if (!root) return lens_fail(err, LENS_EFORMAT, "%s:%d: %s", path, jerr.line, jerr.text);
-    loader L = { tok, path, err };
+    loader L = { tok, path, err, NULL };
     int rc = read_root(&L, root);
     json_decref(root);
     return rc;

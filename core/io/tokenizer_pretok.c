@@ -3,10 +3,13 @@
  * Each pre-tokenizer cuts a range [a, b) of a decoded text into pre-tokens;
  * a Sequence feeds each piece to the next step (lens_pretokenize recurses
  * over tok->pre[k..]), and the last step hands pieces to the model. The
- * regexes of ByteLevel (GPT-2) and Split (Llama-3, Qwen2) are written out by
- * hand over code point classes: the alternatives are tried in order at each
- * position, as the regex engine does. Content changes (Metaspace's ▁,
- * ByteLevel's prefix space) happen before, in tokenizer.c. */
+ * regexes of Split and ByteLevel run through Oniguruma (tokenizer_regex.c),
+ * the engine HF uses; their matches are cut with HF's Split behaviours
+ * (split_regex). Content changes (Metaspace's ▁, ByteLevel's prefix
+ * space) happen before, in tokenizer.c. GPT-2's regex is also written out
+ * by hand (lens_gpt2_word_end) for vocabulary training, which has no HF
+ * counterpart to match. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/io/tokenizer_impl.h"
@@ -26,15 +29,11 @@ static int run_end(const uint32_t *cp, int i, int b, int c)
     return i;
 }
 
-/* 's|'t|'re|'ve|'m|'ll|'d at i (case-insensitive when ci): its end, or i. */
-static int contraction_end(const uint32_t *cp, int i, int b, int ci)
+/* 's|'t|'re|'ve|'m|'ll|'d at i: its end, or i. */
+static int contraction_end(const uint32_t *cp, int i, int b)
 {
     if (cp[i] != '\'' || i + 1 >= b) return i;
     uint32_t c1 = cp[i + 1], c2 = i + 2 < b ? cp[i + 2] : 0;
-    if (ci) {
-        c1 = c1 < 0x80 ? (c1 | 0x20) : c1;
-        c2 = c2 < 0x80 && c2 ? (c2 | 0x20) : c2;
-    }
     if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return i + 2;
     if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) return i + 3;
     return i;
@@ -53,7 +52,7 @@ static int space_end(const uint32_t *cp, int i, int b)
  *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
 int lens_gpt2_word_end(const uint32_t *cp, int i, int b)
 {
-    int j = contraction_end(cp, i, b, 0);
+    int j = contraction_end(cp, i, b);
     if (j > i) return j;
     int k = i + (cp[i] == ' ' && i + 1 < b && !lens_uni_white_space(cp[i + 1]));
     int c = cls_of(cp[k]);
@@ -61,55 +60,7 @@ int lens_gpt2_word_end(const uint32_t *cp, int i, int b)
     return space_end(cp, i, b);
 }
 
-/* Llama-3 (max_digits 3) and Qwen2 (max_digits 1):
- *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}
- *   | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
-static int llama3_word_end(const uint32_t *cp, int i, int b, int max_digits)
-{
-    int j = contraction_end(cp, i, b, 1);
-    if (j > i) return j;
-    int c = cls_of(cp[i]);
-    if (c == C_LETTER) return run_end(cp, i, b, C_LETTER);
-    if (c != C_NUMBER && cp[i] != '\r' && cp[i] != '\n' && i + 1 < b && cls_of(cp[i + 1]) == C_LETTER)
-        return run_end(cp, i + 1, b, C_LETTER);
-    if (c == C_NUMBER) {
-        j = i;
-        while (j < b && j - i < max_digits && cls_of(cp[j]) == C_NUMBER) j++;
-        return j;
-    }
-    int k = c == C_OTHER ? i : (cp[i] == ' ' && i + 1 < b && cls_of(cp[i + 1]) == C_OTHER) ? i + 1 : -1;
-    if (k >= 0) {
-        j = run_end(cp, k, b, C_OTHER);
-        while (j < b && (cp[j] == '\r' || cp[j] == '\n')) j++;
-        return j;
-    }
-    /* c is white space: \s*[\r\n]+ ends after the run's last line break */
-    j = run_end(cp, i, b, C_SPACE);
-    for (int m = j - 1; m >= i; m--)
-        if (cp[m] == '\r' || cp[m] == '\n') return m + 1;
-    return space_end(cp, i, b);
-}
-
-int lens_regex_from_pattern(const char *p)
-{
-    static const char gpt2[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-    static const char llama3[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-    static const char qwen2[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-    if (!strcmp(p, gpt2)) return RE_GPT2;
-    if (!strcmp(p, llama3)) return RE_LLAMA3;
-    if (!strcmp(p, qwen2)) return RE_QWEN2;
-    return -1;
-}
-
-static int regex_word_end(lens_regex re, const uint32_t *cp, int i, int b)
-{
-    switch (re) {
-    case RE_GPT2: return lens_gpt2_word_end(cp, i, b);
-    case RE_LLAMA3: return llama3_word_end(cp, i, b, 3);
-    case RE_QWEN2: return llama3_word_end(cp, i, b, 1);
-    }
-    return b;
-}
+const char lens_gpt2_pattern[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
 /* Rust's char::is_alphanumeric plus '_': \w of the Whitespace pre-tokenizer. */
 static int is_word_char(uint32_t cp)
@@ -188,6 +139,80 @@ static int split_delims(const lens_tokenizer *tok, int k, const lens_text *t, in
     return rc;
 }
 
+/* The pieces of a regex Split: [s, e), is_match (a delimiter). */
+typedef struct {
+    int s, e;
+    unsigned char match;
+} piece;
+
+typedef struct {
+    piece *v, stack[64];
+    int n, cap, prev;
+} pieces;
+
+static int piece_add(pieces *p, int s, int e, int match)
+{
+    if (p->n == p->cap) {
+        int cap = p->cap * 2;
+        piece *v = malloc((size_t)cap * sizeof *v);
+        if (!v) return -1;
+        memcpy(v, p->v, (size_t)p->n * sizeof *v);
+        if (p->v != p->stack) free(p->v);
+        p->v = v, p->cap = cap;
+    }
+    p->v[p->n++] = (piece){ s, e, (unsigned char)match };
+    return 0;
+}
+
+/* HF's Pattern::find_matches: the text between matches, then the match. */
+static int on_match(void *ctx, int s, int e)
+{
+    pieces *p = ctx;
+    if (p->prev != s && piece_add(p, p->prev, s, 0) < 0) return -1;
+    p->prev = e;
+    return piece_add(p, s, e, 1);
+}
+
+/* HF's NormalizedString::split: the pieces of [a, b) by the matches of
+ * p->re (flags flipped with invert), merged by the behaviour; delimiters
+ * removed with Removed; empty pieces dropped. */
+static int split_regex(const lens_tokenizer *tok, int k, const lens_text *t, int a, int b, lens_word_fn word,
+                       void *ctx)
+{
+    const lens_pre *pre = &tok->pre[k];
+    pieces p = { .n = 0, .cap = 64, .prev = a };
+    p.v = p.stack;
+    int rc = lens_regex_each(pre->re, t, a, b, on_match, &p);
+    if (!rc && p.prev != b) rc = piece_add(&p, p.prev, b, 0);
+    if (pre->invert)
+        for (int i = 0; i < p.n; i++) p.v[i].match ^= 1;
+    /* merge in place: m pieces kept, each with .match = "remove it" */
+    int m = 0, prev_match = 0;
+    lens_split how = pre->behavior;
+    if (how == SPLIT_MERGED_NEXT) {
+        /* HF folds from the end: a delimiter joins the piece after it */
+        for (int i = p.n - 1; i >= 0; i--) {
+            piece c = p.v[i];
+            if (m > 0 && c.match && !prev_match) p.v[p.n - m].s = c.s;
+            else p.v[p.n - ++m] = (piece){ c.s, c.e, 0 };
+            prev_match = c.match;
+        }
+        memmove(p.v, p.v + p.n - m, (size_t)m * sizeof *p.v);
+    } else {
+        for (int i = 0; i < p.n; i++) {
+            piece c = p.v[i];
+            int join = how == SPLIT_CONTIGUOUS ? c.match == prev_match : how == SPLIT_MERGED_PREV && c.match && !prev_match;
+            if (m > 0 && join) p.v[m - 1].e = c.e;
+            else p.v[m++] = (piece){ c.s, c.e, (unsigned char)(how == SPLIT_REMOVED && c.match) };
+            prev_match = c.match;
+        }
+    }
+    for (int i = 0; i < m && !rc; i++)
+        if (!p.v[i].match && p.v[i].e > p.v[i].s) rc = next_step(tok, k, t, p.v[i].s, p.v[i].e, word, ctx);
+    if (p.v != p.stack) free(p.v);
+    return rc;
+}
+
 int lens_pretokenize(const lens_tokenizer *tok, int k, const lens_text *t, int a, int b, lens_word_fn word,
                      void *ctx)
 {
@@ -199,14 +224,9 @@ int lens_pretokenize(const lens_tokenizer *tok, int k, const lens_text *t, int a
     switch (p->kind) {
     case PRE_BYTELEVEL:
         if (!p->use_regex) return next_step(tok, k, t, a, b, word, ctx);
-        /* fall through */
+        return split_regex(tok, k, t, a, b, word, ctx); /* behaviour Isolated, set at load */
     case PRE_REGEX:
-        for (int i = a; i < b && !rc;) {
-            int j = regex_word_end(p->regex, cp, i, b);
-            rc = next_step(tok, k, t, i, j, word, ctx);
-            i = j;
-        }
-        return rc;
+        return split_regex(tok, k, t, a, b, word, ctx);
     case PRE_BERT:
         /* white space removed, each punctuation character alone */
         for (int i = a; i < b && !rc;) {

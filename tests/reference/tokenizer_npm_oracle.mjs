@@ -8,10 +8,13 @@
 // (the layout of the checked-in tests/fixtures/tokenizer_json_*.json, plus
 // the "npm" record of the file) for test_tokenizer_json.c.
 //
-// One more: llama3_bos, llama3's file with the post_processor of the hub's
-// Llama-3.1 (TemplateProcessing adding <|begin_of_text|>; the npm file
-// predates it), recorded in the expected file's "post_processor" for the test
-// to install the same way.
+// More on llama3's file, each with parts replaced ("override" in the expected
+// file, for the test to install the same way):
+//   llama3_bos  the post_processor of the hub's Llama-3.1 (TemplateProcessing
+//               adding <|begin_of_text|>; the npm file predates it)
+//   llama3_split_*  pre_tokenizer Sequence [Split by a regex with each of HF's
+//               behaviours, with and without invert; ByteLevel without its
+//               regex]: every Split behaviour checked against the Rust library
 import fs from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
@@ -44,10 +47,19 @@ function llama3Bos(json) {
           special_tokens: { [bot]: { id: bot, ids: [id], tokens: [bot] } } }] };
 }
 
-async function run(name, file, npm, post) {
+function splitBy(behavior, invert) {
+    return { type: 'Sequence', pretokenizers: [
+        { type: 'Split', pattern: { Regex: '\\s+|[-,.!?\'"]' }, behavior, invert },
+        { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false }] };
+}
+const splits = { removed: ['Removed', false], isolated_invert: ['Isolated', true], merged_prev: ['MergedWithPrevious', false],
+                 merged_next: ['MergedWithNext', false], contiguous: ['Contiguous', false],
+                 merged_next_invert: ['MergedWithNext', true], removed_invert: ['Removed', true] };
+
+async function run(name, file, npm, override) {
     let json = JSON.parse(fs.readFileSync(file, 'utf8'));
-    if (post) {
-        json.post_processor = post;
+    if (override) {
+        Object.assign(json, override);
         file = path.join(out, `${name}.tokenizer.json`);
         fs.writeFileSync(file, JSON.stringify(json));
     }
@@ -57,10 +69,10 @@ async function run(name, file, npm, post) {
     const items = [];
     for (const [text, pair] of all) items.push(await encodeCase(t, special, text, pair));
     const doc = { command: 'tests/reference/tokoracle.sh', oracle: `npm tokenizers ${oracleVersion}`,
-                  tokenizer: `npm ${npm.package}@${npm.version} ${npm.path}${post ? ' with the post_processor below' : ''}`,
-                  npm, ...(post ? { post_processor: post } : {}), cases: items };
+                  tokenizer: `npm ${npm.package}@${npm.version} ${npm.path}${override ? ' with the parts in "override"' : ''}`,
+                  npm, ...(override ? { override } : {}), cases: items };
     fs.writeFileSync(path.join(out, `tokenizer_json_${name}.json`), JSON.stringify(doc) + '\n');
-    if (post) fs.unlinkSync(file);
+    if (override) fs.unlinkSync(file);
     console.log(`tokoracle: tokenizer_json_${name}.json: ${items.length} cases`);
 }
 
@@ -68,5 +80,8 @@ for (const [name, pkg, version, rel, bytes, sha256] of rows) {
     const file = path.join(dir, 'node_modules', pkg, rel);
     const npm = { package: pkg, version, path: rel, bytes: Number(bytes), sha256 };
     await run(name, file, npm, null);
-    if (name === 'llama3') await run('llama3_bos', file, npm, llama3Bos(JSON.parse(fs.readFileSync(file, 'utf8'))));
+    if (name !== 'llama3') continue;
+    await run('llama3_bos', file, npm, { post_processor: llama3Bos(JSON.parse(fs.readFileSync(file, 'utf8'))) });
+    for (const [k, [behavior, invert]] of Object.entries(splits))
+        await run(`llama3_split_${k}`, file, npm, { pre_tokenizer: splitBy(behavior, invert) });
 }
