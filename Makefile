@@ -227,6 +227,14 @@ bench-train: deps all $(BUILD)/bench/train
 
 .PHONY: bench-train
 
+# Tokenizer throughput alone (the tokenize section of make bench): lensd vs
+# HF's Rust tokenizers via Node on 1 MB of mixed text (bench/tokenize.sh).
+bench-tokenize: all
+	@scripts/deps.sh bench
+	bench/tokenize.sh $(BUILD)
+
+.PHONY: bench-tokenize
+
 # Sharded head importance (bench/shard.sh): 1 process vs 2 shard processes + merge, same rows.
 bench-shard: all
 	bench/shard.sh $(BUILD)/lensd

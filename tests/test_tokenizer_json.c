@@ -318,7 +318,7 @@ static void check_npm_files(void)
         n++;
     }
     fclose(f);
-    CHECK(n >= 8, "%s: %d tokenizer.json files, want at least 8", list, n);
+    CHECK(n >= 12, "%s: %d tokenizer.json files, want at least 12", list, n);
 }
 
 /* Malformed tokenizer.json: LENS_EFORMAT naming the part, never a crash. */
