@@ -263,11 +263,14 @@ static void check_npm(const char *name)
         json_decref(root);
         return;
     }
+    /* "file": a tokenizer.json the set-up built from the package (albert's SentencePiece model) */
+    const char *built = json_string_value(json_object_get(npm, "file"));
     snprintf(path, sizeof path, "%s/node_modules/%s/%s", oracle_dir(), json_string_value(json_object_get(npm, "package")),
              json_string_value(json_object_get(npm, "path")));
     struct stat st;
     long long want = json_integer_value(json_object_get(npm, "bytes"));
     CHECK(stat(path, &st) == 0 && st.st_size == want, "%s: %s absent or not %lld bytes", name, path, want);
+    if (built) snprintf(path, sizeof path, "%s/%s", oracle_dir(), built);
     snprintf(dir, sizeof dir, "%s", path);
     *strrchr(dir, '/') = 0;
     const json_t *override = json_object_get(root, "override");
@@ -335,6 +338,17 @@ static void check_malformed(void)
         { "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -1}, \"merges\": []}}", "not an integer" },
         { "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [[1, 2]]}}", "neither" },
         { "{\"normalizer\": {\"type\": \"Precompiled\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "Precompiled" },
+        /* Unigram: a malformed vocabulary, a score that is not a number, no unk_id */
+        { "{\"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"vocab\": [[\"a\", -1.5], [\"b\", \"x\"]]}}", "model.vocab[1] (\"b\"): score is not a number" },
+        { "{\"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"vocab\": [[\"a\", -1.5], [2, -3]]}}", "model.vocab[1] of a Unigram model is not [piece, score]" },
+        { "{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", -1.5]]}}", "model.unk_id" },
+        { "{\"model\": {\"type\": \"Unigram\", \"unk_id\": 1, \"vocab\": [[\"a\", -1.5]]}}", "model.unk_id" },
+        /* Precompiled: not base64, too short for a charsmap, a trie larger than the data */
+        { "{\"normalizer\": {\"type\": \"Precompiled\", \"precompiled_charsmap\": \"!!\"}, \"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"vocab\": [[\"a\", 0]]}}", "not base64 (at normalizer)" },
+        { "{\"normalizer\": {\"type\": \"Precompiled\", \"precompiled_charsmap\": \"AAA=\"}, \"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"vocab\": [[\"a\", 0]]}}", "charsmap of 2 bytes" },
+        { "{\"normalizer\": {\"type\": \"Precompiled\", \"precompiled_charsmap\": \"QAAAAAAAAAA=\"}, \"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"vocab\": [[\"a\", 0]]}}", "charsmap trie of 64 bytes in 8" },
+        /* a Replace regex Oniguruma rejects */
+        { "{\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Replace\", \"pattern\": {\"Regex\": \"[a\"}, \"content\": \"b\"}]}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "Replace at normalizer.normalizers[0]: regex \"[a\" rejected by Oniguruma: premature end of char-class" },
         /* a regex Oniguruma rejects, named with its JSON path and the engine's message */
         { "{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"(a\"}}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "Split at pre_tokenizer: regex \"(a\" rejected by Oniguruma: end pattern with unmatched parenthesis" },
         { "{\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"ByteLevel\"}, {\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\p{Nope}\"}}]}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "at pre_tokenizer.pretokenizers[1]: regex \"\\p{Nope}\" rejected by Oniguruma: invalid character property name" },

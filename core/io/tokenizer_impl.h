@@ -3,7 +3,7 @@
  * A tokenizer is a Hugging Face pipeline held as data:
  *   added tokens (split first, on the raw text)
  *   -> normalizers (norm[], in order)  -> pre-tokenizers (pre[], in order)
- *   -> model (WordPiece or BPE)        -> post-processor (template)
+ *   -> model (WordPiece, BPE or Unigram) -> post-processor (template)
  * tokenizer_json.c fills it from tokenizer.json; wordpiece.c and bpe.c fill
  * it from vocab.txt / vocab.json + merges.txt the way transformers' slow
  * classes would. tokenizer.c runs it. Text positions are code-point indices;
@@ -35,15 +35,22 @@ typedef struct {
 
 typedef enum {
     NORM_BERT, NORM_NFC, NORM_NFKC, NORM_NFD, NORM_NFKD, NORM_LOWERCASE, NORM_STRIP_ACCENTS,
-    NORM_REPLACE, NORM_PREPEND, NORM_STRIP
+    NORM_REPLACE, NORM_PREPEND, NORM_STRIP, NORM_PRECOMPILED
 } lens_norm_kind;
+
+/* A compiled Oniguruma regex (tokenizer_regex.c). */
+typedef struct lens_regex lens_regex;
+/* A SentencePiece charsmap (tokenizer_precompiled.c). */
+typedef struct lens_charsmap lens_charsmap;
 
 typedef struct {
     lens_norm_kind kind;
     /* BertNormalizer */
     unsigned char clean, chinese, strip_accents, lowercase, final_sigma;
-    /* Replace (pattern -> content), Prepend (content) */
+    /* Replace (pattern, or re when a Regex, -> content), Prepend (content) */
     char *pattern, *content;
+    lens_regex *re;
+    lens_charsmap *charsmap; /* Precompiled */
     /* Strip */
     unsigned char left, right;
 } lens_norm;
@@ -106,6 +113,9 @@ struct lens_tokenizer {
     int wp_prefix_len;
     int max_input_chars_per_word;
     int byte_fallback, fuse_unk, ignore_merges;
+    double *score;              /* Unigram: [vocab_size] log probability of each piece */
+    double min_score;           /* Unigram: the lowest score (unknowns score min_score - 10) */
+    int n_model_pieces;         /* Unigram: ids below this are the model's pieces */
     struct merge_slot *merge_slots;
     uint64_t merge_mask;
     int byte_id[256];           /* byte-level: id of each byte's symbol */
@@ -297,6 +307,17 @@ int lens_byte_level_ids(lens_tokenizer *tok, const char *what, lens_err *err);
 int lens_byte_fallback_ids(lens_tokenizer *tok);
 int lens_load_bpe(lens_tokenizer *tok, const char *dir, const char *vocab_name, const char *merges_name,
                   lens_err *err);
+
+/* Unigram (unigram.c): code points [a, b) of t (one pre-token) -> tokens
+ * with code-point offsets into t. */
+int lens_unigram_word(const lens_tokenizer *tok, const lens_text *t, int a, int b, int segment, lens_tok_vec *out);
+
+/* ---- Precompiled normalizer (tokenizer_precompiled.c) ------------------ */
+
+/* NULL with a message when bytes are not a charsmap. */
+lens_charsmap *lens_charsmap_new(const unsigned char *bytes, size_t n, char *msg, size_t msg_cap);
+void lens_charsmap_free(lens_charsmap *m);
+int lens_precompiled_normalize(const lens_charsmap *m, const lens_norm_buf *in, lens_norm_buf *out);
 
 /* ---- Pre-tokenizers (tokenizer_pretok.c) ------------------------------ */
 

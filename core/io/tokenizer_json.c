@@ -2,16 +2,18 @@
  * tokenizer_impl.h.
  *
  * Read: normalizer (Sequence, BertNormalizer, NFC, NFKC, NFD, NFKD,
- * Lowercase, StripAccents, Replace with a string pattern, Prepend, Strip),
- * pre_tokenizer (Sequence, BertPreTokenizer, ByteLevel, Split with a string
- * or the GPT-2 / Llama-3 / Qwen2 regex, Metaspace, Digits, Whitespace,
- * WhitespaceSplit, Punctuation), model (WordPiece; BPE with byte_fallback,
- * fuse_unk, ignore_merges, merges as "a b" strings or ["a", "b"] pairs),
- * post_processor (TemplateProcessing, BertProcessing, RobertaProcessing,
- * ByteLevel, Sequence of them), added_tokens (lstrip, rstrip, single_word,
- * special). decoder, truncation and padding are not used: lensd reports
- * pieces and offsets and never pads. Anything else is a load error that
- * names it, never a silently different tokenization. */
+ * Lowercase, StripAccents, Replace with a string or regex pattern, Prepend,
+ * Strip, Precompiled), pre_tokenizer (Sequence, BertPreTokenizer, ByteLevel,
+ * Split with a string or any regex, every behaviour and invert, Metaspace,
+ * Digits, Whitespace, WhitespaceSplit, Punctuation), model (WordPiece; BPE
+ * with byte_fallback, fuse_unk, ignore_merges, merges as "a b" strings or
+ * ["a", "b"] pairs; Unigram with unk_id and byte_fallback), post_processor
+ * (TemplateProcessing, BertProcessing, RobertaProcessing, ByteLevel,
+ * Sequence of them), added_tokens (lstrip, rstrip, single_word, special).
+ * decoder, truncation and padding are not used: lensd reports pieces and
+ * offsets and never pads. Anything else is a load error that names it (a
+ * normalizer or pre-tokenizer with its JSON path), never a silently
+ * different tokenization. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,17 +57,75 @@ static char *short_string(loader *L, const char *s, const char *what)
     return copy;
 }
 
-/* {"String": s} of Replace / Split; NULL (with an error) for a Regex. */
-static const char *string_pattern(loader *L, const json_t *node, const char *who)
+/* Oniguruma's compile of pattern into *re; a pattern it rejects is a load
+ * error naming the component, the JSON path and the engine's message. */
+static int compile(loader *L, lens_regex **re, const char *pattern, const char *who)
 {
-    const json_t *pat = json_object_get(node, "pattern");
-    const char *s = get_str(pat, "String");
-    if (!s) {
-        lens_fail(L->err, LENS_EFORMAT, "%s: %s with a \"Regex\" pattern is not supported (string patterns only)",
-                  L->path, who);
-        return NULL;
+    char msg[128];
+    *re = lens_regex_compile(pattern, msg, sizeof msg);
+    if (*re) return 0;
+    return lens_fail(L->err, LENS_EFORMAT, "%s: %s at %s: regex \"%.120s\" rejected by Oniguruma: %s", L->path, who,
+                     L->at ? L->at : "?", pattern, msg);
+}
+
+static int behavior_of(loader *L, const json_t *n, lens_split dflt, lens_split *out)
+{
+    const char *b = get_str(n, "behavior");
+    *out = dflt;
+    if (!b) return 0;
+    if (!strcmp(b, "Removed")) *out = SPLIT_REMOVED;
+    else if (!strcmp(b, "Isolated")) *out = SPLIT_ISOLATED;
+    else if (!strcmp(b, "MergedWithPrevious")) *out = SPLIT_MERGED_PREV;
+    else if (!strcmp(b, "MergedWithNext")) *out = SPLIT_MERGED_NEXT;
+    else if (!strcmp(b, "Contiguous")) *out = SPLIT_CONTIGUOUS;
+    else return lens_fail(L->err, LENS_EFORMAT, "%s: split behavior \"%.64s\" is not supported", L->path, b);
+    return 0;
+}
+
+/* Standard base64 (RFC 4648, padding optional) of s into *out (malloc'd). */
+static int base64_decode(const char *s, unsigned char **out, size_t *n)
+{
+    size_t len = strlen(s), k = 0;
+    unsigned char *buf = malloc(len / 4 * 3 + 3);
+    if (!buf) return -1;
+    uint32_t acc = 0;
+    int bits = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        int v = c >= 'A' && c <= 'Z' ? c - 'A' : c >= 'a' && c <= 'z' ? c - 'a' + 26 : c >= '0' && c <= '9' ? c - '0' + 52
+              : c == '+' ? 62 : c == '/' ? 63 : c == '=' ? -2 : -1;
+        if (v == -2) break;
+        if (v < 0) { free(buf); return 1; }
+        acc = acc << 6 | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            buf[k++] = (unsigned char)(acc >> bits);
+        }
     }
-    return s;
+    *out = buf;
+    *n = k;
+    return 0;
+}
+
+static int read_precompiled(loader *L, lens_norm *nm, const json_t *n)
+{
+    const char *b64 = get_str(n, "precompiled_charsmap");
+    if (!b64 || !*b64) return bad(L, "Precompiled without a \"precompiled_charsmap\" string");
+    unsigned char *bytes = NULL;
+    size_t len = 0;
+    int rc = base64_decode(b64, &bytes, &len);
+    if (rc < 0) return lens_fail(L->err, LENS_ENOMEM, "out of memory");
+    if (rc) return bad(L, "Precompiled precompiled_charsmap is not base64");
+    char msg[128];
+    nm->charsmap = lens_charsmap_new(bytes, len, msg, sizeof msg);
+    free(bytes);
+    if (!nm->charsmap) {
+        char what[200];
+        snprintf(what, sizeof what, "Precompiled: %s", msg);
+        return bad(L, what);
+    }
+    return 0;
 }
 
 /* ---- normalizer --------------------------------------------------------- */
@@ -113,12 +173,20 @@ static int add_norm(loader *L, const json_t *n, const char *at)
         if (!(nm->content = short_string(L, get_str(n, "prepend"), "Prepend needs a short \"prepend\" string"))) return -1;
     } else if (!strcmp(type, "Replace")) {
         nm->kind = NORM_REPLACE;
-        const char *p = string_pattern(L, n, "Replace");
-        if (!p) return -1;
-        if (!*p) return bad(L, "Replace with an empty pattern");
-        if (!(nm->pattern = short_string(L, p, "Replace pattern too long")) ||
-            !(nm->content = short_string(L, get_str(n, "content"), "Replace needs a short \"content\" string")))
+        const json_t *pat = json_object_get(n, "pattern");
+        const char *re = get_str(pat, "Regex"), *p = get_str(pat, "String");
+        if (re) {
+            if (compile(L, &nm->re, re, "Replace") < 0) return -1;
+        } else if (!p || !*p) {
+            return bad(L, "Replace without a non-empty String or Regex pattern");
+        } else if (!(nm->pattern = short_string(L, p, "Replace pattern too long"))) {
             return -1;
+        }
+        if (!(nm->content = short_string(L, get_str(n, "content"), "Replace needs a short \"content\" string")))
+            return -1;
+    } else if (!strcmp(type, "Precompiled")) {
+        nm->kind = NORM_PRECOMPILED;
+        if (read_precompiled(L, nm, n) < 0) return -1;
     } else {
         return lens_fail(L->err, LENS_EFORMAT, "%s: normalizer \"%.64s\" at %s is not supported", L->path, type, at);
     }
@@ -128,31 +196,6 @@ static int add_norm(loader *L, const json_t *n, const char *at)
 }
 
 /* ---- pre_tokenizer ------------------------------------------------------ */
-
-/* Oniguruma's compile of pattern into *re; a pattern it rejects is a load
- * error naming the component, the JSON path and the engine's message. */
-static int compile(loader *L, lens_regex **re, const char *pattern, const char *who)
-{
-    char msg[128];
-    *re = lens_regex_compile(pattern, msg, sizeof msg);
-    if (*re) return 0;
-    return lens_fail(L->err, LENS_EFORMAT, "%s: %s at %s: regex \"%.120s\" rejected by Oniguruma: %s", L->path, who,
-                     L->at ? L->at : "?", pattern, msg);
-}
-
-static int behavior_of(loader *L, const json_t *n, lens_split dflt, lens_split *out)
-{
-    const char *b = get_str(n, "behavior");
-    *out = dflt;
-    if (!b) return 0;
-    if (!strcmp(b, "Removed")) *out = SPLIT_REMOVED;
-    else if (!strcmp(b, "Isolated")) *out = SPLIT_ISOLATED;
-    else if (!strcmp(b, "MergedWithPrevious")) *out = SPLIT_MERGED_PREV;
-    else if (!strcmp(b, "MergedWithNext")) *out = SPLIT_MERGED_NEXT;
-    else if (!strcmp(b, "Contiguous")) *out = SPLIT_CONTIGUOUS;
-    else return lens_fail(L->err, LENS_EFORMAT, "%s: split behavior \"%.64s\" is not supported", L->path, b);
-    return 0;
-}
 
 /* Pre-tokenizer n, found at JSON path at ("pre_tokenizer.pretokenizers[0]"). */
 static int add_pre(loader *L, const json_t *n, const char *at)
@@ -332,11 +375,63 @@ static int empty_or_null(const json_t *v)
     return !v || json_is_null(v) || (json_is_string(v) && !*json_string_value(v));
 }
 
+/* Unigram: "vocab" [[piece, score], ...] (id = index), "unk_id",
+ * "byte_fallback"; every bad entry named by its JSON path. */
+static int read_unigram(loader *L, const json_t *model, const json_t *added)
+{
+    lens_tokenizer *tok = L->tok;
+    const json_t *vocab = json_object_get(model, "vocab"), *v;
+    size_t i, n = json_array_size(vocab);
+    if (!json_is_array(vocab) || n == 0) return bad(L, "model.vocab of a Unigram model is not a non-empty array");
+    if (n >= LENS_TOK_MAX_ID) return bad(L, "model.vocab of a Unigram model is too large");
+    long long max_id = (long long)n - 1;
+    json_array_foreach(added, i, v) {
+        const json_t *id = json_object_get(v, "id");
+        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= LENS_TOK_MAX_ID ||
+            !json_is_string(json_object_get(v, "content")) || !*get_str(v, "content"))
+            return bad(L, "added_tokens entry without a valid \"id\" and non-empty \"content\"");
+        if (json_integer_value(id) > max_id) max_id = json_integer_value(id);
+    }
+    if (lens_vocab_alloc(tok, (int)max_id + 1, L->err) < 0) return -1;
+    tok->score = calloc((size_t)max_id + 1, sizeof *tok->score);
+    if (!tok->score) return lens_fail(L->err, LENS_ENOMEM, "out of memory");
+    tok->n_model_pieces = (int)n;
+    tok->min_score = 0;
+    json_array_foreach(vocab, i, v) {
+        const json_t *piece = json_array_get(v, 0), *score = json_array_get(v, 1);
+        size_t bad_at;
+        if (!json_is_array(v) || json_array_size(v) != 2 || !json_is_string(piece) || !json_string_length(piece) ||
+            !lens_utf8_valid(json_string_value(piece), json_string_length(piece), &bad_at))
+            return lens_fail(L->err, LENS_EFORMAT, "%s: model.vocab[%zu] of a Unigram model is not [piece, score] "
+                             "with a non-empty UTF-8 piece", L->path, i);
+        if (!json_is_number(score))
+            return lens_fail(L->err, LENS_EFORMAT, "%s: model.vocab[%zu] (\"%.64s\"): score is not a number", L->path,
+                             i, json_string_value(piece));
+        if (lens_piece_set(tok, (int)i, json_string_value(piece), json_string_length(piece), L->err) < 0) return -1;
+        tok->score[i] = json_number_value(score);
+        if (!i || tok->score[i] < tok->min_score) tok->min_score = tok->score[i];
+    }
+    json_array_foreach(added, i, v) {
+        int id = (int)json_integer_value(json_object_get(v, "id"));
+        const char *s = get_str(v, "content");
+        if (!tok->piece[id] && lens_piece_set(tok, id, s, strlen(s), L->err) < 0) return -1;
+    }
+    if (lens_vocab_build_index(tok, L->err) < 0) return -1;
+    const json_t *unk = json_object_get(model, "unk_id");
+    if (!json_is_integer(unk) || json_integer_value(unk) < 0 || json_integer_value(unk) >= (json_int_t)n)
+        return bad(L, "model.unk_id of a Unigram model is not an id of model.vocab (a Unigram model without one is not supported)");
+    tok->unk_id = (int)json_integer_value(unk);
+    tok->byte_fallback = get_bool(model, "byte_fallback", 0);
+    tok->kind = LENS_TOK_UNIGRAM;
+    return lens_byte_fallback_ids(tok);
+}
+
 static int read_model(loader *L, const json_t *model, const json_t *added)
 {
     lens_tokenizer *tok = L->tok;
     const char *type = get_str(model, "type");
     if (!json_is_object(model)) return bad(L, "no \"model\" object");
+    if (type && !strcmp(type, "Unigram")) return read_unigram(L, model, added);
     if (!type) type = json_object_get(model, "merges") ? "BPE" : json_object_get(model, "max_input_chars_per_word") ? "WordPiece" : "";
     if (read_vocab(L, json_object_get(model, "vocab"), added) < 0 || read_unk(L, model) < 0) return -1;
     if (!strcmp(type, "WordPiece")) {
@@ -352,7 +447,7 @@ static int read_model(loader *L, const json_t *model, const json_t *added)
         return 0;
     }
     if (strcmp(type, "BPE") != 0)
-        return lens_fail(L->err, LENS_EFORMAT, "%s: model \"%.64s\" is not supported (WordPiece, BPE)", L->path, type);
+        return lens_fail(L->err, LENS_EFORMAT, "%s: model \"%.64s\" is not supported (WordPiece, BPE, Unigram)", L->path, type);
     tok->kind = LENS_TOK_BPE;
     if (!empty_or_null(json_object_get(model, "continuing_subword_prefix")) ||
         !empty_or_null(json_object_get(model, "end_of_word_suffix")))

@@ -3,12 +3,10 @@
  * Every normaliser maps a lens_norm_buf (code points, each with the span
  * [os, oe) of original code points it came from) to another, so offsets
  * survive any chain: BertNormalizer, NFC/NFKC/NFD/NFKD, Lowercase,
- * StripAccents, Replace (string pattern), Prepend, Strip. Unicode tables
+ * StripAccents, Replace (string or regex pattern), Prepend, Strip. Unicode tables
  * are utf8proc's (no hand tables).
  *
- * Known differences from Hugging Face's Rust normalizers:
- *   - Replace supports string patterns only (regex patterns are refused at
- *     load time). */
+ * Precompiled (SentencePiece's charsmap) is in tokenizer_precompiled.c. */
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -280,6 +278,69 @@ static int utf8_to_cps(const char *s, uint32_t *out, int cap)
     return n;
 }
 
+/* Replace: the matches of a string pattern (compared, left to right, not
+ * overlapping) or a Regex (Oniguruma over in's UTF-8) replaced by content. */
+typedef struct {
+    const lens_norm *nm;
+    const lens_norm_buf *in;
+    lens_norm_buf *out;
+    uint32_t rep[64];
+    int n_rep, done; /* in[0, done) is written */
+} replacer;
+
+/* HF's NormalizedString::replace: the text before the match as it is, then
+ * the content, every code point of it aligned to the match's last code
+ * point (transform_range with all changes 1 after removing the match; an
+ * empty match: the code point before it). */
+static int on_replace(void *ctx, int s, int e)
+{
+    replacer *R = ctx;
+    int rc = 0;
+    for (int i = R->done; i < s && !rc; i++) rc = lens_norm_push(R->out, R->in->cp[i], R->in->os[i], R->in->oe[i]);
+    int at = e > s ? e - 1 : s - 1, os = at >= 0 ? R->in->os[at] : 0, oe = at >= 0 ? R->in->oe[at] : 0;
+    for (int j = 0; j < R->n_rep && !rc; j++) rc = lens_norm_push(R->out, R->rep[j], os, oe);
+    R->done = e;
+    return rc;
+}
+
+static int replace_all(const lens_norm *nm, const lens_norm_buf *in, lens_norm_buf *out)
+{
+    replacer R = { nm, in, out, { 0 }, 0, 0 };
+    R.n_rep = utf8_to_cps(nm->content, R.rep, 64);
+    int rc = 0;
+    if (nm->re) {
+        /* in as UTF-8 text for the engine */
+        lens_text t = { 0 };
+        char *bytes = malloc((size_t)in->n * 4 + 1);
+        t.cp = in->cp;
+        t.byte_off = malloc(((size_t)in->n + 1) * sizeof *t.byte_off);
+        if (!bytes || !t.byte_off) rc = -1;
+        for (int i = 0, nb = 0; !rc && i <= in->n; i++) {
+            t.byte_off[i] = nb;
+            if (i < in->n) nb += lens_utf8_put(in->cp[i], bytes + nb);
+        }
+        if (!rc) {
+            t.bytes = bytes, t.n = in->n, t.len = (size_t)t.byte_off[in->n];
+            rc = lens_regex_each(nm->re, &t, 0, in->n, on_replace, &R);
+        }
+        free(bytes);
+        free(t.byte_off);
+    } else {
+        uint32_t pat[64];
+        int np = utf8_to_cps(nm->pattern, pat, 64);
+        for (int i = 0; np && i + np <= in->n && !rc;) {
+            if (memcmp(in->cp + i, pat, (size_t)np * sizeof *pat) == 0) {
+                rc = on_replace(&R, i, i + np);
+                i += np;
+            } else {
+                i++;
+            }
+        }
+    }
+    for (int i = R.done; i < in->n && !rc; i++) rc = lens_norm_push(out, in->cp[i], in->os[i], in->oe[i]);
+    return rc;
+}
+
 int lens_normalize_step(const lens_norm *nm, const lens_norm_buf *in, lens_norm_buf *out)
 {
     out->n = 0;
@@ -302,8 +363,12 @@ int lens_normalize_step(const lens_norm *nm, const lens_norm_buf *in, lens_norm_
         }
         return rc;
     case NORM_STRIP_ACCENTS:
-        for (int i = 0; i < in->n && !rc; i++)
-            if (ucat(in->cp[i]) != UTF8PROC_CATEGORY_MN) rc = lens_norm_push(out, in->cp[i], in->os[i], in->oe[i]);
+        /* HF's StripAccents drops every mark (Mn, Mc, Me: is_combining_mark), BertNormalizer's only Mn */
+        for (int i = 0; i < in->n && !rc; i++) {
+            utf8proc_category_t c = ucat(in->cp[i]);
+            if (c != UTF8PROC_CATEGORY_MN && c != UTF8PROC_CATEGORY_MC && c != UTF8PROC_CATEGORY_ME)
+                rc = lens_norm_push(out, in->cp[i], in->os[i], in->oe[i]);
+        }
         return rc;
     case NORM_STRIP: {
         int a = 0, b = in->n;
@@ -319,21 +384,8 @@ int lens_normalize_step(const lens_norm *nm, const lens_norm_buf *in, lens_norm_
         for (int i = 0; i < in->n && !rc; i++) rc = lens_norm_push(out, in->cp[i], in->os[i], in->oe[i]);
         return rc;
     }
-    case NORM_REPLACE: {
-        uint32_t pat[64], rep[64];
-        int np = utf8_to_cps(nm->pattern, pat, 64), nr = utf8_to_cps(nm->content, rep, 64);
-        for (int i = 0; i < in->n && !rc;) {
-            if (np && i + np <= in->n && memcmp(in->cp + i, pat, (size_t)np * sizeof *pat) == 0) {
-                for (int j = 0; j < nr && !rc; j++)
-                    rc = lens_norm_push(out, rep[j], in->os[i + (j < np ? j : np - 1)], in->oe[i + (j < np ? j : np - 1)]);
-                i += np;
-            } else {
-                rc = lens_norm_push(out, in->cp[i], in->os[i], in->oe[i]);
-                i++;
-            }
-        }
-        return rc;
-    }
+    case NORM_REPLACE: return replace_all(nm, in, out);
+    case NORM_PRECOMPILED: return lens_precompiled_normalize(nm->charsmap, in, out);
     }
     return -1;
 }

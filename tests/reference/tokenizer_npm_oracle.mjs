@@ -21,6 +21,7 @@ import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { cases, extraCases } from './tokenizer_strings.mjs';
 import { encodeCase, addedSpecialIds } from './tokenizer_encode.mjs';
+import { albertTokenizerJson } from './tokenizer_spm.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const dir = process.env.LENS_TOKORACLE;
@@ -76,9 +77,23 @@ async function run(name, file, npm, override) {
     console.log(`tokoracle: tokenizer_json_${name}.json: ${items.length} cases`);
 }
 
+// A SentencePiece bundle (albert): its model converted to tokenizer.json under
+// $LENS_TOKORACLE/built/NAME/, which the expected file names in "file".
+function built(name, bundle) {
+    const model = Buffer.from(require(bundle).clean_30k_b64, 'base64');
+    const rel = path.join('built', name, 'tokenizer.json');
+    fs.mkdirSync(path.join(dir, 'built', name), { recursive: true });
+    fs.writeFileSync(path.join(dir, rel), JSON.stringify(albertTokenizerJson(model)));
+    return rel;
+}
+
 for (const [name, pkg, version, rel, bytes, sha256] of rows) {
-    const file = path.join(dir, 'node_modules', pkg, rel);
+    let file = path.join(dir, 'node_modules', pkg, rel);
     const npm = { package: pkg, version, path: rel, bytes: Number(bytes), sha256 };
+    if (rel.endsWith('.cjs')) {
+        npm.file = built(name, file);
+        file = path.join(dir, npm.file);
+    }
     await run(name, file, npm, null);
     if (name !== 'llama3') continue;
     await run('llama3_bos', file, npm, { post_processor: llama3Bos(JSON.parse(fs.readFileSync(file, 'utf8'))) });
