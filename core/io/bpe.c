@@ -429,7 +429,7 @@ static int bpe_pipeline(lens_tokenizer *tok, const json_t *config, lens_err *err
                          "(GPT2Tokenizer, RobertaTokenizer)", name);
     const json_t *aps = config ? json_object_get(config, "add_prefix_space") : NULL;
     tok->n_pre = 1;
-    tok->pre[0] = (lens_pre){ .kind = PRE_BYTELEVEL, .behavior = SPLIT_ISOLATED, .use_regex = 1,
+    tok->pre[0] = (lens_pre){ .kind = PRE_BYTELEVEL, .behavior = SPLIT_ISOLATED, .use_regex = 1, .fast = FAST_GPT2,
                               .add_prefix_space = (unsigned char)json_is_true(aps) };
     char msg[128];
     if (!(tok->pre[0].re = lens_regex_compile(lens_gpt2_pattern, msg, sizeof msg)))

@@ -64,6 +64,9 @@ typedef enum {
 /* A compiled Oniguruma regex (tokenizer_regex.c). */
 typedef struct lens_regex lens_regex;
 
+/* The regexes with a hand-written fast path (tokenizer_pretok.c). */
+typedef enum { FAST_NONE = -1, FAST_GPT2, FAST_LLAMA3, FAST_QWEN2 } lens_fast_regex;
+
 /* Split behaviours of HF's SplitDelimiterBehavior. */
 typedef enum { SPLIT_REMOVED, SPLIT_ISOLATED, SPLIT_MERGED_PREV, SPLIT_MERGED_NEXT, SPLIT_CONTIGUOUS } lens_split;
 
@@ -72,6 +75,7 @@ typedef struct {
     lens_regex *re;            /* PRE_REGEX, PRE_BYTELEVEL with use_regex (owned) */
     unsigned char use_regex, add_prefix_space, individual_digits, split;
     unsigned char invert;      /* PRE_REGEX: the pieces between matches are the delimiters */
+    lens_fast_regex fast;      /* PRE_REGEX, PRE_BYTELEVEL: the hand-written matcher of re, or FAST_NONE */
     unsigned char prepend;     /* Metaspace: 0 never, 1 first, 2 always */
     lens_split behavior;
     uint32_t replacement;      /* Metaspace */
@@ -326,10 +330,13 @@ int lens_precompiled_normalize(const lens_charsmap *m, const lens_norm_buf *in, 
 typedef int (*lens_word_fn)(void *ctx, const lens_text *t, int i, int j);
 int lens_pretokenize(const lens_tokenizer *tok, int k, const lens_text *t, int a, int b, lens_word_fn word,
                      void *ctx);
-/* GPT-2's pre-tokenizer regex written out by hand over utf8proc's classes:
- * the end of the pre-token at i. Only lens_gpt2_pretokenize (vocabulary
- * training) uses it; tokenizers run the regex through Oniguruma. */
+/* The fast paths: the end of the pre-token at i of a hand-written regex
+ * (GPT-2's also for vocabulary training, lens_gpt2_pretokenize); which
+ * fast path a pattern has (FAST_NONE when none) and its pattern. */
 int lens_gpt2_word_end(const uint32_t *cp, int i, int b);
+int lens_fast_word_end(lens_fast_regex which, const uint32_t *cp, int i, int b);
+lens_fast_regex lens_fast_regex_of(const char *pattern);
+const char *lens_fast_regex_pattern(lens_fast_regex which);
 
 /* ---- Regexes through Oniguruma (tokenizer_regex.c) -------------------- */
 

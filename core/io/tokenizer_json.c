@@ -219,12 +219,14 @@ static int add_pre(loader *L, const json_t *n, const char *at)
     if (tok->n_pre == LENS_TOK_MAX_STEPS) return bad(L, "too many pre_tokenizers");
     lens_pre *p = &tok->pre[tok->n_pre];
     memset(p, 0, sizeof *p);
+    p->fast = FAST_NONE;
     if (!strcmp(type, "BertPreTokenizer")) {
         p->kind = PRE_BERT;
     } else if (!strcmp(type, "ByteLevel")) {
         p->kind = PRE_BYTELEVEL;
         p->behavior = SPLIT_ISOLATED;
         p->use_regex = (unsigned char)get_bool(n, "use_regex", 1);
+        p->fast = FAST_GPT2;
         if (p->use_regex && compile(L, &p->re, lens_gpt2_pattern, "ByteLevel") < 0) return -1;
         p->add_prefix_space = (unsigned char)get_bool(n, "add_prefix_space", 1);
         if (p->add_prefix_space && tok->n_pre > 0)
@@ -237,6 +239,7 @@ static int add_pre(loader *L, const json_t *n, const char *at)
         if (re) {
             p->kind = PRE_REGEX;
             if (compile(L, &p->re, re, "Split") < 0) return -1;
+            p->fast = p->behavior == SPLIT_ISOLATED && !p->invert ? lens_fast_regex_of(re) : FAST_NONE;
         } else if (p->invert) {
             return bad(L, "Split with a String pattern and \"invert\": true is not supported");
         } else if (str && *str) {
