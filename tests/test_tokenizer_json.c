@@ -14,8 +14,9 @@
  *            mkmodel --arch roberta writes them, and its tokenizer.json
  * The real tokenizer.json files of tests/reference/tokenizer_files.tsv
  * (Llama 3 / 3.1, Qwen 2.5 / 3, Gemma / Gemma 3, Llama 2, DeepSeek-V3,
- * gpt-oss, GPT-4o, GPT-3.5, Claude, and ALBERT's Unigram SentencePiece model
- * converted to tokenizer.json: 436 strings each) are fetched, pinned by
+ * gpt-oss, GPT-4o, GPT-3.5, Claude, and two Unigram SentencePiece models
+ * converted to tokenizer.json as ALBERT's and T5's: 436 strings each) are
+ * fetched, pinned by
  * version and sha256, with the Rust library itself by the test set-up
  * (tests/reference/tokoracle.sh, run by make test), which writes the
  * library's answers to $LENS_TOKORACLE/expected (default build/tokoracle);

@@ -21,7 +21,7 @@ import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { cases, extraCases } from './tokenizer_strings.mjs';
 import { encodeCase, addedSpecialIds } from './tokenizer_encode.mjs';
-import { albertTokenizerJson } from './tokenizer_spm.mjs';
+import { spmTokenizerJson } from './tokenizer_spm.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const dir = process.env.LENS_TOKORACLE;
@@ -77,13 +77,18 @@ async function run(name, file, npm, override) {
     console.log(`tokoracle: tokenizer_json_${name}.json: ${items.length} cases`);
 }
 
-// A SentencePiece bundle (albert): its model converted to tokenizer.json under
-// $LENS_TOKORACLE/built/NAME/, which the expected file names in "file".
+// A SentencePiece bundle: one of its models converted to tokenizer.json
+// (tokenizer_spm.mjs) under $LENS_TOKORACLE/built/NAME/, which the expected
+// file names in "file". albert: ALBERT's 30k-clean.model, AlbertConverter;
+// unigram_t5: the bundle's other Unigram model (50k pieces, nmt_nfkc
+// charsmap), T5Converter (the layout of T5's and XLM-R's files).
+const spmModels = { albert: ['clean_30k_b64', 'albert'], unigram_t5: ['smart_b64', 't5'] };
 function built(name, bundle) {
-    const model = Buffer.from(require(bundle).clean_30k_b64, 'base64');
+    const [key, style] = spmModels[name];
+    const model = Buffer.from(require(bundle)[key], 'base64');
     const rel = path.join('built', name, 'tokenizer.json');
     fs.mkdirSync(path.join(dir, 'built', name), { recursive: true });
-    fs.writeFileSync(path.join(dir, rel), JSON.stringify(albertTokenizerJson(model)));
+    fs.writeFileSync(path.join(dir, rel), JSON.stringify(spmTokenizerJson(model, style)));
     return rel;
 }
 

@@ -1,10 +1,15 @@
 // tokenizer_spm.mjs - a SentencePiece Unigram model (.model, protobuf) into
-// the tokenizer.json transformers' AlbertConverter (convert_slow_tokenizer.py)
-// writes for it: normalizer Sequence [Replace `` and '' by ", NFKD,
-// StripAccents, Lowercase, Precompiled (the model's charsmap), Replace
-// regex " {2,}" by " "], Metaspace (prepend always), Unigram (pieces and
-// scores, the scores of pieces that are not numbers with commas lowered by
-// 100 as AlbertConverter does), [CLS] A [SEP] (B [SEP]).
+// the tokenizer.json transformers' converters (convert_slow_tokenizer.py)
+// write for it:
+//   albert  AlbertConverter: normalizer Sequence [Replace `` and '' by ",
+//           NFKD, StripAccents, Lowercase, Precompiled (the model's
+//           charsmap), Replace regex " {2,}" by " "], Metaspace (prepend
+//           always), Unigram (pieces and scores, the scores of pieces that
+//           are not numbers with commas lowered by 100 as AlbertConverter
+//           does), [CLS] A [SEP] (B [SEP]).
+//   t5      T5Converter (SpmConverter's defaults, as XLM-R's and T5's
+//           files): normalizer Sequence [Precompiled, Replace regex " {2,}"
+//           by " "], Metaspace (prepend always), Unigram, A </s> (B </s>).
 // Only the protobuf fields needed: ModelProto.pieces (1: piece 1, score 2,
 // type 3), trainer_spec.unk_id (2.40), normalizer_spec.precompiled_charsmap (3.2).
 
@@ -29,7 +34,7 @@ function* fields(buf) {
     }
 }
 
-export function albertTokenizerJson(model) {
+export function spmTokenizerJson(model, style) {
     const pieces = [];
     let unkId = 0, charsmap = null;
     for (const [no, v] of fields(model)) {
@@ -48,21 +53,28 @@ export function albertTokenizerJson(model) {
         }
     }
     const numberComma = (s) => s.length < 2 || s.at(-1) !== ',' || !/\d/.test(s.at(-2));
-    const vocab = pieces.map((p) => [p.piece, numberComma(p.piece) ? p.score : p.score - 100]);
+    const albert = style === 'albert';
+    const vocab = pieces.map((p) => [p.piece, !albert || numberComma(p.piece) ? p.score : p.score - 100]);
     const id = (s) => pieces.findIndex((p) => p.piece === s);
     const special = (s) => ({ id: id(s), content: s, single_word: false, lstrip: false, rstrip: false,
                               normalized: false, special: true });
+    const precompiled = [{ type: 'Precompiled', precompiled_charsmap: charsmap.toString('base64') },
+                         { type: 'Replace', pattern: { Regex: ' {2,}' }, content: ' ' }];
+    const eos = { type: 'TemplateProcessing',
+        single: [{ Sequence: { id: 'A', type_id: 0 } }, { SpecialToken: { id: '</s>', type_id: 0 } }],
+        pair: [{ Sequence: { id: 'A', type_id: 0 } }, { SpecialToken: { id: '</s>', type_id: 0 } },
+               { Sequence: { id: 'B', type_id: 0 } }, { SpecialToken: { id: '</s>', type_id: 0 } }],
+        special_tokens: { '</s>': { id: '</s>', ids: [id('</s>')], tokens: ['</s>'] } } };
     return {
         version: '1.0', truncation: null, padding: null,
-        added_tokens: ['<pad>', '<unk>', '[CLS]', '[SEP]', '[MASK]'].filter((s) => id(s) >= 0).map(special),
-        normalizer: { type: 'Sequence', normalizers: [
+        added_tokens: (albert ? ['<pad>', '<unk>', '[CLS]', '[SEP]', '[MASK]'] : ['<pad>', '<unk>', '<s>', '</s>'])
+            .filter((s) => id(s) >= 0).map(special),
+        normalizer: { type: 'Sequence', normalizers: albert ? [
             { type: 'Replace', pattern: { String: '``' }, content: '"' },
             { type: 'Replace', pattern: { String: "''" }, content: '"' },
-            { type: 'NFKD' }, { type: 'StripAccents' }, { type: 'Lowercase' },
-            { type: 'Precompiled', precompiled_charsmap: charsmap.toString('base64') },
-            { type: 'Replace', pattern: { Regex: ' {2,}' }, content: ' ' }] },
+            { type: 'NFKD' }, { type: 'StripAccents' }, { type: 'Lowercase' }, ...precompiled] : precompiled },
         pre_tokenizer: { type: 'Metaspace', replacement: '▁', prepend_scheme: 'always', split: true },
-        post_processor: { type: 'TemplateProcessing',
+        post_processor: !albert ? eos : { type: 'TemplateProcessing',
             single: [{ SpecialToken: { id: '[CLS]', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } },
                      { SpecialToken: { id: '[SEP]', type_id: 0 } }],
             pair: [{ SpecialToken: { id: '[CLS]', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } },
