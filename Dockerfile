@@ -42,7 +42,7 @@ FROM ${DEBIAN_IMAGE} AS runtime
 # alternatives that liblapacke uses.
 RUN apt-get update -q \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-      libmicrohttpd12 libjansson4 libutf8proc2 libopenblas0-pthread liblapacke \
+      libmicrohttpd12 libjansson4 libutf8proc2 libonig5 libopenblas0-pthread liblapacke \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb \
  && groupadd --system --gid 10001 lensd \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \

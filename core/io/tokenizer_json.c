@@ -2,16 +2,18 @@
  * tokenizer_impl.h.
  *
  * Read: normalizer (Sequence, BertNormalizer, NFC, NFKC, NFD, NFKD,
- * Lowercase, StripAccents, Replace with a string pattern, Prepend, Strip),
- * pre_tokenizer (Sequence, BertPreTokenizer, ByteLevel, Split with a string
- * or the GPT-2 / Llama-3 / Qwen2 regex, Metaspace, Digits, Whitespace,
- * WhitespaceSplit, Punctuation), model (WordPiece; BPE with byte_fallback,
- * fuse_unk, ignore_merges, merges as "a b" strings or ["a", "b"] pairs),
- * post_processor (TemplateProcessing, BertProcessing, RobertaProcessing,
- * ByteLevel, Sequence of them), added_tokens (lstrip, rstrip, single_word,
- * special). decoder, truncation and padding are not used: lensd reports
- * pieces and offsets and never pads. Anything else is a load error that
- * names it, never a silently different tokenization. */
+ * Lowercase, StripAccents, Replace with a string or regex pattern, Prepend,
+ * Strip, Precompiled), pre_tokenizer (Sequence, BertPreTokenizer, ByteLevel,
+ * Split with a string or any regex, every behaviour and invert, Metaspace,
+ * Digits, Whitespace, WhitespaceSplit, Punctuation), model (WordPiece; BPE
+ * with byte_fallback, fuse_unk, ignore_merges, merges as "a b" strings or
+ * ["a", "b"] pairs; Unigram with unk_id and byte_fallback), post_processor
+ * (TemplateProcessing, BertProcessing, RobertaProcessing, ByteLevel,
+ * Sequence of them), added_tokens (lstrip, rstrip, single_word, special).
+ * decoder, truncation and padding are not used: lensd reports pieces and
+ * offsets and never pads. Anything else is a load error that names it (a
+ * normalizer or pre-tokenizer with its JSON path), never a silently
+ * different tokenization. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,10 +24,12 @@ typedef struct {
     lens_tokenizer *tok;
     const char *path;
     lens_err *err;
+    const char *at; /* JSON path of the normalizer / pre-tokenizer being read, or NULL */
 } loader;
 
 static int bad(loader *L, const char *what)
 {
+    if (L->at) return lens_fail(L->err, LENS_EFORMAT, "%s: %s (at %s)", L->path, what, L->at);
     return lens_fail(L->err, LENS_EFORMAT, "%s: %s", L->path, what);
 }
 
@@ -53,32 +57,96 @@ static char *short_string(loader *L, const char *s, const char *what)
     return copy;
 }
 
-/* {"String": s} of Replace / Split; NULL (with an error) for a Regex. */
-static const char *string_pattern(loader *L, const json_t *node, const char *who)
+/* Oniguruma's compile of pattern into *re; a pattern it rejects is a load
+ * error naming the component, the JSON path and the engine's message. */
+static int compile(loader *L, lens_regex **re, const char *pattern, const char *who)
 {
-    const json_t *pat = json_object_get(node, "pattern");
-    const char *s = get_str(pat, "String");
-    if (!s) {
-        lens_fail(L->err, LENS_EFORMAT, "%s: %s with a \"Regex\" pattern is not supported (string patterns only)",
-                  L->path, who);
-        return NULL;
+    char msg[128];
+    *re = lens_regex_compile(pattern, msg, sizeof msg);
+    if (*re) return 0;
+    return lens_fail(L->err, LENS_EFORMAT, "%s: %s at %s: regex \"%.120s\" rejected by Oniguruma: %s", L->path, who,
+                     L->at ? L->at : "?", pattern, msg);
+}
+
+static int behavior_of(loader *L, const json_t *n, lens_split dflt, lens_split *out)
+{
+    const char *b = get_str(n, "behavior");
+    *out = dflt;
+    if (!b) return 0;
+    if (!strcmp(b, "Removed")) *out = SPLIT_REMOVED;
+    else if (!strcmp(b, "Isolated")) *out = SPLIT_ISOLATED;
+    else if (!strcmp(b, "MergedWithPrevious")) *out = SPLIT_MERGED_PREV;
+    else if (!strcmp(b, "MergedWithNext")) *out = SPLIT_MERGED_NEXT;
+    else if (!strcmp(b, "Contiguous")) *out = SPLIT_CONTIGUOUS;
+    else return lens_fail(L->err, LENS_EFORMAT, "%s: split behavior \"%.64s\" is not supported", L->path, b);
+    return 0;
+}
+
+/* Standard base64 (RFC 4648, padding optional) of s into *out (malloc'd). */
+static int base64_decode(const char *s, unsigned char **out, size_t *n)
+{
+    size_t len = strlen(s), k = 0;
+    unsigned char *buf = malloc(len / 4 * 3 + 3);
+    if (!buf) return -1;
+    uint32_t acc = 0;
+    int bits = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        int v = c >= 'A' && c <= 'Z' ? c - 'A' : c >= 'a' && c <= 'z' ? c - 'a' + 26 : c >= '0' && c <= '9' ? c - '0' + 52
+              : c == '+' ? 62 : c == '/' ? 63 : c == '=' ? -2 : -1;
+        if (v == -2) break;
+        if (v < 0) { free(buf); return 1; }
+        acc = acc << 6 | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            buf[k++] = (unsigned char)(acc >> bits);
+        }
     }
-    return s;
+    *out = buf;
+    *n = k;
+    return 0;
+}
+
+static int read_precompiled(loader *L, lens_norm *nm, const json_t *n)
+{
+    const char *b64 = get_str(n, "precompiled_charsmap");
+    if (!b64 || !*b64) return bad(L, "Precompiled without a \"precompiled_charsmap\" string");
+    unsigned char *bytes = NULL;
+    size_t len = 0;
+    int rc = base64_decode(b64, &bytes, &len);
+    if (rc < 0) return lens_fail(L->err, LENS_ENOMEM, "out of memory");
+    if (rc) return bad(L, "Precompiled precompiled_charsmap is not base64");
+    char msg[128];
+    nm->charsmap = lens_charsmap_new(bytes, len, msg, sizeof msg);
+    free(bytes);
+    if (!nm->charsmap) {
+        char what[200];
+        snprintf(what, sizeof what, "Precompiled: %s", msg);
+        return bad(L, what);
+    }
+    return 0;
 }
 
 /* ---- normalizer --------------------------------------------------------- */
 
-static int add_norm(loader *L, const json_t *n)
+/* Normalizer n, found at JSON path at ("normalizer.normalizers[1]"). */
+static int add_norm(loader *L, const json_t *n, const char *at)
 {
     lens_tokenizer *tok = L->tok;
     const char *type = get_str(n, "type");
+    L->at = at;
     if (!type) return bad(L, "normalizer without a \"type\"");
     if (!strcmp(type, "Sequence")) {
         const json_t *list = json_object_get(n, "normalizers"), *v;
         size_t i;
         if (!json_is_array(list)) return bad(L, "Sequence normalizer without \"normalizers\"");
-        json_array_foreach(list, i, v)
-            if (add_norm(L, v) < 0) return -1;
+        json_array_foreach(list, i, v) {
+            char child[160];
+            snprintf(child, sizeof child, "%.120s.normalizers[%zu]", at, i);
+            if (add_norm(L, v, child) < 0) return -1;
+        }
+        L->at = NULL;
         return 0;
     }
     if (tok->n_norm == LENS_TOK_MAX_STEPS) return bad(L, "too many normalizers");
@@ -105,73 +173,75 @@ static int add_norm(loader *L, const json_t *n)
         if (!(nm->content = short_string(L, get_str(n, "prepend"), "Prepend needs a short \"prepend\" string"))) return -1;
     } else if (!strcmp(type, "Replace")) {
         nm->kind = NORM_REPLACE;
-        const char *p = string_pattern(L, n, "Replace");
-        if (!p) return -1;
-        if (!*p) return bad(L, "Replace with an empty pattern");
-        if (!(nm->pattern = short_string(L, p, "Replace pattern too long")) ||
-            !(nm->content = short_string(L, get_str(n, "content"), "Replace needs a short \"content\" string")))
+        const json_t *pat = json_object_get(n, "pattern");
+        const char *re = get_str(pat, "Regex"), *p = get_str(pat, "String");
+        if (re) {
+            if (compile(L, &nm->re, re, "Replace") < 0) return -1;
+        } else if (!p || !*p) {
+            return bad(L, "Replace without a non-empty String or Regex pattern");
+        } else if (!(nm->pattern = short_string(L, p, "Replace pattern too long"))) {
             return -1;
+        }
+        if (!(nm->content = short_string(L, get_str(n, "content"), "Replace needs a short \"content\" string")))
+            return -1;
+    } else if (!strcmp(type, "Precompiled")) {
+        nm->kind = NORM_PRECOMPILED;
+        if (read_precompiled(L, nm, n) < 0) return -1;
     } else {
-        return lens_fail(L->err, LENS_EFORMAT, "%s: normalizer \"%.64s\" is not supported", L->path, type);
+        return lens_fail(L->err, LENS_EFORMAT, "%s: normalizer \"%.64s\" at %s is not supported", L->path, type, at);
     }
     tok->n_norm++;
+    L->at = NULL;
     return 0;
 }
 
 /* ---- pre_tokenizer ------------------------------------------------------ */
 
-static int behavior_of(loader *L, const json_t *n, lens_split dflt, lens_split *out)
-{
-    const char *b = get_str(n, "behavior");
-    *out = dflt;
-    if (!b) return 0;
-    if (!strcmp(b, "Removed")) *out = SPLIT_REMOVED;
-    else if (!strcmp(b, "Isolated")) *out = SPLIT_ISOLATED;
-    else if (!strcmp(b, "MergedWithPrevious")) *out = SPLIT_MERGED_PREV;
-    else if (!strcmp(b, "MergedWithNext")) *out = SPLIT_MERGED_NEXT;
-    else if (!strcmp(b, "Contiguous")) *out = SPLIT_CONTIGUOUS;
-    else return lens_fail(L->err, LENS_EFORMAT, "%s: split behavior \"%.64s\" is not supported", L->path, b);
-    return 0;
-}
-
-static int add_pre(loader *L, const json_t *n)
+/* Pre-tokenizer n, found at JSON path at ("pre_tokenizer.pretokenizers[0]"). */
+static int add_pre(loader *L, const json_t *n, const char *at)
 {
     lens_tokenizer *tok = L->tok;
     const char *type = get_str(n, "type");
+    L->at = at;
     if (!type) return bad(L, "pre_tokenizer without a \"type\"");
     if (!strcmp(type, "Sequence")) {
         const json_t *list = json_object_get(n, "pretokenizers"), *v;
         size_t i;
         if (!json_is_array(list)) return bad(L, "Sequence pre_tokenizer without \"pretokenizers\"");
-        json_array_foreach(list, i, v)
-            if (add_pre(L, v) < 0) return -1;
+        json_array_foreach(list, i, v) {
+            char child[160];
+            snprintf(child, sizeof child, "%.120s.pretokenizers[%zu]", at, i);
+            if (add_pre(L, v, child) < 0) return -1;
+        }
+        L->at = NULL;
         return 0;
     }
     if (tok->n_pre == LENS_TOK_MAX_STEPS) return bad(L, "too many pre_tokenizers");
     lens_pre *p = &tok->pre[tok->n_pre];
     memset(p, 0, sizeof *p);
+    p->fast = FAST_NONE;
     if (!strcmp(type, "BertPreTokenizer")) {
         p->kind = PRE_BERT;
     } else if (!strcmp(type, "ByteLevel")) {
         p->kind = PRE_BYTELEVEL;
-        p->regex = RE_GPT2;
+        p->behavior = SPLIT_ISOLATED;
         p->use_regex = (unsigned char)get_bool(n, "use_regex", 1);
+        p->fast = FAST_GPT2;
+        if (p->use_regex && compile(L, &p->re, lens_gpt2_pattern, "ByteLevel") < 0) return -1;
         p->add_prefix_space = (unsigned char)get_bool(n, "add_prefix_space", 1);
         if (p->add_prefix_space && tok->n_pre > 0)
             return bad(L, "ByteLevel with add_prefix_space after another pre_tokenizer is not supported");
     } else if (!strcmp(type, "Split")) {
         const json_t *pat = json_object_get(n, "pattern");
-        if (get_bool(n, "invert", 0)) return bad(L, "Split with \"invert\": true is not supported");
+        p->invert = (unsigned char)get_bool(n, "invert", 0);
         if (behavior_of(L, n, SPLIT_ISOLATED, &p->behavior) < 0) return -1;
         const char *re = get_str(pat, "Regex"), *str = get_str(pat, "String");
         if (re) {
-            int which = lens_regex_from_pattern(re);
-            if (which < 0)
-                return lens_fail(L->err, LENS_EFORMAT, "%s: Split regex \"%.120s\" is not supported (GPT-2, Llama-3 and Qwen2 patterns are)",
-                                 L->path, re);
-            if (p->behavior != SPLIT_ISOLATED) return bad(L, "Split with a regex supports behavior Isolated only");
             p->kind = PRE_REGEX;
-            p->regex = (lens_regex)which;
+            if (compile(L, &p->re, re, "Split") < 0) return -1;
+            p->fast = p->behavior == SPLIT_ISOLATED && !p->invert ? lens_fast_regex_of(re) : FAST_NONE;
+        } else if (p->invert) {
+            return bad(L, "Split with a String pattern and \"invert\": true is not supported");
         } else if (str && *str) {
             p->kind = PRE_SPLIT_STRING;
             if (!(p->string = short_string(L, str, "Split pattern too long"))) return -1;
@@ -210,9 +280,10 @@ static int add_pre(loader *L, const json_t *n)
         p->kind = PRE_PUNCTUATION;
         if (behavior_of(L, n, SPLIT_ISOLATED, &p->behavior) < 0) return -1;
     } else {
-        return lens_fail(L->err, LENS_EFORMAT, "%s: pre_tokenizer \"%.64s\" is not supported", L->path, type);
+        return lens_fail(L->err, LENS_EFORMAT, "%s: pre_tokenizer \"%.64s\" at %s is not supported", L->path, type, at);
     }
     tok->n_pre++;
+    L->at = NULL;
     return 0;
 }
 
@@ -307,11 +378,63 @@ static int empty_or_null(const json_t *v)
     return !v || json_is_null(v) || (json_is_string(v) && !*json_string_value(v));
 }
 
+/* Unigram: "vocab" [[piece, score], ...] (id = index), "unk_id",
+ * "byte_fallback"; every bad entry named by its JSON path. */
+static int read_unigram(loader *L, const json_t *model, const json_t *added)
+{
+    lens_tokenizer *tok = L->tok;
+    const json_t *vocab = json_object_get(model, "vocab"), *v;
+    size_t i, n = json_array_size(vocab);
+    if (!json_is_array(vocab) || n == 0) return bad(L, "model.vocab of a Unigram model is not a non-empty array");
+    if (n >= LENS_TOK_MAX_ID) return bad(L, "model.vocab of a Unigram model is too large");
+    long long max_id = (long long)n - 1;
+    json_array_foreach(added, i, v) {
+        const json_t *id = json_object_get(v, "id");
+        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= LENS_TOK_MAX_ID ||
+            !json_is_string(json_object_get(v, "content")) || !*get_str(v, "content"))
+            return bad(L, "added_tokens entry without a valid \"id\" and non-empty \"content\"");
+        if (json_integer_value(id) > max_id) max_id = json_integer_value(id);
+    }
+    if (lens_vocab_alloc(tok, (int)max_id + 1, L->err) < 0) return -1;
+    tok->score = calloc((size_t)max_id + 1, sizeof *tok->score);
+    if (!tok->score) return lens_fail(L->err, LENS_ENOMEM, "out of memory");
+    tok->n_model_pieces = (int)n;
+    tok->min_score = 0;
+    json_array_foreach(vocab, i, v) {
+        const json_t *piece = json_array_get(v, 0), *score = json_array_get(v, 1);
+        size_t bad_at;
+        if (!json_is_array(v) || json_array_size(v) != 2 || !json_is_string(piece) || !json_string_length(piece) ||
+            !lens_utf8_valid(json_string_value(piece), json_string_length(piece), &bad_at))
+            return lens_fail(L->err, LENS_EFORMAT, "%s: model.vocab[%zu] of a Unigram model is not [piece, score] "
+                             "with a non-empty UTF-8 piece", L->path, i);
+        if (!json_is_number(score))
+            return lens_fail(L->err, LENS_EFORMAT, "%s: model.vocab[%zu] (\"%.64s\"): score is not a number", L->path,
+                             i, json_string_value(piece));
+        if (lens_piece_set(tok, (int)i, json_string_value(piece), json_string_length(piece), L->err) < 0) return -1;
+        tok->score[i] = json_number_value(score);
+        if (!i || tok->score[i] < tok->min_score) tok->min_score = tok->score[i];
+    }
+    json_array_foreach(added, i, v) {
+        int id = (int)json_integer_value(json_object_get(v, "id"));
+        const char *s = get_str(v, "content");
+        if (!tok->piece[id] && lens_piece_set(tok, id, s, strlen(s), L->err) < 0) return -1;
+    }
+    if (lens_vocab_build_index(tok, L->err) < 0) return -1;
+    const json_t *unk = json_object_get(model, "unk_id");
+    if (!json_is_integer(unk) || json_integer_value(unk) < 0 || json_integer_value(unk) >= (json_int_t)n)
+        return bad(L, "model.unk_id of a Unigram model is not an id of model.vocab (a Unigram model without one is not supported)");
+    tok->unk_id = (int)json_integer_value(unk);
+    tok->byte_fallback = get_bool(model, "byte_fallback", 0);
+    tok->kind = LENS_TOK_UNIGRAM;
+    return lens_byte_fallback_ids(tok);
+}
+
 static int read_model(loader *L, const json_t *model, const json_t *added)
 {
     lens_tokenizer *tok = L->tok;
     const char *type = get_str(model, "type");
     if (!json_is_object(model)) return bad(L, "no \"model\" object");
+    if (type && !strcmp(type, "Unigram")) return read_unigram(L, model, added);
     if (!type) type = json_object_get(model, "merges") ? "BPE" : json_object_get(model, "max_input_chars_per_word") ? "WordPiece" : "";
     if (read_vocab(L, json_object_get(model, "vocab"), added) < 0 || read_unk(L, model) < 0) return -1;
     if (!strcmp(type, "WordPiece")) {
@@ -327,7 +450,7 @@ static int read_model(loader *L, const json_t *model, const json_t *added)
         return 0;
     }
     if (strcmp(type, "BPE") != 0)
-        return lens_fail(L->err, LENS_EFORMAT, "%s: model \"%.64s\" is not supported (WordPiece, BPE)", L->path, type);
+        return lens_fail(L->err, LENS_EFORMAT, "%s: model \"%.64s\" is not supported (WordPiece, BPE, Unigram)", L->path, type);
     tok->kind = LENS_TOK_BPE;
     if (!empty_or_null(json_object_get(model, "continuing_subword_prefix")) ||
         !empty_or_null(json_object_get(model, "end_of_word_suffix")))
@@ -504,8 +627,8 @@ static int read_root(loader *L, const json_t *root)
     int rc = -1;
     if (!json_is_array(added)) { bad(L, "added_tokens is not an array"); goto done; }
     const json_t *norm = json_object_get(root, "normalizer"), *pre = json_object_get(root, "pre_tokenizer");
-    if (norm && !json_is_null(norm) && add_norm(L, norm) < 0) goto done;
-    if (pre && !json_is_null(pre) && add_pre(L, pre) < 0) goto done;
+    if (norm && !json_is_null(norm) && add_norm(L, norm, "normalizer") < 0) goto done;
+    if (pre && !json_is_null(pre) && add_pre(L, pre, "pre_tokenizer") < 0) goto done;
     if (read_model(L, json_object_get(root, "model"), added) < 0) goto done;
     if (read_post(L, json_object_get(root, "post_processor")) < 0) goto done;
     if (read_added(L, added) < 0) goto done;
@@ -528,7 +651,7 @@ int lens_load_tokenizer_json_text(lens_tokenizer *tok, const char *data, size_t 
     json_error_t jerr;
     json_t *root = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) return lens_fail(err, LENS_EFORMAT, "tokenizer.json:%d: %s", jerr.line, jerr.text);
-    loader L = { tok, "tokenizer.json", err };
+    loader L = { tok, "tokenizer.json", err, NULL };
     int rc = read_root(&L, root);
     json_decref(root);
     return rc;
@@ -540,7 +663,7 @@ int lens_load_tokenizer_json(lens_tokenizer *tok, const char *path, const json_t
     json_error_t jerr;
     json_t *root = json_load_file(path, 0, &jerr);
     if (!root) return lens_fail(err, LENS_EFORMAT, "%s:%d: %s", path, jerr.line, jerr.text);
-    loader L = { tok, path, err };
+    loader L = { tok, path, err, NULL };
     int rc = read_root(&L, root);
     json_decref(root);
     return rc;

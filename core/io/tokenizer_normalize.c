@@ -3,17 +3,10 @@
  * Every normaliser maps a lens_norm_buf (code points, each with the span
  * [os, oe) of original code points it came from) to another, so offsets
  * survive any chain: BertNormalizer, NFC/NFKC/NFD/NFKD, Lowercase,
- * StripAccents, Replace (string pattern), Prepend, Strip. Unicode tables
+ * StripAccents, Replace (string or regex pattern), Prepend, Strip. Unicode tables
  * are utf8proc's (no hand tables).
  *
- * Known differences from Hugging Face's Rust normalizers:
- *   - NF(K)C composes within runs that start at a starter (ccc 0, not a
- *     Hangul medial/final jamo); a starter that composes with the starter
- *     before it (a few Indic vowel signs) stays decomposed. Alignments
- *     follow HF's rule (a composed character keeps its first source's span)
- *     by matching code points, so a reordered run can align differently.
- *   - Replace supports string patterns only (regex patterns are refused at
- *     load time). */
+ * Precompiled (SentencePiece's charsmap) is in tokenizer_precompiled.c. */
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -171,66 +164,102 @@ int lens_bert_normalize(const lens_norm *nm, const lens_text *t, int a, int b, l
     return rc;
 }
 
-/* Hangul medial vowels and final consonants compose with the syllable
- * before them although their combining class is 0. */
+/* Does a normalisation run start at cp? Not at a combining mark (ccc > 0),
+ * nor at a starter that composes with the code point before it: Hangul
+ * medial vowels and final consonants, and the few others with a canonical
+ * composition as second element (utf8proc marks them in comb_index), such
+ * as the Bengali and Tamil length marks U+09BE, U+0BBE. */
 static int starts_run(uint32_t cp)
 {
     if (cp < 0x300) return 1;
     if ((cp >= 0x1161 && cp <= 0x1175) || (cp >= 0x11A8 && cp <= 0x11C2)) return 0;
     const utf8proc_property_t *p = utf8proc_get_property((utf8proc_int32_t)cp);
-    return p->combining_class == 0;
+    return p->combining_class == 0 && !(p->comb_index != UINT16_MAX && p->comb_index >= 0x8000);
 }
 
-/* Unicode normal form of in, one run (starter + followers) at a time; every
- * output code point is aligned to one original code point. */
+/* Canonical ordering of buf[0..n): each stretch of combining marks stably
+ * sorted by combining class (insertion sort: stretches are a few marks). */
+static void canonical_order(utf8proc_int32_t *buf, int n)
+{
+    for (int i = 1; i < n; i++) {
+        utf8proc_int32_t c = buf[i];
+        int cc = utf8proc_get_property(c)->combining_class, j = i;
+        if (!cc) continue;
+        while (j > 0 && utf8proc_get_property(buf[j - 1])->combining_class > cc) {
+            buf[j] = buf[j - 1];
+            j--;
+        }
+        buf[j] = c;
+    }
+}
+
+/* Full decomposition (canonical, or compatibility with UTF8PROC_COMPAT) of
+ * in into dec[], src[] the index in in of each code point's source. */
+typedef struct {
+    utf8proc_int32_t *dec;
+    int *src;
+    int n, cap;
+} decomposed;
+
+static int decompose_all(const lens_norm_buf *in, utf8proc_option_t opt, decomposed *d)
+{
+    d->n = 0;
+    for (int k = 0; k < in->n; k++) {
+        for (;;) {
+            int last = 0, room = d->cap - d->n;
+            utf8proc_ssize_t got = room <= 0 ? 32
+                : utf8proc_decompose_char((utf8proc_int32_t)in->cp[k], d->dec + d->n, room,
+                                          (opt & UTF8PROC_COMPAT) | UTF8PROC_DECOMPOSE, &last);
+            if (got < 0) return -1;
+            if (got <= room) {
+                for (int q = 0; q < (int)got; q++) d->src[d->n + q] = k;
+                d->n += (int)got;
+                break;
+            }
+            int ncap = (d->n + (int)got) * 2 + 64;
+            utf8proc_int32_t *dec = realloc(d->dec, (size_t)ncap * sizeof *dec);
+            if (!dec) return -1;
+            d->dec = dec;
+            int *src = realloc(d->src, (size_t)ncap * sizeof *src);
+            if (!src) return -1;
+            d->src = src;
+            d->cap = ncap;
+        }
+    }
+    return 0;
+}
+
+/* Unicode normal form of in: full decomposition, then one run (a starter
+ * and what follows it up to the next run start) at a time canonical
+ * ordering and, for NFC / NFKC, canonical composition.
+ * Alignments as HF's (unicode-normalization-alignments through
+ * NormalizedString::transform) are positional: the code point at position
+ * p of the decomposed run takes the span of the source of the code point
+ * that was at p before reordering; a composed character takes its
+ * starter's and uses up the positions of the marks it absorbed, so the
+ * code points after it shift by that many. */
 static int unicode_normalize(const lens_norm_buf *in, lens_norm_buf *out, utf8proc_option_t opt)
 {
-    utf8proc_int32_t stack[64], *buf = stack;
-    utf8proc_ssize_t cap = 64;
-    int rc = 0;
-    for (int i = 0; i < in->n && !rc;) {
+    decomposed d = { 0 };
+    int rc = decompose_all(in, opt, &d);
+    for (int i = 0; i < d.n && !rc;) {
         int j = i + 1;
-        while (j < in->n && !starts_run(in->cp[j])) j++;
-        if (j == i + 1 && in->cp[i] < 0x80) {
-            rc = lens_norm_push(out, in->cp[i], in->os[i], in->oe[i]);
-            i = j;
-            continue;
-        }
-        utf8proc_ssize_t n = 0;
-        for (int k = i; k < j; k++) {
-            int last = 0;
-            for (;;) {
-                utf8proc_ssize_t got = utf8proc_decompose_char((utf8proc_int32_t)in->cp[k], buf + n, cap - n,
-                                                               opt & ~UTF8PROC_COMPOSE, &last);
-                if (got < 0) { rc = -1; break; }
-                if (got <= cap - n) { n += got; break; }
-                utf8proc_ssize_t ncap = (n + got) * 2;
-                utf8proc_int32_t *grown = malloc((size_t)ncap * sizeof *grown);
-                if (!grown) { rc = -1; break; }
-                memcpy(grown, buf, (size_t)n * sizeof *buf);
-                if (buf != stack) free(buf);
-                buf = grown, cap = ncap;
-            }
-            if (rc) break;
-        }
-        if (rc) break;
-        /* canonical order and (for NFC/NFKC) composition of the run */
-        utf8proc_ssize_t m = utf8proc_normalize_utf32(buf, n, (opt & UTF8PROC_COMPOSE) | (opt & UTF8PROC_STABLE));
-        if (m < 0) { rc = -1; break; }
-        /* HF's alignments: a composed character keeps its first source's
-         * span, an unchanged one its own, an expansion (ﬁ -> fi) its
-         * source's. */
-        for (utf8proc_ssize_t k = 0, p = i; k < m && !rc; k++) {
-            int src = i;
-            if (k > 0 && j - i > 1) {
-                for (int q = (int)p; q < j; q++)
-                    if (in->cp[q] == (uint32_t)buf[k]) { src = q; p = q + 1; break; }
-            }
-            rc = lens_norm_push(out, (uint32_t)buf[k], in->os[src], in->oe[src]);
+        while (j < d.n && !starts_run((uint32_t)d.dec[j])) j++;
+        const int m = j - i, *src = d.src + i;
+        utf8proc_int32_t *run = d.dec + i;
+        canonical_order(run, m);
+        utf8proc_ssize_t got = m;
+        if ((opt & UTF8PROC_COMPOSE) && m > 1) got = utf8proc_normalize_utf32(run, m, UTF8PROC_COMPOSE | UTF8PROC_STABLE);
+        if (got < 0) { rc = -1; break; }
+        const int absorbed = m - (int)got; /* by the run's first code point, the only one that composes */
+        for (int k = 0; k < (int)got && !rc; k++) {
+            int from = src[k ? k + absorbed : 0];
+            rc = lens_norm_push(out, (uint32_t)run[k], in->os[from], in->oe[from]);
         }
         i = j;
     }
-    if (buf != stack) free(buf);
+    free(d.dec);
+    free(d.src);
     return rc;
 }
 
@@ -247,6 +276,69 @@ static int utf8_to_cps(const char *s, uint32_t *out, int cap)
         i += (size_t)k;
     }
     return n;
+}
+
+/* Replace: the matches of a string pattern (compared, left to right, not
+ * overlapping) or a Regex (Oniguruma over in's UTF-8) replaced by content. */
+typedef struct {
+    const lens_norm *nm;
+    const lens_norm_buf *in;
+    lens_norm_buf *out;
+    uint32_t rep[64];
+    int n_rep, done; /* in[0, done) is written */
+} replacer;
+
+/* HF's NormalizedString::replace: the text before the match as it is, then
+ * the content, every code point of it aligned to the match's last code
+ * point (transform_range with all changes 1 after removing the match; an
+ * empty match: the code point before it). */
+static int on_replace(void *ctx, int s, int e)
+{
+    replacer *R = ctx;
+    int rc = 0;
+    for (int i = R->done; i < s && !rc; i++) rc = lens_norm_push(R->out, R->in->cp[i], R->in->os[i], R->in->oe[i]);
+    int at = e > s ? e - 1 : s - 1, os = at >= 0 ? R->in->os[at] : 0, oe = at >= 0 ? R->in->oe[at] : 0;
+    for (int j = 0; j < R->n_rep && !rc; j++) rc = lens_norm_push(R->out, R->rep[j], os, oe);
+    R->done = e;
+    return rc;
+}
+
+static int replace_all(const lens_norm *nm, const lens_norm_buf *in, lens_norm_buf *out)
+{
+    replacer R = { nm, in, out, { 0 }, 0, 0 };
+    R.n_rep = utf8_to_cps(nm->content, R.rep, 64);
+    int rc = 0;
+    if (nm->re) {
+        /* in as UTF-8 text for the engine */
+        lens_text t = { 0 };
+        char *bytes = malloc((size_t)in->n * 4 + 1);
+        t.cp = in->cp;
+        t.byte_off = malloc(((size_t)in->n + 1) * sizeof *t.byte_off);
+        if (!bytes || !t.byte_off) rc = -1;
+        for (int i = 0, nb = 0; !rc && i <= in->n; i++) {
+            t.byte_off[i] = nb;
+            if (i < in->n) nb += lens_utf8_put(in->cp[i], bytes + nb);
+        }
+        if (!rc) {
+            t.bytes = bytes, t.n = in->n, t.len = (size_t)t.byte_off[in->n];
+            rc = lens_regex_each(nm->re, &t, 0, in->n, on_replace, &R);
+        }
+        free(bytes);
+        free(t.byte_off);
+    } else {
+        uint32_t pat[64];
+        int np = utf8_to_cps(nm->pattern, pat, 64);
+        for (int i = 0; np && i + np <= in->n && !rc;) {
+            if (memcmp(in->cp + i, pat, (size_t)np * sizeof *pat) == 0) {
+                rc = on_replace(&R, i, i + np);
+                i += np;
+            } else {
+                i++;
+            }
+        }
+    }
+    for (int i = R.done; i < in->n && !rc; i++) rc = lens_norm_push(out, in->cp[i], in->os[i], in->oe[i]);
+    return rc;
 }
 
 int lens_normalize_step(const lens_norm *nm, const lens_norm_buf *in, lens_norm_buf *out)
@@ -271,8 +363,12 @@ int lens_normalize_step(const lens_norm *nm, const lens_norm_buf *in, lens_norm_
         }
         return rc;
     case NORM_STRIP_ACCENTS:
-        for (int i = 0; i < in->n && !rc; i++)
-            if (ucat(in->cp[i]) != UTF8PROC_CATEGORY_MN) rc = lens_norm_push(out, in->cp[i], in->os[i], in->oe[i]);
+        /* HF's StripAccents drops every mark (Mn, Mc, Me: is_combining_mark), BertNormalizer's only Mn */
+        for (int i = 0; i < in->n && !rc; i++) {
+            utf8proc_category_t c = ucat(in->cp[i]);
+            if (c != UTF8PROC_CATEGORY_MN && c != UTF8PROC_CATEGORY_MC && c != UTF8PROC_CATEGORY_ME)
+                rc = lens_norm_push(out, in->cp[i], in->os[i], in->oe[i]);
+        }
         return rc;
     case NORM_STRIP: {
         int a = 0, b = in->n;
@@ -288,21 +384,8 @@ int lens_normalize_step(const lens_norm *nm, const lens_norm_buf *in, lens_norm_
         for (int i = 0; i < in->n && !rc; i++) rc = lens_norm_push(out, in->cp[i], in->os[i], in->oe[i]);
         return rc;
     }
-    case NORM_REPLACE: {
-        uint32_t pat[64], rep[64];
-        int np = utf8_to_cps(nm->pattern, pat, 64), nr = utf8_to_cps(nm->content, rep, 64);
-        for (int i = 0; i < in->n && !rc;) {
-            if (np && i + np <= in->n && memcmp(in->cp + i, pat, (size_t)np * sizeof *pat) == 0) {
-                for (int j = 0; j < nr && !rc; j++)
-                    rc = lens_norm_push(out, rep[j], in->os[i + (j < np ? j : np - 1)], in->oe[i + (j < np ? j : np - 1)]);
-                i += np;
-            } else {
-                rc = lens_norm_push(out, in->cp[i], in->os[i], in->oe[i]);
-                i++;
-            }
-        }
-        return rc;
-    }
+    case NORM_REPLACE: return replace_all(nm, in, out);
+    case NORM_PRECOMPILED: return lens_precompiled_normalize(nm->charsmap, in, out);
     }
     return -1;
 }

