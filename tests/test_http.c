@@ -209,6 +209,9 @@ static void test_forward(test_server *s)
     double psum = num(json_array_get(probs, 0)) + num(json_array_get(probs, 1));
     CHECK(fabs(psum - 1) <= 2e-6, "probs sum to 1 within 2 x 0.5e-6 rounding: %.9f", psum);
     CHECK(json_is_string(json_object_get(r.json, "label")), "label present");
+    const int argmax = num(json_array_get(probs, 1)) > num(json_array_get(probs, 0));
+    CHECK(json_integer_value(json_object_get(r.json, "label_id")) == argmax, "label_id is the argmax of probs (%d)",
+          argmax);
     json_t *hs = json_object_get(r.json, "hidden_states");
     CHECK(json_array_size(hs) == 2 && json_array_size(json_array_get(hs, 0)) == T &&
               json_array_size(json_array_get(json_array_get(hs, 1), 0)) == 128,
@@ -478,7 +481,8 @@ static void test_bad_inputs(test_server *s)
 /* A raw-socket client that, like Python's urllib, writes the whole body
  * before it reads, in small slow pieces: it must read the typed error
  * (status want, error.code code) rather than a connection reset. */
-static void raw_post_must_read(test_server *s, const char *ctype, size_t body_len, int want, const char *code)
+/* a connected TCP socket to the server, or -1 (a failed check) */
+static int raw_connect(const test_server *s)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
@@ -486,8 +490,15 @@ static void raw_post_must_read(test_server *s, const char *ctype, size_t body_le
     if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a)) {
         CHECK(0, "raw client: cannot connect");
         if (fd >= 0) close(fd);
-        return;
+        return -1;
     }
+    return fd;
+}
+
+static void raw_post_must_read(test_server *s, const char *ctype, size_t body_len, int want, const char *code)
+{
+    int fd = raw_connect(s);
+    if (fd < 0) return;
     char head[256];
     int n = snprintf(head, sizeof head,
                      "POST /v1/tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: %s\r\n"
@@ -898,7 +909,58 @@ static void test_queue_and_shutdown(void)
     http_get(&s, &q, "/healthz");
     CHECK(q.status == 200, "/healthz after a timeout");
     http_resp_free(&q);
+    /* a client that leaves before its request is complete is logged with status 499 */
+    int fd = raw_connect(&s);
+    const char part[] = "POST /v1/forward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                        "Content-Length: 1000\r\n\r\n{\"text\": ";
+    if (fd >= 0) {
+        CHECK(send(fd, part, sizeof part - 1, MSG_NOSIGNAL) == (ssize_t)(sizeof part - 1), "partial request sent");
+        sleep_ms(100);
+        close(fd);
+    }
+    int logged = 0;
+    for (int i = 0; i < 60 && !logged; i++, sleep_ms(50)) logged = log_contains(&s, "\"status\":499");
+    CHECK(logged, "the request log says status 499 for a client that left first (%s)", s.log_path);
     CHECK(server_terminate(&s) == 0, "server D exits 0");
+}
+
+/* While models load, /readyz and model routes answer 503 not_ready and /healthz
+ * 200: a model folder whose weights are a FIFO keeps the load blocked in open(). */
+static void test_not_ready(void)
+{
+    printf("not ready while models load\n");
+    char dir[512], cmd[2048], model[600];
+    snprintf(dir, sizeof dir, "%s/slow", tmpdir);
+    snprintf(cmd, sizeof cmd, "mkdir -p %1$s && cp %2$s/bert/config.json %1$s/ && mkfifo %1$s/model.safetensors", dir,
+             tmpdir);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    snprintf(model, sizeof model, "slow=%s", dir);
+    const char *args[] = {"--model", model, NULL};
+    test_server s;
+    if (server_spawn(&s, args)) {
+        CHECK(0, "lensd did not start");
+        return;
+    }
+    http_resp r = {0};
+    int waited = 0;
+    for (; waited < 200; waited++, sleep_ms(50)) { /* the listener comes up before the load */
+        http_resp_free(&r);
+        if (http_get(&s, &r, "/readyz") == 0 && r.status == 503) break;
+    }
+    CHECK(r.status == 503 && err_code(&r) && !strcmp(err_code(&r), "not_ready"), "/readyz while loading: %ld %.200s",
+          r.status, r.body);
+    check_schema(&r, "/readyz", "GET");
+    http_resp_free(&r);
+    http_post_json(&s, &r, "/v1/forward", "{\"model\": \"slow\", \"text\": \"a\"}");
+    CHECK(r.status == 503 && err_code(&r) && !strcmp(err_code(&r), "not_ready"), "/v1/forward while loading: %ld",
+          r.status);
+    check_schema(&r, "/v1/forward", "POST");
+    http_resp_free(&r);
+    http_get(&s, &r, "/healthz");
+    CHECK(r.status == 200, "/healthz while loading: %ld", r.status);
+    http_resp_free(&r);
+    kill(s.pid, SIGKILL); /* blocked in open(): SIGTERM would wait for the load */
+    waitpid(s.pid, NULL, 0);
 }
 
 /* ----------------------------------------------- golden (server E, shared) */
@@ -992,6 +1054,7 @@ int main(void)
     }
     test_auth_cors();
     test_queue_and_shutdown();
+    test_not_ready();
     test_lanes();
     test_cost_model();
     test_golden();
