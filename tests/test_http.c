@@ -76,7 +76,7 @@ static void test_service_routes(test_server *s)
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s info", lensd_path());
     json_t *cli = run_json(cmd);
-    /* blas.threads differs by design: serve sets threads-per-worker */
+    /* blas.threads may differ: serve sets OpenBLAS to 1 thread (docs/api-notes.md "Threading") */
     json_t *cli_blas = json_deep_copy(json_object_get(cli, "blas")), *srv_blas = json_deep_copy(json_object_get(r.json, "blas"));
     json_object_del(cli_blas, "threads");
     json_object_del(srv_blas, "threads");
@@ -86,9 +86,9 @@ static void test_service_routes(test_server *s)
     json_decref(cli_blas);
     json_decref(srv_blas);
     long cores = sysconf(_SC_NPROCESSORS_ONLN), want_threads = cores / 2 > 0 ? cores / 2 : 1;
-    CHECK(json_integer_value(json_object_get(json_object_get(r.json, "blas"), "threads")) == want_threads &&
+    CHECK(json_integer_value(json_object_get(json_object_get(r.json, "blas"), "threads")) == 1 &&
               json_integer_value(json_object_get(r.json, "threads_per_worker")) == want_threads,
-          "serve sets BLAS threads to threads-per-worker = cores / workers = %ld", want_threads);
+          "serve: OpenBLAS on 1 thread, threads-per-worker = cores / workers = %ld", want_threads);
     json_decref(cli);
     http_resp_free(&r);
 
@@ -545,7 +545,22 @@ static void test_drained_errors(test_server *s)
 {
     raw_post_must_read(s, "application/json", 3u << 20, 413, "payload_too_large");
     raw_post_must_read(s, "text/plain", 1u << 20, 415, "unsupported_media_type");
+    /* no Content-Length (chunked): 413 once the received bytes pass --max-body (64 KiB) */
+    static char big[70000];
+    memset(big, ' ', sizeof big);
+    big[0] = '{', big[sizeof big - 1] = '}';
+    const char *chunked[] = {"Transfer-Encoding: chunked", NULL};
     http_resp r;
+    http_do(s, &r, "POST", "/v1/forward", "application/json", big, sizeof big, chunked);
+    CHECK(r.status == 413 && err_code(&r) && !strcmp(err_code(&r), "payload_too_large"),
+          "chunked body over --max-body: 413 payload_too_large (%ld %.200s)", r.status, r.body);
+    http_resp_free(&r);
+    /* null for an optional field means absent */
+    http_post_json(s, &r, "/v1/forward", "{\"model\": \"bert\", \"text\": \"a b\", \"layers\": null, \"format\": null}");
+    CHECK(r.status == 200 && json_array_size(json_object_get(r.json, "logits")) == 2,
+          "optional fields sent as null answer as if absent: %ld %.200s", r.status, r.body);
+    check_schema(&r, "/v1/forward", "POST");
+    http_resp_free(&r);
     http_get(s, &r, "/healthz");
     CHECK(r.status == 200, "/healthz answers after the drained bodies");
     http_resp_free(&r);
@@ -935,7 +950,8 @@ static void test_not_ready(void)
              tmpdir);
     CHECK(system(cmd) == 0, "%s", cmd);
     snprintf(model, sizeof model, "slow=%s", dir);
-    const char *args[] = {"--model", model, NULL};
+    /* an explicit --threads-per-worker is lowered to cores / workers */
+    const char *args[] = {"--model", model, "--workers", "1", "--threads-per-worker", "1024", NULL};
     test_server s;
     if (server_spawn(&s, args)) {
         CHECK(0, "lensd did not start");
@@ -959,6 +975,9 @@ static void test_not_ready(void)
     http_get(&s, &r, "/healthz");
     CHECK(r.status == 200, "/healthz while loading: %ld", r.status);
     http_resp_free(&r);
+    char lowered[64];
+    snprintf(lowered, sizeof lowered, "\"threads_per_worker\":%ld,", sysconf(_SC_NPROCESSORS_ONLN));
+    CHECK(log_contains(&s, lowered), "--workers 1 --threads-per-worker 1024 runs %s (log %s)", lowered, s.log_path);
     kill(s.pid, SIGKILL); /* blocked in open(): SIGTERM would wait for the load */
     waitpid(s.pid, NULL, 0);
 }
