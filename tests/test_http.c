@@ -644,8 +644,8 @@ static void test_auth_cors(void)
         return;
     }
     http_resp r;
-    const char *open_paths[] = {"/healthz", "/readyz", "/metrics"};
-    for (int i = 0; i < 3; i++) {
+    const char *open_paths[] = {"/healthz", "/readyz", "/metrics", "/openapi.yaml"};
+    for (int i = 0; i < 4; i++) {
         http_get(&s, &r, open_paths[i]);
         CHECK(r.status == 200, "%s is open without a key: %ld", open_paths[i], r.status);
         http_resp_free(&r);
