@@ -199,7 +199,7 @@ static void test_forward(test_server *s)
     http_resp r;
     http_post_json(s, &r, "/v1/forward",
                    "{\"model\": \"bert\", \"text\": \"the movie was great\", "
-                   "\"outputs\": [\"logits\", \"hidden_states\", \"attentions\"], \"layers\": [0, 2], \"heads\": [1]}");
+                   "\"outputs\": [\"logits\", \"hidden_states\", \"attentions\"], \"layers\": [2, 0, 2], \"heads\": [1]}");
     CHECK(r.status == 200, "forward bert: %ld %.300s", r.status, r.body);
     check_schema(&r, "/v1/forward", "POST");
     size_t T = json_array_size(json_object_get(r.json, "tokens"));
@@ -212,6 +212,10 @@ static void test_forward(test_server *s)
     const int argmax = num(json_array_get(probs, 1)) > num(json_array_get(probs, 0));
     CHECK(json_integer_value(json_object_get(r.json, "label_id")) == argmax, "label_id is the argmax of probs (%d)",
           argmax);
+    json_t *hl = json_object_get(r.json, "hidden_layers");
+    CHECK(json_array_size(hl) == 2 && json_integer_value(json_array_get(hl, 0)) == 0 &&
+              json_integer_value(json_array_get(hl, 1)) == 2,
+          "layers [2, 0, 2]: hidden_layers sorted and deduplicated [0, 2]");
     json_t *hs = json_object_get(r.json, "hidden_states");
     CHECK(json_array_size(hs) == 2 && json_array_size(json_array_get(hs, 0)) == T &&
               json_array_size(json_array_get(json_array_get(hs, 1), 0)) == 128,
@@ -936,6 +940,8 @@ static void test_queue_and_shutdown(void)
     int logged = 0;
     for (int i = 0; i < 60 && !logged; i++, sleep_ms(50)) logged = log_contains(&s, "\"status\":499");
     CHECK(logged, "the request log says status 499 for a client that left first (%s)", s.log_path);
+    CHECK(log_contains(&s, "\"method\":\"POST\",\"path\":\"/v1/forward\",\"route\":\"/v1/forward\",\"status\":503,"),
+          "a request's log line names method, path, route and status");
     CHECK(server_terminate(&s) == 0, "server D exits 0");
 }
 
