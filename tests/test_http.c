@@ -10,6 +10,7 @@
  * With ../shared present, /v1/forward logits of bert-tiny-sst2 are compared
  * with golden.json at |diff| <= 1e-4 (float32 PyTorch vs float32 BLAS with a
  * different summation order; observed differences are ~1e-6). */
+#include <ctype.h>
 #include <math.h>
 
 #include "api/api.h"
@@ -289,6 +290,23 @@ static void test_forward(test_server *s)
             small += x < 0.1;
         }
     CHECK(r.status == 200 && prec_ok, "precision 2 writes 2 significant digits (%d weights below 0.1)", small);
+    /* timing_ms is not data: it keeps its 3 decimals whatever the precision */
+    const char *tm = r.body ? strstr(r.body, "\"timing_ms\":") : NULL;
+    int most = 0, decimals_ok = tm != NULL;
+    for (const char *p = tm ? strchr(tm, '{') : NULL; p && (p = strchr(p, ':'));) {
+        int sig = 0, dec = -1;
+        for (p++; isdigit((unsigned char)*p) || *p == '.'; p++) {
+            if (*p == '.') dec = 0;
+            else {
+                sig += sig > 0 || *p != '0';
+                dec += dec >= 0;
+            }
+        }
+        most = sig > most ? sig : most;
+        decimals_ok &= dec <= 3;
+        if (*p == '}') break;
+    }
+    CHECK(decimals_ok && most > 2, "timing_ms keeps 3 decimals under precision 2 (%.120s)", tm ? tm : "(none)");
     http_resp_free(&r);
 
     /* GPT-2: token logits, positions */
@@ -654,6 +672,14 @@ static void test_auth_cors(void)
         CHECK(r.status == 200, "%s is open without a key: %ld", open_paths[i], r.status);
         http_resp_free(&r);
     }
+    /* loading and unloading models need the key like every /v1/ route */
+    const char *load = "{\"id\": \"x\", \"path\": \"bert\"}";
+    http_do(&s, &r, "POST", "/v1/models", "application/json", load, strlen(load), NULL);
+    CHECK(r.status == 401, "POST /v1/models without a key -> %ld", r.status);
+    http_resp_free(&r);
+    http_do(&s, &r, "DELETE", "/v1/models/bert", NULL, NULL, 0, NULL);
+    CHECK(r.status == 401, "DELETE /v1/models/bert without a key -> %ld", r.status);
+    http_resp_free(&r);
     http_get(&s, &r, "/v1/models");
     char v[256];
     CHECK(r.status == 401 && err_code(&r) && !strcmp(err_code(&r), "unauthorized"), "no key -> 401: %ld", r.status);
