@@ -214,7 +214,8 @@ static int http_header(const http_resp *r, const char *name, char *out, size_t o
     return -1;
 }
 
-static int server_launch(test_server *s, const char *const *args)
+/* Forks lensd serve on a free port with args (stderr to s->log_path); does not wait. */
+static int server_spawn(test_server *s, const char *const *args)
 {
     static int counter;
     memset(s, 0, sizeof *s);
@@ -250,6 +251,14 @@ static int server_launch(test_server *s, const char *const *args)
         _exit(127);
     }
     s->pid = pid;
+    return 0;
+}
+
+/* server_spawn, then waits until /readyz answers 200 (-1 if lensd exits or 30 s pass). */
+static int server_launch(test_server *s, const char *const *args)
+{
+    if (server_spawn(s, args)) return -1;
+    const pid_t pid = s->pid;
     for (int i = 0; i < 600; i++) { /* 30 s: ASan builds load slowly */
         int st;
         if (waitpid(pid, &st, WNOHANG) == pid) {
@@ -269,6 +278,18 @@ static int server_launch(test_server *s, const char *const *args)
     waitpid(pid, NULL, 0);
     s->pid = 0;
     return -1;
+}
+
+/* 1 when the server's log (its stderr) contains needle */
+static inline int log_contains(const test_server *s, const char *needle)
+{
+    FILE *f = fopen(s->log_path, "r");
+    if (!f) return 0;
+    char line[4096];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) found = strstr(line, needle) != NULL;
+    fclose(f);
+    return found;
 }
 
 /* Exit status after SIGTERM, or -1 (killed by a signal / did not exit in 30 s). */

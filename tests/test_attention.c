@@ -552,6 +552,9 @@ static int key_aware_agreement(const char *dir, const int *Ts, int n_T)
                           a->rank_mj == b->rank_mj && a->key_aware_dim == b->key_aware_dim,
                       "%s T=%d head %d: Gram ranks J %d MJ %d (dim %d), dense SVD %d %d (%d)", dir, T, h, a->rank_j,
                       a->rank_mj, a->key_aware_dim, b->rank_j, b->rank_mj, b->key_aware_dim);
+                CHECK(a->key_aware_dim >= 0 && a->key_aware_dim <= T * (T - a->rank),
+                      "%s T=%d head %d: key-aware dim %d outside [0, T (T - rank V)] = [0, %d]", dir, T, h,
+                      a->key_aware_dim, T * (T - a->rank));
             }
             if (rc == 0) lens_attention_result_free(&fast), lens_attention_result_free(&dense);
             lens_activations_free(&act);
@@ -582,6 +585,41 @@ static void test_key_aware_gram(const char *shared)
         snprintf(dir, sizeof dir, "%s/models/%s", shared, names[k]);
         CHECK(key_aware_agreement(dir, Ts, (int)(sizeof Ts / sizeof *Ts)) > 0, "%s: no heads compared", dir);
     }
+}
+
+/* ker M = {δA : δA V = 0} has dimension T (T - rank V), so a head whose V has
+ * rank T (identifiable) has key-aware dimension 0. demo-identifiable layer 1
+ * head 0 on "an unflinchingly bleak and desperate film" (T = 9, κ(V) = 23)
+ * read rank(J) 64, rank(M J) 56 while M was applied as V: M J's wider
+ * tolerance (T·DV rows) cut 8 directions that float64 SVDs put 1e12 above zero. */
+static void test_key_aware_identifiable(void)
+{
+    printf("identifiable heads have key-aware dimension 0\n");
+    lens_err err = {0};
+    lens_model *m = lens_model_load("models/demo-identifiable", &err);
+    CHECK(m != NULL, "demo-identifiable: %s", err.msg);
+    if (!m) return;
+    int ids[] = {2, 151, 4956, 125, 6479, 119, 4115, 172, 3}; /* [CLS] an unflinching ##ly bleak and desperate film [SEP] */
+    const int T = (int)(sizeof ids / sizeof *ids);
+    lens_activations act;
+    if (forward(m, ids, T, &act) == 0) {
+        for (int dense = 0; dense < 2; dense++) {
+            lens_attention_result res;
+            lens_attention_request req = {.ids = ids, .head = {.key_aware = 1, .key_aware_dense = dense}};
+            int rc = lens_attention_analyze(m, &act, 0, &req, &res, &err);
+            CHECK(rc == 0, "analyze: %s", err.msg);
+            for (int h = 0; rc == 0 && h < res.n_layers * res.n_heads; h++) {
+                const lens_head_attention *a = &res.head[h];
+                CHECK(a->rank < T || (a->key_aware_dim == 0 && a->rank_mj == a->rank_j),
+                      "%s head %d: rank V %d = T but key-aware dim %d (rank J %d, rank MJ %d)",
+                      dense ? "dense" : "Gram", h, a->rank, a->key_aware_dim, a->rank_j, a->rank_mj);
+            }
+            CHECK(rc != 0 || res.head[0].rank == T, "layer 1 head 0: rank V %d, want %d", res.head[0].rank, T);
+            if (rc == 0) lens_attention_result_free(&res);
+        }
+        lens_activations_free(&act);
+    }
+    lens_model_free(m);
 }
 
 /* rank(J), rank(M J) at 125 tokens on demo-identifiable (1000 unknowns) against
@@ -809,6 +847,7 @@ int main(void)
     test_mkmodel("gpt2");
     const char *shared = check_shared_dir();
     test_key_aware_gram(shared);
+    test_key_aware_identifiable();
     test_key_aware_fixture();
     test_cancel();
     if (!shared) {

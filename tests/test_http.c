@@ -10,6 +10,7 @@
  * With ../shared present, /v1/forward logits of bert-tiny-sst2 are compared
  * with golden.json at |diff| <= 1e-4 (float32 PyTorch vs float32 BLAS with a
  * different summation order; observed differences are ~1e-6). */
+#include <ctype.h>
 #include <math.h>
 
 #include "api/api.h"
@@ -76,7 +77,7 @@ static void test_service_routes(test_server *s)
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s info", lensd_path());
     json_t *cli = run_json(cmd);
-    /* blas.threads differs by design: serve sets threads-per-worker */
+    /* blas.threads may differ: serve sets OpenBLAS to 1 thread (docs/api-notes.md "Threading") */
     json_t *cli_blas = json_deep_copy(json_object_get(cli, "blas")), *srv_blas = json_deep_copy(json_object_get(r.json, "blas"));
     json_object_del(cli_blas, "threads");
     json_object_del(srv_blas, "threads");
@@ -86,9 +87,9 @@ static void test_service_routes(test_server *s)
     json_decref(cli_blas);
     json_decref(srv_blas);
     long cores = sysconf(_SC_NPROCESSORS_ONLN), want_threads = cores / 2 > 0 ? cores / 2 : 1;
-    CHECK(json_integer_value(json_object_get(json_object_get(r.json, "blas"), "threads")) == want_threads &&
+    CHECK(json_integer_value(json_object_get(json_object_get(r.json, "blas"), "threads")) == 1 &&
               json_integer_value(json_object_get(r.json, "threads_per_worker")) == want_threads,
-          "serve sets BLAS threads to threads-per-worker = cores / workers = %ld", want_threads);
+          "serve: OpenBLAS on 1 thread, threads-per-worker = cores / workers = %ld", want_threads);
     json_decref(cli);
     http_resp_free(&r);
 
@@ -199,7 +200,7 @@ static void test_forward(test_server *s)
     http_resp r;
     http_post_json(s, &r, "/v1/forward",
                    "{\"model\": \"bert\", \"text\": \"the movie was great\", "
-                   "\"outputs\": [\"logits\", \"hidden_states\", \"attentions\"], \"layers\": [0, 2], \"heads\": [1]}");
+                   "\"outputs\": [\"logits\", \"hidden_states\", \"attentions\"], \"layers\": [2, 0, 2], \"heads\": [1]}");
     CHECK(r.status == 200, "forward bert: %ld %.300s", r.status, r.body);
     check_schema(&r, "/v1/forward", "POST");
     size_t T = json_array_size(json_object_get(r.json, "tokens"));
@@ -209,6 +210,13 @@ static void test_forward(test_server *s)
     double psum = num(json_array_get(probs, 0)) + num(json_array_get(probs, 1));
     CHECK(fabs(psum - 1) <= 2e-6, "probs sum to 1 within 2 x 0.5e-6 rounding: %.9f", psum);
     CHECK(json_is_string(json_object_get(r.json, "label")), "label present");
+    const int argmax = num(json_array_get(probs, 1)) > num(json_array_get(probs, 0));
+    CHECK(json_integer_value(json_object_get(r.json, "label_id")) == argmax, "label_id is the argmax of probs (%d)",
+          argmax);
+    json_t *hl = json_object_get(r.json, "hidden_layers");
+    CHECK(json_array_size(hl) == 2 && json_integer_value(json_array_get(hl, 0)) == 0 &&
+              json_integer_value(json_array_get(hl, 1)) == 2,
+          "layers [2, 0, 2]: hidden_layers sorted and deduplicated [0, 2]");
     json_t *hs = json_object_get(r.json, "hidden_states");
     CHECK(json_array_size(hs) == 2 && json_array_size(json_array_get(hs, 0)) == T &&
               json_array_size(json_array_get(json_array_get(hs, 1), 0)) == 128,
@@ -282,6 +290,23 @@ static void test_forward(test_server *s)
             small += x < 0.1;
         }
     CHECK(r.status == 200 && prec_ok, "precision 2 writes 2 significant digits (%d weights below 0.1)", small);
+    /* timing_ms is not data: it keeps its 3 decimals whatever the precision */
+    const char *tm = r.body ? strstr(r.body, "\"timing_ms\":") : NULL;
+    int most = 0, decimals_ok = tm != NULL;
+    for (const char *p = tm ? strchr(tm, '{') : NULL; p && (p = strchr(p, ':'));) {
+        int sig = 0, dec = -1;
+        for (p++; isdigit((unsigned char)*p) || *p == '.'; p++) {
+            if (*p == '.') dec = 0;
+            else {
+                sig += sig > 0 || *p != '0';
+                dec += dec >= 0;
+            }
+        }
+        most = sig > most ? sig : most;
+        decimals_ok &= dec <= 3;
+        if (*p == '}') break;
+    }
+    CHECK(decimals_ok && most > 2, "timing_ms keeps 3 decimals under precision 2 (%.120s)", tm ? tm : "(none)");
     http_resp_free(&r);
 
     /* GPT-2: token logits, positions */
@@ -478,7 +503,8 @@ static void test_bad_inputs(test_server *s)
 /* A raw-socket client that, like Python's urllib, writes the whole body
  * before it reads, in small slow pieces: it must read the typed error
  * (status want, error.code code) rather than a connection reset. */
-static void raw_post_must_read(test_server *s, const char *ctype, size_t body_len, int want, const char *code)
+/* a connected TCP socket to the server, or -1 (a failed check) */
+static int raw_connect(const test_server *s)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
@@ -486,8 +512,15 @@ static void raw_post_must_read(test_server *s, const char *ctype, size_t body_le
     if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a)) {
         CHECK(0, "raw client: cannot connect");
         if (fd >= 0) close(fd);
-        return;
+        return -1;
     }
+    return fd;
+}
+
+static void raw_post_must_read(test_server *s, const char *ctype, size_t body_len, int want, const char *code)
+{
+    int fd = raw_connect(s);
+    if (fd < 0) return;
     char head[256];
     int n = snprintf(head, sizeof head,
                      "POST /v1/tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: %s\r\n"
@@ -534,7 +567,22 @@ static void test_drained_errors(test_server *s)
 {
     raw_post_must_read(s, "application/json", 3u << 20, 413, "payload_too_large");
     raw_post_must_read(s, "text/plain", 1u << 20, 415, "unsupported_media_type");
+    /* no Content-Length (chunked): 413 once the received bytes pass --max-body (64 KiB) */
+    static char big[70000];
+    memset(big, ' ', sizeof big);
+    big[0] = '{', big[sizeof big - 1] = '}';
+    const char *chunked[] = {"Transfer-Encoding: chunked", NULL};
     http_resp r;
+    http_do(s, &r, "POST", "/v1/forward", "application/json", big, sizeof big, chunked);
+    CHECK(r.status == 413 && err_code(&r) && !strcmp(err_code(&r), "payload_too_large"),
+          "chunked body over --max-body: 413 payload_too_large (%ld %.200s)", r.status, r.body);
+    http_resp_free(&r);
+    /* null for an optional field means absent */
+    http_post_json(s, &r, "/v1/forward", "{\"model\": \"bert\", \"text\": \"a b\", \"layers\": null, \"format\": null}");
+    CHECK(r.status == 200 && json_array_size(json_object_get(r.json, "logits")) == 2,
+          "optional fields sent as null answer as if absent: %ld %.200s", r.status, r.body);
+    check_schema(&r, "/v1/forward", "POST");
+    http_resp_free(&r);
     http_get(s, &r, "/healthz");
     CHECK(r.status == 200, "/healthz answers after the drained bodies");
     http_resp_free(&r);
@@ -618,12 +666,20 @@ static void test_auth_cors(void)
         return;
     }
     http_resp r;
-    const char *open_paths[] = {"/healthz", "/readyz", "/metrics"};
-    for (int i = 0; i < 3; i++) {
+    const char *open_paths[] = {"/healthz", "/readyz", "/metrics", "/openapi.yaml"};
+    for (int i = 0; i < 4; i++) {
         http_get(&s, &r, open_paths[i]);
         CHECK(r.status == 200, "%s is open without a key: %ld", open_paths[i], r.status);
         http_resp_free(&r);
     }
+    /* loading and unloading models need the key like every /v1/ route */
+    const char *load = "{\"id\": \"x\", \"path\": \"bert\"}";
+    http_do(&s, &r, "POST", "/v1/models", "application/json", load, strlen(load), NULL);
+    CHECK(r.status == 401, "POST /v1/models without a key -> %ld", r.status);
+    http_resp_free(&r);
+    http_do(&s, &r, "DELETE", "/v1/models/bert", NULL, NULL, 0, NULL);
+    CHECK(r.status == 401, "DELETE /v1/models/bert without a key -> %ld", r.status);
+    http_resp_free(&r);
     http_get(&s, &r, "/v1/models");
     char v[256];
     CHECK(r.status == 401 && err_code(&r) && !strcmp(err_code(&r), "unauthorized"), "no key -> 401: %ld", r.status);
@@ -898,7 +954,64 @@ static void test_queue_and_shutdown(void)
     http_get(&s, &q, "/healthz");
     CHECK(q.status == 200, "/healthz after a timeout");
     http_resp_free(&q);
+    /* a client that leaves before its request is complete is logged with status 499 */
+    int fd = raw_connect(&s);
+    const char part[] = "POST /v1/forward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                        "Content-Length: 1000\r\n\r\n{\"text\": ";
+    if (fd >= 0) {
+        CHECK(send(fd, part, sizeof part - 1, MSG_NOSIGNAL) == (ssize_t)(sizeof part - 1), "partial request sent");
+        sleep_ms(100);
+        close(fd);
+    }
+    int logged = 0;
+    for (int i = 0; i < 60 && !logged; i++, sleep_ms(50)) logged = log_contains(&s, "\"status\":499");
+    CHECK(logged, "the request log says status 499 for a client that left first (%s)", s.log_path);
+    CHECK(log_contains(&s, "\"method\":\"POST\",\"path\":\"/v1/forward\",\"route\":\"/v1/forward\",\"status\":503,"),
+          "a request's log line names method, path, route and status");
     CHECK(server_terminate(&s) == 0, "server D exits 0");
+}
+
+/* While models load, /readyz and model routes answer 503 not_ready and /healthz
+ * 200: a model folder whose weights are a FIFO keeps the load blocked in open(). */
+static void test_not_ready(void)
+{
+    printf("not ready while models load\n");
+    char dir[512], cmd[2048], model[600];
+    snprintf(dir, sizeof dir, "%s/slow", tmpdir);
+    snprintf(cmd, sizeof cmd, "mkdir -p %1$s && cp %2$s/bert/config.json %1$s/ && mkfifo %1$s/model.safetensors", dir,
+             tmpdir);
+    CHECK(system(cmd) == 0, "%s", cmd);
+    snprintf(model, sizeof model, "slow=%s", dir);
+    /* an explicit --threads-per-worker is lowered to cores / workers */
+    const char *args[] = {"--model", model, "--workers", "1", "--threads-per-worker", "1024", NULL};
+    test_server s;
+    if (server_spawn(&s, args)) {
+        CHECK(0, "lensd did not start");
+        return;
+    }
+    http_resp r = {0};
+    int waited = 0;
+    for (; waited < 200; waited++, sleep_ms(50)) { /* the listener comes up before the load */
+        http_resp_free(&r);
+        if (http_get(&s, &r, "/readyz") == 0 && r.status == 503) break;
+    }
+    CHECK(r.status == 503 && err_code(&r) && !strcmp(err_code(&r), "not_ready"), "/readyz while loading: %ld %.200s",
+          r.status, r.body);
+    check_schema(&r, "/readyz", "GET");
+    http_resp_free(&r);
+    http_post_json(&s, &r, "/v1/forward", "{\"model\": \"slow\", \"text\": \"a\"}");
+    CHECK(r.status == 503 && err_code(&r) && !strcmp(err_code(&r), "not_ready"), "/v1/forward while loading: %ld",
+          r.status);
+    check_schema(&r, "/v1/forward", "POST");
+    http_resp_free(&r);
+    http_get(&s, &r, "/healthz");
+    CHECK(r.status == 200, "/healthz while loading: %ld", r.status);
+    http_resp_free(&r);
+    char lowered[64];
+    snprintf(lowered, sizeof lowered, "\"threads_per_worker\":%ld,", sysconf(_SC_NPROCESSORS_ONLN));
+    CHECK(log_contains(&s, lowered), "--workers 1 --threads-per-worker 1024 runs %s (log %s)", lowered, s.log_path);
+    kill(s.pid, SIGKILL); /* blocked in open(): SIGTERM would wait for the load */
+    waitpid(s.pid, NULL, 0);
 }
 
 /* ----------------------------------------------- golden (server E, shared) */
@@ -992,6 +1105,7 @@ int main(void)
     }
     test_auth_cors();
     test_queue_and_shutdown();
+    test_not_ready();
     test_lanes();
     test_cost_model();
     test_golden();

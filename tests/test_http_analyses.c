@@ -111,6 +111,14 @@ static void test_attention(test_server *s)
           "row-stochastic dimension = T - rank([V,1])");
     http_resp_free(&r);
 
+    /* one token: Pearson over a single (constant) entry is NaN, written null */
+    http_post_json(s, &r, A, "{\"model\": \"gpt\", \"text\": \"a\", \"layers\": [1], \"heads\": [0]}");
+    check_schema(&r, A, "POST");
+    json_t *st1 = get(json_array_get(get(json_array_get(get(r.json, "layers"), 0), "heads"), 0), "stats");
+    CHECK(r.status == 200 && json_array_size(get(r.json, "tokens")) == 1 && st1 && json_is_null(get(st1, "pearson")),
+          "T = 1: pearson null (%ld %.300s)", r.status, r.body);
+    http_resp_free(&r);
+
     /* selection and matrix switches */
     http_post_json(s, &r, A,
                    "{\"model\": \"bert\", \"text\": \"a b c\", \"layers\": [2], \"heads\": [1], \"include_raw\": false, "

@@ -119,6 +119,16 @@ static void test_corpus(test_server *s)
               field ? field : "null");
         http_resp_free(&r);
     }
+    /* more than 256 files: refused before any is read */
+    static char many[257 * 16 + 64];
+    int n = snprintf(many, sizeof many, "{\"length\": 8, \"corpus\": [");
+    for (int i = 0; i < 257; i++) n += snprintf(many + n, sizeof many - (size_t)n, "%s\"topic_a.txt\"", i ? "," : "");
+    snprintf(many + n, sizeof many - (size_t)n, "]}");
+    http_post_json(s, &r, "/v1/decomposition", many);
+    const char *msg = json_string_value(get(get(r.json, "error"), "message"));
+    CHECK(r.status == 422 && msg && strstr(msg, "257 files; at most 256"), "257 corpus files: %ld %s", r.status,
+          msg ? msg : "(no message)");
+    http_resp_free(&r);
 }
 
 /* POST /v1/attribution on GPT-2: target = next-token id, causal attributions. */

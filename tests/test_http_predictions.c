@@ -230,9 +230,11 @@ static void test_bad(test_server *s)
         {"/v1/detokenize", "{\"model\": \"gpt\", \"ids\": []}", 422, "invalid_request", "ids"},
         {"/v1/detokenize", "{\"model\": \"gpt\", \"ids\": [\"a\"]}", 422, "invalid_request", "ids"},
         {"/v1/detokenize", "{\"model\": \"nope\", \"ids\": [1]}", 404, "model_not_found", "model"},
+        /* attribution takes BERT classifiers and causal LMs only (docs/api-notes.md) */
+        {"/v1/attribution", "{\"model\": \"mlm\", \"text\": \"a\"}", 422, "invalid_request", "model"},
     };
     int n = (int)(sizeof cases / sizeof *cases);
-    CHECK(n == 10, "10 bad cases");
+    CHECK(n == 11, "11 bad cases");
     run_bad_cases(s, cases, n);
 }
 

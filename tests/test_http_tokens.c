@@ -108,15 +108,42 @@ static void check_listing(test_server *s)
             seen++;
         } else {
             const char *type = json_string_value(get(m, "model_type")) ?: "";
-            CHECK(!strcmp(type, id), "%s listed as model_type %s", id, type);
+            const int bert_copy = !strcmp(id, "notok") || !strcmp(id, "enc");
+            CHECK(!strcmp(type, bert_copy ? "bert" : id), "%s listed as model_type %s", id, type);
             seen++;
         }
     }
-    CHECK(seen == 3 && json_array_size(models) == 3, "3 models listed (%zu)", json_array_size(models));
+    CHECK(seen == 5 && json_array_size(models) == 5, "5 models listed (%zu)", json_array_size(models));
     http_resp_free(&r);
     http_get(s, &r, "/v1/models/tokonly");
     CHECK(r.status == 200 && json_is_null(get(r.json, "model_type")), "GET /v1/models/tokonly -> %ld", r.status);
     check_schema(&r, "/v1/models/{id}", "GET");
+    http_resp_free(&r);
+}
+
+/* A checkpoint without tokenizer files serves input_ids and refuses text
+ * (field text); a tokenizer-only folder refuses every analysis (field model);
+ * a bare encoder answers hidden_states by default and refuses logits. */
+static void check_missing_parts(test_server *s)
+{
+    static const bad_case cases[] = {
+        {"/v1/forward", "{\"model\": \"notok\", \"text\": \"a b\"}", 422, "invalid_request", "text"},
+        {"/v1/forward", "{\"model\": \"tokonly\", \"text\": \"a b\"}", 422, "invalid_request", "model"},
+        {"/v1/attention", "{\"model\": \"tokonly\", \"text\": \"a b\"}", 422, "invalid_request", "model"},
+        {"/v1/forward", "{\"model\": \"enc\", \"text\": \"a b\", \"outputs\": [\"logits\"]}", 422, "invalid_request", "outputs"},
+    };
+    run_bad_cases(s, cases, (int)(sizeof cases / sizeof *cases));
+    http_resp r;
+    http_post_json(s, &r, "/v1/forward", "{\"model\": \"notok\", \"input_ids\": [5, 6, 7]}");
+    CHECK(r.status == 200 && json_array_size(get(r.json, "tokens")) == 3, "notok: input_ids answer 200 (%ld %.200s)",
+          r.status, r.body);
+    check_schema(&r, "/v1/forward", "POST");
+    http_resp_free(&r);
+    /* a bare encoder has no logits: its default output is hidden_states */
+    http_post_json(s, &r, "/v1/forward", "{\"model\": \"enc\", \"text\": \"a b\"}");
+    CHECK(r.status == 200 && json_array_size(get(r.json, "hidden_states")) > 0 && !get(r.json, "logits"),
+          "bare encoder: hidden_states by default, no logits (%ld %.200s)", r.status, r.body);
+    check_schema(&r, "/v1/forward", "POST");
     http_resp_free(&r);
 }
 
@@ -129,18 +156,22 @@ int main(void)
     if (!openapi || !mkdtemp(tmpdir)) return check_done("test_http_tokens");
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "mkdir -p %1$s/tokonly %1$s/models && "
+             "mkdir -p %1$s/tokonly %1$s/notok %1$s/models && "
              "%2$s mkmodel --arch bert --preset micro --seed 1 --out %1$s/models/bert >/dev/null && "
              "%2$s mkmodel --arch roberta --preset micro --seed 1 --out %1$s/models/roberta >/dev/null && "
-             "cp %1$s/models/bert/vocab.txt %1$s/models/bert/tokenizer_config.json %1$s/tokonly/",
+             "cp %1$s/models/bert/vocab.txt %1$s/models/bert/tokenizer_config.json %1$s/tokonly/ && "
+             "cp %1$s/models/bert/config.json %1$s/models/bert/model.safetensors %1$s/notok/ && "
+             "%2$s mkmodel --arch bert --preset micro --task encoder --seed 1 --out %1$s/enc >/dev/null",
              tmpdir, lensd_path());
     int rc = system(cmd);
     CHECK(rc == 0, "test folders: %s", cmd);
     if (rc == 0) {
-        char models_dir[600], tokonly[700];
+        char models_dir[600], tokonly[700], notok[700], enc[700];
         snprintf(models_dir, sizeof models_dir, "%s/models", tmpdir);
         snprintf(tokonly, sizeof tokonly, "tokonly=%s/tokonly", tmpdir); /* --models-dir takes config.json folders */
-        const char *args[] = {"--models-dir", models_dir, "--model", tokonly, NULL};
+        snprintf(notok, sizeof notok, "notok=%s/notok", tmpdir);
+        snprintf(enc, sizeof enc, "enc=%s/enc", tmpdir);
+        const char *args[] = {"--models-dir", models_dir, "--model", tokonly, "--model", notok, "--model", enc, NULL};
         test_server s;
         CHECK(server_launch(&s, args) == 0, "lensd starts");
         if (s.pid) {
@@ -148,6 +179,7 @@ int main(void)
             check_pair(&s, "bert", 1);
             check_pair(&s, "roberta", 0);
             check_pair(&s, "tokonly", 1);
+            check_missing_parts(&s);
             CHECK(server_terminate(&s) == 0, "clean exit");
         }
     }

@@ -58,7 +58,13 @@
  *    have the same nonzero singular values (and ranks with the same tol):
  *        J'[(i,j),(m,c)]  = S_i[j][m] P[i][c] / sqrt(DK)
  *        MJ'[(i,e),(m,c)] = a_im (V[m][e] - y_i[e]) P[i][c] / sqrt(DK),  y_i = V^T a_i,
- *    ranks with tol = σ_max ε_f32 max(rows, T·DK), from the T·rq-square Gram
+ *    with V replaced by U_r, the orthonormal basis of its numerical column
+ *    space (the r = rank(V) of `rank`): ker M is then the numerical null space
+ *    that effective attention removes, and when r = T, M is an isometry and
+ *    dim = 0 as identifiability says. With V itself M J's tolerance (T·DV
+ *    rows) and spread (κ(V)) cut directions of J that M does not annihilate
+ *    (demo-identifiable L1 H0, T = 9: rank V = 9 but rank(MJ) 56 < rank(J) 64).
+ *    Ranks with tol = σ_max ε_f32 max(rows, T·DK), from the T·rq-square Gram
  *    matrices built on the Kronecker structure and counted by inertia
  *    (key_aware_gram; the dense dgesdd of J' and MJ' on request). Explicit when
  *    T·DK is at most LENS_ATTN_KEY_AWARE_MAX_UNKNOWNS (1024).
@@ -878,6 +884,21 @@ done:
     return rc;
 }
 
+/* U_r [T][r] (malloc'd), the orthonormal basis of col(V) under thin_svd's
+ * rank, which the key-aware step takes for V: M(δA) = δA U_r has the same
+ * kernel as δA V with V's own tolerance. r = 0 (V = 0) gives one zero column,
+ * so that M annihilates everything. */
+static int value_basis(const float *V, int ldv, int T, int DV, float **U, int *r, lens_err *err)
+{
+    double smax, tol;
+    if (thin_svd(V, ldv, T, DV, &smax, &tol, r, U, 0, "V", err)) return -1;
+    if (*r == 0) {
+        memset(*U, 0, (size_t)T * sizeof **U);
+        *r = 1;
+    }
+    return 0;
+}
+
 static int key_aware(const float *A, const float *V, int ldv, const float *Q, int ldq, int T, int DV, int DK,
                      int causal, const lens_attention_opts *opts, lens_head_attention *res, lens_err *err)
 {
@@ -893,9 +914,14 @@ static int key_aware(const float *A, const float *V, int ldv, const float *Q, in
     int rc = 0;
     if (explicit_ok) {
         res->key_aware_method = LENS_KEY_AWARE_EXPLICIT;
-        rc = opts->key_aware_dense
-                 ? key_aware_explicit(A, V, ldv, P, rq, T, DV, DK, causal, opts->cancel, res, err)
-                 : key_aware_gram(A, V, ldv, P, rq, T, DV, DK, causal, opts->cancel, res, err);
+        float *U = NULL;
+        int rv;
+        rc = value_basis(V, ldv, T, DV, &U, &rv, err);
+        if (rc == 0)
+            rc = opts->key_aware_dense
+                     ? key_aware_explicit(A, U, rv, P, rq, T, rv, DK, causal, opts->cancel, res, err)
+                     : key_aware_gram(A, U, rv, P, rq, T, rv, DK, causal, opts->cancel, res, err);
+        free(U);
     } else if (rq == T) {
         res->key_aware_method = LENS_KEY_AWARE_CLOSED_FORM;
         int d = key_aware_closed_form(A, V, ldv, T, DV, res->rank_v1, opts->cancel, err);

@@ -112,6 +112,12 @@ def key_aware(A, V, Q, causal):
         out["explicit"] = None
         return out
     n = T * DK
+    # M(dA) = dA U_r, U_r the orthonormal basis of col(V) at V's own rank (the
+    # kernel effective attention removes; with V itself M J's wider tolerance
+    # would count directions M does not annihilate)
+    U, s, _ = torch.linalg.svd(V, full_matrices=False)
+    r = int((s > float(s[0]) * EPS_F32 * max(T, DV)).sum()) if s.numel() else 0
+    Ur = U[:, :r] if r else torch.zeros(T, 1, dtype=V.dtype)
     rows_j, rows_mj = [], []
     for i in range(T):
         a = A[i]
@@ -121,7 +127,7 @@ def key_aware(A, V, Q, causal):
         Ji = torch.kron(S, q[None, :])  # [T][T*DK]
         keys = i + 1 if causal else T
         rows_j.append(Ji[:keys])
-        rows_mj.append(V.T @ Ji)  # [DV][T*DK]
+        rows_mj.append(Ur.T @ Ji)  # [r][T*DK]
     J = torch.cat(rows_j)
     MJ = torch.cat(rows_mj)
     rj, rmj = svd_rank(J, n), svd_rank(MJ, n)

@@ -57,9 +57,9 @@ function focused(resp, ctx, layer, h) {
         `${idh.key_aware.dim ?? 'n/a'} (${idh.key_aware.method})`, fmt(h.stats.pearson)].map(v => el('td', { text: String(v) })))),
     note('Two different counts. identifiable (Brunner et al.): rank V = T, so V has no null space and no other attention matrix ' +
       'gives this head the same output; effective = raw. key-aware dim (Bhardwaj et al.): rank(J) − rank(M J), where J maps small ' +
-      'moves of the keys to the changes of attention they cause and M multiplies a change by V; it counts, with its own numerical ' +
-      'tolerance, the key-reachable changes that leave the output unchanged, so it is reported beside identifiable rather than ' +
-      'derived from it (docs/identifiability.md, sections 1 and 3).'),
+      'moves of the keys to the changes of attention they cause and M multiplies a change by V; it counts the key-reachable ' +
+      'changes that leave the output unchanged: at most T × null dim, so 0 when identifiable, and below that when the keys ' +
+      'cannot reach every null-space change (docs/identifiability.md, sections 1 and 3).'),
   ];
 }
 
