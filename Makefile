@@ -32,6 +32,12 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# The AVX2 kernel must not contain AVX-512 instructions even when OPT is
+# -march=native on an AVX-512 CPU (core/base/gemm_avx2.c says why).
+ifneq ($(findstring x86_64,$(shell $(CC) -dumpmachine)),)
+$(BUILD)/core/base/gemm_avx2.o: CFLAGS += -mno-avx512f
+endif
+
 $(BUILD)/libcore.a: $(CORE_OBJ)
 	$(AR) rcs $@ $^
 

@@ -13,10 +13,14 @@
  * read: each task widens its W sub-panel [KC][32] to float32 while packing
  * it, exactly, so the product equals the one with W widened beforehand.
  *
- * Kernel: AVX-512 (12 rows x 32 columns of accumulators, A broadcast, FMA)
- * chosen at run time with __builtin_cpu_supports, else a portable C kernel
- * over the same layout. Blocking: K in blocks of 768 rows, M in blocks of 240
- * rows, work split over (M block, group of panels) tasks through the pool. */
+ * Kernel, chosen at run time from cpuid (lens_gemm_kernel_in_use): AVX-512
+ * (12 rows x 32 columns of zmm accumulators, A broadcast, FMA), else AVX2 +
+ * FMA (6 x 16 ymm tiles over the same panels), else OpenBLAS's sgemm (ARM64
+ * and every other CPU: its NEON and other kernels, never lensd's portable
+ * loop, which stays as the tests' oracle). LENS_GEMM_KERNEL=avx512|avx2|blas|
+ * portable in the environment forces one the CPU can run. Blocking: K in
+ * blocks of 768 rows, M in blocks of 240 rows, work split over (M block,
+ * group of panels) tasks through the pool. */
 #ifndef LENS_GEMM_H
 #define LENS_GEMM_H
 
@@ -91,8 +95,21 @@ void lens_gemm_linear_post(float *out, size_t ld_out, const float *inp, size_t l
 void lens_gemm_linear_backward(float *dinp, const float *dout, const lens_linear *lin, int N, int accumulate,
                                lens_pool *pool);
 
-/* 1 when the AVX-512 kernel is in use (0 without AVX-512 or with
- * LENS_GEMM_PORTABLE=1 in the environment). */
-int lens_gemm_avx512(void);
+typedef enum { LENS_GEMM_PORTABLE, LENS_GEMM_BLAS, LENS_GEMM_AVX2, LENS_GEMM_AVX512 } lens_gemm_kernel;
+
+/* The kernel every lens_gemm call uses: the first call chooses it (the best
+ * the CPU runs, or LENS_GEMM_KERNEL's when the CPU runs that one). */
+lens_gemm_kernel lens_gemm_kernel_in_use(void);
+/* "avx512", "avx2", "blas", "portable" (the LENS_GEMM_KERNEL values). */
+const char *lens_gemm_kernel_name(lens_gemm_kernel k);
+/* 1 when this CPU can run k (blas and portable: always). */
+int lens_gemm_kernel_available(lens_gemm_kernel k);
+/* Switch kernels (tests, benchmarks): -1, and no change, when k is not
+ * available. Not while another thread is in lens_gemm; models loaded under
+ * one kernel stay correct under another (only slower). */
+int lens_gemm_use_kernel(lens_gemm_kernel k);
+/* 1 when the kernel in use reads prepacked panels, so the loader packs F32
+ * weights (lens_gemm_pack); 0 for OpenBLAS, which reads W in its own layout. */
+int lens_gemm_packs_weights(void);
 
 #endif

@@ -123,7 +123,8 @@ static void expand_summed_heads(lens_model *m, float *expanded)
  * packed: a float32 copy would double or triple the resident weights, so the
  * GEMM widens them panel by panel per call instead (gemm.h). The tied LM
  * decoder is not packed either: it is the embedding table, which must stay
- * as is, and a second copy would cost V x C floats. */
+ * as is, and a second copy would cost V x C floats. Nothing is packed for
+ * the OpenBLAS path (lens_gemm_packs_weights), which reads W as mapped. */
 static int pack_weights(lens_model *m, lens_err *err)
 {
     lens_linear **lins = malloc(sizeof *lins * ((size_t)m->cfg.n_layers * BLOCK_MAPS + HEAD_MAPS));
@@ -136,9 +137,9 @@ static int pack_weights(lens_model *m, lens_err *err)
     const size_t expanded =
         summed ? ((size_t)c->n_layers * c->d_model * c->n_heads * c->d_head_v + c->d_head_v + 15) & ~(size_t)15 : 0;
     for (int l = 0; summed && l < c->n_layers; l++) m->p.blocks[l].attn_out.in = c->n_heads * c->d_head_v;
-    const int n = model_linears(m, lins);
+    const int n = model_linears(m, lins), pack = lens_gemm_packs_weights();
     size_t total = expanded;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; pack && i < n; i++)
         /* summed output weights (block map 3) are float32 once expanded */
         if (lins[i]->w && (lins[i]->dtype == LENS_DT_F32 || (summed && i < BLOCK_MAPS * c->n_layers && i % BLOCK_MAPS == 3)))
             total += (lens_gemm_packed_size(lins[i]->in, lins[i]->out) + 15) & ~(size_t)15;
@@ -151,7 +152,7 @@ static int pack_weights(lens_model *m, lens_err *err)
     float *dst = m->packed + expanded;
     for (int i = 0, released = 0; i < n; i++) {
         lens_linear *lin = lins[i];
-        if (lin->w && lin->dtype == LENS_DT_F32) {
+        if (pack && lin->w && lin->dtype == LENS_DT_F32) {
             lens_gemm_pack(dst, lin->w, lin->in, lin->out, (size_t)lin->ld, lin->w_in_out);
             lin->packed = dst;
             dst += (lens_gemm_packed_size(lin->in, lin->out) + 15) & ~(size_t)15;
