@@ -80,7 +80,7 @@ test: deps-test
 	@rm -f $(BUILD)/responses.jsonl
 	@BUILD=$(BUILD) FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_CI_SECONDS) \
 	    LENSD_RESPONSE_LOG=$(abspath $(BUILD))/responses.jsonl \
-	    scripts/run-tests.sh $(TEST_BIN) clients/python/test_client.py \
+	    scripts/run-tests.sh $(TEST_BIN) tests/kernels.sh clients/python/test_client.py \
 	    $(if $(filter 1,$(FUZZ_IN_TEST)),scripts/fuzz.sh) tests/openapi_validate.py
 
 test-asan:

@@ -307,9 +307,26 @@ static void gemm_task(void *ctx, int task)
 /* The OpenBLAS path (CPUs without a lensd kernel, LENS_GEMM_KERNEL=blas):
  * rows m0..m1, columns n0..n1 of y by cblas_sgemm, single-threaded in this
  * task (lensd's threads come from the pool). F32 W is read in its own layout
- * in one call (the loader leaves weights unpacked for this path); any other
- * W (prepacked, W^T's panels, BF16/F16) one 32-column sub-panel at a time,
- * packed as for the kernels. y starts as the bias (or 0) unless accumulating. */
+ * in one call (the loader leaves weights unpacked for this path), BF16/F16 W
+ * widened first into a copy of the task's columns in the same layout (so a
+ * BF16 model gives bitwise the F32 one's results here too); prepacked W and
+ * W^T's panels (or no memory for the copy) one 32-column sub-panel at a
+ * time, packed as for the kernels. y starts as the bias (or 0) unless
+ * accumulating. */
+
+/* W's columns n0 .. n0+nc widened to float32: [K][nc] (w_kn) or [nc][K];
+ * NULL when out of memory. */
+static float *widen_columns(const lens_gemm_args *g, int n0, int nc)
+{
+    const int rows = g->w_kn ? g->K : nc, cols = g->w_kn ? nc : g->K;
+    float *wide = malloc(sizeof(float) * (size_t)rows * (size_t)cols);
+    for (int r = 0; wide && r < rows; r++) {
+        const size_t at = g->w_kn ? (size_t)r * g->ld + (size_t)n0 : (size_t)(n0 + r) * g->ld;
+        lens_widen(wide + (size_t)r * cols, lens_dtype_at(g->w, g->w_dtype, at), g->w_dtype, (size_t)cols);
+    }
+    return wide;
+}
+
 static void blas_task(void *ctx, int task)
 {
     const gemm_job *j = ctx;
@@ -322,7 +339,12 @@ static void blas_task(void *ctx, int task)
         if (g->bias) memcpy(y + (size_t)m * g->ldy + n0, g->bias + n0, sizeof(float) * (size_t)(n1 - n0));
         else memset(y + (size_t)m * g->ldy + n0, 0, sizeof(float) * (size_t)(n1 - n0));
     }
-    if (!g->packed && !g->packed_t && g->w_dtype == LENS_DT_F32) {
+    float *wide = !g->packed && !g->packed_t && g->w_dtype != LENS_DT_F32 ? widen_columns(g, n0, n1 - n0) : NULL;
+    if (wide) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, g->w_kn ? CblasNoTrans : CblasTrans, m1 - m0, n1 - n0, g->K, g->alpha,
+                    x, (int)g->ldx, wide, g->w_kn ? n1 - n0 : g->K, 1.0f, y + n0, (int)g->ldy);
+        free(wide);
+    } else if (!g->packed && !g->packed_t && g->w_dtype == LENS_DT_F32) {
         const float *w = g->w;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, g->w_kn ? CblasNoTrans : CblasTrans, m1 - m0, n1 - n0, g->K, g->alpha,
                     x, (int)g->ldx, g->w_kn ? w + n0 : w + (size_t)n0 * g->ld, (int)g->ld, 1.0f, y + n0, (int)g->ldy);
