@@ -237,7 +237,9 @@ static void test_gemm(void)
  * same W widened to F32 beforehand (products_differ: bitwise under lensd's
  * kernels), for both layouts (W[N][K] n-major takes the AVX-512 or AVX2
  * gather path), row strides past the row, K across KC blocks (k0 > 0),
- * N not a multiple of the 32-column panel, alpha != 1. */
+ * N not a multiple of the 32-column panel, alpha != 1; and prepacked as the
+ * loader packs them (lens_gemm_pack_half: 16-bit panels the AVX-512 and AVX2
+ * kernels widen as they load them) against F32 panels. */
 static void test_half_weights(void)
 {
     static const int shapes[][3] = {{1, 1, 1}, {5, 17, 9}, {13, 33, 385}, {250, 70, 800}, {64, 96, 768}};
@@ -265,6 +267,20 @@ static void test_half_weights(void)
                                                        bitwise_kernel());
                 CHECK(!differ, "%s W %s M=%d N=%d K=%d: %zu values differ from the product with widened F32 W",
                       lens_dtype_name(dts[d]), w_kn ? "[K][N]" : "[N][K]", M, N, K, differ);
+                /* prepacked: 16-bit panels (the kernel widens them) against F32 panels (alpha ignored) */
+                uint16_t *ph = aligned_alloc(64, (sizeof(uint16_t) * lens_gemm_packed_size(K, N) + 63) & ~(size_t)63);
+                float *pf = aligned_alloc(64, sizeof(float) * lens_gemm_packed_size(K, N));
+                lens_gemm_pack_half(ph, wh, K, N, ld, w_kn);
+                lens_gemm_pack(pf, wf, K, N, ld, w_kn);
+                g.packed = ph, g.w = wh, g.w_dtype = dts[d], g.y = y16;
+                lens_gemm(&g, two);
+                g.packed = pf, g.w = wf, g.w_dtype = LENS_DT_F32, g.y = y32;
+                lens_gemm(&g, two);
+                const size_t differ_packed = products_differ(y16, y32, (size_t)N, x, (size_t)K, wf, ld, w_kn, M, N, K,
+                                                              1.0f, bitwise_kernel());
+                CHECK(!differ_packed, "%s W %s M=%d N=%d K=%d prepacked: %zu values differ from F32 panels",
+                      lens_dtype_name(dts[d]), w_kn ? "[K][N]" : "[N][K]", M, N, K, differ_packed);
+                free(ph), free(pf);
                 n_cases++;
                 free(x), free(wf), free(y16), free(y32), free(wh);
             }

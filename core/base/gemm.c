@@ -119,6 +119,22 @@ static void pack_panel_transposed(float *dst, const float *wt, int N, int k0, in
     }
 }
 
+/* The half-precision panels: dst[p][k][32] = W[k][32p + j] as stored (the
+ * same 16 bits), zero past N. */
+void lens_gemm_pack_half(uint16_t *packed, const void *w, int K, int N, size_t ld, int w_kn)
+{
+    const uint16_t *src = w; /* BF16 and F16 alike: bits are moved, not converted */
+    for (int p = 0; p * NR < N; p++) {
+        const int nr = N - p * NR < NR ? N - p * NR : NR;
+        uint16_t *panel = packed + (size_t)p * K * NR;
+        for (int k = 0; k < K; k++) {
+            uint16_t *d = panel + (size_t)k * NR;
+            for (int j = 0; j < NR; j++)
+                d[j] = j >= nr ? 0 : w_kn ? src[(size_t)k * ld + p * NR + j] : src[(size_t)(p * NR + j) * ld + k];
+        }
+    }
+}
+
 void lens_gemm_pack(float *packed, const float *w, int K, int N, size_t ld, int w_kn)
 {
     for (int p = 0; p * NR < N; p++) {
@@ -129,11 +145,13 @@ void lens_gemm_pack(float *packed, const float *w, int K, int N, size_t ld, int 
 
 /* ------------------------------------------------------------ kernels */
 
-/* Portable: 4-row strips, the 32-wide inner loop left to the vectoriser. */
-static void kernel_c(int mr, int kc, const float *a, size_t lda, const float *b, float *c, size_t ldc, int nr,
-                     const float *bias, int init, const float *pf, int pf_lines)
+/* Portable: 4-row strips, the 32-wide inner loop left to the vectoriser.
+ * F32 panels only (sub_panel widens half-precision ones for it). */
+static void kernel_c(int mr, int kc, const float *a, size_t lda, const void *bv, lens_dtype bdt, float *c, size_t ldc,
+                     int nr, const float *bias, int init, const char *pf, int pf_lines)
 {
-    (void)pf, (void)pf_lines;
+    (void)bdt, (void)pf, (void)pf_lines;
+    const float *b = bv;
     for (int i0 = 0; i0 < mr; i0 += 4) {
         const int rows = mr - i0 < 4 ? mr - i0 : 4;
         float acc[4][NR];
@@ -254,16 +272,31 @@ static lens_gemm_pack_half_fn *pack_half_fn(void)
 typedef struct {
     const lens_gemm_args *g;
     lens_gemm_kernel_fn *kernel;
+    int half_loads; /* the kernel widens BF16/F16 panels itself */
     int n_panels, panels_per_task, n_panel_groups; /* OpenBLAS path: n_panel_groups column blocks of BLAS_NC */
 } gemm_job;
 
-/* W's sub-panel [kc][32] at rows k0.. of panel p: in place when prepacked,
- * else packed into buf (from W^T's panels or from w, widened and scaled). */
-static const float *sub_panel(const lens_gemm_args *g, int p, int k0, int kc, float *buf)
+/* Where sub-panel (p, k0) of prepacked W starts: elements of w_dtype. */
+static const void *packed_at(const lens_gemm_args *g, int p, int k0)
+{
+    return lens_dtype_at(g->packed, g->w_dtype, (size_t)p * g->K * NR + (size_t)k0 * NR);
+}
+
+/* W's sub-panel [kc][32] at rows k0.. of panel p, *dt its elements: in place
+ * when prepacked (F32, or BF16/F16 for a kernel with half_loads), else
+ * packed into buf as F32 (from W^T's panels or from w, widened and scaled,
+ * or the half-precision panel widened). */
+static const void *sub_panel(const lens_gemm_args *g, int p, int k0, int kc, float *buf, int half_loads,
+                             lens_dtype *dt)
 {
     const int n0 = p * NR, nr = g->N - n0 < NR ? g->N - n0 : NR;
-    if (g->packed) return g->packed + (size_t)p * g->K * NR + (size_t)k0 * NR;
-    if (g->packed_t) pack_panel_transposed(buf, g->packed_t, g->N, k0, kc, n0, nr);
+    *dt = LENS_DT_F32;
+    if (g->packed && (g->w_dtype == LENS_DT_F32 || half_loads)) {
+        *dt = g->w_dtype;
+        return packed_at(g, p, k0);
+    }
+    if (g->packed) lens_widen(buf, packed_at(g, p, k0), g->w_dtype, (size_t)kc * NR);
+    else if (g->packed_t) pack_panel_transposed(buf, g->packed_t, g->N, k0, kc, n0, nr);
     else pack_panel(buf, g->w, g->w_dtype, g->ld, g->w_kn, k0, kc, n0, nr, g->alpha);
     return buf;
 }
@@ -280,13 +313,17 @@ static void gemm_task(void *ctx, int task)
         const int kc = g->K - k0 < KC ? g->K - k0 : KC;
         for (int p = p0; p < p1; p++) {
             const int n0 = p * NR, nr = g->N - n0 < NR ? g->N - n0 : NR;
-            const float *b = sub_panel(g, p, k0, kc, panel), *next = NULL;
-            int next_lines = 0; /* 64-byte lines of the next sub-panel, spread over the row blocks */
+            lens_dtype bdt;
+            const void *b = sub_panel(g, p, k0, kc, panel, j->half_loads, &bdt);
+            const char *next = NULL;
+            /* 64-byte lines of the next sub-panel, spread over the row blocks: 2 (F32) or 1 per row */
+            const int lines_per_row = (int)lens_dtype_size(g->w_dtype) / 2;
+            int next_lines = 0;
             if (g->packed) {
-                if (p + 1 < p1) next = g->packed + (size_t)(p + 1) * g->K * NR + (size_t)k0 * NR, next_lines = 2 * kc;
+                if (p + 1 < p1) next = packed_at(g, p + 1, k0), next_lines = lines_per_row * kc;
                 else if (k0 + KC < g->K) {
-                    next = g->packed + (size_t)p0 * g->K * NR + (size_t)(k0 + KC) * NR;
-                    next_lines = 2 * (g->K - k0 - KC < KC ? g->K - k0 - KC : KC);
+                    next = packed_at(g, p0, k0 + KC);
+                    next_lines = lines_per_row * (g->K - k0 - KC < KC ? g->K - k0 - KC : KC);
                 }
             }
             const int n_blocks = (m1 - m0 + MR - 1) / MR, per_block = (next_lines + n_blocks - 1) / n_blocks;
@@ -295,9 +332,9 @@ static void gemm_task(void *ctx, int task)
                 const int pf_lines = next_lines - pf_first < per_block ? next_lines - pf_first : per_block;
                 const int mr = m1 - m < MR ? m1 - m : MR;
                 float *y = g->y + (size_t)m * g->ldy + n0;
-                j->kernel(mr, kc, g->x + (size_t)m * g->ldx + k0, g->ldx, b, y, g->ldy, nr,
+                j->kernel(mr, kc, g->x + (size_t)m * g->ldx + k0, g->ldx, b, bdt, y, g->ldy, nr,
                           g->bias ? g->bias + n0 : NULL, k0 == 0 && !g->accumulate,
-                          next ? next + (size_t)pf_first * 16 : NULL, pf_lines);
+                          next ? next + (size_t)pf_first * 64 : NULL, pf_lines);
                 for (int i = 0; g->post && k0 + kc == g->K && i < mr; i++) g->post(y + (size_t)i * g->ldy, (size_t)nr);
             }
         }
@@ -354,8 +391,9 @@ static void blas_task(void *ctx, int task)
             const int kc = g->K - k0 < KC ? g->K - k0 : KC;
             for (int p = n0 / NR; p * NR < n1; p++) {
                 const int nr = g->N - p * NR < NR ? g->N - p * NR : NR;
+                lens_dtype dt;
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m1 - m0, nr, kc, 1.0f, x + k0, (int)g->ldx,
-                            sub_panel(g, p, k0, kc, panel), NR, 1.0f, y + (size_t)p * NR, (int)g->ldy);
+                            sub_panel(g, p, k0, kc, panel, 0, &dt), NR, 1.0f, y + (size_t)p * NR, (int)g->ldy);
             }
         }
     }
@@ -403,7 +441,8 @@ void lens_gemm(const lens_gemm_args *g, lens_pool *pool)
         return;
     }
     if (product_padded(g, pool)) return;
-    gemm_job j = {.g = g, .kernel = micro_kernel(lens_gemm_kernel_in_use())};
+    const lens_gemm_kernel k = lens_gemm_kernel_in_use();
+    gemm_job j = {.g = g, .kernel = micro_kernel(k), .half_loads = k == LENS_GEMM_AVX512 || k == LENS_GEMM_AVX2};
     const int n_mblocks = (g->M + MC - 1) / MC, threads = lens_pool_threads(pool);
     if (!j.kernel) {
         j.n_panel_groups = (g->N + BLAS_NC - 1) / BLAS_NC;
@@ -447,7 +486,7 @@ void lens_gemm_linear_backward(float *dinp, const float *dout, const lens_linear
      * is w[o*ld + i] for a Linear ([out][in], k-major here) or w[i*ld + o]
      * for a Conv1D ([in][out], n-major here) */
     const lens_gemm_args g = {.M = N, .N = lin->in, .K = lin->out, .x = dout, .ldx = (size_t)lin->out,
-                              .packed_t = lin->packed, .w = lin->w, .w_dtype = lin->dtype, .ld = (size_t)lin->ld,
+                              .packed_t = lin->dtype == LENS_DT_F32 ? lin->packed : NULL, .w = lin->w, .w_dtype = lin->dtype, .ld = (size_t)lin->ld,
                               .w_kn = !lin->w_in_out, .alpha = 1.0f, .y = dinp, .ldy = (size_t)lin->in,
                               .accumulate = accumulate};
     lens_gemm(&g, pool);

@@ -9,9 +9,12 @@
  * (panel p, row k: W[k][32p .. 32p+31], zero beyond N), so weights are packed
  * into that form once at model load (lens_gemm_pack) and every call only
  * reads them; a W that is not packed is packed panel by panel during the call.
- * That is also how BF16/F16 weights (resident in their checkpoint dtype) are
- * read: each task widens its W sub-panel [KC][32] to float32 while packing
- * it, exactly, so the product equals the one with W widened beforehand.
+ * BF16/F16 weights are packed at load too, as 16-bit panels
+ * (lens_gemm_pack_half), and the AVX-512 and AVX2 kernels widen each panel
+ * row in registers as they load it; a half-precision W that is not packed
+ * (or under the other kernels) is widened to float32 while its sub-panel
+ * [KC][32] is packed during the call. Widening is exact either way, so the
+ * product equals the one with W widened beforehand.
  *
  * Kernel, chosen at run time from cpuid (lens_gemm_kernel_in_use): AVX-512
  * (12 rows x 32 columns of zmm accumulators, A broadcast, FMA), else AVX2 +
@@ -25,6 +28,7 @@
 #define LENS_GEMM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/model/model.h"
 #include "core/base/pool.h"
@@ -44,6 +48,12 @@ float *lens_gemm_alloc_packed(size_t floats);
  * 0 = at w[n*ld + k]. packed must be 64-byte aligned. */
 void lens_gemm_pack(float *packed, const float *w, int K, int N, size_t ld, int w_kn);
 
+/* packed = W (K x N) in panel layout with its BF16/F16 elements as they
+ * are (lens_gemm_packed_size(K, N) uint16, 64-byte aligned): the kernels
+ * widen them as they load each panel row, so a half-precision model keeps
+ * half the bytes resident and is packed once, like an F32 one. */
+void lens_gemm_pack_half(uint16_t *packed, const void *w, int K, int N, size_t ld, int w_kn);
+
 /* The general product: y[M][N] (row stride ldy) = x[M][K] (row stride ldx) W
  * + bias, or y += x W with accumulate (bias ignored). W is `packed` when not
  * NULL, else alpha * (w, ld, w_kn) with elements of w_dtype (F32 = 0 unless
@@ -56,7 +66,7 @@ typedef struct {
     int M, N, K;
     const float *x;
     size_t ldx;
-    const float *packed;
+    const void *packed; /* prepacked W: panels of w_dtype elements (lens_gemm_pack, lens_gemm_pack_half) */
     const float *packed_t; /* else W^T packed by lens_gemm_pack (N x K), read transposed: a packed
                               map's input gradient, so the backward leaves the released mapped
                               weights alone */

@@ -27,13 +27,26 @@ __attribute__((target(AVX2), always_inline)) static inline __m256i lanes_below(i
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-/* c[r][cols] (+)= a[r][kc] b[kc][16] (b's rows NR apart), cols <= 16. r is a
- * constant at every call site, so the row loops unroll into registers. */
-__attribute__((target(AVX2), always_inline)) static inline void tile_avx2(const int r, int kc, const float *a,
-                                                                           size_t lda, const float *b, float *c,
-                                                                           size_t ldc, int cols, const float *bias,
-                                                                           int init, const float *pf, int pf_lines)
+/* 8 elements of a panel row as floats: F32 loaded, BF16 moved to the high
+ * half of each lane, F16 converted (both exact). */
+__attribute__((target(AVX2), always_inline)) static inline __m256 load8(const void *row, const lens_dtype dt)
 {
+    if (dt == LENS_DT_F32) return _mm256_load_ps(row);
+    const __m128i h = _mm_load_si128(row);
+    if (dt == LENS_DT_BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return _mm256_cvtph_ps(h);
+}
+
+/* c[r][cols] (+)= a[r][kc] b[kc][16] (b's rows a panel row apart, elements
+ * of dt), cols <= 16. r and dt are constants at every call site, so the row
+ * loops unroll into registers. */
+__attribute__((target(AVX2), always_inline)) static inline void tile_avx2(const int r, int kc, const float *a,
+                                                                           size_t lda, const void *b,
+                                                                           const lens_dtype dt, float *c, size_t ldc,
+                                                                           int cols, const float *bias, int init,
+                                                                           const char *pf, int pf_lines)
+{
+    const size_t row = NR * lens_dtype_size(dt), step8 = row / 4; /* bytes per panel row, per 8 elements */
     const int full = cols >= 16;
     const __m256i m0 = lanes_below(cols), m1 = lanes_below(cols - 8);
     __m256 c0[RA], c1[RA];
@@ -51,8 +64,9 @@ __attribute__((target(AVX2), always_inline)) static inline void tile_avx2(const 
         }
     }
     for (int k = 0; k < kc; k++) {
-        if (k < pf_lines) _mm_prefetch((const char *)(pf + (size_t)k * 16), _MM_HINT_T1);
-        const __m256 b0 = _mm256_load_ps(b + (size_t)k * NR), b1 = _mm256_load_ps(b + (size_t)k * NR + 8);
+        if (k < pf_lines) _mm_prefetch(pf + (size_t)k * 64, _MM_HINT_T1);
+        const unsigned char *bk = (const unsigned char *)b + (size_t)k * row;
+        const __m256 b0 = load8(bk, dt), b1 = load8(bk + step8, dt);
         for (int i = 0; i < r; i++) {
             const __m256 ai = _mm256_broadcast_ss(a + (size_t)i * lda + k);
             c0[i] = _mm256_fmadd_ps(ai, b0, c0[i]);
@@ -71,25 +85,29 @@ __attribute__((target(AVX2), always_inline)) static inline void tile_avx2(const 
     }
 }
 
-__attribute__((target(AVX2))) void lens_gemm_kernel_avx2(int mr, int kc, const float *a, size_t lda, const float *b,
-                                                         float *c, size_t ldc, int nr, const float *bias, int init,
-                                                         const float *pf, int pf_lines)
+#define CASE(R, DT) \
+    case R: tile_avx2(R, kc, ai, lda, bh, DT, ch, ldc, cols, bias_h, init, pf, lines); break;
+#define ROWS_AVX2(DT) \
+    switch (r) { CASE(6, DT) CASE(5, DT) CASE(4, DT) CASE(3, DT) CASE(2, DT) CASE(1, DT) }
+
+__attribute__((target(AVX2))) void lens_gemm_kernel_avx2(int mr, int kc, const float *a, size_t lda, const void *b,
+                                                         lens_dtype bdt, float *c, size_t ldc, int nr,
+                                                         const float *bias, int init, const char *pf, int pf_lines)
 {
     for (int i0 = 0; i0 < mr; i0 += RA) {
         const int r = mr - i0 < RA ? mr - i0 : RA;
         for (int h = 0; h < 2 && nr > 16 * h; h++) {
             const int cols = nr - 16 * h, lines = i0 == 0 && h == 0 ? pf_lines : 0; /* prefetch once per call */
-            const float *ai = a + (size_t)i0 * lda, *bh = b + 16 * h, *bias_h = bias ? bias + 16 * h : NULL;
+            const float *ai = a + (size_t)i0 * lda, *bias_h = bias ? bias + 16 * h : NULL;
+            const void *bh = (const unsigned char *)b + (size_t)16 * h * lens_dtype_size(bdt);
             float *ch = c + (size_t)i0 * ldc + 16 * h;
-            switch (r) {
-#define CASE(R) \
-    case R: tile_avx2(R, kc, ai, lda, bh, ch, ldc, cols, bias_h, init, pf, lines); break;
-                CASE(6) CASE(5) CASE(4) CASE(3) CASE(2) CASE(1)
-#undef CASE
-            }
+            if (bdt == LENS_DT_BF16) ROWS_AVX2(LENS_DT_BF16)
+            else if (bdt == LENS_DT_F16) ROWS_AVX2(LENS_DT_F16)
+            else ROWS_AVX2(LENS_DT_F32)
         }
     }
 }
+#undef CASE
 
 /* As lens_gemm_pack_half_avx512 (which see), 8 columns per gather: each lane
  * loads elements k-1 and k of its W row and keeps the high half, so no load

@@ -10,13 +10,25 @@
 
 #define AVX512 "avx512f,avx512bw,avx512dq,avx512vl"
 
-/* One mr x 32 register tile; mr is a constant at every call site, so the row
- * loops unroll and the accumulators live in registers. */
-__attribute__((target(AVX512), always_inline)) static inline void tile_avx512(const int mr, int kc, const float *a,
-                                                                               size_t lda, const float *b, float *c,
-                                                                               size_t ldc, int nr, const float *bias,
-                                                                               int init, const float *pf, int pf_lines)
+/* 16 elements of a panel row as floats: F32 loaded, BF16 moved to the high
+ * half of each lane, F16 converted (both exact). */
+__attribute__((target(AVX512), always_inline)) static inline __m512 load16(const void *row, const lens_dtype dt)
 {
+    if (dt == LENS_DT_F32) return _mm512_load_ps(row);
+    const __m256i h = _mm256_load_si256(row);
+    if (dt == LENS_DT_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+
+/* One mr x 32 register tile; mr and dt are constants at every call site, so
+ * the row loops unroll and the accumulators live in registers. */
+__attribute__((target(AVX512), always_inline)) static inline void tile_avx512(const int mr, int kc, const float *a,
+                                                                               size_t lda, const void *b,
+                                                                               const lens_dtype dt, float *c,
+                                                                               size_t ldc, int nr, const float *bias,
+                                                                               int init, const char *pf, int pf_lines)
+{
+    const size_t row = LENS_GEMM_NR * lens_dtype_size(dt); /* bytes per panel row */
     const __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
     const __mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
     __m512 c0[LENS_GEMM_MR], c1[LENS_GEMM_MR];
@@ -31,8 +43,9 @@ __attribute__((target(AVX512), always_inline)) static inline void tile_avx512(co
         }
     }
     for (int k = 0; k < kc; k++) {
-        if (k < pf_lines) _mm_prefetch((const char *)(pf + (size_t)k * 16), _MM_HINT_T1);
-        const __m512 b0 = _mm512_load_ps(b + (size_t)k * LENS_GEMM_NR), b1 = _mm512_load_ps(b + (size_t)k * LENS_GEMM_NR + 16);
+        if (k < pf_lines) _mm_prefetch(pf + (size_t)k * 64, _MM_HINT_T1);
+        const unsigned char *bk = (const unsigned char *)b + (size_t)k * row;
+        const __m512 b0 = load16(bk, dt), b1 = load16(bk + row / 2, dt);
         for (int i = 0; i < mr; i++) {
             const __m512 ai = _mm512_set1_ps(a[(size_t)i * lda + k]);
             c0[i] = _mm512_fmadd_ps(ai, b0, c0[i]);
@@ -79,15 +92,22 @@ __attribute__((target(AVX512))) void lens_gemm_pack_half_avx512(float *dst, cons
     }
 }
 
-__attribute__((target(AVX512))) void lens_gemm_kernel_avx512(int mr, int kc, const float *a, size_t lda, const float *b,
-                                                          float *c, size_t ldc, int nr, const float *bias, int init,
-                                                          const float *pf, int pf_lines)
-{
-    switch (mr) {
-#define CASE(R) \
-    case R: tile_avx512(R, kc, a, lda, b, c, ldc, nr, bias, init, pf, pf_lines); break;
-        CASE(12) CASE(11) CASE(10) CASE(9) CASE(8) CASE(7) CASE(6) CASE(5) CASE(4) CASE(3) CASE(2) CASE(1)
-#undef CASE
+/* mr rows of one B dtype: every (mr, dt) pair is its own unrolled tile. */
+#define ROWS_AVX512(DT)                                                                                            \
+    switch (mr) {                                                                                                  \
+        CASE(12, DT) CASE(11, DT) CASE(10, DT) CASE(9, DT) CASE(8, DT) CASE(7, DT) CASE(6, DT) CASE(5, DT)         \
+        CASE(4, DT) CASE(3, DT) CASE(2, DT) CASE(1, DT)                                                            \
     }
+#define CASE(R, DT) \
+    case R: tile_avx512(R, kc, a, lda, b, DT, c, ldc, nr, bias, init, pf, pf_lines); break;
+
+__attribute__((target(AVX512))) void lens_gemm_kernel_avx512(int mr, int kc, const float *a, size_t lda, const void *b,
+                                                             lens_dtype bdt, float *c, size_t ldc, int nr,
+                                                             const float *bias, int init, const char *pf, int pf_lines)
+{
+    if (bdt == LENS_DT_BF16) ROWS_AVX512(LENS_DT_BF16)
+    else if (bdt == LENS_DT_F16) ROWS_AVX512(LENS_DT_F16)
+    else ROWS_AVX512(LENS_DT_F32)
 }
+#undef CASE
 #endif

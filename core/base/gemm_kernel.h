@@ -6,9 +6,13 @@
  *
  * Kernel contract: c[mr][nr] (row stride ldc) = (init ? bias or 0 : c) +
  * a[mr][kc] (row stride lda) b[kc][32], mr <= LENS_GEMM_MR, nr <= 32, b a
- * 64-byte aligned sub-panel of W (gemm.h's panel layout, zero past nr);
- * columns of c past nr are neither read nor written. bias [nr] may be NULL.
- * pf[0 .. pf_lines * 16): 64-byte lines of the next W sub-panel to pull into
+ * 64-byte aligned sub-panel of W (gemm.h's panel layout, zero past nr) with
+ * elements of bdt: F32, or BF16/F16 (a model's half-precision weights packed
+ * at load as they are), widened exactly in registers as each row is loaded,
+ * so the product is bitwise the one with b widened beforehand (the portable
+ * kernel takes F32 only). Columns of c past nr are neither read nor written;
+ * bias [nr] may be NULL.
+ * pf[0 .. pf_lines * 64): 64-byte lines of the next W sub-panel to pull into
  * L2 while this tile computes (prepacked W comes from DRAM or L3 once per
  * panel; without prefetch the first row block of each panel stalls on it). */
 #ifndef LENS_GEMM_KERNEL_H
@@ -20,8 +24,8 @@
 
 #define LENS_GEMM_MR 12 /* rows per kernel call: AVX-512 12 x 32 (24 of 32 zmm), AVX2 2 x (6 x 16) */
 
-typedef void lens_gemm_kernel_fn(int mr, int kc, const float *a, size_t lda, const float *b, float *c, size_t ldc,
-                                 int nr, const float *bias, int init, const float *pf, int pf_lines);
+typedef void lens_gemm_kernel_fn(int mr, int kc, const float *a, size_t lda, const void *b, lens_dtype bdt, float *c,
+                                 size_t ldc, int nr, const float *bias, int init, const char *pf, int pf_lines);
 
 /* dst[kc][32] = scale * W[k0 + k][n0 + j] for n-major BF16/F16 W (w[n*ld + k]),
  * zero for j >= nr: gathers, a dst row at a time (3x faster than the scalar
