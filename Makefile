@@ -12,8 +12,12 @@ OPT ?= -O3 -march=native
 CFLAGS ?= $(OPT) -g
 # -Wpointer-arith: weights are const void * in their file dtype (model.h);
 # arithmetic on them must go through lens_dtype_at, never GNU void * math
+# Debian's multiarch directory of OpenBLAS's headers (x86_64-linux-gnu, aarch64-linux-gnu)
+ifndef MULTIARCH
+MULTIARCH := $(shell dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
+endif
 CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wpointer-arith -MMD -MP \
-          -I. -I/usr/include/x86_64-linux-gnu/openblas-pthread $(WARN_EXTRA)
+          -I. -I/usr/include/$(MULTIARCH)/openblas-pthread $(WARN_EXTRA)
 LDLIBS := -ljansson -lutf8proc -llapacke -lopenblas -lm -lpthread
 SERVER_LIBS := -lmicrohttpd
 TEST_LIBS := -lcurl

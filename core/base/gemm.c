@@ -187,8 +187,8 @@ int lens_gemm_kernel_available(lens_gemm_kernel k)
     if (k == LENS_GEMM_AVX512)
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-    if (k == LENS_GEMM_AVX2)
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    if (k == LENS_GEMM_AVX2) /* with F16C (F16 panels), which every CPU with AVX2 has */
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
     return k == LENS_GEMM_PORTABLE || k == LENS_GEMM_BLAS;
 }
