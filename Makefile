@@ -12,8 +12,12 @@ OPT ?= -O3 -march=native
 CFLAGS ?= $(OPT) -g
 # -Wpointer-arith: weights are const void * in their file dtype (model.h);
 # arithmetic on them must go through lens_dtype_at, never GNU void * math
+# Debian's multiarch directory of OpenBLAS's headers (x86_64-linux-gnu, aarch64-linux-gnu)
+ifndef MULTIARCH
+MULTIARCH := $(shell dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
+endif
 CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wpointer-arith -MMD -MP \
-          -I. -I/usr/include/x86_64-linux-gnu/openblas-pthread $(WARN_EXTRA)
+          -I. -I/usr/include/$(MULTIARCH)/openblas-pthread $(WARN_EXTRA)
 LDLIBS := -ljansson -lutf8proc -lonig -llapacke -lopenblas -lm -lpthread
 SERVER_LIBS := -lmicrohttpd
 TEST_LIBS := -lcurl
@@ -31,6 +35,12 @@ all: $(BUILD)/lensd $(BUILD)/libcore.a
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+# The AVX2 kernel must not contain AVX-512 instructions even when OPT is
+# -march=native on an AVX-512 CPU (core/base/gemm_avx2.c says why).
+ifneq ($(findstring x86_64,$(shell $(CC) -dumpmachine)),)
+$(BUILD)/core/base/gemm_avx2.o: CFLAGS += -mno-avx512f
+endif
 
 $(BUILD)/libcore.a: $(CORE_OBJ)
 	$(AR) rcs $@ $^
@@ -79,7 +89,7 @@ test: deps-test
 	@rm -f $(BUILD)/responses.jsonl
 	@BUILD=$(BUILD) FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SECONDS=$(FUZZ_CI_SECONDS) \
 	    LENSD_RESPONSE_LOG=$(abspath $(BUILD))/responses.jsonl LENS_TOKORACLE=$(LENS_TOKORACLE) \
-	    scripts/run-tests.sh $(TEST_BIN) clients/python/test_client.py \
+	    scripts/run-tests.sh $(TEST_BIN) tests/kernels.sh clients/python/test_client.py \
 	    $(if $(filter 1,$(FUZZ_IN_TEST)),scripts/fuzz.sh) tests/openapi_validate.py
 
 # Hostile clients against one lensd (tests/test_hostile.c): 3,000 idle and

@@ -81,7 +81,9 @@ static double measure_gflops(lens_pool *pool)
         for (size_t i = 0; i < (size_t)M * K; i++) x[i] = (float)(i % 7) * 0.125f;
         for (size_t i = 0; i < (size_t)K * N; i++) w[i] = (float)(i % 5) * 0.25f;
         lens_gemm_pack(packed, w, K, N, N, 1); /* as model weights are, once at load */
-        lens_gemm_args g = {.M = M, .N = N, .K = K, .x = x, .ldx = K, .packed = packed, .alpha = 1, .y = y, .ldy = N};
+        /* W as the kernel in use reads model weights: packed, or as mapped for OpenBLAS */
+        lens_gemm_args g = {.M = M, .N = N, .K = K, .x = x, .ldx = K, .packed = lens_gemm_packs_weights() ? packed : NULL,
+                            .w = w, .ld = N, .w_kn = 1, .alpha = 1, .y = y, .ldy = N};
         gemm_rate(&g, pool, warmup_s); /* caches, page faults, the pool's threads, the clock */
         for (int i = 0; i < TRIALS; i++) {
             const double r = gemm_rate(&g, pool, trial_s);

@@ -42,10 +42,12 @@ void api_models_release_all(const api_ctx *ctx, api_model **models, int n)
     free(models);
 }
 
-/* Floats of one packed linear map, as core/model/model.c sizes them. */
+/* Floats of one packed linear map, as core/model/model.c sizes them (BF16/F16
+ * maps are packed in their 16 bits: half as many). */
 static size_t packed_floats(const lens_linear *lin)
 {
-    return lin->packed ? (lens_gemm_packed_size(lin->in, lin->out) + 15) & ~(size_t)15 : 0;
+    const size_t elements = lin->packed ? lens_gemm_packed_size(lin->in, lin->out) : 0;
+    return ((lin->dtype == LENS_DT_F32 ? elements : (elements + 1) / 2) + 15) & ~(size_t)15;
 }
 
 size_t api_model_memory_bytes(const lens_model *m)

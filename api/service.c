@@ -10,6 +10,7 @@
 #include "api/cost.h"
 #include "api/request.h"
 #include "core/base/blas.h"
+#include "core/base/gemm.h"
 
 static api_state state_of(const api_ctx *ctx)
 {
@@ -71,6 +72,16 @@ void api_write_info(jw *w, const api_ctx *ctx)
     jw_str(w, lens_blas_core_source());
     jw_key(w, "threads");
     jw_int(w, lens_blas_threads());
+    jw_end(w);
+    jw_key(w, "gemm");
+    jw_obj(w);
+    jw_key(w, "kernel");
+    jw_str(w, lens_gemm_kernel_name(lens_gemm_kernel_in_use()));
+    jw_key(w, "available");
+    jw_arr(w);
+    for (int k = LENS_GEMM_AVX512; k >= LENS_GEMM_PORTABLE; k--)
+        if (lens_gemm_kernel_available((lens_gemm_kernel)k)) jw_str(w, lens_gemm_kernel_name((lens_gemm_kernel)k));
+    jw_end(w);
     jw_end(w);
     api_cost_write_info(w);
     if (ctx && ctx->write_server_info) ctx->write_server_info(w, ctx);

@@ -10,6 +10,13 @@
  *       or padded by 16 floats, each alone and both, one JSON line each:
  *       what the 4 KiB aliasing of a stride of 1024 floats (or a multiple)
  *       costs on the input and on the output side (gemm.h).
+ *   forward --kernels M,K,N [--threads n] [--reps R]
+ *       y[M][N] = x[M][K] W[K][N] + bias with every GEMM kernel this CPU runs
+ *       (gemm.h: avx512, avx2, blas, portable; W prepacked, or as mapped for
+ *       blas, as the loader leaves it) and with OpenBLAS's cblas_sgemm itself
+ *       (no bias), in R rounds that run each once in turn, so a change of
+ *       load hits all alike: one JSON line each, median CPU ms and GFLOP/s,
+ *       and the kernel's rate over sgemm's.
  *   forward --model DIR --T 128 --batch 1 --threads 2 --reps R [--warmup W]
  *           [--seed S] [--dump FILE] [--dump-logits FILE]
  *       times lens_forward on S = batch sequences of T tokens packed into one
@@ -42,7 +49,7 @@
 #include "core/model/model.h"
 
 typedef struct {
-    const char *model_dir, *mkmodel_dir, *task, *dump, *dump_logits, *gemm;
+    const char *model_dir, *mkmodel_dir, *task, *dump, *dump_logits, *gemm, *kernels;
     int sgemm, size, T, batch, threads, reps, warmup;
     unsigned seed;
 } options;
@@ -162,6 +169,72 @@ static int run_gemm(const options *o)
     return 0;
 }
 
+/* One timed product for run_kernels: impl < 0 is cblas_sgemm, else the
+ * lens_gemm kernel impl. CPU ms (what a 1-thread run costs when other
+ * processes take slices of the core). */
+static double time_impl(int impl, const lens_gemm_args *g, const float *w, lens_pool *pool)
+{
+    const double c0 = cpu_ms();
+    if (impl < 0) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->M, g->N, g->K, 1.0f, g->x, (int)g->ldx, w, g->N, 0.0f,
+                    g->y, (int)g->ldy);
+    } else {
+        lens_gemm_use_kernel((lens_gemm_kernel)impl);
+        lens_gemm_args k = *g;
+        if (!lens_gemm_packs_weights()) k.packed = NULL;
+        lens_gemm(&k, pool);
+    }
+    return cpu_ms() - c0;
+}
+
+static int run_kernels(const options *o)
+{
+    int M = 0, K = 0, N = 0;
+    if (sscanf(o->kernels, "%d,%d,%d", &M, &K, &N) != 3 || M < 1 || K < 1 || N < 1) {
+        fprintf(stderr, "forward: --kernels wants M,K,N (positive)\n");
+        return 2;
+    }
+    enum { IMPLS = 5 }; /* sgemm, then lens_gemm_kernel 0 .. 3 */
+    float *x = malloc(sizeof(float) * (size_t)M * K), *w = malloc(sizeof(float) * (size_t)K * N);
+    float *bias = malloc(sizeof(float) * (size_t)N), *y = malloc(sizeof(float) * (size_t)M * N);
+    float *packed = lens_gemm_alloc_packed(lens_gemm_packed_size(K, N));
+    double *times = malloc(sizeof(double) * IMPLS * (size_t)o->reps);
+    lens_pool *pool = o->threads > 1 ? lens_pool_create(o->threads) : NULL;
+    if (!x || !w || !bias || !y || !packed || !times || (o->threads > 1 && !pool)) {
+        fprintf(stderr, "forward: out of memory for kernels %d x %d x %d\n", M, K, N);
+        return 1;
+    }
+    uint32_t state = o->seed;
+    for (size_t i = 0; i < (size_t)M * K; i++) x[i] = (float)xorshift32(&state) / 4294967296.0f - 0.5f;
+    for (size_t i = 0; i < (size_t)K * N; i++) w[i] = (float)xorshift32(&state) / 4294967296.0f - 0.5f;
+    for (int i = 0; i < N; i++) bias[i] = (float)xorshift32(&state) / 4294967296.0f - 0.5f;
+    lens_gemm_pack(packed, w, K, N, (size_t)N, 1);
+    lens_blas_set_threads(o->threads);
+    const lens_gemm_kernel chosen = lens_gemm_kernel_in_use();
+    const lens_gemm_args g = {.M = M, .N = N, .K = K, .x = x, .ldx = (size_t)K, .packed = packed, .w = w,
+                              .ld = (size_t)N, .w_kn = 1, .alpha = 1.0f, .bias = bias, .y = y, .ldy = (size_t)N};
+    for (int r = -o->warmup; r < o->reps; r++)
+        for (int impl = -1; impl < IMPLS - 1; impl++) {
+            if (impl >= 0 && !lens_gemm_kernel_available((lens_gemm_kernel)impl)) continue;
+            const double ms = time_impl(impl, &g, w, pool);
+            if (r >= 0) times[(size_t)(impl + 1) * o->reps + r] = ms;
+        }
+    lens_gemm_use_kernel(chosen);
+    const double gflop = 2.0 * M * K * N * 1e-9, sgemm_ms = median(times, o->reps);
+    for (int impl = -1; impl < IMPLS - 1; impl++) {
+        if (impl >= 0 && !lens_gemm_kernel_available((lens_gemm_kernel)impl)) continue;
+        const double ms = median(times + (size_t)(impl + 1) * o->reps, o->reps);
+        printf("{\"impl\":\"kernel\",\"kernel\":\"%s\",\"chosen\":%s,\"M\":%d,\"K\":%d,\"N\":%d,\"threads\":%d,"
+               "\"reps\":%d,\"cpu_ms_median\":%.4f,\"gflops\":%.2f,\"vs_sgemm\":%.3f}\n",
+               impl < 0 ? "sgemm" : lens_gemm_kernel_name((lens_gemm_kernel)impl),
+               impl >= 0 && impl == (int)chosen ? "true" : "false", M, K, N, o->threads, o->reps, ms,
+               gflop / (ms * 1e-3), sgemm_ms / ms);
+    }
+    lens_pool_free(pool);
+    free(x), free(w), free(bias), free(y), free(packed), free(times);
+    return 0;
+}
+
 /* One more forward after the timing, keeping `keep` (LENS_KEEP_HIDDEN or
  * LENS_KEEP_LOGITS), written to path as raw float32: the final hidden states
  * [N][C], or the last position's logits [V] (a causal LM). */
@@ -249,9 +322,9 @@ static int run_forward(const options *o)
     lens_pool_free(pool);
     printf("{\"impl\":\"lensd\",\"T\":%d,\"batch\":%d,\"threads\":%d,\"reps\":%d,\"warmup\":%d,"
            "\"ms_median\":%.3f,\"ms_min\":%.3f,\"ms_max\":%.3f,\"gflop\":%.4f,\"gflops\":%.2f,"
-           "\"cpu_ms_median\":%.3f,\"load_ms\":%.1f,\"maxrss_kib\":%ld,\"blas_core\":\"%s\"}\n",
+           "\"cpu_ms_median\":%.3f,\"load_ms\":%.1f,\"maxrss_kib\":%ld,\"blas_core\":\"%s\",\"kernel\":\"%s\"}\n",
            o->T, o->batch, o->threads, o->reps, o->warmup, med, min, max, gflop, gflop / (med * 1e-3),
-           median(cpu, o->reps), load_ms, rss, lens_blas_core());
+           median(cpu, o->reps), load_ms, rss, lens_blas_core(), lens_gemm_kernel_name(lens_gemm_kernel_in_use()));
     free(ids), free(lengths), free(times), free(cpu);
     lens_model_free(m);
     return 0;
@@ -264,6 +337,7 @@ static void usage(void)
             "               [--seed 42] [--dump FILE] [--dump-logits FILE]\n"
             "       forward --sgemm [--size 2048] [--threads 1] [--reps 5]\n"
             "       forward --gemm M,K,N [--threads 1] [--reps 5]\n"
+            "       forward --kernels M,K,N [--threads 1] [--reps 5]\n"
             "       forward --mkmodel DIR [--task encoder] [--seed 42]\n");
 }
 
@@ -288,6 +362,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--task")) o.task = v;
         else if (!strcmp(a, "--dump")) o.dump = v;
         else if (!strcmp(a, "--gemm")) o.gemm = v;
+        else if (!strcmp(a, "--kernels")) o.kernels = v;
         else if (!strcmp(a, "--dump-logits")) o.dump_logits = v;
         else if (!strcmp(a, "--size")) o.size = atoi(v);
         else if (!strcmp(a, "--T")) o.T = atoi(v);
@@ -309,6 +384,7 @@ int main(int argc, char **argv)
     if (o.mkmodel_dir) return run_mkmodel(&o);
     if (o.sgemm) return run_sgemm(&o);
     if (o.gemm) return run_gemm(&o);
+    if (o.kernels) return run_kernels(&o);
     if (o.model_dir) return run_forward(&o);
     usage();
     return 2;

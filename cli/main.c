@@ -60,7 +60,7 @@ static void usage(FILE *f)
             "  hidden-attribution --model DIR TEXT [--layers 0,..] [--method exact|estimate]\n"
             "            [--probes 16] [--seed 1] [--norms]\n"
             "            print what POST /v1/hidden-attribution returns (Jacobian norms)\n"
-            "  info      BLAS library, core and threads (GET /v1/info without server limits)\n"
+            "  info      BLAS library, core, threads and GEMM kernel (GET /v1/info without server limits)\n"
             "  mkmodel   --arch bert|gpt2|roberta|distilbert --preset micro|tiny|small|base|xl [--task T]\n"
             "            --arch llama|mistral|qwen2|qwen3|gemma|gemma2|gpt_neox --preset micro|tiny|1b|8b\n"
             "            --seed N --out DIR [--vocab DIR] [--dtype f32|bf16|f16] [--max-shard-size SIZE]\n"

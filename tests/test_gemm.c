@@ -5,6 +5,10 @@
  * job sizes 0..1000; runs nested inside a task (same pool or NULL) go inline;
  * lens_pool_thread_index stays below the pool's thread count.
  *
+ * Every GEMM test below runs once per kernel this CPU can run (avx512, avx2,
+ * blas = OpenBLAS's sgemm, portable: lens_gemm_use_kernel), and the kernels
+ * are checked against the portable one on odd shapes (test_kernels_agree).
+ *
  * GEMM: y = x W + b against a double-precision reference for shapes that are
  * not multiples of the tiles (MR 12, NR 32, KC 768, MC 240), M, N or K = 1,
  * row strides larger than the rows, both weight layouts, with and without
@@ -118,6 +122,43 @@ static float uniform(void)
     return (float)((rng >> 8) & 0xffff) / 32768.0f - 1.0f;
 }
 
+/* sum_k |x[m][k] W[k][n]| for W[k][n] at w[k*ld + n] (w_kn) or w[n*ld + k]:
+ * the scale of a K-term float32 dot product's rounding error. */
+static double dot_magnitude(const float *x, size_t ldx, const float *w, size_t ld, int w_kn, int m, int n, int K)
+{
+    double mag = 0;
+    for (int k = 0; k < K; k++)
+        mag += fabs((double)x[(size_t)m * ldx + k] * (w_kn ? w[(size_t)k * ld + n] : w[(size_t)n * ld + k]));
+    return mag;
+}
+
+/* 1 when two computations of one product by the kernel in use must agree
+ * bitwise: lensd's kernels (same kernel, same blocking, whatever W's
+ * source); not OpenBLAS, which blocks K its own way for each shape. */
+static int bitwise_kernel(void)
+{
+    return lens_gemm_kernel_in_use() != LENS_GEMM_BLAS;
+}
+
+/* Two computations of y[M][N] (row stride ldy) = x W (+ y or b): the count
+ * of elements that differ at all (exact) or by more than twice the dot
+ * product's error bound (2 K eps sum_k |x_k W_kn|, alpha scaling W) plus
+ * one rounding of the result. */
+static size_t products_differ(const float *a, const float *b, size_t ldy, const float *x, size_t ldx, const float *w,
+                              size_t ld, int w_kn, int M, int N, int K, float alpha, int exact)
+{
+    size_t differ = 0;
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            const float u = a[(size_t)m * ldy + n], v = b[(size_t)m * ldy + n];
+            if (u == v) continue;
+            const double tol = 4.0 * K * FLT_EPSILON * fabs(alpha) * dot_magnitude(x, ldx, w, ld, w_kn, m, n, K) +
+                               2.0 * FLT_EPSILON * fabs((double)v);
+            differ += exact || !(fabs((double)u - v) <= tol);
+        }
+    return differ;
+}
+
 /* One case: y[M][N] (stride ldy) = x[M][K] (stride ldx) W + b. */
 static void gemm_case(int M, int N, int K, int w_kn, int with_bias, int prepack, lens_pool *pool, const char *pool_name)
 {
@@ -187,17 +228,18 @@ static void test_gemm(void)
                     for (size_t p = 0; p < sizeof pools / sizeof *pools; p++)
                         gemm_case(shapes[s][0], shapes[s][1], shapes[s][2], w_kn, bias, prepack, pools[p].pool,
                                   pools[p].name);
-    printf("gemm: AVX-512 kernel %s\n", lens_gemm_avx512() ? "in use" : "not available (portable kernel)");
     lens_pool_free(one);
     lens_pool_free(two);
 }
 
 /* W in BF16 / F16 (weights resident in their checkpoint dtype): the GEMM
- * widens them while packing, exactly, so y must be bitwise the product with
- * the same W widened to F32 beforehand (same kernel, same blocking), for
- * both layouts (W[N][K] n-major takes the AVX-512 gather path when the
- * kernel is in use), row strides past the row, K across KC blocks (k0 > 0),
- * N not a multiple of the 32-column panel, alpha != 1. */
+ * widens them while packing, exactly, so y must be the product with the
+ * same W widened to F32 beforehand (products_differ: bitwise under lensd's
+ * kernels), for both layouts (W[N][K] n-major takes the AVX-512 or AVX2
+ * gather path), row strides past the row, K across KC blocks (k0 > 0),
+ * N not a multiple of the 32-column panel, alpha != 1; and prepacked as the
+ * loader packs them (lens_gemm_pack_half: 16-bit panels the AVX-512 and AVX2
+ * kernels widen as they load them) against F32 panels. */
 static void test_half_weights(void)
 {
     static const int shapes[][3] = {{1, 1, 1}, {5, 17, 9}, {13, 33, 385}, {250, 70, 800}, {64, 96, 768}};
@@ -221,8 +263,24 @@ static void test_half_weights(void)
                 lens_gemm(&g, two);
                 g.w = wf, g.w_dtype = LENS_DT_F32, g.y = y32;
                 lens_gemm(&g, two);
-                CHECK(!memcmp(y16, y32, sizeof(float) * M * N), "%s W %s M=%d N=%d K=%d: product differs from the "
-                      "widened F32 one", lens_dtype_name(dts[d]), w_kn ? "[K][N]" : "[N][K]", M, N, K);
+                const size_t differ = products_differ(y16, y32, (size_t)N, x, (size_t)K, wf, ld, w_kn, M, N, K, 0.5f,
+                                                       bitwise_kernel());
+                CHECK(!differ, "%s W %s M=%d N=%d K=%d: %zu values differ from the product with widened F32 W",
+                      lens_dtype_name(dts[d]), w_kn ? "[K][N]" : "[N][K]", M, N, K, differ);
+                /* prepacked: 16-bit panels (the kernel widens them) against F32 panels (alpha ignored) */
+                uint16_t *ph = aligned_alloc(64, (sizeof(uint16_t) * lens_gemm_packed_size(K, N) + 63) & ~(size_t)63);
+                float *pf = aligned_alloc(64, sizeof(float) * lens_gemm_packed_size(K, N));
+                lens_gemm_pack_half(ph, wh, K, N, ld, w_kn);
+                lens_gemm_pack(pf, wf, K, N, ld, w_kn);
+                g.packed = ph, g.w = wh, g.w_dtype = dts[d], g.y = y16;
+                lens_gemm(&g, two);
+                g.packed = pf, g.w = wf, g.w_dtype = LENS_DT_F32, g.y = y32;
+                lens_gemm(&g, two);
+                const size_t differ_packed = products_differ(y16, y32, (size_t)N, x, (size_t)K, wf, ld, w_kn, M, N, K,
+                                                              1.0f, bitwise_kernel());
+                CHECK(!differ_packed, "%s W %s M=%d N=%d K=%d prepacked: %zu values differ from F32 panels",
+                      lens_dtype_name(dts[d]), w_kn ? "[K][N]" : "[N][K]", M, N, K, differ_packed);
+                free(ph), free(pf);
                 n_cases++;
                 free(x), free(wf), free(y16), free(y32), free(wh);
             }
@@ -321,7 +379,7 @@ static void test_aliased_rows(void)
  * ops.c's cblas lens_linear_backward: Linear and Conv1D layouts, row strides
  * past the row, y = and y += (accumulate), on a 2-thread pool; and with the
  * map prepacked as the loader packs it (the backward then reads W^T from
- * those panels), bitwise equal to the product packed from w. out = 1000
+ * those panels), the same product as from w (products_differ). out = 1000
  * spans two K blocks of 768, the second not a whole number of 32-row
  * panels; in = 50, 70: a partial last column panel. */
 static void test_linear_backward(void)
@@ -351,11 +409,11 @@ static void test_linear_backward(void)
                 lin.packed = packed;
                 lens_gemm_linear_backward(from_packed, dout, &lin, N, acc, two);
                 double worst = 0;
-                size_t differ = 0;
-                for (size_t i = 0; i < (size_t)N * in; i++) {
-                    worst = fmax(worst, fabs((double)got[i] - want[i]));
-                    differ += from_packed[i] != got[i];
-                }
+                for (size_t i = 0; i < (size_t)N * in; i++) worst = fmax(worst, fabs((double)got[i] - want[i]));
+                /* dinp = dout W^T: W^T[o][i] at w[o*ld + i] for a Linear, w[i*ld + o] for a Conv1D */
+                const size_t differ =
+                    products_differ(from_packed, got, (size_t)in, dout, (size_t)out, w, (size_t)ld, !conv, N, in, out, 1.0f,
+                                    bitwise_kernel());
                 CHECK(worst <= 1e-4, "linear backward %dx%d %s %s: max |lens_gemm - cblas| %.3g", in, out,
                       conv ? "Conv1D" : "Linear", acc ? "+=" : "=", worst);
                 CHECK(differ == 0, "linear backward %dx%d %s %s: %zu values differ with prepacked W", in, out,
@@ -444,14 +502,67 @@ static void test_forward_pool(const char *shared, const char *name)
     lens_model_free(m);
 }
 
+/* Every kernel this CPU runs against the portable one (the oracle) on odd
+ * shapes: M, N, K not multiples of the tiles (12 or 6 rows, 32 or 16
+ * columns, KC 768, MC 240, OpenBLAS's column blocks of 256), x, W and y
+ * rows padded past their ends, bias, both W layouts, prepacked and not, on
+ * a 2-thread pool: within twice the K-term dot product's error bound. */
+static void test_kernels_agree(void)
+{
+    static const int shapes[][3] = {{7, 45, 13}, {29, 77, 781}, {245, 300, 97}, {128, 259, 1539}, {1, 513, 40}};
+    const lens_gemm_kernel before = lens_gemm_kernel_in_use();
+    lens_pool *two = lens_pool_create(2);
+    int n_compared = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int variant = 0; variant < 4; variant++) {
+            const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2], w_kn = variant & 1, prepack = variant >> 1;
+            const size_t ldx = (size_t)K + 3, ldy = (size_t)N + 9, ld = (w_kn ? (size_t)N : (size_t)K) + 5;
+            float *x = uniform_floats((size_t)M * ldx, 1.0f), *w = uniform_floats((w_kn ? (size_t)K : (size_t)N) * ld, 1.0f);
+            float *b = uniform_floats((size_t)N, 1.0f), *want = malloc(sizeof(float) * M * ldy);
+            float *got = malloc(sizeof(float) * M * ldy);
+            float *packed = aligned_alloc(64, sizeof(float) * (lens_gemm_packed_size(K, N) + 16));
+            lens_gemm_pack(packed, w, K, N, ld, w_kn);
+            lens_gemm_args g = {.M = M, .N = N, .K = K, .x = x, .ldx = ldx, .packed = prepack ? packed : NULL, .w = w,
+                                .ld = ld, .w_kn = w_kn, .alpha = 1.0f, .bias = b, .y = want, .ldy = ldy};
+            lens_gemm_use_kernel(LENS_GEMM_PORTABLE);
+            lens_gemm(&g, two);
+            for (int k = LENS_GEMM_BLAS; k <= LENS_GEMM_AVX512; k++) {
+                if (lens_gemm_use_kernel((lens_gemm_kernel)k)) continue;
+                g.y = got;
+                lens_gemm(&g, two);
+                const size_t differ = products_differ(got, want, ldy, x, ldx, w, ld, w_kn, M, N, K, 1.0f, 0);
+                CHECK(!differ, "kernel %s vs portable, M=%d N=%d K=%d %s %s: %zu of %d values differ",
+                      lens_gemm_kernel_name((lens_gemm_kernel)k), M, N, K, w_kn ? "W[K][N]" : "W[N][K]",
+                      prepack ? "prepacked" : "per-call", differ, M * N);
+                n_compared++;
+            }
+            free(x), free(w), free(b), free(want), free(got), free(packed);
+        }
+    int others = 0;
+    for (int k = LENS_GEMM_BLAS; k <= LENS_GEMM_AVX512; k++) others += lens_gemm_kernel_available((lens_gemm_kernel)k);
+    CHECK(n_compared == 20 * others, "%d kernel comparisons, want %d", n_compared, 20 * others);
+    lens_gemm_use_kernel(before);
+    lens_pool_free(two);
+}
+
 int main(void)
 {
     test_pool();
-    test_gemm();
-    test_half_weights();
-    test_post();
-    test_aliased_rows();
-    test_linear_backward();
+    /* LENS_GEMM_KERNEL, when set, picks the one kernel to test (run-tests.sh
+     * runs the fixture tests that way); else every kernel this CPU runs */
+    const char *forced = getenv("LENS_GEMM_KERNEL");
+    const lens_gemm_kernel first = lens_gemm_kernel_in_use();
+    for (int k = LENS_GEMM_AVX512; k >= LENS_GEMM_PORTABLE; k--) {
+        if (forced && *forced ? k != (int)first : lens_gemm_use_kernel((lens_gemm_kernel)k) != 0) continue;
+        printf("gemm: kernel %s\n", lens_gemm_kernel_name(lens_gemm_kernel_in_use()));
+        test_gemm();
+        test_half_weights();
+        test_post();
+        test_aliased_rows();
+        test_linear_backward();
+    }
+    lens_gemm_use_kernel(first);
+    test_kernels_agree();
     const char *shared = check_shared_dir();
     if (!shared) {
         SKIP("shared checkpoints not found (../shared/models or $LENS_SHARED): forward with a pool not tested");

@@ -18,6 +18,9 @@ extern int openblas_get_num_threads(void);
 /* The best OpenBLAS core this CPU can run, or NULL to trust detection. */
 static const char *best_core(void)
 {
+#if !defined(__x86_64__)
+    return NULL; /* the misdetection is an x86 one; ARM64 and others keep OpenBLAS's choice */
+#else
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
@@ -25,6 +28,7 @@ static const char *best_core(void)
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         return "Haswell";
     return NULL;
+#endif
 }
 
 /* Generic cores OpenBLAS falls back to when it does not recognise a CPU. */

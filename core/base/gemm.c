@@ -1,23 +1,27 @@
-/* gemm.c - packed-weight SGEMM (see gemm.h for the layout).
+/* gemm.c - packed-weight SGEMM (see gemm.h for the layout): packing, the
+ * choice of kernel, the portable kernel, the OpenBLAS path and the loop nest.
  *
  * Loop nest of one task (rows m0..m1 of x, panels p0..p1 of W):
  *   for k0 in K step KC          A block x[m0..m1][k0..k0+KC] stays in L2
  *     for panel p                W sub-panel [KC][32] (96 KiB) streams from L2
  *       for m in m0..m1 step MR  register tile y[m..m+MR][32p..32p+32]
  *         acc = k0 == 0 && !accumulate ? bias : y;  acc += x[m][k] W[k][.] over k;  y = acc
- * Bias is the accumulator's initial value, so no separate bias pass exists. */
+ * Bias is the accumulator's initial value, so no separate bias pass exists.
+ * The micro-kernels themselves are in gemm_avx512.c and gemm_avx2.c. */
 #include "core/base/gemm.h"
 
+#include <cblas.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
+#include "core/base/gemm_kernel.h"
+
 #define NR LENS_GEMM_NR
-#ifndef MR
-#define MR 12 /* 24 of the 32 zmm registers accumulate */
-#endif
+#define MR LENS_GEMM_MR
 #ifndef KC
 /* 768 = 1 KC, 3072 = 4 KC. 384 (the W sub-panel in L1) measured 2-5% slower
  * on BERT-base at one thread (CPU ms, interleaved: T=128 112.7/105.1/100.3
@@ -27,28 +31,19 @@
 #define KC 768
 #endif
 #define MC 240 /* rows per task: MC x KC floats = 720 KiB of L2 */
-
-/* pf[0 .. pf_lines * 16): cache lines of the next W sub-panel to pull into
- * L2 while this tile computes (prepacked W comes from DRAM or L3 once per
- * panel; without prefetch the first row block of each panel stalls on it). */
-typedef void kernel_fn(int mr, int kc, const float *a, size_t lda, const float *b, float *c, size_t ldc, int nr,
-                       const float *bias, int init, const float *pf, int pf_lines);
+#define BLAS_NC 256 /* columns per OpenBLAS task: fixed, so the pool never changes the arithmetic */
 
 size_t lens_gemm_packed_size(int K, int N)
 {
     return (size_t)K * (size_t)((N + NR - 1) / NR) * NR;
 }
 
-#if defined(__x86_64__)
-static void pack_half_nmajor_avx512(float *dst, const void *w, lens_dtype dt, size_t ld, int k0, int kc, int n0,
-                                    int nr, float scale);
-#endif
-int lens_gemm_avx512(void);
+static lens_gemm_pack_half_fn *pack_half_fn(void);
 
 /* dst[kc][32] = scale * W[k0 + k][n0 + j], zero for j >= nr. F32 W is read
  * as floats; BF16/F16 W (weights resident in their file dtype) is widened
- * here, exactly, a row or column at a time (n-major with AVX-512: gathered,
- * a dst row at a time, 3x faster than the scalar scatter). */
+ * here, exactly, a row or column at a time (n-major with the AVX-512 or AVX2
+ * kernel: gathered, a dst row at a time, 3x faster than the scalar scatter). */
 static void pack_panel(float *dst, const void *w, lens_dtype dt, size_t ld, int w_kn, int k0, int kc, int n0, int nr,
                        float scale)
 {
@@ -78,12 +73,11 @@ static void pack_panel(float *dst, const void *w, lens_dtype dt, size_t ld, int 
             for (int j = nr; j < NR; j++) d[j] = 0.0f;
         }
     } else {
-#if defined(__x86_64__)
-        if (lens_gemm_avx512() && ld * 15 < (size_t)1 << 30) {
-            pack_half_nmajor_avx512(dst, w, dt, ld, k0, kc, n0, nr, scale);
+        lens_gemm_pack_half_fn *gather = pack_half_fn();
+        if (gather && ld * 15 < (size_t)1 << 30) {
+            gather(dst, w, dt, ld, k0, kc, n0, nr, scale);
             return;
         }
-#endif
         float col[KC]; /* one W row [out][in]: kc contiguous elements */
         for (int j = 0; j < nr; j++) {
             lens_widen(col, lens_dtype_at(w, dt, (size_t)(n0 + j) * ld + k0), dt, (size_t)kc);
@@ -125,6 +119,22 @@ static void pack_panel_transposed(float *dst, const float *wt, int N, int k0, in
     }
 }
 
+/* The half-precision panels: dst[p][k][32] = W[k][32p + j] as stored (the
+ * same 16 bits), zero past N. */
+void lens_gemm_pack_half(uint16_t *packed, const void *w, int K, int N, size_t ld, int w_kn)
+{
+    const uint16_t *src = w; /* BF16 and F16 alike: bits are moved, not converted */
+    for (int p = 0; p * NR < N; p++) {
+        const int nr = N - p * NR < NR ? N - p * NR : NR;
+        uint16_t *panel = packed + (size_t)p * K * NR;
+        for (int k = 0; k < K; k++) {
+            uint16_t *d = panel + (size_t)k * NR;
+            for (int j = 0; j < NR; j++)
+                d[j] = j >= nr ? 0 : w_kn ? src[(size_t)k * ld + p * NR + j] : src[(size_t)(p * NR + j) * ld + k];
+        }
+    }
+}
+
 void lens_gemm_pack(float *packed, const float *w, int K, int N, size_t ld, int w_kn)
 {
     for (int p = 0; p * NR < N; p++) {
@@ -135,11 +145,13 @@ void lens_gemm_pack(float *packed, const float *w, int K, int N, size_t ld, int 
 
 /* ------------------------------------------------------------ kernels */
 
-/* Portable: 4-row strips, the 32-wide inner loop left to the vectoriser. */
-static void kernel_c(int mr, int kc, const float *a, size_t lda, const float *b, float *c, size_t ldc, int nr,
-                     const float *bias, int init, const float *pf, int pf_lines)
+/* Portable: 4-row strips, the 32-wide inner loop left to the vectoriser.
+ * F32 panels only (sub_panel widens half-precision ones for it). */
+static void kernel_c(int mr, int kc, const float *a, size_t lda, const void *bv, lens_dtype bdt, float *c, size_t ldc,
+                     int nr, const float *bias, int init, const char *pf, int pf_lines)
 {
-    (void)pf, (void)pf_lines;
+    (void)bdt, (void)pf, (void)pf_lines;
+    const float *b = bv;
     for (int i0 = 0; i0 < mr; i0 += 4) {
         const int rows = mr - i0 < 4 ? mr - i0 : 4;
         float acc[4][NR];
@@ -157,120 +169,137 @@ static void kernel_c(int mr, int kc, const float *a, size_t lda, const float *b,
     }
 }
 
+
+/* ------------------------------------------------------------ choice of kernel */
+
+static const char *const kernel_names[] = {
+    [LENS_GEMM_PORTABLE] = "portable", [LENS_GEMM_BLAS] = "blas", [LENS_GEMM_AVX2] = "avx2", [LENS_GEMM_AVX512] = "avx512"};
+
+const char *lens_gemm_kernel_name(lens_gemm_kernel k)
+{
+    return k >= LENS_GEMM_PORTABLE && k <= LENS_GEMM_AVX512 ? kernel_names[k] : "unknown";
+}
+
+int lens_gemm_kernel_available(lens_gemm_kernel k)
+{
 #if defined(__x86_64__)
-#include <immintrin.h>
-#define AVX512 "avx512f,avx512bw,avx512dq,avx512vl"
-
-/* One mr x 32 register tile; mr is a constant at every call site, so the row
- * loops unroll and the accumulators live in registers. */
-__attribute__((target(AVX512), always_inline)) static inline void tile_avx512(const int mr, int kc, const float *a,
-                                                                               size_t lda, const float *b, float *c,
-                                                                               size_t ldc, int nr, const float *bias,
-                                                                               int init, const float *pf, int pf_lines)
-{
-    const __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
-    const __mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
-    __m512 c0[MR], c1[MR];
-    if (init) {
-        const __m512 b0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
-        const __m512 b1 = bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
-        for (int i = 0; i < mr; i++) c0[i] = b0, c1[i] = b1;
-    } else {
-        for (int i = 0; i < mr; i++) {
-            c0[i] = _mm512_maskz_loadu_ps(m0, c + (size_t)i * ldc);
-            c1[i] = _mm512_maskz_loadu_ps(m1, c + (size_t)i * ldc + 16);
-        }
-    }
-    for (int k = 0; k < kc; k++) {
-        if (k < pf_lines) _mm_prefetch((const char *)(pf + (size_t)k * 16), _MM_HINT_T1);
-        const __m512 b0 = _mm512_load_ps(b + (size_t)k * NR), b1 = _mm512_load_ps(b + (size_t)k * NR + 16);
-        for (int i = 0; i < mr; i++) {
-            const __m512 ai = _mm512_set1_ps(a[(size_t)i * lda + k]);
-            c0[i] = _mm512_fmadd_ps(ai, b0, c0[i]);
-            c1[i] = _mm512_fmadd_ps(ai, b1, c1[i]);
-        }
-    }
-    for (int i = 0; i < mr; i++) {
-        _mm512_mask_storeu_ps(c + (size_t)i * ldc, m0, c0[i]);
-        _mm512_mask_storeu_ps(c + (size_t)i * ldc + 16, m1, c1[i]);
-    }
-}
-
-/* pack_panel's n-major BF16/F16 case: dst row k = W[n0 .. n0+15][k0 + k]
- * (and the next 16 columns), one masked 32-bit gather per 16 columns of a
- * row. Each lane loads elements k-1 and k of its W row and keeps the high
- * half (element k), so no load reaches past the row; the first element of a
- * row (k0 + k == 0), which has no element before it, is read with
- * lens_widen. BF16 widens by position, F16 by vcvtph2ps: both exact, as the
- * scalar path. */
-__attribute__((target(AVX512))) static void pack_half_nmajor_avx512(float *dst, const void *w, lens_dtype dt,
-                                                                    size_t ld, int k0, int kc, int n0, int nr,
-                                                                    float scale)
-{
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32((int)ld));
-    const __m512 s = _mm512_set1_ps(scale);
-    for (int half = 0; half < 2; half++) {
-        const int cols = nr - 16 * half;
-        const __mmask16 m = cols >= 16 ? 0xffff : cols <= 0 ? 0 : (__mmask16)((1u << cols) - 1);
-        const unsigned char *row0 = lens_dtype_at(w, dt, (size_t)(n0 + 16 * half) * ld + k0);
-        for (int k = 0; k < kc; k++) {
-            __m512 v;
-            if (k0 + k == 0) {
-                float first[16] = {0};
-                for (int j = 0; j < cols && j < 16; j++) lens_widen(&first[j], row0 + (size_t)j * ld * 2, dt, 1);
-                v = _mm512_loadu_ps(first);
-            } else {
-                const __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx, row0 + (size_t)k * 2 - 2, 2);
-                v = dt == LENS_DT_BF16 ? _mm512_castsi512_ps(_mm512_and_si512(g, _mm512_set1_epi32((int)0xffff0000u)))
-                                       : _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16)));
-            }
-            _mm512_store_ps(dst + (size_t)k * NR + 16 * half, _mm512_mul_ps(v, s));
-        }
-    }
-}
-
-__attribute__((target(AVX512))) static void kernel_avx512(int mr, int kc, const float *a, size_t lda, const float *b,
-                                                          float *c, size_t ldc, int nr, const float *bias, int init,
-                                                          const float *pf, int pf_lines)
-{
-    switch (mr) {
-#define CASE(R) \
-    case R: tile_avx512(R, kc, a, lda, b, c, ldc, nr, bias, init, pf, pf_lines); break;
-        CASE(12) CASE(11) CASE(10) CASE(9) CASE(8) CASE(7) CASE(6) CASE(5) CASE(4) CASE(3) CASE(2) CASE(1)
-#undef CASE
-    }
-}
+    __builtin_cpu_init();
+    if (k == LENS_GEMM_AVX512)
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    if (k == LENS_GEMM_AVX2) /* with F16C (F16 panels), which every CPU with AVX2 has */
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
+    return k == LENS_GEMM_PORTABLE || k == LENS_GEMM_BLAS;
+}
 
-/* LENS_GEMM_PORTABLE=1 in the environment forces the portable kernel (to
- * test it on AVX-512 machines). */
-int lens_gemm_avx512(void)
+/* The fastest kernel this CPU runs, or the one LENS_GEMM_KERNEL names when
+ * the CPU runs it (a warning on stderr otherwise: never an instruction the
+ * CPU lacks). */
+static lens_gemm_kernel choose_kernel(void)
 {
-#if defined(__x86_64__)
-    static atomic_int cached = -1; /* same answer from every thread: a benign race */
-    int use = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (use < 0) {
-        __builtin_cpu_init();
-        const char *portable = getenv("LENS_GEMM_PORTABLE");
-        use = !(portable && *portable && *portable != '0') && __builtin_cpu_supports("avx512f") &&
-              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-              __builtin_cpu_supports("avx512vl");
-        atomic_store_explicit(&cached, use, memory_order_relaxed);
+    const lens_gemm_kernel best = lens_gemm_kernel_available(LENS_GEMM_AVX512) ? LENS_GEMM_AVX512
+                                  : lens_gemm_kernel_available(LENS_GEMM_AVX2) ? LENS_GEMM_AVX2
+                                                                               : LENS_GEMM_BLAS;
+    const char *want = getenv("LENS_GEMM_KERNEL");
+    if (!want || !*want) return best;
+    for (int k = LENS_GEMM_PORTABLE; k <= LENS_GEMM_AVX512; k++) {
+        if (strcmp(want, kernel_names[k])) continue;
+        if (lens_gemm_kernel_available((lens_gemm_kernel)k)) return (lens_gemm_kernel)k;
+        fprintf(stderr, "lensd: warning: LENS_GEMM_KERNEL=%s: this CPU cannot run it; using %s\n", want,
+                kernel_names[best]);
+        return best;
     }
-    return use;
-#else
+    fprintf(stderr, "lensd: warning: LENS_GEMM_KERNEL=%s is not avx512, avx2, blas or portable; using %s\n", want,
+            kernel_names[best]);
+    return best;
+}
+
+static atomic_int kernel_in_use = -1; /* lens_gemm_kernel once chosen */
+
+lens_gemm_kernel lens_gemm_kernel_in_use(void)
+{
+    int k = atomic_load_explicit(&kernel_in_use, memory_order_relaxed);
+    if (k < 0) {
+        int unset = -1;
+        atomic_compare_exchange_strong(&kernel_in_use, &unset, (int)choose_kernel());
+        k = atomic_load(&kernel_in_use);
+    }
+    return (lens_gemm_kernel)k;
+}
+
+int lens_gemm_use_kernel(lens_gemm_kernel k)
+{
+    if (!lens_gemm_kernel_available(k)) return -1;
+    atomic_store(&kernel_in_use, (int)k);
     return 0;
+}
+
+int lens_gemm_packs_weights(void)
+{
+    return lens_gemm_kernel_in_use() != LENS_GEMM_BLAS;
+}
+
+/* The micro-kernel of the kernel in use (NULL for the OpenBLAS path). */
+static lens_gemm_kernel_fn *micro_kernel(lens_gemm_kernel k)
+{
+    switch (k) {
+#if defined(__x86_64__)
+    case LENS_GEMM_AVX512: return lens_gemm_kernel_avx512;
+    case LENS_GEMM_AVX2: return lens_gemm_kernel_avx2;
 #endif
+    case LENS_GEMM_PORTABLE: return kernel_c;
+    default: return NULL;
+    }
+}
+
+/* The gather that widens n-major BF16/F16 W for the kernel in use, or NULL
+ * (the scalar loop): the instruction set goes with the kernel, so forcing
+ * avx2 on an AVX-512 CPU runs what an AVX2 CPU runs. */
+static lens_gemm_pack_half_fn *pack_half_fn(void)
+{
+    switch (lens_gemm_kernel_in_use()) {
+#if defined(__x86_64__)
+    case LENS_GEMM_AVX512: return lens_gemm_pack_half_avx512;
+    case LENS_GEMM_AVX2: return lens_gemm_pack_half_avx2;
+#endif
+    default: return NULL;
+    }
 }
 
 /* ------------------------------------------------------------ driver */
 
 typedef struct {
     const lens_gemm_args *g;
-    kernel_fn *kernel;
-    int n_panels, panels_per_task, n_panel_groups;
+    lens_gemm_kernel_fn *kernel;
+    int half_loads; /* the kernel widens BF16/F16 panels itself */
+    int n_panels, panels_per_task, n_panel_groups; /* OpenBLAS path: n_panel_groups column blocks of BLAS_NC */
 } gemm_job;
+
+/* Where sub-panel (p, k0) of prepacked W starts: elements of w_dtype. */
+static const void *packed_at(const lens_gemm_args *g, int p, int k0)
+{
+    return lens_dtype_at(g->packed, g->w_dtype, (size_t)p * g->K * NR + (size_t)k0 * NR);
+}
+
+/* W's sub-panel [kc][32] at rows k0.. of panel p, *dt its elements: in place
+ * when prepacked (F32, or BF16/F16 for a kernel with half_loads), else
+ * packed into buf as F32 (from W^T's panels or from w, widened and scaled,
+ * or the half-precision panel widened). */
+static const void *sub_panel(const lens_gemm_args *g, int p, int k0, int kc, float *buf, int half_loads,
+                             lens_dtype *dt)
+{
+    const int n0 = p * NR, nr = g->N - n0 < NR ? g->N - n0 : NR;
+    *dt = LENS_DT_F32;
+    if (g->packed && (g->w_dtype == LENS_DT_F32 || half_loads)) {
+        *dt = g->w_dtype;
+        return packed_at(g, p, k0);
+    }
+    if (g->packed) lens_widen(buf, packed_at(g, p, k0), g->w_dtype, (size_t)kc * NR);
+    else if (g->packed_t) pack_panel_transposed(buf, g->packed_t, g->N, k0, kc, n0, nr);
+    else pack_panel(buf, g->w, g->w_dtype, g->ld, g->w_kn, k0, kc, n0, nr, g->alpha);
+    return buf;
+}
 
 static void gemm_task(void *ctx, int task)
 {
@@ -284,19 +313,18 @@ static void gemm_task(void *ctx, int task)
         const int kc = g->K - k0 < KC ? g->K - k0 : KC;
         for (int p = p0; p < p1; p++) {
             const int n0 = p * NR, nr = g->N - n0 < NR ? g->N - n0 : NR;
-            const float *b = panel, *next = NULL;
-            int next_lines = 0; /* 64-byte lines of the next sub-panel, spread over the row blocks */
+            lens_dtype bdt;
+            const void *b = sub_panel(g, p, k0, kc, panel, j->half_loads, &bdt);
+            const char *next = NULL;
+            /* 64-byte lines of the next sub-panel, spread over the row blocks: 2 (F32) or 1 per row */
+            const int lines_per_row = (int)lens_dtype_size(g->w_dtype) / 2;
+            int next_lines = 0;
             if (g->packed) {
-                b = g->packed + (size_t)p * g->K * NR + (size_t)k0 * NR;
-                if (p + 1 < p1) next = g->packed + (size_t)(p + 1) * g->K * NR + (size_t)k0 * NR, next_lines = 2 * kc;
+                if (p + 1 < p1) next = packed_at(g, p + 1, k0), next_lines = lines_per_row * kc;
                 else if (k0 + KC < g->K) {
-                    next = g->packed + (size_t)p0 * g->K * NR + (size_t)(k0 + KC) * NR;
-                    next_lines = 2 * (g->K - k0 - KC < KC ? g->K - k0 - KC : KC);
+                    next = packed_at(g, p0, k0 + KC);
+                    next_lines = lines_per_row * (g->K - k0 - KC < KC ? g->K - k0 - KC : KC);
                 }
-            } else if (g->packed_t) {
-                pack_panel_transposed(panel, g->packed_t, g->N, k0, kc, n0, nr);
-            } else {
-                pack_panel(panel, g->w, g->w_dtype, g->ld, g->w_kn, k0, kc, n0, nr, g->alpha);
             }
             const int n_blocks = (m1 - m0 + MR - 1) / MR, per_block = (next_lines + n_blocks - 1) / n_blocks;
             for (int m = m0, i = 0; m < m1; m += MR, i++) {
@@ -304,13 +332,72 @@ static void gemm_task(void *ctx, int task)
                 const int pf_lines = next_lines - pf_first < per_block ? next_lines - pf_first : per_block;
                 const int mr = m1 - m < MR ? m1 - m : MR;
                 float *y = g->y + (size_t)m * g->ldy + n0;
-                j->kernel(mr, kc, g->x + (size_t)m * g->ldx + k0, g->ldx, b, y, g->ldy, nr,
+                j->kernel(mr, kc, g->x + (size_t)m * g->ldx + k0, g->ldx, b, bdt, y, g->ldy, nr,
                           g->bias ? g->bias + n0 : NULL, k0 == 0 && !g->accumulate,
-                          next ? next + (size_t)pf_first * 16 : NULL, pf_lines);
+                          next ? next + (size_t)pf_first * 64 : NULL, pf_lines);
                 for (int i = 0; g->post && k0 + kc == g->K && i < mr; i++) g->post(y + (size_t)i * g->ldy, (size_t)nr);
             }
         }
     }
+}
+
+/* The OpenBLAS path (CPUs without a lensd kernel, LENS_GEMM_KERNEL=blas):
+ * rows m0..m1, columns n0..n1 of y by cblas_sgemm, single-threaded in this
+ * task (lensd's threads come from the pool). F32 W is read in its own layout
+ * in one call (the loader leaves weights unpacked for this path), BF16/F16 W
+ * widened first into a copy of the task's columns in the same layout (so a
+ * BF16 model gives bitwise the F32 one's results here too); prepacked W and
+ * W^T's panels (or no memory for the copy) one 32-column sub-panel at a
+ * time, packed as for the kernels. y starts as the bias (or 0) unless
+ * accumulating. */
+
+/* W's columns n0 .. n0+nc widened to float32: [K][nc] (w_kn) or [nc][K];
+ * NULL when out of memory. */
+static float *widen_columns(const lens_gemm_args *g, int n0, int nc)
+{
+    const int rows = g->w_kn ? g->K : nc, cols = g->w_kn ? nc : g->K;
+    float *wide = malloc(sizeof(float) * (size_t)rows * (size_t)cols);
+    for (int r = 0; wide && r < rows; r++) {
+        const size_t at = g->w_kn ? (size_t)r * g->ld + (size_t)n0 : (size_t)(n0 + r) * g->ld;
+        lens_widen(wide + (size_t)r * cols, lens_dtype_at(g->w, g->w_dtype, at), g->w_dtype, (size_t)cols);
+    }
+    return wide;
+}
+
+static void blas_task(void *ctx, int task)
+{
+    const gemm_job *j = ctx;
+    const lens_gemm_args *g = j->g;
+    const int m0 = task / j->n_panel_groups * MC, m1 = m0 + MC < g->M ? m0 + MC : g->M;
+    const int n0 = task % j->n_panel_groups * BLAS_NC, n1 = n0 + BLAS_NC < g->N ? n0 + BLAS_NC : g->N;
+    const float *x = g->x + (size_t)m0 * g->ldx;
+    float *y = g->y + (size_t)m0 * g->ldy;
+    for (int m = 0; !g->accumulate && m < m1 - m0; m++) {
+        if (g->bias) memcpy(y + (size_t)m * g->ldy + n0, g->bias + n0, sizeof(float) * (size_t)(n1 - n0));
+        else memset(y + (size_t)m * g->ldy + n0, 0, sizeof(float) * (size_t)(n1 - n0));
+    }
+    float *wide = !g->packed && !g->packed_t && g->w_dtype != LENS_DT_F32 ? widen_columns(g, n0, n1 - n0) : NULL;
+    if (wide) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, g->w_kn ? CblasNoTrans : CblasTrans, m1 - m0, n1 - n0, g->K, g->alpha,
+                    x, (int)g->ldx, wide, g->w_kn ? n1 - n0 : g->K, 1.0f, y + n0, (int)g->ldy);
+        free(wide);
+    } else if (!g->packed && !g->packed_t && g->w_dtype == LENS_DT_F32) {
+        const float *w = g->w;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, g->w_kn ? CblasNoTrans : CblasTrans, m1 - m0, n1 - n0, g->K, g->alpha,
+                    x, (int)g->ldx, g->w_kn ? w + n0 : w + (size_t)n0 * g->ld, (int)g->ld, 1.0f, y + n0, (int)g->ldy);
+    } else {
+        _Alignas(64) float panel[KC * NR];
+        for (int k0 = 0; k0 < g->K; k0 += KC) {
+            const int kc = g->K - k0 < KC ? g->K - k0 : KC;
+            for (int p = n0 / NR; p * NR < n1; p++) {
+                const int nr = g->N - p * NR < NR ? g->N - p * NR : NR;
+                lens_dtype dt;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m1 - m0, nr, kc, 1.0f, x + k0, (int)g->ldx,
+                            sub_panel(g, p, k0, kc, panel, 0, &dt), NR, 1.0f, y + (size_t)p * NR, (int)g->ldy);
+            }
+        }
+    }
+    for (int m = 0; g->post && m < m1 - m0; m++) g->post(y + (size_t)m * g->ldy + n0, (size_t)(n1 - n0));
 }
 
 /* y rows a multiple of 1024 floats (4 KiB) apart: an output tile's 12 rows
@@ -354,12 +441,15 @@ void lens_gemm(const lens_gemm_args *g, lens_pool *pool)
         return;
     }
     if (product_padded(g, pool)) return;
-    gemm_job j = {.g = g, .kernel = kernel_c};
-#if defined(__x86_64__)
-    if (lens_gemm_avx512()) j.kernel = kernel_avx512;
-#endif
-    j.n_panels = (g->N + NR - 1) / NR;
+    const lens_gemm_kernel k = lens_gemm_kernel_in_use();
+    gemm_job j = {.g = g, .kernel = micro_kernel(k), .half_loads = k == LENS_GEMM_AVX512 || k == LENS_GEMM_AVX2};
     const int n_mblocks = (g->M + MC - 1) / MC, threads = lens_pool_threads(pool);
+    if (!j.kernel) {
+        j.n_panel_groups = (g->N + BLAS_NC - 1) / BLAS_NC;
+        lens_pool_run(pool, n_mblocks * j.n_panel_groups, blas_task, &j);
+        return;
+    }
+    j.n_panels = (g->N + NR - 1) / NR;
     /* about four tasks per thread, so the shared counter evens out the work */
     int groups = threads > 1 ? (4 * threads + n_mblocks - 1) / n_mblocks : 1;
     groups = groups < j.n_panels ? groups : j.n_panels;
@@ -396,7 +486,7 @@ void lens_gemm_linear_backward(float *dinp, const float *dout, const lens_linear
      * is w[o*ld + i] for a Linear ([out][in], k-major here) or w[i*ld + o]
      * for a Conv1D ([in][out], n-major here) */
     const lens_gemm_args g = {.M = N, .N = lin->in, .K = lin->out, .x = dout, .ldx = (size_t)lin->out,
-                              .packed_t = lin->packed, .w = lin->w, .w_dtype = lin->dtype, .ld = (size_t)lin->ld,
+                              .packed_t = lin->dtype == LENS_DT_F32 ? lin->packed : NULL, .w = lin->w, .w_dtype = lin->dtype, .ld = (size_t)lin->ld,
                               .w_kn = !lin->w_in_out, .alpha = 1.0f, .y = dinp, .ldy = (size_t)lin->in,
                               .accumulate = accumulate};
     lens_gemm(&g, pool);

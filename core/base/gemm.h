@@ -9,18 +9,26 @@
  * (panel p, row k: W[k][32p .. 32p+31], zero beyond N), so weights are packed
  * into that form once at model load (lens_gemm_pack) and every call only
  * reads them; a W that is not packed is packed panel by panel during the call.
- * That is also how BF16/F16 weights (resident in their checkpoint dtype) are
- * read: each task widens its W sub-panel [KC][32] to float32 while packing
- * it, exactly, so the product equals the one with W widened beforehand.
+ * BF16/F16 weights are packed at load too, as 16-bit panels
+ * (lens_gemm_pack_half), and the AVX-512 and AVX2 kernels widen each panel
+ * row in registers as they load it; a half-precision W that is not packed
+ * (or under the other kernels) is widened to float32 while its sub-panel
+ * [KC][32] is packed during the call. Widening is exact either way, so the
+ * product equals the one with W widened beforehand.
  *
- * Kernel: AVX-512 (12 rows x 32 columns of accumulators, A broadcast, FMA)
- * chosen at run time with __builtin_cpu_supports, else a portable C kernel
- * over the same layout. Blocking: K in blocks of 768 rows, M in blocks of 240
- * rows, work split over (M block, group of panels) tasks through the pool. */
+ * Kernel, chosen at run time from cpuid (lens_gemm_kernel_in_use): AVX-512
+ * (12 rows x 32 columns of zmm accumulators, A broadcast, FMA), else AVX2 +
+ * FMA (6 x 16 ymm tiles over the same panels), else OpenBLAS's sgemm (ARM64
+ * and every other CPU: its NEON and other kernels, never lensd's portable
+ * loop, which stays as the tests' oracle). LENS_GEMM_KERNEL=avx512|avx2|blas|
+ * portable in the environment forces one the CPU can run. Blocking: K in
+ * blocks of 768 rows, M in blocks of 240 rows, work split over (M block,
+ * group of panels) tasks through the pool. */
 #ifndef LENS_GEMM_H
 #define LENS_GEMM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/model/model.h"
 #include "core/base/pool.h"
@@ -40,6 +48,12 @@ float *lens_gemm_alloc_packed(size_t floats);
  * 0 = at w[n*ld + k]. packed must be 64-byte aligned. */
 void lens_gemm_pack(float *packed, const float *w, int K, int N, size_t ld, int w_kn);
 
+/* packed = W (K x N) in panel layout with its BF16/F16 elements as they
+ * are (lens_gemm_packed_size(K, N) uint16, 64-byte aligned): the kernels
+ * widen them as they load each panel row, so a half-precision model keeps
+ * half the bytes resident and is packed once, like an F32 one. */
+void lens_gemm_pack_half(uint16_t *packed, const void *w, int K, int N, size_t ld, int w_kn);
+
 /* The general product: y[M][N] (row stride ldy) = x[M][K] (row stride ldx) W
  * + bias, or y += x W with accumulate (bias ignored). W is `packed` when not
  * NULL, else alpha * (w, ld, w_kn) with elements of w_dtype (F32 = 0 unless
@@ -52,7 +66,7 @@ typedef struct {
     int M, N, K;
     const float *x;
     size_t ldx;
-    const float *packed;
+    const void *packed; /* prepacked W: panels of w_dtype elements (lens_gemm_pack, lens_gemm_pack_half) */
     const float *packed_t; /* else W^T packed by lens_gemm_pack (N x K), read transposed: a packed
                               map's input gradient, so the backward leaves the released mapped
                               weights alone */
@@ -91,8 +105,21 @@ void lens_gemm_linear_post(float *out, size_t ld_out, const float *inp, size_t l
 void lens_gemm_linear_backward(float *dinp, const float *dout, const lens_linear *lin, int N, int accumulate,
                                lens_pool *pool);
 
-/* 1 when the AVX-512 kernel is in use (0 without AVX-512 or with
- * LENS_GEMM_PORTABLE=1 in the environment). */
-int lens_gemm_avx512(void);
+typedef enum { LENS_GEMM_PORTABLE, LENS_GEMM_BLAS, LENS_GEMM_AVX2, LENS_GEMM_AVX512 } lens_gemm_kernel;
+
+/* The kernel every lens_gemm call uses: the first call chooses it (the best
+ * the CPU runs, or LENS_GEMM_KERNEL's when the CPU runs that one). */
+lens_gemm_kernel lens_gemm_kernel_in_use(void);
+/* "avx512", "avx2", "blas", "portable" (the LENS_GEMM_KERNEL values). */
+const char *lens_gemm_kernel_name(lens_gemm_kernel k);
+/* 1 when this CPU can run k (blas and portable: always). */
+int lens_gemm_kernel_available(lens_gemm_kernel k);
+/* Switch kernels (tests, benchmarks): -1, and no change, when k is not
+ * available. Not while another thread is in lens_gemm; models loaded under
+ * one kernel stay correct under another (only slower). */
+int lens_gemm_use_kernel(lens_gemm_kernel k);
+/* 1 when the kernel in use reads prepacked panels, so the loader packs F32
+ * weights (lens_gemm_pack); 0 for OpenBLAS, which reads W in its own layout. */
+int lens_gemm_packs_weights(void);
 
 #endif

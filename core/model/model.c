@@ -116,14 +116,23 @@ static void expand_summed_heads(lens_model *m, float *expanded)
     }
 }
 
-/* Every F32 linear map's weight copied once into the GEMM panel layout (one
- * 64-byte aligned allocation), so no forward call repacks weights. Each
- * layer's mapped pages are released after its maps are packed, keeping peak
- * RSS near the checkpoint size instead of twice it. BF16/F16 maps are not
- * packed: a float32 copy would double or triple the resident weights, so the
- * GEMM widens them panel by panel per call instead (gemm.h). The tied LM
+/* Every linear map's weight copied once into the GEMM panel layout (one
+ * 64-byte aligned allocation), so no forward call repacks weights: F32 maps
+ * as floats, BF16/F16 maps in their own 16 bits (lens_gemm_pack_half; the
+ * kernels widen them as they load them, so the resident weights stay half
+ * the size of float32 ones). Each layer's mapped pages are released after
+ * its maps are packed, keeping peak RSS near the checkpoint size instead of
+ * twice it. The tied LM
  * decoder is not packed either: it is the embedding table, which must stay
- * as is, and a second copy would cost V x C floats. */
+ * as is, and a second copy would cost V x C floats. Nothing is packed for
+ * the OpenBLAS path (lens_gemm_packs_weights), which reads W as mapped. */
+/* Floats a map's panels take in the model's allocation (64-byte multiples). */
+static size_t panel_floats(const lens_linear *lin)
+{
+    const size_t elements = lens_gemm_packed_size(lin->in, lin->out);
+    return ((lin->dtype == LENS_DT_F32 ? elements : (elements + 1) / 2) + 15) & ~(size_t)15;
+}
+
 static int pack_weights(lens_model *m, lens_err *err)
 {
     lens_linear **lins = malloc(sizeof *lins * ((size_t)m->cfg.n_layers * BLOCK_MAPS + HEAD_MAPS));
@@ -136,12 +145,15 @@ static int pack_weights(lens_model *m, lens_err *err)
     const size_t expanded =
         summed ? ((size_t)c->n_layers * c->d_model * c->n_heads * c->d_head_v + c->d_head_v + 15) & ~(size_t)15 : 0;
     for (int l = 0; summed && l < c->n_layers; l++) m->p.blocks[l].attn_out.in = c->n_heads * c->d_head_v;
-    const int n = model_linears(m, lins);
+    const int n = model_linears(m, lins), pack = lens_gemm_packs_weights();
     size_t total = expanded;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; pack && i < n; i++) {
         /* summed output weights (block map 3) are float32 once expanded */
-        if (lins[i]->w && (lins[i]->dtype == LENS_DT_F32 || (summed && i < BLOCK_MAPS * c->n_layers && i % BLOCK_MAPS == 3)))
-            total += (lens_gemm_packed_size(lins[i]->in, lins[i]->out) + 15) & ~(size_t)15;
+        const int expanded_map = summed && i < BLOCK_MAPS * c->n_layers && i % BLOCK_MAPS == 3;
+        lens_linear as_packed = *lins[i];
+        if (expanded_map) as_packed.dtype = LENS_DT_F32;
+        if (lins[i]->w) total += panel_floats(&as_packed);
+    }
     m->packed = total ? lens_gemm_alloc_packed(total) : NULL;
     if (total && !m->packed) {
         free(lins);
@@ -151,16 +163,18 @@ static int pack_weights(lens_model *m, lens_err *err)
     float *dst = m->packed + expanded;
     for (int i = 0, released = 0; i < n; i++) {
         lens_linear *lin = lins[i];
-        if (lin->w && lin->dtype == LENS_DT_F32) {
-            lens_gemm_pack(dst, lin->w, lin->in, lin->out, (size_t)lin->ld, lin->w_in_out);
+        if (pack && lin->w) {
+            if (lin->dtype == LENS_DT_F32) lens_gemm_pack(dst, lin->w, lin->in, lin->out, (size_t)lin->ld, lin->w_in_out);
+            else lens_gemm_pack_half((uint16_t *)dst, lin->w, lin->in, lin->out, (size_t)lin->ld, lin->w_in_out);
             lin->packed = dst;
-            dst += (lens_gemm_packed_size(lin->in, lin->out) + 15) & ~(size_t)15;
+            dst += panel_floats(lin);
         }
         /* release only whole layers: GPT-2's q, k, v are views of one tensor */
         if (i == n - 1 || (i + 1) % BLOCK_MAPS == 0) {
             for (; released <= i; released++)
                 if (lins[released]->packed)
-                    lens_weights_release(m->weights, lins[released]->w, linear_extent(lins[released]) * sizeof(float));
+                    lens_weights_release(m->weights, lins[released]->w,
+                                         linear_extent(lins[released]) * lens_dtype_size(lins[released]->dtype));
         }
     }
     free(lins);

@@ -119,7 +119,7 @@ typedef struct {
     const float *b;
     int in, out, ld;
     int w_in_out; /* 1: W stored [in][out] (Conv1D), 0: [out][in] (Linear) */
-    const float *packed; /* F32 W in lens_gemm panel layout, packed at load (owned by the model), or NULL */
+    const void *packed; /* W in lens_gemm panel layout in its dtype, packed at load (owned by the model), or NULL */
     lens_dtype dtype;    /* of w: F32 (0, what code building a map by hand gets), BF16, F16 */
 } lens_linear;
 
