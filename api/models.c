@@ -67,7 +67,7 @@ size_t api_model_memory_bytes(const lens_model *m)
 static void write_input_caps(jw *w, const lens_model *m)
 {
     jw_key(w, "pairs");
-    jw_bool(w, !m->tokenizer_only && api_model_takes_pairs(m));
+    jw_bool(w, api_model_takes_pairs(m));
     jw_key(w, "causal");
     jw_bool(w, lens_has_cap(&m->cfg, LENS_CAP_CAUSAL));
     jw_key(w, "attribution_targets");
