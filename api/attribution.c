@@ -58,7 +58,16 @@ static void attribution_req_free(void *p)
     free(r);
 }
 
-/* GPT-2: target = a next-token id (or "predicted"); range [0, V). */
+/* A causal LM's target is a next token; a classifier's, a class. */
+static int targets_next_token(const lens_config *cfg) { return cfg->task == LENS_TASK_CAUSAL_LM; }
+
+const char *const *api_attribution_targets(const lens_config *cfg)
+{
+    static const char *const token[] = {"predicted", "token", NULL}, *const cls[] = {"predicted", "label", "class", NULL};
+    return targets_next_token(cfg) ? token : cls;
+}
+
+/* A causal LM: target = a next-token id (or "predicted"); range [0, V). */
 static int decode_token_target(api_call *c, const lens_config *cfg, json_t *v, int *target)
 {
     if (json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) < cfg->vocab_size) {
@@ -67,7 +76,7 @@ static int decode_token_target(api_call *c, const lens_config *cfg, json_t *v, i
     }
     if (json_is_string(v) && !strcmp(json_string_value(v), "predicted")) return 0;
     return api_fail(c, 422, "invalid_request", "target",
-                    "for GPT-2, target is \"predicted\" or a next-token id in [0, %d)", cfg->vocab_size);
+                    "for a causal LM, target is \"predicted\" or a next-token id in [0, %d)", cfg->vocab_size);
 }
 
 static int decode_target(api_call *c, const lens_config *cfg, int *target)
@@ -75,7 +84,7 @@ static int decode_target(api_call *c, const lens_config *cfg, int *target)
     json_t *v = json_object_get(c->body, "target");
     *target = -1;
     if (!v || json_is_null(v)) return 0;
-    if (cfg->task == LENS_TASK_CAUSAL_LM) return decode_token_target(c, cfg, v, target);
+    if (targets_next_token(cfg)) return decode_token_target(c, cfg, v, target);
     if (json_is_integer(v)) {
         long long k = json_integer_value(v);
         if (k < 0 || k >= cfg->n_labels)

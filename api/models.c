@@ -62,6 +62,23 @@ size_t api_model_memory_bytes(const lens_model *m)
     return lens_weights_bytes(m->weights) + floats * sizeof(float);
 }
 
+/* What a client may send and how to read what comes back, from the same
+ * predicates the endpoints refuse by: text_pair accepted, attention always
+ * causal, the kinds of attribution target ([] when attribution is not
+ * served). */
+static void write_input_caps(jw *w, const lens_model *m)
+{
+    jw_key(w, "pairs");
+    jw_bool(w, api_model_takes_pairs(m));
+    jw_key(w, "causal");
+    jw_bool(w, lens_has_cap(&m->cfg, LENS_CAP_CAUSAL));
+    jw_key(w, "attribution_targets");
+    jw_arr(w);
+    if (lens_model_supports(m, LENS_ANALYSIS_ATTRIBUTION, NULL))
+        for (const char *const *t = api_attribution_targets(&m->cfg); *t; t++) jw_str(w, *t);
+    jw_end(w);
+}
+
 void api_write_model_info(jw *w, const api_model *am)
 {
     const lens_model *m = am->model;
@@ -117,6 +134,7 @@ void api_write_model_info(jw *w, const api_model *am)
     for (int a = 0; a < LENS_ANALYSIS_COUNT; a++)
         if (lens_model_supports(m, (lens_analysis)a, NULL)) jw_str(w, lens_analysis_name((lens_analysis)a));
     jw_end(w);
+    write_input_caps(w, m);
     jw_end(w);
 }
 

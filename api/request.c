@@ -299,6 +299,11 @@ int api_decode_model(api_call *c, const api_model **out)
 
 /* ------------------------------------------------------------------ input */
 
+int api_model_takes_pairs(const lens_model *m)
+{
+    return lens_tokenizer_pair_template(m->tok);
+}
+
 int api_decode_input(api_call *c, const api_model *m, api_input *in)
 {
     memset(in, 0, sizeof *in);
@@ -316,7 +321,7 @@ int api_decode_input(api_call *c, const api_model *m, api_input *in)
         return api_fail(c, 422, "invalid_request", "text", "text must not be empty");
     if (has_pair && !has_text)
         return api_fail(c, 422, "invalid_request", "text_pair", "text_pair needs text (not input_ids)");
-    if (has_pair && !lens_tokenizer_pair_template(m->model->tok))
+    if (has_pair && !api_model_takes_pairs(m->model))
         return api_fail(c, 422, "invalid_request", "text_pair",
                         "text_pair needs a tokenizer with a pair template (BERT's [CLS] A [SEP] B [SEP], RoBERTa's <s> A </s></s> B </s>)");
     if (has_pair && in->pair_len == 0)
@@ -419,8 +424,12 @@ int api_seq_begin(api_call *c, const api_input *in, api_seq *s)
         api_seq_free(s);
         return api_fail(c, 500, "internal", NULL, "out of memory");
     }
+    /* a model without segment embeddings (type_vocab_size 0) reads no segment
+     * ids, as its Hugging Face tokenizer returns none: a pair's B is then
+     * told apart by the template's separators alone */
+    const int segments = in->model->model->cfg.type_vocab_size > 0;
     for (int i = 0; i < T; i++) {
-        s->ids[i] = s->toks[i].id, s->types[i] = s->toks[i].segment;
+        s->ids[i] = s->toks[i].id, s->types[i] = segments ? s->toks[i].segment : 0;
         s->special[i] = (unsigned char)s->toks[i].special;
     }
     return 0;

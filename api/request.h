@@ -34,6 +34,14 @@ typedef struct {
 } api_index_list;
 
 int api_decode_model(api_call *c, const api_model **out);
+/* Whether the model takes text_pair: its tokenizer has a pair template.
+ * api_decode_input refuses a pair by it and ModelInfo.pairs reports it. */
+int api_model_takes_pairs(const lens_model *m);
+/* What /v1/attribution's target may be on this model, a NULL-terminated
+ * list of kinds ("predicted", "label", "class" for classifiers; "predicted",
+ * "token" for causal LMs): decode_target accepts by it and
+ * ModelInfo.attribution_targets reports it. */
+const char *const *api_attribution_targets(const lens_config *cfg);
 int api_decode_input(api_call *c, const api_model *m, api_input *in);
 void api_input_free(api_input *in);
 int api_decode_format(api_call *c, api_format *f);

@@ -131,6 +131,8 @@ async function textView(page, base) {
   for (const model of ['demo-gpt2', 'demo-mlm']) {
     await gotoView(page, base, model, 'text');
     const text = await page.$eval('textarea[name=text]', e => e.value);
+    const hasPair = (await page.$('input[name=text_pair]')) !== null;
+    check(hasPair === (modelInfo(model).pairs === true), `${model}: pair field shown exactly when /v1/models says pairs (${hasPair})`);
     const t = await post(LENSD_URL, 'v1/tokenize', { model, text });
     const positions = model === 'demo-gpt2' ? [t.tokens.length - 1] : t.tokens.flatMap((x, i) => (x.text === '[MASK]' ? [i] : []));
     check(positions.length > 0, `${model}: positions to predict at`);

@@ -16,13 +16,15 @@ import * as jobsView from './views/jobs.js';
 const VIEWS = [textView, attentionView, attributionView, identityView, decompositionView, jobsView];
 
 // What each analysis needs when the server does not list "analyses" per
-// model (servers before /v1/capabilities): the same rules as
-// lens_model_supports in core/model/model.c.
+// model (servers before /v1/capabilities), from the task alone: the
+// dashboard never decides by model_type (tests/test_family_names.c fails on a
+// family named under web/). Such a server refuses what it cannot run with a
+// typed 422, which the view shows.
 function localSupports(m, analysis) {
-  const classifier = m.task === 'classification', bert = m.model_type === 'bert';
+  const classifier = m.task === 'classification';
   switch (analysis) {
     case 'attribution': return classifier || m.task === 'causal-lm';
-    case 'attribution_tree': case 'head_importance': case 'adversarial_triggers': return classifier && bert;
+    case 'attribution_tree': case 'head_importance': case 'adversarial_triggers': return classifier;
     default: return true;
   }
 }

@@ -41,7 +41,7 @@ function focused(resp, ctx, layer, h) {
   const cell = Math.max(8, Math.min(18, Math.floor(400 / lab.length)));
   const dv = resp.identifiability.head_dim_value;
   // causal heads: from row d_v on a query sees more than d_v keys, so effective can differ there
-  const markRow = ctx.model.model_type === 'gpt2' && lab.length > dv ? { index: dv, label: `row ${dv} = d_v` } : undefined;
+  const markRow = ctx.model.causal === true && lab.length > dv ? { index: dv, label: `row ${dv} = d_v` } : undefined;
   const common = { rows: lab, cols: lab, xLabel: 'key token (attended to)', yLabel: 'query token', diverging: true, domain: [-(m || 1), m || 1], cell, markRow };
   const maxDiff = Math.max(0, ...diff.flat().filter(Number.isFinite).map(Math.abs));
   const idh = resp.identifiability.layers.find(l => l.layer === layer.layer).heads.find(x => x.head === h.head);
@@ -73,7 +73,7 @@ function lengthBound(resp, ctx, onLong) {
   const where = T <= dv
     ? `This text is T = ${T} tokens ≤ d_v = ${dv}: V has no null space, so effective attention equals raw attention (difference 0, Pearson 1).`
     : `This text is T = ${T} tokens > d_v = ${dv}: V has a null space of up to T − d_v = ${T - dv} dimensions, so effective attention can differ from raw` +
-      `${ctx.model.model_type === 'gpt2' ? ` (causal: rows ${dv} onward, where a query sees more than d_v tokens)` : ''}.`;
+      `${ctx.model.causal === true ? ` (causal: rows ${dv} onward, where a query sees more than d_v tokens)` : ''}.`;
   box.append(el('p', { text: `Effective attention can differ from raw attention only when the text is longer than the value dimension d_v. ${where}` }));
   if (maxT > dv) {
     box.append(el('button', { type: 'button', class: 'long-example', text: `long example (${Math.min(maxT, dv + 16)} tokens)`, onclick: onLong }));

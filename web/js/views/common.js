@@ -9,7 +9,8 @@ export function defaultText(ctx) {
   return ctx.state.text;
 }
 
-// A text (+ pair for BERT) form; onRun({text, text_pair}) is called on
+// A text (+ pair when the model takes one: ModelInfo.pairs) form;
+// onRun({text, text_pair}) is called on
 // submit and once at once. Returns the form element.
 export function textForm(ctx, onRun, extra) {
   const m = ctx.model;
@@ -19,7 +20,7 @@ export function textForm(ctx, onRun, extra) {
   pair.value = ctx.state.pair || '';
   const form = el('form', { class: 'input-form' },
     el('label', { class: 'grow' }, 'text ', text),
-    m.model_type === 'bert' ? el('label', { class: 'grow' }, 'pair ', pair) : null,
+    m.pairs === true ? el('label', { class: 'grow' }, 'pair ', pair) : null,
     extra || null,
     el('button', { type: 'submit', text: 'Run' }));
   const run = () => {
@@ -27,7 +28,7 @@ export function textForm(ctx, onRun, extra) {
     ctx.state.textFor = m.id;
     ctx.state.pair = pair.value;
     const input = { model: m.id, text: text.value };
-    if (m.model_type === 'bert' && pair.value.trim()) input.text_pair = pair.value;
+    if (m.pairs === true && pair.value.trim()) input.text_pair = pair.value;
     return onRun(input);
   };
   form.addEventListener('submit', ev => { ev.preventDefault(); run(); });

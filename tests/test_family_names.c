@@ -1,0 +1,110 @@
+/* test_family_names.c - no code above core/model decides by a model's name.
+ *
+ * What a model supports reaches api/, server/ and the dashboard (web/) as
+ * capabilities (lens_model_supports, ModelInfo's analyses / pairs / causal /
+ * attribution_targets), never as "if the family is X". This test reads the
+ * family registry (lens_families in core/model/arch.c: every model_type and
+ * Hugging Face class of each task) and fails when a file under web/, api/ or
+ * server/ names one as code does:
+ *   - a quoted literal, exact case, between ' " or ` ("bert", 'gpt2',
+ *     "RobertaForSequenceClassification"): what a comparison or a table
+ *     keyed on a family needs;
+ *   - a family object, lens_family_<model_type>.
+ * Prose may mention a family (comments, a message saying "BERT's [CLS] A
+ * [SEP] B [SEP]"): it selects nothing. A quoted literal in a comment counts
+ * too, so a comment quotes a family in prose, not as a literal.
+ * The scanner is first run on two sample texts, one that must be caught and
+ * one that must pass, so a scanner that finds nothing fails. */
+#include <dirent.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/model/arch.h"
+#include "tests/check.h"
+
+static const char *const SCANNED[] = {"web", "api", "server", NULL};
+
+/* Is name in text as 'name', "name", `name` or lens_family_name? */
+static int names_family(const char *text, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = text; (p = strstr(p, name)); p++) {
+        char before = p > text ? p[-1] : 0, after = p[n];
+        if ((before == '"' || before == '\'' || before == '`') && after == before) return 1;
+        if (p - text >= 12 && !strncmp(p - 12, "lens_family_", 12)) {
+            char c = after;
+            if (!(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))) return 1;
+        }
+    }
+    return 0;
+}
+
+/* The first registry name (model_type or HF class) text names, or NULL. */
+static const char *first_family_name(const char *text)
+{
+    for (int i = 0; lens_families[i]; i++) {
+        const lens_family *f = lens_families[i];
+        if (names_family(text, f->model_type)) return f->model_type;
+        for (size_t t = 0; t < sizeof f->task_archs / sizeof *f->task_archs; t++)
+            if (f->task_archs[t] && names_family(text, f->task_archs[t])) return f->task_archs[t];
+    }
+    return NULL;
+}
+
+static char *read_all(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0;
+    else if (s) s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+/* Every regular file under dir (recursively): one CHECK each. */
+static void scan(const char *dir, int *files)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (stat(path, &st)) continue;
+        if (S_ISDIR(st.st_mode)) {
+            scan(path, files);
+            continue;
+        }
+        char *text = read_all(path);
+        const char *name = text ? first_family_name(text) : NULL;
+        CHECK(text && !name, "%s names the model family \"%s\" (decide by capabilities: ModelInfo / lens_model_supports)",
+              path, name ? name : "(unreadable)");
+        free(text);
+        (*files)++;
+    }
+    closedir(d);
+}
+
+int main(void)
+{
+    int n_names = 0;
+    for (int i = 0; lens_families[i]; i++) n_names++;
+    CHECK(n_names >= 11, "the registry lists the families (%d)", n_names);
+    CHECK(first_family_name("if (m.model_type === 'bert') show();") != NULL, "a quoted model_type is caught");
+    CHECK(first_family_name("if (!strcmp(a, \"LlamaForCausalLM\")) x();") != NULL, "a quoted HF class is caught");
+    CHECK(first_family_name("use(&lens_family_gpt2);") != NULL, "a family object is caught");
+    CHECK(first_family_name("/* BERT's [CLS] A [SEP] B [SEP]; bert-base, gpt2 tokens */ berth(\"berta\");") == NULL,
+          "prose and longer words pass");
+    for (int i = 0; SCANNED[i]; i++) {
+        int files = 0;
+        scan(SCANNED[i], &files);
+        CHECK(files > 0, "%s/ has files to scan (run from the repository root)", SCANNED[i]);
+    }
+    return check_done("test_family_names");
+}

@@ -1,0 +1,182 @@
+/* test_http_caps.c - what /v1/models advertises a model supports is what
+ * the server serves.
+ *
+ * Starts the real build/lensd on tiny random RoBERTa and DistilBERT
+ * classifiers and a GPT-2 causal LM (`lensd mkmodel`). For each model and
+ * each analysis of GET /v1/capabilities, the request that runs it (one
+ * table below) must answer 200 (a job: 202, then done) when ModelInfo's
+ * analyses lists it and a typed 422 when it does not; text_pair is
+ * accepted exactly when ModelInfo.pairs; causal says whether attention
+ * masks the keys after each query; attribution_targets lists the targets
+ * /v1/attribution accepts. The classifiers must advertise the attribution
+ * tree, head importance and triggers (the dashboard once offered them for
+ * BERT only). */
+#include "tests/check.h"
+#include "tests/http_util.h"
+
+static char tmpdir[256] = "/tmp/lensd-caps-XXXXXX";
+
+static json_t *get(const json_t *o, const char *k) { return json_object_get(o, k); }
+
+static int has_string(const json_t *arr, const char *s)
+{
+    size_t i;
+    const json_t *v;
+    json_array_foreach(arr, i, v) if (json_is_string(v) && !strcmp(json_string_value(v), s)) return 1;
+    return 0;
+}
+
+#define ROWS                                                                                                  \
+    "\"rows\": [{\"text\": \"a fine movie\", \"label\": 1}, {\"text\": \"dull and slow\", \"label\": 0}, " \
+    "{\"text\": \"warm and funny\", \"label\": 1}]"
+
+/* The request that runs each analysis (%s: the model id); job: a job kind. */
+static const struct {
+    const char *analysis, *path, *body;
+    int job;
+} RUNS[] = {
+    {"forward", "/v1/forward", "{\"model\": \"%s\", \"text\": \"a fine movie\"}", 0},
+    {"attention", "/v1/attention", "{\"model\": \"%s\", \"text\": \"a fine movie\"}", 0},
+    {"attribution", "/v1/attribution", "{\"model\": \"%s\", \"text\": \"a fine movie\", \"steps\": 2}", 0},
+    {"attribution_tree", "/v1/attribution", "{\"model\": \"%s\", \"text\": \"a fine movie\", \"steps\": 2, \"tree\": true}", 0},
+    {"head_importance", "/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"model\": \"%s\", " ROWS ", \"steps\": 2}}", 1},
+    {"adversarial_triggers", "/v1/jobs",
+     "{\"kind\": \"adversarial-triggers\", \"params\": {\"model\": \"%s\", " ROWS ", \"steps\": 2, \"sources\": 2}}", 1},
+    {"token_identity", "/v1/token-identity", "{\"model\": \"%s\", \"text\": \"a fine movie\"}", 0},
+    {"hidden_attribution", "/v1/hidden-attribution", "{\"model\": \"%s\", \"text\": \"a fine movie\", \"layers\": [0, 1]}", 0},
+    {"decomposition", "/v1/decomposition", "{\"model\": \"%s\", \"texts\": [\"a fine movie\", \"dull and slow\"], \"length\": 3}", 0},
+};
+enum { N_RUNS = sizeof RUNS / sizeof *RUNS };
+
+/* Runs analysis a on model id; advertised: must succeed, else a 422 on field "model". */
+static void check_run(test_server *s, const char *id, int a, int advertised)
+{
+    char body[1024];
+    snprintf(body, sizeof body, RUNS[a].body, id);
+    http_resp r;
+    http_post_json(s, &r, RUNS[a].path, body);
+    check_schema(&r, RUNS[a].path, "POST");
+    if (!advertised) {
+        const char *code = err_code(&r);
+        CHECK(r.status == 422 && code && !strcmp(code, "invalid_request"), "%s: %s not advertised -> 422: %ld %.200s",
+              id, RUNS[a].analysis, r.status, r.body ? r.body : "");
+    } else if (!RUNS[a].job) {
+        CHECK(r.status == 200, "%s: advertised %s -> 200: %ld %.200s", id, RUNS[a].analysis, r.status,
+              r.body ? r.body : "");
+    } else {
+        const char *jid = json_string_value(get(r.json, "id"));
+        CHECK(r.status == 202 && jid, "%s: advertised %s -> 202: %ld %.200s", id, RUNS[a].analysis, r.status,
+              r.body ? r.body : "");
+        json_t *job = jid ? poll_job(s, jid, NULL, 60000) : NULL;
+        const char *state = json_string_value(get(job, "state"));
+        CHECK(state && !strcmp(state, "done"), "%s: %s job done (%s)", id, RUNS[a].analysis, state ? state : "-");
+        json_decref(job);
+    }
+    http_resp_free(&r);
+}
+
+/* Every analysis the server names, run on model m as m advertises. */
+static void check_model(test_server *s, const json_t *m, const json_t *all)
+{
+    const char *id = json_string_value(get(m, "id"));
+    const json_t *analyses = get(m, "analyses");
+    size_t i;
+    const json_t *v;
+    json_array_foreach(all, i, v) {
+        const char *name = json_string_value(get(v, "name"));
+        int a = 0;
+        while (a < N_RUNS && strcmp(RUNS[a].analysis, name)) a++;
+        CHECK(a < N_RUNS, "analysis %s has a request in this test's table", name);
+        if (a < N_RUNS) check_run(s, id, a, has_string(analyses, name));
+    }
+    /* text_pair: accepted exactly when advertised */
+    char body[512];
+    snprintf(body, sizeof body, "{\"model\": \"%s\", \"text\": \"a fine movie\", \"text_pair\": \"it is\"}", id);
+    http_resp r;
+    http_post_json(s, &r, "/v1/forward", body);
+    const int pairs = json_is_true(get(m, "pairs"));
+    CHECK(pairs ? r.status == 200 : r.status == 422 && !strcmp(err_field(&r), "text_pair"),
+          "%s: pairs %d, text_pair -> %ld %.200s", id, pairs, r.status, r.body ? r.body : "");
+    http_resp_free(&r);
+}
+
+/* causal: attention row 0 of a causal model sees only key 0. */
+static void check_causal(test_server *s, const json_t *m)
+{
+    const char *id = json_string_value(get(m, "id"));
+    char body[512];
+    snprintf(body, sizeof body, "{\"model\": \"%s\", \"text\": \"a fine movie\", \"layers\": [1]}", id);
+    http_resp r;
+    http_post_json(s, &r, "/v1/attention", body);
+    const json_t *raw = get(json_array_get(get(json_array_get(get(r.json, "layers"), 0), "heads"), 0), "raw");
+    double above = json_number_value(json_array_get(json_array_get(raw, 0), 1));
+    CHECK(raw && json_is_true(get(m, "causal")) == (above == 0),
+          "%s: causal %d, raw[0][1] = %g", id, json_is_true(get(m, "causal")), above);
+    http_resp_free(&r);
+}
+
+static void test_models(test_server *s)
+{
+    http_resp r, c;
+    http_get(s, &r, "/v1/models");
+    http_get(s, &c, "/v1/capabilities");
+    check_schema(&r, "/v1/models", "GET");
+    const json_t *models = get(r.json, "models"), *all = get(c.json, "analyses");
+    CHECK(json_array_size(models) == 3 && json_array_size(all) > 0, "3 models, %zu analyses", json_array_size(all));
+    size_t i;
+    const json_t *m;
+    json_array_foreach(models, i, m) {
+        const char *id = json_string_value(get(m, "id"));
+        const json_t *an = get(m, "analyses"), *targets = get(m, "attribution_targets");
+        if (strcmp(id, "gpt")) {
+            CHECK(has_string(an, "attribution_tree") && has_string(an, "head_importance") &&
+                      has_string(an, "adversarial_triggers"),
+                  "%s classifier advertises tree, head importance and triggers", id);
+            CHECK(has_string(targets, "label") && has_string(targets, "class") && !has_string(targets, "token"),
+                  "%s: classifier targets", id);
+        } else {
+            CHECK(!has_string(an, "attribution_tree") && has_string(targets, "token") && json_is_true(get(m, "causal")),
+                  "gpt: no tree, token targets, causal");
+        }
+        CHECK(!strcmp(id, "roberta") ? json_is_true(get(m, "pairs")) : 1, "roberta takes pairs");
+        check_model(s, m, all);
+        check_causal(s, m);
+    }
+    http_resp_free(&r);
+    http_resp_free(&c);
+}
+
+int main(void)
+{
+    curl_global_init(CURL_GLOBAL_ALL);
+    signal(SIGPIPE, SIG_IGN);
+    openapi = yaml_load_file("openapi.yaml");
+    CHECK(openapi != NULL, "cannot read openapi.yaml (run from the repository root)");
+    if (!openapi || !mkdtemp(tmpdir)) return check_done("test_http_caps");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "%2$s mkmodel --arch roberta --preset tiny --task classification --seed 1 --out %1$s/roberta >/dev/null && "
+             "%2$s mkmodel --arch distilbert --preset tiny --task classification --seed 1 --out %1$s/distilbert >/dev/null && "
+             "%2$s mkmodel --arch gpt2 --preset tiny --seed 1 --out %1$s/gpt >/dev/null",
+             tmpdir, lensd_path());
+    int rc = system(cmd);
+    CHECK(rc == 0, "mkmodel: %s", cmd);
+    if (rc == 0) {
+        char a1[600], a2[600], a3[600];
+        snprintf(a1, sizeof a1, "roberta=%s/roberta", tmpdir);
+        snprintf(a2, sizeof a2, "distilbert=%s/distilbert", tmpdir);
+        snprintf(a3, sizeof a3, "gpt=%s/gpt", tmpdir);
+        const char *args[] = {"--model", a1, "--model", a2, "--model", a3, "--max-tokens", "64", "--workers", "1", NULL};
+        test_server s;
+        if (server_launch(&s, args)) {
+            CHECK(0, "lensd serve did not become ready");
+        } else {
+            test_models(&s);
+            CHECK(server_terminate(&s) == 0, "lensd exits 0 on SIGTERM");
+        }
+    }
+    remove_test_files(tmpdir);
+    json_decref(openapi);
+    curl_global_cleanup();
+    return check_done("test_http_caps");
+}
