@@ -90,6 +90,10 @@ static const config_opt options[] = {
      "a connection that has not sent a whole request header this long after it opened (kept alive: after the "
      "first line of its next request) is closed, however slowly it trickles",
      KIND_SECONDS, OFF(header_timeout), 0, 3600, INFO_NONE},
+    {"body-timeout", "LENSD_BODY_TIMEOUT", "20", "SECONDS",
+     "a request body must arrive whole this long after its header, however slowly it trickles, else the "
+     "connection is closed",
+     KIND_SECONDS, OFF(body_timeout), 0, 3600, INFO_NONE},
     {"idle-timeout", "LENSD_IDLE_TIMEOUT", "60", "SECONDS",
      "a connection silent this long while sending a body or reading an answer is closed (not one waiting for "
      "its worker)",
