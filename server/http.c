@@ -817,7 +817,8 @@ server *server_start(const lensd_config *cfg)
     }
 
     s->pool = pool_create(cfg->workers, cfg->fast_workers, cfg->queue, cfg->threads_per_worker, cfg->fast_threads);
-    s->jobs = jobs_create(cfg->max_jobs, cfg->max_stored_jobs, cfg->job_ttl, cfg->threads_per_worker, cfg->debug_delay_ms);
+    s->jobs = jobs_create(cfg->max_jobs, cfg->max_stored_jobs, s->n_api_keys ? s->n_api_keys : 1, cfg->job_ttl,
+                          cfg->threads_per_worker, cfg->debug_delay_ms);
     s->streams = streams_create(100);
     if (!s->pool || !s->jobs || !s->streams) {
         freeaddrinfo(ai);

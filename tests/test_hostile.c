@@ -488,15 +488,15 @@ static long submit(test_server *s, const char *const *key, char *id, size_t size
     return status;
 }
 
-/* GET the job until it is final; its state ("" when not found in time). */
-static void wait_final(test_server *s, const char *id, char *state, size_t size)
+/* GET the job (as key) until it is final; its state ("" when not found in time). */
+static void wait_final(test_server *s, const char *const *key, const char *id, char *state, size_t size)
 {
     char path[128];
     snprintf(path, sizeof path, "/v1/jobs/%s", id);
     state[0] = 0;
     for (int i = 0; i < 400; i++) {
         http_resp r;
-        http_do(s, &r, "GET", path, NULL, NULL, 0, key_a);
+        http_do(s, &r, "GET", path, NULL, NULL, 0, key);
         const char *v = json_string_value(json_object_get(r.json, "state"));
         if (v && job_is_final(v)) snprintf(state, size, "%s", v);
         http_resp_free(&r);
@@ -522,8 +522,11 @@ static long job_status(test_server *s, const char *method, const char *id, const
 
 static void test_job_store(test_server *s)
 {
-    /* --max-stored-jobs 100: 110 finished jobs, then one more is still accepted */
-    char first[64] = "", id[64], state[32];
+    /* key B's finished job, then --max-stored-jobs 100 shared by 2 keys (50
+     * each): key A's 110 finished jobs, then one more is still accepted */
+    char first[64] = "", id[64], state[32], id_b[64];
+    CHECK(submit(s, key_b, id_b, sizeof id_b) == 202, "key B's first job accepted");
+    wait_final(s, key_b, id_b, state, sizeof state);
     int finished = 0;
     for (int i = 0; i < 110; i++) {
         long st = submit(s, key_a, id, sizeof id);
@@ -532,33 +535,34 @@ static void test_job_store(test_server *s)
             return;
         }
         if (!first[0]) snprintf(first, sizeof first, "%s", id);
-        wait_final(s, id, state, sizeof state);
+        wait_final(s, key_a, id, state, sizeof state);
         finished += !strcmp(state, "done");
     }
     CHECK(finished == 110, "110 small jobs finished done: %d", finished);
     long st = submit(s, key_a, id, sizeof id);
     CHECK(st == 202, "after 110 finished jobs a new job is accepted: %ld", st);
-    CHECK(job_status(s, "GET", first, "", key_a) == 404, "the job that finished first made room");
-    wait_final(s, id, state, sizeof state);
+    CHECK(job_status(s, "GET", first, "", key_a) == 404, "key A's job that finished first made room");
+    CHECK(job_status(s, "GET", id_b, "", key_b) == 200, "key A's 110 jobs did not push out key B's result");
+    wait_final(s, key_a, id, state, sizeof state);
     CHECK(job_status(s, "DELETE", id, "", key_a) == 200, "DELETE of a finished job answers it");
     CHECK(job_status(s, "GET", id, "", key_a) == 404, "DELETE of a finished job removes it");
 
     /* a job of key A is 404 to key B on every job route */
     st = submit(s, key_a, id, sizeof id);
     CHECK(st == 202, "key A's job accepted: %ld", st);
-    wait_final(s, id, state, sizeof state);
+    wait_final(s, key_a, id, state, sizeof state);
     CHECK(job_status(s, "GET", id, "", key_b) == 404, "key B: GET key A's job -> 404");
     CHECK(job_status(s, "GET", id, "/events", key_b) == 404, "key B: events of key A's job -> 404");
     CHECK(job_status(s, "DELETE", id, "", key_b) == 404, "key B: DELETE key A's job -> 404");
     CHECK(job_status(s, "GET", id, "", key_a) == 200, "key A still has its job after key B's DELETE");
     http_resp r;
     http_do(s, &r, "GET", "/v1/jobs?limit=500", NULL, NULL, 0, key_b);
-    CHECK(r.status == 200 && json_integer_value(json_object_get(r.json, "total")) == 0,
-          "key B's job list holds none of key A's jobs: %.200s", r.body);
+    CHECK(r.status == 200 && json_integer_value(json_object_get(r.json, "total")) == 1,
+          "key B's job list holds its own job and none of key A's: %.200s", r.body);
     http_resp_free(&r);
     http_do(s, &r, "GET", "/v1/jobs?limit=500", NULL, NULL, 0, key_a);
-    CHECK(r.status == 200 && json_integer_value(json_object_get(r.json, "total")) == 100,
-          "key A lists its 100 stored jobs: %.200s", r.body ? r.body : "");
+    CHECK(r.status == 200 && json_integer_value(json_object_get(r.json, "total")) == 50,
+          "key A lists its 50 stored jobs (its share of 100): %.200s", r.body ? r.body : "");
     http_resp_free(&r);
 }
 
