@@ -258,7 +258,7 @@ static void trickle_bodies(stalled *st)
  * closed it. */
 static void body_check(stalled *st)
 {
-    int open = 0, fewest = 1 << 30, failed = 0;
+    int open = 0, fewest = 1 << 30, most = 0, failed = 0;
     for (int i = 0; i < BODY_TRICKLERS; i++) {
         if (st->body[i] < 0) {
             failed++;
@@ -267,8 +267,11 @@ static void body_check(stalled *st)
         if (!st->body_closed[i]) st->body_closed[i] = server_closed(st->body[i]);
         open += !st->body_closed[i];
         if (st->body_bytes[i] < fewest) fewest = st->body_bytes[i];
+        if (st->body_bytes[i] > most) most = st->body_bytes[i];
         close(st->body[i]);
     }
+    printf("trickled bodies: %d of %d closed by the server, after %d to %d body bytes (one a second)\n",
+           BODY_TRICKLERS - failed - open, BODY_TRICKLERS, fewest, most);
     CHECK(failed == 0, "%d of %d body tricklers could not connect", failed, BODY_TRICKLERS);
     CHECK(open == 0, "trickled bodies are closed at the body deadline: %d of %d still open", open, BODY_TRICKLERS);
     CHECK(fewest > 10, "a trickled body outlives the header deadline (fewest bytes sent before the close: %d)",
