@@ -73,6 +73,7 @@ COPY --from=build /src/openapi.yaml /usr/share/lensd/openapi.yaml
 #   LENSD_MAX_CONNECTIONS     --max-connections N         (16384; lowered to ulimit -n - 256)
 #   LENSD_MAX_CONNECTIONS_PER_IP --max-connections-per-ip N (0 = no limit)
 #   LENSD_HEADER_TIMEOUT      --header-timeout SECONDS    (10)
+#   LENSD_BODY_TIMEOUT        --body-timeout SECONDS      (20)
 #   LENSD_IDLE_TIMEOUT        --idle-timeout SECONDS      (60)
 #   LENSD_MAX_JOBS            --max-jobs N                (1; async jobs computed at once)
 #   LENSD_MAX_STORED_JOBS     --max-stored-jobs N         (100)
@@ -102,6 +103,7 @@ ENV LENSD_LISTEN=0.0.0.0:8080 \
     LENSD_MAX_CONNECTIONS="" \
     LENSD_MAX_CONNECTIONS_PER_IP="" \
     LENSD_HEADER_TIMEOUT="" \
+    LENSD_BODY_TIMEOUT="" \
     LENSD_IDLE_TIMEOUT="" \
     LENSD_MAX_JOBS="" \
     LENSD_MAX_STORED_JOBS="" \

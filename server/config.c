@@ -90,6 +90,10 @@ static const config_opt options[] = {
      "a connection that has not sent a whole request header this long after it opened (kept alive: after the "
      "first line of its next request) is closed, however slowly it trickles",
      KIND_SECONDS, OFF(header_timeout), 0, 3600, INFO_NONE},
+    {"body-timeout", "LENSD_BODY_TIMEOUT", "20", "SECONDS",
+     "a request body must arrive whole this long after its header, however slowly it trickles, else the "
+     "connection is closed",
+     KIND_SECONDS, OFF(body_timeout), 0, 3600, INFO_NONE},
     {"idle-timeout", "LENSD_IDLE_TIMEOUT", "60", "SECONDS",
      "a connection silent this long while sending a body or reading an answer is closed (not one waiting for "
      "its worker)",
@@ -97,8 +101,9 @@ static const config_opt options[] = {
     {"max-jobs", "LENSD_MAX_JOBS", "1", "N", "async jobs computed at once (dedicated job threads); more wait queued",
      KIND_INT, OFF(max_jobs), 1, 64, INFO_LIMIT},
     {"max-stored-jobs", "LENSD_MAX_STORED_JOBS", "100", "N",
-     "jobs kept (queued, running or finished) before POST /v1/jobs answers 429", KIND_INT, OFF(max_stored_jobs), 1,
-     1000000, INFO_LIMIT},
+     "jobs kept (queued, running or finished), in equal shares per API key; a key's new job past its share drops "
+     "its own oldest finished job, else POST /v1/jobs answers 429",
+     KIND_INT, OFF(max_stored_jobs), 1, 1000000, INFO_LIMIT},
     {"job-ttl", "LENSD_JOB_TTL", "3600", "SECONDS", "how long a finished job's result is kept", KIND_SECONDS,
      OFF(job_ttl), 0, 31536000, INFO_LIMIT},
     {"sse-keepalive", "LENSD_SSE_KEEPALIVE", "15", "SECONDS",

@@ -30,6 +30,7 @@ typedef struct {
     int max_connections;     /* client connections open at once (libmicrohttpd's limit) */
     int max_connections_per_ip; /* 0 = no per-address limit */
     double header_timeout;   /* seconds from connect (or the last answer) to a complete request header */
+    double body_timeout;     /* seconds from a complete header to the whole body */
     double idle_timeout;     /* seconds of silence before a connection is closed */
     int max_jobs;            /* async jobs running at once (job threads) */
     int max_stored_jobs;     /* queued + running + finished jobs kept before 429 */

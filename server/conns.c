@@ -1,4 +1,4 @@
-/* conns.c - connection tracking and the header-deadline reaper (conns.h).
+/* conns.c - connection tracking and the header and body deadline reaper (conns.h).
  *
  * Owns: one `watch` per open connection (MHD's socket context, allocated at
  * NOTIFY_STARTED, freed at NOTIFY_CLOSED), a doubly linked list of them
@@ -16,14 +16,15 @@
 
 #include "api/api.h"
 
-/* A connection's phase; the header deadline applies to the first two. */
-enum { NEW, READING_HEADER, BUSY, KEPT_ALIVE };
+/* A connection's phase; the header deadline applies to the first two, the
+ * body deadline to the third. */
+enum { NEW, READING_HEADER, READING_BODY, BUSY, KEPT_ALIVE };
 
 typedef struct watch {
     int fd;
     int phase;
     int reaped;      /* shut down once already */
-    double deadline; /* api_now() by which the header must be complete (NEW, READING_HEADER) */
+    double deadline; /* api_now() by which the header (NEW, READING_HEADER) or body (READING_BODY) must be complete */
     struct watch *prev, *next;
 } watch;
 
@@ -32,7 +33,7 @@ struct conns {
     pthread_cond_t wake; /* stop */
     pthread_t reaper;
     int stopping;
-    double header_timeout;
+    double header_timeout, body_timeout;
     watch *head;
     int n_open;
     long long n_reaped;
@@ -45,7 +46,7 @@ static void *reaper_thread(void *arg)
     while (!cs->stopping) {
         double now = api_now();
         for (watch *w = cs->head; w; w = w->next) {
-            if ((w->phase != NEW && w->phase != READING_HEADER) || w->reaped || now < w->deadline) continue;
+            if (w->phase >= BUSY || w->reaped || now < w->deadline) continue;
             shutdown(w->fd, SHUT_RDWR); /* MHD sees the end of the stream and closes the connection */
             w->reaped = 1;
             cs->n_reaped++;
@@ -60,11 +61,12 @@ static void *reaper_thread(void *arg)
     return NULL;
 }
 
-conns *conns_create(double header_timeout)
+conns *conns_create(double header_timeout, double body_timeout)
 {
     conns *cs = calloc(1, sizeof *cs);
     if (!cs) return NULL;
     cs->header_timeout = header_timeout;
+    cs->body_timeout = body_timeout;
     pthread_mutex_init(&cs->lock, NULL);
     pthread_cond_init(&cs->wake, NULL);
     if (pthread_create(&cs->reaper, NULL, reaper_thread, cs)) {
@@ -170,6 +172,28 @@ static void set_phase(conns *cs, struct MHD_Connection *conn, int phase)
 }
 
 void conns_header_done(conns *cs, struct MHD_Connection *conn) { set_phase(cs, conn, BUSY); }
+
+void conns_body_expected(conns *cs, struct MHD_Connection *conn)
+{
+    watch *w = watch_of(conn);
+    if (!w) return;
+    pthread_mutex_lock(&cs->lock);
+    w->phase = READING_BODY;
+    w->deadline = api_now() + cs->body_timeout; /* fixed: bytes arriving do not move it */
+    pthread_mutex_unlock(&cs->lock);
+}
+
+void conns_body_done(conns *cs, struct MHD_Connection *conn) { set_phase(cs, conn, BUSY); }
+
+int conns_body_expired(conns *cs, struct MHD_Connection *conn)
+{
+    watch *w = watch_of(conn);
+    if (!w) return 0;
+    pthread_mutex_lock(&cs->lock);
+    int expired = w->reaped && w->phase == READING_BODY;
+    pthread_mutex_unlock(&cs->lock);
+    return expired;
+}
 
 void conns_request_done(conns *cs, struct MHD_Connection *conn) { set_phase(cs, conn, KEPT_ALIVE); }
 

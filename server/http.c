@@ -1,7 +1,8 @@
 /* http.c - libmicrohttpd glue: the request lifecycle of lensd.
  *
  * Owns: the MHD daemon and its connection limits (--max-connections,
- * --max-connections-per-ip, --idle-timeout; --header-timeout in conns.c),
+ * --max-connections-per-ip, --idle-timeout; --header-timeout and
+ * --body-timeout in conns.c),
  * the per-request state (`request`, kept in MHD's per-connection pointer),
  * and every policy applied before a handler runs: message framing (400
  * invalid_framing and the connection closed: RFC 9112 6.3, against request
@@ -572,16 +573,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             api_fail(&r->call, 405, "method_not_allowed", NULL, "the dashboard answers GET and HEAD only");
             return respond(r);
         }
-        if (!check_headers(r)) return MHD_YES;
+        if (!check_headers(r)) {
+            conns_body_expected(s->conns, conn); /* or, with no body, the call that completes it comes next */
+            return MHD_YES;
+        }
         if (body_follows(r) != 1) return respond(r);
         r->phase = PHASE_DRAINING;
+        conns_body_expected(s->conns, conn);
         return MHD_YES;
     }
     if (r->phase == PHASE_DRAINING) {
         r->drained += (long long)*upload_data_size;
         int more = *upload_data_size && r->drained <= DRAIN_MAX;
         *upload_data_size = 0;
-        return more ? MHD_YES : respond(r);
+        if (more) return MHD_YES;
+        conns_body_done(s->conns, conn);
+        return respond(r);
     }
     if (r->phase == PHASE_RESPONDED) {
         *upload_data_size = 0; /* an early answer was sent; drop the rest */
@@ -593,6 +600,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (r->phase == PHASE_QUEUED) return respond(r); /* resumed after the worker finished */
+    conns_body_done(s->conns, conn);
     return complete(r);
 }
 
@@ -600,6 +608,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     server *s = cls;
+    int body_expired = conns_body_expired(s->conns, conn);
     conns_request_done(s->conns, conn);
     request *r = *con_cls;
     if (!r) return;
@@ -629,6 +638,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
         jw_key(&w, "terminated");
         jw_int(&w, (int)toe);
+    }
+    if (body_expired) {
+        jw_key(&w, "closed");
+        jw_str(&w, "body_timeout");
     }
     log_emit(&w);
     api_call_free(&r->call);
@@ -804,7 +817,8 @@ server *server_start(const lensd_config *cfg)
     }
 
     s->pool = pool_create(cfg->workers, cfg->fast_workers, cfg->queue, cfg->threads_per_worker, cfg->fast_threads);
-    s->jobs = jobs_create(cfg->max_jobs, cfg->max_stored_jobs, cfg->job_ttl, cfg->threads_per_worker, cfg->debug_delay_ms);
+    s->jobs = jobs_create(cfg->max_jobs, cfg->max_stored_jobs, s->n_api_keys ? s->n_api_keys : 1, cfg->job_ttl,
+                          cfg->threads_per_worker, cfg->debug_delay_ms);
     s->streams = streams_create(100);
     if (!s->pool || !s->jobs || !s->streams) {
         freeaddrinfo(ai);
@@ -814,7 +828,7 @@ server *server_start(const lensd_config *cfg)
         goto fail;
     }
     jobs_set_keepalive(s->jobs, cfg->sse_keepalive);
-    s->conns = conns_create(cfg->header_timeout);
+    s->conns = conns_create(cfg->header_timeout, cfg->body_timeout);
     /* epoll: thousands of connections cost one wakeup per ready socket, not a scan of all */
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;

@@ -7,10 +7,13 @@
  * run() on a private api_call whose cancel flag is the job's (set by
  * DELETE or shutdown) and whose progress callback updates the job. The
  * result is kept as JSON text and written verbatim into GET responses.
- * Expired jobs are swept whenever the store is touched; a full store makes
- * room by dropping the finished job that finished first, so only queued
- * and running jobs can fill it. A job belongs to the API key that created
- * it (api_call.principal): lookups by another key find nothing (404). */
+ * Expired jobs are swept whenever the store is touched. A job belongs to
+ * the API key that created it (api_call.principal): lookups by another key
+ * find nothing (404). Each key may hold an equal share of the store
+ * (max_stored / keys, at least 1); a key at its share, or finding the store
+ * full, makes room by dropping its own finished job that finished first,
+ * never another key's, so only a key's own queued and running jobs can
+ * refuse its next one, and one key's jobs never push out another's results. */
 #include "server/jobs.h"
 
 #include <fcntl.h>
@@ -60,6 +63,7 @@ struct jobs {
     job *all;
     job *queue_head, *queue_tail;
     int n_stored, max_stored;
+    int per_key; /* jobs one principal may hold: max_stored / keys, at least 1 */
     int n_threads;
     pthread_t *threads;
     double ttl;
@@ -140,16 +144,45 @@ static void drop(jobs *j, job *jb)
     job_free(jb);
 }
 
-/* A full store drops the finished job that finished first; 0 when every
- * stored job is still queued or running. Lock held. */
-static int make_room(jobs *j)
+/* Jobs of principal in the store. Lock held. */
+static int count_of(const jobs *j, int principal)
+{
+    int n = 0;
+    for (const job *jb = j->all; jb; jb = jb->next) n += jb->principal == principal;
+    return n;
+}
+
+/* Drops principal's finished job that finished first; 0 when every job of
+ * principal is still queued or running (or it has none). Lock held. */
+static int make_room(jobs *j, int principal)
 {
     job *oldest = NULL;
     for (job *jb = j->all; jb; jb = jb->next)
-        if (jb->state >= JOB_DONE && (!oldest || jb->finished_mono < oldest->finished_mono)) oldest = jb;
+        if (jb->principal == principal && jb->state >= JOB_DONE &&
+            (!oldest || jb->finished_mono < oldest->finished_mono))
+            oldest = jb;
     if (!oldest) return 0;
     drop(j, oldest);
     return 1;
+}
+
+/* Room for one more job of c's principal, made from its own finished jobs;
+ * 0 and a 429 in c when there is none. Lock held. */
+static int admit(jobs *j, api_call *c)
+{
+    int own = count_of(j, c->principal);
+    if (own < j->per_key && j->n_stored < j->max_stored) return 1;
+    if (make_room(j, c->principal)) return 1;
+    c->retry_after = 60;
+    if (own >= j->per_key)
+        api_fail(c, 429, "too_many_jobs", NULL,
+                 "%d jobs of this API key are queued or running (its share of the store); retry when one finishes",
+                 own);
+    else
+        api_fail(c, 429, "too_many_jobs", NULL,
+                 "the store's %d jobs are full (more API keys than --max-stored-jobs); retry when one expires",
+                 j->max_stored);
+    return 0;
 }
 
 static void write_time(jw *w, const char *key, double t)
@@ -276,7 +309,8 @@ static void *job_thread(void *arg)
     return NULL;
 }
 
-jobs *jobs_create(int max_running, int max_stored, double ttl_seconds, int threads_per_job, int debug_delay_ms)
+jobs *jobs_create(int max_running, int max_stored, int n_keys, double ttl_seconds, int threads_per_job,
+                  int debug_delay_ms)
 {
     jobs *j = calloc(1, sizeof *j);
     if (!j) return NULL;
@@ -286,6 +320,8 @@ jobs *jobs_create(int max_running, int max_stored, double ttl_seconds, int threa
         return NULL;
     }
     j->max_stored = max_stored;
+    int share = max_stored / (n_keys > 0 ? n_keys : 1);
+    j->per_key = share > 0 ? share : 1;
     j->ttl = ttl_seconds;
     j->debug_delay_ms = debug_delay_ms;
     j->sse_keepalive = 15;
@@ -348,12 +384,9 @@ void jobs_submit(jobs *j, api_call *c, const api_job_kind *kind)
         api_fail(c, 503, "shutting_down", NULL, "the server is shutting down");
         return;
     }
-    if (j->n_stored >= j->max_stored && !make_room(j)) {
+    if (!admit(j, c)) {
         pthread_mutex_unlock(&j->lock);
         free(jb);
-        c->retry_after = 60;
-        api_fail(c, 429, "too_many_jobs", NULL, "%d jobs are queued or running (the limit); retry when one finishes",
-                 j->max_stored);
         return;
     }
     snprintf(jb->id, sizeof jb->id, "%016llx", mix64(j->id_seed + j->id_counter++));

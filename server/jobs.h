@@ -4,8 +4,10 @@
  * --max-jobs dedicated threads, not on the request worker pool, and without
  * the request deadline. States: queued -> running -> done | failed |
  * cancelled (a queued job cancelled by DELETE never runs). At most
- * --max-stored-jobs jobs are kept: a new job past it drops the finished job
- * that finished first, and is 429 only when every stored job is queued or
+ * --max-stored-jobs jobs are kept, and each API key holds at most an equal
+ * share of them (--max-stored-jobs / keys, at least 1): a key's new job past
+ * its share drops that key's own finished job that finished first (never
+ * another key's), and is 429 only when every job of the key is queued or
  * running. Finished jobs are dropped --job-ttl seconds after they finish, or
  * by DELETE. Every call sees only the jobs of its caller's API key
  * (api_call.principal). */
@@ -18,8 +20,10 @@ typedef struct jobs jobs;
 
 /* debug_delay_ms: testing hook (--debug-delay-ms), a running job first waits that long
  * (cancellable), so tests can observe the running state and cancel it. */
-/* Each job thread computes with a lens_pool of threads_per_job threads. */
-jobs *jobs_create(int max_running, int max_stored, double ttl_seconds, int threads_per_job, int debug_delay_ms);
+/* Each job thread computes with a lens_pool of threads_per_job threads.
+ * n_keys: the API keys (principals) that share the store; 1 without keys. */
+jobs *jobs_create(int max_running, int max_stored, int n_keys, double ttl_seconds, int threads_per_job,
+                  int debug_delay_ms);
 /* Cancels queued and running jobs, waits for the running ones to return,
  * joins the threads and frees everything. */
 void jobs_destroy(jobs *j);

@@ -7,7 +7,9 @@
  * while /healthz and an authorised /v1/forward are probed every second and
  * must answer within 2 s (an availability bound of this suite, not a
  * benchmark); a connection the server closes (the --header-timeout
- * deadline) is opened again at once, as an attacker would. Then: request
+ * deadline) is opened again at once, as an attacker would; meanwhile 100
+ * connections send whole headers and then one body byte a second, and must
+ * be closed at the --body-timeout deadline (and logged so). Then: request
  * smuggling variants (400 invalid_framing, the connection closed, the
  * hidden request never logged), malformed framing, URI and header sizes,
  * the job store filled past --max-stored-jobs, DELETE of finished jobs,
@@ -190,9 +192,14 @@ static void probe(test_server *s, flood_result *res, double second)
  * after one answered request: one silent (as a gateway's upstream
  * connection: kept, --idle-timeout 60 s), one trickling its next request
  * (closed at the header deadline, counted from that request's first line). */
+#define BODY_TRICKLERS 100
+
 typedef struct {
     int tls, chunk, kept_idle, kept_slow;
     int kept_slow_lines;
+    /* whole headers, then one body byte a second (never the whole body):
+     * closed at --body-timeout (20 s), which the trickle does not extend */
+    int body[BODY_TRICKLERS], body_bytes[BODY_TRICKLERS], body_closed[BODY_TRICKLERS];
 } stalled;
 
 /* A blocking connection that has had one GET /healthz answered; -1 on failure. */
@@ -226,7 +233,49 @@ static stalled stall_open(int port)
                           "Authorization: Bearer key-a\r\nTransfer-Encoding: chunked\r\n\r\n"
                           "1ffffffffffffffffffff\r\n{\"text\":";
     if (st.chunk >= 0) send(st.chunk, chunked, strlen(chunked), MSG_NOSIGNAL);
+    const char *slow_body = "POST /v1/tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                            "Authorization: Bearer key-a\r\nContent-Length: 100000\r\n\r\n{";
+    for (int i = 0; i < BODY_TRICKLERS; i++) {
+        st.body[i] = raw_connect(port, 0);
+        if (st.body[i] >= 0) send(st.body[i], slow_body, strlen(slow_body), MSG_NOSIGNAL);
+    }
     return st;
+}
+
+/* One more body byte on every body trickler the server has not closed. */
+static void trickle_bodies(stalled *st)
+{
+    for (int i = 0; i < BODY_TRICKLERS; i++) {
+        if (st->body[i] < 0 || st->body_closed[i]) continue;
+        st->body_closed[i] = server_closed(st->body[i]);
+        if (!st->body_closed[i] && send(st->body[i], " ", 1, MSG_NOSIGNAL | MSG_DONTWAIT) == 1) st->body_bytes[i]++;
+    }
+}
+
+/* Past --body-timeout: every trickled body was cut off, each after more
+ * bytes (one a second) than --header-timeout has seconds, so neither the
+ * header deadline nor the idle timeout (reset by every byte) is what
+ * closed it. */
+static void body_check(stalled *st)
+{
+    int open = 0, fewest = 1 << 30, most = 0, failed = 0;
+    for (int i = 0; i < BODY_TRICKLERS; i++) {
+        if (st->body[i] < 0) {
+            failed++;
+            continue;
+        }
+        if (!st->body_closed[i]) st->body_closed[i] = server_closed(st->body[i]);
+        open += !st->body_closed[i];
+        if (st->body_bytes[i] < fewest) fewest = st->body_bytes[i];
+        if (st->body_bytes[i] > most) most = st->body_bytes[i];
+        close(st->body[i]);
+    }
+    printf("trickled bodies: %d of %d closed by the server, after %d to %d body bytes (one a second)\n",
+           BODY_TRICKLERS - failed - open, BODY_TRICKLERS, fewest, most);
+    CHECK(failed == 0, "%d of %d body tricklers could not connect", failed, BODY_TRICKLERS);
+    CHECK(open == 0, "trickled bodies are closed at the body deadline: %d of %d still open", open, BODY_TRICKLERS);
+    CHECK(fewest > 10, "a trickled body outlives the header deadline (fewest bytes sent before the close: %d)",
+          fewest);
 }
 
 static void stall_check(stalled st)
@@ -263,6 +312,7 @@ static void flood(test_server *s, flood_result *res, stalled *st)
     for (int tick = 0; now_s() - start < res->seconds; tick++) {
         int trickle_now = now_s() >= next_trickle;
         if (trickle_now) next_trickle += 5;
+        trickle_bodies(st);
         if (trickle_now && st->kept_slow >= 0) {
             flood_conn slow = {st->kept_slow, 1, st->kept_slow_lines};
             trickle_line(&slow);
@@ -327,6 +377,12 @@ static void test_flood(test_server *s)
     } else {
         SKIP("flood of %d s: shorter than the header deadline, stalled connections not checked", res.seconds);
         close(st.tls), close(st.chunk), close(st.kept_idle), close(st.kept_slow);
+    }
+    if (res.seconds >= 25) {
+        body_check(&st); /* past --body-timeout (20 s) */
+    } else {
+        SKIP("flood of %d s: shorter than the body deadline, trickled bodies not checked", res.seconds);
+        for (int i = 0; i < BODY_TRICKLERS; i++) close(st.body[i]);
     }
 }
 
@@ -435,15 +491,15 @@ static long submit(test_server *s, const char *const *key, char *id, size_t size
     return status;
 }
 
-/* GET the job until it is final; its state ("" when not found in time). */
-static void wait_final(test_server *s, const char *id, char *state, size_t size)
+/* GET the job (as key) until it is final; its state ("" when not found in time). */
+static void wait_final(test_server *s, const char *const *key, const char *id, char *state, size_t size)
 {
     char path[128];
     snprintf(path, sizeof path, "/v1/jobs/%s", id);
     state[0] = 0;
     for (int i = 0; i < 400; i++) {
         http_resp r;
-        http_do(s, &r, "GET", path, NULL, NULL, 0, key_a);
+        http_do(s, &r, "GET", path, NULL, NULL, 0, key);
         const char *v = json_string_value(json_object_get(r.json, "state"));
         if (v && job_is_final(v)) snprintf(state, size, "%s", v);
         http_resp_free(&r);
@@ -469,8 +525,11 @@ static long job_status(test_server *s, const char *method, const char *id, const
 
 static void test_job_store(test_server *s)
 {
-    /* --max-stored-jobs 100: 110 finished jobs, then one more is still accepted */
-    char first[64] = "", id[64], state[32];
+    /* key B's finished job, then --max-stored-jobs 100 shared by 2 keys (50
+     * each): key A's 110 finished jobs, then one more is still accepted */
+    char first[64] = "", id[64], state[32], id_b[64];
+    CHECK(submit(s, key_b, id_b, sizeof id_b) == 202, "key B's first job accepted");
+    wait_final(s, key_b, id_b, state, sizeof state);
     int finished = 0;
     for (int i = 0; i < 110; i++) {
         long st = submit(s, key_a, id, sizeof id);
@@ -479,33 +538,34 @@ static void test_job_store(test_server *s)
             return;
         }
         if (!first[0]) snprintf(first, sizeof first, "%s", id);
-        wait_final(s, id, state, sizeof state);
+        wait_final(s, key_a, id, state, sizeof state);
         finished += !strcmp(state, "done");
     }
     CHECK(finished == 110, "110 small jobs finished done: %d", finished);
     long st = submit(s, key_a, id, sizeof id);
     CHECK(st == 202, "after 110 finished jobs a new job is accepted: %ld", st);
-    CHECK(job_status(s, "GET", first, "", key_a) == 404, "the job that finished first made room");
-    wait_final(s, id, state, sizeof state);
+    CHECK(job_status(s, "GET", first, "", key_a) == 404, "key A's job that finished first made room");
+    CHECK(job_status(s, "GET", id_b, "", key_b) == 200, "key A's 110 jobs did not push out key B's result");
+    wait_final(s, key_a, id, state, sizeof state);
     CHECK(job_status(s, "DELETE", id, "", key_a) == 200, "DELETE of a finished job answers it");
     CHECK(job_status(s, "GET", id, "", key_a) == 404, "DELETE of a finished job removes it");
 
     /* a job of key A is 404 to key B on every job route */
     st = submit(s, key_a, id, sizeof id);
     CHECK(st == 202, "key A's job accepted: %ld", st);
-    wait_final(s, id, state, sizeof state);
+    wait_final(s, key_a, id, state, sizeof state);
     CHECK(job_status(s, "GET", id, "", key_b) == 404, "key B: GET key A's job -> 404");
     CHECK(job_status(s, "GET", id, "/events", key_b) == 404, "key B: events of key A's job -> 404");
     CHECK(job_status(s, "DELETE", id, "", key_b) == 404, "key B: DELETE key A's job -> 404");
     CHECK(job_status(s, "GET", id, "", key_a) == 200, "key A still has its job after key B's DELETE");
     http_resp r;
     http_do(s, &r, "GET", "/v1/jobs?limit=500", NULL, NULL, 0, key_b);
-    CHECK(r.status == 200 && json_integer_value(json_object_get(r.json, "total")) == 0,
-          "key B's job list holds none of key A's jobs: %.200s", r.body);
+    CHECK(r.status == 200 && json_integer_value(json_object_get(r.json, "total")) == 1,
+          "key B's job list holds its own job and none of key A's: %.200s", r.body);
     http_resp_free(&r);
     http_do(s, &r, "GET", "/v1/jobs?limit=500", NULL, NULL, 0, key_a);
-    CHECK(r.status == 200 && json_integer_value(json_object_get(r.json, "total")) == 100,
-          "key A lists its 100 stored jobs: %.200s", r.body ? r.body : "");
+    CHECK(r.status == 200 && json_integer_value(json_object_get(r.json, "total")) == 50,
+          "key A lists its 50 stored jobs (its share of 100): %.200s", r.body ? r.body : "");
     http_resp_free(&r);
 }
 
@@ -594,7 +654,7 @@ static void test_log(const test_server *s)
     if (!f) return;
     char *line = NULL;
     size_t cap = 0;
-    int lines = 0, bad = 0, hidden = 0, library = 0, library_in_second = 0, library_worst = 0;
+    int lines = 0, bad = 0, hidden = 0, body_timeouts = 0, library = 0, library_in_second = 0, library_worst = 0;
     char second[32] = "";
     while (getline(&line, &cap, f) > 0) {
         lines++;
@@ -614,6 +674,8 @@ static void test_log(const test_server *s)
         if (!ok && bad++ < 3) fprintf(stderr, "log line %d is not a JSON line with a known level: %.200s", lines, line);
         const char *path = json_string_value(json_object_get(j, "path"));
         hidden += path && strstr(path, "smuggled-hidden");
+        const char *closed = json_string_value(json_object_get(j, "closed"));
+        body_timeouts += closed && !strcmp(closed, "body_timeout");
         json_decref(j);
     }
     free(line);
@@ -621,6 +683,8 @@ static void test_log(const test_server *s)
     CHECK(lines > 100 && bad == 0, "every one of the %d stderr lines is JSON with a known level (%d are not)", lines,
           bad);
     CHECK(hidden == 0, "no smuggled request ever ran (%d log lines name one)", hidden);
+    CHECK(body_timeouts == BODY_TRICKLERS, "each trickled body's request is logged once, closed at body_timeout: %d",
+          body_timeouts);
     /* the flood makes libmicrohttpd report thousands of closed connections */
     CHECK(library > 0 && library_worst <= 10, "libmicrohttpd's lines: %d, at most %d in one second (limit 10)", library,
           library_worst);

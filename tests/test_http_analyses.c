@@ -940,6 +940,57 @@ static void test_job_lifecycle(void)
     json_decref(a), json_decref(b), json_decref(c), json_decref(d), json_decref(e);
 }
 
+/* ------------------------------- the job store shared by API keys (fair) */
+
+/* POST one small job as key; its id into id ("" unless 202); the status, and
+ * the error code into code. */
+static long submit_as(test_server *s, const char *key, char *id, size_t size, char *code, size_t code_size)
+{
+    char auth[64];
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", key);
+    const char *headers[] = {auth, NULL};
+    const char *body = "{\"kind\": \"decomposition\", \"params\": {\"windows\": [[10, 11, 12], [20, 21, 22]], "
+                       "\"layers\": [0]}}";
+    http_resp r;
+    http_do(s, &r, "POST", "/v1/jobs", "application/json", body, strlen(body), headers);
+    check_schema(&r, "/v1/jobs", "POST");
+    const char *v = json_string_value(get(r.json, "id"));
+    snprintf(id, size, "%s", r.status == 202 && v ? v : "");
+    snprintf(code, code_size, "%s", err_code(&r) ? err_code(&r) : "");
+    long status = r.status;
+    http_resp_free(&r);
+    return status;
+}
+
+/* --max-stored-jobs 2 shared by 2 keys: each holds 1. Key A's running job
+ * refuses A's next one (429), not key B's, although the store has room. */
+static void test_job_share(void)
+{
+    char model[512], keys[512];
+    snprintf(model, sizeof model, "bert=%s/bert", tmpdir);
+    snprintf(keys, sizeof keys, "%s/keys", tmpdir);
+    FILE *f = fopen(keys, "w");
+    CHECK(f != NULL, "cannot write %s", keys);
+    if (!f) return;
+    fputs("key-a\nkey-b\n", f);
+    fclose(f);
+    const char *args[] = {"--model", model, "--api-key-file", keys, "--max-jobs", "1", "--max-stored-jobs", "2",
+                          "--debug-delay-ms", "3000", NULL};
+    test_server s;
+    if (server_launch(&s, args)) {
+        CHECK(0, "job share server did not start");
+        return;
+    }
+    char id_a[64], id_a2[64], id_b[64], code[64];
+    CHECK(submit_as(&s, "key-a", id_a, sizeof id_a, code, sizeof code) == 202, "key A's job accepted");
+    long st = submit_as(&s, "key-a", id_a2, sizeof id_a2, code, sizeof code);
+    CHECK(st == 429 && !strcmp(code, "too_many_jobs"),
+          "key A's second job, its share (1 of 2) queued or running -> 429 too_many_jobs: %ld %s", st, code);
+    CHECK(submit_as(&s, "key-b", id_b, sizeof id_b, code, sizeof code) == 202,
+          "key B's job accepted while key A is at its share");
+    CHECK(server_terminate(&s) == 0, "lensd exits 0 on SIGTERM with jobs queued and running");
+}
+
 /* ------------------------------------------------------------------ main */
 
 int main(void)
@@ -968,6 +1019,7 @@ int main(void)
     }
 
     test_job_lifecycle();
+    test_job_share();
 
     remove_test_files(tmpdir);
     json_decref(openapi);
