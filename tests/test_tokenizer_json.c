@@ -2,7 +2,11 @@
  * read instead) against Hugging Face's Rust tokenizers.
  *
  * Every case must match the Rust library exactly: ids, offsets (template
- * tokens: HF [0, 0], lensd null), segments (type ids) and special flags.
+ * tokens: HF [0, 0], lensd null), segments (type ids) and special flags;
+ * on the real files below also lens_tokenizer_decode against its decode
+ * (the file's "decoder") of the case's ids, skip_special_tokens false and
+ * true, and of the ids reversed. The decoders no real file uses are checked
+ * on a small vocabulary against the library's answers (check_decoders).
  * Checked-in tests/fixtures/tokenizer_json_NAME.json (200+ strings each,
  * tests/reference/tokenizer_json_oracle.mjs) for the files built from
  * ../shared:

@@ -31,8 +31,6 @@
  *                       bytes, U+2581 as a space, one leading space dropped
  *                       (the Metaspace / ByteFallback / Fuse / Strip decoders).
  * skip_special drops every special token ([CLS], <s>, added special tokens). */
-#include <ctype.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,6 +115,21 @@ static int put_lossy(const char *s, size_t len, text_buf *out)
     return 0;
 }
 
+static int hex_digit(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : (c | 0x20) >= 'a' && (c | 0x20) <= 'f' ? (c | 0x20) - 'a' + 10 : -1;
+}
+
+/* "<0xXX>" as Rust's u8::from_str_radix(XX, 16) reads XX ("+A" is 10 too). */
+static int is_byte_piece(const char *s, size_t len, unsigned *byte)
+{
+    if (len != 6 || strncmp(s, "<0x", 3) || s[5] != '>') return 0;
+    const int hi = s[3] == '+' ? 0 : hex_digit(s[3]), lo = hex_digit(s[4]);
+    if (hi < 0 || lo < 0) return 0;
+    *byte = (unsigned)(hi * 16 + lo);
+    return 1;
+}
+
 static int decode_byte_level(const lens_tokenizer *tok, const int *ids, int n, int skip_special, text_buf *out)
 {
     int byte_of[256 + 68];
@@ -168,9 +181,8 @@ static int decode_sentencepiece(const lens_tokenizer *tok, const int *ids, int n
     for (int i = 0; i < n && !rc; i++) {
         const char *p = tok->piece[ids[i]];
         unsigned byte;
-        char tail;
         if (skipped(tok, ids[i], skip_special)) continue;
-        if (strlen(p) == 6 && sscanf(p, "<0x%2X%c", &byte, &tail) == 2 && tail == '>') {
+        if (is_byte_piece(p, strlen(p), &byte)) {
             char b = (char)byte;
             rc = buf_put(&raw, &b, 1);
             continue;
@@ -241,13 +253,6 @@ static int dec_byte_level(const pieces *in, pieces *out)
     return rc;
 }
 
-static int is_byte_piece(const text_buf *p, unsigned *byte)
-{
-    char tail;
-    return p->len == 6 && !strncmp(p->s, "<0x", 3) && isxdigit((unsigned char)p->s[3]) &&
-           isxdigit((unsigned char)p->s[4]) && sscanf(p->s + 3, "%2x%c", byte, &tail) == 2 && tail == '>';
-}
-
 /* ByteFallback: the run of byte pieces in bytes as one piece, or one U+FFFD
  * piece per byte when they are not UTF-8. */
 static int flush_bytes(text_buf *bytes, pieces *out)
@@ -268,7 +273,7 @@ static int dec_byte_fallback(const pieces *in, pieces *out)
     int rc = 0;
     for (int i = 0; i < in->n && !rc; i++) {
         unsigned byte;
-        if (is_byte_piece(&in->t[i], &byte)) {
+        if (is_byte_piece(in->t[i].s, in->t[i].len, &byte)) {
             char b = (char)byte;
             rc = buf_put(&bytes, &b, 1);
             continue;
