@@ -110,11 +110,15 @@ static void check_bert(const lens_tokenizer *tok)
     for (int k = 0; k < 13; k++) ids[k] = lens_tokenizer_id(tok, words[k]);
     char *got = NULL;
     lens_err err = {0};
-    CHECK(lens_tokenizer_decode(tok, ids, 13, 1, &got, NULL, &err) == 0 && !strcmp(got, "the films isn't great, is it?"),
+    /* the WordPiece decoder of its tokenizer.json cleans up each piece
+     * alone, as the Rust library does (" ," glued, " ' t" kept: transformers'
+     * Python decode joins "isn't" afterwards by its clean_up_tokenization) */
+    CHECK(lens_tokenizer_decode(tok, ids, 13, 1, &got, NULL, &err) == 0 &&
+              !strcmp(got, "the films isn ' t great, is it?"),
           "skip special: \"%s\"", got ? got : "");
     free(got);
     CHECK(lens_tokenizer_decode(tok, ids, 13, 0, &got, NULL, &err) == 0 &&
-              !strcmp(got, "[CLS] the films isn't great, is it? [SEP]"),
+              !strcmp(got, "[CLS] the films isn ' t great, is it? [SEP]"),
           "keep special: \"%s\"", got ? got : "");
     free(got);
 }

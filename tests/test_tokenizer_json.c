@@ -2,7 +2,11 @@
  * read instead) against Hugging Face's Rust tokenizers.
  *
  * Every case must match the Rust library exactly: ids, offsets (template
- * tokens: HF [0, 0], lensd null), segments (type ids) and special flags.
+ * tokens: HF [0, 0], lensd null), segments (type ids) and special flags;
+ * on the real files below also lens_tokenizer_decode against its decode
+ * (the file's "decoder") of the case's ids, skip_special_tokens false and
+ * true, and of the ids reversed. The decoders no real file uses are checked
+ * on a small vocabulary against the library's answers (check_decoders).
  * Checked-in tests/fixtures/tokenizer_json_NAME.json (200+ strings each,
  * tests/reference/tokenizer_json_oracle.mjs) for the files built from
  * ../shared:
@@ -88,6 +92,46 @@ static int check_case(const lens_tokenizer *tok, const char *name, size_t idx, c
     return ok;
 }
 
+/* The case's ids decoded by lensd against HF's decode (tokenizer.json's
+ * "decoder") with skip_special_tokens false ("decoded") and true
+ * ("decoded_skip"), and the ids reversed ("decoded_reversed", skip_special
+ * false). Returns the number of the three that differ (0 when the case has
+ * no "decoded": the checked-in fixtures). */
+static int check_decode(const lens_tokenizer *tok, const char *name, size_t idx, const json_t *c, int printed)
+{
+    const json_t *ids = json_object_get(c, "input_ids");
+    static const char *const keys[3] = { "decoded", "decoded_skip", "decoded_reversed" };
+    int n = (int)json_array_size(ids), differ = 0;
+    int *v = malloc(sizeof *v * (size_t)(n ? n : 1));
+    CHECK(v != NULL, "out of memory");
+    if (!v) return 2;
+    for (int i = 0; i < n; i++) v[i] = (int)json_integer_value(json_array_get(ids, (size_t)i));
+    for (int k = 0; k < 3; k++) {
+        const json_t *want = json_object_get(c, keys[k]);
+        const int skip = k == 1;
+        if (!want) continue;
+        if (k == 2)
+            for (int i = 0; i < n / 2; i++) {
+                int swap = v[i];
+                v[i] = v[n - 1 - i], v[n - 1 - i] = swap;
+            }
+        char *got = NULL;
+        size_t len = 0;
+        lens_err err = { 0 };
+        if (lens_tokenizer_decode(tok, v, n, skip, &got, &len, &err) || len != json_string_length(want) ||
+            memcmp(got, json_string_value(want), len)) {
+            if (printed + differ < 3)
+                fprintf(stderr, "  %s case %zu \"%.60s\" %s: got \"%.80s\" | HF \"%.80s\" %s\n",
+                        name, idx, json_string_value(json_object_get(c, "text")), keys[k], got ? got : "",
+                        json_string_value(want), err.msg);
+            differ++;
+        }
+        free(got);
+    }
+    free(v);
+    return differ;
+}
+
 /* Every case of the fixture at path (at least min_cases) against tok. */
 static void check_cases(const lens_tokenizer *tok, const char *name, const char *how, const char *path,
                         size_t min_cases)
@@ -98,15 +142,24 @@ static void check_cases(const lens_tokenizer *tok, const char *name, const char 
     CHECK(json_array_size(cases) >= min_cases, "%s: %zu cases, want at least %zu", path, json_array_size(cases),
           min_cases);
     size_t i;
-    int same = 0, n = 0, printed = 0;
+    int same = 0, n = 0, printed = 0, decodes = 0, decodes_differ = 0;
     json_array_foreach(cases, i, c) {
         int ok = check_case(tok, name, i, c);
         same += ok;
         n++;
+        if (json_object_get(c, "decoded")) {
+            decodes += 3;
+            decodes_differ += check_decode(tok, name, i, c, decodes_differ);
+        }
         if (!ok && ++printed > 3) break; /* the first few differences say enough */
     }
     CHECK(n > 0 && same == n && (size_t)n == json_array_size(cases), "%s (%s): %d of %zu cases identical to HF",
           name, how, same, json_array_size(cases));
+    CHECK(decodes_differ == 0, "%s (%s): decode differs from HF's on %d of %d", name, how,
+          decodes_differ, decodes);
+    if (decodes)
+        printf("%s: decode identical to HF's on %d of %d (each case's ids, skip_special false and true; reversed)\n",
+               name, decodes - decodes_differ, decodes);
     printf("%s (%s): %d of %zu cases identical to HF tokenizers (ids, offsets, type ids, special)\n", name, how, same,
            json_array_size(cases));
     n_cases_total += n;
@@ -360,6 +413,10 @@ static void check_malformed(void)
         { "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0}}}", "unk_token" },
         { "{\"added_tokens\": [{\"id\": 5}], \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "added_tokens" },
         { "{\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<s>\"}}], \"pair\": [], \"special_tokens\": {}}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "<s>" },
+        /* decoders: one lensd lacks, a Strip without its counts, a Replace regex Oniguruma rejects */
+        { "{\"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Fuse\"}, {\"type\": \"CTC\"}]}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "decoder \"CTC\" at decoder.decoders[1] is not supported" },
+        { "{\"decoder\": {\"type\": \"Strip\", \"content\": \" \"}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "Strip needs non-negative integers \"start\" and \"stop\" (at decoder)" },
+        { "{\"decoder\": {\"type\": \"Replace\", \"pattern\": {\"Regex\": \"(\"}, \"content\": \"\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "Replace at decoder: regex \"(\" rejected by Oniguruma" },
         { "{\"post_processor\": {\"type\": \"BertProcessing\", \"sep\": [\"x\", 99], \"cls\": [\"a\", 0]}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}", "sep" },
         /* ids inside a gap of the vocabulary (fuzz_tokenizer_json's find: emitted without a piece) */
         { "{\"post_processor\": {\"type\": \"BertProcessing\", \"sep\": [\"b\", 1], \"cls\": [\"a\", 0]}, \"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"c\": 2}, \"merges\": []}}", "sep" },
@@ -375,6 +432,45 @@ static void check_malformed(void)
         lens_tokenizer_free(tok);
     }
     printf("malformed tokenizer.json: %d cases\n", n);
+}
+
+/* The decoders no real file of the oracle set uses (BPEDecoder, Strip of
+ * several, Metaspace "never", none), on a BPE vocabulary with pieces that
+ * carry each one's marks; the answers are the Rust library's (tokenizers
+ * 0.23.2, decode(ids, false)) for ids 2 0 1 3 2 4 and 4 3 4. */
+static void check_decoders(void)
+{
+    static const struct { const char *decoder, *want[2]; } cases[] = {
+        { "{\"type\": \"BPEDecoder\", \"suffix\": \"</w>\"}", { "##ca bx y ##c\u2581\u2581q", "\u2581\u2581qx y \u2581\u2581q" } },
+        { "{\"type\": \"WordPiece\", \"prefix\": \"##\", \"cleanup\": true}",
+          { "##c a</w> b x</w>y</w>c \u2581\u2581q", "\u2581\u2581q x</w>y</w> \u2581\u2581q" } },
+        { "{\"type\": \"Strip\", \"content\": \"#\", \"start\": 2, \"stop\": 1}",
+          { "ca</w>bx</w>y</w>c\u2581\u2581q", "\u2581\u2581qx</w>y</w>\u2581\u2581q" } },
+        { "{\"type\": \"Metaspace\", \"replacement\": \"\u2581\", \"prepend_scheme\": \"always\", \"split\": true}",
+          { "##ca</w>bx</w>y</w>##c  q", "qx</w>y</w>  q" } },
+        { "{\"type\": \"Metaspace\", \"replacement\": \"\u2581\", \"prepend_scheme\": \"never\", \"split\": true}",
+          { "##ca</w>bx</w>y</w>##c  q", "  qx</w>y</w>  q" } },
+        { "null", { "##c a</w> b x</w>y</w> ##c \u2581\u2581q", "\u2581\u2581q x</w>y</w> \u2581\u2581q" } },
+    };
+    static const int ids[2][6] = { { 2, 0, 1, 3, 2, 4 }, { 4, 3, 4 } };
+    static const int n_ids[2] = { 6, 3 };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char json[512];
+        snprintf(json, sizeof json,
+                 "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a</w>\": 0, \"b\": 1, \"##c\": 2, \"x</w>y</w>\": 3, "
+                 "\"\u2581\u2581q\": 4}, \"merges\": []}, \"decoder\": %s}", cases[i].decoder);
+        lens_err err = { 0 };
+        lens_tokenizer *tok = lens_tokenizer_from_json(json, strlen(json), &err);
+        CHECK(tok != NULL, "decoder %s: %s", cases[i].decoder, err.msg);
+        for (int k = 0; tok && k < 2; k++) {
+            char *got = NULL;
+            CHECK(lens_tokenizer_decode(tok, ids[k], n_ids[k], 0, &got, NULL, &err) == 0 &&
+                      !strcmp(got, cases[i].want[k]),
+                  "decoder %s: got \"%s\", HF \"%s\"", cases[i].decoder, got ? got : err.msg, cases[i].want[k]);
+            free(got);
+        }
+        lens_tokenizer_free(tok);
+    }
 }
 
 /* A checkpoint folder without tokenizer files, and tokenizer files without
@@ -434,6 +530,7 @@ static void check_folders(const char *shared)
 int main(void)
 {
     check_malformed();
+    check_decoders();
     const char *shared = check_shared_dir();
     if (!shared) {
         SKIP("../shared (or $LENS_SHARED) absent: no BERT, GPT-2 or RoBERTa tokenizer.json comparisons");

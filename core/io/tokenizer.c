@@ -597,6 +597,10 @@ void lens_tokenizer_free(lens_tokenizer *tok)
         lens_regex_free(tok->pre[k].re);
         lens_regex_free(tok->norm[k].re);
         lens_charsmap_free(tok->norm[k].charsmap);
+        free(tok->dec[k].text);
+        free(tok->dec[k].replace.pattern);
+        free(tok->dec[k].replace.content);
+        lens_regex_free(tok->dec[k].replace.re);
     }
     free(tok->score);
     free(tok->wp_prefix);

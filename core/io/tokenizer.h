@@ -77,10 +77,12 @@ int lens_tokenize(const lens_tokenizer *tok, const char *text, size_t len,
                   const char *pair, size_t pair_len,
                   lens_token **out, int *n_out, lens_err *err);
 
-/* Ids back to text, as HF's tokenizer.decode: WordPiece joins pieces with
- * spaces, glues "##" continuations and cleans up spaces before punctuation;
- * byte-level BPE maps each piece's symbols back to bytes (invalid UTF-8 runs
- * become U+FFFD). skip_special drops [CLS], [SEP] and added tokens. An id
+/* Ids back to text, as HF's decode: through tokenizer.json's "decoder" as
+ * the Rust library runs it (core/io/decode.c); without a tokenizer.json,
+ * WordPiece joins pieces with spaces, glues "##" continuations and cleans up
+ * spaces before punctuation, byte-level BPE maps each piece's symbols back
+ * to bytes (invalid UTF-8 as U+FFFD). skip_special drops [CLS], [SEP] and
+ * added special tokens. An id
  * outside the vocabulary fails with LENS_EINVAL. *text is malloc'd. */
 int lens_tokenizer_decode(const lens_tokenizer *tok, const int *ids, int n, int skip_special, char **text,
                           size_t *len, lens_err *err);

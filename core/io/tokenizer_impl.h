@@ -82,6 +82,21 @@ typedef struct {
     char *string;              /* PRE_SPLIT_STRING */
 } lens_pre;
 
+/* Decoders of tokenizer.json (decode.c runs them, HF's decode_chain). */
+typedef enum {
+    DEC_BYTELEVEL, DEC_METASPACE, DEC_BYTEFALLBACK, DEC_FUSE, DEC_STRIP, DEC_REPLACE, DEC_WORDPIECE, DEC_BPE
+} lens_dec_kind;
+
+typedef struct {
+    lens_dec_kind kind;
+    uint32_t ch;           /* Metaspace replacement, Strip content */
+    unsigned char prepend; /* Metaspace: 0 never, else the first token's replacements are dropped */
+    unsigned char cleanup; /* WordPiece */
+    int start, stop;       /* Strip: at most this many leading / trailing ch per token */
+    char *text;            /* WordPiece prefix, BPEDecoder suffix */
+    lens_norm replace;     /* Replace: the normalizer of the same name */
+} lens_dec;
+
 typedef struct {
     int id;      /* special token id, or -1 for a sequence */
     int seq;     /* 0 A, 1 B for a sequence */
@@ -124,6 +139,11 @@ struct lens_tokenizer {
     uint64_t merge_mask;
     int byte_id[256];           /* byte-level: id of each byte's symbol */
     int fallback_id[256];       /* byte_fallback: id of "<0xXX>", -1 when absent */
+
+    /* decoder: has_decoder when tokenizer.json gave one (n_dec steps, or
+     * none: pieces joined by spaces); otherwise decode.c decodes by kind */
+    lens_dec dec[LENS_TOK_MAX_STEPS];
+    int n_dec, has_decoder;
 
     /* post-processor */
     lens_tmpl_item *single, *pair;

@@ -9,11 +9,13 @@
  * with byte_fallback, fuse_unk, ignore_merges, merges as "a b" strings or
  * ["a", "b"] pairs; Unigram with unk_id and byte_fallback), post_processor
  * (TemplateProcessing, BertProcessing, RobertaProcessing, ByteLevel,
- * Sequence of them), added_tokens (lstrip, rstrip, single_word, special).
- * decoder, truncation and padding are not used: lensd reports pieces and
- * offsets and never pads. Anything else is a load error that names it (a
- * normalizer or pre-tokenizer with its JSON path), never a silently
- * different tokenization. */
+ * Sequence of them), added_tokens (lstrip, rstrip, single_word, special),
+ * decoder (Sequence, ByteLevel, Metaspace, ByteFallback, Fuse, Strip,
+ * Replace, WordPiece, BPEDecoder; decode.c runs them). Truncation and
+ * padding are not used: lensd reports pieces and offsets and never pads.
+ * Anything else is a load error that names it (a normalizer, pre-tokenizer
+ * or decoder with its JSON path), never a silently different tokenization
+ * or detokenization. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,6 +133,45 @@ static int read_precompiled(loader *L, lens_norm *nm, const json_t *n)
 /* ---- normalizer --------------------------------------------------------- */
 
 /* Normalizer n, found at JSON path at ("normalizer.normalizers[1]"). */
+/* s as one character (dflt when s is absent) into *cp. */
+static int one_char(loader *L, const char *s, uint32_t dflt, const char *what, uint32_t *cp)
+{
+    *cp = dflt;
+    if (s && (!*s || lens_utf8_next((const unsigned char *)s, strlen(s), cp) != (int)strlen(s))) return bad(L, what);
+    return 0;
+}
+
+/* Metaspace's prepend_scheme (or the older add_prefix_space): 2 always,
+ * 1 first, 0 never. */
+static int metaspace_scheme(loader *L, const json_t *n, unsigned char *prepend)
+{
+    const char *scheme = get_str(n, "prepend_scheme");
+    if (!scheme) *prepend = get_bool(n, "add_prefix_space", 1) ? 2 : 0;
+    else if (!strcmp(scheme, "always")) *prepend = 2;
+    else if (!strcmp(scheme, "first")) *prepend = 1;
+    else if (!strcmp(scheme, "never")) *prepend = 0;
+    else return bad(L, "Metaspace prepend_scheme is not always / first / never");
+    return 0;
+}
+
+/* Replace (the normalizer, and the decoder of the same name): a String or
+ * Regex pattern -> content. */
+static int read_replace(loader *L, lens_norm *nm, const json_t *n)
+{
+    nm->kind = NORM_REPLACE;
+    const json_t *pat = json_object_get(n, "pattern");
+    const char *re = get_str(pat, "Regex"), *p = get_str(pat, "String");
+    if (re) {
+        if (compile(L, &nm->re, re, "Replace") < 0) return -1;
+    } else if (!p || !*p) {
+        return bad(L, "Replace without a non-empty String or Regex pattern");
+    } else if (!(nm->pattern = short_string(L, p, "Replace pattern too long"))) {
+        return -1;
+    }
+    if (!(nm->content = short_string(L, get_str(n, "content"), "Replace needs a short \"content\" string"))) return -1;
+    return 0;
+}
+
 static int add_norm(loader *L, const json_t *n, const char *at)
 {
     lens_tokenizer *tok = L->tok;
@@ -172,18 +213,7 @@ static int add_norm(loader *L, const json_t *n, const char *at)
         nm->kind = NORM_PREPEND;
         if (!(nm->content = short_string(L, get_str(n, "prepend"), "Prepend needs a short \"prepend\" string"))) return -1;
     } else if (!strcmp(type, "Replace")) {
-        nm->kind = NORM_REPLACE;
-        const json_t *pat = json_object_get(n, "pattern");
-        const char *re = get_str(pat, "Regex"), *p = get_str(pat, "String");
-        if (re) {
-            if (compile(L, &nm->re, re, "Replace") < 0) return -1;
-        } else if (!p || !*p) {
-            return bad(L, "Replace without a non-empty String or Regex pattern");
-        } else if (!(nm->pattern = short_string(L, p, "Replace pattern too long"))) {
-            return -1;
-        }
-        if (!(nm->content = short_string(L, get_str(n, "content"), "Replace needs a short \"content\" string")))
-            return -1;
+        if (read_replace(L, nm, n) < 0) return -1;
     } else if (!strcmp(type, "Precompiled")) {
         nm->kind = NORM_PRECOMPILED;
         if (read_precompiled(L, nm, n) < 0) return -1;
@@ -250,22 +280,12 @@ static int add_pre(loader *L, const json_t *n, const char *at)
         }
     } else if (!strcmp(type, "Metaspace")) {
         p->kind = PRE_METASPACE;
-        const char *r = get_str(n, "replacement");
-        uint32_t cp = 0x2581;
-        if (r && (!*r || lens_utf8_next((const unsigned char *)r, strlen(r), &cp) != (int)strlen(r)))
-            return bad(L, "Metaspace replacement must be one character");
-        p->replacement = cp;
+        if (one_char(L, get_str(n, "replacement"), 0x2581, "Metaspace replacement must be one character",
+                     &p->replacement) < 0 ||
+            metaspace_scheme(L, n, &p->prepend) < 0)
+            return -1;
         p->split = (unsigned char)get_bool(n, "split", 1);
         p->behavior = SPLIT_MERGED_NEXT;
-        const char *scheme = get_str(n, "prepend_scheme");
-        if (scheme) {
-            if (!strcmp(scheme, "always")) p->prepend = 2;
-            else if (!strcmp(scheme, "first")) p->prepend = 1;
-            else if (!strcmp(scheme, "never")) p->prepend = 0;
-            else return bad(L, "Metaspace prepend_scheme is not always / first / never");
-        } else {
-            p->prepend = get_bool(n, "add_prefix_space", 1) ? 2 : 0;
-        }
         if (tok->n_pre > 0) return bad(L, "Metaspace after another pre_tokenizer is not supported");
     } else if (!strcmp(type, "Digits")) {
         p->kind = PRE_DIGITS;
@@ -603,6 +623,71 @@ static int sp_words(lens_tokenizer *tok)
     return 0;
 }
 
+/* ---- decoder ------------------------------------------------------------ */
+
+static int read_decoder_step(loader *L, lens_dec *d, const json_t *n, const char *type)
+{
+    if (!strcmp(type, "ByteLevel")) d->kind = DEC_BYTELEVEL;
+    else if (!strcmp(type, "ByteFallback")) d->kind = DEC_BYTEFALLBACK;
+    else if (!strcmp(type, "Fuse")) d->kind = DEC_FUSE;
+    else if (!strcmp(type, "Metaspace")) {
+        d->kind = DEC_METASPACE;
+        return one_char(L, get_str(n, "replacement"), 0x2581, "Metaspace replacement must be one character", &d->ch) < 0
+                   ? -1 : metaspace_scheme(L, n, &d->prepend);
+    } else if (!strcmp(type, "Strip")) {
+        d->kind = DEC_STRIP;
+        const json_t *start = json_object_get(n, "start"), *stop = json_object_get(n, "stop");
+        if (!json_is_integer(start) || !json_is_integer(stop) || json_integer_value(start) < 0 ||
+            json_integer_value(stop) < 0 || json_integer_value(start) > INT32_MAX ||
+            json_integer_value(stop) > INT32_MAX)
+            return bad(L, "Strip needs non-negative integers \"start\" and \"stop\"");
+        d->start = (int)json_integer_value(start), d->stop = (int)json_integer_value(stop);
+        if (!get_str(n, "content")) return bad(L, "Strip needs a one-character \"content\"");
+        return one_char(L, get_str(n, "content"), ' ', "Strip needs a one-character \"content\"", &d->ch);
+    } else if (!strcmp(type, "Replace")) {
+        d->kind = DEC_REPLACE;
+        return read_replace(L, &d->replace, n);
+    } else if (!strcmp(type, "WordPiece") || !strcmp(type, "BPEDecoder")) {
+        int wp = type[0] == 'W';
+        d->kind = wp ? DEC_WORDPIECE : DEC_BPE;
+        d->cleanup = (unsigned char)get_bool(n, "cleanup", 1);
+        const char *text = get_str(n, wp ? "prefix" : "suffix");
+        return (d->text = short_string(L, text ? text : wp ? "##" : "</w>", wp ? "WordPiece decoder prefix too long"
+                                                                            : "BPEDecoder suffix too long")) ? 0 : -1;
+    } else {
+        return lens_fail(L->err, LENS_EFORMAT, "%s: decoder \"%.64s\" at %s is not supported", L->path, type, L->at);
+    }
+    return 0;
+}
+
+/* Decoder n, found at JSON path at; a Sequence's steps are chained in order. */
+static int add_decoder(loader *L, const json_t *n, const char *at)
+{
+    lens_tokenizer *tok = L->tok;
+    const char *type = get_str(n, "type");
+    L->at = at;
+    if (!type) return bad(L, "decoder without a \"type\"");
+    if (!strcmp(type, "Sequence")) {
+        const json_t *list = json_object_get(n, "decoders"), *v;
+        size_t i;
+        if (!json_is_array(list)) return bad(L, "Sequence decoder without \"decoders\"");
+        json_array_foreach(list, i, v) {
+            char child[160];
+            snprintf(child, sizeof child, "%.120s.decoders[%zu]", at, i);
+            if (add_decoder(L, v, child) < 0) return -1;
+        }
+        L->at = NULL;
+        return 0;
+    }
+    if (tok->n_dec == LENS_TOK_MAX_STEPS) return bad(L, "too many decoders");
+    lens_dec *d = &tok->dec[tok->n_dec];
+    memset(d, 0, sizeof *d);
+    if (read_decoder_step(L, d, n, type) < 0) return -1;
+    tok->n_dec++;
+    L->at = NULL;
+    return 0;
+}
+
 static int read_added(loader *L, const json_t *added)
 {
     size_t i;
@@ -631,6 +716,9 @@ static int read_root(loader *L, const json_t *root)
     if (pre && !json_is_null(pre) && add_pre(L, pre, "pre_tokenizer") < 0) goto done;
     if (read_model(L, json_object_get(root, "model"), added) < 0) goto done;
     if (read_post(L, json_object_get(root, "post_processor")) < 0) goto done;
+    const json_t *decoder = json_object_get(root, "decoder");
+    tok->has_decoder = 1;
+    if (decoder && !json_is_null(decoder) && add_decoder(L, decoder, "decoder") < 0) goto done;
     if (read_added(L, added) < 0) goto done;
     if (sp_words(tok) < 0) { bad(L, "too many pre_tokenizers"); goto done; }
     tok->bert_fast = tok->kind == LENS_TOK_WORDPIECE && tok->n_norm == 1 && tok->norm[0].kind == NORM_BERT &&

@@ -3,7 +3,9 @@
  * The input is a tokenizer.json. Loading must either fail with a lens_err
  * (never crash, leak or read out of bounds), or give a tokenizer that then
  * tokenizes a few fixed strings and the input's own bytes (when valid
- * UTF-8) with offsets inside the text and ids inside the vocabulary.
+ * UTF-8) with offsets inside the text and ids inside the vocabulary, and
+ * decodes those ids (skip_special both ways, and reversed) through the
+ * file's decoder to valid UTF-8.
  * Seeds: tests/fuzz/corpus/tokenizer_json/ (WordPiece, byte-level BPE,
  * SentencePiece-style BPE with byte fallback, templates, added tokens). */
 #include <stdint.h>
@@ -11,7 +13,26 @@
 #include <string.h>
 
 #include "core/io/tokenizer.h"
+#include "core/io/tokenizer_impl.h"
 #include "tests/fuzz/fuzz.h"
+
+/* ids back to text: always succeeds (every id is the vocabulary's), valid UTF-8 */
+static void probe_decode(const lens_tokenizer *tok, int *ids, int n)
+{
+    for (int k = 0; k < 3; k++) {
+        if (k == 2)
+            for (int i = 0; i < n / 2; i++) {
+                int swap = ids[i];
+                ids[i] = ids[n - 1 - i], ids[n - 1 - i] = swap;
+            }
+        char *text = NULL;
+        size_t len = 0, bad_at;
+        lens_err err;
+        FUZZ_REQUIRE(lens_tokenizer_decode(tok, ids, n, k == 1, &text, &len, &err) == 0, "decode: %s", err.msg);
+        FUZZ_REQUIRE(lens_utf8_valid(text, len, &bad_at), "decode: invalid UTF-8 at byte %zu", bad_at);
+        free(text);
+    }
+}
 
 static void probe(const lens_tokenizer *tok, const char *text, size_t len, const char *pair)
 {
@@ -30,6 +51,11 @@ static void probe(const lens_tokenizer *tok, const char *text, size_t len, const
             FUZZ_REQUIRE(t[i].start <= t[i].end && (size_t)t[i].end <= limit, "token %d: span [%d, %d)", i,
                          t[i].start, t[i].end);
     }
+    int *ids = malloc(sizeof *ids * (size_t)(n ? n : 1));
+    FUZZ_REQUIRE(ids != NULL, "out of memory");
+    for (int i = 0; i < n; i++) ids[i] = t[i].id;
+    probe_decode(tok, ids, n);
+    free(ids);
     free(t);
 }
 

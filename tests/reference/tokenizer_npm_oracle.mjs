@@ -4,7 +4,11 @@
 // tokenizer_npm_oracle.mjs - what Hugging Face's Rust `tokenizers` (npm
 // `tokenizers`, the Node binding) answers for every string of
 // tokenizer_strings.mjs (cases + extraCases) on each real tokenizer.json of
-// tokenizer_files.tsv: writes $LENS_TOKORACLE/expected/tokenizer_json_NAME.json
+// tokenizer_files.tsv, and its decode of each case's ids (tokenizer.json's
+// "decoder") with skip_special_tokens false ("decoded") and true
+// ("decoded_skip"), and of the ids reversed ("decoded_reversed": pieces in
+// orders no text gives, so byte runs that are not UTF-8, a continuation
+// first): writes $LENS_TOKORACLE/expected/tokenizer_json_NAME.json
 // (the layout of the checked-in tests/fixtures/tokenizer_json_*.json, plus
 // the "npm" record of the file) for test_tokenizer_json.c.
 //
@@ -68,7 +72,13 @@ async function run(name, file, npm, override) {
     const special = addedSpecialIds(json);
     json = null;
     const items = [];
-    for (const [text, pair] of all) items.push(await encodeCase(t, special, text, pair));
+    for (const [text, pair] of all) {
+        const item = await encodeCase(t, special, text, pair);
+        item.decoded = await t.decode(item.input_ids, false);
+        item.decoded_skip = await t.decode(item.input_ids, true);
+        item.decoded_reversed = await t.decode([...item.input_ids].reverse(), false);
+        items.push(item);
+    }
     const doc = { command: 'tests/reference/tokoracle.sh', oracle: `npm tokenizers ${oracleVersion}`,
                   tokenizer: `npm ${npm.package}@${npm.version} ${npm.path}${override ? ' with the parts in "override"' : ''}`,
                   npm, ...(override ? { override } : {}), cases: items };

