@@ -7,11 +7,13 @@
  * accents and drops spacing, so the check there is that tokenizing the
  * decoded text (without [CLS] and [SEP]) gives back the same ids (for every
  * case without [UNK], whose text is lost by definition), plus hand examples of "##" gluing, special
- * tokens and HF's clean-up of spaces before punctuation. Both fixture lists
+ * tokens and transformers' clean-up of spaces before punctuation, which
+ * tokenizer_config.json's clean_up_tokenization_spaces switches. Both fixture lists
  * must hold at least 40 cases. Skips (and says so) without ../shared. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/io/tokenizer.h"
 #include "tests/check.h"
@@ -111,16 +113,70 @@ static void check_bert(const lens_tokenizer *tok)
     char *got = NULL;
     lens_err err = {0};
     /* the WordPiece decoder of its tokenizer.json cleans up each piece
-     * alone, as the Rust library does (" ," glued, " ' t" kept: transformers'
-     * Python decode joins "isn't" afterwards by its clean_up_tokenization) */
+     * alone, as the Rust library does (" ," glued, " ' t" kept); its
+     * tokenizer_config.json says clean_up_tokenization_spaces, so the whole
+     * text is cleaned up after, as transformers' decode does: "isn't" */
     CHECK(lens_tokenizer_decode(tok, ids, 13, 1, &got, NULL, &err) == 0 &&
-              !strcmp(got, "the films isn ' t great, is it?"),
+              !strcmp(got, "the films isn't great, is it?"),
           "skip special: \"%s\"", got ? got : "");
     free(got);
     CHECK(lens_tokenizer_decode(tok, ids, 13, 0, &got, NULL, &err) == 0 &&
-              !strcmp(got, "[CLS] the films isn ' t great, is it? [SEP]"),
+              !strcmp(got, "[CLS] the films isn't great, is it? [SEP]"),
           "keep special: \"%s\"", got ? got : "");
     free(got);
+}
+
+/* bert-base-uncased's tokenizer.json in a folder of its own with `config`
+ * as tokenizer_config.json (NULL: none); the tokenizer, or NULL with err. */
+static lens_tokenizer *load_with_config(const char *shared, const char *config, lens_err *err)
+{
+    char src[1024], dir[] = "/tmp/lensd-detok-XXXXXX", path[64];
+    snprintf(src, sizeof src, "%s/vocab/bert-base-uncased/tokenizer.json", shared);
+    if (!mkdtemp(dir)) return NULL;
+    json_t *tj = json_load_file(src, 0, NULL);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    int ok = tj && !json_dump_file(tj, path, JSON_COMPACT);
+    json_decref(tj);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    FILE *f = config ? fopen(path, "w") : NULL;
+    if (f) fputs(config, f), fclose(f);
+    lens_tokenizer *tok = ok ? lens_tokenizer_load(dir, err) : NULL;
+    unlink(path);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    unlink(path);
+    rmdir(dir);
+    return tok;
+}
+
+/* clean_up_tokenization_spaces decides the whole-text clean-up: absent or
+ * false, the Rust decoder's text as it is; not a boolean, a load error. */
+static void check_clean_up_key(const char *shared)
+{
+    const char *words[] = {"isn", "'", "t", "it", "?"};
+    const struct { const char *config, *want; } cases[] = {
+        {NULL, "isn ' t it?"},
+        {"{\"clean_up_tokenization_spaces\": false}", "isn ' t it?"},
+        {"{\"clean_up_tokenization_spaces\": true}", "isn't it?"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        lens_err err = {0};
+        lens_tokenizer *tok = load_with_config(shared, cases[c].config, &err);
+        CHECK(tok != NULL, "load with config %s: %s", cases[c].config ? cases[c].config : "(none)", err.msg);
+        if (!tok) continue;
+        int ids[5];
+        for (int k = 0; k < 5; k++) ids[k] = lens_tokenizer_id(tok, words[k]);
+        char *got = NULL;
+        CHECK(lens_tokenizer_decode(tok, ids, 5, 1, &got, NULL, &err) == 0 && !strcmp(got, cases[c].want),
+              "config %s: \"%s\", want \"%s\"", cases[c].config ? cases[c].config : "(none)", got ? got : "",
+              cases[c].want);
+        free(got);
+        lens_tokenizer_free(tok);
+    }
+    lens_err err = {0};
+    lens_tokenizer *bad = load_with_config(shared, "{\"clean_up_tokenization_spaces\": \"yes\"}", &err);
+    CHECK(!bad && err.code == LENS_EFORMAT && strstr(err.msg, "clean_up_tokenization_spaces is not a boolean"),
+          "a non-boolean clean_up_tokenization_spaces is a load error naming it: %s", err.msg);
+    lens_tokenizer_free(bad);
 }
 
 int main(void)
@@ -140,6 +196,7 @@ int main(void)
     CHECK(bert != NULL, "load %s: %s", dir, err.msg);
     if (gpt2) check_gpt2(gpt2);
     if (bert) check_bert(bert);
+    check_clean_up_key(shared);
     lens_tokenizer_free(gpt2);
     lens_tokenizer_free(bert);
     return check_done("test_detokenize");

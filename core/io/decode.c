@@ -21,16 +21,18 @@
  *
  * Without tokenizer.json (vocab.txt, vocab.json + merges.txt) it decodes by
  * kind, as transformers' slow tokenizers do:
- *   WordPiece           pieces joined by spaces, continuations ("##") glued,
- *                       then clean_up_tokenization (no space before . , ! ?
- *                       and English contractions);
+ *   WordPiece           pieces joined by spaces, continuations ("##") glued;
  *   byte-level BPE      each piece's code points map back to bytes
  *                       (byte_to_unicode's inverse); runs that are not valid
  *                       UTF-8 become U+FFFD, as errors="replace";
  *   SentencePiece BPE   pieces concatenated, "<0xXX>" byte-fallback pieces as
  *                       bytes, U+2581 as a space, one leading space dropped
  *                       (the Metaspace / ByteFallback / Fuse / Strip decoders).
- * skip_special drops every special token ([CLS], <s>, added special tokens). */
+ * skip_special drops every special token ([CLS], <s>, added special tokens).
+ * Then, as transformers' decode does, clean_up_tokenization (no space before
+ * . , ! ? and English contractions) over the whole text when
+ * tokenizer_config.json's clean_up_tokenization_spaces is true, or, when it
+ * does not say, for WordPiece without a decoder (BertTokenizer's default). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -171,7 +173,7 @@ static int decode_wordpiece(const lens_tokenizer *tok, const int *ids, int n, in
         else if (out->len && buf_put(out, " ", 1)) return -1;
         if (buf_put(out, p, strlen(p))) return -1;
     }
-    return clean_up_spaces(out, 0);
+    return 0;
 }
 
 static int decode_sentencepiece(const lens_tokenizer *tok, const int *ids, int n, int skip_special, text_buf *out)
@@ -415,6 +417,9 @@ int lens_tokenizer_decode(const lens_tokenizer *tok, const int *ids, int n, int 
              : tok->kind == LENS_TOK_WORDPIECE ? decode_wordpiece(tok, ids, n, skip_special, &out)
              : tok->byte_level                ? decode_byte_level(tok, ids, n, skip_special, &out)
                                               : decode_sentencepiece(tok, ids, n, skip_special, &out);
+    const int clean = tok->clean_up_spaces >= 0 ? tok->clean_up_spaces
+                                                : !tok->has_decoder && tok->kind == LENS_TOK_WORDPIECE;
+    if (!rc && clean) rc = clean_up_spaces(&out, 0);
     if (rc) {
         free(out.s);
         return lens_fail(err, LENS_ENOMEM, "out of memory decoding %d ids", n);

@@ -624,11 +624,28 @@ static int mark_special(lens_tokenizer *tok, lens_err *err)
     return 0;
 }
 
+/* tokenizer_config.json's "clean_up_tokenization_spaces" (transformers
+ * applies clean_up_tokenization to the whole decoded text when it is true);
+ * tok->clean_up_spaces stays -1 when the file or the key is absent. */
+static int read_clean_up(lens_tokenizer *tok, const char *dir, lens_err *err)
+{
+    json_t *config = NULL;
+    if (lens_tok_json_optional(dir, "tokenizer_config.json", &config, err) < 0) return -1;
+    const json_t *v = json_object_get(config, "clean_up_tokenization_spaces");
+    int rc = 0;
+    if (json_is_boolean(v)) tok->clean_up_spaces = json_is_true(v);
+    else if (v && !json_is_null(v))
+        rc = lens_fail(err, LENS_EFORMAT, "%s/tokenizer_config.json: clean_up_tokenization_spaces is not a boolean", dir);
+    json_decref(config);
+    return rc;
+}
+
 lens_tokenizer *lens_tokenizer_load(const char *dir, lens_err *err)
 {
     lens_tokenizer *tok = calloc(1, sizeof *tok);
     if (!tok) { lens_fail(err, LENS_ENOMEM, "out of memory"); return NULL; }
     tok->unk_id = -1;
+    tok->clean_up_spaces = -1;
     int rc;
     if (lens_tok_file_exists(dir, "tokenizer.json")) {
         char path[4096];
@@ -651,6 +668,7 @@ lens_tokenizer *lens_tokenizer_load(const char *dir, lens_err *err)
                        "%s: no tokenizer files (tokenizer.json, vocab.txt, vocab.json + merges.txt, or encoder.json + vocab.bpe)", dir);
     }
     if (rc == 0) rc = mark_special(tok, err);
+    if (rc == 0) rc = read_clean_up(tok, dir, err);
     if (rc < 0) {
         lens_tokenizer_free(tok);
         return NULL;
@@ -663,6 +681,7 @@ lens_tokenizer *lens_tokenizer_from_json(const char *data, size_t len, lens_err 
     lens_tokenizer *tok = calloc(1, sizeof *tok);
     if (!tok) { lens_fail(err, LENS_ENOMEM, "out of memory"); return NULL; }
     tok->unk_id = -1;
+    tok->clean_up_spaces = -1;
     if (lens_load_tokenizer_json_text(tok, data, len, err) < 0 || mark_special(tok, err) < 0) {
         lens_tokenizer_free(tok);
         return NULL;

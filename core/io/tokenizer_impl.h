@@ -144,6 +144,10 @@ struct lens_tokenizer {
      * none: pieces joined by spaces); otherwise decode.c decodes by kind */
     lens_dec dec[LENS_TOK_MAX_STEPS];
     int n_dec, has_decoder;
+    /* tokenizer_config.json's clean_up_tokenization_spaces: 1 or 0, -1 when
+     * it does not say (decode.c: then only WordPiece without a decoder, as
+     * transformers' BertTokenizer defaults) */
+    int clean_up_spaces;
 
     /* post-processor */
     lens_tmpl_item *single, *pair;

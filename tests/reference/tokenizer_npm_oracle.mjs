@@ -5,7 +5,8 @@
 // `tokenizers`, the Node binding) answers for every string of
 // tokenizer_strings.mjs (cases + extraCases) on each real tokenizer.json of
 // tokenizer_files.tsv, and its decode of each case's ids (tokenizer.json's
-// "decoder") with skip_special_tokens false ("decoded") and true
+// "decoder", then transformers' clean_up_tokenization where the file's
+// tokenizer_config.json asks for it) with skip_special_tokens false ("decoded") and true
 // ("decoded_skip"), and of the ids reversed ("decoded_reversed": pieces in
 // orders no text gives, so byte runs that are not UTF-8, a continuation
 // first): writes $LENS_TOKORACLE/expected/tokenizer_json_NAME.json
@@ -61,7 +62,23 @@ const splits = { removed: ['Removed', false], isolated_invert: ['Isolated', true
                  merged_next: ['MergedWithNext', false], contiguous: ['Contiguous', false],
                  merged_next_invert: ['MergedWithNext', true], removed_invert: ['Removed', true] };
 
+// transformers' clean_up_tokenization, which its decode applies to the Rust
+// decoder's text when tokenizer_config.json's clean_up_tokenization_spaces
+// is true (tokenization_utils_base.py); the file's folder is what the test
+// loads, so its tokenizer_config.json says (an override's folder has none).
+function cleanUpTokenization(s) {
+    for (const [from, to] of [[' .', '.'], [' ?', '?'], [' !', '!'], [' ,', ','], [" ' ", "'"], [" n't", "n't"],
+                              [" 'm", "'m"], [" 's", "'s"], [" 've", "'ve"], [" 're", "'re"]])
+        s = s.split(from).join(to);
+    return s;
+}
+function cleansUp(file) {
+    const config = path.join(path.dirname(file), 'tokenizer_config.json');
+    return fs.existsSync(config) && JSON.parse(fs.readFileSync(config, 'utf8')).clean_up_tokenization_spaces === true;
+}
+
 async function run(name, file, npm, override) {
+    const clean = !override && cleansUp(file) ? cleanUpTokenization : (s) => s;
     let json = JSON.parse(fs.readFileSync(file, 'utf8'));
     if (override) {
         Object.assign(json, override);
@@ -74,9 +91,9 @@ async function run(name, file, npm, override) {
     const items = [];
     for (const [text, pair] of all) {
         const item = await encodeCase(t, special, text, pair);
-        item.decoded = await t.decode(item.input_ids, false);
-        item.decoded_skip = await t.decode(item.input_ids, true);
-        item.decoded_reversed = await t.decode([...item.input_ids].reverse(), false);
+        item.decoded = clean(await t.decode(item.input_ids, false));
+        item.decoded_skip = clean(await t.decode(item.input_ids, true));
+        item.decoded_reversed = clean(await t.decode([...item.input_ids].reverse(), false));
         items.push(item);
     }
     const doc = { command: 'tests/reference/tokoracle.sh', oracle: `npm tokenizers ${oracleVersion}`,
