@@ -12,21 +12,8 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "core/io/file.h"
 #include "core/io/tokenizer.h"
-
-static char *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) { free(s); s = NULL; }
-    fclose(f);
-    if (s) s[n] = 0, *len = (size_t)n;
-    return s;
-}
 
 int main(int argc, char **argv)
 {
@@ -42,11 +29,11 @@ int main(int argc, char **argv)
         return 2;
     }
     size_t len = 0;
-    char *text = read_all(text_path, &len);
     lens_err err = { 0 };
+    char *text = lens_file_read(text_path, &len, &err);
     lens_tokenizer *tok = text ? lens_tokenizer_load(dir, &err) : NULL;
     if (!tok) {
-        fprintf(stderr, "tokenize: %s\n", text ? err.msg : "cannot read the text");
+        fprintf(stderr, "tokenize: %s\n", err.msg);
         return 1;
     }
     double best_wall = 1e30, best_cpu = 1e30;

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/io/file.h"
 #include "core/model/arch.h"
 #include "tests/check.h"
 
@@ -51,20 +52,6 @@ static const char *first_family_name(const char *text)
     return NULL;
 }
 
-static char *read_all(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) s[0] = 0;
-    else if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 /* Every regular file under dir (recursively): one CHECK each. */
 static void scan(const char *dir, int *files)
 {
@@ -81,7 +68,8 @@ static void scan(const char *dir, int *files)
             scan(path, files);
             continue;
         }
-        char *text = read_all(path);
+        size_t len;
+        char *text = lens_file_read(path, &len, &(lens_err){ 0 });
         const char *name = text ? first_family_name(text) : NULL;
         CHECK(text && !name, "%s names the model family \"%s\" (decide by capabilities: ModelInfo / lens_model_supports)",
               path, name ? name : "(unreadable)");

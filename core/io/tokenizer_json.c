@@ -309,13 +309,43 @@ static int add_pre(loader *L, const json_t *n, const char *at)
 
 /* ---- model -------------------------------------------------------------- */
 
+/* The piece table for ids up to the model's max_id and every added token's
+ * id (added tokens may lie past the model's vocabulary); each added token
+ * checked for an id and a non-empty content. */
+static int alloc_pieces(loader *L, const json_t *added, long long max_id)
+{
+    size_t i;
+    const json_t *v;
+    json_array_foreach(added, i, v) {
+        const json_t *id = json_object_get(v, "id");
+        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= LENS_TOK_MAX_ID ||
+            !json_is_string(json_object_get(v, "content")) || !*get_str(v, "content"))
+            return bad(L, "added_tokens entry without a valid \"id\" and non-empty \"content\"");
+        if (json_integer_value(id) > max_id) max_id = json_integer_value(id);
+    }
+    return lens_vocab_alloc(L->tok, (int)max_id + 1, L->err);
+}
+
+/* Added tokens whose id the model's vocabulary left empty get their content
+ * as their piece (alloc_pieces checked them). */
+static int set_added_pieces(loader *L, const json_t *added)
+{
+    size_t i;
+    const json_t *v;
+    json_array_foreach(added, i, v) {
+        int id = (int)json_integer_value(json_object_get(v, "id"));
+        const char *s = get_str(v, "content");
+        if (!L->tok->piece[id] && lens_piece_set(L->tok, id, s, strlen(s), L->err) < 0) return -1;
+    }
+    return 0;
+}
+
 /* vocab {piece: id} plus added tokens (which may lie past it) -> pieces. */
 static int read_vocab(loader *L, const json_t *vocab, const json_t *added)
 {
     lens_tokenizer *tok = L->tok;
     const char *key;
     const json_t *v;
-    size_t i;
     if (!json_is_object(vocab) || json_object_size(vocab) == 0) return bad(L, "model.vocab is not a non-empty object");
     long long max_id = -1;
     json_object_foreach((json_t *)vocab, key, v) {
@@ -324,14 +354,7 @@ static int read_vocab(loader *L, const json_t *vocab, const json_t *added)
                              LENS_TOK_MAX_ID);
         if (json_integer_value(v) > max_id) max_id = json_integer_value(v);
     }
-    json_array_foreach(added, i, v) {
-        const json_t *id = json_object_get(v, "id");
-        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= LENS_TOK_MAX_ID ||
-            !json_is_string(json_object_get(v, "content")) || !*get_str(v, "content"))
-            return bad(L, "added_tokens entry without a valid \"id\" and non-empty \"content\"");
-        if (json_integer_value(id) > max_id) max_id = json_integer_value(id);
-    }
-    if (lens_vocab_alloc(tok, (int)max_id + 1, L->err) < 0) return -1;
+    if (alloc_pieces(L, added, max_id) < 0) return -1;
     json_object_foreach((json_t *)vocab, key, v) {
         int id = (int)json_integer_value(v);
         size_t n = strlen(key);
@@ -341,11 +364,7 @@ static int read_vocab(loader *L, const json_t *vocab, const json_t *added)
         if (n == 0) return lens_fail(L->err, LENS_EFORMAT, "%s: empty piece (id %d)", L->path, id);
         if (lens_piece_set(tok, id, key, n, L->err) < 0) return -1;
     }
-    json_array_foreach(added, i, v) {
-        int id = (int)json_integer_value(json_object_get(v, "id"));
-        const char *s = get_str(v, "content");
-        if (!tok->piece[id] && lens_piece_set(tok, id, s, strlen(s), L->err) < 0) return -1;
-    }
+    if (set_added_pieces(L, added) < 0) return -1;
     return lens_vocab_build_index(tok, L->err);
 }
 
@@ -407,16 +426,8 @@ static int read_unigram(loader *L, const json_t *model, const json_t *added)
     size_t i, n = json_array_size(vocab);
     if (!json_is_array(vocab) || n == 0) return bad(L, "model.vocab of a Unigram model is not a non-empty array");
     if (n >= LENS_TOK_MAX_ID) return bad(L, "model.vocab of a Unigram model is too large");
-    long long max_id = (long long)n - 1;
-    json_array_foreach(added, i, v) {
-        const json_t *id = json_object_get(v, "id");
-        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= LENS_TOK_MAX_ID ||
-            !json_is_string(json_object_get(v, "content")) || !*get_str(v, "content"))
-            return bad(L, "added_tokens entry without a valid \"id\" and non-empty \"content\"");
-        if (json_integer_value(id) > max_id) max_id = json_integer_value(id);
-    }
-    if (lens_vocab_alloc(tok, (int)max_id + 1, L->err) < 0) return -1;
-    tok->score = calloc((size_t)max_id + 1, sizeof *tok->score);
+    if (alloc_pieces(L, added, (long long)n - 1) < 0) return -1;
+    tok->score = calloc((size_t)tok->vocab_size, sizeof *tok->score);
     if (!tok->score) return lens_fail(L->err, LENS_ENOMEM, "out of memory");
     tok->n_model_pieces = (int)n;
     tok->min_score = 0;
@@ -434,11 +445,7 @@ static int read_unigram(loader *L, const json_t *model, const json_t *added)
         tok->score[i] = json_number_value(score);
         if (!i || tok->score[i] < tok->min_score) tok->min_score = tok->score[i];
     }
-    json_array_foreach(added, i, v) {
-        int id = (int)json_integer_value(json_object_get(v, "id"));
-        const char *s = get_str(v, "content");
-        if (!tok->piece[id] && lens_piece_set(tok, id, s, strlen(s), L->err) < 0) return -1;
-    }
+    if (set_added_pieces(L, added) < 0) return -1;
     if (lens_vocab_build_index(tok, L->err) < 0) return -1;
     const json_t *unk = json_object_get(model, "unk_id");
     if (!json_is_integer(unk) || json_integer_value(unk) < 0 || json_integer_value(unk) >= (json_int_t)n)
