@@ -13,21 +13,27 @@
 #include <string.h>
 #include <time.h>
 
-void log_begin(jw *w, const char *level)
+/* A line stamped with ts (CLOCK_REALTIME). */
+static void log_begin_at(jw *w, const char *level, const struct timespec *ts)
 {
-    struct timespec ts;
     struct tm tm;
     char stamp[64];
-    clock_gettime(CLOCK_REALTIME, &ts);
-    gmtime_r(&ts.tv_sec, &tm);
+    gmtime_r(&ts->tv_sec, &tm);
     size_t n = strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(stamp + n, sizeof stamp - n, ".%03ldZ", ts.tv_nsec / 1000000);
+    snprintf(stamp + n, sizeof stamp - n, ".%03ldZ", ts->tv_nsec / 1000000);
     jw_init(w);
     jw_obj(w);
     jw_key(w, "time");
     jw_str(w, stamp);
     jw_key(w, "level");
     jw_str(w, level);
+}
+
+void log_begin(jw *w, const char *level)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    log_begin_at(w, level, &ts);
 }
 
 void log_emit(jw *w)
@@ -60,9 +66,12 @@ void log_library(void *cls, const char *fmt, va_list ap)
     static time_t window;
     static int written;
     static long long suppressed;
-    time_t now = time(NULL);
+    /* the window is the second the line is stamped with, read under the
+     * lock: no stamped second holds more than the limit */
+    struct timespec now;
     pthread_mutex_lock(&lock);
-    if (now != window) window = now, written = 0;
+    clock_gettime(CLOCK_REALTIME, &now);
+    if (now.tv_sec != window) window = now.tv_sec, written = 0;
     int allowed = written < LIBRARY_LINES_PER_SECOND;
     long long dropped = suppressed;
     if (allowed) written++, suppressed = 0;
@@ -74,7 +83,7 @@ void log_library(void *cls, const char *fmt, va_list ap)
     size_t n = strlen(msg);
     while (n && (msg[n - 1] == '\n' || msg[n - 1] == ' ')) msg[--n] = 0;
     jw w;
-    log_begin(&w, "debug");
+    log_begin_at(&w, "debug", &now);
     jw_key(&w, "source");
     jw_str(&w, cls ? (const char *)cls : "library");
     jw_key(&w, "msg");
