@@ -26,9 +26,13 @@ case "${1:-build}" in
   web) want="$build_pkgs $web_pkgs" ;;
   *) echo "usage: $0 build|test|bench|web" >&2; exit 2 ;;
 esac
+# installed for this machine's architecture (or for all): a foreign one (a
+# cross build's libonig-dev:arm64 replaces libonig-dev:amd64) does not count
+arch=$(dpkg --print-architecture)
 missing=""
 for p in $want; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+  dpkg-query -W -f='${Status} ${Architecture}\n' "$p" 2>/dev/null |
+    grep -qE "^install ok installed ($arch|all)\$" || missing="$missing $p"
 done
 [ -z "$missing" ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
