@@ -4,6 +4,9 @@
 # `make test-tsan` and the fault-injection test (tests/fault) are described at their rules.
 # Sources are found by wildcard: adding a file to a folder of core/ (base, nn,
 # io, model, analysis, train), api/, server/ or cli/ needs no edit here.
+# Those folders are layers, each including only itself and the ones before:
+# core/base -> nn -> io -> model -> analysis | train -> api -> server -> cli;
+# tests/test_layers.c (part of make test) fails on an upward include or a cycle.
 
 BUILD ?= build
 CC ?= cc

@@ -23,14 +23,15 @@
  * loop, which stays as the tests' oracle). LENS_GEMM_KERNEL=avx512|avx2|blas|
  * portable in the environment forces one the CPU can run. Blocking: K in
  * blocks of 768 rows, M in blocks of 240 rows, work split over (M block,
- * group of panels) tasks through the pool. */
+ * group of panels) tasks through the pool. A model's linear maps call it
+ * through core/nn/linear.h (lens_gemm_linear*). */
 #ifndef LENS_GEMM_H
 #define LENS_GEMM_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/model/model.h"
+#include "core/base/dtype.h"
 #include "core/base/pool.h"
 
 #define LENS_GEMM_NR 32
@@ -82,28 +83,6 @@ typedef struct {
     void (*post)(float *y, size_t n);
 } lens_gemm_args;
 void lens_gemm(const lens_gemm_args *g, lens_pool *pool);
-
-/* out[N][OC] = inp[N][IC] W + b for a lens_linear (packed weights when the
- * model packed them). */
-void lens_gemm_linear(float *out, const float *inp, const lens_linear *lin, int N, lens_pool *pool);
-/* The same with row strides: out[n] at out + n * ld_out, inp[n] at inp + n * ld_inp.
- * An output stride that is a multiple of 1024 floats puts a tile's 12 rows
- * in one L1 set (4 KiB aliasing, 10-20% at N = 3072): lens_gemm then works
- * on a padded copy of y (gemm.c product_padded), which costs a pass over y,
- * so buffers the caller owns are better padded (forward.c's ff rows). */
-void lens_gemm_linear_ld(float *out, size_t ld_out, const float *inp, size_t ld_inp, const lens_linear *lin, int N,
-                         lens_pool *pool);
-/* The same followed by post(row, lin->out) on every output row, fused (see
- * lens_gemm_args.post). */
-void lens_gemm_linear_post(float *out, size_t ld_out, const float *inp, size_t ld_inp, const lens_linear *lin, int N,
-                           void (*post)(float *y, size_t n), lens_pool *pool);
-
-/* The input gradient of a lens_linear: dinp[N][in] = dout[N][out] W^T in the
- * map's orientation (+= with accumulate), W^T packed panel by panel during the
- * call: from the map's packed panels when it has them (32 x 32 transposes;
- * the loader released the mapped weights after packing them), else from w. */
-void lens_gemm_linear_backward(float *dinp, const float *dout, const lens_linear *lin, int N, int accumulate,
-                               lens_pool *pool);
 
 typedef enum { LENS_GEMM_PORTABLE, LENS_GEMM_BLAS, LENS_GEMM_AVX2, LENS_GEMM_AVX512 } lens_gemm_kernel;
 

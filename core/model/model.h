@@ -18,7 +18,9 @@
 #include "core/base/pool.h"
 #include "core/io/safetensors.h"
 #include "core/io/tokenizer.h"
+#include "core/nn/linear.h"
 #include "core/nn/rope.h"
+#include "core/nn/scores.h"
 
 /* A model family: its config keys, tensor names, forward and capabilities
  * (core/model/arch.h). */
@@ -75,6 +77,14 @@ static inline int lens_layer_window(const lens_config *c, int l)
 {
     return c->sliding_window && (!c->sliding_alternate || l % 2 == 0) ? c->sliding_window : 0;
 }
+/* How layer l (0-based) of c scores (core/nn/scores.h); causal: the caller's mask for full layers. */
+static inline lens_score_fn lens_layer_scores(const lens_config *c, int l, int causal)
+{
+    const int window = lens_layer_window(c, l);
+    return (lens_score_fn){.scale = c->attn_scale, .softcap = c->attn_softcap, .causal = causal || window > 0,
+                           .window = window};
+}
+
 /* Columns of the block's MLP buffer (lens_block_io.ff): gate and up of a
  * gated MLP, else d_ff. Callers allocate rows x lens_ff_cols floats. */
 static inline int lens_ff_cols(const lens_config *c) { return (c->glu ? 2 : 1) * c->d_ff; }
@@ -108,24 +118,6 @@ int lens_config_load(const char *path, lens_config *cfg, lens_err *err);
 void lens_config_free(lens_config *cfg);
 const char *lens_task_name(lens_task task); /* "classification", ... as in API.md */
 int lens_task_parse(const char *name, lens_task *task); /* -1: unknown name */
-
-/* A linear map y = x W^T + b (HF nn.Linear, W is [out][in]) or y = x W + b
- * (GPT-2 Conv1D, W is [in][out]); ld is W's row stride, which lets GPT-2's
- * fused c_attn be viewed as three maps. W is in the checkpoint's dtype,
- * served from its mapping (read it through lens_widen / lens_dtype_at, or
- * the GEMM, which widens while packing); the bias is always float32. */
-typedef struct {
-    const void *w;  /* [out][in] or [in][out] elements of dtype */
-    const float *b;
-    int in, out, ld;
-    int w_in_out; /* 1: W stored [in][out] (Conv1D), 0: [out][in] (Linear) */
-    const void *packed; /* W in lens_gemm panel layout in its dtype, packed at load (owned by the model), or NULL */
-    lens_dtype dtype;    /* of w: F32 (0, what code building a map by hand gets), BF16, F16 */
-} lens_linear;
-
-typedef struct {
-    const float *w, *b; /* [C] */
-} lens_layernorm;
 
 typedef struct {
     lens_linear q, k, v, attn_out; /* q,k: C -> NH*DK, v: C -> NH*DV, attn_out: NH*DV -> C */

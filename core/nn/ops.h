@@ -15,8 +15,9 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "core/model/model.h"
+#include "core/base/dtype.h"
 #include "core/base/pool.h"
+#include "core/nn/linear.h"
 #include "core/nn/scores.h"
 
 /* exp(x) = 2^n exp(r), n = round(x log2 e), |r| <= ln2 / 2, degree-6

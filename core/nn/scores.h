@@ -11,8 +11,6 @@
 
 #include <stddef.h>
 
-#include "core/model/model.h"
-
 /* How one layer turns scale q k^T into attention probabilities, for every
  * caller (forward.c's attend_task, ops.h's lens_attention_*, hence the
  * attribution and HTA hooks and the trainer):
@@ -24,14 +22,6 @@ typedef struct lens_score_fn {
     int causal;
     int window;    /* 0 = none; > 0 implies causal */
 } lens_score_fn;
-
-/* Layer l (0-based) of c; causal: the caller's mask for full layers. */
-static inline lens_score_fn lens_layer_scores(const lens_config *c, int l, int causal)
-{
-    const int window = lens_layer_window(c, l);
-    return (lens_score_fn){.scale = c->attn_scale, .softcap = c->attn_softcap, .causal = causal || window > 0,
-                           .window = window};
-}
 
 /* p [T][T] = probabilities from the scaled scores s = scale q k^T in place. */
 void lens_scores_forward(float *p, int T, const lens_score_fn *f);

@@ -1,4 +1,4 @@
-/* fuzz_config.c - config.json (core/io/config.c) and what the model loader
+/* fuzz_config.c - config.json (core/model/config.c) and what the model loader
  * does with it.
  *
  * Input: a config.json. lens_config_load must refuse it with a message or
