@@ -8,18 +8,18 @@
 # matrix product goes to OpenBLAS (LENS_GEMM_KERNEL defaults to blas); the
 # script checks `lensd info` says so before running the tests.
 #
-# The tests are pure-C ones that need no server and finish in under a minute
-# each under emulation (ARM64_TESTS overrides the list). test_gemm and
-# test_tokenizer are not among them yet: each ran past 5 minutes under qemu
-# on a loaded 2-core EPYC (the portable loop and the pool's spinning workers
-# in test_gemm, the throughput checks in test_tokenizer). OpenBLAS runs one thread:
+# The tests are pure-C ones that need no server and finish within about 2
+# minutes each under emulation (ARM64_TESTS overrides the list). test_gemm
+# and test_tokenizer are not among them yet: each ran past 5 minutes under
+# qemu on a loaded 2-core EPYC (not profiled; test_tokenizer has throughput
+# checks, test_gemm compares every kernel on many shapes). OpenBLAS runs one thread:
 # its spinning threads on an emulated CPU turned a 15 s `lensd info` into more
 # than 10 minutes on a loaded 2-core machine.
 # Environment: BUILD_ARM64 (build-arm64), ARM64_TESTS, ARM64_OPT (-O2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_ARM64:-build-arm64}
-tests=${ARM64_TESTS:-test_json_writer test_json_valid test_safetensors test_family_names test_backward test_blocks}
+tests=${ARM64_TESTS:-test_json_writer test_json_valid test_safetensors test_family_names test_backward test_blocks test_dtype}
 scripts/deps.sh arm64
 
 # libonig-dev has no arm64 copy beside the x86-64 one (not multi-arch), so
