@@ -12,17 +12,22 @@
 #
 # Build arguments:
 #   DEBIAN_IMAGE  base of both stages (default debian:12-slim)
-#   OPT           compiler optimisation flags for the Makefile's OPT. The
-#                 Makefile's own default, -march=native, would tie the image to
-#                 the build machine's CPU; x86-64-v3 (AVX2/FMA, Haswell or later)
-#                 keeps the vectorised GELU/softmax and runs on any server of
-#                 the last decade. Use "-O3 -march=x86-64-v2" for older hosts.
-#                 OpenBLAS picks its own kernels at run time either way.
+#   OPT           compiler optimisation flags for the Makefile's OPT; empty
+#                 (the default) picks them per TARGETARCH. The Makefile's own
+#                 default, -march=native, would tie the image to the build
+#                 machine's CPU. amd64: -march=x86-64-v3 (AVX2/FMA, Haswell or
+#                 later) keeps the vectorised GELU/softmax and runs on any
+#                 server of the last decade; use "-O3 -march=x86-64-v2" for
+#                 older hosts. arm64: -march=armv8-a (every arm64 CPU; NEON is
+#                 part of it). OpenBLAS picks its own kernels at run time
+#                 either way.
+#   TARGETARCH    set by buildah/docker from --platform or --arch (amd64, arm64)
 ARG DEBIAN_IMAGE=debian:12-slim
 
 # ----------------------------------------------------------------- build
 FROM ${DEBIAN_IMAGE} AS build
-ARG OPT="-O3 -march=x86-64-v3"
+ARG OPT=""
+ARG TARGETARCH
 WORKDIR /src
 # The build packages come from the same list `make deps` uses; this layer is
 # cached until scripts/deps.sh changes.
@@ -30,10 +35,16 @@ COPY scripts/deps.sh scripts/deps.sh
 RUN scripts/deps.sh build && rm -rf /var/lib/apt/lists/*
 COPY . .
 # Same Makefile as everywhere else; the demo models are the trained ones
-# committed in models/ (models/README.md).
-RUN make -j"$(nproc)" all OPT="$OPT" \
+# committed in models/ (models/README.md). `lensd info` runs OpenBLAS on one
+# thread: under qemu-user (an arm64 image built on x86) its spinning threads
+# make the cost-model calibration take many minutes.
+RUN if [ -z "$OPT" ]; then case "$TARGETARCH" in \
+      arm64) OPT="-O3 -march=armv8-a" ;; \
+      *) OPT="-O3 -march=x86-64-v3" ;; \
+    esac; fi \
+ && make -j"$(nproc)" all OPT="$OPT" \
  && test -f web/index.html \
- && build/lensd version && build/lensd info
+ && build/lensd version && OPENBLAS_NUM_THREADS=1 build/lensd info
 
 # --------------------------------------------------------------- runtime
 FROM ${DEBIAN_IMAGE} AS runtime

@@ -234,11 +234,17 @@ bench-serve-lanes: deps all
 image-test:
 	deploy/image-test.sh
 
+# The core unit tests built for linux/arm64 (cross compiler) and run under
+# qemu-user, correctness only (scripts/test-arm64.sh; docs/operations.md
+# "arm64"). Not part of make test: emulation is slow.
+test-arm64:
+	scripts/test-arm64.sh
+
 # Validates deploy/ (yamllint, kustomize, Kubernetes and Compose schemas, cross-checks, nginx -t).
 validate-deploy:
 	deploy/validate.sh
 
-.PHONY: image-test validate-deploy
+.PHONY: image-test test-arm64 validate-deploy
 
 # Training throughput of the demo BERT classifier: lensd (bench/train.c) vs
 # PyTorch (bench/peer/train_torch.py), tokens/s and peak RSS (bench/README.md).

@@ -8,6 +8,11 @@
 #                   the tokenizer oracle (make test, make fuzz)
 #   deps.sh bench   + PyTorch (python3-torch), wrk and node for the peers
 #   deps.sh web     + chromium, nginx and node for make test-web
+#   deps.sh arm64   + the aarch64 cross compiler, qemu-user and the arm64
+#                   libraries (make test-arm64, scripts/test-arm64.sh); adds
+#                   dpkg's arm64 architecture first. libonig-dev is not
+#                   multi-arch co-installable, so only libonig5:arm64 comes
+#                   (test-arm64.sh links it by a symlink)
 # As root it installs what is missing with apt-get; otherwise it prints the
 # exact apt-get line and fails.
 set -eu
@@ -19,12 +24,14 @@ command -v node >/dev/null && command -v npm >/dev/null && node_pkgs=""
 test_pkgs="clang libclang-rt-14-dev python3 python3-yaml python3-torch python3-numpy zsh $node_pkgs"
 bench_pkgs="python3-torch python3-numpy wrk $node_pkgs"
 web_pkgs="chromium nginx $node_pkgs"
+arm64_pkgs="crossbuild-essential-arm64 qemu-user libmicrohttpd-dev:arm64 libjansson-dev:arm64 libopenblas-dev:arm64 liblapacke-dev:arm64 libutf8proc-dev:arm64 libcurl4-openssl-dev:arm64 libonig5:arm64"
 case "${1:-build}" in
   build) want=$build_pkgs ;;
   test) want="$build_pkgs $test_pkgs" ;;
   bench) want="$build_pkgs $bench_pkgs" ;;
   web) want="$build_pkgs $web_pkgs" ;;
-  *) echo "usage: $0 build|test|bench|web" >&2; exit 2 ;;
+  arm64) want="$build_pkgs $arm64_pkgs" ;;
+  *) echo "usage: $0 build|test|bench|web|arm64" >&2; exit 2 ;;
 esac
 # installed for this machine's architecture (or for all): a foreign one (a
 # cross build's libonig-dev:arm64 replaces libonig-dev:amd64) does not count
@@ -42,6 +49,9 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 echo "installing:$missing" >&2
 export DEBIAN_FRONTEND=noninteractive
+if [ "${1:-build}" = arm64 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  dpkg --add-architecture arm64
+fi
 apt-get update -q >&2
 # shellcheck disable=SC2086
 apt-get install -y -q --no-install-recommends $missing >&2
