@@ -33,11 +33,13 @@ case "${1:-build}" in
   arm64) want="$build_pkgs $arm64_pkgs" ;;
   *) echo "usage: $0 build|test|bench|web|arm64" >&2; exit 2 ;;
 esac
-# installed for this machine's architecture (or for all): a foreign one (a
-# cross build's libonig-dev:arm64 replaces libonig-dev:amd64) does not count
-arch=$(dpkg --print-architecture)
+# installed for the architecture asked (name:arch), else this machine's (or
+# for all): a foreign one does not count (libonig-dev is not multi-arch, so
+# an arm64 copy would replace the native one and the build fail at -lonig)
 missing=""
 for p in $want; do
+  arch=$(dpkg --print-architecture)
+  case $p in *:*) arch=${p##*:} ;; esac
   dpkg-query -W -f='${Status} ${Architecture}\n' "$p" 2>/dev/null |
     grep -qE "^install ok installed ($arch|all)\$" || missing="$missing $p"
 done
