@@ -15,13 +15,12 @@
  * too, so a comment quotes a family in prose, not as a literal.
  * The scanner is first run on two sample texts, one that must be caught and
  * one that must pass, so a scanner that finds nothing fails. */
-#include <dirent.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "core/io/file.h"
 #include "core/model/arch.h"
 #include "tests/check.h"
+#include "tests/walk.h"
 
 static const char *const SCANNED[] = {"web", "api", "server", NULL};
 
@@ -52,31 +51,16 @@ static const char *first_family_name(const char *text)
     return NULL;
 }
 
-/* Every regular file under dir (recursively): one CHECK each. */
-static void scan(const char *dir, int *files)
+/* One file: one CHECK. */
+static void check_file(const char *path, void *ctx)
 {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (stat(path, &st)) continue;
-        if (S_ISDIR(st.st_mode)) {
-            scan(path, files);
-            continue;
-        }
-        size_t len;
-        char *text = lens_file_read(path, &len, &(lens_err){ 0 });
-        const char *name = text ? first_family_name(text) : NULL;
-        CHECK(text && !name, "%s names the model family \"%s\" (decide by capabilities: ModelInfo / lens_model_supports)",
-              path, name ? name : "(unreadable)");
-        free(text);
-        (*files)++;
-    }
-    closedir(d);
+    size_t len;
+    char *text = lens_file_read(path, &len, &(lens_err){ 0 });
+    const char *name = text ? first_family_name(text) : NULL;
+    CHECK(text && !name, "%s names the model family \"%s\" (decide by capabilities: ModelInfo / lens_model_supports)",
+          path, name ? name : "(unreadable)");
+    free(text);
+    (*(int *)ctx)++;
 }
 
 int main(void)
@@ -91,7 +75,7 @@ int main(void)
           "prose and longer words pass");
     for (int i = 0; SCANNED[i]; i++) {
         int files = 0;
-        scan(SCANNED[i], &files);
+        walk_files(SCANNED[i], check_file, &files);
         CHECK(files > 0, "%s/ has files to scan (run from the repository root)", SCANNED[i]);
     }
     return check_done("test_family_names");

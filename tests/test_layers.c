@@ -13,12 +13,11 @@
  * each cycle is printed, one failed check each.
  * The parser, the rule and the cycle search are first run on inline sample
  * texts, so a scanner that finds nothing fails. Run from the repository root. */
-#include <dirent.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "core/io/file.h"
 #include "tests/check.h"
+#include "tests/walk.h"
 
 static const char *const ROOTS[] = {"core", "api", "server", "cli", NULL};
 
@@ -100,21 +99,11 @@ static int is_source(const char *name)
     return n > 2 && name[n - 2] == '.' && (name[n - 1] == 'c' || name[n - 1] == 'h');
 }
 
-static void collect(const char *dir)
+static void collect(const char *path, void *ctx)
 {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (stat(path, &st)) continue;
-        if (S_ISDIR(st.st_mode)) collect(path);
-        else if (is_source(e->d_name) && n_files < MAX_FILES) files[n_files++] = strdup(path);
-    }
-    closedir(d);
+    (void)ctx;
+    const char *name = strrchr(path, '/');
+    if (is_source(name ? name + 1 : path) && n_files < MAX_FILES) files[n_files++] = strdup(path);
 }
 
 /* The repository path of name as included from file from: a path from the
@@ -243,7 +232,7 @@ static void self_check(void)
 int main(void)
 {
     self_check();
-    for (int i = 0; ROOTS[i]; i++) collect(ROOTS[i]);
+    for (int i = 0; ROOTS[i]; i++) walk_files(ROOTS[i], collect, NULL);
     CHECK(n_files > 50, "core/, api/, server/, cli/ hold the sources (%d files; run from the repository root)",
           n_files);
     int includes = 0, upward = 0;
