@@ -98,7 +98,7 @@ test: deps-test
 # Hostile clients against one lensd (tests/test_hostile.c): 3,000 idle and
 # trickling connections for 30 s with probes that must answer within 2 s,
 # smuggling and framing attacks, sizes, the job store, API keys, symlinks;
-# loopback only, about 45 s, stops by itself. It is also one binary of
+# loopback only, about 33-45 s, stops by itself. It is also one binary of
 # `make test`. HOSTILE_CONNECTIONS / HOSTILE_SECONDS change the flood.
 test-hostile: all $(BUILD)/tests/test_hostile
 	@BUILD=$(BUILD) scripts/run-tests.sh $(BUILD)/tests/test_hostile
