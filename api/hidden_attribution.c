@@ -109,7 +109,7 @@ void api_hidden_attribution_run(api_call *c)
     const int T = seq.T;
     int top = r->layers.v[r->layers.n - 1];
     /* T·C (exact) or T·probes (estimate) tangents, the path the core will take */
-    const double flops = lens_hta_flops(&m->cfg, T, top, r->method, r->probes);
+    const double flops = lens_hta_flops(m, T, top, r->method, r->probes);
     if (api_cost_check(c, API_COST_HIDDEN_ATTRIBUTION, flops, "text")) {
         api_seq_free(&seq);
         return;

@@ -121,7 +121,7 @@ int main(int argc, char **argv)
            "\"flops\":%.6g,\"last_layer_self_mean\":%.6g,\"median_rel_stderr\":%.4g,\"blas_core\":\"%s\"}\n",
            method == LENS_HTA_EXACT ? "exact" : "estimate", dir, T, m->cfg.d_model, m->cfg.n_layers,
            method == LENS_HTA_EXACT ? 0 : probes, T * P, threads, reps, times[reps / 2], times[0], ru.ru_maxrss,
-           lens_hta_flops(&m->cfg, T, m->cfg.n_layers, method, probes), self_mean, rel_stderr, lens_blas_core());
+           lens_hta_flops(m, T, m->cfg.n_layers, method, probes), self_mean, rel_stderr, lens_blas_core());
     lens_hta_result_free(&res);
     free(ids), free(times);
     lens_pool_free(pool);

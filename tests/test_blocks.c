@@ -1,5 +1,5 @@
-/* test_blocks.c - every family's block forward, backward and JVP (arch.h's
- * block contract) checked against each other and against finite
+/* test_blocks.c - every family's block program (block.h) run forward,
+ * backward and as a JVP by the interpreter, checked against each other and against finite
  * differences, over the family table (family_cases.h), on random micro
  * checkpoints (lens_mkmodel; no ../shared needed). Per family and layer,
  * T = 6 tokens of one sequence, random input x, tangent t, cotangent u:
@@ -76,10 +76,10 @@ static int bench_init(bench *b, const lens_model *m)
     b->m = m;
     b->x = floats(R * C), b->h = floats(R * C), b->n = floats(R * C), b->scratch = floats(C);
     b->q = floats(R * QK), b->k = floats(R * QK), b->v = floats(R * VO), b->ctx = floats(R * VO);
-    const size_t FF = (size_t)lens_ff_cols(c); /* a gated MLP keeps gate and up: 2F */
-    b->ff = floats(R * (FF > QK ? FF : QK));
+    b->ff = floats(R * (size_t)lens_ff_cols(m)); /* gate and up of a gated MLP, a fused q/k/v */
     b->probs = floats(c->n_heads * TT), b->dprobs = floats(c->n_heads * TT), b->dscores = floats(TT), b->dS = floats(2 * TT);
-    if (lens_block_cache_init(&b->cache, c, T, 1, 0) || lens_block_cache_init(&b->final, c, T, 1, 1)) return -1;
+    if (lens_block_cache_init(&b->cache, m, 0, T, 1) || lens_block_cache_init(&b->final, m, c->n_layers, T, 1))
+        return -1;
     return b->x && b->h && b->n && b->scratch && b->q && b->k && b->v && b->ctx && b->ff && b->probs && b->dprobs &&
                    b->dscores && b->dS
                ? 0
@@ -96,7 +96,7 @@ static void bench_free(bench *b)
 static lens_block_io io_of(bench *b, int rows, int final)
 {
     lens_block_io io = {.N = rows, .x = b->x, .h = b->h, .n = b->n, .q = b->q, .k = b->k, .v = b->v, .ctx = b->ctx,
-                        .ff = b->ff, .ff_ld = (size_t)b->m->cfg.d_ff, .cache = final ? &b->final : &b->cache,
+                        .ff = b->ff, .cache = final ? &b->final : &b->cache,
                         .jvp_row = -1, .row_scratch = b->scratch, .attend = attend,
                         .attend_backward = attend_backward, .attend_jvp = attend_jvp, .attend_ctx = b};
     return io;
@@ -105,14 +105,12 @@ static lens_block_io io_of(bench *b, int rows, int final)
 /* y = block l (or the final norm) of x [T][C]; with cache, saving into b's caches. */
 static void run_forward(bench *b, int l, int final, const float *x, float *y, int cache)
 {
-    const lens_family *f = b->m->cfg.family;
     const size_t TC = (size_t)T * b->m->cfg.d_model;
     memcpy(b->x, x, sizeof(float) * TC);
     lens_block_io io = io_of(b, T, final);
     if (!cache) io.cache = NULL, io.q = b->q, io.k = b->k, io.v = b->v;
     else if (!final) io.q = b->cache.q, io.k = b->cache.k, io.v = b->cache.v;
-    if (final) f->final_forward(b->m, &io);
-    else f->block_forward(b->m, &io, l);
+    lens_block_forward(b->m, &io, final ? b->m->cfg.n_layers : l);
     memcpy(y, b->x, sizeof(float) * TC);
 }
 
@@ -121,14 +119,12 @@ static void run_forward(bench *b, int l, int final, const float *x, float *y, in
 static void run_jvp_jac(bench *b, int l, int final, const float *tangents, int B, int row, const float *row_jac,
                         float *out)
 {
-    const lens_family *f = b->m->cfg.family;
     const size_t n = (size_t)B * T * b->m->cfg.d_model;
     memcpy(b->x, tangents, sizeof(float) * n);
     lens_block_io io = io_of(b, B * T, final);
     io.jvp_row = row;
     io.row_jac = row_jac;
-    if (final) f->final_jvp(b->m, &io);
-    else f->block_jvp(b->m, &io, l);
+    lens_block_jvp(b->m, &io, final ? b->m->cfg.n_layers : l);
     memcpy(out, b->x, sizeof(float) * n);
 }
 
@@ -159,13 +155,11 @@ static float *grad_of(const lens_grad_map *g, const float *param)
 /* out [T][C] = J^T u (primal: the last cached forward) */
 static void run_backward(bench *b, int l, int final, const float *u, float *out, grad_table *g)
 {
-    const lens_family *f = b->m->cfg.family;
     const size_t n = (size_t)T * b->m->cfg.d_model;
     memcpy(b->x, u, sizeof(float) * n);
     lens_block_io io = io_of(b, T, final);
     io.grads = g ? &g->map : NULL;
-    if (final) f->final_backward(b->m, &io);
-    else f->block_backward(b->m, &io, l);
+    lens_block_backward(b->m, &io, final ? b->m->cfg.n_layers : l);
     memcpy(out, b->x, sizeof(float) * n);
 }
 
@@ -240,11 +234,10 @@ static void check_block(bench *b, const char *name, int l, int final)
     free(one);
     /* the row-wise tail as explicit Jacobians (formed two tangents at a
      * time, C / 2 chunks) gives the tail's JVP up to rounding */
-    const lens_family *f = b->m->cfg.family;
-    if (!final && f->block_row_jacobian) {
+    if (!final && lens_block_has_tail(b->m, l)) {
         float *jac = floats(n * C), *packed = aligned_alloc(64, sizeof(float) * T * lens_gemm_packed_size(C, C));
         lens_block_io io = io_of(b, 2 * T, 0);
-        f->block_row_jacobian(b->m, &io, l, jac);
+        lens_block_row_jacobian(b->m, &io, l, jac);
         lens_block_row_jac_pack(packed, jac, T, C);
         run_jvp(b, l, 0, t, 2, -1, jt);
         run_jvp_jac(b, l, 0, t, 2, -1, packed, jt2);
@@ -290,21 +283,10 @@ int main(void)
             m = lens_model_load(dir, &err);
         CHECK(m != NULL, "%s: %s", family_cases[k].arch, err.msg);
         bench b;
-        if (m && !m->cfg.family->block_backward) { /* its gradient analyses answer a typed 422 until it has them */
-            SKIP("%s: no block backward / JVP yet: %s", family_cases[k].arch, m->cfg.family->no_backward);
-            lens_model_free(m);
-            snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-            if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-            continue;
-        }
         if (m && !bench_init(&b, m)) {
-            const lens_family *f = m->cfg.family;
-            CHECK(f->block_backward && f->block_jvp && f->cache_floats, "%s: block backward / JVP missing", f->model_type);
-            for (int l = 0; l < m->cfg.n_layers; l++) check_block(&b, f->model_type, l, 0);
-            if (f->final_forward) {
-                CHECK(f->final_backward && f->final_jvp, "%s: final norm backward / JVP missing", f->model_type);
-                check_block(&b, f->model_type, 0, 1);
-            }
+            const char *name = m->cfg.family->model_type;
+            for (int l = 0; l < m->cfg.n_layers; l++) check_block(&b, name, l, 0);
+            if (lens_block_cache_floats(m, m->cfg.n_layers, 0)) check_block(&b, name, 0, 1); /* a final norm */
             families++;
         }
         if (m) bench_free(&b);

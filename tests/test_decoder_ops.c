@@ -507,7 +507,7 @@ static void check_gqa_equals_mha(void)
 }
 
 /* The attention analysis recomputes every head's scores from the family's
- * q, k (attn_qk: norms, RoPE, QK-norm, repeated kv heads, soft-cap, window)
+ * q, k (lens_block_attn_qk: norms, RoPE, QK-norm, repeated kv heads, soft-cap, window)
  * and compares them with the forward's probabilities; key-aware dimensions
  * and effective attention run on every head. */
 static void check_attention_scores(const char *arch, const lens_model *m)
@@ -525,7 +525,7 @@ static void check_attention_scores(const char *arch, const lens_model *m)
     if (rc == 0) {
         CHECK(res.n_failed == 0 && res.n_layers == m->cfg.n_layers && res.n_heads == m->cfg.n_heads,
               "%s: %d of %d x %d heads failed", arch, res.n_failed, res.n_layers, res.n_heads);
-        CHECK(res.scores_max_diff <= 1e-5, "%s: softmax(scores from attn_qk) differs from the forward's A by %g", arch,
+        CHECK(res.scores_max_diff <= 1e-5, "%s: softmax(scores from lens_block_attn_qk) differs from the forward's A by %g", arch,
               res.scores_max_diff);
         /* effective attention (what /v1/attention serves) keeps each row on the keys it attends:
          * nothing outside a sliding-window layer's window (the null space is the window's) */
@@ -544,7 +544,7 @@ static void check_attention_scores(const char *arch, const lens_model *m)
         CHECK((masked > 0) == (m->cfg.sliding_window > 0 && T_IDS > m->cfg.sliding_window),
               "%s: %d entries outside a window checked (sliding_window %d, T %d)", arch, masked,
               m->cfg.sliding_window, T_IDS);
-        printf("%-8s attention analysis: scores from attn_qk vs forward max |diff| %.2e; %d effective entries "
+        printf("%-8s attention analysis: scores from lens_block_attn_qk vs forward max |diff| %.2e; %d effective entries "
                "outside windows, all 0\n", arch, res.scores_max_diff, masked);
         lens_attention_result_free(&res);
     }

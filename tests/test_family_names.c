@@ -14,7 +14,12 @@
  * [SEP] B [SEP]"): it selects nothing. A quoted literal in a comment counts
  * too, so a comment quotes a family in prose, not as a literal.
  * The scanner is first run on two sample texts, one that must be caught and
- * one that must pass, so a scanner that finds nothing fails. */
+ * one that must pass, so a scanner that finds nothing fails.
+ *
+ * And a family's math is its forward only: a family file (a core/model
+ * file defining a lens_family) states its block as a program (block.h) and
+ * holds no derivative code, no identifier with _backward or _jvp outside
+ * comments; the interpreter derives both. */
 #include <string.h>
 
 #include "core/io/file.h"
@@ -63,6 +68,41 @@ static void check_file(const char *path, void *ctx)
     (*(int *)ctx)++;
 }
 
+/* The first identifier of derivative code in text outside comments ("_backward", "_jvp"), or NULL. */
+static const char *derivative_code(const char *text)
+{
+    static const char *const marks[] = {"_backward", "_jvp", NULL};
+    for (const char *p = text; *p; p++) {
+        if (p[0] == '/' && p[1] == '*') {
+            const char *end = strstr(p + 2, "*/");
+            if (!end) return NULL;
+            p = end + 1;
+            continue;
+        }
+        if (p[0] == '/' && p[1] == '/') {
+            while (p[1] && p[1] != '\n') p++;
+            continue;
+        }
+        for (int i = 0; marks[i]; i++)
+            if (!strncmp(p, marks[i], strlen(marks[i]))) return marks[i];
+    }
+    return NULL;
+}
+
+static void check_family_file(const char *path, void *ctx)
+{
+    size_t len;
+    char *text = lens_file_read(path, &len, &(lens_err){ 0 });
+    const size_t n = strlen(path);
+    if (text && n > 2 && !strcmp(path + n - 2, ".c") && strstr(text, "const lens_family lens_family_")) {
+        const char *mark = derivative_code(text);
+        CHECK(!mark, "%s is a family file with derivative code (%s): state the block as a program (block.h)", path,
+              mark);
+        (*(int *)ctx)++;
+    }
+    free(text);
+}
+
 int main(void)
 {
     int n_names = 0;
@@ -78,5 +118,10 @@ int main(void)
         walk_files(SCANNED[i], check_file, &files);
         CHECK(files > 0, "%s/ has files to scan (run from the repository root)", SCANNED[i]);
     }
+    CHECK(derivative_code("void f(void) { lens_linear_backward(a); }") != NULL, "derivative code is caught");
+    CHECK(derivative_code("/* backward and JVP: lens_x_jvp */ x(); // y_backward") == NULL, "comments pass");
+    int family_files = 0;
+    walk_files("core/model", check_family_file, &family_files);
+    CHECK(family_files >= 8, "core/model has the family files (%d)", family_files);
     return check_done("test_family_names");
 }

@@ -1206,7 +1206,7 @@ int lens_attention_analyze(const lens_model *m, const lens_activations *act, int
     const int need_q = req->head.key_aware || req->verify_scores;
     if (need_q && !act->hidden)
         return lens_fail(err, LENS_EINVAL, "the key-aware dimension needs kept hidden states (LENS_KEEP_HIDDEN)");
-    const int T = act->lengths[seq], NH = c->n_heads, DK = c->d_head_k, DV = c->d_head_v, C = c->d_model;
+    const int T = act->lengths[seq], NH = c->n_heads, DK = c->d_head_k, DV = c->d_head_v;
     const int causal = lens_has_cap(c, LENS_CAP_CAUSAL);
     res->T = T;
     if (select_indices(req->layers, req->n_layers, 1, c->n_layers, "layer", &res->layers, &res->n_layers, err) ||
@@ -1219,10 +1219,8 @@ int lens_attention_analyze(const lens_model *m, const lens_activations *act, int
     if (req->want_effective) res->effective = malloc(n_heads_total * TT * sizeof *res->effective);
     if (req->head.null_component) res->null = malloc(n_heads_total * TT * sizeof *res->null);
     unsigned char *masks = malloc(2 * (size_t)T);
-    float *x = need_q ? malloc((size_t)T * C * sizeof *x) : NULL;
     float *Q = need_q ? malloc((size_t)T * NH * DK * sizeof *Q) : NULL;
-    /* a family's attn_qk computes K with Q */
-    float *K = req->verify_scores || (need_q && c->family->attn_qk) ? malloc((size_t)T * NH * DK * sizeof *K) : NULL;
+    float *K = need_q ? malloc((size_t)T * NH * DK * sizeof *K) : NULL; /* computed with Q */
     const int n_threads = lens_pool_threads(req->pool);
     float *scores = req->verify_scores ? malloc((size_t)n_threads * TT * sizeof *scores) : NULL;
     head_job job = {0};
@@ -1231,7 +1229,7 @@ int lens_attention_analyze(const lens_model *m, const lens_activations *act, int
     job.err = malloc((size_t)res->n_heads * sizeof *job.err);
     int rc = 0;
     if (!res->head || (req->want_effective && !res->effective) || (req->head.null_component && !res->null) ||
-        !masks || !job.A || !job.diff || !job.err || (need_q && (!x || !Q || (c->family->attn_qk && !K))) || (req->verify_scores && (!K || !scores))) {
+        !masks || !job.A || !job.diff || !job.err || (need_q && (!Q || !K)) || (req->verify_scores && (!K || !scores))) {
         rc = lens_fail(err, LENS_ENOMEM, "out of memory for attention analysis of %zu heads at T = %d", n_heads_total,
                        T);
         goto done;
@@ -1249,23 +1247,15 @@ int lens_attention_analyze(const lens_model *m, const lens_activations *act, int
                      .err = job.err};
     for (int li = 0; li < res->n_layers; li++) {
         const int l = res->layers[li];
-        const lens_block *blk = &m->p.blocks[l - 1];
         if (lens_cancelled(req->head.cancel)) {
             rc = lens_fail(err, LENS_ECANCEL, "attention analysis cancelled before layer %d", l);
             goto done;
         }
         job.window = lens_layer_window(c, l - 1);
-        if (need_q && c->family->attn_qk) {
-            /* the family's q, k as the scores see them (RoPE, QK-norm, GQA heads repeated) */
-            c->family->attn_qk(m, l - 1, lens_act_hidden(m, act, l - 1, seq), T, x, Q, K);
-        } else if (need_q) {
-            /* The attention input of layer l: BERT h_{l-1}, GPT-2 ln_1(h_{l-1}) (hidden[l-1] for
-             * l <= L is a raw block output; only hidden[L] has ln_f applied). */
-            const float *h = lens_act_hidden(m, act, l - 1, seq);
-            if (causal) lens_layernorm_forward(x, NULL, NULL, h, &blk->ln_attn, T, C, c->ln_eps);
-            else memcpy(x, h, (size_t)T * C * sizeof *x);
-            lens_linear_forward(Q, x, &blk->q, T);
-            if (K) lens_linear_forward(K, x, &blk->k, T);
+        /* q, k as the scores see them (norms, RoPE, QK-norm, GQA heads repeated) */
+        if (need_q && lens_block_attn_qk(m, l - 1, lens_act_hidden(m, act, l - 1, seq), T, Q, K)) {
+            rc = lens_fail(err, LENS_ENOMEM, "out of memory for the queries of layer %d", l);
+            goto done;
         }
         job.li = li;
         job.values = lens_act_values(m, act, l, seq);
@@ -1293,7 +1283,7 @@ int lens_attention_analyze(const lens_model *m, const lens_activations *act, int
         }
     }
 done:
-    free(masks), free(x), free(Q), free(K), free(scores), free(job.A), free(job.diff), free(job.err);
+    free(masks), free(Q), free(K), free(scores), free(job.A), free(job.diff), free(job.err);
     if (rc) lens_attention_result_free(res);
     return rc;
 }

@@ -85,14 +85,16 @@ static void *alloc_floats(size_t n, int *failed)
 }
 
 /* Bytes one copy needs in every layer from `lowest` up, and in the work buffers. */
-static size_t bytes_per_copy(const lens_config *c, int T, int lowest)
+static size_t bytes_per_copy(const lens_model *m, int T, int lowest)
 {
+    const lens_config *c = &m->cfg;
     const size_t C = c->d_model, QK = (size_t)c->n_heads * c->d_head_k, VO = (size_t)c->n_heads * c->d_head_v;
-    const size_t per_layer = T * (2 * QK + VO + c->family->cache_floats(c, 0));
+    size_t layers = 0; /* every layer from lowest: q, k, v and its cache */
+    for (int l = lowest; l < c->n_layers; l++) layers += T * (2 * QK + VO + lens_block_cache_floats(m, l, 0));
     const size_t per_above = (size_t)c->n_heads * T * T;
-    const size_t work = T * (3 * C + VO + (size_t)lens_ff_cols(c) + 2 * QK + VO) + 7 * C +
+    const size_t work = T * (3 * C + VO + (size_t)lens_ff_cols(m) + 2 * QK + VO) + 7 * C +
                         (c->task == LENS_TASK_CAUSAL_LM ? 2 * (size_t)c->vocab_size : 0); /* logits, dlogits */
-    return sizeof(float) * ((c->n_layers - lowest) * per_layer + (c->n_layers - 1 - lowest) * per_above + work);
+    return sizeof(float) * (layers + (c->n_layers - 1 - lowest) * per_above + work);
 }
 
 static void engine_free(engine *e)
@@ -124,15 +126,15 @@ static int engine_init(engine *e, const lens_model *m, int T, int max_copies, in
     if (!e->cache || !e->probs || !e->pos) return -1;
     for (size_t r = 0; r < R; r++) e->pos[r] = (int)(r % (size_t)T);
     for (int l = lowest; l < c->n_layers; l++) {
-        if (lens_block_cache_init(&e->cache[l], c, (int)R, 0, 0)) failed = 1;
+        if (lens_block_cache_init(&e->cache[l], m, l, (int)R, 0)) failed = 1;
         if (l > lowest) e->probs[l] = alloc_floats(max_copies * NH * TT, &failed);
     }
-    if (lens_block_cache_init(&e->final, c, max_copies, 0, 1)) failed = 1;
+    if (lens_block_cache_init(&e->final, m, c->n_layers, max_copies, 0)) failed = 1;
     e->x = alloc_floats(R * C, &failed);
     e->h = alloc_floats(R * C, &failed);
     e->n = alloc_floats(R * C, &failed);
     e->ctx = alloc_floats(R * VO, &failed);
-    e->ff = alloc_floats(R * lens_ff_cols(c), &failed); /* gated MLPs: gate and up */
+    e->ff = alloc_floats(R * lens_ff_cols(m), &failed); /* gated MLPs: gate and up */
     e->dq = alloc_floats(R * QK, &failed);
     e->dk = alloc_floats(R * QK, &failed);
     e->dv = alloc_floats(R * VO, &failed);
@@ -299,8 +301,7 @@ static int engine_attend_backward(lens_block_io *io, int l)
 /* The block io over e's work buffers for layer l, `rows` rows. */
 static lens_block_io engine_io(engine *e, int l, int rows)
 {
-    lens_block_io io = {.N = rows, .x = e->x, .h = e->h, .n = e->n, .ctx = e->ctx, .ff = e->ff,
-                        .ff_ld = (size_t)e->m->cfg.d_ff, .pool = e->pool, .cache = &e->cache[l], .pos = e->pos,
+    lens_block_io io = {.N = rows, .x = e->x, .h = e->h, .n = e->n, .ctx = e->ctx, .ff = e->ff, .pool = e->pool, .cache = &e->cache[l], .pos = e->pos,
                         .attend = engine_attend, .attend_backward = engine_attend_backward, .attend_ctx = e};
     return io;
 }
@@ -343,10 +344,8 @@ static void head_forward(engine *e, int copies, int target, double *F)
     for (int i = 0; i < copies; i++) memcpy(e->cls + (size_t)i * C, e->x + (i * stride + r) * C, sizeof(float) * C);
     if (e->lm) {
         memcpy(e->pooled, e->cls, sizeof(float) * copies * C);
-        if (c->family->final_forward) {
-            lens_block_io io = final_io(e, e->pooled, e->dpre, copies);
-            c->family->final_forward(e->m, &io);
-        }
+        lens_block_io io = final_io(e, e->pooled, e->dpre, copies);
+        lens_block_forward(e->m, &io, c->n_layers);
         lens_lm_decode(e->m, e->pooled, copies, e->logits, e->pool); /* Gemma 2's final soft-cap included */
         /* the capped logits for head_backward's chain rule (dlogits is free until then) */
         if (c->final_softcap > 0) memcpy(e->dlogits, e->logits, sizeof(float) * copies * K);
@@ -383,10 +382,8 @@ static void head_backward(engine *e, int copies, int target)
     if (e->lm) { /* forward: z = final_norm(x) E^T */
         const lens_linear dec = lens_lm_decoder(e->m);
         lens_gemm_linear_backward(e->dpooled, e->dlogits, &dec, copies, 0, e->pool);
-        if (c->family->final_backward) {
-            lens_block_io io = final_io(e, e->dpooled, e->dpre, copies);
-            c->family->final_backward(e->m, &io);
-        }
+        lens_block_io io = final_io(e, e->dpooled, e->dpre, copies);
+        lens_block_backward(e->m, &io, c->n_layers);
         memcpy(e->dcls, e->dpooled, sizeof(float) * copies * C);
     } else {
         lens_linear_backward(e->dpooled, NULL, NULL, e->dlogits, NULL, &e->m->p.classifier, copies);
@@ -411,7 +408,7 @@ static int forward_copies(engine *e, const float *x_l, int l, const float *A, co
         if (cancelled(o)) return -1;
         lens_block_io io = engine_io(e, j, copies * T);
         io.q = io.cache->q, io.k = io.cache->k, io.v = io.cache->v;
-        m->cfg.family->block_forward(m, &io, j);
+        lens_block_forward(m, &io, j);
     }
     e->cls_rows = l < L - 1;
     return 0;
@@ -428,7 +425,7 @@ static void backward_copies(engine *e, int n, int target)
     for (int j = L - 1; j >= e->target; j--) {
         lens_block_io io = engine_io(e, j, j == L - 1 && e->cls_rows ? n : n * e->T);
         io.q = e->dq, io.k = e->dk, io.v = e->dv;
-        m->cfg.family->block_backward(m, &io, j);
+        lens_block_backward(m, &io, j);
     }
 }
 
@@ -592,7 +589,7 @@ int lens_attribution_run(const lens_model *m, const int *ids, const int *type_id
     }
 
     const size_t budget = opts && opts->max_scratch_bytes ? opts->max_scratch_bytes : DEFAULT_SCRATCH;
-    size_t per = bytes_per_copy(c, T, lowest), fit = budget / per;
+    size_t per = bytes_per_copy(m, T, lowest), fit = budget / per;
     int max_copies = fit < 2 ? 2 : fit > (size_t)steps + 1 ? steps + 1 : (int)fit;
     engine e;
     out->layers = calloc((size_t)n_sel, sizeof *out->layers);

@@ -75,7 +75,7 @@ static int primal_init(primal *p, const lens_model *m, int T)
     const lens_config *c = &m->cfg;
     memset(p, 0, sizeof *p);
     p->m = m, p->T = T, p->L = c->n_layers, p->C = c->d_model, p->NH = c->n_heads;
-    p->F = lens_ff_cols(c); /* the MLP buffer's columns: gate and up of a gated MLP */
+    p->F = lens_ff_cols(m); /* the MLP buffer's columns: gate and up of a gated MLP */
     p->QK = c->n_heads * c->d_head_k, p->VO = c->n_heads * c->d_head_v;
     p->causal = lens_has_cap(c, LENS_CAP_CAUSAL);
     int failed = 0;
@@ -83,8 +83,8 @@ static int primal_init(primal *p, const lens_model *m, int T)
     p->cache = calloc((size_t)p->L, sizeof *p->cache);
     if (!p->cache) return -1;
     for (int l = 0; l < p->L; l++)
-        if (lens_block_cache_init(&p->cache[l], c, T, 0, 0)) failed = 1;
-    if (lens_block_cache_init(&p->final, c, T, 0, 1)) failed = 1;
+        if (lens_block_cache_init(&p->cache[l], m, l, T, 0)) failed = 1;
+    if (lens_block_cache_init(&p->final, m, p->L, T, 0)) failed = 1;
     p->probs = zalloc((size_t)p->L * p->NH * t * t, &failed);
     p->x = zalloc(t * p->C, &failed), p->h = zalloc(t * p->C, &failed), p->n = zalloc(t * p->C, &failed);
     p->ctx = zalloc(t * p->VO, &failed), p->ff = zalloc(t * p->F, &failed);
@@ -111,23 +111,20 @@ static void primal_attend(lens_block_io *io, int l)
 static void primal_run(primal *p, const float *h0, float *hidden, lens_pool *pool)
 {
     const lens_model *m = p->m;
-    const lens_family *f = m->cfg.family;
     const size_t TC = (size_t)p->T * p->C;
     memcpy(p->x, h0, sizeof(float) * TC);
     if (hidden) memcpy(hidden, h0, sizeof(float) * TC);
-    lens_block_io io = {.N = p->T, .x = p->x, .h = p->h, .n = p->n, .ctx = p->ctx, .ff = p->ff,
-                        .ff_ld = (size_t)p->F, .pool = pool, .attend = primal_attend, .attend_ctx = p};
+    lens_block_io io = {.N = p->T, .x = p->x, .h = p->h, .n = p->n, .ctx = p->ctx, .ff = p->ff, .pool = pool,
+                        .attend = primal_attend, .attend_ctx = p};
     for (int l = 0; l < p->L; l++) {
         io.cache = &p->cache[l];
         io.q = io.cache->q, io.k = io.cache->k, io.v = io.cache->v;
-        f->block_forward(m, &io, l);
+        lens_block_forward(m, &io, l);
         if (hidden) memcpy(hidden + (size_t)(l + 1) * TC, p->x, sizeof(float) * TC);
     }
-    if (f->final_forward) {
-        io.cache = &p->final;
-        f->final_forward(m, &io);
-        if (hidden) memcpy(hidden + (size_t)p->L * TC, p->x, sizeof(float) * TC);
-    }
+    io.cache = &p->final;
+    lens_block_forward(m, &io, p->L);
+    if (hidden) memcpy(hidden + (size_t)p->L * TC, p->x, sizeof(float) * TC);
 }
 
 int lens_hta_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *h0, lens_err *err)
@@ -201,10 +198,9 @@ static void layer_jvp(tangents *t, int l, int B, int row)
 {
     const primal *p = t->p;
     lens_block_io io = {.N = B * p->T, .x = t->tx, .h = t->th, .n = t->tn, .q = t->tq, .k = t->tk, .v = t->tv,
-                        .ctx = t->tctx, .ff = t->tff, .ff_ld = (size_t)p->F, .cache = &p->cache[l],
-                        .jvp_row = row, .row_scratch = t->xhat, .attend_jvp = tangent_attend, .attend_ctx = t,
+                        .ctx = t->tctx, .ff = t->tff, .cache = &p->cache[l], .jvp_row = row, .row_scratch = t->xhat, .attend_jvp = tangent_attend, .attend_ctx = t,
                         .row_jac = p->row_jac ? p->row_jac + l * p->row_jac_layer : NULL};
-    p->m->cfg.family->block_jvp(p->m, &io, l);
+    lens_block_jvp(p->m, &io, l);
 }
 
 /* The final norm's JVP in place on t->tx (pre-norm families' layer L). */
@@ -213,14 +209,14 @@ static void final_jvp(tangents *t, int B)
     const primal *p = t->p;
     lens_block_io io = {.N = B * p->T, .x = t->tx, .h = t->th, .n = t->tn, .cache = (lens_block_cache *)&p->final,
                         .jvp_row = -1, .row_scratch = t->xhat};
-    p->m->cfg.family->final_jvp(p->m, &io);
+    lens_block_jvp(p->m, &io, p->L);
 }
 
 /* Flops of one tangent row through the row-wise tail of a block: the
  * MLP's two maps (gate and up counted by lens_ff_cols), norms neglected. */
-static double tail_flops(const lens_config *c)
+static double tail_flops(const lens_model *m)
 {
-    return 2.0 * c->d_model * ((double)lens_ff_cols(c) + c->d_ff);
+    return 2.0 * m->cfg.d_model * ((double)lens_ff_cols(m) + m->cfg.d_ff);
 }
 
 /* Whether the sweep of P tangents per token applies the tails as explicit
@@ -228,25 +224,29 @@ static double tail_flops(const lens_config *c)
  * tail (C·T rows), applying them costs 2·C² per row instead of the tail;
  * worth it when P·T·(tail − 2C²) > C·tail (exact, P = C: from T = 2 on),
  * and only within MAX_ROW_JAC. */
-static int use_row_jac(const lens_config *c, int T, int P, int top)
+static int use_row_jac(const lens_model *m, int T, int P, int top)
 {
-    const double C = c->d_model, tail = tail_flops(c);
-    if (!c->family->block_row_jacobian || top < 1) return 0;
+    const lens_config *c = &m->cfg;
+    const double C = c->d_model, tail = tail_flops(m);
+    if (top < 1) return 0;
+    for (int l = 0; l < top; l++)
+        if (!lens_block_has_tail(m, l)) return 0;
     if ((top + 1) * (size_t)T * lens_gemm_packed_size(c->d_model, c->d_model) > MAX_ROW_JAC / sizeof(float)) return 0;
     return (double)P * T * (tail - 2 * C * C) > C * tail;
 }
 
-double lens_hta_flops(const lens_config *c, int T, int top, lens_hta_method method, int probes)
+double lens_hta_flops(const lens_model *m, int T, int top, lens_hta_method method, int probes)
 {
+    const lens_config *c = &m->cfg;
     const double C = c->d_model, QK = (double)c->n_heads * c->d_head_k, VO = (double)c->n_heads * c->d_head_v;
     const int P = method == LENS_HTA_ESTIMATE ? (probes > 0 ? probes : DEFAULT_PROBES) : c->d_model;
-    const int jac = use_row_jac(c, T, P, top);
+    const int jac = use_row_jac(m, T, P, top);
     const double qkv = 2.0 * C * (2 * QK + VO), out = 2.0 * VO * C, attend = 4.0 * T * (QK + VO);
-    const double tail = jac ? 2.0 * C * C : tail_flops(c);
+    const double tail = jac ? 2.0 * C * C : tail_flops(m);
     /* every tangent row of every layer; the first layer's q, k, v map one row per tangent */
     const double rows = (double)P * T * T * top;
     const double flops = rows * (out + attend + tail) + (double)P * T * (1 + (double)T * (top - 1)) * qkv;
-    return flops + (jac ? (double)top * C * T * tail_flops(c) : 0);
+    return flops + (jac ? (double)top * C * T * tail_flops(m) : 0);
 }
 
 /* The row-wise tail Jacobians of layers 0..top-1 into p->row_jac, packed
@@ -258,9 +258,9 @@ static int form_row_jacobians(primal *p, tangents *t, int B, int top, float *jac
     for (int l = 0; l < top; l++) {
         if (opts && lens_cancelled(opts->cancel)) return -1;
         lens_block_io io = {.N = B * p->T, .h = t->th, .n = t->tn, .q = t->tq, .k = t->tk, .v = t->tv,
-                            .ctx = t->tctx, .ff = t->tff, .ff_ld = (size_t)p->F, .cache = &p->cache[l], .jvp_row = -1,
+                            .ctx = t->tctx, .ff = t->tff, .cache = &p->cache[l], .jvp_row = -1,
                             .row_scratch = t->xhat, .pool = opts ? opts->pool : NULL};
-        m->cfg.family->block_row_jacobian(m, &io, l, jac);
+        lens_block_row_jacobian(m, &io, l, jac);
         lens_block_row_jac_pack(p->row_jac + l * p->row_jac_layer, jac, p->T, p->C);
     }
     return 0;
@@ -343,7 +343,6 @@ static void sweep_token(void *ctx, int i)
 {
     sweep_job *job = ctx;
     const primal *p = job->p;
-    const lens_model *m = p->m;
     const int T = p->T, C = p->C, L = p->L, P = job->P;
     const size_t TT = (size_t)T * T;
     tangents *t = &job->t[lens_pool_thread_index()];
@@ -363,7 +362,7 @@ static void sweep_token(void *ctx, int i)
         for (int l = 1; l <= job->top; l++) {
             layer_jvp(t, l - 1, nb, l == 1 ? i : -1);
             if (job->want[l] < 0) continue;
-            if (l == L && m->cfg.family->final_jvp) final_jvp(t, nb); /* the last layer: nothing reads tx after */
+            if (l == L) final_jvp(t, nb); /* the last layer: nothing reads tx after */
             const float *y = t->tx;
             double *s1 = job->sum + (size_t)job->want[l] * TT, *s2 = job->sumsq + (size_t)job->want[l] * TT;
             for (int k = 0; k < nb; k++)
@@ -435,7 +434,7 @@ int lens_hidden_attribution(const lens_model *m, const int *ids, const int *type
     primal p = {0};
     /* tangents per chunk: all buffers of B*T rows within the scratch budget, shared by the threads */
     const size_t per_tangent = sizeof(float) * (size_t)T * (3 * (size_t)C + 2 * (size_t)c->n_heads * c->d_head_k +
-                                                              2 * (size_t)c->n_heads * c->d_head_v + lens_ff_cols(c));
+                                                              2 * (size_t)c->n_heads * c->d_head_v + lens_ff_cols(m));
     const size_t budget = opts && opts->max_scratch_bytes ? opts->max_scratch_bytes : DEFAULT_SCRATCH;
     const int threads = lens_pool_threads(opts ? opts->pool : NULL);
     int B = (int)(budget / threads / per_tangent);
@@ -445,7 +444,7 @@ int lens_hidden_attribution(const lens_model *m, const int *ids, const int *type
     if (!t) failed = 1;
     if (!failed && primal_init(&p, m, T)) failed = 1;
     float *jac = NULL; /* one layer's row Jacobians before packing */
-    if (!failed && use_row_jac(c, T, P, top)) {
+    if (!failed && use_row_jac(m, T, P, top)) {
         p.row_jac_layer = (size_t)T * lens_gemm_packed_size(C, C);
         p.row_jac = aligned_alloc(64, sizeof(float) * top * p.row_jac_layer);
         jac = malloc(sizeof(float) * (size_t)C * T * C);

@@ -74,7 +74,7 @@ int lens_hta_forward_from(const lens_model *m, const float *h0, int T, float *hi
 /* Floating-point operations of lens_hidden_attribution for T tokens up to
  * layer top with method (probes: estimate's P, 0 = 16) on this
  * architecture, the path it will take included (the API's cost model). */
-double lens_hta_flops(const lens_config *c, int T, int top, lens_hta_method method, int probes);
+double lens_hta_flops(const lens_model *m, int T, int top, lens_hta_method method, int probes);
 /* h^0 [T][C] of a sequence (the embedding output). */
 int lens_hta_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *h0, lens_err *err);
 

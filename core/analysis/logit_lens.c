@@ -24,15 +24,15 @@ int lens_logit_lens(const lens_model *m, const float *x, int R, int layer, float
         return lens_fail(err, LENS_EINVAL, "%s has no LM head to read hidden states through", c->architecture);
     if (layer < 0 || layer > c->n_layers)
         return lens_fail(err, LENS_EINVAL, "layer %d is outside 0..%d", layer, c->n_layers);
-    float *t = malloc((size_t)R * C * sizeof *t); /* [R][C] what the decoder reads */
+    float *t = malloc(2 * (size_t)R * C * sizeof *t); /* [R][C] what the decoder reads, [R][C] scratch */
     if (!t) return lens_fail(err, LENS_ENOMEM, "out of memory for %d rows", R);
     lens_linear decoder = lens_lm_decoder(m);
     if (c->task == LENS_TASK_CAUSAL_LM) {
         memcpy(t, x, (size_t)R * C * sizeof *t);
         /* hidden[L] is stored after the final norm (as HF); earlier layers get
          * it here, the family's own (ln_f, RMSNorm) */
-        lens_block_io io = {.N = R, .x = t, .pool = pool};
-        if (layer < c->n_layers && c->family->final_forward) c->family->final_forward(m, &io);
+        lens_block_io io = {.N = R, .x = t, .h = t + (size_t)R * C, .pool = pool};
+        if (layer < c->n_layers) lens_block_forward(m, &io, c->n_layers);
         lens_lm_decode(m, t, R, logits, pool);
         free(t);
         return 0;

@@ -179,138 +179,25 @@ void lens_bert_embed(const lens_model *m, const int *ids, const int *type_ids, i
     lens_add_layernorm(NULL, x, mean, rstd, x, NULL, &m->p.ln_emb, T, c->d_model, c->ln_eps);
 }
 
-/* What the post-norm block keeps in lens_block_cache.buf, [rows][width]
- * blocks: the two LayerNorms' inputs and statistics and the GELU input;
- * for weight gradients also the inputs of the linear maps. */
-typedef struct {
-    float *h_attn, *mean_attn, *rstd_attn; /* LN_attn: x + attn_out(ctx) */
-    float *ff_pre;                         /* [F] GELU input */
-    float *h_ff, *mean_ff, *rstd_ff;       /* LN_ff: a + ff_out(gelu) */
-    float *x_in, *ctx, *a, *ff_act;        /* for_weights: q/k/v, attn_out, ff_in, ff_out inputs */
-} post_saved;
-
-static post_saved post_slots(const lens_config *c, const lens_block_cache *k)
+/* a = LN(x + Attn(x)); x' = LN(a + FFN(a)), statistics in slots 1 + 2l and
+ * 2 + 2l; the row-wise tail starts at the attention's residual sum. */
+void lens_bert_block(const lens_model *m, int l, lens_block_prog *p)
 {
-    const size_t R = (size_t)k->rows, C = c->d_model, F = c->d_ff, VO = (size_t)c->n_heads * c->d_head_v;
-    post_saved s;
-    float *p = k->buf;
-    s.h_attn = p, p += R * C;
-    s.mean_attn = p, p += R;
-    s.rstd_attn = p, p += R;
-    s.ff_pre = p, p += R * F;
-    s.h_ff = p, p += R * C;
-    s.mean_ff = p, p += R;
-    s.rstd_ff = p, p += R;
-    s.x_in = s.ctx = s.a = s.ff_act = NULL;
-    if (k->for_weights) {
-        s.x_in = p, p += R * C;
-        s.ctx = p, p += R * VO;
-        s.a = p, p += R * C;
-        s.ff_act = p;
-    }
-    return s;
-}
-
-/* a = LN(x + Attn(x)); x' = LN(a + FFN(a)), both in place on io->x. With
- * io->cache the LayerNorm statistics go there (not to io->ln_mean). */
-void lens_bert_block_forward(const lens_model *m, lens_block_io *io, int l)
-{
-    const lens_config *c = &m->cfg;
-    const lens_block *blk = &m->p.blocks[l];
-    const int C = c->d_model, F = c->d_ff, VO = c->n_heads * c->d_head_v;
-    const post_saved s = io->cache ? post_slots(c, io->cache) : (post_saved){0};
-    const int w = io->cache && io->cache->for_weights;
-    if (w) memcpy(s.x_in, io->x, sizeof(float) * io->N * C);
-    lens_gemm_linear(io->q, io->x, &blk->q, io->N, io->pool);
-    lens_gemm_linear(io->k, io->x, &blk->k, io->N, io->pool);
-    lens_gemm_linear(io->v, io->x, &blk->v, io->N, io->pool);
-    io->attend(io, l);
-    const int N = io->N; /* the hook may have kept fewer rows */
-    if (w) memcpy(s.ctx, io->ctx, sizeof(float) * N * VO);
-    float *h = io->cache ? s.h_attn : io->h;
-    lens_gemm_linear(h, io->ctx, &blk->attn_out, N, io->pool);
-    lens_add_layernorm(io->pool, io->x, io->cache ? s.mean_attn : lens_ln_slot(io, io->ln_mean, 1 + 2 * l),
-                       io->cache ? s.rstd_attn : lens_ln_slot(io, io->ln_rstd, 1 + 2 * l), h, io->x, &blk->ln_attn,
-                       N, C, c->ln_eps);
-    if (w) memcpy(s.a, io->x, sizeof(float) * N * C);
-    if (io->cache) { /* the GELU input is saved, so GELU runs after the product */
-        lens_gemm_linear_ld(io->ff, io->ff_ld, io->x, (size_t)C, &blk->ff_in, N, io->pool);
-        lens_block_copy_rows(s.ff_pre, io->ff, io->ff_ld, N, F);
-        lens_gelu_rows(io->pool, io->ff, io->ff_ld, N, F, c->gelu_tanh);
-    } else { /* fused into the product's tiles while they are in L1 */
-        lens_gemm_linear_post(io->ff, io->ff_ld, io->x, (size_t)C, &blk->ff_in, N,
-                              c->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward, io->pool);
-    }
-    if (w) lens_block_copy_rows(s.ff_act, io->ff, io->ff_ld, N, F);
-    h = io->cache ? s.h_ff : io->h;
-    lens_gemm_linear_ld(h, (size_t)C, io->ff, io->ff_ld, &blk->ff_out, N, io->pool);
-    lens_add_layernorm(io->pool, io->x, io->cache ? s.mean_ff : lens_ln_slot(io, io->ln_mean, 2 + 2 * l),
-                       io->cache ? s.rstd_ff : lens_ln_slot(io, io->ln_rstd, 2 + 2 * l), h, io->x, &blk->ln_ff, N, C,
-                       c->ln_eps);
-}
-
-/* Backward of lens_bert_block_forward: io->x = dL/dx' in, dL/dx out
- * (io->ff: [N][F] contiguous). */
-void lens_bert_block_backward(const lens_model *m, lens_block_io *io, int l)
-{
-    const lens_config *c = &m->cfg;
-    const lens_block *blk = &m->p.blocks[l];
-    const int C = c->d_model, F = c->d_ff;
-    const post_saved s = post_slots(c, io->cache);
-    int N = io->N;
-    /* forward: x' = LN_ff(h_ff), h_ff = a + ff_out(gelu(ff_pre)), ff_pre = ff_in(a) */
-    lens_block_layernorm_backward(io, io->h, 0, io->x, s.h_ff, s.mean_ff, s.rstd_ff, &blk->ln_ff, N, C);
-    memcpy(io->n, io->h, sizeof(float) * N * C);
-    lens_block_linear_backward(io, io->ff, 0, io->h, s.ff_act, &blk->ff_out, N);
-    lens_gelu_backward_rows(io->pool, io->ff, s.ff_pre, (size_t)F, N, F, c->gelu_tanh);
-    lens_block_linear_backward(io, io->n, 1, io->ff, s.a, &blk->ff_in, N);
-    /* forward: a = LN_attn(h_attn), h_attn = x + attn_out(ctx) */
-    lens_block_layernorm_backward(io, io->h, 0, io->n, s.h_attn, s.mean_attn, s.rstd_attn, &blk->ln_attn, N, C);
-    lens_block_linear_backward(io, io->ctx, 0, io->h, s.ctx, &blk->attn_out, N);
-    memcpy(io->x, io->h, sizeof(float) * N * C);
-    if (io->attend_backward(io, l)) return;
-    N = io->N; /* the hook may have expanded compacted rows */
-    /* forward: q, k, v = x W_{Q,K,V} + b */
-    lens_block_linear_backward(io, io->x, 1, io->q, s.x_in, &blk->q, N);
-    lens_block_linear_backward(io, io->x, 1, io->k, s.x_in, &blk->k, N);
-    lens_block_linear_backward(io, io->x, 1, io->v, s.x_in, &blk->v, N);
-}
-
-/* JVP of the block's row-wise tail: io->x = d x' from io->h = d h_attn
- * (h_attn = x + attn_out(ctx)); io->h, io->n, io->ff scratch. */
-static void bert_tail_jvp(const lens_model *m, lens_block_io *io, int l)
-{
-    const lens_config *c = &m->cfg;
-    const lens_block *blk = &m->p.blocks[l];
-    const int C = c->d_model, T = io->cache->rows, B = io->N / T, N = io->N;
-    const post_saved s = post_slots(c, io->cache);
-    /* a = LN_attn(h_attn); h_ff = a + ff_out(gelu(ff_in(a))); x' = LN_ff(h_ff) */
-    lens_layernorm_jvp(io->n, io->h, s.h_attn, s.mean_attn, s.rstd_attn, &blk->ln_attn, B, T, C, io->row_scratch);
-    lens_block_gelu_mlp_jvp(m, blk, io, io->h, io->n, s.ff_pre);
-    lens_residual_forward(io->h, io->n, (size_t)N * C);
-    lens_layernorm_jvp(io->x, io->h, s.h_ff, s.mean_ff, s.rstd_ff, &blk->ln_ff, B, T, C, io->row_scratch);
-}
-
-/* JVP of lens_bert_block_forward for the B = io->N / rows tangents in io->x. */
-void lens_bert_block_jvp(const lens_model *m, lens_block_io *io, int l)
-{
-    const lens_config *c = &m->cfg;
-    const lens_block *blk = &m->p.blocks[l];
-    const int C = c->d_model, N = io->N;
-    lens_block_linear_jvp(io, io->q, io->x, &blk->q, io->h, io->ff);
-    lens_block_linear_jvp(io, io->k, io->x, &blk->k, io->h, io->ff);
-    lens_block_linear_jvp(io, io->v, io->x, &blk->v, io->h, io->ff);
-    io->attend_jvp(io, l);
-    /* h_attn = x + attn_out(ctx) */
-    lens_linear_jvp(io->h, io->ctx, &blk->attn_out, N, io->pool);
-    lens_residual_forward(io->h, io->x, (size_t)N * C);
-    if (io->row_jac) lens_block_row_jac_apply(io, io->x, io->h, io->row_jac, C);
-    else bert_tail_jvp(m, io, l);
-}
-
-void lens_bert_block_row_jacobian(const lens_model *m, lens_block_io *io, int l, float *jac)
-{
-    lens_block_row_jacobian(io, m->cfg.d_model, jac, bert_tail_jvp, m, l);
+    if (l == m->cfg.n_layers) return; /* post-norm: no final norm */
+    const lens_block *b = &m->p.blocks[l];
+    lens_op_linear(p, LENS_R_Q, LENS_R_X, &b->q);
+    lens_op_linear(p, LENS_R_K, LENS_R_X, &b->k);
+    lens_op_linear(p, LENS_R_V, LENS_R_X, &b->v);
+    lens_op_attend(p);
+    lens_op_linear(p, LENS_R_H, LENS_R_CTX, &b->attn_out);
+    lens_op_add(p, LENS_R_H, LENS_R_X);
+    lens_op_tail(p);
+    lens_op_norm(p, LENS_R_X, LENS_R_H, &b->ln_attn, 1 + 2 * l);
+    lens_op_linear(p, LENS_R_FF, LENS_R_X, &b->ff_in);
+    lens_op_gelu(p);
+    lens_op_linear(p, LENS_R_H, LENS_R_FF, &b->ff_out);
+    lens_op_add(p, LENS_R_H, LENS_R_X);
+    lens_op_norm(p, LENS_R_X, LENS_R_H, &b->ln_ff, 2 + 2 * l);
 }
 
 const lens_family lens_family_bert = {
@@ -326,10 +213,5 @@ const lens_family lens_family_bert = {
     .write_config = lens_bert_write_config,
     .walk = bert_walk,
     .embed = lens_bert_embed,
-    .block_forward = lens_bert_block_forward,
-    .block_backward = lens_bert_block_backward,
-    .block_jvp = lens_bert_block_jvp,
-    .block_row_jacobian = lens_bert_block_row_jacobian,
-    .cache_floats = lens_ln_block_cache_floats,
-    .final_forward = NULL,
+    .block = lens_bert_block,
 };

@@ -10,7 +10,7 @@
 #include "core/model/arch.h"
 #include "core/nn/glu.h"
 
-#define LENS_DECODER_MAX_HEAD_DIM 4096
+#define LENS_DECODER_MAX_HEAD_DIM LENS_BLOCK_MAX_HEAD_DIM
 
 /* hidden_size, num_hidden_layers, num_attention_heads, intermediate_size,
  * vocab_size, max_position_embeddings (also GPT-NeoX's). */
@@ -34,25 +34,8 @@ void lens_decoder_write_common(FILE *f, const lens_config *c);
 void lens_decoder_walk(const lens_config *c, lens_params *p, lens_param_visitor *v);
 void lens_decoder_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
                         float *rstd);
-void lens_decoder_block_forward(const lens_model *m, lens_block_io *io, int l);
-void lens_decoder_final_forward(const lens_model *m, lens_block_io *io);
-/* The block contract (arch.h): backward, JVP, cache sizes, final norm. */
-void lens_decoder_block_backward(const lens_model *m, lens_block_io *io, int l);
-void lens_decoder_block_jvp(const lens_model *m, lens_block_io *io, int l);
-size_t lens_decoder_cache_floats(const lens_config *c, int for_weights);
-size_t lens_decoder_final_cache_floats(const lens_config *c, int for_weights);
-void lens_decoder_final_backward(const lens_model *m, lens_block_io *io);
-void lens_decoder_final_jvp(const lens_model *m, lens_block_io *io);
-void lens_decoder_attn_qk(const lens_model *m, int l, const float *h, int T, float *x, float *q, float *k);
-
-/* RoPE of x [N][H*DK] (forward, or its transpose when back) on c's rotary
- * channels: positions pos, or with pos NULL row n of each block of `rows`
- * rows at n % rows (the copies of one sequence). */
-void lens_decoder_rope(const lens_config *c, float *x, const int *pos, int N, int rows, int H, int back);
-
-/* GQA: x holds [N][NKV*D] compact at its start; on return [N][NH*D], kv
- * head g repeated for query heads g*NH/NKV .. (g+1)*NH/NKV - 1 (HF repeat_kv). */
-void lens_repeat_kv(float *x, int N, int NKV, int NH, int D);
+/* The block (and with l == L the final norm) of every decoder family here. */
+void lens_decoder_block(const lens_model *m, int l, lens_block_prog *p);
 
 /* A decoder family's mkmodel shape: micro / tiny for tests, 1b / 8b the real
  * models named in the family file. */
@@ -65,10 +48,6 @@ int lens_decoder_apply_preset(const lens_decoder_preset *presets, const char *na
 /* The shared block's entries of a lens_family (llama.c, qwen.c, gemma.c). */
 #define LENS_DECODER_FAMILY_FNS                                                                                    \
     .base_prefix = "model.", .caps = LENS_CAP_CAUSAL | LENS_CAP_PRE_NORM | LENS_CAP_BYTE_BPE,                      \
-    .walk = lens_decoder_walk, .embed = lens_decoder_embed, .block_forward = lens_decoder_block_forward,           \
-    .final_forward = lens_decoder_final_forward, .block_backward = lens_decoder_block_backward,                    \
-    .block_jvp = lens_decoder_block_jvp, .cache_floats = lens_decoder_cache_floats,                                \
-    .final_cache_floats = lens_decoder_final_cache_floats, .final_backward = lens_decoder_final_backward,          \
-    .final_jvp = lens_decoder_final_jvp, .attn_qk = lens_decoder_attn_qk /* mistral, gemma2: the gradient analyses' attention has no window / cap */
+    .walk = lens_decoder_walk, .embed = lens_decoder_embed, .block = lens_decoder_block
 
 #endif

@@ -106,10 +106,5 @@ const lens_family lens_family_distilbert = {
     .write_config = distilbert_write_config,
     .walk = distilbert_walk,
     .embed = lens_bert_embed, /* type_emb NULL: tok + pos, then LayerNorm */
-    .block_forward = lens_bert_block_forward,
-    .block_backward = lens_bert_block_backward,
-    .block_jvp = lens_bert_block_jvp,
-    .block_row_jacobian = lens_bert_block_row_jacobian,
-    .cache_floats = lens_ln_block_cache_floats,
-    .final_forward = NULL,
+    .block = lens_bert_block,
 };

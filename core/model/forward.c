@@ -23,7 +23,7 @@
 #include "core/nn/scores.h"
 #include "core/base/pool.h"
 
-/* The block buffers (io, handed to the family's block_forward; ff has lens_ff_cols
+/* The block buffers (io, handed to lens_block_forward; ff has lens_ff_cols
  * columns, rows padded off 4 KiB multiples, gemm.h) and what attention
  * needs besides. io.v is the kept values' layer slice or v_scratch. */
 typedef struct {
@@ -207,12 +207,12 @@ static int layout(const lens_model *m, const lens_batch *b, unsigned keep, size_
     io->N = (int)N;
     io->x = alloc_floats(N * C, &failed);
     io->h = alloc_floats(N * C, &failed);
-    io->n = alloc_floats(N * C, &failed); /* the block contract's second scratch (a family may use it) */
+    io->n = alloc_floats(N * C, &failed); /* the programs' second scratch */
     io->q = alloc_floats(N * QK, &failed);
     io->k = alloc_floats(N * QK, &failed);
     io->ctx = alloc_floats(N * VO, &failed);
     /* a gated MLP keeps gate and up side by side: [N][2 d_ff] */
-    const size_t ff_cols = (size_t)lens_ff_cols(c);
+    const size_t ff_cols = (size_t)lens_ff_cols(m);
     io->ff_ld = ff_cols + (ff_cols % 1024 == 0 ? 16 : 0);
     io->ff = alloc_floats(N * io->ff_ld, &failed);
     io->ln_mean = act->ln_mean, io->ln_rstd = act->ln_rstd;
@@ -270,8 +270,8 @@ int lens_forward(const lens_model *m, const lens_batch *batch, const lens_forwar
         }
         /* this layer's kept values, or scratch */
         w.io.v = act->values ? act->values + (size_t)l * N * c->n_heads * c->d_head_v : w.v_scratch;
-        c->family->block_forward(m, &w.io, l);
-        if (l == L - 1 && c->family->final_forward) c->family->final_forward(m, &w.io);
+        lens_block_forward(m, &w.io, l);
+        if (l == L - 1) lens_block_forward(m, &w.io, L); /* the final norm, if the family has one */
         keep_hidden(act, w.io.x, l + 1, C);
     }
     if ((keep & LENS_KEEP_LOGITS) && task_head(m, act, &w)) {

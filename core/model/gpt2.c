@@ -111,174 +111,27 @@ static void gpt2_embed(const lens_model *m, const int *ids, const int *type_ids,
     lens_embedding_forward(x, ids, NULL, m->p.tok_emb, m->p.pos_emb, NULL, m->p.emb_dtype, T, m->cfg.d_model);
 }
 
-/* What the pre-norm block keeps in lens_block_cache.buf, [rows][width]
- * blocks: the two LayerNorms' inputs (the residual stream before and after
- * attention) and statistics and the GELU input; for weight gradients also
- * the inputs of the linear maps. */
-typedef struct {
-    float *x_in, *mean1, *rstd1;   /* LN_1: the block input */
-    float *mid, *mean2, *rstd2;    /* LN_2: x + attn_out(ctx) */
-    float *ff_pre;                 /* [F] GELU input */
-    float *h1, *ctx, *h2, *ff_act; /* for_weights: q/k/v, attn_out, ff_in, ff_out inputs */
-} pre_saved;
-
-static pre_saved pre_slots(const lens_config *c, const lens_block_cache *k)
+/* a = x + Attn(LN1(x)); x' = a + FFN(LN2(a)); ln_f after the last block. */
+static void gpt2_block(const lens_model *m, int l, lens_block_prog *p)
 {
-    const size_t R = (size_t)k->rows, C = c->d_model, F = c->d_ff, VO = (size_t)c->n_heads * c->d_head_v;
-    pre_saved s;
-    float *p = k->buf;
-    s.x_in = p, p += R * C;
-    s.mean1 = p, p += R;
-    s.rstd1 = p, p += R;
-    s.mid = p, p += R * C;
-    s.mean2 = p, p += R;
-    s.rstd2 = p, p += R;
-    s.ff_pre = p, p += R * F;
-    s.h1 = s.ctx = s.h2 = s.ff_act = NULL;
-    if (k->for_weights) {
-        s.h1 = p, p += R * C;
-        s.ctx = p, p += R * VO;
-        s.h2 = p, p += R * C;
-        s.ff_act = p;
+    if (l == m->cfg.n_layers) {
+        lens_op_final_norm(p, m);
+        return;
     }
-    return s;
-}
-
-/* a = x + Attn(LN1(x)); x' = a + FFN(LN2(a)), in place on io->x. With
- * io->cache the LayerNorm statistics go there (not to io->ln_mean). */
-static void gpt2_block_forward(const lens_model *m, lens_block_io *io, int l)
-{
-    const lens_config *c = &m->cfg;
-    const lens_block *blk = &m->p.blocks[l];
-    const int C = c->d_model, F = c->d_ff, VO = c->n_heads * c->d_head_v;
-    const pre_saved s = io->cache ? pre_slots(c, io->cache) : (pre_saved){0};
-    const int w = io->cache && io->cache->for_weights;
-    if (io->cache) memcpy(s.x_in, io->x, sizeof(float) * io->N * C);
-    lens_add_layernorm(io->pool, io->h, io->cache ? s.mean1 : lens_ln_slot(io, io->ln_mean, 2 * l),
-                       io->cache ? s.rstd1 : lens_ln_slot(io, io->ln_rstd, 2 * l), io->x, NULL, &blk->ln_attn, io->N,
-                       C, c->ln_eps);
-    if (w) memcpy(s.h1, io->h, sizeof(float) * io->N * C);
-    lens_gemm_linear(io->q, io->h, &blk->q, io->N, io->pool);
-    lens_gemm_linear(io->k, io->h, &blk->k, io->N, io->pool);
-    lens_gemm_linear(io->v, io->h, &blk->v, io->N, io->pool);
-    io->attend(io, l);
-    const int N = io->N; /* the hook may have kept fewer rows */
-    if (w) memcpy(s.ctx, io->ctx, sizeof(float) * N * VO);
-    lens_gemm_linear(io->h, io->ctx, &blk->attn_out, N, io->pool);
-    lens_residual_layernorm(io->pool, io->x, io->h, io->h, io->cache ? s.mean2 : lens_ln_slot(io, io->ln_mean, 2 * l + 1),
-                            io->cache ? s.rstd2 : lens_ln_slot(io, io->ln_rstd, 2 * l + 1), &blk->ln_ff, N, C,
-                            c->ln_eps);
-    if (io->cache) memcpy(s.mid, io->x, sizeof(float) * N * C);
-    if (w) memcpy(s.h2, io->h, sizeof(float) * N * C);
-    lens_gemm_linear_ld(io->ff, io->ff_ld, io->h, (size_t)C, &blk->ff_in, N, io->pool);
-    if (io->cache) lens_block_copy_rows(s.ff_pre, io->ff, io->ff_ld, N, F);
-    lens_gelu_rows(io->pool, io->ff, io->ff_ld, N, F, c->gelu_tanh);
-    if (w) lens_block_copy_rows(s.ff_act, io->ff, io->ff_ld, N, F);
-    lens_gemm_linear_ld(io->h, (size_t)C, io->ff, io->ff_ld, &blk->ff_out, N, io->pool);
-    lens_residual_layernorm(io->pool, io->x, io->h, NULL, NULL, NULL, NULL, N, C, c->ln_eps);
-}
-
-/* Backward of gpt2_block_forward: io->x = dL/dx' in, dL/dx out (io->ff:
- * [N][F] contiguous). */
-static void gpt2_block_backward(const lens_model *m, lens_block_io *io, int l)
-{
-    const lens_config *c = &m->cfg;
-    const lens_block *blk = &m->p.blocks[l];
-    const int C = c->d_model, F = c->d_ff;
-    const pre_saved s = pre_slots(c, io->cache);
-    int N = io->N;
-    /* forward: x' = mid + ff_out(gelu(ff_in(LN_2(mid)))): dmid = dx' + the FFN branch, in io->x */
-    lens_block_linear_backward(io, io->ff, 0, io->x, s.ff_act, &blk->ff_out, N);
-    lens_gelu_backward_rows(io->pool, io->ff, s.ff_pre, (size_t)F, N, F, c->gelu_tanh);
-    lens_block_linear_backward(io, io->n, 0, io->ff, s.h2, &blk->ff_in, N);
-    lens_block_layernorm_backward(io, io->x, 1, io->n, s.mid, s.mean2, s.rstd2, &blk->ln_ff, N, C);
-    /* forward: mid = x + attn_out(ctx): dx = dmid + the attention branch */
-    lens_block_linear_backward(io, io->ctx, 0, io->x, s.ctx, &blk->attn_out, N);
-    if (io->attend_backward(io, l)) return;
-    N = io->N; /* the hook may have expanded compacted rows */
-    /* forward: q, k, v = h1 W_{Q,K,V} + b, h1 = LN_1(x) */
-    lens_block_linear_backward(io, io->n, 0, io->q, s.h1, &blk->q, N);
-    lens_block_linear_backward(io, io->n, 1, io->k, s.h1, &blk->k, N);
-    lens_block_linear_backward(io, io->n, 1, io->v, s.h1, &blk->v, N);
-    lens_block_layernorm_backward(io, io->x, 1, io->n, s.x_in, s.mean1, s.rstd1, &blk->ln_attn, N, C);
-}
-
-/* JVP of the block's row-wise tail: io->x = d x' from io->h = d mid
- * (mid = x + attn_out(ctx)); io->n, io->ff scratch. */
-static void gpt2_tail_jvp(const lens_model *m, lens_block_io *io, int l)
-{
-    const lens_config *c = &m->cfg;
-    const lens_block *blk = &m->p.blocks[l];
-    const int C = c->d_model, T = io->cache->rows, B = io->N / T, N = io->N;
-    const pre_saved s = pre_slots(c, io->cache);
-    /* x' = mid + ff_out(gelu(ff_in(LN_2(mid)))) */
-    lens_layernorm_jvp(io->n, io->h, s.mid, s.mean2, s.rstd2, &blk->ln_ff, B, T, C, io->row_scratch);
-    lens_block_gelu_mlp_jvp(m, blk, io, io->x, io->n, s.ff_pre);
-    lens_residual_forward(io->x, io->h, (size_t)N * C);
-}
-
-/* JVP of gpt2_block_forward for the B = io->N / rows tangents in io->x. */
-static void gpt2_block_jvp(const lens_model *m, lens_block_io *io, int l)
-{
-    const lens_config *c = &m->cfg;
-    const lens_block *blk = &m->p.blocks[l];
-    const lens_block_cache *k = io->cache;
-    const int C = c->d_model, T = k->rows, B = io->N / T, N = io->N;
-    const pre_saved s = pre_slots(c, k);
-    lens_layernorm_jvp(io->n, io->x, s.x_in, s.mean1, s.rstd1, &blk->ln_attn, B, T, C, io->row_scratch);
-    /* LN_1's JVP keeps the zero rows of a one-row input zero */
-    lens_block_linear_jvp(io, io->q, io->n, &blk->q, io->h, io->ff);
-    lens_block_linear_jvp(io, io->k, io->n, &blk->k, io->h, io->ff);
-    lens_block_linear_jvp(io, io->v, io->n, &blk->v, io->h, io->ff);
-    io->attend_jvp(io, l);
-    /* mid = x + attn_out(ctx) */
-    lens_linear_jvp(io->h, io->ctx, &blk->attn_out, N, io->pool);
-    lens_residual_forward(io->h, io->x, (size_t)N * C);
-    if (io->row_jac) lens_block_row_jac_apply(io, io->x, io->h, io->row_jac, C);
-    else gpt2_tail_jvp(m, io, l);
-}
-
-static void gpt2_block_row_jacobian(const lens_model *m, lens_block_io *io, int l, float *jac)
-{
-    lens_block_row_jacobian(io, m->cfg.d_model, jac, gpt2_tail_jvp, m, l);
-}
-
-/* Final cache: ln_f's input [rows][C] and statistics [rows] x2. */
-size_t lens_ln_final_cache_floats(const lens_config *c, int for_weights)
-{
-    (void)for_weights;
-    return (size_t)c->d_model + 2;
-}
-
-/* x = ln_f(x), statistics in slot 2L (or, with io->cache, the input and
- * statistics there). */
-void lens_ln_final_forward(const lens_model *m, lens_block_io *io)
-{
-    const lens_config *c = &m->cfg;
-    const int L = c->n_layers, C = c->d_model;
-    float *mean = lens_ln_slot(io, io->ln_mean, 2 * L), *rstd = lens_ln_slot(io, io->ln_rstd, 2 * L);
-    if (io->cache) {
-        const size_t R = (size_t)io->cache->rows;
-        memcpy(io->cache->buf, io->x, sizeof(float) * io->N * C);
-        mean = io->cache->buf + R * C, rstd = mean + R;
-    }
-    lens_add_layernorm(io->pool, io->x, mean, rstd, io->x, NULL, &m->p.ln_final, io->N, C, c->ln_eps);
-}
-
-void lens_ln_final_backward(const lens_model *m, lens_block_io *io)
-{
-    const int C = m->cfg.d_model;
-    const size_t R = (size_t)io->cache->rows;
-    const float *in = io->cache->buf, *mean = in + R * C, *rstd = mean + R;
-    lens_block_layernorm_backward(io, io->h, 0, io->x, in, mean, rstd, &m->p.ln_final, io->N, C);
-    memcpy(io->x, io->h, sizeof(float) * io->N * C);
-}
-
-void lens_ln_final_jvp(const lens_model *m, lens_block_io *io)
-{
-    const int C = m->cfg.d_model, T = io->cache->rows;
-    const float *in = io->cache->buf, *mean = in + (size_t)T * C, *rstd = mean + T;
-    lens_layernorm_jvp(io->x, io->x, in, mean, rstd, &m->p.ln_final, io->N / T, T, C, io->row_scratch);
+    const lens_block *b = &m->p.blocks[l];
+    lens_op_norm(p, LENS_R_H, LENS_R_X, &b->ln_attn, 2 * l);
+    lens_op_linear(p, LENS_R_Q, LENS_R_H, &b->q);
+    lens_op_linear(p, LENS_R_K, LENS_R_H, &b->k);
+    lens_op_linear(p, LENS_R_V, LENS_R_H, &b->v);
+    lens_op_attend(p);
+    lens_op_linear(p, LENS_R_H, LENS_R_CTX, &b->attn_out);
+    lens_op_add(p, LENS_R_X, LENS_R_H);
+    lens_op_tail(p);
+    lens_op_norm(p, LENS_R_H, LENS_R_X, &b->ln_ff, 2 * l + 1);
+    lens_op_linear(p, LENS_R_FF, LENS_R_H, &b->ff_in);
+    lens_op_gelu(p);
+    lens_op_linear(p, LENS_R_H, LENS_R_FF, &b->ff_out);
+    lens_op_add(p, LENS_R_X, LENS_R_H);
 }
 
 const lens_family lens_family_gpt2 = {
@@ -294,13 +147,5 @@ const lens_family lens_family_gpt2 = {
     .write_config = gpt2_write_config,
     .walk = gpt2_walk,
     .embed = gpt2_embed,
-    .block_forward = gpt2_block_forward,
-    .block_backward = gpt2_block_backward,
-    .block_jvp = gpt2_block_jvp,
-    .block_row_jacobian = gpt2_block_row_jacobian,
-    .cache_floats = lens_ln_block_cache_floats,
-    .final_cache_floats = lens_ln_final_cache_floats,
-    .final_forward = lens_ln_final_forward,
-    .final_backward = lens_ln_final_backward,
-    .final_jvp = lens_ln_final_jvp,
+    .block = gpt2_block,
 };

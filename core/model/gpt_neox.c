@@ -20,9 +20,8 @@
  *   parallel:  x' = x + Attn(h) W_o + W2 act(W1 LN2(x))
  *   else:      a = x + Attn(h) W_o;  x' = a + W2 act(W1 LN2(a))
  * LayerNorm statistics: slot 2l LN1, 2l + 1 LN2, 2L final_layer_norm (the
- * final norm is GPT-2's, gpt2.c). Backward and JVP follow the block contract
- * (arch.h); the fused q/k/v gradient is merged back into HF's per-head
- * layout in io->ff (F >= 3C).
+ * final norm is GPT-2's). The fused q/k/v output [N][3C] lives in the MLP
+ * buffer (lens_ff_cols counts it).
  * Presets: 1b = pythia-1b, 8b = pythia-6.9b. */
 #include <jansson.h>
 #include <math.h>
@@ -124,172 +123,34 @@ static void neox_embed(const lens_model *m, const int *ids, const int *type_ids,
     lens_decoder_embed(m, ids, NULL, T, x, NULL, NULL);
 }
 
-/* What the block keeps in lens_block_cache.buf per row (neox_slots): both
- * LayerNorms' inputs and statistics and the GELU input; with for_weights
- * the linear maps' inputs. */
-typedef struct {
-    float *x_in, *mean1, *rstd1;  /* input_layernorm: the block input */
-    float *x2, *mean2, *rstd2;    /* post_attention_layernorm: the block input (parallel) or x + attention */
-    float *ff_pre;                /* [F] GELU input */
-    float *h1, *ctx, *h2, *ff_act; /* for_weights */
-} neox_saved;
-
-static size_t neox_cache_floats(const lens_config *c, int for_weights)
-{
-    const size_t C = c->d_model, F = c->d_ff;
-    return 2 * C + F + 4 + (for_weights ? 3 * C + F : 0);
-}
-
-static neox_saved neox_slots(const lens_config *c, const lens_block_cache *k)
-{
-    const size_t R = (size_t)k->rows, C = c->d_model, F = c->d_ff;
-    neox_saved s = {0};
-    float *p = k->buf;
-#define TAKE(slot, width) (s.slot = p, p += R * (width))
-    TAKE(x_in, C), TAKE(mean1, 1), TAKE(rstd1, 1), TAKE(x2, C), TAKE(mean2, 1), TAKE(rstd2, 1), TAKE(ff_pre, F);
-    if (k->for_weights) TAKE(h1, C), TAKE(ctx, C), TAKE(h2, C), TAKE(ff_act, F);
-#undef TAKE
-    return s;
-}
-
-/* q, k, v [N][C] from the fused output qkv [N][ld] (per head [q_h | k_h | v_h]). */
-static void split_qkv(const lens_config *c, const float *qkv, size_t ld, int N, float *q, float *k, float *v)
-{
-    const int NH = c->n_heads, D = c->d_head_k, C = c->d_model;
-    for (int n = 0; n < N; n++)
-        for (int h = 0; h < NH; h++) {
-            const float *src = qkv + (size_t)n * ld + (size_t)h * 3 * D;
-            memcpy(q + (size_t)n * C + h * D, src, sizeof(float) * D);
-            memcpy(k + (size_t)n * C + h * D, src + D, sizeof(float) * D);
-            memcpy(v + (size_t)n * C + h * D, src + 2 * D, sizeof(float) * D);
-        }
-}
-
-/* The inverse of split_qkv: qkv [N][3C] (HF's per-head layout) from q, k, v [N][C]. */
-static void merge_qkv(const lens_config *c, float *qkv, int N, const float *q, const float *k, const float *v)
-{
-    const int NH = c->n_heads, D = c->d_head_k, C = c->d_model;
-    for (int n = 0; n < N; n++)
-        for (int h = 0; h < NH; h++) {
-            float *dst = qkv + (size_t)n * 3 * C + (size_t)h * 3 * D;
-            memcpy(dst, q + (size_t)n * C + h * D, sizeof(float) * D);
-            memcpy(dst + D, k + (size_t)n * C + h * D, sizeof(float) * D);
-            memcpy(dst + 2 * D, v + (size_t)n * C + h * D, sizeof(float) * D);
-        }
-}
-
-/* dst[N][W] = src[N] (row stride ld), when dst is not NULL. */
-static void save_rows(float *dst, const float *src, size_t ld, int N, int W)
-{
-    for (int n = 0; dst && n < N; n++) memcpy(dst + (size_t)n * W, src + n * ld, sizeof(float) * W);
-}
-
-static void neox_block_forward(const lens_model *m, lens_block_io *io, int l)
+/* h = LN1(x); q, k, v = split(h W_qkv + b), q, k rotated; then
+ *   parallel:  x' = x + MLP(LN2(x)) + Attn W_o (the MLP term added first, as HF)
+ *   else:      a = x + Attn W_o;  x' = a + MLP(LN2(a)) */
+static void neox_block(const lens_model *m, int l, lens_block_prog *p)
 {
     const lens_config *c = &m->cfg;
-    const lens_block *blk = &m->p.blocks[l];
-    const int C = c->d_model, F = c->d_ff, NH = c->n_heads;
-    const neox_saved s = io->cache ? neox_slots(c, io->cache) : (neox_saved){0};
-    int N = io->N;
-    float *mean1 = io->cache ? s.mean1 : lens_ln_slot(io, io->ln_mean, 2 * l);
-    float *rstd1 = io->cache ? s.rstd1 : lens_ln_slot(io, io->ln_rstd, 2 * l);
-    save_rows(s.x_in, io->x, (size_t)C, N, C);
-    lens_add_layernorm(io->pool, io->h, mean1, rstd1, io->x, NULL, &blk->ln_attn, N, C, c->ln_eps);
-    save_rows(s.h1, io->h, (size_t)C, N, C);
-    lens_gemm_linear_ld(io->ff, io->ff_ld, io->h, (size_t)C, &blk->q, N, io->pool);
-    split_qkv(c, io->ff, io->ff_ld, N, io->q, io->k, io->v);
-    lens_decoder_rope(c, io->q, io->pos, N, N, NH, 0);
-    lens_decoder_rope(c, io->k, io->pos, N, N, NH, 0);
-    io->attend(io, l);
-    N = io->N; /* the hook may have kept fewer rows */
-    save_rows(s.ctx, io->ctx, (size_t)C, N, C);
-    float *mean2 = io->cache ? s.mean2 : lens_ln_slot(io, io->ln_mean, 2 * l + 1);
-    float *rstd2 = io->cache ? s.rstd2 : lens_ln_slot(io, io->ln_rstd, 2 * l + 1);
+    if (l == c->n_layers) {
+        lens_op_final_norm(p, m);
+        return;
+    }
+    const lens_block *b = &m->p.blocks[l];
+    lens_op_norm(p, LENS_R_H, LENS_R_X, &b->ln_attn, 2 * l);
+    lens_op_linear(p, LENS_R_FF, LENS_R_H, &b->q); /* the fused map */
+    lens_op_split_qkv(p);
+    lens_op_rope(p, LENS_R_Q, c->n_heads);
+    lens_op_rope(p, LENS_R_K, c->n_heads);
+    lens_op_attend(p);
+    lens_op_linear(p, LENS_R_N, LENS_R_CTX, &b->attn_out);
     if (!c->parallel_residual) {
-        lens_gemm_linear(io->h, io->ctx, &blk->attn_out, N, io->pool);
-        lens_residual_layernorm(io->pool, io->x, io->h, NULL, NULL, NULL, NULL, N, C, c->ln_eps);
+        lens_op_add(p, LENS_R_X, LENS_R_N);
+        lens_op_tail(p);
     }
-    /* parallel: LN2 reads the block input x, still unchanged here */
-    save_rows(s.x2, io->x, (size_t)C, N, C);
-    lens_add_layernorm(io->pool, io->h, mean2, rstd2, io->x, NULL, &blk->ln_ff, N, C, c->ln_eps);
-    save_rows(s.h2, io->h, (size_t)C, N, C);
-    lens_gemm_linear_ld(io->ff, io->ff_ld, io->h, (size_t)C, &blk->ff_in, N, io->pool);
-    save_rows(s.ff_pre, io->ff, io->ff_ld, N, F);
-    lens_gelu_rows(io->pool, io->ff, io->ff_ld, N, F, c->gelu_tanh);
-    save_rows(s.ff_act, io->ff, io->ff_ld, N, F);
-    lens_gemm_linear_ld(io->h, (size_t)C, io->ff, io->ff_ld, &blk->ff_out, N, io->pool);
-    lens_residual_layernorm(io->pool, io->x, io->h, NULL, NULL, NULL, NULL, N, C, c->ln_eps);
-    if (c->parallel_residual) {
-        lens_gemm_linear(io->h, io->ctx, &blk->attn_out, N, io->pool);
-        lens_residual_layernorm(io->pool, io->x, io->h, NULL, NULL, NULL, NULL, N, C, c->ln_eps);
-    }
-}
-
-/* Backward of neox_block_forward: io->x = dL/dx' in, dL/dx out; io->ff
- * contiguous [N][F] (and [N][3C] for the fused q/k/v gradient, F >= 3C). */
-static void neox_block_backward(const lens_model *m, lens_block_io *io, int l)
-{
-    const lens_config *c = &m->cfg;
-    const lens_block *blk = &m->p.blocks[l];
-    const int C = c->d_model, F = c->d_ff, NH = c->n_heads;
-    const neox_saved s = neox_slots(c, io->cache);
-    int N = io->N;
-    /* forward: x' = x2 + W2 gelu(W1 LN2(x2)) (+ ctx W_o, parallel); x2 = x (parallel) or x + ctx W_o */
-    if (c->parallel_residual) lens_block_linear_backward(io, io->ctx, 0, io->x, s.ctx, &blk->attn_out, N);
-    lens_block_linear_backward(io, io->ff, 0, io->x, s.ff_act, &blk->ff_out, N);
-    lens_gelu_backward_rows(io->pool, io->ff, s.ff_pre, (size_t)F, N, F, c->gelu_tanh);
-    lens_block_linear_backward(io, io->n, 0, io->ff, s.h2, &blk->ff_in, N);
-    lens_block_layernorm_backward(io, io->x, 1, io->n, s.x2, s.mean2, s.rstd2, &blk->ln_ff, N, C);
-    if (!c->parallel_residual) lens_block_linear_backward(io, io->ctx, 0, io->x, s.ctx, &blk->attn_out, N);
-    if (io->attend_backward(io, l)) return;
-    N = io->N; /* the hook may have expanded compacted rows */
-    /* forward: q, k = RoPE(split(LN1(x) W_qkv + b)), v = split(..) */
-    lens_decoder_rope(c, io->q, io->pos, N, N, NH, 1);
-    lens_decoder_rope(c, io->k, io->pos, N, N, NH, 1);
-    merge_qkv(c, io->ff, N, io->q, io->k, io->v);
-    lens_block_linear_backward(io, io->n, 0, io->ff, s.h1, &blk->q, N);
-    lens_block_layernorm_backward(io, io->x, 1, io->n, s.x_in, s.mean1, s.rstd1, &blk->ln_attn, N, C);
-}
-
-/* JVP of neox_block_forward for the B = io->N / rows tangents in io->x. */
-static void neox_block_jvp(const lens_model *m, lens_block_io *io, int l)
-{
-    const lens_config *c = &m->cfg;
-    const lens_block *blk = &m->p.blocks[l];
-    const lens_block_cache *k = io->cache;
-    const int C = c->d_model, NH = c->n_heads, T = k->rows, N = io->N, B = N / T;
-    const neox_saved s = neox_slots(c, k);
-    lens_layernorm_jvp(io->n, io->x, s.x_in, s.mean1, s.rstd1, &blk->ln_attn, B, T, C, io->row_scratch);
-    lens_linear_jvp(io->ff, io->n, &blk->q, N, io->pool);
-    split_qkv(c, io->ff, (size_t)3 * C, N, io->q, io->k, io->v);
-    lens_decoder_rope(c, io->q, NULL, N, T, NH, 0);
-    lens_decoder_rope(c, io->k, NULL, N, T, NH, 0);
-    io->attend_jvp(io, l);
-    lens_linear_jvp(io->h, io->ctx, &blk->attn_out, N, io->pool);
-    if (!c->parallel_residual) lens_residual_forward(io->x, io->h, (size_t)N * C);
-    lens_layernorm_jvp(io->n, io->x, s.x2, s.mean2, s.rstd2, &blk->ln_ff, B, T, C, io->row_scratch);
-    lens_block_gelu_mlp_jvp(m, blk, io, io->n, io->n, s.ff_pre);
-    lens_residual_forward(io->x, io->n, (size_t)N * C);
-    if (c->parallel_residual) lens_residual_forward(io->x, io->h, (size_t)N * C);
-}
-
-/* q, k of one sequence: the fused map per head (views of W_qkv rows), so no
- * [T][3C] scratch is needed. */
-static void neox_attn_qk(const lens_model *m, int l, const float *h, int T, float *x, float *q, float *k)
-{
-    const lens_config *c = &m->cfg;
-    const lens_block *blk = &m->p.blocks[l];
-    const int NH = c->n_heads, D = c->d_head_k, C = c->d_model;
-    lens_layernorm_forward(x, NULL, NULL, h, &blk->ln_attn, T, C, c->ln_eps);
-    for (int hh = 0; hh < NH; hh++)
-        for (int part = 0; part < 2; part++) {
-            const size_t row = (size_t)hh * 3 * D + (size_t)part * D;
-            const lens_linear view = {.w = lens_dtype_at(blk->q.w, blk->q.dtype, row * C), .dtype = blk->q.dtype,
-                                      .b = blk->q.b + row, .in = C, .out = D, .ld = C};
-            lens_gemm_linear_ld((part ? k : q) + (size_t)hh * D, (size_t)C, x, (size_t)C, &view, T, NULL);
-        }
-    lens_decoder_rope(c, q, NULL, T, T, NH, 0);
-    lens_decoder_rope(c, k, NULL, T, T, NH, 0);
+    lens_op_norm(p, LENS_R_H, LENS_R_X, &b->ln_ff, 2 * l + 1);
+    lens_op_linear(p, LENS_R_FF, LENS_R_H, &b->ff_in);
+    lens_op_gelu(p);
+    lens_op_linear(p, LENS_R_H, LENS_R_FF, &b->ff_out);
+    lens_op_add(p, LENS_R_X, LENS_R_H);
+    if (c->parallel_residual) lens_op_add(p, LENS_R_X, LENS_R_N);
 }
 
 /* micro / tiny: head size 8 / 32 with rotary_pct 0.25 and 0.5 (2 / 16 channels rotate) */
@@ -320,15 +181,7 @@ const lens_family lens_family_gpt_neox = {
     .write_config = neox_write_config,
     .walk = neox_walk,
     .embed = neox_embed,
-    .block_forward = neox_block_forward,
-    .block_backward = neox_block_backward,
-    .block_jvp = neox_block_jvp,
-    .cache_floats = neox_cache_floats,
-    .final_cache_floats = lens_ln_final_cache_floats,
-    .final_forward = lens_ln_final_forward,
-    .final_backward = lens_ln_final_backward,
-    .final_jvp = lens_ln_final_jvp,
-    .attn_qk = neox_attn_qk,
+    .block = neox_block,
     .preset = neox_preset,
     .preset_names = "micro, tiny, 1b, 8b",
 };

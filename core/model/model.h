@@ -85,9 +85,6 @@ static inline lens_score_fn lens_layer_scores(const lens_config *c, int l, int c
                            .window = window};
 }
 
-/* Columns of the block's MLP buffer (lens_block_io.ff): gate and up of a
- * gated MLP, else d_ff. Callers allocate rows x lens_ff_cols floats. */
-static inline int lens_ff_cols(const lens_config *c) { return (c->glu ? 2 : 1) * c->d_ff; }
 /* Key/value heads and the key/value head that query head h reads (GQA). */
 static inline int lens_kv_heads(const lens_config *c) { return c->n_kv_heads ? c->n_kv_heads : c->n_heads; }
 static inline int lens_kv_head_of(const lens_config *c, int h) { return h / (c->n_heads / lens_kv_heads(c)); }

@@ -90,10 +90,5 @@ const lens_family lens_family_roberta = {
     .write_config = lens_bert_write_config,
     .walk = roberta_walk,
     .embed = roberta_embed,
-    .block_forward = lens_bert_block_forward,
-    .block_backward = lens_bert_block_backward,
-    .block_jvp = lens_bert_block_jvp,
-    .block_row_jacobian = lens_bert_block_row_jacobian,
-    .cache_floats = lens_ln_block_cache_floats,
-    .final_forward = NULL,
+    .block = lens_bert_block,
 };

@@ -53,3 +53,16 @@ void lens_glu_jvp(float *tout, const float *tgate, const float *tup, const float
             tout[i] = dy * tgate[i] * up[i] + y * tup[i];
         }
 }
+
+void lens_glu_backward_inplace(float *d, float *dup, const float *gate, const float *up, int N, int F, size_t ld,
+                               lens_glu act)
+{
+    for (int n = 0; n < N; n++)
+        for (int f = 0; f < F; f++) {
+            const size_t i = (size_t)n * ld + f;
+            float y, dy;
+            lens_glu_act(act, gate[i], &y, &dy);
+            dup[i] = d[i] * y;
+            d[i] *= dy * up[i];
+        }
+}

@@ -19,6 +19,9 @@ void lens_glu_forward(float *out, const float *gate, const float *up, int N, int
 /* dgate, dup [N][F] += from dout (dgate, dup may be NULL). */
 void lens_glu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int N, int F,
                        size_t ld, lens_glu act);
+/* The same in place: d holds dout on entry and dgate on exit; dup is set. */
+void lens_glu_backward_inplace(float *d, float *dup, const float *gate, const float *up, int N, int F, size_t ld,
+                               lens_glu act);
 /* tout[N][F] = act'(g) tg * u + act(g) tu. */
 void lens_glu_jvp(float *tout, const float *tgate, const float *tup, const float *gate, const float *up, int N, int F,
                   size_t ld, lens_glu act);

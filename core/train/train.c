@@ -1,8 +1,9 @@
 /* train.c - training BERT classifiers / masked LMs and GPT-2 causal LMs:
  * parameters, the forward pass that keeps what backward needs, the backward
- * pass, AdamW, checkpoints. The blocks are the family's (arch.h:
- * block_forward caching into a lens_block_cache with the linear maps'
- * inputs, block_backward with weight gradients through a lens_grad_map);
+ * pass, AdamW, checkpoints. The blocks are the family's programs run by
+ * block.h (lens_block_forward caching into a lens_block_cache with the
+ * linear maps' inputs, lens_block_backward with weight gradients through a
+ * lens_grad_map);
  * this file owns the embeddings, the heads, the losses and attention over
  * the packed sequences (the attend hooks). A summed-heads BERT
  * (head_combination sum) is explained above tile_summed.
@@ -384,7 +385,7 @@ static int acts_reserve(lens_trainer *t, size_t N, size_t S, size_t A, size_t tm
 {
     acts *a = &t->a;
     const lens_config *c = &t->cfg;
-    const size_t C = (size_t)c->d_model, L = (size_t)c->n_layers, F = (size_t)c->d_ff, NH = (size_t)c->n_heads;
+    const size_t C = (size_t)c->d_model, L = (size_t)c->n_layers, NH = (size_t)c->n_heads;
     const size_t QK = NH * c->d_head_k, VO = NH * c->d_head_v, K = (size_t)c->n_labels;
     int failed = 0;
     if (N > a->N) {
@@ -394,13 +395,13 @@ static int acts_reserve(lens_trainer *t, size_t N, size_t S, size_t A, size_t tm
         if (!a->cache) failed |= !(a->cache = calloc(L, sizeof *a->cache));
         for (size_t l = 0; l < L && !failed; l++) {
             lens_block_cache_free(&a->cache[l]);
-            failed |= lens_block_cache_init(&a->cache[l], c, (int)N, 1, 0);
+            failed |= lens_block_cache_init(&a->cache[l], &t->view, (int)l, (int)N, 1);
         }
         lens_block_cache_free(&a->final);
-        failed |= lens_block_cache_init(&a->final, c, (int)N, 1, 1);
+        failed |= lens_block_cache_init(&a->final, &t->view, c->n_layers, (int)N, 1);
         failed |= grow(&a->x, N * C) | grow(&a->ctx, N * VO);
         failed |= grow(&a->dx, N * C) | grow(&a->dres, N * C) | grow(&a->da, N * C);
-        failed |= grow(&a->dff, N * F) | grow(&a->dq, N * QK) | grow(&a->dk, N * QK) | grow(&a->dv, N * VO);
+        failed |= grow(&a->dff, N * (size_t)lens_ff_cols(&t->view)) | grow(&a->dq, N * QK) | grow(&a->dk, N * QK) | grow(&a->dv, N * VO);
         if (!failed) a->N = N;
     }
     if (S > a->S) {
@@ -481,7 +482,6 @@ static void forward(lens_trainer *t, const lens_batch *b, size_t N, size_t A)
 {
     const lens_config *c = &t->cfg;
     const lens_params *p = &t->p;
-    const lens_family *f = c->family;
     acts *a = &t->a;
     const int C = c->d_model, n = (int)N, pre = lens_has_cap(c, LENS_CAP_PRE_NORM);
     for (int s = 0; s < b->n_seqs; s++) {
@@ -492,17 +492,15 @@ static void forward(lens_trainer *t, const lens_batch *b, size_t N, size_t A)
     }
     if (!pre) lens_layernorm_forward(a->x, a->emb_mean, a->emb_rstd, a->emb, &p->ln_emb, n, C, c->ln_eps);
     batch_attention ba = {.t = t, .b = b, .A = A};
-    lens_block_io io = {.N = n, .x = a->x, .h = a->dres, .n = a->da, .ctx = a->ctx, .ff = a->dff,
-                        .ff_ld = (size_t)c->d_ff, .pool = t->pool, .attend = train_attend, .attend_ctx = &ba};
+    lens_block_io io = {.N = n, .x = a->x, .h = a->dres, .n = a->da, .ctx = a->ctx, .ff = a->dff, .pool = t->pool,
+                        .attend = train_attend, .attend_ctx = &ba};
     for (int l = 0; l < c->n_layers; l++) {
         io.cache = &a->cache[l];
         io.q = io.cache->q, io.k = io.cache->k, io.v = io.cache->v;
-        f->block_forward(&t->view, &io, l);
+        lens_block_forward(&t->view, &io, l);
     }
-    if (f->final_forward) {
-        io.cache = &a->final;
-        f->final_forward(&t->view, &io);
-    }
+    io.cache = &a->final;
+    lens_block_forward(&t->view, &io, c->n_layers);
 }
 
 /* Classification head on x_L: pooled = tanh(x_L[CLS] W_p + b_p); logits = pooled W_c + b_c */
@@ -557,23 +555,20 @@ static void backward(lens_trainer *t, const lens_batch *b, size_t N, size_t A)
 {
     const lens_config *c = &t->cfg;
     const lens_params *p = &t->p;
-    const lens_family *f = c->family;
     acts *a = &t->a;
     const int C = c->d_model, S = b->n_seqs, n = (int)N, pre = lens_has_cap(c, LENS_CAP_PRE_NORM);
     batch_attention ba = {.t = t, .b = b, .A = A};
     const lens_grad_map grads = {.of = grad_of, .ctx = &ba};
     lens_block_io io = {.N = n, .x = a->dx, .h = a->dres, .n = a->da, .q = a->dq, .k = a->dk, .v = a->dv,
-                        .ctx = a->ctx, .ff = a->dff, .ff_ld = (size_t)c->d_ff, .pool = t->pool, .grads = &grads,
+                        .ctx = a->ctx, .ff = a->dff, .pool = t->pool, .grads = &grads,
                         .attend_backward = train_attend_backward, .attend_ctx = &ba};
-    if (f->final_backward) {
-        io.cache = &a->final;
-        f->final_backward(&t->view, &io);
-    }
+    io.cache = &a->final;
+    lens_block_backward(&t->view, &io, c->n_layers);
     for (int l = c->n_layers - 1; l >= 0; l--) {
         io.cache = &a->cache[l];
         ba.layer = l;
         if (c->head_combination) memset(a->dw_summed, 0, (size_t)C * c->n_heads * c->d_head_v * sizeof(float));
-        f->block_backward(&t->view, &io, l);
+        lens_block_backward(&t->view, &io, l);
         if (c->head_combination) tie_summed_grad(c, G(t, p->blocks[l].attn_out.w), a->dw_summed);
     }
     const float *de = a->dx; /* dL/de */
