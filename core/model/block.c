@@ -57,10 +57,10 @@ void lens_op_split_qkv(lens_block_prog *p) { append(p, LENS_OP_SPLIT_QKV, LENS_R
 void lens_op_attend(lens_block_prog *p) { append(p, LENS_OP_ATTEND, LENS_R_CTX, LENS_R_Q); }
 void lens_op_tail(lens_block_prog *p) { append(p, LENS_OP_TAIL, LENS_R_X, LENS_R_X); }
 
-void lens_op_qk_norm(lens_block_prog *p, lens_reg reg, const lens_layernorm *ln, int heads)
+void lens_op_qk_norm(lens_block_prog *p, lens_reg reg, const lens_layernorm *ln, int heads, int dim)
 {
     lens_op *o = append(p, LENS_OP_QK_NORM, reg, reg);
-    o->ln = ln, o->heads = heads;
+    o->ln = ln, o->heads = heads, o->dim = dim;
 }
 
 void lens_op_rope(lens_block_prog *p, lens_reg reg, int heads) { append(p, LENS_OP_ROPE, reg, reg)->heads = heads; }
@@ -137,7 +137,7 @@ static void make_plan(const lens_model *m, const lens_block_prog *p, int for_wei
             break;
         case LENS_OP_QK_NORM:
             pl->in[i] = SAVE(o->out, (size_t)o->heads * c->d_head_k);
-            pl->stats[i] = floats, floats += (size_t)o->heads;
+            pl->stats[i] = floats, floats += (size_t)o->heads * c->d_head_k / o->dim;
             version[o->out]++;
             break;
         case LENS_OP_GELU:
@@ -378,7 +378,7 @@ static void forward_ops(const lens_model *m, lens_block_io *io, int l, const len
             const size_t w = (size_t)o->heads * c->d_head_k;
             save(io, pl->in[i], out, w, N, w);
             lens_rmsnorm_forward(out, io->cache ? saved(io, pl->stats[i]) : NULL, out, o->ln->w, c->norm_unit_offset,
-                                 N * o->heads, c->d_head_k, c->ln_eps);
+                                 (int)(N * w / o->dim), o->dim, c->ln_eps);
             break;
         }
         case LENS_OP_ROPE:
@@ -466,7 +466,7 @@ void lens_block_backward(const lens_model *m, lens_block_io *io, int l)
             break;
         case LENS_OP_QK_NORM:
             lens_rmsnorm_backward_inplace(dout, grad_of(io, o->ln->w), inp, saved(io, pl.stats[i]), o->ln->w, off,
-                                          N * o->heads, c->d_head_k);
+                                          (int)(N * (size_t)o->heads * c->d_head_k / o->dim), o->dim);
             break;
         case LENS_OP_ROPE:
             lens_block_rope(c, dout, io->pos, N, N, o->heads, 1);
@@ -593,7 +593,7 @@ static void jvp_ops(const lens_model *m, lens_block_io *io, int l, const lens_bl
             const size_t w = (size_t)o->heads * c->d_head_k;
             for (int b = 0; b < B; b++)
                 lens_rmsnorm_jvp(out + b * T * w, out + b * T * w, inp, saved(io, pl->stats[i]), o->ln->w, off,
-                                 T * o->heads, c->d_head_k);
+                                 (int)(T * w / o->dim), o->dim);
             break;
         }
         case LENS_OP_ROPE:

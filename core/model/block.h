@@ -56,7 +56,7 @@ typedef enum {
     LENS_OP_COPY,      /* out = in */
     LENS_OP_GELU,      /* FF = gelu(FF) (cfg.gelu_tanh) */
     LENS_OP_GLU,       /* FF = act(FF) * UP (cfg.glu) */
-    LENS_OP_QK_NORM,   /* per-head RMSNorm of out (Q or K, `heads` heads) in place */
+    LENS_OP_QK_NORM,   /* RMSNorm of out (Q or K, `heads` heads) in place, over groups of `dim` channels */
     LENS_OP_ROPE,      /* RoPE on out (Q or K, `heads` heads) at the rows' positions */
     LENS_OP_REPEAT_KV, /* out (K or V): `heads` kv heads -> NH (HF repeat_kv) */
     LENS_OP_SPLIT_QKV, /* Q, K, V from FF in GPT-NeoX's per-head [q_h | k_h | v_h] layout */
@@ -71,6 +71,7 @@ typedef struct {
     const lens_layernorm *ln; /* NORM, QK_NORM */
     int slot;                 /* NORM: statistics slot of io->ln_mean / ln_rstd, -1 none */
     int heads;                /* QK_NORM, ROPE, REPEAT_KV */
+    int dim;                  /* QK_NORM: channels per norm (DK per head, heads * DK the whole projection) */
 } lens_op;
 
 #define LENS_BLOCK_MAX_OPS 48
@@ -88,7 +89,7 @@ void lens_op_add(lens_block_prog *p, lens_reg out, lens_reg in);
 void lens_op_copy(lens_block_prog *p, lens_reg out, lens_reg in);
 void lens_op_gelu(lens_block_prog *p);
 void lens_op_glu(lens_block_prog *p);
-void lens_op_qk_norm(lens_block_prog *p, lens_reg reg, const lens_layernorm *ln, int heads);
+void lens_op_qk_norm(lens_block_prog *p, lens_reg reg, const lens_layernorm *ln, int heads, int dim);
 void lens_op_rope(lens_block_prog *p, lens_reg reg, int heads);
 void lens_op_repeat_kv(lens_block_prog *p, lens_reg reg, int kv_heads);
 void lens_op_split_qkv(lens_block_prog *p);

@@ -248,8 +248,8 @@ void lens_decoder_block(const lens_model *m, int l, lens_block_prog *p)
     lens_op_linear(p, LENS_R_K, LENS_R_H, &b->k);
     lens_op_linear(p, LENS_R_V, LENS_R_H, &b->v);
     if (c->qk_norm) {
-        lens_op_qk_norm(p, LENS_R_Q, &b->q_norm, NH);
-        lens_op_qk_norm(p, LENS_R_K, &b->k_norm, NKV);
+        lens_op_qk_norm(p, LENS_R_Q, &b->q_norm, NH, c->d_head_k);
+        lens_op_qk_norm(p, LENS_R_K, &b->k_norm, NKV, c->d_head_k);
     }
     lens_op_rope(p, LENS_R_Q, NH);
     lens_op_rope(p, LENS_R_K, NKV);
