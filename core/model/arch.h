@@ -13,6 +13,7 @@
 #ifndef LENS_ARCH_H
 #define LENS_ARCH_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -69,20 +70,93 @@ typedef struct lens_param_visitor {
     lens_dtype dtype; /* of the tensor tensor() returned last (F32 = 0 unless the visitor sets it) */
 } lens_param_visitor;
 
-/* Helpers for walkers: an HF nn.Linear (weight [out][in]) or GPT-2 Conv1D
- * (weight [in][out]) named base + ".weight" / ".bias", a LayerNorm. */
-void lens_walk_linear(lens_param_visitor *v, lens_linear *lin, const char *base, int in, int out, int conv1d,
-                      float init_std);
-void lens_walk_layernorm(lens_param_visitor *v, lens_layernorm *ln, const char *base, int C);
-const void *lens_walk_tensor(lens_param_visitor *v, const char *name, int64_t d0, int64_t d1,
-                             lens_param_kind kind, float init_std);
-/* An nn.Linear with an optional bias (Llama's attention_bias / mlp_bias). */
-void lens_walk_linear_bias(lens_param_visitor *v, lens_linear *lin, const char *base, int in, int out, int bias,
-                           float init_std);
-/* An RMSNorm weight base + ".weight" [C] (Gemma's unit_offset gain 1 + w
- * is stored as w, zero-initialised); noise as lens_param_desc.init_std. */
-void lens_walk_rmsnorm(lens_param_visitor *v, lens_layernorm *ln, const char *base, int C, int unit_offset,
-                       float noise);
+/* ------------------------------------------------------------ tensor tables */
+
+/* A family's HF tensor names are data (llama.cpp's LLM_TENSOR_NAMES): an
+ * ordered list of sections, each a name prefix and rows, walked by one
+ * generic walker (lens_walk_params) for the loader, the trainer and mkmodel.
+ * A row names a tensor, where it binds, how it is stored, its shape in
+ * config sizes, when it exists and how mkmodel initialises it. */
+typedef enum {
+    LENS_T_EMBEDDING, /* [d0][d1] table (const void *, in the checkpoint's dtype) */
+    LENS_T_VECTOR,    /* [d0] float32 (const float *), zero-initialised: an output bias */
+    LENS_T_LINEAR,    /* nn.Linear: name.weight [d0 = out][d1 = in], name.bias [out] */
+    LENS_T_LINEAR_NB, /* nn.Linear without bias (with one when bias_if holds) */
+    LENS_T_CONV1D,    /* GPT-2 Conv1D: name.weight [d1 = in][d0 = out], name.bias [out] */
+    LENS_T_LAYERNORM, /* name.weight, name.bias [d0] */
+    LENS_T_RMSNORM    /* name.weight [d0]; a unit-offset gain 1 + w (Gemma) is stored as w */
+} lens_tensor_kind;
+
+/* Tensor sizes in config symbols (lens_dim_size). */
+typedef enum {
+    LENS_D_NONE,
+    LENS_D_C,      /* d_model */
+    LENS_D_F,      /* d_ff */
+    LENS_D_2F,     /* fused gate | up */
+    LENS_D_V,      /* vocab_size */
+    LENS_D_POS,    /* max_positions + position_offset */
+    LENS_D_TYPES,  /* type_vocab_size */
+    LENS_D_LABELS, /* n_labels */
+    LENS_D_DK,     /* d_head_k */
+    LENS_D_QK,     /* NH * DK */
+    LENS_D_VO,     /* NH * DV */
+    LENS_D_KV,     /* NKV * DK */
+    LENS_D_KVV,    /* NKV * DV */
+    LENS_D_QKV     /* NH * DK + NKV * DK + NKV * DV: fused q | k | v */
+} lens_dim;
+int lens_dim_size(const lens_config *c, lens_dim d);
+
+/* When a row exists: every set bit must hold (0 = always). */
+enum {
+    LENS_IF_CLASSIFIER = 1 << 0,    /* task classification */
+    LENS_IF_MLM = 1 << 1,           /* task masked-lm */
+    LENS_IF_UNTIED_LM = 1 << 2,     /* causal LM whose head is not tied to the embeddings */
+    LENS_IF_QKV_BIAS = 1 << 3,      /* cfg qkv_bias */
+    LENS_IF_O_BIAS = 1 << 4,        /* cfg o_bias */
+    LENS_IF_QK_NORM = 1 << 5,       /* cfg qk_norm */
+    LENS_IF_POST_NORMS = 1 << 6,    /* cfg post_norms */
+    LENS_IF_NO_POST_NORMS = 1 << 7  /* not post_norms */
+};
+
+/* A fused tensor bound as views of its parts (row blocks of an nn.Linear,
+ * column blocks of a Conv1D): q | k | v (LENS_D_QKV) into lens_block q, k,
+ * v; gate | up (LENS_D_2F, HF's chunk(2) order) into gate, ff_in. */
+typedef enum { LENS_SPLIT_NONE, LENS_SPLIT_QKV, LENS_SPLIT_GATE_UP } lens_split;
+
+/* mkmodel's initialisation (lens_param_desc.init_std): weights and tables
+ * N(0, std), std = initializer_range (0.02 when unset); RESID: std /
+ * sqrt(2 L) (GPT-2's residual projections); NOISE: norms get N(0, 0.1)
+ * added so tests see every gain. */
+typedef enum { LENS_INIT_STD, LENS_INIT_RESID, LENS_INIT_NOISE } lens_init;
+
+typedef struct {
+    const char *name;      /* after the section prefix; linear and norm kinds add ".weight" / ".bias" */
+    size_t field;          /* offsetof in lens_block (layer sections) or lens_params; split rows: unused */
+    lens_tensor_kind kind;
+    lens_dim d0, d1;
+    unsigned when;         /* LENS_IF_* */
+    unsigned bias_if;      /* LENS_T_LINEAR_NB: the bias exists when these LENS_IF_* hold (0: never) */
+    lens_split split;
+    lens_init init;
+    int summed;            /* head_combination != concat: the weight is stored [C][DV] (model.h) */
+} lens_tensor_row;
+
+typedef struct {
+    const char *prefix;         /* "bert.encoder.layer.%d.": "%d" is the layer index */
+    int per_layer;              /* 1: the rows repeat for each layer and bind into its lens_block */
+    const lens_tensor_row *rows; /* ended by a row with name NULL; NULL ends the section list */
+} lens_tensor_section;
+
+/* A row; the optional designated fields (.when, .bias_if, .split, .init,
+ * .summed) follow d1. LENS_P / LENS_B: where a row binds. */
+#define LENS_ROW(name_, field_, kind_, d0_, d1_, ...) \
+    {.name = (name_), .field = (field_), .kind = (kind_), .d0 = (d0_), .d1 = (d1_), __VA_ARGS__}
+#define LENS_P(member) offsetof(lens_params, member)
+#define LENS_B(member) offsetof(lens_block, member)
+
+/* Every tensor of a cfg checkpoint, in HF order (cfg->family->tensors),
+ * bound into p through v. */
+void lens_walk_params(const lens_config *cfg, lens_params *p, lens_param_visitor *v);
 
 /* ------------------------------------------------------------ blocks */
 
@@ -256,8 +330,8 @@ struct lens_family {
     int (*new_config)(lens_config *cfg, const char *task, lens_err *err);
     /* Writes config.json for cfg; random_weights marks mkmodel's output. */
     void (*write_config)(FILE *f, const lens_config *cfg, int random_weights);
-    /* Every tensor of a cfg checkpoint, in HF order, bound into p. */
-    void (*walk)(const lens_config *cfg, lens_params *p, lens_param_visitor *v);
+    /* Every tensor of a checkpoint, in HF order (lens_walk_params). */
+    const lens_tensor_section *tensors;
 
     /* x[T][C] = embedding output of one sequence (ids, type_ids [T], type_ids
      * NULL = all 0), incl. an embedding LayerNorm whose statistics go to
@@ -336,7 +410,7 @@ int lens_config_task(struct json_t *root, const char *path, lens_config *cfg, le
  * under prefix ("bert.", "roberta."), tok + pos (+ seg) + LayerNorm, and
  * the post-norm block. */
 int lens_bert_parse_keys(struct json_t *root, const char *path, lens_config *cfg, lens_err *err);
-void lens_bert_walk_encoder(const lens_config *c, lens_params *p, lens_param_visitor *v, const char *prefix);
+extern const lens_tensor_row lens_bert_embedding_rows[], lens_bert_layer_rows[];
 void lens_bert_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
                      float *rstd);
 void lens_bert_block_forward(const lens_model *m, lens_block_io *io, int l);

@@ -103,71 +103,46 @@ void lens_bert_write_config(FILE *f, const lens_config *c, int random_weights)
     lens_write_task_tail(f, c, random_weights);
 }
 
-/* Summed heads (model.h): attention.output.dense.weight is [C][DV] in the
- * file; lens_linear describes the concat map NH*DV -> C either way, with
- * row stride DV until the loader tiles it (or NH*DV when the visitor tiles). */
-static void walk_summed_output(const lens_config *c, lens_param_visitor *v, lens_linear *lin, const char *base)
-{
-    const int C = c->d_model, VO = c->n_heads * c->d_head_v;
-    char name[256];
-    snprintf(name, sizeof name, "%s.weight", base);
-    const lens_param_desc d = {.name = name, .ndim = 2, .shape = {C, c->d_head_v}, .kind = LENS_PARAM_WEIGHT,
-                               .init_std = 0.02f, .summed = 1};
-    lin->w = v->failed ? NULL : v->tensor(v, &d);
-    lin->dtype = v->dtype;
-    snprintf(name, sizeof name, "%s.bias", base);
-    lin->b = lens_walk_tensor(v, name, C, 0, LENS_PARAM_BIAS, 0);
-    lin->in = VO, lin->out = C, lin->ld = v->tiles_summed ? VO : c->d_head_v, lin->w_in_out = 0, lin->packed = NULL;
-}
+/* HF order: embeddings, encoder.layer.{l}, then the task head. Base-model
+ * tensors carry the prefix ("bert."; BertModel checkpoints drop it, the
+ * loader copes). Summed heads (model.h): attention.output.dense.weight is
+ * [C][DV] in the file. */
+const lens_tensor_row lens_bert_embedding_rows[] = {
+    LENS_ROW("embeddings.word_embeddings.weight", LENS_P(tok_emb), LENS_T_EMBEDDING, LENS_D_V, LENS_D_C),
+    LENS_ROW("embeddings.position_embeddings.weight", LENS_P(pos_emb), LENS_T_EMBEDDING, LENS_D_POS, LENS_D_C),
+    LENS_ROW("embeddings.token_type_embeddings.weight", LENS_P(type_emb), LENS_T_EMBEDDING, LENS_D_TYPES, LENS_D_C),
+    LENS_ROW("embeddings.LayerNorm", LENS_P(ln_emb), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE),
+    {0}};
 
-/* HF order: embeddings, encoder.layer.{l} (the task head follows). Base-
- * model tensors carry the prefix ("bert."; BertModel checkpoints drop it,
- * the loader copes). */
-void lens_bert_walk_encoder(const lens_config *c, lens_params *p, lens_param_visitor *v, const char *prefix)
-{
-    const int C = c->d_model, QK = c->n_heads * c->d_head_k, VO = c->n_heads * c->d_head_v;
-    const float sd = 0.02f;
-    char n[160];
-#define AT(suffix) (snprintf(n, sizeof n, "%s%s", prefix, suffix), n)
-    p->tok_emb = lens_walk_tensor(v, AT("embeddings.word_embeddings.weight"), c->vocab_size, C, LENS_PARAM_EMBEDDING, sd);
-    p->pos_emb = lens_walk_tensor(v, AT("embeddings.position_embeddings.weight"), c->max_positions + c->position_offset,
-                                  C, LENS_PARAM_EMBEDDING, sd);
-    p->type_emb = lens_walk_tensor(v, AT("embeddings.token_type_embeddings.weight"), c->type_vocab_size, C,
-                                   LENS_PARAM_EMBEDDING, sd);
-    lens_walk_layernorm(v, &p->ln_emb, AT("embeddings.LayerNorm"), C);
-#undef AT
-    for (int l = 0; l < c->n_layers; l++) {
-        lens_block *blk = &p->blocks[l];
-#define AT(suffix) (snprintf(n, sizeof n, "%sencoder.layer.%d.%s", prefix, l, suffix), n)
-        lens_walk_linear(v, &blk->q, AT("attention.self.query"), C, QK, 0, sd);
-        lens_walk_linear(v, &blk->k, AT("attention.self.key"), C, QK, 0, sd);
-        lens_walk_linear(v, &blk->v, AT("attention.self.value"), C, VO, 0, sd);
-        if (c->head_combination) walk_summed_output(c, v, &blk->attn_out, AT("attention.output.dense"));
-        else lens_walk_linear(v, &blk->attn_out, AT("attention.output.dense"), VO, C, 0, sd);
-        lens_walk_layernorm(v, &blk->ln_attn, AT("attention.output.LayerNorm"), C);
-        lens_walk_linear(v, &blk->ff_in, AT("intermediate.dense"), C, c->d_ff, 0, sd);
-        lens_walk_linear(v, &blk->ff_out, AT("output.dense"), c->d_ff, C, 0, sd);
-        lens_walk_layernorm(v, &blk->ln_ff, AT("output.LayerNorm"), C);
-#undef AT
-    }
-}
+const lens_tensor_row lens_bert_layer_rows[] = {
+    LENS_ROW("attention.self.query", LENS_B(q), LENS_T_LINEAR, LENS_D_QK, LENS_D_C),
+    LENS_ROW("attention.self.key", LENS_B(k), LENS_T_LINEAR, LENS_D_QK, LENS_D_C),
+    LENS_ROW("attention.self.value", LENS_B(v), LENS_T_LINEAR, LENS_D_VO, LENS_D_C),
+    LENS_ROW("attention.output.dense", LENS_B(attn_out), LENS_T_LINEAR, LENS_D_C, LENS_D_VO, .summed = 1),
+    LENS_ROW("attention.output.LayerNorm", LENS_B(ln_attn), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE),
+    LENS_ROW("intermediate.dense", LENS_B(ff_in), LENS_T_LINEAR, LENS_D_F, LENS_D_C),
+    LENS_ROW("output.dense", LENS_B(ff_out), LENS_T_LINEAR, LENS_D_C, LENS_D_F),
+    LENS_ROW("output.LayerNorm", LENS_B(ln_ff), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE),
+    {0}};
 
-/* Heads: BertForSequenceClassification's pooler + classifier,
- * BertForMaskedLM's cls.predictions (decoder weight tied to the word
- * embeddings; HF saves no copy). */
-static void bert_walk(const lens_config *c, lens_params *p, lens_param_visitor *v)
-{
-    const int C = c->d_model;
-    lens_bert_walk_encoder(c, p, v, "bert.");
-    if (c->task == LENS_TASK_CLASSIFICATION) {
-        lens_walk_linear(v, &p->pooler, "bert.pooler.dense", C, C, 0, 0.02f);
-        lens_walk_linear(v, &p->classifier, "classifier", C, c->n_labels, 0, 0.02f);
-    } else if (c->task == LENS_TASK_MASKED_LM) {
-        lens_walk_linear(v, &p->mlm_transform, "cls.predictions.transform.dense", C, C, 0, 0.02f);
-        lens_walk_layernorm(v, &p->mlm_ln, "cls.predictions.transform.LayerNorm", C);
-        p->mlm_bias = lens_walk_tensor(v, "cls.predictions.bias", c->vocab_size, 0, LENS_PARAM_BIAS, 0);
-    }
-}
+/* BertForSequenceClassification's pooler + classifier, BertForMaskedLM's
+ * cls.predictions (decoder weight tied to the word embeddings; HF saves no
+ * copy). */
+static const lens_tensor_row bert_head_rows[] = {
+    LENS_ROW("bert.pooler.dense", LENS_P(pooler), LENS_T_LINEAR, LENS_D_C, LENS_D_C, .when = LENS_IF_CLASSIFIER),
+    LENS_ROW("classifier", LENS_P(classifier), LENS_T_LINEAR, LENS_D_LABELS, LENS_D_C, .when = LENS_IF_CLASSIFIER),
+    LENS_ROW("cls.predictions.transform.dense", LENS_P(mlm_transform), LENS_T_LINEAR, LENS_D_C, LENS_D_C,
+             .when = LENS_IF_MLM),
+    LENS_ROW("cls.predictions.transform.LayerNorm", LENS_P(mlm_ln), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE,
+             .when = LENS_IF_MLM),
+    LENS_ROW("cls.predictions.bias", LENS_P(mlm_bias), LENS_T_VECTOR, LENS_D_V, LENS_D_NONE, .when = LENS_IF_MLM),
+    {0}};
+
+static const lens_tensor_section bert_tensors[] = {
+    {"bert.", 0, lens_bert_embedding_rows},
+    {"bert.encoder.layer.%d.", 1, lens_bert_layer_rows},
+    {"", 0, bert_head_rows},
+    {0}};
 
 /* x = LN(token + position + segment embeddings). */
 void lens_bert_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
@@ -324,7 +299,7 @@ const lens_family lens_family_bert = {
     .parse_config = bert_parse_config,
     .new_config = bert_new_config,
     .write_config = lens_bert_write_config,
-    .walk = bert_walk,
+    .tensors = bert_tensors,
     .embed = lens_bert_embed,
     .block_forward = lens_bert_block_forward,
     .block_backward = lens_bert_block_backward,

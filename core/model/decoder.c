@@ -175,43 +175,43 @@ void lens_decoder_write_common(FILE *f, const lens_config *c)
 
 /* ------------------------------------------------------------ tensors */
 
-void lens_decoder_walk(const lens_config *c, lens_params *p, lens_param_visitor *v)
-{
-    const int C = c->d_model, NH = c->n_heads, NKV = lens_kv_heads(c), DK = c->d_head_k, DV = c->d_head_v;
-    const int F = c->d_ff, off = c->norm_unit_offset;
-    const float sd = c->init_range > 0 ? c->init_range : 0.02f, noise = 0.1f;
-    p->tok_emb = lens_walk_tensor(v, "model.embed_tokens.weight", c->vocab_size, C, LENS_PARAM_EMBEDDING, sd);
-    p->pos_emb = p->type_emb = NULL;
-    for (int l = 0; l < c->n_layers; l++) {
-        lens_block *blk = &p->blocks[l];
-        char n[128];
-#define AT(suffix) (snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix), n)
-        lens_walk_linear_bias(v, &blk->q, AT("self_attn.q_proj"), C, NH * DK, c->qkv_bias, sd);
-        lens_walk_linear_bias(v, &blk->k, AT("self_attn.k_proj"), C, NKV * DK, c->qkv_bias, sd);
-        lens_walk_linear_bias(v, &blk->v, AT("self_attn.v_proj"), C, NKV * DV, c->qkv_bias, sd);
-        lens_walk_linear_bias(v, &blk->attn_out, AT("self_attn.o_proj"), NH * DV, C, c->o_bias, sd);
-        if (c->qk_norm) {
-            lens_walk_rmsnorm(v, &blk->q_norm, AT("self_attn.q_norm"), DK, off, noise);
-            lens_walk_rmsnorm(v, &blk->k_norm, AT("self_attn.k_norm"), DK, off, noise);
-        }
-        lens_walk_linear_bias(v, &blk->gate, AT("mlp.gate_proj"), C, F, 0, sd);
-        lens_walk_linear_bias(v, &blk->ff_in, AT("mlp.up_proj"), C, F, 0, sd);
-        lens_walk_linear_bias(v, &blk->ff_out, AT("mlp.down_proj"), F, C, 0, sd);
-        lens_walk_rmsnorm(v, &blk->ln_attn, AT("input_layernorm"), C, off, noise);
-        if (c->post_norms) {
-            lens_walk_rmsnorm(v, &blk->post_attn, AT("post_attention_layernorm"), C, off, noise);
-            lens_walk_rmsnorm(v, &blk->ln_ff, AT("pre_feedforward_layernorm"), C, off, noise);
-            lens_walk_rmsnorm(v, &blk->post_ff, AT("post_feedforward_layernorm"), C, off, noise);
-        } else {
-            lens_walk_rmsnorm(v, &blk->ln_ff, AT("post_attention_layernorm"), C, off, noise);
-        }
-#undef AT
-    }
-    lens_walk_rmsnorm(v, &p->ln_final, "model.norm", C, off, noise);
-    p->lm_head = (lens_linear){0};
-    if (!c->tie_word_embeddings && c->task == LENS_TASK_CAUSAL_LM)
-        lens_walk_linear_bias(v, &p->lm_head, "lm_head", C, c->vocab_size, 0, sd);
-}
+static const lens_tensor_row decoder_embedding_rows[] = {
+    LENS_ROW("model.embed_tokens.weight", LENS_P(tok_emb), LENS_T_EMBEDDING, LENS_D_V, LENS_D_C),
+    {0}};
+
+static const lens_tensor_row decoder_layer_rows[] = {
+    LENS_ROW("self_attn.q_proj", LENS_B(q), LENS_T_LINEAR_NB, LENS_D_QK, LENS_D_C, .bias_if = LENS_IF_QKV_BIAS),
+    LENS_ROW("self_attn.k_proj", LENS_B(k), LENS_T_LINEAR_NB, LENS_D_KV, LENS_D_C, .bias_if = LENS_IF_QKV_BIAS),
+    LENS_ROW("self_attn.v_proj", LENS_B(v), LENS_T_LINEAR_NB, LENS_D_KVV, LENS_D_C, .bias_if = LENS_IF_QKV_BIAS),
+    LENS_ROW("self_attn.o_proj", LENS_B(attn_out), LENS_T_LINEAR_NB, LENS_D_C, LENS_D_VO, .bias_if = LENS_IF_O_BIAS),
+    LENS_ROW("self_attn.q_norm", LENS_B(q_norm), LENS_T_RMSNORM, LENS_D_DK, LENS_D_NONE,
+             .when = LENS_IF_QK_NORM, .init = LENS_INIT_NOISE),
+    LENS_ROW("self_attn.k_norm", LENS_B(k_norm), LENS_T_RMSNORM, LENS_D_DK, LENS_D_NONE,
+             .when = LENS_IF_QK_NORM, .init = LENS_INIT_NOISE),
+    LENS_ROW("mlp.gate_proj", LENS_B(gate), LENS_T_LINEAR_NB, LENS_D_F, LENS_D_C),
+    LENS_ROW("mlp.up_proj", LENS_B(ff_in), LENS_T_LINEAR_NB, LENS_D_F, LENS_D_C),
+    LENS_ROW("mlp.down_proj", LENS_B(ff_out), LENS_T_LINEAR_NB, LENS_D_C, LENS_D_F),
+    LENS_ROW("input_layernorm", LENS_B(ln_attn), LENS_T_RMSNORM, LENS_D_C, LENS_D_NONE, .init = LENS_INIT_NOISE),
+    LENS_ROW("post_attention_layernorm", LENS_B(post_attn), LENS_T_RMSNORM, LENS_D_C, LENS_D_NONE,
+             .when = LENS_IF_POST_NORMS, .init = LENS_INIT_NOISE),
+    LENS_ROW("pre_feedforward_layernorm", LENS_B(ln_ff), LENS_T_RMSNORM, LENS_D_C, LENS_D_NONE,
+             .when = LENS_IF_POST_NORMS, .init = LENS_INIT_NOISE),
+    LENS_ROW("post_feedforward_layernorm", LENS_B(post_ff), LENS_T_RMSNORM, LENS_D_C, LENS_D_NONE,
+             .when = LENS_IF_POST_NORMS, .init = LENS_INIT_NOISE),
+    LENS_ROW("post_attention_layernorm", LENS_B(ln_ff), LENS_T_RMSNORM, LENS_D_C, LENS_D_NONE,
+             .when = LENS_IF_NO_POST_NORMS, .init = LENS_INIT_NOISE),
+    {0}};
+
+static const lens_tensor_row decoder_final_rows[] = {
+    LENS_ROW("model.norm", LENS_P(ln_final), LENS_T_RMSNORM, LENS_D_C, LENS_D_NONE, .init = LENS_INIT_NOISE),
+    LENS_ROW("lm_head", LENS_P(lm_head), LENS_T_LINEAR_NB, LENS_D_V, LENS_D_C, .when = LENS_IF_UNTIED_LM),
+    {0}};
+
+const lens_tensor_section lens_decoder_tensors[] = {
+    {"", 0, decoder_embedding_rows},
+    {"model.layers.%d.", 1, decoder_layer_rows},
+    {"", 0, decoder_final_rows},
+    {0}};
 
 /* ------------------------------------------------------------ forward */
 

@@ -58,39 +58,36 @@ static void distilbert_write_config(FILE *f, const lens_config *c, int random_we
     lens_write_task_tail(f, c, random_weights);
 }
 
-static void distilbert_walk(const lens_config *c, lens_params *p, lens_param_visitor *v)
-{
-    const int C = c->d_model;
-    const float sd = 0.02f;
-    p->tok_emb = lens_walk_tensor(v, "distilbert.embeddings.word_embeddings.weight", c->vocab_size, C,
-                                  LENS_PARAM_EMBEDDING, sd);
-    p->pos_emb = lens_walk_tensor(v, "distilbert.embeddings.position_embeddings.weight", c->max_positions, C,
-                                  LENS_PARAM_EMBEDDING, sd);
-    p->type_emb = NULL;
-    lens_walk_layernorm(v, &p->ln_emb, "distilbert.embeddings.LayerNorm", C);
-    for (int l = 0; l < c->n_layers; l++) {
-        lens_block *blk = &p->blocks[l];
-        char n[128];
-#define AT(suffix) (snprintf(n, sizeof n, "distilbert.transformer.layer.%d.%s", l, suffix), n)
-        lens_walk_linear(v, &blk->q, AT("attention.q_lin"), C, C, 0, sd);
-        lens_walk_linear(v, &blk->k, AT("attention.k_lin"), C, C, 0, sd);
-        lens_walk_linear(v, &blk->v, AT("attention.v_lin"), C, C, 0, sd);
-        lens_walk_linear(v, &blk->attn_out, AT("attention.out_lin"), C, C, 0, sd);
-        lens_walk_layernorm(v, &blk->ln_attn, AT("sa_layer_norm"), C);
-        lens_walk_linear(v, &blk->ff_in, AT("ffn.lin1"), C, c->d_ff, 0, sd);
-        lens_walk_linear(v, &blk->ff_out, AT("ffn.lin2"), c->d_ff, C, 0, sd);
-        lens_walk_layernorm(v, &blk->ln_ff, AT("output_layer_norm"), C);
-#undef AT
-    }
-    if (c->task == LENS_TASK_CLASSIFICATION) {
-        lens_walk_linear(v, &p->pooler, "pre_classifier", C, C, 0, sd);
-        lens_walk_linear(v, &p->classifier, "classifier", C, c->n_labels, 0, sd);
-    } else if (c->task == LENS_TASK_MASKED_LM) {
-        lens_walk_linear(v, &p->mlm_transform, "vocab_transform", C, C, 0, sd);
-        lens_walk_layernorm(v, &p->mlm_ln, "vocab_layer_norm", C);
-        p->mlm_bias = lens_walk_tensor(v, "vocab_projector.bias", c->vocab_size, 0, LENS_PARAM_BIAS, 0);
-    }
-}
+static const lens_tensor_row distilbert_embedding_rows[] = {
+    LENS_ROW("word_embeddings.weight", LENS_P(tok_emb), LENS_T_EMBEDDING, LENS_D_V, LENS_D_C),
+    LENS_ROW("position_embeddings.weight", LENS_P(pos_emb), LENS_T_EMBEDDING, LENS_D_POS, LENS_D_C),
+    LENS_ROW("LayerNorm", LENS_P(ln_emb), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE),
+    {0}};
+
+static const lens_tensor_row distilbert_layer_rows[] = {
+    LENS_ROW("attention.q_lin", LENS_B(q), LENS_T_LINEAR, LENS_D_QK, LENS_D_C),
+    LENS_ROW("attention.k_lin", LENS_B(k), LENS_T_LINEAR, LENS_D_QK, LENS_D_C),
+    LENS_ROW("attention.v_lin", LENS_B(v), LENS_T_LINEAR, LENS_D_VO, LENS_D_C),
+    LENS_ROW("attention.out_lin", LENS_B(attn_out), LENS_T_LINEAR, LENS_D_C, LENS_D_VO),
+    LENS_ROW("sa_layer_norm", LENS_B(ln_attn), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE),
+    LENS_ROW("ffn.lin1", LENS_B(ff_in), LENS_T_LINEAR, LENS_D_F, LENS_D_C),
+    LENS_ROW("ffn.lin2", LENS_B(ff_out), LENS_T_LINEAR, LENS_D_C, LENS_D_F),
+    LENS_ROW("output_layer_norm", LENS_B(ln_ff), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE),
+    {0}};
+
+static const lens_tensor_row distilbert_head_rows[] = {
+    LENS_ROW("pre_classifier", LENS_P(pooler), LENS_T_LINEAR, LENS_D_C, LENS_D_C, .when = LENS_IF_CLASSIFIER),
+    LENS_ROW("classifier", LENS_P(classifier), LENS_T_LINEAR, LENS_D_LABELS, LENS_D_C, .when = LENS_IF_CLASSIFIER),
+    LENS_ROW("vocab_transform", LENS_P(mlm_transform), LENS_T_LINEAR, LENS_D_C, LENS_D_C, .when = LENS_IF_MLM),
+    LENS_ROW("vocab_layer_norm", LENS_P(mlm_ln), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE, .when = LENS_IF_MLM),
+    LENS_ROW("vocab_projector.bias", LENS_P(mlm_bias), LENS_T_VECTOR, LENS_D_V, LENS_D_NONE, .when = LENS_IF_MLM),
+    {0}};
+
+static const lens_tensor_section distilbert_tensors[] = {
+    {"distilbert.embeddings.", 0, distilbert_embedding_rows},
+    {"distilbert.transformer.layer.%d.", 1, distilbert_layer_rows},
+    {"", 0, distilbert_head_rows},
+    {0}};
 
 const lens_family lens_family_distilbert = {
     .model_type = "distilbert",
@@ -104,7 +101,7 @@ const lens_family lens_family_distilbert = {
     .parse_config = distilbert_parse_config,
     .new_config = distilbert_new_config,
     .write_config = distilbert_write_config,
-    .walk = distilbert_walk,
+    .tensors = distilbert_tensors,
     .embed = lens_bert_embed, /* type_emb NULL: tok + pos, then LayerNorm */
     .block_forward = lens_bert_block_forward,
     .block_backward = lens_bert_block_backward,

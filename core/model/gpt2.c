@@ -73,35 +73,29 @@ static void gpt2_write_config(FILE *f, const lens_config *c, int random_weights)
  * v are views of it with row stride 3C. The two residual projections
  * (attn.c_proj, mlp.c_proj) start at 0.02 / sqrt(2 L), as HF and the GPT-2
  * paper initialise them. */
-static void gpt2_walk(const lens_config *c, lens_params *p, lens_param_visitor *v)
-{
-    const int C = c->d_model;
-    const float sd = 0.02f, sd_proj = 0.02f / sqrtf(2.0f * c->n_layers);
-    p->tok_emb = lens_walk_tensor(v, "transformer.wte.weight", c->vocab_size, C, LENS_PARAM_EMBEDDING, sd);
-    p->pos_emb = lens_walk_tensor(v, "transformer.wpe.weight", c->max_positions, C, LENS_PARAM_EMBEDDING, sd);
-    p->type_emb = NULL;
-    for (int l = 0; l < c->n_layers; l++) {
-        lens_block *blk = &p->blocks[l];
-        char n[128];
-#define AT(suffix) (snprintf(n, sizeof n, "transformer.h.%d.%s", l, suffix), n)
-        lens_linear qkv;
-        lens_walk_layernorm(v, &blk->ln_attn, AT("ln_1"), C);
-        lens_walk_linear(v, &qkv, AT("attn.c_attn"), C, 3 * C, 1, sd);
-        lens_walk_linear(v, &blk->attn_out, AT("attn.c_proj"), C, C, 1, sd_proj);
-        lens_walk_layernorm(v, &blk->ln_ff, AT("ln_2"), C);
-        lens_walk_linear(v, &blk->ff_in, AT("mlp.c_fc"), C, c->d_ff, 1, sd);
-        lens_walk_linear(v, &blk->ff_out, AT("mlp.c_proj"), c->d_ff, C, 1, sd_proj);
-#undef AT
-        lens_linear *views[3] = {&blk->q, &blk->k, &blk->v};
-        for (int i = 0; i < 3; i++) {
-            *views[i] = qkv;
-            views[i]->w = qkv.w ? lens_dtype_at(qkv.w, qkv.dtype, (size_t)i * C) : NULL;
-            views[i]->b = qkv.b ? qkv.b + i * C : NULL;
-            views[i]->out = C;
-        }
-    }
-    lens_walk_layernorm(v, &p->ln_final, "transformer.ln_f", C);
-}
+static const lens_tensor_row gpt2_embedding_rows[] = {
+    LENS_ROW("wte.weight", LENS_P(tok_emb), LENS_T_EMBEDDING, LENS_D_V, LENS_D_C),
+    LENS_ROW("wpe.weight", LENS_P(pos_emb), LENS_T_EMBEDDING, LENS_D_POS, LENS_D_C),
+    {0}};
+
+static const lens_tensor_row gpt2_layer_rows[] = {
+    LENS_ROW("ln_1", LENS_B(ln_attn), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE),
+    LENS_ROW("attn.c_attn", 0, LENS_T_CONV1D, LENS_D_QKV, LENS_D_C, .split = LENS_SPLIT_QKV),
+    LENS_ROW("attn.c_proj", LENS_B(attn_out), LENS_T_CONV1D, LENS_D_C, LENS_D_VO, .init = LENS_INIT_RESID),
+    LENS_ROW("ln_2", LENS_B(ln_ff), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE),
+    LENS_ROW("mlp.c_fc", LENS_B(ff_in), LENS_T_CONV1D, LENS_D_F, LENS_D_C),
+    LENS_ROW("mlp.c_proj", LENS_B(ff_out), LENS_T_CONV1D, LENS_D_C, LENS_D_F, .init = LENS_INIT_RESID),
+    {0}};
+
+static const lens_tensor_row gpt2_final_rows[] = {
+    LENS_ROW("ln_f", LENS_P(ln_final), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE),
+    {0}};
+
+static const lens_tensor_section gpt2_tensors[] = {
+    {"transformer.", 0, gpt2_embedding_rows},
+    {"transformer.h.%d.", 1, gpt2_layer_rows},
+    {"transformer.", 0, gpt2_final_rows},
+    {0}};
 
 /* x = token + position embeddings. */
 static void gpt2_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
@@ -292,7 +286,7 @@ const lens_family lens_family_gpt2 = {
     .parse_config = gpt2_parse_config,
     .new_config = gpt2_new_config,
     .write_config = gpt2_write_config,
-    .walk = gpt2_walk,
+    .tensors = gpt2_tensors,
     .embed = gpt2_embed,
     .block_forward = gpt2_block_forward,
     .block_backward = gpt2_block_backward,

@@ -92,30 +92,30 @@ static void neox_write_config(FILE *f, const lens_config *c, int random_weights)
     lens_write_task_tail(f, c, random_weights);
 }
 
-static void neox_walk(const lens_config *c, lens_params *p, lens_param_visitor *v)
-{
-    const int C = c->d_model, F = c->d_ff;
-    const float sd = c->init_range > 0 ? c->init_range : 0.02f;
-    p->tok_emb = lens_walk_tensor(v, "gpt_neox.embed_in.weight", c->vocab_size, C, LENS_PARAM_EMBEDDING, sd);
-    p->pos_emb = p->type_emb = NULL;
-    for (int l = 0; l < c->n_layers; l++) {
-        lens_block *blk = &p->blocks[l];
-        char n[128];
-#define AT(suffix) (snprintf(n, sizeof n, "gpt_neox.layers.%d.%s", l, suffix), n)
-        lens_walk_layernorm(v, &blk->ln_attn, AT("input_layernorm"), C);
-        lens_walk_layernorm(v, &blk->ln_ff, AT("post_attention_layernorm"), C);
-        lens_walk_linear(v, &blk->q, AT("attention.query_key_value"), C, 3 * C, 0, sd);
-        lens_walk_linear(v, &blk->attn_out, AT("attention.dense"), C, C, 0, sd);
-        lens_walk_linear(v, &blk->ff_in, AT("mlp.dense_h_to_4h"), C, F, 0, sd);
-        lens_walk_linear(v, &blk->ff_out, AT("mlp.dense_4h_to_h"), F, C, 0, sd);
-#undef AT
-        blk->k = blk->v = (lens_linear){0};
-    }
-    lens_walk_layernorm(v, &p->ln_final, "gpt_neox.final_layer_norm", C);
-    p->lm_head = (lens_linear){0};
-    if (!c->tie_word_embeddings && c->task == LENS_TASK_CAUSAL_LM)
-        lens_walk_linear_bias(v, &p->lm_head, "embed_out", C, c->vocab_size, 0, sd);
-}
+static const lens_tensor_row neox_layer_rows[] = {
+    LENS_ROW("input_layernorm", LENS_B(ln_attn), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE),
+    LENS_ROW("post_attention_layernorm", LENS_B(ln_ff), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE),
+    LENS_ROW("attention.query_key_value", LENS_B(q), LENS_T_LINEAR, LENS_D_QKV, LENS_D_C),
+             /* per-head layout: one map */
+    LENS_ROW("attention.dense", LENS_B(attn_out), LENS_T_LINEAR, LENS_D_C, LENS_D_VO),
+    LENS_ROW("mlp.dense_h_to_4h", LENS_B(ff_in), LENS_T_LINEAR, LENS_D_F, LENS_D_C),
+    LENS_ROW("mlp.dense_4h_to_h", LENS_B(ff_out), LENS_T_LINEAR, LENS_D_C, LENS_D_F),
+    {0}};
+
+static const lens_tensor_row neox_rows[] = {
+    LENS_ROW("gpt_neox.embed_in.weight", LENS_P(tok_emb), LENS_T_EMBEDDING, LENS_D_V, LENS_D_C),
+    {0}};
+
+static const lens_tensor_row neox_final_rows[] = {
+    LENS_ROW("gpt_neox.final_layer_norm", LENS_P(ln_final), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE),
+    LENS_ROW("embed_out", LENS_P(lm_head), LENS_T_LINEAR_NB, LENS_D_V, LENS_D_C, .when = LENS_IF_UNTIED_LM),
+    {0}};
+
+static const lens_tensor_section neox_tensors[] = {
+    {"", 0, neox_rows},
+    {"gpt_neox.layers.%d.", 1, neox_layer_rows},
+    {"", 0, neox_final_rows},
+    {0}};
 
 static void neox_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
                        float *rstd)
@@ -318,7 +318,7 @@ const lens_family lens_family_gpt_neox = {
     .parse_config = neox_parse_config,
     .new_config = neox_new_config,
     .write_config = neox_write_config,
-    .walk = neox_walk,
+    .tensors = neox_tensors,
     .embed = neox_embed,
     .block_forward = neox_block_forward,
     .block_backward = neox_block_backward,

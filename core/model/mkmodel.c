@@ -414,7 +414,7 @@ static int write_tensors(const char *dir, const lens_config *c, unsigned long lo
     lens_params p = {0};
     p.blocks = calloc((size_t)c->n_layers, sizeof *p.blocks);
     lister b = {.v = {.tensor = list_tensor}, .dtype = out->dtype};
-    if (p.blocks) c->family->walk(c, &p, &b.v);
+    if (p.blocks) lens_walk_params(c, &p, &b.v);
     float *chunk = malloc(sizeof(float) * FILL_CHUNK);
     int *shard_of = malloc(sizeof(int) * (size_t)(b.n ? b.n : 1));
     int rc = -1;

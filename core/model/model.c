@@ -204,7 +204,7 @@ lens_model *lens_model_load(const char *dir, lens_err *err)
     if (!(m->weights = lens_weights_open(dir, err))) goto fail;
     binder b = {.v = {.tensor = bind_tensor}, .w = m->weights, .p = &m->p, .base_prefix = m->cfg.family->base_prefix,
                 .strip = -1, .err = err};
-    m->cfg.family->walk(&m->cfg, &m->p, &b.v);
+    lens_walk_params(&m->cfg, &m->p, &b.v);
     if (b.v.failed) goto fail;
     m->n_params = b.n_params;
     if (pack_weights(m, err)) goto fail;

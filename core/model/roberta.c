@@ -39,21 +39,23 @@ static int roberta_new_config(lens_config *c, const char *task, lens_err *err)
     return lens_new_encoder_task(c, task, err);
 }
 
-static void roberta_walk(const lens_config *c, lens_params *p, lens_param_visitor *v)
-{
-    const int C = c->d_model;
-    lens_bert_walk_encoder(c, p, v, "roberta.");
-    if (c->task == LENS_TASK_CLASSIFICATION) {
-        lens_walk_linear(v, &p->pooler, "classifier.dense", C, C, 0, 0.02f);
-        lens_walk_linear(v, &p->classifier, "classifier.out_proj", C, c->n_labels, 0, 0.02f);
-    } else if (c->task == LENS_TASK_MASKED_LM) {
-        /* lm_head.decoder.weight is the word embeddings (tied, not saved);
-         * its bias is lm_head.bias */
-        lens_walk_linear(v, &p->mlm_transform, "lm_head.dense", C, C, 0, 0.02f);
-        lens_walk_layernorm(v, &p->mlm_ln, "lm_head.layer_norm", C);
-        p->mlm_bias = lens_walk_tensor(v, "lm_head.bias", c->vocab_size, 0, LENS_PARAM_BIAS, 0);
-    }
-}
+/* RobertaForSequenceClassification's classifier.dense + out_proj,
+ * RobertaForMaskedLM's lm_head (lm_head.decoder.weight is the word
+ * embeddings, tied and not saved; its bias is lm_head.bias). */
+static const lens_tensor_row roberta_head_rows[] = {
+    LENS_ROW("classifier.dense", LENS_P(pooler), LENS_T_LINEAR, LENS_D_C, LENS_D_C, .when = LENS_IF_CLASSIFIER),
+    LENS_ROW("classifier.out_proj", LENS_P(classifier), LENS_T_LINEAR, LENS_D_LABELS, LENS_D_C,
+             .when = LENS_IF_CLASSIFIER),
+    LENS_ROW("lm_head.dense", LENS_P(mlm_transform), LENS_T_LINEAR, LENS_D_C, LENS_D_C, .when = LENS_IF_MLM),
+    LENS_ROW("lm_head.layer_norm", LENS_P(mlm_ln), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE, .when = LENS_IF_MLM),
+    LENS_ROW("lm_head.bias", LENS_P(mlm_bias), LENS_T_VECTOR, LENS_D_V, LENS_D_NONE, .when = LENS_IF_MLM),
+    {0}};
+
+static const lens_tensor_section roberta_tensors[] = {
+    {"roberta.", 0, lens_bert_embedding_rows},
+    {"roberta.encoder.layer.%d.", 1, lens_bert_layer_rows},
+    {"", 0, roberta_head_rows},
+    {0}};
 
 /* x = LN(tok[id] + pos[padding_idx + cumsum(id != pad)] + type[0]), pad
  * tokens at position padding_idx. */
@@ -88,7 +90,7 @@ const lens_family lens_family_roberta = {
     .parse_config = roberta_parse_config,
     .new_config = roberta_new_config,
     .write_config = lens_bert_write_config,
-    .walk = roberta_walk,
+    .tensors = roberta_tensors,
     .embed = roberta_embed,
     .block_forward = lens_bert_block_forward,
     .block_backward = lens_bert_block_backward,

@@ -145,7 +145,7 @@ static const void *take(lens_param_visitor *v, const lens_param_desc *d)
 static void walk(lens_trainer *t, walker *w)
 {
     *w = (walker){.v = {.tensor = take, .tiles_summed = 1}, .t = t};
-    t->cfg.family->walk(&t->cfg, &t->p, &w->v);
+    lens_walk_params(&t->cfg, &t->p, &w->v);
 }
 
 /* Summed heads (model.h): the trainer keeps W_O tiled, [C][NH*DV] with
