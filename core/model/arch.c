@@ -56,6 +56,8 @@ int lens_dim_size(const lens_config *c, lens_dim d)
     case LENS_D_KV: return NKV * DK;
     case LENS_D_KVV: return NKV * DV;
     case LENS_D_QKV: return NH * DK + NKV * DK + NKV * DV;
+    case LENS_D_NH: return NH;
+    case LENS_D_DH: return NH > 0 ? c->d_model / NH : 0;
     }
     return 0;
 }

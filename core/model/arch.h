@@ -102,7 +102,9 @@ typedef enum {
     LENS_D_VO,     /* NH * DV */
     LENS_D_KV,     /* NKV * DK */
     LENS_D_KVV,    /* NKV * DV */
-    LENS_D_QKV     /* NH * DK + NKV * DK + NKV * DV: fused q | k | v */
+    LENS_D_QKV,    /* NH * DK + NKV * DK + NKV * DV: fused q | k | v */
+    LENS_D_NH,     /* n_heads */
+    LENS_D_DH      /* d_model / n_heads (a config default; the keys must divide) */
 } lens_dim;
 int lens_dim_size(const lens_config *c, lens_dim d);
 
@@ -157,6 +159,75 @@ typedef struct {
 /* Every tensor of a cfg checkpoint, in HF order (cfg->family->tensors),
  * bound into p through v. */
 void lens_walk_params(const lens_config *cfg, lens_params *p, lens_param_visitor *v);
+
+/* ------------------------------------------------------------ config keys */
+
+/* A family's HF config keys are data as well (Redis's config table): rows
+ * read by one parser (lens_config_load) and written by one writer
+ * (lens_config_to_json), in table order, so a default may use the sizes of
+ * rows before it. A short family hook does what is not one key (a
+ * rope_scaling object, sizes derived from several keys). The parsed JSON is
+ * never changed. */
+typedef enum {
+    LENS_KEY_INT,    /* JSON integer -> int */
+    LENS_KEY_FLOAT,  /* JSON number -> float */
+    LENS_KEY_DOUBLE, /* JSON number -> double */
+    LENS_KEY_BOOL,   /* true / false -> int 1 / 0 */
+    LENS_KEY_CHOICE  /* one of .choices' names -> int (its value) */
+} lens_key_type;
+
+typedef struct {
+    const char *name;
+    int value;
+} lens_key_choice;
+
+enum {
+    LENS_KEY_REQUIRED = 1 << 0,     /* absent or null: an error naming the key */
+    LENS_KEY_ONLY_DEFAULT = 1 << 1, /* another value changes the math in a way lensd does not: refused by name */
+    LENS_KEY_NULL_OFF = 1 << 2,     /* null sets 0 (the feature off; written as null), absent the default */
+    LENS_KEY_OPEN_MIN = 1 << 3,     /* min < value (else min <= value) */
+    LENS_KEY_OPEN_MAX = 1 << 4,     /* value < max */
+    LENS_KEY_IF_CHANGED = 1 << 5    /* written only when not the default */
+};
+
+#define LENS_KEY_CHECK_ONLY ((size_t)-1) /* .field of a key that sets nothing: only its default is accepted */
+
+typedef struct {
+    const char *key;         /* NULL: no key, the field is a family constant (its default) */
+    const char *alias;       /* read when key is absent or null: "rope_theta" for "rotary_emb_base" */
+    lens_key_type type;
+    size_t field;            /* LENS_C(member), or LENS_KEY_CHECK_ONLY */
+    double def;              /* the default; times lens_dim_size(def_dim) when def_dim is set */
+    lens_dim def_dim;
+    double min, max;         /* the accepted range when min < max or max_dim is set */
+    lens_dim max_dim;        /* max += lens_dim_size(max_dim): [0, V - 1] is max -1, max_dim V */
+    unsigned flags;          /* LENS_KEY_* */
+    const lens_key_choice *choices; /* CHOICE: ended by {NULL}; a value is written as its first name */
+} lens_config_key;
+
+#define LENS_KEY(key_, type_, field_, ...) {.key = (key_), .type = (type_), .field = (field_), __VA_ARGS__}
+#define LENS_C(member) offsetof(lens_config, member)
+/* The keys' choices lensd shares: hidden_act of a plain MLP (cfg gelu_tanh),
+ * of a gated one (cfg glu), head_combination. */
+extern const lens_key_choice lens_gelu_choices[], lens_glu_choices[], lens_head_combination_choices[];
+
+/* One key row's value (or default) as a double, for a hook that reads a key
+ * into no field of its own (GPT-NeoX's rotary_pct). */
+int lens_config_key_read(const struct json_t *root, const char *path, const lens_config *cfg,
+                         const lens_config_key *k, double *out, lens_err *err);
+
+/* json_real of the shortest decimal that reads back as f (1e-5f: 1e-05). */
+struct json_t *lens_json_float(float f);
+
+/* config.json of cfg: architectures, model_type, the family's keys, its
+ * writer's constants and hook, then the random-weights mark and the task
+ * (id2label / label2id of a classifier, else lensd_task). NULL: out of
+ * memory. */
+struct json_t *lens_config_to_json(const lens_config *cfg, int random_weights);
+/* Writes it to path, keys sorted and indented as transformers does, with
+ * "torch_dtype" when not NULL. */
+int lens_config_save(const char *path, const lens_config *cfg, int random_weights, const char *torch_dtype,
+                     lens_err *err);
 
 /* ------------------------------------------------------------ blocks */
 
@@ -311,25 +382,41 @@ size_t lens_ln_block_cache_floats(const lens_config *c, int for_weights);
 void lens_block_gelu_mlp_jvp(const lens_model *m, const lens_block *blk, lens_block_io *io, float *out,
                              const float *in, const float *ff_pre);
 
+/* What checkpoint writing needs of a family (mkmodel, and the trainer's
+ * config.json); loading and compute never read it. */
+typedef struct lens_family_writer {
+    /* mkmodel's tokenizer files: tokenizer_config.json "tokenizer_class", and
+     * for byte-level BPE the special tokens at ids 0.. and at the last id */
+    const char *tokenizer_class;
+    const char *bpe_first[4], *bpe_last;
+    /* A new checkpoint's config (mkmodel): the family's defaults (vocabulary
+     * size, positions, eps, activation, labels) for task, a lens_task_name
+     * or NULL for the family's default task; sizes are the caller's. */
+    int (*new_config)(lens_config *cfg, const char *task, lens_err *err);
+    /* Optional: sets cfg's shape for an mkmodel preset name (after
+     * new_config); -1 when the family has no such preset. NULL = the
+     * generic presets of mkmodel.c. */
+    int (*preset)(lens_config *cfg, const char *name);
+    const char *preset_names; /* "micro, tiny, 1b, 8b" for --help and errors */
+    /* config.json beyond the keys: constant members (a JSON object text:
+     * dropouts, ...), and optionally a hook adding derived ones (bos / eos,
+     * rope_scaling); non-zero = out of memory. */
+    const char *config_constants;
+    int (*config_extra)(struct json_t *root, const lens_config *cfg);
+} lens_family_writer;
+
 struct lens_family {
     const char *model_type;   /* config "model_type": "bert" */
     const char *base_prefix;  /* base-model tensor prefix inside task checkpoints: "bert." */
     const char *default_arch; /* config "architectures"[0] when absent */
     const char *task_archs[4]; /* HF class of each lens_task, NULL = not supported */
     unsigned caps;            /* LENS_CAP_* */
-    /* mkmodel's tokenizer files: tokenizer_config.json "tokenizer_class", and
-     * for byte-level BPE the special tokens at ids 0.. and at the last id */
-    const char *tokenizer_class;
-    const char *bpe_first[4], *bpe_last;
 
-    /* Reads the family's HF config keys into cfg (architecture already set). */
-    int (*parse_config)(struct json_t *root, const char *path, lens_config *cfg, lens_err *err);
-    /* A new checkpoint's config (mkmodel): the family's defaults (vocabulary
-     * size, positions, eps, activation, labels) for task, a lens_task_name
-     * or NULL for the family's default task; sizes are the caller's. */
-    int (*new_config)(lens_config *cfg, const char *task, lens_err *err);
-    /* Writes config.json for cfg; random_weights marks mkmodel's output. */
-    void (*write_config)(FILE *f, const lens_config *cfg, int random_weights);
+    /* The HF config keys, tables read in order (arch.h config keys), then
+     * the optional hook for what is not one key (architecture already set;
+     * the task is read after it). */
+    const lens_config_key *keys[4];
+    int (*config_hook)(const struct json_t *root, const char *path, lens_config *cfg, lens_err *err);
     /* Every tensor of a checkpoint, in HF order (lens_walk_params). */
     const lens_tensor_section *tensors;
 
@@ -369,14 +456,7 @@ struct lens_family {
      * h [T][C] of one sequence, x [T][C] scratch; NULL = LN(h) (pre-norm) or
      * h, times W_q / W_k. */
     void (*attn_qk)(const lens_model *m, int l, const float *h, int T, float *x, float *q, float *k);
-    /* Non-NULL: the family has no block backward / JVP yet; the sentence
-     * lens_model_supports gives for the gradient analyses. */
-    const char *no_backward;
-    /* Optional: sets cfg's shape for an mkmodel preset name (after
-     * new_config); -1 when the family has no such preset. NULL = the
-     * generic presets of mkmodel.c. */
-    int (*preset)(lens_config *cfg, const char *name);
-    const char *preset_names; /* "micro, tiny, 1b, 8b" for errors */
+    const lens_family_writer *writer;
 };
 
 /* The families lensd knows, NULL-terminated, and lookups. */
@@ -389,38 +469,23 @@ extern const lens_family lens_family_bert, lens_family_gpt2, lens_family_roberta
 extern const lens_family lens_family_llama, lens_family_mistral, lens_family_qwen2, lens_family_qwen3,
     lens_family_gemma, lens_family_gemma2, lens_family_gpt_neox;
 
-/* Shared by the family files: JSON config helpers (config.c). */
-int lens_json_int(struct json_t *root, const char *path, const char *key, int fallback, int min, int max, int *out,
-                  lens_err *err);
-int lens_json_eps(struct json_t *root, const char *path, const char *key, double fallback, float *out,
-                  lens_err *err);
-const char *lens_json_str(struct json_t *root, const char *key);
-int lens_parse_activation(const char *path, const char *act, int *gelu_tanh, lens_err *err);
-int lens_parse_labels(struct json_t *root, const char *path, lens_config *cfg, lens_err *err);
-void lens_write_labels(FILE *f, const lens_config *c);
-void lens_write_task_tail(FILE *f, const lens_config *c, int random_weights);
-
-
-/* cfg->task from cfg->architecture via the family's task_archs (labels
- * read for classifiers). */
-int lens_config_task(struct json_t *root, const char *path, lens_config *cfg, lens_err *err);
+/* A new encoder config's task from its name (NULL: classification with
+ * labels negative / positive), for new_config. */
+int lens_new_encoder_task(lens_config *c, const char *task, lens_err *err);
 
 /* BERT's pieces its descendants (RoBERTa, DistilBERT) share (bert.c):
- * the BERT config keys except the task, the embeddings + encoder tensors
- * under prefix ("bert.", "roberta."), tok + pos (+ seg) + LayerNorm, and
- * the post-norm block. */
-int lens_bert_parse_keys(struct json_t *root, const char *path, lens_config *cfg, lens_err *err);
+ * the BERT config keys but pad_token_id, the embeddings + encoder tensor
+ * rows (tok + pos + seg + LayerNorm), the writer's constants, and the
+ * post-norm block. */
+extern const lens_config_key lens_bert_keys[];
 extern const lens_tensor_row lens_bert_embedding_rows[], lens_bert_layer_rows[];
+extern const char lens_bert_config_constants[];
 void lens_bert_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
                      float *rstd);
 void lens_bert_block_forward(const lens_model *m, lens_block_io *io, int l);
 void lens_bert_block_backward(const lens_model *m, lens_block_io *io, int l);
 void lens_bert_block_jvp(const lens_model *m, lens_block_io *io, int l);
 void lens_bert_block_row_jacobian(const lens_model *m, lens_block_io *io, int l, float *jac);
-void lens_bert_write_config(FILE *f, const lens_config *c, int random_weights);
-/* A new encoder config's task from its name (NULL: classification with
- * labels negative / positive), for new_config. */
-int lens_new_encoder_task(lens_config *c, const char *task, lens_err *err);
 
 /* The final LayerNorm of pre-LN families (gpt2.c; GPT-NeoX shares it):
  * ln_f (model.p.ln_final) in slot 2L, its cache, backward and JVP. */

@@ -16,46 +16,28 @@
  * tied to the word embeddings, its bias saved as vocab_projector.bias). */
 #include "core/model/arch.h"
 
-#include <jansson.h>
 #include <string.h>
 
-static int distilbert_parse_config(json_t *root, const char *path, lens_config *cfg, lens_err *err)
-{
-    if (lens_json_int(root, path, "dim", -1, 1, 1 << 16, &cfg->d_model, err) ||
-        lens_json_int(root, path, "n_layers", -1, 1, 1024, &cfg->n_layers, err) ||
-        lens_json_int(root, path, "n_heads", -1, 1, 1024, &cfg->n_heads, err) ||
-        lens_json_int(root, path, "hidden_dim", -1, 1, 1 << 20, &cfg->d_ff, err) ||
-        lens_json_int(root, path, "vocab_size", -1, 1, 1 << 24, &cfg->vocab_size, err) ||
-        lens_json_int(root, path, "max_position_embeddings", 512, 1, 1 << 20, &cfg->max_positions, err) ||
-        lens_json_int(root, path, "pad_token_id", 0, 0, cfg->vocab_size - 1, &cfg->pad_token_id, err))
-        return -1;
-    const char *act = lens_json_str(root, "activation");
-    if (lens_parse_activation(path, act ? act : "gelu", &cfg->gelu_tanh, err)) return -1;
-    if (cfg->d_model % cfg->n_heads)
-        return lens_fail(err, LENS_EFORMAT, "%s: dim %d is not a multiple of n_heads %d", path, cfg->d_model,
-                         cfg->n_heads);
-    cfg->d_head_k = cfg->d_head_v = cfg->d_model / cfg->n_heads;
-    cfg->ln_eps = 1e-12f, cfg->type_vocab_size = 0, cfg->head_relu = 1;
-    return lens_config_task(root, path, cfg, err);
-}
+/* LayerNorm eps is 1e-12 in the modeling code, not a key. */
+static const lens_config_key distilbert_keys[] = {
+    LENS_KEY("dim", LENS_KEY_INT, LENS_C(d_model), .min = 1, .max = 1 << 16, .flags = LENS_KEY_REQUIRED),
+    LENS_KEY("n_layers", LENS_KEY_INT, LENS_C(n_layers), .min = 1, .max = 1024, .flags = LENS_KEY_REQUIRED),
+    LENS_KEY("n_heads", LENS_KEY_INT, LENS_C(n_heads), .min = 1, .max = 1024, .flags = LENS_KEY_REQUIRED),
+    LENS_KEY("hidden_dim", LENS_KEY_INT, LENS_C(d_ff), .min = 1, .max = 1 << 20, .flags = LENS_KEY_REQUIRED),
+    LENS_KEY("vocab_size", LENS_KEY_INT, LENS_C(vocab_size), .min = 1, .max = 1 << 24, .flags = LENS_KEY_REQUIRED),
+    LENS_KEY("max_position_embeddings", LENS_KEY_INT, LENS_C(max_positions), .def = 512, .min = 1, .max = 1 << 20),
+    LENS_KEY("pad_token_id", LENS_KEY_INT, LENS_C(pad_token_id), .min = 0, .max = -1, .max_dim = LENS_D_V),
+    LENS_KEY("activation", LENS_KEY_CHOICE, LENS_C(gelu_tanh), .choices = lens_gelu_choices),
+    LENS_KEY(NULL, LENS_KEY_INT, LENS_C(d_head_k), .def = 1, .def_dim = LENS_D_DH),
+    LENS_KEY(NULL, LENS_KEY_INT, LENS_C(d_head_v), .def = 1, .def_dim = LENS_D_DH),
+    LENS_KEY(NULL, LENS_KEY_FLOAT, LENS_C(ln_eps), .def = 1e-12),
+    LENS_KEY(NULL, LENS_KEY_INT, LENS_C(head_relu), .def = 1),
+    {0}};
 
 static int distilbert_new_config(lens_config *c, const char *task, lens_err *err)
 {
     c->vocab_size = 30522, c->max_positions = 512, c->ln_eps = 1e-12f, c->gelu_tanh = 0, c->head_relu = 1;
     return lens_new_encoder_task(c, task, err);
-}
-
-static void distilbert_write_config(FILE *f, const lens_config *c, int random_weights)
-{
-    fprintf(f,
-            "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"distilbert\",\n"
-            "  \"activation\": \"%s\",\n  \"dim\": %d,\n  \"n_layers\": %d,\n  \"n_heads\": %d,\n"
-            "  \"hidden_dim\": %d,\n  \"max_position_embeddings\": %d,\n  \"vocab_size\": %d,\n"
-            "  \"sinusoidal_pos_embds\": false,\n  \"dropout\": 0.0,\n  \"attention_dropout\": 0.0,\n"
-            "  \"pad_token_id\": %d,\n  \"tie_weights_\": true,\n",
-            c->family->task_archs[c->task], c->gelu_tanh ? "gelu_new" : "gelu", c->d_model, c->n_layers, c->n_heads,
-            c->d_ff, c->max_positions, c->vocab_size, c->pad_token_id);
-    lens_write_task_tail(f, c, random_weights);
 }
 
 static const lens_tensor_row distilbert_embedding_rows[] = {
@@ -97,10 +79,7 @@ const lens_family lens_family_distilbert = {
                    [LENS_TASK_CLASSIFICATION] = "DistilBertForSequenceClassification",
                    [LENS_TASK_MASKED_LM] = "DistilBertForMaskedLM"},
     .caps = LENS_CAP_POOLER | LENS_CAP_TIED_HEAD | LENS_CAP_CLS_FIRST,
-    .tokenizer_class = "DistilBertTokenizer",
-    .parse_config = distilbert_parse_config,
-    .new_config = distilbert_new_config,
-    .write_config = distilbert_write_config,
+    .keys = {distilbert_keys},
     .tensors = distilbert_tensors,
     .embed = lens_bert_embed, /* type_emb NULL: tok + pos, then LayerNorm */
     .block_forward = lens_bert_block_forward,
@@ -109,4 +88,8 @@ const lens_family lens_family_distilbert = {
     .block_row_jacobian = lens_bert_block_row_jacobian,
     .cache_floats = lens_ln_block_cache_floats,
     .final_forward = NULL,
+    .writer = &(const lens_family_writer){
+        .tokenizer_class = "DistilBertTokenizer", .new_config = distilbert_new_config,
+        .config_constants = "{\"sinusoidal_pos_embds\": false, \"dropout\": 0.0, \"attention_dropout\": 0.0, "
+                            "\"tie_weights_\": true}"},
 };

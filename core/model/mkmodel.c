@@ -169,13 +169,13 @@ static int write_bert_vocab(const char *dir, int vocab, lens_err *err)
  * template: [CLS] A [SEP], <s> A </s></s> B </s>, ...). */
 static int write_tokenizer_config(const char *dir, const lens_family *family, lens_err *err)
 {
-    if (!family->tokenizer_class) return 0;
+    if (!family->writer->tokenizer_class) return 0;
     FILE *f = open_in(dir, "tokenizer_config.json", err);
     if (!f) return -1;
     if (family->caps & LENS_CAP_BYTE_BPE)
         fprintf(f, "{\"tokenizer_class\": \"%s\", \"bos_token\": \"%s\", \"eos_token\": \"%s\"}\n",
-                family->tokenizer_class, family->bpe_first[0], family->bpe_first[2]);
-    else fprintf(f, "{\"do_lower_case\": true, \"tokenizer_class\": \"%s\"}\n", family->tokenizer_class);
+                family->writer->tokenizer_class, family->writer->bpe_first[0], family->writer->bpe_first[2]);
+    else fprintf(f, "{\"do_lower_case\": true, \"tokenizer_class\": \"%s\"}\n", family->writer->tokenizer_class);
     return close_file(f, dir, "tokenizer_config.json", err);
 }
 
@@ -217,7 +217,7 @@ static int write_bpe_vocab(const char *dir, int vocab, const lens_family *family
     fprintf(mg, "#version: 0.2\n");
     fputc('{', v);
     int n = 0;
-    for (int i = 0; i < 4 && family->bpe_first[i]; i++) put_json_token(v, &n, family->bpe_first[i]);
+    for (int i = 0; i < 4 && family->writer->bpe_first[i]; i++) put_json_token(v, &n, family->writer->bpe_first[i]);
     for (int byte = 0; byte < 256; byte++, n++) {
         int cp = byte_symbol(byte);
         fputs(n ? ", \"" : "\"", v);
@@ -230,7 +230,7 @@ static int write_bpe_vocab(const char *dir, int vocab, const lens_family *family
     for (int a = 'a'; a <= 'z'; a++)
         for (int c = 'a'; c <= 'z'; c++, n++) fprintf(v, ", \"%c%c\": %d", a, c, n), fprintf(mg, "%c %c\n", a, c);
     for (int i = 0; n < vocab - 1; i++, n++) fprintf(v, ", \"<|filler%d|>\": %d", i, n);
-    put_json_token(v, &n, family->bpe_last);
+    put_json_token(v, &n, family->writer->bpe_last);
     fprintf(v, "}\n");
     int rc = close_file(mg, dir, "merges.txt", err);
     return close_file(v, dir, "vocab.json", err) || rc ? -1 : 0;
@@ -310,11 +310,12 @@ static int copy_vocab(const char *from_dir, const char *dir, const lens_family *
         if (id >= 0 && (size_t)id < n_src) by_id[id] = key;
     }
     int n = 0;
-    for (int i = 0; i < 4 && family->bpe_first[i]; i++) json_object_set_new(dst, family->bpe_first[i], json_integer(n++));
+    for (int i = 0; i < 4 && family->writer->bpe_first[i]; i++)
+        json_object_set_new(dst, family->writer->bpe_first[i], json_integer(n++));
     for (size_t id = 0; id < n_src; id++)
         if (by_id[id] && !json_object_get(dst, by_id[id])) json_object_set_new(dst, by_id[id], json_integer(n++));
-    if (family->bpe_last && !json_object_get(dst, family->bpe_last))
-        json_object_set_new(dst, family->bpe_last, json_integer(n++));
+    if (family->writer->bpe_last && !json_object_get(dst, family->writer->bpe_last))
+        json_object_set_new(dst, family->writer->bpe_last, json_integer(n++));
     free(by_id);
     snprintf(path, sizeof path, "%s/vocab.json", dir);
     if (json_dump_file(dst, path, JSON_PRESERVE_ORDER | JSON_COMPACT)) {
@@ -339,24 +340,13 @@ static const char *torch_dtype_name(lens_dtype dt)
     return "float32";
 }
 
-/* config.json: "torch_dtype" (the dtype the weights were written in, as a
- * transformers save_pretrained writes it), then the family's own keys. */
+/* config.json with "torch_dtype": the dtype the weights were written in, as
+ * a transformers save_pretrained writes it. */
 static int write_config(const char *dir, const lens_config *c, lens_dtype dtype, lens_err *err)
 {
-    char *text = NULL;
-    size_t n = 0;
-    FILE *mem = open_memstream(&text, &n);
-    if (!mem) return lens_fail(err, LENS_ENOMEM, "out of memory for config.json");
-    c->family->write_config(mem, c, 1);
-    if (ferror(mem) | fclose(mem) || !text || strncmp(text, "{\n", 2)) {
-        free(text);
-        return lens_fail(err, LENS_EIO, "%s/config.json: the %s config did not open with {", dir,
-                         c->family->model_type);
-    }
-    FILE *f = open_in(dir, "config.json", err);
-    if (f) fprintf(f, "{\n  \"torch_dtype\": \"%s\",\n%s", torch_dtype_name(dtype), text + 2);
-    free(text);
-    return f ? close_file(f, dir, "config.json", err) : -1;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    return lens_config_save(path, c, 1, torch_dtype_name(dtype), err);
 }
 
 static size_t tensor_elems(const lens_st_out *t)
@@ -473,14 +463,15 @@ int lens_mkmodel_write(const char *arch, const char *preset_name, const char *ta
     const lens_family *family = lens_family_find(arch);
     if (!family) return lens_fail(err, LENS_EINVAL, "unknown arch \"%s\" (%s)", arch, lens_family_names());
     preset p = {0};
-    if (!family->preset && find_preset(preset_name, family->caps & LENS_CAP_CAUSAL, &p))
+    if (!family->writer->preset && find_preset(preset_name, family->caps & LENS_CAP_CAUSAL, &p))
         return lens_fail(err, LENS_EINVAL, "unknown preset \"%s\" (micro, tiny, small, base, xl)", preset_name);
     lens_config c = {.family = family};
     int rc = -1;
-    if (family->new_config(&c, task, err)) goto out;
-    if (family->preset) { /* the family's own shapes (decoders: real 1b / 8b models) */
-        if (family->preset(&c, preset_name)) {
-            lens_fail(err, LENS_EINVAL, "unknown preset \"%s\" for %s (%s)", preset_name, arch, family->preset_names);
+    if (family->writer->new_config(&c, task, err)) goto out;
+    if (family->writer->preset) { /* the family's own shapes (decoders: real 1b / 8b models) */
+        if (family->writer->preset(&c, preset_name)) {
+            lens_fail(err, LENS_EINVAL, "unknown preset \"%s\" for %s (%s)", preset_name, arch,
+                      family->writer->preset_names);
             goto out;
         }
     } else {

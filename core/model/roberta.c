@@ -19,16 +19,29 @@
 
 #include "core/nn/ops.h"
 
-static int roberta_parse_config(json_t *root, const char *path, lens_config *cfg, lens_err *err)
+static const lens_config_key roberta_pad_keys[] = {
+    LENS_KEY("pad_token_id", LENS_KEY_INT, LENS_C(pad_token_id), .def = 1, .min = 0, .max = -1,
+             .max_dim = LENS_D_V),
+    {0}};
+
+/* Positions: the table's first padding_idx + 1 rows are not token positions. */
+static int roberta_config_hook(const json_t *root, const char *path, lens_config *cfg, lens_err *err)
 {
-    if (lens_bert_parse_keys(root, path, cfg, err)) return -1;
-    if (!json_object_get(root, "pad_token_id")) cfg->pad_token_id = 1;
+    (void)root;
     cfg->position_offset = cfg->pad_token_id + 1;
     if (cfg->max_positions <= cfg->position_offset)
         return lens_fail(err, LENS_EFORMAT, "%s: max_position_embeddings %d leaves no position after padding_idx %d",
                          path, cfg->max_positions, cfg->pad_token_id);
     cfg->max_positions -= cfg->position_offset; /* tokens, not table rows */
-    return lens_config_task(root, path, cfg, err);
+    return 0;
+}
+
+/* The table's rows, and roberta-base's <s> = 0, </s> = 2. */
+static int roberta_config_extra(json_t *root, const lens_config *c)
+{
+    return json_object_set_new(root, "max_position_embeddings", json_integer(c->max_positions + c->position_offset)) ||
+           json_object_set_new(root, "bos_token_id", json_integer(0)) ||
+           json_object_set_new(root, "eos_token_id", json_integer(2));
 }
 
 static int roberta_new_config(lens_config *c, const char *task, lens_err *err)
@@ -84,12 +97,8 @@ const lens_family lens_family_roberta = {
     .task_archs = {[LENS_TASK_ENCODER] = "RobertaModel", [LENS_TASK_CLASSIFICATION] = "RobertaForSequenceClassification",
                    [LENS_TASK_MASKED_LM] = "RobertaForMaskedLM"},
     .caps = LENS_CAP_POOLER | LENS_CAP_TIED_HEAD | LENS_CAP_CLS_FIRST | LENS_CAP_BYTE_BPE,
-    .tokenizer_class = "RobertaTokenizer",
-    .bpe_first = {"<s>", "<pad>", "</s>", "<unk>"}, /* as roberta-base */
-    .bpe_last = "<mask>",
-    .parse_config = roberta_parse_config,
-    .new_config = roberta_new_config,
-    .write_config = lens_bert_write_config,
+    .keys = {lens_bert_keys, roberta_pad_keys},
+    .config_hook = roberta_config_hook,
     .tensors = roberta_tensors,
     .embed = roberta_embed,
     .block_forward = lens_bert_block_forward,
@@ -98,4 +107,10 @@ const lens_family lens_family_roberta = {
     .block_row_jacobian = lens_bert_block_row_jacobian,
     .cache_floats = lens_ln_block_cache_floats,
     .final_forward = NULL,
+    .writer = &(const lens_family_writer){.tokenizer_class = "RobertaTokenizer",
+                                          .bpe_first = {"<s>", "<pad>", "</s>", "<unk>"}, /* as roberta-base */
+                                          .bpe_last = "<mask>",
+                                          .new_config = roberta_new_config,
+                                          .config_constants = lens_bert_config_constants,
+                                          .config_extra = roberta_config_extra},
 };

@@ -866,11 +866,7 @@ static int write_config(const lens_trainer *t, const char *dir, lens_err *err)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    if (!f) return lens_fail(err, LENS_EIO, "%s: %s", path, strerror(errno));
-    t->cfg.family->write_config(f, &t->cfg, 0);
-    if (ferror(f) | fclose(f)) return lens_fail(err, LENS_EIO, "%s: write failed", path);
-    return 0;
+    return lens_config_save(path, &t->cfg, 0, NULL, err);
 }
 
 /* Writes n_sets copies of the tensor list into one safetensors file: set i
