@@ -14,7 +14,12 @@
  * [SEP] B [SEP]"): it selects nothing. A quoted literal in a comment counts
  * too, so a comment quotes a family in prose, not as a literal.
  * The scanner is first run on two sample texts, one that must be caught and
- * one that must pass, so a scanner that finds nothing fails. */
+ * one that must pass, so a scanner that finds nothing fails.
+ *
+ * The lists of families kept outside the registry must equal it, so a
+ * family added to lens_families and not to them fails here: openapi.yaml's
+ * ModelInfo.model_type enum and docs/families.md's table of families (the
+ * CLI help prints the registry itself, lens_mkmodel_usage). */
 #include <string.h>
 
 #include "core/io/file.h"
@@ -63,6 +68,60 @@ static void check_file(const char *path, void *ctx)
     (*(int *)ctx)++;
 }
 
+/* Does the list (names, n of them) hold exactly the registry's model_types? */
+static void check_list(const char *what, char names[][32], int n)
+{
+    int n_families = 0;
+    for (int i = 0; lens_families[i]; i++, n_families++) {
+        int found = 0;
+        for (int k = 0; k < n; k++) found |= !strcmp(names[k], lens_families[i]->model_type);
+        CHECK(found, "%s does not list the family %s (lens_families)", what, lens_families[i]->model_type);
+    }
+    for (int k = 0; k < n; k++)
+        CHECK(lens_family_find(names[k]) != NULL, "%s lists \"%s\", which is not in lens_families", what, names[k]);
+    CHECK(n == n_families, "%s lists %d families, the registry %d", what, n, n_families);
+}
+
+/* openapi.yaml: the enum: [...] line after ModelInfo's "model_type:". */
+static void check_openapi(void)
+{
+    size_t len;
+    char *text = lens_file_read("openapi.yaml", &len, &(lens_err){0});
+    char names[64][32];
+    int n = 0;
+    const char *at = text ? strstr(text, "\n        model_type:\n") : NULL;
+    const char *list = at ? strstr(at, "enum: [") : NULL;
+    const char *end = list ? strchr(list, ']') : NULL;
+    CHECK(end && !memchr(at + 1, '}', (size_t)(list - at)) && list - at < 200,
+          "openapi.yaml: ModelInfo's model_type has an enum: [...] (the test reads it)");
+    for (const char *p = list ? list + 7 : NULL; p && p < end && n < 64;) {
+        const size_t w = strcspn(p, ",]");
+        snprintf(names[n++], sizeof names[0], "%.*s", (int)w, p);
+        p += w + 1;
+        while (*p == ' ') p++;
+    }
+    check_list("openapi.yaml ModelInfo.model_type enum", names, n);
+    free(text);
+}
+
+/* docs/families.md: the first table's rows, "| `model_type` | ...". */
+static void check_doc(void)
+{
+    size_t len;
+    char *text = lens_file_read("docs/families.md", &len, &(lens_err){0});
+    char names[64][32];
+    int n = 0;
+    const char *p = text ? strstr(text, "\n| model_type |") : NULL;
+    CHECK(p != NULL, "docs/families.md has its table of families (| model_type | ...)");
+    for (p = p ? strchr(p + 1, '\n') : NULL; p && p[1] == '|' && n < 64; p = strchr(p + 1, '\n'))
+        if (!strncmp(p + 1, "| `", 3)) {
+            const size_t w = strcspn(p + 4, "`");
+            snprintf(names[n++], sizeof names[0], "%.*s", (int)w, p + 4);
+        }
+    check_list("docs/families.md", names, n);
+    free(text);
+}
+
 int main(void)
 {
     int n_names = 0;
@@ -78,5 +137,7 @@ int main(void)
         walk_files(SCANNED[i], check_file, &files);
         CHECK(files > 0, "%s/ has files to scan (run from the repository root)", SCANNED[i]);
     }
+    check_openapi();
+    check_doc();
     return check_done("test_family_names");
 }

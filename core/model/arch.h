@@ -1,12 +1,13 @@
 /* arch.h - what a model family (BERT, GPT-2, ...) is to the rest of lensd.
  *
  * One lens_family per architecture, defined in core/model/<family>.c, owns
- * everything that differs between families: the HF config keys, the HF
- * tensor names (one walker, used by the loader, the trainer and mkmodel),
- * the embedding and the block forward, and the capability flags the
- * analyses ask for instead of comparing architecture ids (llama.cpp's
- * src/models/, TEI's candle models). Adding a family = one file + one entry
- * in lens_families (arch.c).
+ * everything that differs between families: the HF config keys and tensor
+ * names as tables (one parser / writer and one walker read them), the
+ * embedding and the block forward, and the capability flags the analyses
+ * ask for instead of comparing architecture ids (llama.cpp's src/models/
+ * and LLM_TENSOR_NAMES, TEI's candle models); what only checkpoint writing
+ * needs is its lens_family_writer. Adding a family = one file + one entry
+ * in lens_families (arch.c) + its row in tests/family_cases.h.
  *
  * Shapes as in model.h: N packed rows, T tokens of one sequence, C =
  * d_model, NH heads, DK / DV per-head sizes, F = d_ff, L layers. */

@@ -25,6 +25,34 @@
 
 const char *const lens_mkmodel_presets[] = {"micro", "tiny", "small", "base", "xl", "1b", "8b", NULL};
 
+/* The presets of find_preset, for families without their own. */
+static const char generic_presets[] = "micro, tiny, small, base, xl";
+
+static int same_presets(const lens_family *a, const lens_family *b)
+{
+    const char *x = a->writer->preset_names, *y = b->writer->preset_names;
+    return x == y || (x && y && !strcmp(x, y));
+}
+
+void lens_mkmodel_usage(FILE *f, const char *indent)
+{
+    for (int i = 0, lines = 0; lens_families[i]; i++) {
+        int printed = 0;
+        for (int j = 0; j < i; j++) printed |= same_presets(lens_families[i], lens_families[j]);
+        if (printed) continue;
+        fprintf(f, "%s--arch ", lines++ ? indent : "");
+        for (int j = i, n = 0; lens_families[j]; j++)
+            if (same_presets(lens_families[i], lens_families[j]))
+                fprintf(f, "%s%s", n++ ? "|" : "", lens_families[j]->model_type);
+        fputs(" --preset ", f);
+        const char *names = lens_families[i]->writer->preset_names ? lens_families[i]->writer->preset_names
+                                                                     : generic_presets;
+        for (const char *c = names; *c; c++)
+            if (*c != ' ') fputc(*c == ',' ? '|' : *c, f);
+        fputc('\n', f);
+    }
+}
+
 typedef struct {
     int layers, hidden, heads, ff, positions;
     int vocab; /* 0: the arch's real size (BERT 30522, GPT-2 50257) */
@@ -464,7 +492,7 @@ int lens_mkmodel_write(const char *arch, const char *preset_name, const char *ta
     if (!family) return lens_fail(err, LENS_EINVAL, "unknown arch \"%s\" (%s)", arch, lens_family_names());
     preset p = {0};
     if (!family->writer->preset && find_preset(preset_name, family->caps & LENS_CAP_CAUSAL, &p))
-        return lens_fail(err, LENS_EINVAL, "unknown preset \"%s\" (micro, tiny, small, base, xl)", preset_name);
+        return lens_fail(err, LENS_EINVAL, "unknown preset \"%s\" (%s)", preset_name, generic_presets);
     lens_config c = {.family = family};
     int rc = -1;
     if (family->writer->new_config(&c, task, err)) goto out;
