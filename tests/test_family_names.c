@@ -83,42 +83,41 @@ static void check_list(const char *what, char names[][32], int n)
 }
 
 /* openapi.yaml: the enum: [...] line after ModelInfo's "model_type:". */
-static void check_openapi(void)
+static int openapi_names(const char *text, char names[][32], int max)
 {
-    size_t len;
-    char *text = lens_file_read("openapi.yaml", &len, &(lens_err){0});
-    char names[64][32];
     int n = 0;
-    const char *at = text ? strstr(text, "\n        model_type:\n") : NULL;
+    const char *at = strstr(text, "\n        model_type:\n");
     const char *list = at ? strstr(at, "enum: [") : NULL;
     const char *end = list ? strchr(list, ']') : NULL;
     CHECK(end && !memchr(at + 1, '}', (size_t)(list - at)) && list - at < 200,
           "openapi.yaml: ModelInfo's model_type has an enum: [...] (the test reads it)");
-    for (const char *p = list ? list + 7 : NULL; p && p < end && n < 64;) {
+    for (const char *p = list ? list + 7 : NULL; p && p < end && n < max; p += strspn(p, " ")) {
         const size_t w = strcspn(p, ",]");
         snprintf(names[n++], sizeof names[0], "%.*s", (int)w, p);
         p += w + 1;
-        while (*p == ' ') p++;
     }
-    check_list("openapi.yaml ModelInfo.model_type enum", names, n);
-    free(text);
+    return n;
 }
 
 /* docs/families.md: the first table's rows, "| `model_type` | ...". */
-static void check_doc(void)
+static int doc_names(const char *text, char names[][32], int max)
+{
+    int n = 0;
+    const char *p = strstr(text, "\n| model_type |");
+    CHECK(p != NULL, "docs/families.md has its table of families (| model_type | ...)");
+    for (p = p ? strchr(p + 1, '\n') : NULL; p && p[1] == '|' && n < max; p = strchr(p + 1, '\n'))
+        if (!strncmp(p + 1, "| `", 3)) snprintf(names[n++], sizeof names[0], "%.*s", (int)strcspn(p + 4, "`"), p + 4);
+    return n;
+}
+
+/* The family list a file keeps (parse reads it) against the registry. */
+static void check_file_list(const char *path, const char *what, int (*parse)(const char *, char[][32], int))
 {
     size_t len;
-    char *text = lens_file_read("docs/families.md", &len, &(lens_err){0});
+    char *text = lens_file_read(path, &len, &(lens_err){0});
     char names[64][32];
-    int n = 0;
-    const char *p = text ? strstr(text, "\n| model_type |") : NULL;
-    CHECK(p != NULL, "docs/families.md has its table of families (| model_type | ...)");
-    for (p = p ? strchr(p + 1, '\n') : NULL; p && p[1] == '|' && n < 64; p = strchr(p + 1, '\n'))
-        if (!strncmp(p + 1, "| `", 3)) {
-            const size_t w = strcspn(p + 4, "`");
-            snprintf(names[n++], sizeof names[0], "%.*s", (int)w, p + 4);
-        }
-    check_list("docs/families.md", names, n);
+    CHECK(text != NULL, "%s is readable (run from the repository root)", path);
+    check_list(what, names, text ? parse(text, names, 64) : 0);
     free(text);
 }
 
@@ -137,7 +136,7 @@ int main(void)
         walk_files(SCANNED[i], check_file, &files);
         CHECK(files > 0, "%s/ has files to scan (run from the repository root)", SCANNED[i]);
     }
-    check_openapi();
-    check_doc();
+    check_file_list("openapi.yaml", "openapi.yaml ModelInfo.model_type enum", openapi_names);
+    check_file_list("docs/families.md", "docs/families.md's table of families", doc_names);
     return check_done("test_family_names");
 }

@@ -211,6 +211,10 @@ typedef struct {
 /* The keys' choices lensd shares: hidden_act of a plain MLP (cfg gelu_tanh),
  * of a gated one (cfg glu), head_combination. */
 extern const lens_key_choice lens_gelu_choices[], lens_glu_choices[], lens_head_combination_choices[];
+/* The sizes under transformers' common names (hidden_size,
+ * num_hidden_layers, num_attention_heads, intermediate_size, vocab_size),
+ * all required: BERT's, RoBERTa's and the decoders' first table. */
+extern const lens_config_key lens_hf_size_keys[];
 
 /* One key row's value (or default) as a double, for a hook that reads a key
  * into no field of its own (GPT-NeoX's rotary_pct). */

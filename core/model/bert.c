@@ -13,18 +13,12 @@
 #include "core/base/gemm.h"
 #include "core/nn/ops.h"
 
-/* BertConfig keys (RobertaConfig has the same ones: its own pad_token_id
- * default follows them in roberta.c). */
+/* BertConfig keys after lens_hf_size_keys (RobertaConfig has the same
+ * ones: its own pad_token_id default follows them in roberta.c). */
 static const lens_key_choice attention_scales[] = {{"DK", 0}, {"DV", 1}, {NULL, 0}};
 static const lens_key_choice absolute_positions[] = {{"absolute", 0}, {NULL, 0}};
 
 const lens_config_key lens_bert_keys[] = {
-    LENS_KEY("hidden_size", LENS_KEY_INT, LENS_C(d_model), .min = 1, .max = 1 << 16, .flags = LENS_KEY_REQUIRED),
-    LENS_KEY("num_hidden_layers", LENS_KEY_INT, LENS_C(n_layers), .min = 1, .max = 1024, .flags = LENS_KEY_REQUIRED),
-    LENS_KEY("num_attention_heads", LENS_KEY_INT, LENS_C(n_heads), .min = 1, .max = 1024,
-             .flags = LENS_KEY_REQUIRED),
-    LENS_KEY("intermediate_size", LENS_KEY_INT, LENS_C(d_ff), .min = 1, .max = 1 << 20, .flags = LENS_KEY_REQUIRED),
-    LENS_KEY("vocab_size", LENS_KEY_INT, LENS_C(vocab_size), .min = 1, .max = 1 << 24, .flags = LENS_KEY_REQUIRED),
     LENS_KEY("max_position_embeddings", LENS_KEY_INT, LENS_C(max_positions), .def = 512, .min = 1, .max = 1 << 20),
     LENS_KEY("type_vocab_size", LENS_KEY_INT, LENS_C(type_vocab_size), .def = 2, .min = 1, .max = 1024),
     LENS_KEY("layer_norm_eps", LENS_KEY_FLOAT, LENS_C(ln_eps), .def = 1e-12, .min = 0, .max = 1,
@@ -264,7 +258,7 @@ const lens_family lens_family_bert = {
     .task_archs = {[LENS_TASK_ENCODER] = "BertModel", [LENS_TASK_CLASSIFICATION] = "BertForSequenceClassification",
                    [LENS_TASK_MASKED_LM] = "BertForMaskedLM"},
     .caps = LENS_CAP_SEGMENTS | LENS_CAP_POOLER | LENS_CAP_TIED_HEAD | LENS_CAP_CLS_FIRST | LENS_CAP_TRAIN,
-    .keys = {lens_bert_keys, bert_pad_keys},
+    .keys = {lens_hf_size_keys, lens_bert_keys, bert_pad_keys},
     .tensors = bert_tensors,
     .embed = lens_bert_embed,
     .block_forward = lens_bert_block_forward,

@@ -25,6 +25,15 @@ const lens_key_choice lens_glu_choices[] = {{"silu", LENS_GLU_SILU},
 const lens_key_choice lens_head_combination_choices[] = {
     {"concat", LENS_HEADS_CONCAT}, {"sum", LENS_HEADS_SUM}, {"sum_adjacent", LENS_HEADS_SUM_ADJACENT}, {NULL, 0}};
 
+const lens_config_key lens_hf_size_keys[] = {
+    LENS_KEY("hidden_size", LENS_KEY_INT, LENS_C(d_model), .min = 1, .max = 1 << 16, .flags = LENS_KEY_REQUIRED),
+    LENS_KEY("num_hidden_layers", LENS_KEY_INT, LENS_C(n_layers), .min = 1, .max = 1024, .flags = LENS_KEY_REQUIRED),
+    LENS_KEY("num_attention_heads", LENS_KEY_INT, LENS_C(n_heads), .min = 1, .max = 1024,
+             .flags = LENS_KEY_REQUIRED),
+    LENS_KEY("intermediate_size", LENS_KEY_INT, LENS_C(d_ff), .min = 1, .max = 1 << 20, .flags = LENS_KEY_REQUIRED),
+    LENS_KEY("vocab_size", LENS_KEY_INT, LENS_C(vocab_size), .min = 1, .max = 1 << 24, .flags = LENS_KEY_REQUIRED),
+    {0}};
+
 /* A table ends with {0}; a constant row (key NULL) always names a field. */
 static int key_end(const lens_config_key *k) { return !k->key && !k->field; }
 

@@ -6,7 +6,7 @@
  * HF tensor names: one table for all six families (lens_decoder_tensors),
  * its rows conditioned on the flags (q/k/v/o biases, Qwen3's q/k norms,
  * Gemma 2's post-norms, an untied lm_head); config keys: the shared tables
- * lens_decoder_shape_keys, lens_decoder_keys and the hook.
+ * lens_hf_size_keys, lens_decoder_keys (after them the family's) and the hook.
  *
  * Block (pre-norm, RMSNorm with gain w or 1 + w):
  *   h = norm_1(x);  q = h W_q (+b), k = h W_k (+b), v = h W_v (+b)
@@ -33,18 +33,14 @@
 
 /* ------------------------------------------------------------ config */
 
-const lens_config_key lens_decoder_shape_keys[] = {
-    LENS_KEY("hidden_size", LENS_KEY_INT, LENS_C(d_model), .min = 1, .max = 1 << 16, .flags = LENS_KEY_REQUIRED),
-    LENS_KEY("num_hidden_layers", LENS_KEY_INT, LENS_C(n_layers), .min = 1, .max = 1024, .flags = LENS_KEY_REQUIRED),
-    LENS_KEY("num_attention_heads", LENS_KEY_INT, LENS_C(n_heads), .min = 1, .max = 1024,
-             .flags = LENS_KEY_REQUIRED),
-    LENS_KEY("intermediate_size", LENS_KEY_INT, LENS_C(d_ff), .min = 1, .max = 1 << 20, .flags = LENS_KEY_REQUIRED),
-    LENS_KEY("vocab_size", LENS_KEY_INT, LENS_C(vocab_size), .min = 1, .max = 1 << 24, .flags = LENS_KEY_REQUIRED),
-    LENS_KEY("max_position_embeddings", LENS_KEY_INT, LENS_C(max_positions), .def = 2048, .min = 1,
-             .max = 1 << 24),
-    {0}};
+#define DECODER_POSITIONS                                                                                          \
+    LENS_KEY("max_position_embeddings", LENS_KEY_INT, LENS_C(max_positions), .def = 2048, .min = 1,                 \
+             .max = 1 << 24)
+
+const lens_config_key lens_decoder_positions_keys[] = {DECODER_POSITIONS, {0}};
 
 const lens_config_key lens_decoder_keys[] = {
+    DECODER_POSITIONS,
     LENS_KEY("num_key_value_heads", LENS_KEY_INT, LENS_C(n_kv_heads), .def = 1, .def_dim = LENS_D_NH, .min = 1,
              .max = 0, .max_dim = LENS_D_NH),
     LENS_KEY("rms_norm_eps", LENS_KEY_FLOAT, LENS_C(ln_eps), .def = 1e-6, .min = 0, .max = 1,

@@ -10,13 +10,13 @@
 
 #define LENS_DECODER_MAX_HEAD_DIM 4096
 
-/* The config keys of the Llama-style families (decoder.c): the shape,
- * also GPT-NeoX's (hidden_size, num_hidden_layers, num_attention_heads,
- * intermediate_size, vocab_size, max_position_embeddings), then the common
- * rest (num_key_value_heads, rms_norm_eps, rope_theta, mlp_bias false only,
- * RMSNorm). A family adds its head_dim, activation, tie_word_embeddings,
- * attention_bias, ... rows (the macros below) and runs the hook. */
-extern const lens_config_key lens_decoder_shape_keys[], lens_decoder_keys[];
+/* The config keys of the Llama-style families (decoder.c) after
+ * lens_hf_size_keys: max_position_embeddings (default 2048; alone, also
+ * GPT-NeoX's), num_key_value_heads, rms_norm_eps, rope_theta, mlp_bias
+ * (false only), RMSNorm. A family adds its head_dim, activation,
+ * tie_word_embeddings, attention_bias, ... rows (the macros below) and runs
+ * the hook. */
+extern const lens_config_key lens_decoder_positions_keys[], lens_decoder_keys[];
 #define LENS_DECODER_HEAD_DIM(...)                                                                                 \
     LENS_KEY("head_dim", LENS_KEY_INT, LENS_C(d_head_k), .min = 2, .max = LENS_DECODER_MAX_HEAD_DIM, __VA_ARGS__)
 #define LENS_DECODER_SILU                                                                                          \

@@ -105,7 +105,7 @@ const lens_family lens_family_gemma = {
     .model_type = "gemma",
     .default_arch = "GemmaForCausalLM",
     .task_archs = {[LENS_TASK_ENCODER] = "GemmaModel", [LENS_TASK_CAUSAL_LM] = "GemmaForCausalLM"},
-    .keys = {lens_decoder_shape_keys, lens_decoder_keys, gemma_keys},
+    .keys = {lens_hf_size_keys, lens_decoder_keys, gemma_keys},
     GEMMA_FAMILY,
     .writer = &(const lens_family_writer){.new_config = gemma1_new_config, .preset = gemma_preset, GEMMA_WRITER},
 };
@@ -114,7 +114,7 @@ const lens_family lens_family_gemma2 = {
     .model_type = "gemma2",
     .default_arch = "Gemma2ForCausalLM",
     .task_archs = {[LENS_TASK_ENCODER] = "Gemma2Model", [LENS_TASK_CAUSAL_LM] = "Gemma2ForCausalLM"},
-    .keys = {lens_decoder_shape_keys, lens_decoder_keys, gemma2_keys},
+    .keys = {lens_hf_size_keys, lens_decoder_keys, gemma2_keys},
     GEMMA_FAMILY,
     .writer = &(const lens_family_writer){.new_config = gemma2_new_config, .preset = gemma2_preset, GEMMA_WRITER},
 };

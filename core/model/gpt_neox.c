@@ -24,7 +24,7 @@
 #include "core/nn/ops.h"
 #include "core/nn/rope.h"
 
-/* After the shape keys (decoder.h); attention_bias true only. */
+/* After the sizes and positions (decoder.h); attention_bias true only. */
 static const lens_config_key neox_keys[] = {
     LENS_KEY("layer_norm_eps", LENS_KEY_FLOAT, LENS_C(ln_eps), .def = 1e-5, .min = 0, .max = 1,
              .flags = LENS_KEY_OPEN_MIN | LENS_KEY_OPEN_MAX),
@@ -289,7 +289,7 @@ const lens_family lens_family_gpt_neox = {
     .default_arch = "GPTNeoXForCausalLM",
     .task_archs = {[LENS_TASK_ENCODER] = "GPTNeoXModel", [LENS_TASK_CAUSAL_LM] = "GPTNeoXForCausalLM"},
     .caps = LENS_CAP_CAUSAL | LENS_CAP_PRE_NORM | LENS_CAP_BYTE_BPE,
-    .keys = {lens_decoder_shape_keys, neox_keys},
+    .keys = {lens_hf_size_keys, lens_decoder_positions_keys, neox_keys},
     .config_hook = neox_config_hook,
     .tensors = neox_tensors,
     .embed = neox_embed,

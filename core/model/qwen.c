@@ -70,7 +70,7 @@ const lens_family lens_family_qwen2 = {
     .model_type = "qwen2",
     .default_arch = "Qwen2ForCausalLM",
     .task_archs = {[LENS_TASK_ENCODER] = "Qwen2Model", [LENS_TASK_CAUSAL_LM] = "Qwen2ForCausalLM"},
-    .keys = {lens_decoder_shape_keys, lens_decoder_keys, qwen2_keys},
+    .keys = {lens_hf_size_keys, lens_decoder_keys, qwen2_keys},
     QWEN_FAMILY,
     .writer = &(const lens_family_writer){.new_config = qwen2_new_config, .preset = qwen2_preset, QWEN_WRITER},
 };
@@ -79,7 +79,7 @@ const lens_family lens_family_qwen3 = {
     .model_type = "qwen3",
     .default_arch = "Qwen3ForCausalLM",
     .task_archs = {[LENS_TASK_ENCODER] = "Qwen3Model", [LENS_TASK_CAUSAL_LM] = "Qwen3ForCausalLM"},
-    .keys = {lens_decoder_shape_keys, lens_decoder_keys, qwen3_keys},
+    .keys = {lens_hf_size_keys, lens_decoder_keys, qwen3_keys},
     QWEN_FAMILY,
     .writer = &(const lens_family_writer){.new_config = qwen3_new_config, .preset = qwen3_preset, QWEN_WRITER},
 };

@@ -97,7 +97,7 @@ const lens_family lens_family_roberta = {
     .task_archs = {[LENS_TASK_ENCODER] = "RobertaModel", [LENS_TASK_CLASSIFICATION] = "RobertaForSequenceClassification",
                    [LENS_TASK_MASKED_LM] = "RobertaForMaskedLM"},
     .caps = LENS_CAP_POOLER | LENS_CAP_TIED_HEAD | LENS_CAP_CLS_FIRST | LENS_CAP_BYTE_BPE,
-    .keys = {lens_bert_keys, roberta_pad_keys},
+    .keys = {lens_hf_size_keys, lens_bert_keys, roberta_pad_keys},
     .config_hook = roberta_config_hook,
     .tensors = roberta_tensors,
     .embed = roberta_embed,
