@@ -191,6 +191,7 @@ enum {
     LENS_KEY_IF_CHANGED = 1 << 5    /* written only when not the default */
 };
 
+#define LENS_KEY_TABLES 4 /* key tables a family may list */
 #define LENS_KEY_CHECK_ONLY ((size_t)-1) /* .field of a key that sets nothing: only its default is accepted */
 
 typedef struct {
@@ -220,6 +221,10 @@ extern const lens_config_key lens_hf_size_keys[];
  * into no field of its own (GPT-NeoX's rotary_pct). */
 int lens_config_key_read(const struct json_t *root, const char *path, const lens_config *cfg,
                          const lens_config_key *k, double *out, lens_err *err);
+
+/* Every plain default and constant of cfg->family's key rows into cfg (a
+ * new checkpoint's start; defaults scaled by a size are the preset's). */
+void lens_config_defaults(lens_config *cfg);
 
 /* json_real of the shortest decimal that reads back as f (1e-5f: 1e-05). */
 struct json_t *lens_json_float(float f);
@@ -394,10 +399,13 @@ typedef struct lens_family_writer {
      * for byte-level BPE the special tokens at ids 0.. and at the last id */
     const char *tokenizer_class;
     const char *bpe_first[4], *bpe_last;
-    /* A new checkpoint's config (mkmodel): the family's defaults (vocabulary
-     * size, positions, eps, activation, labels) for task, a lens_task_name
-     * or NULL for the family's default task; sizes are the caller's. */
-    int (*new_config)(lens_config *cfg, const char *task, lens_err *err);
+    /* A new checkpoint (mkmodel) starts from its keys' defaults and
+     * constants (lens_config_defaults) with default_task or the task asked
+     * for (any of task_archs); new_config, optional, then sets what the
+     * keys do not default (vocabulary size, rope scaling, ...); sizes are
+     * the preset's. */
+    lens_task default_task;
+    void (*new_config)(lens_config *cfg);
     /* Optional: sets cfg's shape for an mkmodel preset name (after
      * new_config); -1 when the family has no such preset. NULL = the
      * generic presets of mkmodel.c. */
@@ -420,7 +428,7 @@ struct lens_family {
     /* The HF config keys, tables read in order (arch.h config keys), then
      * the optional hook for what is not one key (architecture already set;
      * the task is read after it). */
-    const lens_config_key *keys[4];
+    const lens_config_key *keys[LENS_KEY_TABLES];
     int (*config_hook)(const struct json_t *root, const char *path, lens_config *cfg, lens_err *err);
     /* Every tensor of a checkpoint, in HF order (lens_walk_params). */
     const lens_tensor_section *tensors;
@@ -473,10 +481,6 @@ const char *lens_family_names(void);
 extern const lens_family lens_family_bert, lens_family_gpt2, lens_family_roberta, lens_family_distilbert;
 extern const lens_family lens_family_llama, lens_family_mistral, lens_family_qwen2, lens_family_qwen3,
     lens_family_gemma, lens_family_gemma2, lens_family_gpt_neox;
-
-/* A new encoder config's task from its name (NULL: classification with
- * labels negative / positive), for new_config. */
-int lens_new_encoder_task(lens_config *c, const char *task, lens_err *err);
 
 /* BERT's pieces its descendants (RoBERTa, DistilBERT) share (bert.c):
  * the BERT config keys but pad_token_id, the embeddings + encoder tensor

@@ -40,27 +40,7 @@ static const lens_config_key bert_pad_keys[] = {
     LENS_KEY("pad_token_id", LENS_KEY_INT, LENS_C(pad_token_id), .min = 0, .max = -1, .max_dim = LENS_D_V),
     {0}};
 
-int lens_new_encoder_task(lens_config *c, const char *task, lens_err *err)
-{
-    c->task = LENS_TASK_CLASSIFICATION;
-    if (task && (lens_task_parse(task, &c->task) || !c->family->task_archs[c->task]))
-        return lens_fail(err, LENS_EINVAL, "task \"%s\" is not available for %s", task, c->family->model_type);
-    snprintf(c->architecture, sizeof c->architecture, "%s", c->family->task_archs[c->task]);
-    if (c->task != LENS_TASK_CLASSIFICATION) return 0;
-    static const char *const names[] = {"negative", "positive"};
-    c->labels = calloc(2, sizeof *c->labels);
-    if (!c->labels) return lens_fail(err, LENS_ENOMEM, "out of memory");
-    c->n_labels = 2;
-    for (int i = 0; i < 2; i++)
-        if (!(c->labels[i] = strdup(names[i]))) return lens_fail(err, LENS_ENOMEM, "out of memory");
-    return 0;
-}
-
-static int bert_new_config(lens_config *c, const char *task, lens_err *err)
-{
-    c->vocab_size = 30522, c->max_positions = 512, c->type_vocab_size = 2, c->ln_eps = 1e-12f, c->gelu_tanh = 0;
-    return lens_new_encoder_task(c, task, err);
-}
+static void bert_new_config(lens_config *c) { c->vocab_size = 30522; }
 
 /* What config.json carries beyond the keys (no dropout: lensd trains none). */
 const char lens_bert_config_constants[] = "{\"hidden_dropout_prob\": 0.0, \"attention_probs_dropout_prob\": 0.0, "
@@ -267,6 +247,8 @@ const lens_family lens_family_bert = {
     .block_row_jacobian = lens_bert_block_row_jacobian,
     .cache_floats = lens_ln_block_cache_floats,
     .final_forward = NULL,
-    .writer = &(const lens_family_writer){.tokenizer_class = "BertTokenizer", .new_config = bert_new_config,
+    .writer = &(const lens_family_writer){.tokenizer_class = "BertTokenizer",
+                                          .default_task = LENS_TASK_CLASSIFICATION,
+                                          .new_config = bert_new_config,
                                           .config_constants = lens_bert_config_constants},
 };

@@ -37,12 +37,16 @@ const lens_config_key lens_hf_size_keys[] = {
 /* A table ends with {0}; a constant row (key NULL) always names a field. */
 static int key_end(const lens_config_key *k) { return !k->key && !k->field; }
 
+/* Every key row of family f, its tables in order. */
+#define FOR_EACH_KEY(f, k)                                                                                         \
+    for (int table_ = 0; table_ < LENS_KEY_TABLES && (f)->keys[table_]; table_++)                                  \
+        for (const lens_config_key *k = (f)->keys[table_]; !key_end(k); k++)
+
 /* The key that sets a field (for messages about two keys), or the field's role. */
 static const char *key_of(const lens_config *c, size_t field, const char *fallback)
 {
-    for (int t = 0; t < 4 && c->family->keys[t]; t++)
-        for (const lens_config_key *k = c->family->keys[t]; !key_end(k); k++)
-            if (k->key && k->field == field) return k->key;
+    FOR_EACH_KEY(c->family, k)
+        if (k->key && k->field == field) return k->key;
     return fallback;
 }
 
@@ -170,15 +174,20 @@ static double stored(const lens_config *c, const lens_config_key *k)
     return *(const int *)at;
 }
 
+void lens_config_defaults(lens_config *c)
+{
+    FOR_EACH_KEY(c->family, k)
+        if (k->def_dim == LENS_D_NONE) store(c, k, k->def);
+}
+
 /* Every key row of the family in order, then the checks across keys. */
 static int read_keys(const json_t *root, const char *path, lens_config *c, lens_err *err)
 {
-    for (int t = 0; t < 4 && c->family->keys[t]; t++)
-        for (const lens_config_key *k = c->family->keys[t]; !key_end(k); k++) {
-            double x;
-            if (lens_config_key_read(root, path, c, k, &x, err)) return -1;
-            store(c, k, x);
-        }
+    FOR_EACH_KEY(c->family, k) {
+        double x;
+        if (lens_config_key_read(root, path, c, k, &x, err)) return -1;
+        store(c, k, x);
+    }
     if (c->n_kv_heads && c->n_heads % c->n_kv_heads)
         return lens_fail(err, LENS_EFORMAT, "%s: %s %d is not a multiple of %s %d", path,
                          key_of(c, LENS_C(n_heads), "n_heads"), c->n_heads,
@@ -367,13 +376,12 @@ json_t *lens_config_to_json(const lens_config *c, int random_weights)
     const char *arch = c->family->task_archs[c->task] ? c->family->task_archs[c->task] : c->architecture;
     bad = bad || json_object_set_new(root, "architectures", json_pack("[s]", arch)) ||
           json_object_set_new(root, "model_type", json_string(c->family->model_type));
-    for (int t = 0; !bad && t < 4 && c->family->keys[t]; t++)
-        for (const lens_config_key *k = c->family->keys[t]; !bad && !key_end(k); k++) {
-            double def;
-            if (!k->key || key_default(c, "", k, &def, &(lens_err){0})) continue;
-            const double x = k->field == LENS_KEY_CHECK_ONLY ? def : stored(c, k);
-            if (!(k->flags & LENS_KEY_IF_CHANGED) || x != def) bad = json_object_set_new(root, k->key, key_json(k, x));
-        }
+    FOR_EACH_KEY(c->family, k) {
+        double def;
+        if (bad || !k->key || key_default(c, "", k, &def, &(lens_err){0})) continue;
+        const double x = k->field == LENS_KEY_CHECK_ONLY ? def : stored(c, k);
+        if (!(k->flags & LENS_KEY_IF_CHANGED) || x != def) bad = json_object_set_new(root, k->key, key_json(k, x));
+    }
     bad = bad || (w->config_extra && w->config_extra(root, c));
     if (!bad && random_weights) bad = json_object_set_new(root, "lensd_random_weights", json_true());
     if (!bad && c->task == LENS_TASK_CLASSIFICATION)

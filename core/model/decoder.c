@@ -90,17 +90,6 @@ int lens_decoder_config_hook(const json_t *root, const char *path, lens_config *
     return parse_rope_scaling(root, path, &cfg->rope, err);
 }
 
-int lens_decoder_new_config(lens_config *c, const char *task, const char *arch, lens_err *err)
-{
-    if (task && strcmp(task, lens_task_name(LENS_TASK_CAUSAL_LM)))
-        return lens_fail(err, LENS_EINVAL, "task \"%s\" is not available for %s (causal-lm)", task, arch);
-    c->task = LENS_TASK_CAUSAL_LM;
-    snprintf(c->architecture, sizeof c->architecture, "%s", arch);
-    c->norm_rms = 1, c->glu = LENS_GLU_SILU, c->ln_eps = 1e-6f;
-    c->rope.theta = 10000.0;
-    return 0;
-}
-
 int lens_decoder_config_ids(json_t *root, const lens_config *c)
 {
     return json_object_set_new(root, "initializer_range", lens_json_float(c->init_range > 0 ? c->init_range : 0.02f)) ||

@@ -33,14 +33,14 @@ extern const lens_config_key lens_decoder_positions_keys[], lens_decoder_keys[];
              .flags = LENS_KEY_NULL_OFF)
 /* After the keys: v heads as wide as k, RoPE over the whole head (even), rope_scaling. */
 int lens_decoder_config_hook(const struct json_t *root, const char *path, lens_config *cfg, lens_err *err);
-/* A new causal LM config named arch (mkmodel): RMSNorm eps 1e-6, SwiGLU,
- * rope_theta 10000; task must be NULL or causal-lm. */
-int lens_decoder_new_config(lens_config *c, const char *task, const char *arch, lens_err *err);
 /* config.json beyond the keys: initializer_range, bos 0 / eos the last id
  * (ids), and rope_scaling (extra). */
 int lens_decoder_config_ids(struct json_t *root, const lens_config *c);
 int lens_decoder_config_extra(struct json_t *root, const lens_config *c);
-#define LENS_DECODER_CONSTANTS "{\"attention_dropout\": 0.0}"
+/* The writer's members the decoder families share. */
+#define LENS_DECODER_WRITER                                                                                        \
+    .default_task = LENS_TASK_CAUSAL_LM, .config_constants = "{\"attention_dropout\": 0.0}",                     \
+    .config_extra = lens_decoder_config_extra
 
 extern const lens_tensor_section lens_decoder_tensors[];
 void lens_decoder_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,

@@ -34,11 +34,7 @@ static const lens_config_key distilbert_keys[] = {
     LENS_KEY(NULL, LENS_KEY_INT, LENS_C(head_relu), .def = 1),
     {0}};
 
-static int distilbert_new_config(lens_config *c, const char *task, lens_err *err)
-{
-    c->vocab_size = 30522, c->max_positions = 512, c->ln_eps = 1e-12f, c->gelu_tanh = 0, c->head_relu = 1;
-    return lens_new_encoder_task(c, task, err);
-}
+static void distilbert_new_config(lens_config *c) { c->vocab_size = 30522; }
 
 static const lens_tensor_row distilbert_embedding_rows[] = {
     LENS_ROW("word_embeddings.weight", LENS_P(tok_emb), LENS_T_EMBEDDING, LENS_D_V, LENS_D_C),
@@ -89,7 +85,8 @@ const lens_family lens_family_distilbert = {
     .cache_floats = lens_ln_block_cache_floats,
     .final_forward = NULL,
     .writer = &(const lens_family_writer){
-        .tokenizer_class = "DistilBertTokenizer", .new_config = distilbert_new_config,
+        .tokenizer_class = "DistilBertTokenizer", .default_task = LENS_TASK_CLASSIFICATION,
+        .new_config = distilbert_new_config,
         .config_constants = "{\"sinusoidal_pos_embds\": false, \"dropout\": 0.0, \"attention_dropout\": 0.0, "
                             "\"tie_weights_\": true}"},
 };

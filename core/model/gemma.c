@@ -18,11 +18,12 @@
 
 #include "core/model/decoder.h"
 
-#define GEMMA_KEYS                                                                                           \
-    LENS_DECODER_HEAD_DIM(.def = 256),                                                                        \
-    LENS_KEY("hidden_activation", LENS_KEY_CHOICE, LENS_C(glu), .alias = "hidden_act", .def = LENS_GLU_GELU_TANH, \
-             .choices = lens_glu_choices),                                                                    \
-    LENS_DECODER_TIE(1), LENS_DECODER_ATTENTION_BIAS, LENS_KEY(NULL, LENS_KEY_INT, LENS_C(norm_unit_offset), .def = 1)
+#define GEMMA_KEYS                                                                                                 \
+    LENS_DECODER_HEAD_DIM(.def = 256),                                                                             \
+    LENS_KEY("hidden_activation", LENS_KEY_CHOICE, LENS_C(glu), .alias = "hidden_act", .def = LENS_GLU_GELU_TANH,  \
+             .choices = lens_glu_choices),                                                                         \
+    LENS_DECODER_TIE(1), LENS_DECODER_ATTENTION_BIAS,                                                              \
+    LENS_KEY(NULL, LENS_KEY_INT, LENS_C(norm_unit_offset), .def = 1)
 
 static const lens_config_key gemma_keys[] = {GEMMA_KEYS, {0}};
 
@@ -45,25 +46,6 @@ static int gemma_config_hook(const json_t *root, const char *path, lens_config *
 {
     cfg->emb_scale = (float)sqrt((double)cfg->d_model);
     return lens_decoder_config_hook(root, path, cfg, err);
-}
-
-static int gemma_new_config(lens_config *c, const char *task, const char *arch, lens_err *err)
-{
-    if (lens_decoder_new_config(c, task, arch, err)) return -1;
-    c->norm_unit_offset = 1, c->glu = LENS_GLU_GELU_TANH;
-    return 0;
-}
-
-static int gemma1_new_config(lens_config *c, const char *task, lens_err *err)
-{
-    return gemma_new_config(c, task, "GemmaForCausalLM", err);
-}
-
-static int gemma2_new_config(lens_config *c, const char *task, lens_err *err)
-{
-    if (gemma_new_config(c, task, "Gemma2ForCausalLM", err)) return -1;
-    c->attn_softcap = 50.0f, c->final_softcap = 30.0f, c->sliding_alternate = 1, c->post_norms = 1;
-    return 0;
 }
 
 /* micro: head_dim 16 over hidden 32 and one kv head (gemma-2b is MQA). */
@@ -98,8 +80,7 @@ static int gemma2_preset(lens_config *c, const char *name)
 }
 
 #define GEMMA_FAMILY LENS_DECODER_FAMILY_FNS, .config_hook = gemma_config_hook
-#define GEMMA_WRITER .bpe_last = "<eos>", .preset_names = "micro, tiny, 1b, 8b", \
-                     .config_constants = LENS_DECODER_CONSTANTS, .config_extra = lens_decoder_config_extra
+#define GEMMA_WRITER LENS_DECODER_WRITER, .bpe_last = "<eos>", .preset_names = "micro, tiny, 1b, 8b"
 
 const lens_family lens_family_gemma = {
     .model_type = "gemma",
@@ -107,7 +88,7 @@ const lens_family lens_family_gemma = {
     .task_archs = {[LENS_TASK_ENCODER] = "GemmaModel", [LENS_TASK_CAUSAL_LM] = "GemmaForCausalLM"},
     .keys = {lens_hf_size_keys, lens_decoder_keys, gemma_keys},
     GEMMA_FAMILY,
-    .writer = &(const lens_family_writer){.new_config = gemma1_new_config, .preset = gemma_preset, GEMMA_WRITER},
+    .writer = &(const lens_family_writer){.preset = gemma_preset, GEMMA_WRITER},
 };
 
 const lens_family lens_family_gemma2 = {
@@ -116,5 +97,5 @@ const lens_family lens_family_gemma2 = {
     .task_archs = {[LENS_TASK_ENCODER] = "Gemma2Model", [LENS_TASK_CAUSAL_LM] = "Gemma2ForCausalLM"},
     .keys = {lens_hf_size_keys, lens_decoder_keys, gemma2_keys},
     GEMMA_FAMILY,
-    .writer = &(const lens_family_writer){.new_config = gemma2_new_config, .preset = gemma2_preset, GEMMA_WRITER},
+    .writer = &(const lens_family_writer){.preset = gemma2_preset, GEMMA_WRITER},
 };

@@ -32,15 +32,7 @@ static const lens_config_key gpt2_keys[] = {
     LENS_KEY(NULL, LENS_KEY_INT, LENS_C(d_head_v), .def = 1, .def_dim = LENS_D_DH),
     {0}};
 
-static int gpt2_new_config(lens_config *c, const char *task, lens_err *err)
-{
-    if (task && strcmp(task, lens_task_name(LENS_TASK_CAUSAL_LM)))
-        return lens_fail(err, LENS_EINVAL, "task \"%s\" is not available for gpt2 (causal-lm)", task);
-    c->task = LENS_TASK_CAUSAL_LM;
-    snprintf(c->architecture, sizeof c->architecture, "GPT2LMHeadModel");
-    c->vocab_size = 50257, c->max_positions = 1024, c->ln_eps = 1e-5f, c->gelu_tanh = 1;
-    return 0;
-}
+static void gpt2_new_config(lens_config *c) { c->vocab_size = 50257; }
 
 /* bos/eos = the last id: <|endoftext|> in GPT-2's vocabulary (50256) and in
  * the ones `train vocab --bpe` writes. */
@@ -279,6 +271,7 @@ const lens_family lens_family_gpt2 = {
     .writer = &(const lens_family_writer){
         .tokenizer_class = NULL, /* GPT2Tokenizer is what the files mean; mkmodel writes no tokenizer_config */
         .bpe_last = "<|endoftext|>",
+        .default_task = LENS_TASK_CAUSAL_LM,
         .new_config = gpt2_new_config,
         /* no dropout: lensd trains none */
         .config_constants = "{\"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0, "

@@ -60,13 +60,6 @@ static int neox_config_extra(json_t *root, const lens_config *c)
     return json_object_set_new(root, "rotary_pct", json_real(pct)) || lens_decoder_config_ids(root, c);
 }
 
-static int neox_new_config(lens_config *c, const char *task, lens_err *err)
-{
-    if (lens_decoder_new_config(c, task, "GPTNeoXForCausalLM", err)) return -1;
-    c->norm_rms = 0, c->glu = LENS_GLU_NONE, c->ln_eps = 1e-5f, c->gelu_tanh = 0, c->parallel_residual = 1;
-    return 0;
-}
-
 static const lens_tensor_row neox_layer_rows[] = {
     LENS_ROW("input_layernorm", LENS_B(ln_attn), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE),
     LENS_ROW("post_attention_layernorm", LENS_B(ln_ff), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE),
@@ -302,7 +295,7 @@ const lens_family lens_family_gpt_neox = {
     .final_backward = lens_ln_final_backward,
     .final_jvp = lens_ln_final_jvp,
     .attn_qk = neox_attn_qk,
-    .writer = &(const lens_family_writer){.bpe_last = "<|endoftext|>", .new_config = neox_new_config,
+    .writer = &(const lens_family_writer){.bpe_last = "<|endoftext|>", .default_task = LENS_TASK_CAUSAL_LM,
                                           .preset = neox_preset, .preset_names = "micro, tiny, 1b, 8b",
                                           .config_extra = neox_config_extra},
 };

@@ -22,21 +22,15 @@ static const lens_config_key mistral_keys[] = {
     LENS_DECODER_HEAD_DIM(.def = 1, .def_dim = LENS_D_DH), LENS_DECODER_SILU, LENS_DECODER_TIE(0),
     LENS_DECODER_WINDOW, {0}};
 
-static int llama_new_config(lens_config *c, const char *task, lens_err *err)
+/* Llama 3's rope scaling (factor 32: 3.2-1B; the 8b preset sets 8) */
+static void llama_new_config(lens_config *c)
 {
-    if (lens_decoder_new_config(c, task, "LlamaForCausalLM", err)) return -1;
     c->ln_eps = 1e-5f;
     c->rope = (lens_rope_params){.theta = 500000.0, .type = LENS_ROPE_LLAMA3, .factor = 32.0, .low_freq_factor = 1.0,
                                  .high_freq_factor = 4.0, .original_max_positions = 8192};
-    return 0;
 }
 
-static int mistral_new_config(lens_config *c, const char *task, lens_err *err)
-{
-    if (lens_decoder_new_config(c, task, "MistralForCausalLM", err)) return -1;
-    c->ln_eps = 1e-5f;
-    return 0;
-}
+static void mistral_new_config(lens_config *c) { c->ln_eps = 1e-5f; }
 
 /* micro / tiny: tests (4 heads over 2 kv heads, head_dim 8 / 32, mistral's
  * window 4 below the test lengths). */
@@ -66,8 +60,7 @@ static int mistral_preset(lens_config *c, const char *name)
 }
 
 #define DECODER_FAMILY LENS_DECODER_FAMILY_FNS, .config_hook = lens_decoder_config_hook
-#define DECODER_WRITER .bpe_last = "<|end_of_text|>", .config_constants = LENS_DECODER_CONSTANTS, \
-                       .config_extra = lens_decoder_config_extra
+#define DECODER_WRITER LENS_DECODER_WRITER, .bpe_last = "<|end_of_text|>"
 
 const lens_family lens_family_llama = {
     .model_type = "llama",

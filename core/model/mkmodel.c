@@ -472,6 +472,28 @@ out:
     return rc;
 }
 
+/* A new checkpoint's config before its preset: the keys' defaults, the
+ * task and its class, labels negative / positive for a classifier, then
+ * the family's own values. */
+static int new_config(lens_config *c, const char *task, lens_err *err)
+{
+    const lens_family *f = c->family;
+    lens_config_defaults(c);
+    c->task = f->writer->default_task;
+    if (task && (lens_task_parse(task, &c->task) || !f->task_archs[c->task]))
+        return lens_fail(err, LENS_EINVAL, "task \"%s\" is not available for %s", task, f->model_type);
+    snprintf(c->architecture, sizeof c->architecture, "%s", f->task_archs[c->task]);
+    if (f->writer->new_config) f->writer->new_config(c);
+    if (c->task != LENS_TASK_CLASSIFICATION) return 0;
+    static const char *const names[] = {"negative", "positive"};
+    c->labels = calloc(2, sizeof *c->labels);
+    if (!c->labels) return lens_fail(err, LENS_ENOMEM, "out of memory");
+    c->n_labels = 2;
+    for (int i = 0; i < 2; i++)
+        if (!(c->labels[i] = strdup(names[i]))) return lens_fail(err, LENS_ENOMEM, "out of memory");
+    return 0;
+}
+
 int lens_mkmodel(const char *arch, const char *preset_name, const char *task, unsigned long long seed,
                  const char *out_dir, lens_err *err)
 {
@@ -495,7 +517,7 @@ int lens_mkmodel_write(const char *arch, const char *preset_name, const char *ta
         return lens_fail(err, LENS_EINVAL, "unknown preset \"%s\" (%s)", preset_name, generic_presets);
     lens_config c = {.family = family};
     int rc = -1;
-    if (family->writer->new_config(&c, task, err)) goto out;
+    if (new_config(&c, task, err)) goto out;
     if (family->writer->preset) { /* the family's own shapes (decoders: real 1b / 8b models) */
         if (family->writer->preset(&c, preset_name)) {
             lens_fail(err, LENS_EINVAL, "unknown preset \"%s\" for %s (%s)", preset_name, arch,

@@ -23,26 +23,7 @@ static const lens_config_key qwen3_keys[] = {
     LENS_DECODER_HEAD_DIM(.def = 128), LENS_DECODER_SILU, LENS_DECODER_TIE(0), LENS_DECODER_ATTENTION_BIAS,
     NO_SLIDING, LENS_KEY(NULL, LENS_KEY_INT, LENS_C(qk_norm), .def = 1), {0}};
 
-static int qwen_new_config(lens_config *c, const char *task, const char *arch, lens_err *err)
-{
-    if (lens_decoder_new_config(c, task, arch, err)) return -1;
-    c->rope.theta = 1000000.0;
-    return 0;
-}
-
-static int qwen2_new_config(lens_config *c, const char *task, lens_err *err)
-{
-    if (qwen_new_config(c, task, "Qwen2ForCausalLM", err)) return -1;
-    c->qkv_bias = 1;
-    return 0;
-}
-
-static int qwen3_new_config(lens_config *c, const char *task, lens_err *err)
-{
-    if (qwen_new_config(c, task, "Qwen3ForCausalLM", err)) return -1;
-    c->qk_norm = 1;
-    return 0;
-}
+static void qwen_new_config(lens_config *c) { c->rope.theta = 1000000.0; }
 
 static const lens_decoder_preset qwen2_presets[] = {
     {"micro", 2, 32, 4, 2, 8, 64, 1000, 256, 0, 1},
@@ -63,8 +44,8 @@ static int qwen2_preset(lens_config *c, const char *name) { return lens_decoder_
 static int qwen3_preset(lens_config *c, const char *name) { return lens_decoder_apply_preset(qwen3_presets, name, c); }
 
 #define QWEN_FAMILY LENS_DECODER_FAMILY_FNS, .config_hook = lens_decoder_config_hook
-#define QWEN_WRITER .bpe_last = "<|endoftext|>", .preset_names = "micro, tiny, 1b, 8b", \
-                    .config_constants = LENS_DECODER_CONSTANTS, .config_extra = lens_decoder_config_extra
+#define QWEN_WRITER LENS_DECODER_WRITER, .bpe_last = "<|endoftext|>", .preset_names = "micro, tiny, 1b, 8b", \
+                    .new_config = qwen_new_config
 
 const lens_family lens_family_qwen2 = {
     .model_type = "qwen2",
@@ -72,7 +53,7 @@ const lens_family lens_family_qwen2 = {
     .task_archs = {[LENS_TASK_ENCODER] = "Qwen2Model", [LENS_TASK_CAUSAL_LM] = "Qwen2ForCausalLM"},
     .keys = {lens_hf_size_keys, lens_decoder_keys, qwen2_keys},
     QWEN_FAMILY,
-    .writer = &(const lens_family_writer){.new_config = qwen2_new_config, .preset = qwen2_preset, QWEN_WRITER},
+    .writer = &(const lens_family_writer){.preset = qwen2_preset, QWEN_WRITER},
 };
 
 const lens_family lens_family_qwen3 = {
@@ -81,5 +62,5 @@ const lens_family lens_family_qwen3 = {
     .task_archs = {[LENS_TASK_ENCODER] = "Qwen3Model", [LENS_TASK_CAUSAL_LM] = "Qwen3ForCausalLM"},
     .keys = {lens_hf_size_keys, lens_decoder_keys, qwen3_keys},
     QWEN_FAMILY,
-    .writer = &(const lens_family_writer){.new_config = qwen3_new_config, .preset = qwen3_preset, QWEN_WRITER},
+    .writer = &(const lens_family_writer){.preset = qwen3_preset, QWEN_WRITER},
 };

@@ -44,12 +44,11 @@ static int roberta_config_extra(json_t *root, const lens_config *c)
            json_object_set_new(root, "eos_token_id", json_integer(2));
 }
 
-static int roberta_new_config(lens_config *c, const char *task, lens_err *err)
+/* roberta-base: GPT-2's byte-level BPE plus <s> <pad> </s> <unk> and
+ * <mask>, one segment, positions after padding_idx 1 */
+static void roberta_new_config(lens_config *c)
 {
-    /* roberta-base: GPT-2's byte-level BPE plus <s> <pad> </s> <unk> and <mask> */
-    c->vocab_size = 50265, c->max_positions = 512, c->type_vocab_size = 1, c->ln_eps = 1e-5f, c->gelu_tanh = 0;
-    c->pad_token_id = 1, c->position_offset = 2;
-    return lens_new_encoder_task(c, task, err);
+    c->vocab_size = 50265, c->type_vocab_size = 1, c->ln_eps = 1e-5f, c->position_offset = c->pad_token_id + 1;
 }
 
 /* RobertaForSequenceClassification's classifier.dense + out_proj,
@@ -110,6 +109,7 @@ const lens_family lens_family_roberta = {
     .writer = &(const lens_family_writer){.tokenizer_class = "RobertaTokenizer",
                                           .bpe_first = {"<s>", "<pad>", "</s>", "<unk>"}, /* as roberta-base */
                                           .bpe_last = "<mask>",
+                                          .default_task = LENS_TASK_CLASSIFICATION,
                                           .new_config = roberta_new_config,
                                           .config_constants = lens_bert_config_constants,
                                           .config_extra = roberta_config_extra},
