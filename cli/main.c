@@ -61,9 +61,11 @@ static void usage(FILE *f)
             "            [--probes 16] [--seed 1] [--norms]\n"
             "            print what POST /v1/hidden-attribution returns (Jacobian norms)\n"
             "  info      BLAS library, core, threads and GEMM kernel (GET /v1/info without server limits)\n"
-            "  mkmodel   --arch bert|gpt2|roberta|distilbert --preset micro|tiny|small|base|xl [--task T]\n"
-            "            --arch llama|mistral|qwen2|qwen3|gemma|gemma2|gpt_neox --preset micro|tiny|1b|8b\n"
-            "            --seed N --out DIR [--vocab DIR] [--dtype f32|bf16|f16] [--max-shard-size SIZE]\n"
+            "  mkmodel   ");
+    lens_mkmodel_usage(f, "            "); /* the families and their presets, from the registry */
+    fprintf(f,
+            "            [--task T] --seed N --out DIR [--vocab DIR] [--dtype f32|bf16|f16]\n"
+            "            [--max-shard-size SIZE]\n"
             "            write a random-weight checkpoint in Hugging Face format (--vocab: tokenizer files\n"
             "            from a vocabulary, e.g. ../shared/vocab/gpt2 for roberta, or a folder with\n"
             "            tokenizer.json, else generated; docs/families.md has the decoder presets; SIZE as\n"

@@ -293,13 +293,12 @@ static void check_supports(const char *name, const lens_model *m)
               lens_analysis_name((lens_analysis)a), ok, why ? why : "(none)");
     }
     const int lm_or_classifier = m->cfg.task == LENS_TASK_CLASSIFICATION || m->cfg.task == LENS_TASK_CAUSAL_LM;
-    /* the gradient analyses wait for a family's block backward (arch.h no_backward) */
-    const int grad = m->cfg.family->no_backward == NULL;
+    /* every family has a block backward, so the gradient analyses run too */
     CHECK(lens_model_supports(m, LENS_ANALYSIS_FORWARD, NULL) && lens_model_supports(m, LENS_ANALYSIS_ATTENTION, NULL) &&
               lens_model_supports(m, LENS_ANALYSIS_TOKEN_IDENTITY, NULL) &&
               lens_model_supports(m, LENS_ANALYSIS_DECOMPOSITION, NULL) &&
-              lens_model_supports(m, LENS_ANALYSIS_HIDDEN_ATTRIBUTION, NULL) == grad &&
-              lens_model_supports(m, LENS_ANALYSIS_ATTRIBUTION, NULL) == (lm_or_classifier && grad),
+              lens_model_supports(m, LENS_ANALYSIS_HIDDEN_ATTRIBUTION, NULL) &&
+              lens_model_supports(m, LENS_ANALYSIS_ATTRIBUTION, NULL) == lm_or_classifier,
           "%s: the per-sequence analyses run on every family", name);
 }
 

@@ -16,6 +16,11 @@
  * The scanner is first run on two sample texts, one that must be caught and
  * one that must pass, so a scanner that finds nothing fails.
  *
+ * The lists of families kept outside the registry must equal it, so a
+ * family added to lens_families and not to them fails here: openapi.yaml's
+ * ModelInfo.model_type enum and docs/families.md's table of families (the
+ * CLI help prints the registry itself, lens_mkmodel_usage).
+ *
  * And a family's math is its forward only: a family file (a core/model
  * file defining a lens_family) states its block as a program (block.h) and
  * holds no derivative code, no identifier with _backward or _jvp outside
@@ -103,6 +108,59 @@ static void check_family_file(const char *path, void *ctx)
     free(text);
 }
 
+/* Does the list (names, n of them) hold exactly the registry's model_types? */
+static void check_list(const char *what, char names[][32], int n)
+{
+    int n_families = 0;
+    for (int i = 0; lens_families[i]; i++, n_families++) {
+        int found = 0;
+        for (int k = 0; k < n; k++) found |= !strcmp(names[k], lens_families[i]->model_type);
+        CHECK(found, "%s does not list the family %s (lens_families)", what, lens_families[i]->model_type);
+    }
+    for (int k = 0; k < n; k++)
+        CHECK(lens_family_find(names[k]) != NULL, "%s lists \"%s\", which is not in lens_families", what, names[k]);
+    CHECK(n == n_families, "%s lists %d families, the registry %d", what, n, n_families);
+}
+
+/* openapi.yaml: the enum: [...] line after ModelInfo's "model_type:". */
+static int openapi_names(const char *text, char names[][32], int max)
+{
+    int n = 0;
+    const char *at = strstr(text, "\n        model_type:\n");
+    const char *list = at ? strstr(at, "enum: [") : NULL;
+    const char *end = list ? strchr(list, ']') : NULL;
+    CHECK(end && !memchr(at + 1, '}', (size_t)(list - at)) && list - at < 200,
+          "openapi.yaml: ModelInfo's model_type has an enum: [...] (the test reads it)");
+    for (const char *p = list ? list + 7 : NULL; p && p < end && n < max; p += strspn(p, " ")) {
+        const size_t w = strcspn(p, ",]");
+        snprintf(names[n++], sizeof names[0], "%.*s", (int)w, p);
+        p += w + 1;
+    }
+    return n;
+}
+
+/* docs/families.md: the first table's rows, "| `model_type` | ...". */
+static int doc_names(const char *text, char names[][32], int max)
+{
+    int n = 0;
+    const char *p = strstr(text, "\n| model_type |");
+    CHECK(p != NULL, "docs/families.md has its table of families (| model_type | ...)");
+    for (p = p ? strchr(p + 1, '\n') : NULL; p && p[1] == '|' && n < max; p = strchr(p + 1, '\n'))
+        if (!strncmp(p + 1, "| `", 3)) snprintf(names[n++], sizeof names[0], "%.*s", (int)strcspn(p + 4, "`"), p + 4);
+    return n;
+}
+
+/* The family list a file keeps (parse reads it) against the registry. */
+static void check_file_list(const char *path, const char *what, int (*parse)(const char *, char[][32], int))
+{
+    size_t len;
+    char *text = lens_file_read(path, &len, &(lens_err){0});
+    char names[64][32];
+    CHECK(text != NULL, "%s is readable (run from the repository root)", path);
+    check_list(what, names, text ? parse(text, names, 64) : 0);
+    free(text);
+}
+
 int main(void)
 {
     int n_names = 0;
@@ -123,5 +181,7 @@ int main(void)
     int family_files = 0;
     walk_files("core/model", check_family_file, &family_files);
     CHECK(family_files >= 8, "core/model has the family files (%d)", family_files);
+    check_file_list("openapi.yaml", "openapi.yaml ModelInfo.model_type enum", openapi_names);
+    check_file_list("docs/families.md", "docs/families.md's table of families", doc_names);
     return check_done("test_family_names");
 }

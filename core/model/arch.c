@@ -1,12 +1,13 @@
-/* arch.c - the table of model families and the walker helpers they share.
+/* arch.c - the table of model families and the one walker of their tensor
+ * tables.
  *
- * A family's walker (bert.c, gpt2.c, ...) lists its tensors with
- * lens_walk_linear / lens_walk_layernorm / lens_walk_tensor; the visitor
- * decides what a tensor is: a view into a loaded checkpoint (model.c), a
- * slot of the trainer's parameter buffer (train.c) or random data to write
- * (mkmodel.c). */
+ * lens_walk_params lists a family's tensors from its table (arch.h,
+ * lens_tensor_section); the visitor decides what a tensor is: a view into a
+ * loaded checkpoint (model.c), a slot of the trainer's parameter buffer
+ * (train.c) or random data to write (mkmodel.c). */
 #include "core/model/arch.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,57 +38,139 @@ const char *lens_family_names(void)
     return names;
 }
 
-const void *lens_walk_tensor(lens_param_visitor *v, const char *name, int64_t d0, int64_t d1,
-                             lens_param_kind kind, float init_std)
+int lens_dim_size(const lens_config *c, lens_dim d)
+{
+    const int NH = c->n_heads, NKV = lens_kv_heads(c), DK = c->d_head_k, DV = c->d_head_v;
+    switch (d) {
+    case LENS_D_NONE: return 0;
+    case LENS_D_C: return c->d_model;
+    case LENS_D_F: return c->d_ff;
+    case LENS_D_2F: return 2 * c->d_ff;
+    case LENS_D_V: return c->vocab_size;
+    case LENS_D_POS: return c->max_positions + c->position_offset;
+    case LENS_D_TYPES: return c->type_vocab_size;
+    case LENS_D_LABELS: return c->n_labels;
+    case LENS_D_DK: return DK;
+    case LENS_D_QK: return NH * DK;
+    case LENS_D_VO: return NH * DV;
+    case LENS_D_KV: return NKV * DK;
+    case LENS_D_KVV: return NKV * DV;
+    case LENS_D_QKV: return NH * DK + NKV * DK + NKV * DV;
+    case LENS_D_NH: return NH;
+    case LENS_D_DH: return NH > 0 ? c->d_model / NH : 0;
+    }
+    return 0;
+}
+
+/* Does every LENS_IF_* condition in `when` hold for c? */
+static int holds(const lens_config *c, unsigned when)
+{
+    const unsigned now = (c->task == LENS_TASK_CLASSIFICATION ? LENS_IF_CLASSIFIER : 0) |
+                         (c->task == LENS_TASK_MASKED_LM ? LENS_IF_MLM : 0) |
+                         (c->task == LENS_TASK_CAUSAL_LM && !c->tie_word_embeddings ? LENS_IF_UNTIED_LM : 0) |
+                         (c->qkv_bias ? LENS_IF_QKV_BIAS : 0) | (c->o_bias ? LENS_IF_O_BIAS : 0) |
+                         (c->qk_norm ? LENS_IF_QK_NORM : 0) |
+                         (c->post_norms ? LENS_IF_POST_NORMS : LENS_IF_NO_POST_NORMS);
+    return (when & ~now) == 0;
+}
+
+static const void *walk_tensor(lens_param_visitor *v, const char *name, int64_t d0, int64_t d1, lens_param_kind kind,
+                               float init_std, int summed)
 {
     if (v->failed) return NULL;
     const lens_param_desc d = {.name = name, .ndim = d1 ? 2 : 1, .shape = {d0, d1}, .kind = kind,
-                               .init_std = init_std};
+                               .init_std = init_std, .summed = summed};
     return v->tensor(v, &d);
 }
 
-void lens_walk_linear(lens_param_visitor *v, lens_linear *lin, const char *base, int in, int out, int conv1d,
-                      float init_std)
+/* name = prefix (its "%d" the layer index) + row + suffix. */
+static void tensor_name(char *name, size_t size, const char *prefix, int layer, const char *row, const char *suffix)
 {
-    char name[256];
-    snprintf(name, sizeof name, "%s.weight", base);
-    lin->w = conv1d ? lens_walk_tensor(v, name, in, out, LENS_PARAM_WEIGHT, init_std)
-                    : lens_walk_tensor(v, name, out, in, LENS_PARAM_WEIGHT, init_std);
-    lin->dtype = v->dtype;
-    snprintf(name, sizeof name, "%s.bias", base);
-    lin->b = lens_walk_tensor(v, name, out, 0, LENS_PARAM_BIAS, 0);
-    lin->in = in, lin->out = out, lin->ld = conv1d ? out : in, lin->w_in_out = conv1d, lin->packed = NULL;
+    const char *at = strstr(prefix, "%d");
+    if (at) snprintf(name, size, "%.*s%d%s%s%s", (int)(at - prefix), prefix, layer, at + 2, row, suffix);
+    else snprintf(name, size, "%s%s%s", prefix, row, suffix);
 }
 
-void lens_walk_linear_bias(lens_param_visitor *v, lens_linear *lin, const char *base, int in, int out, int bias,
-                           float init_std)
+/* The views of a fused map lin: its parts' outputs in order, into the
+ * lens_block maps the split names. */
+static void split_views(const lens_config *c, const lens_tensor_row *r, lens_block *blk, const lens_linear *lin)
 {
-    if (bias) {
-        lens_walk_linear(v, lin, base, in, out, 0, init_std);
+    lens_linear *parts[3] = {&blk->q, &blk->k, &blk->v};
+    int sizes[3] = {lens_dim_size(c, LENS_D_QK), lens_dim_size(c, LENS_D_KV), lens_dim_size(c, LENS_D_KVV)};
+    if (r->split == LENS_SPLIT_GATE_UP) {
+        parts[0] = &blk->gate, parts[1] = &blk->ff_in, parts[2] = NULL;
+        sizes[0] = sizes[1] = c->d_ff;
+    }
+    for (int i = 0, first = 0; i < 3 && parts[i]; first += sizes[i++]) {
+        /* part i: output rows first .. of W [out][in], or columns of a Conv1D's [in][out] */
+        *parts[i] = *lin;
+        parts[i]->w = lin->w ? lens_dtype_at(lin->w, lin->dtype, lin->w_in_out ? (size_t)first
+                                                                               : (size_t)first * lin->ld)
+                             : NULL;
+        parts[i]->b = lin->b ? lin->b + first : NULL;
+        parts[i]->out = sizes[i];
+    }
+}
+
+/* One row of a section: its tensors through v, bound at dst. */
+static void walk_row(const lens_config *c, lens_param_visitor *v, const lens_tensor_row *r, const char *prefix,
+                     int layer, char *dst)
+{
+    const float std = c->init_range > 0 ? c->init_range : 0.02f;
+    const float init = r->init == LENS_INIT_RESID ? std / sqrtf(2.0f * c->n_layers) : std;
+    const float noise = r->init == LENS_INIT_NOISE ? 0.1f : 0.0f;
+    const int d0 = lens_dim_size(c, r->d0), d1 = lens_dim_size(c, r->d1);
+    char name[256], bias[256];
+    const int whole = r->kind == LENS_T_EMBEDDING || r->kind == LENS_T_VECTOR; /* the name is the tensor's */
+    tensor_name(name, sizeof name, prefix, layer, r->name, whole ? "" : ".weight");
+    tensor_name(bias, sizeof bias, prefix, layer, r->name, ".bias");
+    switch (r->kind) {
+    case LENS_T_EMBEDDING:
+        *(const void **)dst = walk_tensor(v, name, d0, d1, LENS_PARAM_EMBEDDING, init, 0);
+        return;
+    case LENS_T_VECTOR:
+        *(const float **)dst = walk_tensor(v, name, d0, 0, LENS_PARAM_BIAS, 0, 0);
+        return;
+    case LENS_T_LAYERNORM:
+    case LENS_T_RMSNORM: {
+        lens_layernorm *ln = (lens_layernorm *)dst;
+        /* a unit-offset gain is a zero-initialised, undecayed offset: the bias kind's init */
+        const int offset = r->kind == LENS_T_RMSNORM && c->norm_unit_offset;
+        ln->w = walk_tensor(v, name, d0, 0, offset ? LENS_PARAM_NORM_BIAS : LENS_PARAM_NORM_WEIGHT, noise, 0);
+        ln->b = r->kind == LENS_T_LAYERNORM ? walk_tensor(v, bias, d0, 0, LENS_PARAM_NORM_BIAS, 0, 0) : NULL;
         return;
     }
-    char name[256];
-    snprintf(name, sizeof name, "%s.weight", base);
-    *lin = (lens_linear){.w = lens_walk_tensor(v, name, out, in, LENS_PARAM_WEIGHT, init_std), .in = in, .out = out,
-                         .ld = in};
-    lin->dtype = v->dtype;
+    case LENS_T_LINEAR:
+    case LENS_T_LINEAR_NB:
+    case LENS_T_CONV1D: {
+        /* out = d0, in = d1; summed heads: [C][DV] in the file, the concat map NH*DV -> C here, row
+         * stride DV until the loader tiles it (or NH*DV when the visitor tiles) */
+        const int conv1d = r->kind == LENS_T_CONV1D, summed = r->summed && c->head_combination;
+        const int has_bias = r->kind != LENS_T_LINEAR_NB || (r->bias_if && holds(c, r->bias_if));
+        lens_linear lin = {.in = d1, .out = d0, .ld = conv1d ? d0 : d1, .w_in_out = conv1d};
+        if (summed) {
+            lin.w = walk_tensor(v, name, d0, c->d_head_v, LENS_PARAM_WEIGHT, init, 1);
+            lin.ld = v->tiles_summed ? d1 : c->d_head_v;
+        } else {
+            lin.w = conv1d ? walk_tensor(v, name, d1, d0, LENS_PARAM_WEIGHT, init, 0)
+                           : walk_tensor(v, name, d0, d1, LENS_PARAM_WEIGHT, init, 0);
+        }
+        lin.dtype = v->dtype;
+        lin.b = has_bias ? walk_tensor(v, bias, d0, 0, LENS_PARAM_BIAS, 0, 0) : NULL;
+        if (r->split == LENS_SPLIT_NONE) *(lens_linear *)dst = lin;
+        else split_views(c, r, (lens_block *)dst, &lin);
+        return;
+    }
+    }
 }
 
-void lens_walk_rmsnorm(lens_param_visitor *v, lens_layernorm *ln, const char *base, int C, int unit_offset,
-                       float noise)
+void lens_walk_params(const lens_config *c, lens_params *p, lens_param_visitor *v)
 {
-    char name[256];
-    snprintf(name, sizeof name, "%s.weight", base);
-    /* a unit-offset gain is a zero-initialised, undecayed offset: the bias kind's init */
-    ln->w = lens_walk_tensor(v, name, C, 0, unit_offset ? LENS_PARAM_NORM_BIAS : LENS_PARAM_NORM_WEIGHT, noise);
-    ln->b = NULL;
-}
-
-void lens_walk_layernorm(lens_param_visitor *v, lens_layernorm *ln, const char *base, int C)
-{
-    char name[256];
-    snprintf(name, sizeof name, "%s.weight", base);
-    ln->w = lens_walk_tensor(v, name, C, 0, LENS_PARAM_NORM_WEIGHT, 0);
-    snprintf(name, sizeof name, "%s.bias", base);
-    ln->b = lens_walk_tensor(v, name, C, 0, LENS_PARAM_NORM_BIAS, 0);
+    for (const lens_tensor_section *s = c->family->tensors; s->rows; s++)
+        for (int l = 0; l < (s->per_layer ? c->n_layers : 1); l++) {
+            /* a split row binds several fields of the block: dst is the block itself */
+            char *base = s->per_layer ? (char *)&p->blocks[l] : (char *)p;
+            for (const lens_tensor_row *r = s->rows; r->name; r++)
+                if (holds(c, r->when)) walk_row(c, v, r, s->prefix, l, r->split ? base : base + r->field);
+        }
 }

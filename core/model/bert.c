@@ -1,173 +1,91 @@
 /* bert.c - the BERT family (HF BertModel, BertForSequenceClassification,
- * BertForMaskedLM), including the identifiable-encoder variant.
- *
- * Config keys: hidden_size, num_hidden_layers, num_attention_heads,
- * intermediate_size, vocab_size, max_position_embeddings, type_vocab_size,
- * layer_norm_eps, hidden_act; identifiable variant: "head_dim_key",
- * "head_dim_value", "head_combination" (docs/identifiable-encoder.md).
+ * BertForMaskedLM), including the identifiable-encoder variant: its config
+ * keys and tensor names (tables), and the post-norm block.
  *
  * Block (post-LN):  a = LN(x + Attn(x));  x' = LN(a + FFN(a))
  * with Attn(x) = concat_h softmax(q_h k_h^T / sqrt(DK)) v_h W_O + b_O.
  * LayerNorm statistics slots: 0 embeddings, 1 + 2l attention, 2 + 2l FFN. */
 #include "core/model/arch.h"
 
-#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/base/gemm.h"
 #include "core/nn/ops.h"
 
-int lens_bert_parse_keys(json_t *root, const char *path, lens_config *cfg, lens_err *err)
-{
-    if (lens_json_int(root, path, "hidden_size", -1, 1, 1 << 16, &cfg->d_model, err) ||
-        lens_json_int(root, path, "num_hidden_layers", -1, 1, 1024, &cfg->n_layers, err) ||
-        lens_json_int(root, path, "num_attention_heads", -1, 1, 1024, &cfg->n_heads, err) ||
-        lens_json_int(root, path, "intermediate_size", -1, 1, 1 << 20, &cfg->d_ff, err) ||
-        lens_json_int(root, path, "vocab_size", -1, 1, 1 << 24, &cfg->vocab_size, err) ||
-        lens_json_int(root, path, "max_position_embeddings", 512, 1, 1 << 20, &cfg->max_positions, err) ||
-        lens_json_int(root, path, "type_vocab_size", 2, 1, 1024, &cfg->type_vocab_size, err) ||
-        lens_json_eps(root, path, "layer_norm_eps", 1e-12, &cfg->ln_eps, err))
-        return -1;
-    const char *act = lens_json_str(root, "hidden_act");
-    if (lens_parse_activation(path, act ? act : "gelu", &cfg->gelu_tanh, err)) return -1;
-    const char *pos = lens_json_str(root, "position_embedding_type");
-    if (pos && strcmp(pos, "absolute") != 0)
-        return lens_fail(err, LENS_EFORMAT, "%s: unsupported position_embedding_type \"%s\"", path, pos);
-    if (cfg->d_model % cfg->n_heads)
-        return lens_fail(err, LENS_EFORMAT, "%s: hidden_size %d is not a multiple of num_attention_heads %d",
-                         path, cfg->d_model, cfg->n_heads);
-    int dh = cfg->d_model / cfg->n_heads;
-    if (lens_json_int(root, path, "head_dim_key", dh, 1, 1 << 16, &cfg->d_head_k, err) ||
-        lens_json_int(root, path, "head_dim_value", dh, 1, 1 << 16, &cfg->d_head_v, err))
-        return -1;
-    const char *scale = lens_json_str(root, "attention_scale"); /* identifiable encoders: docs/reproducing.md */
-    if (scale && strcmp(scale, "DK") && strcmp(scale, "DV"))
-        return lens_fail(err, LENS_EFORMAT, "%s: attention_scale \"%s\" is not DK or DV", path, scale);
-    cfg->scale_by_dv = scale && !strcmp(scale, "DV");
-    const char *combine = lens_json_str(root, "head_combination");
-    if (combine && lens_head_combination_parse(combine, &cfg->head_combination))
-        return lens_fail(err, LENS_EFORMAT, "%s: head_combination \"%s\" is not one of concat, sum, sum_adjacent",
-                         path, combine);
-    return lens_json_int(root, path, "pad_token_id", 0, 0, cfg->vocab_size - 1, &cfg->pad_token_id, err);
-}
+/* BertConfig keys after lens_hf_size_keys (RobertaConfig has the same
+ * ones: its own pad_token_id default follows them in roberta.c). */
+static const lens_key_choice attention_scales[] = {{"DK", 0}, {"DV", 1}, {NULL, 0}};
+static const lens_key_choice absolute_positions[] = {{"absolute", 0}, {NULL, 0}};
 
-static int bert_parse_config(json_t *root, const char *path, lens_config *cfg, lens_err *err)
-{
-    return lens_bert_parse_keys(root, path, cfg, err) || lens_config_task(root, path, cfg, err) ? -1 : 0;
-}
+const lens_config_key lens_bert_keys[] = {
+    LENS_KEY("max_position_embeddings", LENS_KEY_INT, LENS_C(max_positions), .def = 512, .min = 1, .max = 1 << 20),
+    LENS_KEY("type_vocab_size", LENS_KEY_INT, LENS_C(type_vocab_size), .def = 2, .min = 1, .max = 1024),
+    LENS_KEY("layer_norm_eps", LENS_KEY_FLOAT, LENS_C(ln_eps), .def = 1e-12, .min = 0, .max = 1,
+             .flags = LENS_KEY_OPEN_MIN | LENS_KEY_OPEN_MAX),
+    LENS_KEY("hidden_act", LENS_KEY_CHOICE, LENS_C(gelu_tanh), .choices = lens_gelu_choices),
+    LENS_KEY("position_embedding_type", LENS_KEY_CHOICE, LENS_KEY_CHECK_ONLY, .choices = absolute_positions),
+    /* the identifiable variant (docs/identifiable-encoder.md, docs/reproducing.md) */
+    LENS_KEY("head_dim_key", LENS_KEY_INT, LENS_C(d_head_k), .def = 1, .def_dim = LENS_D_DH, .min = 1,
+             .max = 1 << 16, .flags = LENS_KEY_IF_CHANGED),
+    LENS_KEY("head_dim_value", LENS_KEY_INT, LENS_C(d_head_v), .def = 1, .def_dim = LENS_D_DH, .min = 1,
+             .max = 1 << 16, .flags = LENS_KEY_IF_CHANGED),
+    LENS_KEY("attention_scale", LENS_KEY_CHOICE, LENS_C(scale_by_dv), .flags = LENS_KEY_IF_CHANGED,
+             .choices = attention_scales),
+    LENS_KEY("head_combination", LENS_KEY_CHOICE, LENS_C(head_combination), .flags = LENS_KEY_IF_CHANGED,
+             .choices = lens_head_combination_choices),
+    {0}};
 
-int lens_new_encoder_task(lens_config *c, const char *task, lens_err *err)
-{
-    c->task = LENS_TASK_CLASSIFICATION;
-    if (task && (lens_task_parse(task, &c->task) || !c->family->task_archs[c->task]))
-        return lens_fail(err, LENS_EINVAL, "task \"%s\" is not available for %s", task, c->family->model_type);
-    snprintf(c->architecture, sizeof c->architecture, "%s", c->family->task_archs[c->task]);
-    if (c->task != LENS_TASK_CLASSIFICATION) return 0;
-    static const char *const names[] = {"negative", "positive"};
-    c->labels = calloc(2, sizeof *c->labels);
-    if (!c->labels) return lens_fail(err, LENS_ENOMEM, "out of memory");
-    c->n_labels = 2;
-    for (int i = 0; i < 2; i++)
-        if (!(c->labels[i] = strdup(names[i]))) return lens_fail(err, LENS_ENOMEM, "out of memory");
-    return 0;
-}
+static const lens_config_key bert_pad_keys[] = {
+    LENS_KEY("pad_token_id", LENS_KEY_INT, LENS_C(pad_token_id), .min = 0, .max = -1, .max_dim = LENS_D_V),
+    {0}};
 
-static int bert_new_config(lens_config *c, const char *task, lens_err *err)
-{
-    c->vocab_size = 30522, c->max_positions = 512, c->type_vocab_size = 2, c->ln_eps = 1e-12f, c->gelu_tanh = 0;
-    return lens_new_encoder_task(c, task, err);
-}
+static void bert_new_config(lens_config *c) { c->vocab_size = 30522; }
 
-/* BertConfig keys (RobertaConfig has the same ones; its position table is
- * position_offset rows longer and its bos / eos are <s> = 0, </s> = 2). */
-void lens_bert_write_config(FILE *f, const lens_config *c, int random_weights)
-{
-    fprintf(f,
-            "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n"
-            "  \"hidden_act\": \"%s\",\n  \"hidden_size\": %d,\n  \"num_hidden_layers\": %d,\n"
-            "  \"num_attention_heads\": %d,\n  \"intermediate_size\": %d,\n  \"max_position_embeddings\": %d,\n"
-            "  \"type_vocab_size\": %d,\n  \"vocab_size\": %d,\n  \"layer_norm_eps\": %g,\n"
-            "  \"hidden_dropout_prob\": 0.0,\n  \"attention_probs_dropout_prob\": 0.0,\n"
-            "  \"pad_token_id\": %d,\n  \"position_embedding_type\": \"absolute\",\n"
-            "  \"tie_word_embeddings\": true,\n",
-            c->family->task_archs[c->task], c->family->model_type, c->gelu_tanh ? "gelu_new" : "gelu", c->d_model,
-            c->n_layers, c->n_heads, c->d_ff, c->max_positions + c->position_offset, c->type_vocab_size, c->vocab_size,
-            (double)c->ln_eps, c->pad_token_id);
-    if (c->position_offset) fprintf(f, "  \"bos_token_id\": 0,\n  \"eos_token_id\": 2,\n");
-    const int dh = c->d_model / c->n_heads;
-    if (c->d_head_k != dh || c->d_head_v != dh || c->head_combination)
-        fprintf(f, "  \"head_dim_key\": %d,\n  \"head_dim_value\": %d,\n  \"head_combination\": \"%s\",\n",
-                c->d_head_k, c->d_head_v, lens_head_combination_name(c->head_combination));
-    if (c->scale_by_dv) fprintf(f, "  \"attention_scale\": \"DV\",\n");
-    lens_write_task_tail(f, c, random_weights);
-}
+/* What config.json carries beyond the keys (no dropout: lensd trains none). */
+const char lens_bert_config_constants[] = "{\"hidden_dropout_prob\": 0.0, \"attention_probs_dropout_prob\": 0.0, "
+                                          "\"tie_word_embeddings\": true}";
 
-/* Summed heads (model.h): attention.output.dense.weight is [C][DV] in the
- * file; lens_linear describes the concat map NH*DV -> C either way, with
- * row stride DV until the loader tiles it (or NH*DV when the visitor tiles). */
-static void walk_summed_output(const lens_config *c, lens_param_visitor *v, lens_linear *lin, const char *base)
-{
-    const int C = c->d_model, VO = c->n_heads * c->d_head_v;
-    char name[256];
-    snprintf(name, sizeof name, "%s.weight", base);
-    const lens_param_desc d = {.name = name, .ndim = 2, .shape = {C, c->d_head_v}, .kind = LENS_PARAM_WEIGHT,
-                               .init_std = 0.02f, .summed = 1};
-    lin->w = v->failed ? NULL : v->tensor(v, &d);
-    lin->dtype = v->dtype;
-    snprintf(name, sizeof name, "%s.bias", base);
-    lin->b = lens_walk_tensor(v, name, C, 0, LENS_PARAM_BIAS, 0);
-    lin->in = VO, lin->out = C, lin->ld = v->tiles_summed ? VO : c->d_head_v, lin->w_in_out = 0, lin->packed = NULL;
-}
+/* HF order: embeddings, encoder.layer.{l}, then the task head. Base-model
+ * tensors carry the prefix ("bert."; BertModel checkpoints drop it, the
+ * loader copes). Summed heads (model.h): attention.output.dense.weight is
+ * [C][DV] in the file. */
+const lens_tensor_row lens_bert_embedding_rows[] = {
+    LENS_ROW("embeddings.word_embeddings.weight", LENS_P(tok_emb), LENS_T_EMBEDDING, LENS_D_V, LENS_D_C),
+    LENS_ROW("embeddings.position_embeddings.weight", LENS_P(pos_emb), LENS_T_EMBEDDING, LENS_D_POS, LENS_D_C),
+    LENS_ROW("embeddings.token_type_embeddings.weight", LENS_P(type_emb), LENS_T_EMBEDDING, LENS_D_TYPES, LENS_D_C),
+    LENS_ROW("embeddings.LayerNorm", LENS_P(ln_emb), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE),
+    {0}};
 
-/* HF order: embeddings, encoder.layer.{l} (the task head follows). Base-
- * model tensors carry the prefix ("bert."; BertModel checkpoints drop it,
- * the loader copes). */
-void lens_bert_walk_encoder(const lens_config *c, lens_params *p, lens_param_visitor *v, const char *prefix)
-{
-    const int C = c->d_model, QK = c->n_heads * c->d_head_k, VO = c->n_heads * c->d_head_v;
-    const float sd = 0.02f;
-    char n[160];
-#define AT(suffix) (snprintf(n, sizeof n, "%s%s", prefix, suffix), n)
-    p->tok_emb = lens_walk_tensor(v, AT("embeddings.word_embeddings.weight"), c->vocab_size, C, LENS_PARAM_EMBEDDING, sd);
-    p->pos_emb = lens_walk_tensor(v, AT("embeddings.position_embeddings.weight"), c->max_positions + c->position_offset,
-                                  C, LENS_PARAM_EMBEDDING, sd);
-    p->type_emb = lens_walk_tensor(v, AT("embeddings.token_type_embeddings.weight"), c->type_vocab_size, C,
-                                   LENS_PARAM_EMBEDDING, sd);
-    lens_walk_layernorm(v, &p->ln_emb, AT("embeddings.LayerNorm"), C);
-#undef AT
-    for (int l = 0; l < c->n_layers; l++) {
-        lens_block *blk = &p->blocks[l];
-#define AT(suffix) (snprintf(n, sizeof n, "%sencoder.layer.%d.%s", prefix, l, suffix), n)
-        lens_walk_linear(v, &blk->q, AT("attention.self.query"), C, QK, 0, sd);
-        lens_walk_linear(v, &blk->k, AT("attention.self.key"), C, QK, 0, sd);
-        lens_walk_linear(v, &blk->v, AT("attention.self.value"), C, VO, 0, sd);
-        if (c->head_combination) walk_summed_output(c, v, &blk->attn_out, AT("attention.output.dense"));
-        else lens_walk_linear(v, &blk->attn_out, AT("attention.output.dense"), VO, C, 0, sd);
-        lens_walk_layernorm(v, &blk->ln_attn, AT("attention.output.LayerNorm"), C);
-        lens_walk_linear(v, &blk->ff_in, AT("intermediate.dense"), C, c->d_ff, 0, sd);
-        lens_walk_linear(v, &blk->ff_out, AT("output.dense"), c->d_ff, C, 0, sd);
-        lens_walk_layernorm(v, &blk->ln_ff, AT("output.LayerNorm"), C);
-#undef AT
-    }
-}
+const lens_tensor_row lens_bert_layer_rows[] = {
+    LENS_ROW("attention.self.query", LENS_B(q), LENS_T_LINEAR, LENS_D_QK, LENS_D_C),
+    LENS_ROW("attention.self.key", LENS_B(k), LENS_T_LINEAR, LENS_D_QK, LENS_D_C),
+    LENS_ROW("attention.self.value", LENS_B(v), LENS_T_LINEAR, LENS_D_VO, LENS_D_C),
+    LENS_ROW("attention.output.dense", LENS_B(attn_out), LENS_T_LINEAR, LENS_D_C, LENS_D_VO, .summed = 1),
+    LENS_ROW("attention.output.LayerNorm", LENS_B(ln_attn), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE),
+    LENS_ROW("intermediate.dense", LENS_B(ff_in), LENS_T_LINEAR, LENS_D_F, LENS_D_C),
+    LENS_ROW("output.dense", LENS_B(ff_out), LENS_T_LINEAR, LENS_D_C, LENS_D_F),
+    LENS_ROW("output.LayerNorm", LENS_B(ln_ff), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE),
+    {0}};
 
-/* Heads: BertForSequenceClassification's pooler + classifier,
- * BertForMaskedLM's cls.predictions (decoder weight tied to the word
- * embeddings; HF saves no copy). */
-static void bert_walk(const lens_config *c, lens_params *p, lens_param_visitor *v)
-{
-    const int C = c->d_model;
-    lens_bert_walk_encoder(c, p, v, "bert.");
-    if (c->task == LENS_TASK_CLASSIFICATION) {
-        lens_walk_linear(v, &p->pooler, "bert.pooler.dense", C, C, 0, 0.02f);
-        lens_walk_linear(v, &p->classifier, "classifier", C, c->n_labels, 0, 0.02f);
-    } else if (c->task == LENS_TASK_MASKED_LM) {
-        lens_walk_linear(v, &p->mlm_transform, "cls.predictions.transform.dense", C, C, 0, 0.02f);
-        lens_walk_layernorm(v, &p->mlm_ln, "cls.predictions.transform.LayerNorm", C);
-        p->mlm_bias = lens_walk_tensor(v, "cls.predictions.bias", c->vocab_size, 0, LENS_PARAM_BIAS, 0);
-    }
-}
+/* BertForSequenceClassification's pooler + classifier, BertForMaskedLM's
+ * cls.predictions (decoder weight tied to the word embeddings; HF saves no
+ * copy). */
+static const lens_tensor_row bert_head_rows[] = {
+    LENS_ROW("bert.pooler.dense", LENS_P(pooler), LENS_T_LINEAR, LENS_D_C, LENS_D_C, .when = LENS_IF_CLASSIFIER),
+    LENS_ROW("classifier", LENS_P(classifier), LENS_T_LINEAR, LENS_D_LABELS, LENS_D_C, .when = LENS_IF_CLASSIFIER),
+    LENS_ROW("cls.predictions.transform.dense", LENS_P(mlm_transform), LENS_T_LINEAR, LENS_D_C, LENS_D_C,
+             .when = LENS_IF_MLM),
+    LENS_ROW("cls.predictions.transform.LayerNorm", LENS_P(mlm_ln), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE,
+             .when = LENS_IF_MLM),
+    LENS_ROW("cls.predictions.bias", LENS_P(mlm_bias), LENS_T_VECTOR, LENS_D_V, LENS_D_NONE, .when = LENS_IF_MLM),
+    {0}};
+
+static const lens_tensor_section bert_tensors[] = {
+    {"bert.", 0, lens_bert_embedding_rows},
+    {"bert.encoder.layer.%d.", 1, lens_bert_layer_rows},
+    {"", 0, bert_head_rows},
+    {0}};
 
 /* x = LN(token + position + segment embeddings). */
 void lens_bert_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
@@ -207,11 +125,12 @@ const lens_family lens_family_bert = {
     .task_archs = {[LENS_TASK_ENCODER] = "BertModel", [LENS_TASK_CLASSIFICATION] = "BertForSequenceClassification",
                    [LENS_TASK_MASKED_LM] = "BertForMaskedLM"},
     .caps = LENS_CAP_SEGMENTS | LENS_CAP_POOLER | LENS_CAP_TIED_HEAD | LENS_CAP_CLS_FIRST | LENS_CAP_TRAIN,
-    .tokenizer_class = "BertTokenizer",
-    .parse_config = bert_parse_config,
-    .new_config = bert_new_config,
-    .write_config = lens_bert_write_config,
-    .walk = bert_walk,
+    .keys = {lens_hf_size_keys, lens_bert_keys, bert_pad_keys},
+    .tensors = bert_tensors,
     .embed = lens_bert_embed,
     .block = lens_bert_block,
+    .writer = &(const lens_family_writer){.tokenizer_class = "BertTokenizer",
+                                          .default_task = LENS_TASK_CLASSIFICATION,
+                                          .new_config = bert_new_config,
+                                          .config_constants = lens_bert_config_constants},
 };

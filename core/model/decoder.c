@@ -3,16 +3,10 @@
  * Qwen2/Qwen3DecoderLayer, GemmaDecoderLayer, Gemma2DecoderLayer), driven by
  * the lens_config flags the family files set from their config keys.
  *
- * HF tensor names (one walker for all six families):
- *   model.embed_tokens.weight [V][C]
- *   model.layers.{l}.self_attn.{q,k,v,o}_proj.{weight,bias}  q: [NH*DK][C], k / v: [NKV*DK][C],
- *                                                             o: [C][NH*DV]; biases per qkv_bias / o_bias
- *   model.layers.{l}.self_attn.{q,k}_norm.weight [DK]          (Qwen3)
- *   model.layers.{l}.mlp.{gate,up,down}_proj.weight           [F][C], [F][C], [C][F]
- *   model.layers.{l}.input_layernorm.weight, post_attention_layernorm.weight [C]
- *   model.layers.{l}.pre_feedforward_layernorm.weight,
- *                     post_feedforward_layernorm.weight [C]   (Gemma 2)
- *   model.norm.weight [C];  lm_head.weight [V][C] unless tie_word_embeddings
+ * HF tensor names: one table for all six families (lens_decoder_tensors),
+ * its rows conditioned on the flags (q/k/v/o biases, Qwen3's q/k norms,
+ * Gemma 2's post-norms, an untied lm_head); config keys: the shared tables
+ * lens_hf_size_keys, lens_decoder_keys (after them the family's) and the hook.
  *
  * Block (pre-norm, RMSNorm with gain w or 1 + w):
  *   h = norm_1(x);  q = h W_q (+b), k = h W_k (+b), v = h W_v (+b)
@@ -39,10 +33,28 @@
 
 /* ------------------------------------------------------------ config */
 
+#define DECODER_POSITIONS                                                                                          \
+    LENS_KEY("max_position_embeddings", LENS_KEY_INT, LENS_C(max_positions), .def = 2048, .min = 1,                 \
+             .max = 1 << 24)
+
+const lens_config_key lens_decoder_positions_keys[] = {DECODER_POSITIONS, {0}};
+
+const lens_config_key lens_decoder_keys[] = {
+    DECODER_POSITIONS,
+    LENS_KEY("num_key_value_heads", LENS_KEY_INT, LENS_C(n_kv_heads), .def = 1, .def_dim = LENS_D_NH, .min = 1,
+             .max = 0, .max_dim = LENS_D_NH),
+    LENS_KEY("rms_norm_eps", LENS_KEY_FLOAT, LENS_C(ln_eps), .def = 1e-6, .min = 0, .max = 1,
+             .flags = LENS_KEY_OPEN_MIN | LENS_KEY_OPEN_MAX),
+    LENS_KEY("rope_theta", LENS_KEY_DOUBLE, LENS_C(rope.theta), .def = 10000, .min = 1, .max = INFINITY,
+             .flags = LENS_KEY_OPEN_MIN),
+    LENS_KEY("mlp_bias", LENS_KEY_BOOL, LENS_KEY_CHECK_ONLY, .flags = LENS_KEY_ONLY_DEFAULT),
+    LENS_KEY(NULL, LENS_KEY_INT, LENS_C(norm_rms), .def = 1),
+    {0}};
+
 /* rope_scaling: null, {"rope_type" | "type": "default" | "linear" | "llama3", ...}. */
-static int parse_rope_scaling(json_t *root, const char *path, lens_rope_params *r, lens_err *err)
+static int parse_rope_scaling(const json_t *root, const char *path, lens_rope_params *r, lens_err *err)
 {
-    json_t *s = json_object_get(root, "rope_scaling");
+    const json_t *s = json_object_get(root, "rope_scaling");
     r->type = LENS_ROPE_DEFAULT;
     if (!s || json_is_null(s)) return 0;
     if (!json_is_object(s)) return lens_fail(err, LENS_EFORMAT, "%s: rope_scaling must be an object or null", path);
@@ -71,147 +83,72 @@ static int parse_rope_scaling(json_t *root, const char *path, lens_rope_params *
     return 0;
 }
 
-static int json_bool(json_t *root, const char *key, int fallback)
+int lens_decoder_config_hook(const json_t *root, const char *path, lens_config *cfg, lens_err *err)
 {
-    json_t *v = json_object_get(root, key);
-    return json_is_boolean(v) ? json_is_true(v) : fallback;
-}
-
-int lens_decoder_parse_shape(json_t *root, const char *path, lens_config *cfg, lens_err *err)
-{
-    return lens_json_int(root, path, "hidden_size", -1, 1, 1 << 16, &cfg->d_model, err) ||
-                   lens_json_int(root, path, "num_hidden_layers", -1, 1, 1024, &cfg->n_layers, err) ||
-                   lens_json_int(root, path, "num_attention_heads", -1, 1, 1024, &cfg->n_heads, err) ||
-                   lens_json_int(root, path, "intermediate_size", -1, 1, 1 << 20, &cfg->d_ff, err) ||
-                   lens_json_int(root, path, "vocab_size", -1, 1, 1 << 24, &cfg->vocab_size, err) ||
-                   lens_json_int(root, path, "max_position_embeddings", 2048, 1, 1 << 24, &cfg->max_positions, err)
-               ? -1
-               : 0;
-}
-
-int lens_decoder_parse_keys(json_t *root, const char *path, lens_config *cfg, int tie_default, lens_err *err)
-{
-    if (lens_decoder_parse_shape(root, path, cfg, err) ||
-        lens_json_int(root, path, "num_key_value_heads", cfg->n_heads, 1, cfg->n_heads, &cfg->n_kv_heads, err) ||
-        lens_json_eps(root, path, "rms_norm_eps", 1e-6, &cfg->ln_eps, err))
-        return -1;
-    if (cfg->n_heads % cfg->n_kv_heads)
-        return lens_fail(err, LENS_EFORMAT, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
-                         path, cfg->n_heads, cfg->n_kv_heads);
-    /* head_dim: explicit (Gemma, Qwen3) or hidden_size / num_attention_heads; null counts as absent */
-    json_t *hd = json_object_get(root, "head_dim");
-    const int fallback = cfg->d_model / cfg->n_heads;
-    if (json_is_null(hd)) json_object_del(root, "head_dim");
-    if (lens_json_int(root, path, "head_dim", fallback, 2, LENS_DECODER_MAX_HEAD_DIM, &cfg->d_head_k, err)) return -1;
-    if (!json_object_get(root, "head_dim") && cfg->d_model % cfg->n_heads)
-        return lens_fail(err, LENS_EFORMAT, "%s: hidden_size %d is not a multiple of num_attention_heads %d", path,
-                         cfg->d_model, cfg->n_heads);
     if (cfg->d_head_k % 2) return lens_fail(err, LENS_EFORMAT, "%s: head_dim %d must be even for RoPE", path, cfg->d_head_k);
-    cfg->d_head_v = cfg->d_head_k;
-    json_t *theta = json_object_get(root, "rope_theta");
-    cfg->rope.theta = json_is_number(theta) ? json_number_value(theta) : 10000.0;
-    if (!(cfg->rope.theta > 1)) return lens_fail(err, LENS_EFORMAT, "%s: rope_theta must be > 1", path);
-    cfg->rope.dim = cfg->d_head_k;
-    if (parse_rope_scaling(root, path, &cfg->rope, err)) return -1;
-    cfg->norm_rms = 1;
-    cfg->tie_word_embeddings = json_bool(root, "tie_word_embeddings", tie_default);
-    cfg->type_vocab_size = 0;
-    cfg->glu = LENS_GLU_SILU;
-    if (json_bool(root, "mlp_bias", 0))
-        return lens_fail(err, LENS_EFORMAT, "%s: mlp_bias true is not supported", path);
-    return 0;
+    cfg->d_head_v = cfg->rope.dim = cfg->d_head_k;
+    return parse_rope_scaling(root, path, &cfg->rope, err);
 }
 
-int lens_decoder_new_config(lens_config *c, const char *task, const char *arch, lens_err *err)
+int lens_decoder_config_ids(json_t *root, const lens_config *c)
 {
-    if (task && strcmp(task, lens_task_name(LENS_TASK_CAUSAL_LM)))
-        return lens_fail(err, LENS_EINVAL, "task \"%s\" is not available for %s (causal-lm)", task, arch);
-    c->task = LENS_TASK_CAUSAL_LM;
-    snprintf(c->architecture, sizeof c->architecture, "%s", arch);
-    c->norm_rms = 1, c->glu = LENS_GLU_SILU, c->ln_eps = 1e-6f;
-    c->rope.theta = 10000.0;
-    return 0;
+    return json_object_set_new(root, "initializer_range", lens_json_float(c->init_range > 0 ? c->init_range : 0.02f)) ||
+           json_object_set_new(root, "bos_token_id", json_integer(0)) ||
+           json_object_set_new(root, "eos_token_id", json_integer(c->vocab_size - 1));
 }
 
-/* hidden_act / hidden_activation: the gate's activation. */
-int lens_decoder_parse_act(json_t *root, const char *path, const char *key, const char *fallback, lens_config *cfg,
-                           lens_err *err)
+int lens_decoder_config_extra(json_t *root, const lens_config *c)
 {
-    const char *act = lens_json_str(root, key);
-    if (!act) act = fallback;
-    if (!strcmp(act, "silu") || !strcmp(act, "swish")) cfg->glu = LENS_GLU_SILU;
-    else if (!strcmp(act, "gelu_pytorch_tanh") || !strcmp(act, "gelu_new")) cfg->glu = LENS_GLU_GELU_TANH;
-    else return lens_fail(err, LENS_EFORMAT, "%s: %s \"%s\" is not supported (silu, gelu_pytorch_tanh)", path, key, act);
-    return 0;
-}
-
-int lens_decoder_parse_window(json_t *root, const char *path, lens_config *cfg, lens_err *err)
-{
-    json_t *w = json_object_get(root, "sliding_window");
-    if (!w || json_is_null(w)) return 0;
-    return lens_json_int(root, path, "sliding_window", 0, 1, 1 << 24, &cfg->sliding_window, err);
-}
-
-void lens_decoder_write_common(FILE *f, const lens_config *c)
-{
-    fprintf(f,
-            "  \"hidden_size\": %d,\n  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n"
-            "  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n  \"intermediate_size\": %d,\n"
-            "  \"vocab_size\": %d,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %g,\n"
-            "  \"rope_theta\": %.17g,\n  \"tie_word_embeddings\": %s,\n  \"initializer_range\": %g,\n"
-            "  \"attention_dropout\": 0.0,\n  \"bos_token_id\": 0,\n  \"eos_token_id\": %d,\n",
-            c->d_model, c->n_layers, c->n_heads, lens_kv_heads(c), c->d_head_k, c->d_ff, c->vocab_size,
-            c->max_positions, (double)c->ln_eps, c->rope.theta, c->tie_word_embeddings ? "true" : "false",
-            c->init_range > 0 ? (double)c->init_range : 0.02, c->vocab_size - 1);
-    if (c->rope.type == LENS_ROPE_LLAMA3)
-        fprintf(f,
-                "  \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": %g, \"low_freq_factor\": %g, "
-                "\"high_freq_factor\": %g, \"original_max_position_embeddings\": %d},\n",
-                c->rope.factor, c->rope.low_freq_factor, c->rope.high_freq_factor, c->rope.original_max_positions);
-    else if (c->rope.type == LENS_ROPE_LINEAR)
-        fprintf(f, "  \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": %g},\n", c->rope.factor);
-    else fprintf(f, "  \"rope_scaling\": null,\n");
+    const lens_rope_params *r = &c->rope;
+    json_t *scaling = json_null();
+    if (r->type == LENS_ROPE_LLAMA3)
+        scaling = json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor", r->factor, "low_freq_factor",
+                            r->low_freq_factor, "high_freq_factor", r->high_freq_factor,
+                            "original_max_position_embeddings", r->original_max_positions);
+    else if (r->type == LENS_ROPE_LINEAR)
+        scaling = json_pack("{s:s, s:f}", "rope_type", "linear", "factor", r->factor);
+    return json_object_set_new(root, "rope_scaling", scaling) || lens_decoder_config_ids(root, c);
 }
 
 /* ------------------------------------------------------------ tensors */
 
-void lens_decoder_walk(const lens_config *c, lens_params *p, lens_param_visitor *v)
-{
-    const int C = c->d_model, NH = c->n_heads, NKV = lens_kv_heads(c), DK = c->d_head_k, DV = c->d_head_v;
-    const int F = c->d_ff, off = c->norm_unit_offset;
-    const float sd = c->init_range > 0 ? c->init_range : 0.02f, noise = 0.1f;
-    p->tok_emb = lens_walk_tensor(v, "model.embed_tokens.weight", c->vocab_size, C, LENS_PARAM_EMBEDDING, sd);
-    p->pos_emb = p->type_emb = NULL;
-    for (int l = 0; l < c->n_layers; l++) {
-        lens_block *blk = &p->blocks[l];
-        char n[128];
-#define AT(suffix) (snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix), n)
-        lens_walk_linear_bias(v, &blk->q, AT("self_attn.q_proj"), C, NH * DK, c->qkv_bias, sd);
-        lens_walk_linear_bias(v, &blk->k, AT("self_attn.k_proj"), C, NKV * DK, c->qkv_bias, sd);
-        lens_walk_linear_bias(v, &blk->v, AT("self_attn.v_proj"), C, NKV * DV, c->qkv_bias, sd);
-        lens_walk_linear_bias(v, &blk->attn_out, AT("self_attn.o_proj"), NH * DV, C, c->o_bias, sd);
-        if (c->qk_norm) {
-            lens_walk_rmsnorm(v, &blk->q_norm, AT("self_attn.q_norm"), DK, off, noise);
-            lens_walk_rmsnorm(v, &blk->k_norm, AT("self_attn.k_norm"), DK, off, noise);
-        }
-        lens_walk_linear_bias(v, &blk->gate, AT("mlp.gate_proj"), C, F, 0, sd);
-        lens_walk_linear_bias(v, &blk->ff_in, AT("mlp.up_proj"), C, F, 0, sd);
-        lens_walk_linear_bias(v, &blk->ff_out, AT("mlp.down_proj"), F, C, 0, sd);
-        lens_walk_rmsnorm(v, &blk->ln_attn, AT("input_layernorm"), C, off, noise);
-        if (c->post_norms) {
-            lens_walk_rmsnorm(v, &blk->post_attn, AT("post_attention_layernorm"), C, off, noise);
-            lens_walk_rmsnorm(v, &blk->ln_ff, AT("pre_feedforward_layernorm"), C, off, noise);
-            lens_walk_rmsnorm(v, &blk->post_ff, AT("post_feedforward_layernorm"), C, off, noise);
-        } else {
-            lens_walk_rmsnorm(v, &blk->ln_ff, AT("post_attention_layernorm"), C, off, noise);
-        }
-#undef AT
-    }
-    lens_walk_rmsnorm(v, &p->ln_final, "model.norm", C, off, noise);
-    p->lm_head = (lens_linear){0};
-    if (!c->tie_word_embeddings && c->task == LENS_TASK_CAUSAL_LM)
-        lens_walk_linear_bias(v, &p->lm_head, "lm_head", C, c->vocab_size, 0, sd);
-}
+static const lens_tensor_row decoder_embedding_rows[] = {
+    LENS_ROW("model.embed_tokens.weight", LENS_P(tok_emb), LENS_T_EMBEDDING, LENS_D_V, LENS_D_C),
+    {0}};
+
+static const lens_tensor_row decoder_layer_rows[] = {
+    LENS_ROW("self_attn.q_proj", LENS_B(q), LENS_T_LINEAR_NB, LENS_D_QK, LENS_D_C, .bias_if = LENS_IF_QKV_BIAS),
+    LENS_ROW("self_attn.k_proj", LENS_B(k), LENS_T_LINEAR_NB, LENS_D_KV, LENS_D_C, .bias_if = LENS_IF_QKV_BIAS),
+    LENS_ROW("self_attn.v_proj", LENS_B(v), LENS_T_LINEAR_NB, LENS_D_KVV, LENS_D_C, .bias_if = LENS_IF_QKV_BIAS),
+    LENS_ROW("self_attn.o_proj", LENS_B(attn_out), LENS_T_LINEAR_NB, LENS_D_C, LENS_D_VO, .bias_if = LENS_IF_O_BIAS),
+    LENS_ROW("self_attn.q_norm", LENS_B(q_norm), LENS_T_RMSNORM, LENS_D_DK, LENS_D_NONE,
+             .when = LENS_IF_QK_NORM, .init = LENS_INIT_NOISE),
+    LENS_ROW("self_attn.k_norm", LENS_B(k_norm), LENS_T_RMSNORM, LENS_D_DK, LENS_D_NONE,
+             .when = LENS_IF_QK_NORM, .init = LENS_INIT_NOISE),
+    LENS_ROW("mlp.gate_proj", LENS_B(gate), LENS_T_LINEAR_NB, LENS_D_F, LENS_D_C),
+    LENS_ROW("mlp.up_proj", LENS_B(ff_in), LENS_T_LINEAR_NB, LENS_D_F, LENS_D_C),
+    LENS_ROW("mlp.down_proj", LENS_B(ff_out), LENS_T_LINEAR_NB, LENS_D_C, LENS_D_F),
+    LENS_ROW("input_layernorm", LENS_B(ln_attn), LENS_T_RMSNORM, LENS_D_C, LENS_D_NONE, .init = LENS_INIT_NOISE),
+    LENS_ROW("post_attention_layernorm", LENS_B(post_attn), LENS_T_RMSNORM, LENS_D_C, LENS_D_NONE,
+             .when = LENS_IF_POST_NORMS, .init = LENS_INIT_NOISE),
+    LENS_ROW("pre_feedforward_layernorm", LENS_B(ln_ff), LENS_T_RMSNORM, LENS_D_C, LENS_D_NONE,
+             .when = LENS_IF_POST_NORMS, .init = LENS_INIT_NOISE),
+    LENS_ROW("post_feedforward_layernorm", LENS_B(post_ff), LENS_T_RMSNORM, LENS_D_C, LENS_D_NONE,
+             .when = LENS_IF_POST_NORMS, .init = LENS_INIT_NOISE),
+    LENS_ROW("post_attention_layernorm", LENS_B(ln_ff), LENS_T_RMSNORM, LENS_D_C, LENS_D_NONE,
+             .when = LENS_IF_NO_POST_NORMS, .init = LENS_INIT_NOISE),
+    {0}};
+
+static const lens_tensor_row decoder_final_rows[] = {
+    LENS_ROW("model.norm", LENS_P(ln_final), LENS_T_RMSNORM, LENS_D_C, LENS_D_NONE, .init = LENS_INIT_NOISE),
+    LENS_ROW("lm_head", LENS_P(lm_head), LENS_T_LINEAR_NB, LENS_D_V, LENS_D_C, .when = LENS_IF_UNTIED_LM),
+    {0}};
+
+const lens_tensor_section lens_decoder_tensors[] = {
+    {"", 0, decoder_embedding_rows},
+    {"model.layers.%d.", 1, decoder_layer_rows},
+    {"", 0, decoder_final_rows},
+    {0}};
 
 /* ------------------------------------------------------------ forward */
 

@@ -5,33 +5,44 @@
 #ifndef LENS_DECODER_H
 #define LENS_DECODER_H
 
-#include <stdio.h>
-
 #include "core/model/arch.h"
 #include "core/nn/glu.h"
 
 #define LENS_DECODER_MAX_HEAD_DIM LENS_BLOCK_MAX_HEAD_DIM
 
-/* hidden_size, num_hidden_layers, num_attention_heads, intermediate_size,
- * vocab_size, max_position_embeddings (also GPT-NeoX's). */
-int lens_decoder_parse_shape(struct json_t *root, const char *path, lens_config *cfg, lens_err *err);
-/* A new causal LM config named arch (mkmodel): RMSNorm eps 1e-6, SwiGLU,
- * rope_theta 10000; task must be NULL or causal-lm. */
-int lens_decoder_new_config(lens_config *c, const char *task, const char *arch, lens_err *err);
-/* The keys every Llama-style config has: hidden_size, num_hidden_layers,
- * num_attention_heads, num_key_value_heads, head_dim, intermediate_size,
- * vocab_size, max_position_embeddings, rms_norm_eps, rope_theta,
- * rope_scaling, tie_word_embeddings (default tie_default), mlp_bias (false only). */
-int lens_decoder_parse_keys(struct json_t *root, const char *path, lens_config *cfg, int tie_default, lens_err *err);
-/* The gate activation from key (hidden_act, hidden_activation), fallback when absent. */
-int lens_decoder_parse_act(struct json_t *root, const char *path, const char *key, const char *fallback,
-                           lens_config *cfg, lens_err *err);
-/* sliding_window (null / absent = full attention). */
-int lens_decoder_parse_window(struct json_t *root, const char *path, lens_config *cfg, lens_err *err);
-/* Writes the common keys above (one per line, each ending ",\n"). */
-void lens_decoder_write_common(FILE *f, const lens_config *c);
+/* The config keys of the Llama-style families (decoder.c) after
+ * lens_hf_size_keys: max_position_embeddings (default 2048; alone, also
+ * GPT-NeoX's), num_key_value_heads, rms_norm_eps, rope_theta, mlp_bias
+ * (false only), RMSNorm. A family adds its head_dim, activation,
+ * tie_word_embeddings, attention_bias, ... rows (the macros below) and runs
+ * the hook. */
+extern const lens_config_key lens_decoder_positions_keys[], lens_decoder_keys[];
+#define LENS_DECODER_HEAD_DIM(...)                                                                                 \
+    LENS_KEY("head_dim", LENS_KEY_INT, LENS_C(d_head_k), .min = 2, .max = LENS_DECODER_MAX_HEAD_DIM, __VA_ARGS__)
+#define LENS_DECODER_SILU                                                                                          \
+    LENS_KEY("hidden_act", LENS_KEY_CHOICE, LENS_C(glu), .def = LENS_GLU_SILU, .choices = lens_glu_choices)
+#define LENS_DECODER_TIE(tied)                                                                                     \
+    LENS_KEY("tie_word_embeddings", LENS_KEY_BOOL, LENS_C(tie_word_embeddings), .def = (tied))
+/* attention_bias: biases on q, k, v and o */
+#define LENS_DECODER_ATTENTION_BIAS                                                                                \
+    LENS_KEY("attention_bias", LENS_KEY_BOOL, LENS_C(qkv_bias)),                                              \
+        LENS_KEY("attention_bias", LENS_KEY_BOOL, LENS_C(o_bias))
+/* sliding_window: null = full attention */
+#define LENS_DECODER_WINDOW                                                                                        \
+    LENS_KEY("sliding_window", LENS_KEY_INT, LENS_C(sliding_window), .min = 1, .max = 1 << 24,                 \
+             .flags = LENS_KEY_NULL_OFF)
+/* After the keys: v heads as wide as k, RoPE over the whole head (even), rope_scaling. */
+int lens_decoder_config_hook(const struct json_t *root, const char *path, lens_config *cfg, lens_err *err);
+/* config.json beyond the keys: initializer_range, bos 0 / eos the last id
+ * (ids), and rope_scaling (extra). */
+int lens_decoder_config_ids(struct json_t *root, const lens_config *c);
+int lens_decoder_config_extra(struct json_t *root, const lens_config *c);
+/* The writer's members the decoder families share. */
+#define LENS_DECODER_WRITER                                                                                        \
+    .default_task = LENS_TASK_CAUSAL_LM, .config_constants = "{\"attention_dropout\": 0.0}",                     \
+    .config_extra = lens_decoder_config_extra
 
-void lens_decoder_walk(const lens_config *c, lens_params *p, lens_param_visitor *v);
+extern const lens_tensor_section lens_decoder_tensors[];
 void lens_decoder_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
                         float *rstd);
 /* The block (and with l == L the final norm) of every decoder family here. */
@@ -48,6 +59,6 @@ int lens_decoder_apply_preset(const lens_decoder_preset *presets, const char *na
 /* The shared block's entries of a lens_family (llama.c, qwen.c, gemma.c). */
 #define LENS_DECODER_FAMILY_FNS                                                                                    \
     .base_prefix = "model.", .caps = LENS_CAP_CAUSAL | LENS_CAP_PRE_NORM | LENS_CAP_BYTE_BPE,                      \
-    .walk = lens_decoder_walk, .embed = lens_decoder_embed, .block = lens_decoder_block
+    .tensors = lens_decoder_tensors, .embed = lens_decoder_embed, .block = lens_decoder_block
 
 #endif

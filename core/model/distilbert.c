@@ -16,81 +16,56 @@
  * tied to the word embeddings, its bias saved as vocab_projector.bias). */
 #include "core/model/arch.h"
 
-#include <jansson.h>
 #include <string.h>
 
-static int distilbert_parse_config(json_t *root, const char *path, lens_config *cfg, lens_err *err)
-{
-    if (lens_json_int(root, path, "dim", -1, 1, 1 << 16, &cfg->d_model, err) ||
-        lens_json_int(root, path, "n_layers", -1, 1, 1024, &cfg->n_layers, err) ||
-        lens_json_int(root, path, "n_heads", -1, 1, 1024, &cfg->n_heads, err) ||
-        lens_json_int(root, path, "hidden_dim", -1, 1, 1 << 20, &cfg->d_ff, err) ||
-        lens_json_int(root, path, "vocab_size", -1, 1, 1 << 24, &cfg->vocab_size, err) ||
-        lens_json_int(root, path, "max_position_embeddings", 512, 1, 1 << 20, &cfg->max_positions, err) ||
-        lens_json_int(root, path, "pad_token_id", 0, 0, cfg->vocab_size - 1, &cfg->pad_token_id, err))
-        return -1;
-    const char *act = lens_json_str(root, "activation");
-    if (lens_parse_activation(path, act ? act : "gelu", &cfg->gelu_tanh, err)) return -1;
-    if (cfg->d_model % cfg->n_heads)
-        return lens_fail(err, LENS_EFORMAT, "%s: dim %d is not a multiple of n_heads %d", path, cfg->d_model,
-                         cfg->n_heads);
-    cfg->d_head_k = cfg->d_head_v = cfg->d_model / cfg->n_heads;
-    cfg->ln_eps = 1e-12f, cfg->type_vocab_size = 0, cfg->head_relu = 1;
-    return lens_config_task(root, path, cfg, err);
-}
+/* LayerNorm eps is 1e-12 in the modeling code, not a key. */
+static const lens_config_key distilbert_keys[] = {
+    LENS_KEY("dim", LENS_KEY_INT, LENS_C(d_model), .min = 1, .max = 1 << 16, .flags = LENS_KEY_REQUIRED),
+    LENS_KEY("n_layers", LENS_KEY_INT, LENS_C(n_layers), .min = 1, .max = 1024, .flags = LENS_KEY_REQUIRED),
+    LENS_KEY("n_heads", LENS_KEY_INT, LENS_C(n_heads), .min = 1, .max = 1024, .flags = LENS_KEY_REQUIRED),
+    LENS_KEY("hidden_dim", LENS_KEY_INT, LENS_C(d_ff), .min = 1, .max = 1 << 20, .flags = LENS_KEY_REQUIRED),
+    LENS_KEY("vocab_size", LENS_KEY_INT, LENS_C(vocab_size), .min = 1, .max = 1 << 24, .flags = LENS_KEY_REQUIRED),
+    LENS_KEY("max_position_embeddings", LENS_KEY_INT, LENS_C(max_positions), .def = 512, .min = 1, .max = 1 << 20),
+    LENS_KEY("pad_token_id", LENS_KEY_INT, LENS_C(pad_token_id), .min = 0, .max = -1, .max_dim = LENS_D_V),
+    LENS_KEY("activation", LENS_KEY_CHOICE, LENS_C(gelu_tanh), .choices = lens_gelu_choices),
+    LENS_KEY(NULL, LENS_KEY_INT, LENS_C(d_head_k), .def = 1, .def_dim = LENS_D_DH),
+    LENS_KEY(NULL, LENS_KEY_INT, LENS_C(d_head_v), .def = 1, .def_dim = LENS_D_DH),
+    LENS_KEY(NULL, LENS_KEY_FLOAT, LENS_C(ln_eps), .def = 1e-12),
+    LENS_KEY(NULL, LENS_KEY_INT, LENS_C(head_relu), .def = 1),
+    {0}};
 
-static int distilbert_new_config(lens_config *c, const char *task, lens_err *err)
-{
-    c->vocab_size = 30522, c->max_positions = 512, c->ln_eps = 1e-12f, c->gelu_tanh = 0, c->head_relu = 1;
-    return lens_new_encoder_task(c, task, err);
-}
+static void distilbert_new_config(lens_config *c) { c->vocab_size = 30522; }
 
-static void distilbert_write_config(FILE *f, const lens_config *c, int random_weights)
-{
-    fprintf(f,
-            "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"distilbert\",\n"
-            "  \"activation\": \"%s\",\n  \"dim\": %d,\n  \"n_layers\": %d,\n  \"n_heads\": %d,\n"
-            "  \"hidden_dim\": %d,\n  \"max_position_embeddings\": %d,\n  \"vocab_size\": %d,\n"
-            "  \"sinusoidal_pos_embds\": false,\n  \"dropout\": 0.0,\n  \"attention_dropout\": 0.0,\n"
-            "  \"pad_token_id\": %d,\n  \"tie_weights_\": true,\n",
-            c->family->task_archs[c->task], c->gelu_tanh ? "gelu_new" : "gelu", c->d_model, c->n_layers, c->n_heads,
-            c->d_ff, c->max_positions, c->vocab_size, c->pad_token_id);
-    lens_write_task_tail(f, c, random_weights);
-}
+static const lens_tensor_row distilbert_embedding_rows[] = {
+    LENS_ROW("word_embeddings.weight", LENS_P(tok_emb), LENS_T_EMBEDDING, LENS_D_V, LENS_D_C),
+    LENS_ROW("position_embeddings.weight", LENS_P(pos_emb), LENS_T_EMBEDDING, LENS_D_POS, LENS_D_C),
+    LENS_ROW("LayerNorm", LENS_P(ln_emb), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE),
+    {0}};
 
-static void distilbert_walk(const lens_config *c, lens_params *p, lens_param_visitor *v)
-{
-    const int C = c->d_model;
-    const float sd = 0.02f;
-    p->tok_emb = lens_walk_tensor(v, "distilbert.embeddings.word_embeddings.weight", c->vocab_size, C,
-                                  LENS_PARAM_EMBEDDING, sd);
-    p->pos_emb = lens_walk_tensor(v, "distilbert.embeddings.position_embeddings.weight", c->max_positions, C,
-                                  LENS_PARAM_EMBEDDING, sd);
-    p->type_emb = NULL;
-    lens_walk_layernorm(v, &p->ln_emb, "distilbert.embeddings.LayerNorm", C);
-    for (int l = 0; l < c->n_layers; l++) {
-        lens_block *blk = &p->blocks[l];
-        char n[128];
-#define AT(suffix) (snprintf(n, sizeof n, "distilbert.transformer.layer.%d.%s", l, suffix), n)
-        lens_walk_linear(v, &blk->q, AT("attention.q_lin"), C, C, 0, sd);
-        lens_walk_linear(v, &blk->k, AT("attention.k_lin"), C, C, 0, sd);
-        lens_walk_linear(v, &blk->v, AT("attention.v_lin"), C, C, 0, sd);
-        lens_walk_linear(v, &blk->attn_out, AT("attention.out_lin"), C, C, 0, sd);
-        lens_walk_layernorm(v, &blk->ln_attn, AT("sa_layer_norm"), C);
-        lens_walk_linear(v, &blk->ff_in, AT("ffn.lin1"), C, c->d_ff, 0, sd);
-        lens_walk_linear(v, &blk->ff_out, AT("ffn.lin2"), c->d_ff, C, 0, sd);
-        lens_walk_layernorm(v, &blk->ln_ff, AT("output_layer_norm"), C);
-#undef AT
-    }
-    if (c->task == LENS_TASK_CLASSIFICATION) {
-        lens_walk_linear(v, &p->pooler, "pre_classifier", C, C, 0, sd);
-        lens_walk_linear(v, &p->classifier, "classifier", C, c->n_labels, 0, sd);
-    } else if (c->task == LENS_TASK_MASKED_LM) {
-        lens_walk_linear(v, &p->mlm_transform, "vocab_transform", C, C, 0, sd);
-        lens_walk_layernorm(v, &p->mlm_ln, "vocab_layer_norm", C);
-        p->mlm_bias = lens_walk_tensor(v, "vocab_projector.bias", c->vocab_size, 0, LENS_PARAM_BIAS, 0);
-    }
-}
+static const lens_tensor_row distilbert_layer_rows[] = {
+    LENS_ROW("attention.q_lin", LENS_B(q), LENS_T_LINEAR, LENS_D_QK, LENS_D_C),
+    LENS_ROW("attention.k_lin", LENS_B(k), LENS_T_LINEAR, LENS_D_QK, LENS_D_C),
+    LENS_ROW("attention.v_lin", LENS_B(v), LENS_T_LINEAR, LENS_D_VO, LENS_D_C),
+    LENS_ROW("attention.out_lin", LENS_B(attn_out), LENS_T_LINEAR, LENS_D_C, LENS_D_VO),
+    LENS_ROW("sa_layer_norm", LENS_B(ln_attn), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE),
+    LENS_ROW("ffn.lin1", LENS_B(ff_in), LENS_T_LINEAR, LENS_D_F, LENS_D_C),
+    LENS_ROW("ffn.lin2", LENS_B(ff_out), LENS_T_LINEAR, LENS_D_C, LENS_D_F),
+    LENS_ROW("output_layer_norm", LENS_B(ln_ff), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE),
+    {0}};
+
+static const lens_tensor_row distilbert_head_rows[] = {
+    LENS_ROW("pre_classifier", LENS_P(pooler), LENS_T_LINEAR, LENS_D_C, LENS_D_C, .when = LENS_IF_CLASSIFIER),
+    LENS_ROW("classifier", LENS_P(classifier), LENS_T_LINEAR, LENS_D_LABELS, LENS_D_C, .when = LENS_IF_CLASSIFIER),
+    LENS_ROW("vocab_transform", LENS_P(mlm_transform), LENS_T_LINEAR, LENS_D_C, LENS_D_C, .when = LENS_IF_MLM),
+    LENS_ROW("vocab_layer_norm", LENS_P(mlm_ln), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE, .when = LENS_IF_MLM),
+    LENS_ROW("vocab_projector.bias", LENS_P(mlm_bias), LENS_T_VECTOR, LENS_D_V, LENS_D_NONE, .when = LENS_IF_MLM),
+    {0}};
+
+static const lens_tensor_section distilbert_tensors[] = {
+    {"distilbert.embeddings.", 0, distilbert_embedding_rows},
+    {"distilbert.transformer.layer.%d.", 1, distilbert_layer_rows},
+    {"", 0, distilbert_head_rows},
+    {0}};
 
 const lens_family lens_family_distilbert = {
     .model_type = "distilbert",
@@ -100,11 +75,13 @@ const lens_family lens_family_distilbert = {
                    [LENS_TASK_CLASSIFICATION] = "DistilBertForSequenceClassification",
                    [LENS_TASK_MASKED_LM] = "DistilBertForMaskedLM"},
     .caps = LENS_CAP_POOLER | LENS_CAP_TIED_HEAD | LENS_CAP_CLS_FIRST,
-    .tokenizer_class = "DistilBertTokenizer",
-    .parse_config = distilbert_parse_config,
-    .new_config = distilbert_new_config,
-    .write_config = distilbert_write_config,
-    .walk = distilbert_walk,
+    .keys = {distilbert_keys},
+    .tensors = distilbert_tensors,
     .embed = lens_bert_embed, /* type_emb NULL: tok + pos, then LayerNorm */
     .block = lens_bert_block,
+    .writer = &(const lens_family_writer){
+        .tokenizer_class = "DistilBertTokenizer", .default_task = LENS_TASK_CLASSIFICATION,
+        .new_config = distilbert_new_config,
+        .config_constants = "{\"sinusoidal_pos_embds\": false, \"dropout\": 0.0, \"attention_dropout\": 0.0, "
+                            "\"tie_weights_\": true}"},
 };

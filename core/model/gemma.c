@@ -18,92 +18,34 @@
 
 #include "core/model/decoder.h"
 
-static int gemma_keys(json_t *root, const char *path, lens_config *cfg, lens_err *err)
+#define GEMMA_KEYS                                                                                                 \
+    LENS_DECODER_HEAD_DIM(.def = 256),                                                                             \
+    LENS_KEY("hidden_activation", LENS_KEY_CHOICE, LENS_C(glu), .alias = "hidden_act", .def = LENS_GLU_GELU_TANH,  \
+             .choices = lens_glu_choices),                                                                         \
+    LENS_DECODER_TIE(1), LENS_DECODER_ATTENTION_BIAS,                                                              \
+    LENS_KEY(NULL, LENS_KEY_INT, LENS_C(norm_unit_offset), .def = 1)
+
+static const lens_config_key gemma_keys[] = {GEMMA_KEYS, {0}};
+
+/* Soft-caps: null = off. */
+static const lens_config_key gemma2_keys[] = {
+    GEMMA_KEYS,
+    LENS_DECODER_WINDOW,
+    LENS_KEY("attn_logit_softcapping", LENS_KEY_FLOAT, LENS_C(attn_softcap), .def = 50, .min = 0, .max = INFINITY,
+             .flags = LENS_KEY_NULL_OFF | LENS_KEY_OPEN_MIN),
+    LENS_KEY("final_logit_softcapping", LENS_KEY_FLOAT, LENS_C(final_softcap), .def = 30, .min = 0, .max = INFINITY,
+             .flags = LENS_KEY_NULL_OFF | LENS_KEY_OPEN_MIN),
+    LENS_KEY("query_pre_attn_scalar", LENS_KEY_FLOAT, LENS_C(query_pre_attn_scalar), .def = 256, .min = 0,
+             .max = INFINITY, .flags = LENS_KEY_OPEN_MIN),
+    LENS_KEY(NULL, LENS_KEY_INT, LENS_C(sliding_alternate), .def = 1),
+    LENS_KEY(NULL, LENS_KEY_INT, LENS_C(post_norms), .def = 1),
+    {0}};
+
+/* The embeddings times sqrt(C) (HF's normalizer). */
+static int gemma_config_hook(const json_t *root, const char *path, lens_config *cfg, lens_err *err)
 {
-    json_t *hd = json_object_get(root, "head_dim");
-    if (!hd || json_is_null(hd)) json_object_set_new(root, "head_dim", json_integer(256));
-    if (lens_decoder_parse_keys(root, path, cfg, 1, err)) return -1;
-    const char *act = lens_json_str(root, "hidden_activation") ? "hidden_activation" : "hidden_act";
-    if (lens_decoder_parse_act(root, path, act, "gelu_pytorch_tanh", cfg, err)) return -1;
-    cfg->qkv_bias = cfg->o_bias = json_is_true(json_object_get(root, "attention_bias"));
-    cfg->norm_unit_offset = 1;
     cfg->emb_scale = (float)sqrt((double)cfg->d_model);
-    return 0;
-}
-
-static int softcap(json_t *root, const char *path, const char *key, float fallback, float *out, lens_err *err)
-{
-    json_t *v = json_object_get(root, key);
-    *out = !v ? fallback : json_is_null(v) ? 0.0f : (float)json_number_value(v);
-    if (v && !json_is_null(v) && !(json_is_number(v) && *out > 0))
-        return lens_fail(err, LENS_EFORMAT, "%s: %s must be a number > 0 or null", path, key);
-    return 0;
-}
-
-static int gemma_parse_config(json_t *root, const char *path, lens_config *cfg, lens_err *err)
-{
-    if (gemma_keys(root, path, cfg, err)) return -1;
-    return lens_config_task(root, path, cfg, err);
-}
-
-static int gemma2_parse_config(json_t *root, const char *path, lens_config *cfg, lens_err *err)
-{
-    if (gemma_keys(root, path, cfg, err) || lens_decoder_parse_window(root, path, cfg, err) ||
-        softcap(root, path, "attn_logit_softcapping", 50.0f, &cfg->attn_softcap, err) ||
-        softcap(root, path, "final_logit_softcapping", 30.0f, &cfg->final_softcap, err))
-        return -1;
-    json_t *q = json_object_get(root, "query_pre_attn_scalar");
-    cfg->query_pre_attn_scalar = json_is_number(q) ? (float)json_number_value(q) : 256.0f;
-    if (!(cfg->query_pre_attn_scalar > 0))
-        return lens_fail(err, LENS_EFORMAT, "%s: query_pre_attn_scalar must be > 0", path);
-    cfg->sliding_alternate = 1;
-    cfg->post_norms = 1;
-    return lens_config_task(root, path, cfg, err);
-}
-
-static int gemma_new_config(lens_config *c, const char *task, const char *arch, lens_err *err)
-{
-    if (lens_decoder_new_config(c, task, arch, err)) return -1;
-    c->norm_unit_offset = 1, c->glu = LENS_GLU_GELU_TANH;
-    return 0;
-}
-
-static int gemma1_new_config(lens_config *c, const char *task, lens_err *err)
-{
-    return gemma_new_config(c, task, "GemmaForCausalLM", err);
-}
-
-static int gemma2_new_config(lens_config *c, const char *task, lens_err *err)
-{
-    if (gemma_new_config(c, task, "Gemma2ForCausalLM", err)) return -1;
-    c->attn_softcap = 50.0f, c->final_softcap = 30.0f, c->sliding_alternate = 1, c->post_norms = 1;
-    return 0;
-}
-
-static void gemma_write_head(FILE *f, const lens_config *c, const char *model_type)
-{
-    fprintf(f,
-            "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n"
-            "  \"hidden_activation\": \"gelu_pytorch_tanh\",\n  \"hidden_act\": \"gelu_pytorch_tanh\",\n"
-            "  \"attention_bias\": false,\n",
-            c->architecture, model_type);
-    lens_decoder_write_common(f, c);
-}
-
-static void gemma_write_config(FILE *f, const lens_config *c, int random_weights)
-{
-    gemma_write_head(f, c, "gemma");
-    lens_write_task_tail(f, c, random_weights);
-}
-
-static void gemma2_write_config(FILE *f, const lens_config *c, int random_weights)
-{
-    gemma_write_head(f, c, "gemma2");
-    fprintf(f,
-            "  \"query_pre_attn_scalar\": %g,\n  \"attn_logit_softcapping\": %g,\n"
-            "  \"final_logit_softcapping\": %g,\n  \"sliding_window\": %d,\n",
-            (double)c->query_pre_attn_scalar, (double)c->attn_softcap, (double)c->final_softcap, c->sliding_window);
-    lens_write_task_tail(f, c, random_weights);
+    return lens_decoder_config_hook(root, path, cfg, err);
 }
 
 /* micro: head_dim 16 over hidden 32 and one kv head (gemma-2b is MQA). */
@@ -137,26 +79,23 @@ static int gemma2_preset(lens_config *c, const char *name)
     return 0;
 }
 
-#define GEMMA_FAMILY LENS_DECODER_FAMILY_FNS, .bpe_last = "<eos>", .preset_names = "micro, tiny, 1b, 8b"
+#define GEMMA_FAMILY LENS_DECODER_FAMILY_FNS, .config_hook = gemma_config_hook
+#define GEMMA_WRITER LENS_DECODER_WRITER, .bpe_last = "<eos>", .preset_names = "micro, tiny, 1b, 8b"
 
 const lens_family lens_family_gemma = {
     .model_type = "gemma",
     .default_arch = "GemmaForCausalLM",
     .task_archs = {[LENS_TASK_ENCODER] = "GemmaModel", [LENS_TASK_CAUSAL_LM] = "GemmaForCausalLM"},
-    .parse_config = gemma_parse_config,
-    .new_config = gemma1_new_config,
-    .write_config = gemma_write_config,
-    .preset = gemma_preset,
+    .keys = {lens_hf_size_keys, lens_decoder_keys, gemma_keys},
     GEMMA_FAMILY,
+    .writer = &(const lens_family_writer){.preset = gemma_preset, GEMMA_WRITER},
 };
 
 const lens_family lens_family_gemma2 = {
     .model_type = "gemma2",
     .default_arch = "Gemma2ForCausalLM",
     .task_archs = {[LENS_TASK_ENCODER] = "Gemma2Model", [LENS_TASK_CAUSAL_LM] = "Gemma2ForCausalLM"},
-    .parse_config = gemma2_parse_config,
-    .new_config = gemma2_new_config,
-    .write_config = gemma2_write_config,
-    .preset = gemma2_preset,
+    .keys = {lens_hf_size_keys, lens_decoder_keys, gemma2_keys},
     GEMMA_FAMILY,
+    .writer = &(const lens_family_writer){.preset = gemma2_preset, GEMMA_WRITER},
 };

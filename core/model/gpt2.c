@@ -1,7 +1,6 @@
 /* gpt2.c - the GPT-2 family (HF GPT2Model, GPT2LMHeadModel).
  *
- * Config keys: n_embd, n_layer, n_head, n_inner, n_positions, vocab_size,
- * layer_norm_epsilon, activation_function (default gelu_new).
+ * Config keys and tensor names: the tables gpt2_keys, gpt2_tensors.
  *
  * Block (pre-LN):  a = x + Attn(LN1(x));  x' = a + FFN(LN2(a)), then ln_f
  * after the last block (HF hidden_states[L] has it applied).
@@ -15,57 +14,33 @@
 #include "core/base/gemm.h"
 #include "core/nn/ops.h"
 
-static int gpt2_parse_config(json_t *root, const char *path, lens_config *cfg, lens_err *err)
-{
-    if (lens_json_int(root, path, "n_embd", -1, 1, 1 << 16, &cfg->d_model, err) ||
-        lens_json_int(root, path, "n_layer", -1, 1, 1024, &cfg->n_layers, err) ||
-        lens_json_int(root, path, "n_head", -1, 1, 1024, &cfg->n_heads, err) ||
-        lens_json_int(root, path, "vocab_size", -1, 1, 1 << 24, &cfg->vocab_size, err) ||
-        lens_json_int(root, path, "n_positions", 1024, 1, 1 << 20, &cfg->max_positions, err) ||
-        lens_json_eps(root, path, "layer_norm_epsilon", 1e-5, &cfg->ln_eps, err))
-        return -1;
-    if (lens_json_int(root, path, "n_inner", 4 * cfg->d_model, 1, 1 << 20, &cfg->d_ff, err)) return -1;
-    const char *act = lens_json_str(root, "activation_function");
-    if (lens_parse_activation(path, act ? act : "gelu_new", &cfg->gelu_tanh, err)) return -1;
-    if (cfg->d_model % cfg->n_heads)
-        return lens_fail(err, LENS_EFORMAT, "%s: n_embd %d is not a multiple of n_head %d", path,
-                         cfg->d_model, cfg->n_heads);
-    json_t *scale = json_object_get(root, "scale_attn_weights");
-    json_t *by_layer = json_object_get(root, "scale_attn_by_inverse_layer_idx");
-    json_t *reorder = json_object_get(root, "reorder_and_upcast_attn");
-    if (json_is_false(scale) || json_is_true(by_layer) || json_is_true(reorder))
-        return lens_fail(err, LENS_EFORMAT, "%s: non-default GPT-2 attention scaling is not supported", path);
-    cfg->d_head_k = cfg->d_head_v = cfg->d_model / cfg->n_heads;
-    cfg->type_vocab_size = 0;
-    return lens_config_task(root, path, cfg, err);
-}
+/* GPT2Config keys; the three attention switches only at their defaults. */
+static const lens_config_key gpt2_keys[] = {
+    LENS_KEY("n_embd", LENS_KEY_INT, LENS_C(d_model), .min = 1, .max = 1 << 16, .flags = LENS_KEY_REQUIRED),
+    LENS_KEY("n_layer", LENS_KEY_INT, LENS_C(n_layers), .min = 1, .max = 1024, .flags = LENS_KEY_REQUIRED),
+    LENS_KEY("n_head", LENS_KEY_INT, LENS_C(n_heads), .min = 1, .max = 1024, .flags = LENS_KEY_REQUIRED),
+    LENS_KEY("vocab_size", LENS_KEY_INT, LENS_C(vocab_size), .min = 1, .max = 1 << 24, .flags = LENS_KEY_REQUIRED),
+    LENS_KEY("n_positions", LENS_KEY_INT, LENS_C(max_positions), .def = 1024, .min = 1, .max = 1 << 20),
+    LENS_KEY("layer_norm_epsilon", LENS_KEY_FLOAT, LENS_C(ln_eps), .def = 1e-5, .min = 0, .max = 1,
+             .flags = LENS_KEY_OPEN_MIN | LENS_KEY_OPEN_MAX),
+    LENS_KEY("n_inner", LENS_KEY_INT, LENS_C(d_ff), .def = 4, .def_dim = LENS_D_C, .min = 1, .max = 1 << 20),
+    LENS_KEY("activation_function", LENS_KEY_CHOICE, LENS_C(gelu_tanh), .def = 1, .choices = lens_gelu_choices),
+    LENS_KEY("scale_attn_weights", LENS_KEY_BOOL, LENS_KEY_CHECK_ONLY, .def = 1, .flags = LENS_KEY_ONLY_DEFAULT),
+    LENS_KEY("scale_attn_by_inverse_layer_idx", LENS_KEY_BOOL, LENS_KEY_CHECK_ONLY, .flags = LENS_KEY_ONLY_DEFAULT),
+    LENS_KEY("reorder_and_upcast_attn", LENS_KEY_BOOL, LENS_KEY_CHECK_ONLY, .flags = LENS_KEY_ONLY_DEFAULT),
+    LENS_KEY(NULL, LENS_KEY_INT, LENS_C(d_head_k), .def = 1, .def_dim = LENS_D_DH),
+    LENS_KEY(NULL, LENS_KEY_INT, LENS_C(d_head_v), .def = 1, .def_dim = LENS_D_DH),
+    {0}};
 
+static void gpt2_new_config(lens_config *c) { c->vocab_size = 50257; }
 
-static int gpt2_new_config(lens_config *c, const char *task, lens_err *err)
-{
-    if (task && strcmp(task, lens_task_name(LENS_TASK_CAUSAL_LM)))
-        return lens_fail(err, LENS_EINVAL, "task \"%s\" is not available for gpt2 (causal-lm)", task);
-    c->task = LENS_TASK_CAUSAL_LM;
-    snprintf(c->architecture, sizeof c->architecture, "GPT2LMHeadModel");
-    c->vocab_size = 50257, c->max_positions = 1024, c->ln_eps = 1e-5f, c->gelu_tanh = 1;
-    return 0;
-}
-
-/* HF GPT2Config of a GPT2LMHeadModel (no dropout: lensd trains none).
- * bos/eos = the last id: <|endoftext|> in GPT-2's vocabulary (50256) and in
+/* bos/eos = the last id: <|endoftext|> in GPT-2's vocabulary (50256) and in
  * the ones `train vocab --bpe` writes. */
-static void gpt2_write_config(FILE *f, const lens_config *c, int random_weights)
+static int gpt2_config_extra(json_t *root, const lens_config *c)
 {
-    fprintf(f,
-            "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"gpt2\",\n"
-            "  \"n_embd\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_positions\": %d,\n"
-            "  \"n_ctx\": %d,\n  \"n_inner\": %d,\n  \"vocab_size\": %d,\n  \"layer_norm_epsilon\": %g,\n"
-            "  \"activation_function\": \"%s\",\n  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n"
-            "  \"attn_pdrop\": 0.0,\n  \"initializer_range\": 0.02,\n  \"tie_word_embeddings\": true,\n"
-            "  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n%s  \"lensd_task\": \"%s\"\n}\n",
-            c->architecture, c->d_model, c->n_layers, c->n_heads, c->max_positions, c->max_positions, c->d_ff,
-            c->vocab_size, (double)c->ln_eps, c->gelu_tanh ? "gelu_new" : "gelu", c->vocab_size - 1,
-            c->vocab_size - 1, random_weights ? "  \"lensd_random_weights\": true,\n" : "", lens_task_name(c->task));
+    return json_object_set_new(root, "n_ctx", json_integer(c->max_positions)) ||
+           json_object_set_new(root, "bos_token_id", json_integer(c->vocab_size - 1)) ||
+           json_object_set_new(root, "eos_token_id", json_integer(c->vocab_size - 1));
 }
 
 /* HF GPT2LMHeadModel order ("transformer." names; the LM head is wte, so no
@@ -73,35 +48,29 @@ static void gpt2_write_config(FILE *f, const lens_config *c, int random_weights)
  * v are views of it with row stride 3C. The two residual projections
  * (attn.c_proj, mlp.c_proj) start at 0.02 / sqrt(2 L), as HF and the GPT-2
  * paper initialise them. */
-static void gpt2_walk(const lens_config *c, lens_params *p, lens_param_visitor *v)
-{
-    const int C = c->d_model;
-    const float sd = 0.02f, sd_proj = 0.02f / sqrtf(2.0f * c->n_layers);
-    p->tok_emb = lens_walk_tensor(v, "transformer.wte.weight", c->vocab_size, C, LENS_PARAM_EMBEDDING, sd);
-    p->pos_emb = lens_walk_tensor(v, "transformer.wpe.weight", c->max_positions, C, LENS_PARAM_EMBEDDING, sd);
-    p->type_emb = NULL;
-    for (int l = 0; l < c->n_layers; l++) {
-        lens_block *blk = &p->blocks[l];
-        char n[128];
-#define AT(suffix) (snprintf(n, sizeof n, "transformer.h.%d.%s", l, suffix), n)
-        lens_linear qkv;
-        lens_walk_layernorm(v, &blk->ln_attn, AT("ln_1"), C);
-        lens_walk_linear(v, &qkv, AT("attn.c_attn"), C, 3 * C, 1, sd);
-        lens_walk_linear(v, &blk->attn_out, AT("attn.c_proj"), C, C, 1, sd_proj);
-        lens_walk_layernorm(v, &blk->ln_ff, AT("ln_2"), C);
-        lens_walk_linear(v, &blk->ff_in, AT("mlp.c_fc"), C, c->d_ff, 1, sd);
-        lens_walk_linear(v, &blk->ff_out, AT("mlp.c_proj"), c->d_ff, C, 1, sd_proj);
-#undef AT
-        lens_linear *views[3] = {&blk->q, &blk->k, &blk->v};
-        for (int i = 0; i < 3; i++) {
-            *views[i] = qkv;
-            views[i]->w = qkv.w ? lens_dtype_at(qkv.w, qkv.dtype, (size_t)i * C) : NULL;
-            views[i]->b = qkv.b ? qkv.b + i * C : NULL;
-            views[i]->out = C;
-        }
-    }
-    lens_walk_layernorm(v, &p->ln_final, "transformer.ln_f", C);
-}
+static const lens_tensor_row gpt2_embedding_rows[] = {
+    LENS_ROW("wte.weight", LENS_P(tok_emb), LENS_T_EMBEDDING, LENS_D_V, LENS_D_C),
+    LENS_ROW("wpe.weight", LENS_P(pos_emb), LENS_T_EMBEDDING, LENS_D_POS, LENS_D_C),
+    {0}};
+
+static const lens_tensor_row gpt2_layer_rows[] = {
+    LENS_ROW("ln_1", LENS_B(ln_attn), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE),
+    LENS_ROW("attn.c_attn", 0, LENS_T_CONV1D, LENS_D_QKV, LENS_D_C, .split = LENS_SPLIT_QKV),
+    LENS_ROW("attn.c_proj", LENS_B(attn_out), LENS_T_CONV1D, LENS_D_C, LENS_D_VO, .init = LENS_INIT_RESID),
+    LENS_ROW("ln_2", LENS_B(ln_ff), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE),
+    LENS_ROW("mlp.c_fc", LENS_B(ff_in), LENS_T_CONV1D, LENS_D_F, LENS_D_C),
+    LENS_ROW("mlp.c_proj", LENS_B(ff_out), LENS_T_CONV1D, LENS_D_C, LENS_D_F, .init = LENS_INIT_RESID),
+    {0}};
+
+static const lens_tensor_row gpt2_final_rows[] = {
+    LENS_ROW("ln_f", LENS_P(ln_final), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE),
+    {0}};
+
+static const lens_tensor_section gpt2_tensors[] = {
+    {"transformer.", 0, gpt2_embedding_rows},
+    {"transformer.h.%d.", 1, gpt2_layer_rows},
+    {"transformer.", 0, gpt2_final_rows},
+    {0}};
 
 /* x = token + position embeddings. */
 static void gpt2_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
@@ -140,12 +109,17 @@ const lens_family lens_family_gpt2 = {
     .default_arch = "GPT2LMHeadModel",
     .task_archs = {[LENS_TASK_ENCODER] = "GPT2Model", [LENS_TASK_CAUSAL_LM] = "GPT2LMHeadModel"},
     .caps = LENS_CAP_CAUSAL | LENS_CAP_PRE_NORM | LENS_CAP_TIED_HEAD | LENS_CAP_TRAIN | LENS_CAP_BYTE_BPE,
-    .tokenizer_class = NULL, /* GPT2Tokenizer is what the files mean; mkmodel writes no tokenizer_config */
-    .bpe_last = "<|endoftext|>",
-    .parse_config = gpt2_parse_config,
-    .new_config = gpt2_new_config,
-    .write_config = gpt2_write_config,
-    .walk = gpt2_walk,
+    .keys = {gpt2_keys},
+    .tensors = gpt2_tensors,
     .embed = gpt2_embed,
     .block = gpt2_block,
+    .writer = &(const lens_family_writer){
+        .tokenizer_class = NULL, /* GPT2Tokenizer is what the files mean; mkmodel writes no tokenizer_config */
+        .bpe_last = "<|endoftext|>",
+        .default_task = LENS_TASK_CAUSAL_LM,
+        .new_config = gpt2_new_config,
+        /* no dropout: lensd trains none */
+        .config_constants = "{\"resid_pdrop\": 0.0, \"embd_pdrop\": 0.0, \"attn_pdrop\": 0.0, "
+                            "\"initializer_range\": 0.02, \"tie_word_embeddings\": true}",
+        .config_extra = gpt2_config_extra},
 };

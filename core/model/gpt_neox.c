@@ -1,20 +1,11 @@
 /* gpt_neox.c - the GPT-NeoX family (HF GPTNeoXForCausalLM: Pythia).
  *
- * Config keys: hidden_size, num_hidden_layers, num_attention_heads,
- * intermediate_size, vocab_size, max_position_embeddings, layer_norm_eps,
- * rotary_pct (partial rotary: the first int(D * rotary_pct) channels of each
- * head rotate), rotary_emb_base (or rope_theta), use_parallel_residual,
- * hidden_act (gelu = exact erf, gelu_new), tie_word_embeddings (false),
- * attention_bias (true only).
- *
- * Tensors: gpt_neox.embed_in.weight [V][C];
- *   gpt_neox.layers.{l}.input_layernorm, post_attention_layernorm (LayerNorm w, b)
- *   gpt_neox.layers.{l}.attention.query_key_value [3C][C] + [3C], HF's per-head
- *     layout: output rows h*3D .. h*3D+D-1 are q_h, the next D k_h, then v_h
- *   gpt_neox.layers.{l}.attention.dense [C][C]
- *   gpt_neox.layers.{l}.mlp.dense_h_to_4h [F][C], dense_4h_to_h [C][F]
- *   gpt_neox.final_layer_norm; embed_out.weight [V][C]
- * blk->q holds the fused map (out = 3C); blk->k, blk->v are unused.
+ * Config keys and tensor names: the tables neox_keys (after the decoder
+ * shape keys) and neox_tensors. attention.query_key_value [3C][C] is in
+ * HF's per-head layout (output rows h*3D .. h*3D+D-1 are q_h, the next D
+ * k_h, then v_h): blk->q holds the fused map (out = 3C); blk->k, blk->v are
+ * unused. Partial rotary: the first int(D * rotary_pct) channels of each
+ * head rotate.
  *
  * Block: h = LN1(x); q, k, v = split(h W_qkv + b); q, k = RoPE on R channels
  *   parallel:  x' = x + Attn(h) W_o + W2 act(W1 LN2(x))
@@ -32,89 +23,66 @@
 #include "core/nn/ops.h"
 #include "core/nn/rope.h"
 
-static int neox_parse_config(json_t *root, const char *path, lens_config *cfg, lens_err *err)
+/* After the sizes and positions (decoder.h); attention_bias true only. */
+static const lens_config_key neox_keys[] = {
+    LENS_KEY("layer_norm_eps", LENS_KEY_FLOAT, LENS_C(ln_eps), .def = 1e-5, .min = 0, .max = 1,
+             .flags = LENS_KEY_OPEN_MIN | LENS_KEY_OPEN_MAX),
+    LENS_KEY(NULL, LENS_KEY_INT, LENS_C(d_head_k), .def = 1, .def_dim = LENS_D_DH),
+    LENS_KEY(NULL, LENS_KEY_INT, LENS_C(d_head_v), .def = 1, .def_dim = LENS_D_DH),
+    LENS_KEY("attention_bias", LENS_KEY_BOOL, LENS_KEY_CHECK_ONLY, .def = 1, .flags = LENS_KEY_ONLY_DEFAULT),
+    LENS_KEY("hidden_act", LENS_KEY_CHOICE, LENS_C(gelu_tanh), .choices = lens_gelu_choices),
+    LENS_KEY("rotary_emb_base", LENS_KEY_DOUBLE, LENS_C(rope.theta), .alias = "rope_theta", .def = 10000, .min = 1,
+             .max = INFINITY, .flags = LENS_KEY_OPEN_MIN),
+    LENS_KEY("use_parallel_residual", LENS_KEY_BOOL, LENS_C(parallel_residual), .def = 1),
+    LENS_KEY("tie_word_embeddings", LENS_KEY_BOOL, LENS_C(tie_word_embeddings)),
+    {0}};
+
+/* Partial rotary: the first int(D * rotary_pct) channels of each head (even). */
+static const lens_config_key rotary_pct = LENS_KEY("rotary_pct", LENS_KEY_DOUBLE, LENS_KEY_CHECK_ONLY, .def = 0.25,
+                                                   .min = 0, .max = 1);
+
+static int neox_config_hook(const json_t *root, const char *path, lens_config *cfg, lens_err *err)
 {
-    if (lens_decoder_parse_shape(root, path, cfg, err) ||
-        lens_json_eps(root, path, "layer_norm_eps", 1e-5, &cfg->ln_eps, err))
-        return -1;
-    if (cfg->d_model % cfg->n_heads)
-        return lens_fail(err, LENS_EFORMAT, "%s: hidden_size %d is not a multiple of num_attention_heads %d", path,
-                         cfg->d_model, cfg->n_heads);
     /* the fused q/k/v output [N][3C] is computed in the MLP buffer */
     if (cfg->d_ff < 3 * cfg->d_model)
         return lens_fail(err, LENS_EFORMAT, "%s: intermediate_size %d below 3 x hidden_size is not supported", path,
                          cfg->d_ff);
-    if (json_is_false(json_object_get(root, "attention_bias")))
-        return lens_fail(err, LENS_EFORMAT, "%s: attention_bias false is not supported", path);
-    const char *act = lens_json_str(root, "hidden_act");
-    if (lens_parse_activation(path, act ? act : "gelu", &cfg->gelu_tanh, err)) return -1;
-    const int D = cfg->d_model / cfg->n_heads;
-    cfg->d_head_k = cfg->d_head_v = D;
-    json_t *pct = json_object_get(root, "rotary_pct");
-    const double rotary_pct = json_is_number(pct) ? json_number_value(pct) : 0.25;
-    if (!(rotary_pct >= 0 && rotary_pct <= 1))
-        return lens_fail(err, LENS_EFORMAT, "%s: rotary_pct must be in [0, 1]", path);
-    cfg->rope.dim = (int)(D * rotary_pct) & ~1;
-    json_t *base = json_object_get(root, "rotary_emb_base");
-    if (!json_is_number(base)) base = json_object_get(root, "rope_theta");
-    cfg->rope.theta = json_is_number(base) ? json_number_value(base) : 10000.0;
-    if (!(cfg->rope.theta > 1)) return lens_fail(err, LENS_EFORMAT, "%s: rotary_emb_base must be > 1", path);
-    json_t *parallel = json_object_get(root, "use_parallel_residual");
-    cfg->parallel_residual = parallel ? json_is_true(parallel) : 1;
-    json_t *tie = json_object_get(root, "tie_word_embeddings");
-    cfg->tie_word_embeddings = json_is_true(tie);
-    cfg->type_vocab_size = 0;
-    return lens_config_task(root, path, cfg, err);
-}
-
-static int neox_new_config(lens_config *c, const char *task, lens_err *err)
-{
-    if (lens_decoder_new_config(c, task, "GPTNeoXForCausalLM", err)) return -1;
-    c->norm_rms = 0, c->glu = LENS_GLU_NONE, c->ln_eps = 1e-5f, c->gelu_tanh = 0, c->parallel_residual = 1;
+    double pct;
+    if (lens_config_key_read(root, path, cfg, &rotary_pct, &pct, err)) return -1;
+    cfg->rope.dim = (int)(cfg->d_head_k * pct) & ~1;
     return 0;
 }
 
-static void neox_write_config(FILE *f, const lens_config *c, int random_weights)
+static int neox_config_extra(json_t *root, const lens_config *c)
 {
     const double pct = c->d_head_k ? (double)c->rope.dim / c->d_head_k : 0;
-    fprintf(f,
-            "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"gpt_neox\",\n  \"hidden_size\": %d,\n"
-            "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"intermediate_size\": %d,\n"
-            "  \"vocab_size\": %d,\n  \"max_position_embeddings\": %d,\n  \"layer_norm_eps\": %g,\n"
-            "  \"rotary_pct\": %g,\n  \"rotary_emb_base\": %.17g,\n  \"use_parallel_residual\": %s,\n"
-            "  \"hidden_act\": \"%s\",\n  \"tie_word_embeddings\": %s,\n  \"attention_bias\": true,\n"
-            "  \"initializer_range\": %g,\n  \"bos_token_id\": 0,\n  \"eos_token_id\": %d,\n",
-            c->architecture, c->d_model, c->n_layers, c->n_heads, c->d_ff, c->vocab_size, c->max_positions,
-            (double)c->ln_eps, pct, c->rope.theta, c->parallel_residual ? "true" : "false",
-            c->gelu_tanh ? "gelu_new" : "gelu", c->tie_word_embeddings ? "true" : "false",
-            c->init_range > 0 ? (double)c->init_range : 0.02, c->vocab_size - 1);
-    lens_write_task_tail(f, c, random_weights);
+    return json_object_set_new(root, "rotary_pct", json_real(pct)) || lens_decoder_config_ids(root, c);
 }
 
-static void neox_walk(const lens_config *c, lens_params *p, lens_param_visitor *v)
-{
-    const int C = c->d_model, F = c->d_ff;
-    const float sd = c->init_range > 0 ? c->init_range : 0.02f;
-    p->tok_emb = lens_walk_tensor(v, "gpt_neox.embed_in.weight", c->vocab_size, C, LENS_PARAM_EMBEDDING, sd);
-    p->pos_emb = p->type_emb = NULL;
-    for (int l = 0; l < c->n_layers; l++) {
-        lens_block *blk = &p->blocks[l];
-        char n[128];
-#define AT(suffix) (snprintf(n, sizeof n, "gpt_neox.layers.%d.%s", l, suffix), n)
-        lens_walk_layernorm(v, &blk->ln_attn, AT("input_layernorm"), C);
-        lens_walk_layernorm(v, &blk->ln_ff, AT("post_attention_layernorm"), C);
-        lens_walk_linear(v, &blk->q, AT("attention.query_key_value"), C, 3 * C, 0, sd);
-        lens_walk_linear(v, &blk->attn_out, AT("attention.dense"), C, C, 0, sd);
-        lens_walk_linear(v, &blk->ff_in, AT("mlp.dense_h_to_4h"), C, F, 0, sd);
-        lens_walk_linear(v, &blk->ff_out, AT("mlp.dense_4h_to_h"), F, C, 0, sd);
-#undef AT
-        blk->k = blk->v = (lens_linear){0};
-    }
-    lens_walk_layernorm(v, &p->ln_final, "gpt_neox.final_layer_norm", C);
-    p->lm_head = (lens_linear){0};
-    if (!c->tie_word_embeddings && c->task == LENS_TASK_CAUSAL_LM)
-        lens_walk_linear_bias(v, &p->lm_head, "embed_out", C, c->vocab_size, 0, sd);
-}
+static const lens_tensor_row neox_layer_rows[] = {
+    LENS_ROW("input_layernorm", LENS_B(ln_attn), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE),
+    LENS_ROW("post_attention_layernorm", LENS_B(ln_ff), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE),
+    LENS_ROW("attention.query_key_value", LENS_B(q), LENS_T_LINEAR, LENS_D_QKV, LENS_D_C),
+             /* per-head layout: one map */
+    LENS_ROW("attention.dense", LENS_B(attn_out), LENS_T_LINEAR, LENS_D_C, LENS_D_VO),
+    LENS_ROW("mlp.dense_h_to_4h", LENS_B(ff_in), LENS_T_LINEAR, LENS_D_F, LENS_D_C),
+    LENS_ROW("mlp.dense_4h_to_h", LENS_B(ff_out), LENS_T_LINEAR, LENS_D_C, LENS_D_F),
+    {0}};
+
+static const lens_tensor_row neox_rows[] = {
+    LENS_ROW("gpt_neox.embed_in.weight", LENS_P(tok_emb), LENS_T_EMBEDDING, LENS_D_V, LENS_D_C),
+    {0}};
+
+static const lens_tensor_row neox_final_rows[] = {
+    LENS_ROW("gpt_neox.final_layer_norm", LENS_P(ln_final), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE),
+    LENS_ROW("embed_out", LENS_P(lm_head), LENS_T_LINEAR_NB, LENS_D_V, LENS_D_C, .when = LENS_IF_UNTIED_LM),
+    {0}};
+
+static const lens_tensor_section neox_tensors[] = {
+    {"", 0, neox_rows},
+    {"gpt_neox.layers.%d.", 1, neox_layer_rows},
+    {"", 0, neox_final_rows},
+    {0}};
 
 static void neox_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
                        float *rstd)
@@ -175,13 +143,12 @@ const lens_family lens_family_gpt_neox = {
     .default_arch = "GPTNeoXForCausalLM",
     .task_archs = {[LENS_TASK_ENCODER] = "GPTNeoXModel", [LENS_TASK_CAUSAL_LM] = "GPTNeoXForCausalLM"},
     .caps = LENS_CAP_CAUSAL | LENS_CAP_PRE_NORM | LENS_CAP_BYTE_BPE,
-    .bpe_last = "<|endoftext|>",
-    .parse_config = neox_parse_config,
-    .new_config = neox_new_config,
-    .write_config = neox_write_config,
-    .walk = neox_walk,
+    .keys = {lens_hf_size_keys, lens_decoder_positions_keys, neox_keys},
+    .config_hook = neox_config_hook,
+    .tensors = neox_tensors,
     .embed = neox_embed,
     .block = neox_block,
-    .preset = neox_preset,
-    .preset_names = "micro, tiny, 1b, 8b",
+    .writer = &(const lens_family_writer){.bpe_last = "<|endoftext|>", .default_task = LENS_TASK_CAUSAL_LM,
+                                          .preset = neox_preset, .preset_names = "micro, tiny, 1b, 8b",
+                                          .config_extra = neox_config_extra},
 };

@@ -25,6 +25,34 @@
 
 const char *const lens_mkmodel_presets[] = {"micro", "tiny", "small", "base", "xl", "1b", "8b", NULL};
 
+/* The presets of find_preset, for families without their own. */
+static const char generic_presets[] = "micro, tiny, small, base, xl";
+
+static int same_presets(const lens_family *a, const lens_family *b)
+{
+    const char *x = a->writer->preset_names, *y = b->writer->preset_names;
+    return x == y || (x && y && !strcmp(x, y));
+}
+
+void lens_mkmodel_usage(FILE *f, const char *indent)
+{
+    for (int i = 0, lines = 0; lens_families[i]; i++) {
+        int printed = 0;
+        for (int j = 0; j < i; j++) printed |= same_presets(lens_families[i], lens_families[j]);
+        if (printed) continue;
+        fprintf(f, "%s--arch ", lines++ ? indent : "");
+        for (int j = i, n = 0; lens_families[j]; j++)
+            if (same_presets(lens_families[i], lens_families[j]))
+                fprintf(f, "%s%s", n++ ? "|" : "", lens_families[j]->model_type);
+        fputs(" --preset ", f);
+        const char *names = lens_families[i]->writer->preset_names ? lens_families[i]->writer->preset_names
+                                                                     : generic_presets;
+        for (const char *c = names; *c; c++)
+            if (*c != ' ') fputc(*c == ',' ? '|' : *c, f);
+        fputc('\n', f);
+    }
+}
+
 typedef struct {
     int layers, hidden, heads, ff, positions;
     int vocab; /* 0: the arch's real size (BERT 30522, GPT-2 50257) */
@@ -169,13 +197,13 @@ static int write_bert_vocab(const char *dir, int vocab, lens_err *err)
  * template: [CLS] A [SEP], <s> A </s></s> B </s>, ...). */
 static int write_tokenizer_config(const char *dir, const lens_family *family, lens_err *err)
 {
-    if (!family->tokenizer_class) return 0;
+    if (!family->writer->tokenizer_class) return 0;
     FILE *f = open_in(dir, "tokenizer_config.json", err);
     if (!f) return -1;
     if (family->caps & LENS_CAP_BYTE_BPE)
         fprintf(f, "{\"tokenizer_class\": \"%s\", \"bos_token\": \"%s\", \"eos_token\": \"%s\"}\n",
-                family->tokenizer_class, family->bpe_first[0], family->bpe_first[2]);
-    else fprintf(f, "{\"do_lower_case\": true, \"tokenizer_class\": \"%s\"}\n", family->tokenizer_class);
+                family->writer->tokenizer_class, family->writer->bpe_first[0], family->writer->bpe_first[2]);
+    else fprintf(f, "{\"do_lower_case\": true, \"tokenizer_class\": \"%s\"}\n", family->writer->tokenizer_class);
     return close_file(f, dir, "tokenizer_config.json", err);
 }
 
@@ -217,7 +245,7 @@ static int write_bpe_vocab(const char *dir, int vocab, const lens_family *family
     fprintf(mg, "#version: 0.2\n");
     fputc('{', v);
     int n = 0;
-    for (int i = 0; i < 4 && family->bpe_first[i]; i++) put_json_token(v, &n, family->bpe_first[i]);
+    for (int i = 0; i < 4 && family->writer->bpe_first[i]; i++) put_json_token(v, &n, family->writer->bpe_first[i]);
     for (int byte = 0; byte < 256; byte++, n++) {
         int cp = byte_symbol(byte);
         fputs(n ? ", \"" : "\"", v);
@@ -230,7 +258,7 @@ static int write_bpe_vocab(const char *dir, int vocab, const lens_family *family
     for (int a = 'a'; a <= 'z'; a++)
         for (int c = 'a'; c <= 'z'; c++, n++) fprintf(v, ", \"%c%c\": %d", a, c, n), fprintf(mg, "%c %c\n", a, c);
     for (int i = 0; n < vocab - 1; i++, n++) fprintf(v, ", \"<|filler%d|>\": %d", i, n);
-    put_json_token(v, &n, family->bpe_last);
+    put_json_token(v, &n, family->writer->bpe_last);
     fprintf(v, "}\n");
     int rc = close_file(mg, dir, "merges.txt", err);
     return close_file(v, dir, "vocab.json", err) || rc ? -1 : 0;
@@ -310,11 +338,12 @@ static int copy_vocab(const char *from_dir, const char *dir, const lens_family *
         if (id >= 0 && (size_t)id < n_src) by_id[id] = key;
     }
     int n = 0;
-    for (int i = 0; i < 4 && family->bpe_first[i]; i++) json_object_set_new(dst, family->bpe_first[i], json_integer(n++));
+    for (int i = 0; i < 4 && family->writer->bpe_first[i]; i++)
+        json_object_set_new(dst, family->writer->bpe_first[i], json_integer(n++));
     for (size_t id = 0; id < n_src; id++)
         if (by_id[id] && !json_object_get(dst, by_id[id])) json_object_set_new(dst, by_id[id], json_integer(n++));
-    if (family->bpe_last && !json_object_get(dst, family->bpe_last))
-        json_object_set_new(dst, family->bpe_last, json_integer(n++));
+    if (family->writer->bpe_last && !json_object_get(dst, family->writer->bpe_last))
+        json_object_set_new(dst, family->writer->bpe_last, json_integer(n++));
     free(by_id);
     snprintf(path, sizeof path, "%s/vocab.json", dir);
     if (json_dump_file(dst, path, JSON_PRESERVE_ORDER | JSON_COMPACT)) {
@@ -339,24 +368,13 @@ static const char *torch_dtype_name(lens_dtype dt)
     return "float32";
 }
 
-/* config.json: "torch_dtype" (the dtype the weights were written in, as a
- * transformers save_pretrained writes it), then the family's own keys. */
+/* config.json with "torch_dtype": the dtype the weights were written in, as
+ * a transformers save_pretrained writes it. */
 static int write_config(const char *dir, const lens_config *c, lens_dtype dtype, lens_err *err)
 {
-    char *text = NULL;
-    size_t n = 0;
-    FILE *mem = open_memstream(&text, &n);
-    if (!mem) return lens_fail(err, LENS_ENOMEM, "out of memory for config.json");
-    c->family->write_config(mem, c, 1);
-    if (ferror(mem) | fclose(mem) || !text || strncmp(text, "{\n", 2)) {
-        free(text);
-        return lens_fail(err, LENS_EIO, "%s/config.json: the %s config did not open with {", dir,
-                         c->family->model_type);
-    }
-    FILE *f = open_in(dir, "config.json", err);
-    if (f) fprintf(f, "{\n  \"torch_dtype\": \"%s\",\n%s", torch_dtype_name(dtype), text + 2);
-    free(text);
-    return f ? close_file(f, dir, "config.json", err) : -1;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    return lens_config_save(path, c, 1, torch_dtype_name(dtype), err);
 }
 
 static size_t tensor_elems(const lens_st_out *t)
@@ -414,7 +432,7 @@ static int write_tensors(const char *dir, const lens_config *c, unsigned long lo
     lens_params p = {0};
     p.blocks = calloc((size_t)c->n_layers, sizeof *p.blocks);
     lister b = {.v = {.tensor = list_tensor}, .dtype = out->dtype};
-    if (p.blocks) c->family->walk(c, &p, &b.v);
+    if (p.blocks) lens_walk_params(c, &p, &b.v);
     float *chunk = malloc(sizeof(float) * FILL_CHUNK);
     int *shard_of = malloc(sizeof(int) * (size_t)(b.n ? b.n : 1));
     int rc = -1;
@@ -454,6 +472,28 @@ out:
     return rc;
 }
 
+/* A new checkpoint's config before its preset: the keys' defaults, the
+ * task and its class, labels negative / positive for a classifier, then
+ * the family's own values. */
+static int new_config(lens_config *c, const char *task, lens_err *err)
+{
+    const lens_family *f = c->family;
+    lens_config_defaults(c);
+    c->task = f->writer->default_task;
+    if (task && (lens_task_parse(task, &c->task) || !f->task_archs[c->task]))
+        return lens_fail(err, LENS_EINVAL, "task \"%s\" is not available for %s", task, f->model_type);
+    snprintf(c->architecture, sizeof c->architecture, "%s", f->task_archs[c->task]);
+    if (f->writer->new_config) f->writer->new_config(c);
+    if (c->task != LENS_TASK_CLASSIFICATION) return 0;
+    static const char *const names[] = {"negative", "positive"};
+    c->labels = calloc(2, sizeof *c->labels);
+    if (!c->labels) return lens_fail(err, LENS_ENOMEM, "out of memory");
+    c->n_labels = 2;
+    for (int i = 0; i < 2; i++)
+        if (!(c->labels[i] = strdup(names[i]))) return lens_fail(err, LENS_ENOMEM, "out of memory");
+    return 0;
+}
+
 int lens_mkmodel(const char *arch, const char *preset_name, const char *task, unsigned long long seed,
                  const char *out_dir, lens_err *err)
 {
@@ -473,14 +513,15 @@ int lens_mkmodel_write(const char *arch, const char *preset_name, const char *ta
     const lens_family *family = lens_family_find(arch);
     if (!family) return lens_fail(err, LENS_EINVAL, "unknown arch \"%s\" (%s)", arch, lens_family_names());
     preset p = {0};
-    if (!family->preset && find_preset(preset_name, family->caps & LENS_CAP_CAUSAL, &p))
-        return lens_fail(err, LENS_EINVAL, "unknown preset \"%s\" (micro, tiny, small, base, xl)", preset_name);
+    if (!family->writer->preset && find_preset(preset_name, family->caps & LENS_CAP_CAUSAL, &p))
+        return lens_fail(err, LENS_EINVAL, "unknown preset \"%s\" (%s)", preset_name, generic_presets);
     lens_config c = {.family = family};
     int rc = -1;
-    if (family->new_config(&c, task, err)) goto out;
-    if (family->preset) { /* the family's own shapes (decoders: real 1b / 8b models) */
-        if (family->preset(&c, preset_name)) {
-            lens_fail(err, LENS_EINVAL, "unknown preset \"%s\" for %s (%s)", preset_name, arch, family->preset_names);
+    if (new_config(&c, task, err)) goto out;
+    if (family->writer->preset) { /* the family's own shapes (decoders: real 1b / 8b models) */
+        if (family->writer->preset(&c, preset_name)) {
+            lens_fail(err, LENS_EINVAL, "unknown preset \"%s\" for %s (%s)", preset_name, arch,
+                      family->writer->preset_names);
             goto out;
         }
     } else {

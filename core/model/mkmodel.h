@@ -9,6 +9,7 @@
 #define LENS_MKMODEL_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/base/err.h"
 #include "core/io/safetensors.h"
@@ -54,5 +55,9 @@ int lens_parse_size(const char *s, uint64_t *bytes);
 
 /* Names of the presets, NULL-terminated, for --help. */
 extern const char *const lens_mkmodel_presets[];
+
+/* The "--arch a|b --preset x|y" lines of mkmodel's help, one per preset
+ * list, from the family registry; lines after the first start with indent. */
+void lens_mkmodel_usage(FILE *f, const char *indent);
 
 #endif

@@ -204,7 +204,7 @@ lens_model *lens_model_load(const char *dir, lens_err *err)
     if (!(m->weights = lens_weights_open(dir, err))) goto fail;
     binder b = {.v = {.tensor = bind_tensor}, .w = m->weights, .p = &m->p, .base_prefix = m->cfg.family->base_prefix,
                 .strip = -1, .err = err};
-    m->cfg.family->walk(&m->cfg, &m->p, &b.v);
+    lens_walk_params(&m->cfg, &m->p, &b.v);
     if (b.v.failed) goto fail;
     m->n_params = b.n_params;
     if (pack_weights(m, err)) goto fail;
@@ -281,15 +281,9 @@ int lens_model_supports(const lens_model *m, lens_analysis a, const char **why)
     const int cls_classifier = classifier && lens_has_cap(c, LENS_CAP_CLS_FIRST) && lens_has_cap(c, LENS_CAP_POOLER);
     const char *no = NULL;
     if (m->tokenizer_only) a = LENS_ANALYSIS_COUNT; /* only tokenize */
-    /* the gradient analyses need the family's block backward / JVP */
-    const char *no_backward = c->family ? c->family->no_backward : NULL;
     switch (a) {
-    case LENS_ANALYSIS_HIDDEN_ATTRIBUTION:
-        no = no_backward;
-        break;
     case LENS_ANALYSIS_ATTRIBUTION:
-        if (no_backward) no = no_backward;
-        else if (!classifier && !causal_lm)
+        if (!classifier && !causal_lm)
             no = "attribution needs a sequence classifier (class probability) or a causal LM (next-token probability)";
         else if (classifier ? pre_norm || !lens_has_cap(c, LENS_CAP_POOLER) : !pre_norm)
             no = "attribution runs post-norm classifiers with a pooler and pre-norm causal LMs; this model is neither";
@@ -308,6 +302,7 @@ int lens_model_supports(const lens_model *m, lens_analysis a, const char **why)
     case LENS_ANALYSIS_FORWARD:
     case LENS_ANALYSIS_ATTENTION:
     case LENS_ANALYSIS_TOKEN_IDENTITY:
+    case LENS_ANALYSIS_HIDDEN_ATTRIBUTION:
     case LENS_ANALYSIS_DECOMPOSITION:
         break;
     default:

@@ -19,41 +19,55 @@
 
 #include "core/nn/ops.h"
 
-static int roberta_parse_config(json_t *root, const char *path, lens_config *cfg, lens_err *err)
+static const lens_config_key roberta_pad_keys[] = {
+    LENS_KEY("pad_token_id", LENS_KEY_INT, LENS_C(pad_token_id), .def = 1, .min = 0, .max = -1,
+             .max_dim = LENS_D_V),
+    {0}};
+
+/* Positions: the table's first padding_idx + 1 rows are not token positions. */
+static int roberta_config_hook(const json_t *root, const char *path, lens_config *cfg, lens_err *err)
 {
-    if (lens_bert_parse_keys(root, path, cfg, err)) return -1;
-    if (!json_object_get(root, "pad_token_id")) cfg->pad_token_id = 1;
+    (void)root;
     cfg->position_offset = cfg->pad_token_id + 1;
     if (cfg->max_positions <= cfg->position_offset)
         return lens_fail(err, LENS_EFORMAT, "%s: max_position_embeddings %d leaves no position after padding_idx %d",
                          path, cfg->max_positions, cfg->pad_token_id);
     cfg->max_positions -= cfg->position_offset; /* tokens, not table rows */
-    return lens_config_task(root, path, cfg, err);
+    return 0;
 }
 
-static int roberta_new_config(lens_config *c, const char *task, lens_err *err)
+/* The table's rows, and roberta-base's <s> = 0, </s> = 2. */
+static int roberta_config_extra(json_t *root, const lens_config *c)
 {
-    /* roberta-base: GPT-2's byte-level BPE plus <s> <pad> </s> <unk> and <mask> */
-    c->vocab_size = 50265, c->max_positions = 512, c->type_vocab_size = 1, c->ln_eps = 1e-5f, c->gelu_tanh = 0;
-    c->pad_token_id = 1, c->position_offset = 2;
-    return lens_new_encoder_task(c, task, err);
+    return json_object_set_new(root, "max_position_embeddings", json_integer(c->max_positions + c->position_offset)) ||
+           json_object_set_new(root, "bos_token_id", json_integer(0)) ||
+           json_object_set_new(root, "eos_token_id", json_integer(2));
 }
 
-static void roberta_walk(const lens_config *c, lens_params *p, lens_param_visitor *v)
+/* roberta-base: GPT-2's byte-level BPE plus <s> <pad> </s> <unk> and
+ * <mask>, one segment, positions after padding_idx 1 */
+static void roberta_new_config(lens_config *c)
 {
-    const int C = c->d_model;
-    lens_bert_walk_encoder(c, p, v, "roberta.");
-    if (c->task == LENS_TASK_CLASSIFICATION) {
-        lens_walk_linear(v, &p->pooler, "classifier.dense", C, C, 0, 0.02f);
-        lens_walk_linear(v, &p->classifier, "classifier.out_proj", C, c->n_labels, 0, 0.02f);
-    } else if (c->task == LENS_TASK_MASKED_LM) {
-        /* lm_head.decoder.weight is the word embeddings (tied, not saved);
-         * its bias is lm_head.bias */
-        lens_walk_linear(v, &p->mlm_transform, "lm_head.dense", C, C, 0, 0.02f);
-        lens_walk_layernorm(v, &p->mlm_ln, "lm_head.layer_norm", C);
-        p->mlm_bias = lens_walk_tensor(v, "lm_head.bias", c->vocab_size, 0, LENS_PARAM_BIAS, 0);
-    }
+    c->vocab_size = 50265, c->type_vocab_size = 1, c->ln_eps = 1e-5f, c->position_offset = c->pad_token_id + 1;
 }
+
+/* RobertaForSequenceClassification's classifier.dense + out_proj,
+ * RobertaForMaskedLM's lm_head (lm_head.decoder.weight is the word
+ * embeddings, tied and not saved; its bias is lm_head.bias). */
+static const lens_tensor_row roberta_head_rows[] = {
+    LENS_ROW("classifier.dense", LENS_P(pooler), LENS_T_LINEAR, LENS_D_C, LENS_D_C, .when = LENS_IF_CLASSIFIER),
+    LENS_ROW("classifier.out_proj", LENS_P(classifier), LENS_T_LINEAR, LENS_D_LABELS, LENS_D_C,
+             .when = LENS_IF_CLASSIFIER),
+    LENS_ROW("lm_head.dense", LENS_P(mlm_transform), LENS_T_LINEAR, LENS_D_C, LENS_D_C, .when = LENS_IF_MLM),
+    LENS_ROW("lm_head.layer_norm", LENS_P(mlm_ln), LENS_T_LAYERNORM, LENS_D_C, LENS_D_NONE, .when = LENS_IF_MLM),
+    LENS_ROW("lm_head.bias", LENS_P(mlm_bias), LENS_T_VECTOR, LENS_D_V, LENS_D_NONE, .when = LENS_IF_MLM),
+    {0}};
+
+static const lens_tensor_section roberta_tensors[] = {
+    {"roberta.", 0, lens_bert_embedding_rows},
+    {"roberta.encoder.layer.%d.", 1, lens_bert_layer_rows},
+    {"", 0, roberta_head_rows},
+    {0}};
 
 /* x = LN(tok[id] + pos[padding_idx + cumsum(id != pad)] + type[0]), pad
  * tokens at position padding_idx. */
@@ -82,13 +96,16 @@ const lens_family lens_family_roberta = {
     .task_archs = {[LENS_TASK_ENCODER] = "RobertaModel", [LENS_TASK_CLASSIFICATION] = "RobertaForSequenceClassification",
                    [LENS_TASK_MASKED_LM] = "RobertaForMaskedLM"},
     .caps = LENS_CAP_POOLER | LENS_CAP_TIED_HEAD | LENS_CAP_CLS_FIRST | LENS_CAP_BYTE_BPE,
-    .tokenizer_class = "RobertaTokenizer",
-    .bpe_first = {"<s>", "<pad>", "</s>", "<unk>"}, /* as roberta-base */
-    .bpe_last = "<mask>",
-    .parse_config = roberta_parse_config,
-    .new_config = roberta_new_config,
-    .write_config = lens_bert_write_config,
-    .walk = roberta_walk,
+    .keys = {lens_hf_size_keys, lens_bert_keys, roberta_pad_keys},
+    .config_hook = roberta_config_hook,
+    .tensors = roberta_tensors,
     .embed = roberta_embed,
     .block = lens_bert_block,
+    .writer = &(const lens_family_writer){.tokenizer_class = "RobertaTokenizer",
+                                          .bpe_first = {"<s>", "<pad>", "</s>", "<unk>"}, /* as roberta-base */
+                                          .bpe_last = "<mask>",
+                                          .default_task = LENS_TASK_CLASSIFICATION,
+                                          .new_config = roberta_new_config,
+                                          .config_constants = lens_bert_config_constants,
+                                          .config_extra = roberta_config_extra},
 };

@@ -146,7 +146,7 @@ static const void *take(lens_param_visitor *v, const lens_param_desc *d)
 static void walk(lens_trainer *t, walker *w)
 {
     *w = (walker){.v = {.tensor = take, .tiles_summed = 1}, .t = t};
-    t->cfg.family->walk(&t->cfg, &t->p, &w->v);
+    lens_walk_params(&t->cfg, &t->p, &w->v);
 }
 
 /* Summed heads (model.h): the trainer keeps W_O tiled, [C][NH*DV] with
@@ -861,11 +861,7 @@ static int write_config(const lens_trainer *t, const char *dir, lens_err *err)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    if (!f) return lens_fail(err, LENS_EIO, "%s: %s", path, strerror(errno));
-    t->cfg.family->write_config(f, &t->cfg, 0);
-    if (ferror(f) | fclose(f)) return lens_fail(err, LENS_EIO, "%s: write failed", path);
-    return 0;
+    return lens_config_save(path, &t->cfg, 0, NULL, err);
 }
 
 /* Writes n_sets copies of the tensor list into one safetensors file: set i
