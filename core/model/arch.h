@@ -3,10 +3,12 @@
  * One lens_family per architecture, defined in core/model/<family>.c, owns
  * everything that differs between families: the HF config keys, the HF
  * tensor names (one walker, used by the loader, the trainer and mkmodel),
- * the embedding and the block forward, and the capability flags the
+ * the block forward, and the capability flags the
  * analyses ask for instead of comparing architecture ids (llama.cpp's
  * src/models/, TEI's candle models). Adding a family = one file + one entry
- * in lens_families (arch.c).
+ * in lens_families (arch.c). The embedding (embedding.h) and the task
+ * heads (head.h) are every family's, read from the tensors the walker binds
+ * and the config.
  *
  * Shapes as in model.h: N packed rows, T tokens of one sequence, C =
  * d_model, NH heads, DK / DV per-head sizes, F = d_ff, L layers. */
@@ -259,11 +261,6 @@ struct lens_family {
     /* Every tensor of a cfg checkpoint, in HF order, bound into p. */
     void (*walk)(const lens_config *cfg, lens_params *p, lens_param_visitor *v);
 
-    /* x[T][C] = embedding output of one sequence (ids, type_ids [T], type_ids
-     * NULL = all 0), incl. an embedding LayerNorm whose statistics go to
-     * mean, rstd [T] when not NULL. Checked ids only (lens_forward does). */
-    void (*embed)(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
-                  float *rstd);
     /* x = block l (x); what analyses need goes to io (values, statistics,
      * io->cache). */
     void (*block_forward)(const lens_model *m, lens_block_io *io, int l);
@@ -333,12 +330,10 @@ int lens_config_task(struct json_t *root, const char *path, lens_config *cfg, le
 
 /* BERT's pieces its descendants (RoBERTa, DistilBERT) share (bert.c):
  * the BERT config keys except the task, the embeddings + encoder tensors
- * under prefix ("bert.", "roberta."), tok + pos (+ seg) + LayerNorm, and
+ * under prefix ("bert.", "roberta."): tok + pos (+ seg) + LayerNorm, and
  * the post-norm block. */
 int lens_bert_parse_keys(struct json_t *root, const char *path, lens_config *cfg, lens_err *err);
 void lens_bert_walk_encoder(const lens_config *c, lens_params *p, lens_param_visitor *v, const char *prefix);
-void lens_bert_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
-                     float *rstd);
 void lens_bert_block_forward(const lens_model *m, lens_block_io *io, int l);
 void lens_bert_block_backward(const lens_model *m, lens_block_io *io, int l);
 void lens_bert_block_jvp(const lens_model *m, lens_block_io *io, int l);

@@ -169,16 +169,6 @@ static void bert_walk(const lens_config *c, lens_params *p, lens_param_visitor *
     }
 }
 
-/* x = LN(token + position + segment embeddings). */
-void lens_bert_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
-                       float *rstd)
-{
-    const lens_config *c = &m->cfg;
-    lens_embedding_forward(x, ids, type_ids, m->p.tok_emb, m->p.pos_emb, m->p.type_emb, m->p.emb_dtype, T,
-                           c->d_model);
-    lens_add_layernorm(NULL, x, mean, rstd, x, NULL, &m->p.ln_emb, T, c->d_model, c->ln_eps);
-}
-
 /* What the post-norm block keeps in lens_block_cache.buf, [rows][width]
  * blocks: the two LayerNorms' inputs and statistics and the GELU input;
  * for weight gradients also the inputs of the linear maps. */
@@ -325,7 +315,6 @@ const lens_family lens_family_bert = {
     .new_config = bert_new_config,
     .write_config = lens_bert_write_config,
     .walk = bert_walk,
-    .embed = lens_bert_embed,
     .block_forward = lens_bert_block_forward,
     .block_backward = lens_bert_block_backward,
     .block_jvp = lens_bert_block_jvp,

@@ -32,8 +32,6 @@ int lens_decoder_parse_window(struct json_t *root, const char *path, lens_config
 void lens_decoder_write_common(FILE *f, const lens_config *c);
 
 void lens_decoder_walk(const lens_config *c, lens_params *p, lens_param_visitor *v);
-void lens_decoder_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
-                        float *rstd);
 void lens_decoder_block_forward(const lens_model *m, lens_block_io *io, int l);
 void lens_decoder_final_forward(const lens_model *m, lens_block_io *io);
 /* The block contract (arch.h): backward, JVP, cache sizes, final norm. */
@@ -65,7 +63,7 @@ int lens_decoder_apply_preset(const lens_decoder_preset *presets, const char *na
 /* The shared block's entries of a lens_family (llama.c, qwen.c, gemma.c). */
 #define LENS_DECODER_FAMILY_FNS                                                                                    \
     .base_prefix = "model.", .caps = LENS_CAP_CAUSAL | LENS_CAP_PRE_NORM | LENS_CAP_BYTE_BPE,                      \
-    .walk = lens_decoder_walk, .embed = lens_decoder_embed, .block_forward = lens_decoder_block_forward,           \
+    .walk = lens_decoder_walk, .block_forward = lens_decoder_block_forward,           \
     .final_forward = lens_decoder_final_forward, .block_backward = lens_decoder_block_backward,                    \
     .block_jvp = lens_decoder_block_jvp, .cache_floats = lens_decoder_cache_floats,                                \
     .final_cache_floats = lens_decoder_final_cache_floats, .final_backward = lens_decoder_final_backward,          \

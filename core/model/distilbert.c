@@ -105,7 +105,6 @@ const lens_family lens_family_distilbert = {
     .new_config = distilbert_new_config,
     .write_config = distilbert_write_config,
     .walk = distilbert_walk,
-    .embed = lens_bert_embed, /* type_emb NULL: tok + pos, then LayerNorm */
     .block_forward = lens_bert_block_forward,
     .block_backward = lens_bert_block_backward,
     .block_jvp = lens_bert_block_jvp,

@@ -103,14 +103,6 @@ static void gpt2_walk(const lens_config *c, lens_params *p, lens_param_visitor *
     lens_walk_layernorm(v, &p->ln_final, "transformer.ln_f", C);
 }
 
-/* x = token + position embeddings. */
-static void gpt2_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
-                       float *rstd)
-{
-    (void)type_ids, (void)mean, (void)rstd; /* no segments, no embedding LayerNorm */
-    lens_embedding_forward(x, ids, NULL, m->p.tok_emb, m->p.pos_emb, NULL, m->p.emb_dtype, T, m->cfg.d_model);
-}
-
 /* What the pre-norm block keeps in lens_block_cache.buf, [rows][width]
  * blocks: the two LayerNorms' inputs (the residual stream before and after
  * attention) and statistics and the GELU input; for weight gradients also
@@ -293,7 +285,6 @@ const lens_family lens_family_gpt2 = {
     .new_config = gpt2_new_config,
     .write_config = gpt2_write_config,
     .walk = gpt2_walk,
-    .embed = gpt2_embed,
     .block_forward = gpt2_block_forward,
     .block_backward = gpt2_block_backward,
     .block_jvp = gpt2_block_jvp,

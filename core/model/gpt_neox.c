@@ -117,13 +117,6 @@ static void neox_walk(const lens_config *c, lens_params *p, lens_param_visitor *
         lens_walk_linear_bias(v, &p->lm_head, "embed_out", C, c->vocab_size, 0, sd);
 }
 
-static void neox_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
-                       float *rstd)
-{
-    (void)type_ids, (void)mean, (void)rstd;
-    lens_decoder_embed(m, ids, NULL, T, x, NULL, NULL);
-}
-
 /* What the block keeps in lens_block_cache.buf per row (neox_slots): both
  * LayerNorms' inputs and statistics and the GELU input; with for_weights
  * the linear maps' inputs. */
@@ -319,7 +312,6 @@ const lens_family lens_family_gpt_neox = {
     .new_config = neox_new_config,
     .write_config = neox_write_config,
     .walk = neox_walk,
-    .embed = neox_embed,
     .block_forward = neox_block_forward,
     .block_backward = neox_block_backward,
     .block_jvp = neox_block_jvp,
