@@ -32,7 +32,6 @@ enum {
     LENS_CAP_TIED_HEAD = 1 << 4, /* LM decoder weight = token embeddings */
     LENS_CAP_CLS_FIRST = 1 << 5, /* the first token is a [CLS]-like summary of the input (tree root,
                                     dataset analyses of classifiers) */
-    LENS_CAP_TRAIN = 1 << 6,     /* lens_trainer implements this family (core/train) */
     LENS_CAP_BYTE_BPE = 1 << 7   /* its checkpoints ship a byte-level BPE vocabulary (vocab.json + merges.txt) */
 };
 

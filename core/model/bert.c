@@ -309,7 +309,7 @@ const lens_family lens_family_bert = {
     .default_arch = "BertModel",
     .task_archs = {[LENS_TASK_ENCODER] = "BertModel", [LENS_TASK_CLASSIFICATION] = "BertForSequenceClassification",
                    [LENS_TASK_MASKED_LM] = "BertForMaskedLM"},
-    .caps = LENS_CAP_SEGMENTS | LENS_CAP_POOLER | LENS_CAP_TIED_HEAD | LENS_CAP_CLS_FIRST | LENS_CAP_TRAIN,
+    .caps = LENS_CAP_SEGMENTS | LENS_CAP_POOLER | LENS_CAP_TIED_HEAD | LENS_CAP_CLS_FIRST,
     .tokenizer_class = "BertTokenizer",
     .parse_config = bert_parse_config,
     .new_config = bert_new_config,

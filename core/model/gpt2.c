@@ -278,7 +278,7 @@ const lens_family lens_family_gpt2 = {
     .base_prefix = "transformer.",
     .default_arch = "GPT2LMHeadModel",
     .task_archs = {[LENS_TASK_ENCODER] = "GPT2Model", [LENS_TASK_CAUSAL_LM] = "GPT2LMHeadModel"},
-    .caps = LENS_CAP_CAUSAL | LENS_CAP_PRE_NORM | LENS_CAP_TIED_HEAD | LENS_CAP_TRAIN | LENS_CAP_BYTE_BPE,
+    .caps = LENS_CAP_CAUSAL | LENS_CAP_PRE_NORM | LENS_CAP_TIED_HEAD | LENS_CAP_BYTE_BPE,
     .tokenizer_class = NULL, /* GPT2Tokenizer is what the files mean; mkmodel writes no tokenizer_config */
     .bpe_last = "<|endoftext|>",
     .parse_config = gpt2_parse_config,

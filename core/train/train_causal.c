@@ -135,17 +135,14 @@ int lens_train_causal(const lens_train_opts *o, lens_train_result *res, lens_err
     lens_trainer *t = NULL;
     int *order = NULL, *ids = NULL, *lengths = NULL, rc = -1;
     char path[4096];
-    if (lens_tokenizer_kind(tok) != LENS_TOK_BPE) {
-        lens_fail(err, LENS_EINVAL, "%s: a GPT-2 needs a byte-level BPE tokenizer (vocab.json + merges.txt)", tok_dir);
-        goto done;
-    }
     if (o->init_dir) {
         snprintf(path, sizeof path, "%s/config.json", o->init_dir);
         if (lens_config_load(path, &cfg, err)) goto done;
-        if (!lens_has_cap(&cfg, LENS_CAP_CAUSAL) || !lens_has_cap(&cfg, LENS_CAP_TRAIN)) {
-            lens_fail(err, LENS_EINVAL, "%s is not a GPT-2 checkpoint (a causal LM the trainer implements)", o->init_dir);
+        if (!cfg.family->task_archs[LENS_TASK_CAUSAL_LM]) {
+            lens_fail(err, LENS_EINVAL, "%s: %s has no causal-LM head to train", o->init_dir, cfg.family->model_type);
             goto done;
         }
+        cfg.task = LENS_TASK_CAUSAL_LM;
     } else if (make_config(o, tok, &cfg, err)) {
         goto done;
     }
@@ -163,9 +160,9 @@ int lens_train_causal(const lens_train_opts *o, lens_train_result *res, lens_err
     size_t n_param;
     lens_trainer_params(t, &n_param);
     fprintf(stderr,
-            "train: %zu tokens in %d windows of %d, dev %zu tokens in %d; GPT-2 L%d C%d heads %d FF %d V %d, "
+            "train: %zu tokens in %d windows of %d, dev %zu tokens in %d; %s L%d C%d heads %d FF %d V %d, "
             "%zu parameters; %ld steps of %d windows\n",
-            train.n_tokens, train.n_windows, max_len, dev.n_tokens, dev.n_windows, cfg.n_layers, cfg.d_model,
+            train.n_tokens, train.n_windows, max_len, dev.n_tokens, dev.n_windows, cfg.family->model_type, cfg.n_layers, cfg.d_model,
             cfg.n_heads, cfg.d_ff, cfg.vocab_size, n_param, loop.total, B);
     order = malloc(sizeof(int) * train.n_windows);
     ids = malloc(sizeof(int) * (size_t)B * max_len);
