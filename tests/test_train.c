@@ -29,17 +29,29 @@ static const int fd_labels[2] = {1, 0};
 /* masked-LM targets of the same batch: 3 predicted positions */
 static const int fd_targets[12] = {-1, 2000, -1, -1, -1, -1, -1, 2088, -1, 2129, -1, -1};
 
-/* Classification loss of the labels, or masked-LM loss of fd_targets. */
-static double batch_loss(lens_trainer *t, const lens_batch *b, const int *labels, int backward)
+/* A batch and what its loss reads: the labels (classifier) or the
+ * masked-LM targets. */
+typedef struct {
+    lens_batch b;
+    const int *labels, *targets;
+} probe_batch;
+
+/* Classification loss of the labels, or masked-LM loss of the targets (fd_targets when NULL). */
+static double batch_loss_of(lens_trainer *t, const lens_batch *b, const int *labels, const int *targets, int backward)
 {
     float loss = 0;
     lens_err err;
     const lens_task task = lens_trainer_config(t)->task;
-    int rc = task == LENS_TASK_MASKED_LM  ? lens_trainer_mlm_batch(t, b, fd_targets, backward, &loss, NULL, &err)
+    int rc = task == LENS_TASK_MASKED_LM  ? lens_trainer_mlm_batch(t, b, targets, backward, &loss, NULL, &err)
              : task == LENS_TASK_CAUSAL_LM ? lens_trainer_causal_batch(t, b, backward, &loss, NULL, NULL, &err)
                                            : lens_trainer_batch(t, b, labels, backward, &loss, NULL, &err);
     if (rc) fprintf(stderr, "batch: %s\n", err.msg);
     return loss;
+}
+
+static double batch_loss(lens_trainer *t, const lens_batch *b, const int *labels, int backward)
+{
+    return batch_loss_of(t, b, labels, fd_targets, backward);
 }
 
 /* The copies of tiled entry j of a summed-heads output weight (row o of
@@ -66,11 +78,11 @@ static int summed_copies(const lens_config *c, size_t row_off, size_t j, size_t 
  * A summed-heads output weight is probed as the model's parameter: all NH
  * copies of the entry move together, and the trainer's gradient (equal in
  * every copy) must be the derivative w.r.t. that one parameter. */
-static void check_gradient(lens_trainer *t, const char *what)
+static void check_gradient_on(lens_trainer *t, const char *what, const probe_batch *pb, int min_tensors)
 {
-    const lens_batch b = {.n_seqs = 2, .lengths = fd_lengths, .ids = fd_ids, .type_ids = fd_types};
+    const lens_batch b = pb->b;
     lens_trainer_zero_grad(t);
-    batch_loss(t, &b, fd_labels, 1);
+    batch_loss_of(t, &b, pb->labels, pb->targets, 1);
     float *param = lens_trainer_params(t, NULL), *grad = lens_trainer_grads(t, NULL);
     const lens_config *c = lens_trainer_config(t);
     int bad = 0, probed = 0;
@@ -94,9 +106,9 @@ static void check_gradient(lens_trainer *t, const char *what)
             }
         const float keep = param[best], h = 1e-2f;
         for (int k = 0; k < n_copies; k++) param[copies[k]] = keep + h;
-        const double up = batch_loss(t, &b, fd_labels, 0);
+        const double up = batch_loss_of(t, &b, pb->labels, pb->targets, 0);
         for (int k = 0; k < n_copies; k++) param[copies[k]] = keep - h;
-        const double down = batch_loss(t, &b, fd_labels, 0);
+        const double down = batch_loss_of(t, &b, pb->labels, pb->targets, 0);
         for (int k = 0; k < n_copies; k++) param[copies[k]] = keep;
         const double fd = (up - down) / (2 * h), an = grad[best];
         probed++;
@@ -109,8 +121,15 @@ static void check_gradient(lens_trainer *t, const char *what)
     }
     printf("%s: gradients of %d tensors vs finite differences: max |diff| %.2e, max relative %.2e\n", what, probed,
            max_abs, max_rel);
-    CHECK(bad == 0 && probed >= 28, "%s: %d of %d tensors' gradients differ from finite differences", what, bad,
-          probed);
+    CHECK(bad == 0 && probed >= min_tensors, "%s: %d of %d tensors' gradients differ from finite differences", what,
+          bad, probed);
+}
+
+static void check_gradient(lens_trainer *t, const char *what)
+{
+    const probe_batch pb = {{.n_seqs = 2, .lengths = fd_lengths, .ids = fd_ids, .type_ids = fd_types}, fd_labels,
+                            fd_targets};
+    check_gradient_on(t, what, &pb, 28);
 }
 
 /* 16 random sequences with random labels: a model that learns must drive
@@ -186,6 +205,102 @@ static void check_reload(lens_trainer *t, const char *tokenizer_dir, const char 
     float *pt = lens_trainer_params(t, &n), *pu = u ? lens_trainer_params(u, NULL) : NULL;
     CHECK(pu && !memcmp(pt, pu, n * sizeof(float)) && step == 60, "%s: resumed parameters / step (%ld)", what, step);
     lens_trainer_free(u);
+}
+
+/* -log softmax(z)[y] over K logits, in double. */
+static double cross_entropy_of(const float *z, int K, int y)
+{
+    double mx = z[0], sum = 0;
+    for (int j = 1; j < K; j++) mx = z[j] > mx ? z[j] : mx;
+    for (int j = 0; j < K; j++) sum += exp(z[j] - mx);
+    return log(sum) + mx - z[y];
+}
+
+/* The trainer's loss of pb recomputed from lens_forward's logits of model m:
+ * classifier: mean over sequences; masked LM: mean over the targets; causal
+ * LM: mean over the next-token predictions. -1 when the forward fails. */
+static double forward_loss(const lens_model *m, const probe_batch *pb)
+{
+    lens_forward_opts opts = {.keep = LENS_KEEP_LOGITS};
+    lens_activations act;
+    lens_err err;
+    if (lens_forward(m, &pb->b, &opts, &act, &err)) {
+        fprintf(stderr, "forward: %s\n", err.msg);
+        return -1;
+    }
+    const lens_config *c = &m->cfg;
+    double sum = 0;
+    int n = 0;
+    for (int s = 0, r = 0; s < pb->b.n_seqs; r += pb->b.lengths[s], s++)
+        for (int i = 0; i < pb->b.lengths[s]; i++) {
+            const float *z = act.logits + (size_t)(r + i) * c->vocab_size;
+            if (c->task == LENS_TASK_CLASSIFICATION && i == 0)
+                sum += cross_entropy_of(act.logits + (size_t)s * c->n_labels, c->n_labels, pb->labels[s]), n++;
+            else if (c->task == LENS_TASK_MASKED_LM && pb->targets[r + i] >= 0)
+                sum += cross_entropy_of(z, c->vocab_size, pb->targets[r + i]), n++;
+            else if (c->task == LENS_TASK_CAUSAL_LM && i + 1 < pb->b.lengths[s])
+                sum += cross_entropy_of(z, c->vocab_size, pb->b.ids[r + i + 1]), n++;
+        }
+    lens_activations_free(&act);
+    return n ? sum / n : -1;
+}
+
+/* Every family of lens_families and every task it has an HF class for (a
+ * new family is covered without touching this test): the mkmodel micro
+ * checkpoint loads into a trainer tensor for tensor, the weight gradients
+ * agree with finite differences, and after three AdamW steps the saved
+ * checkpoint reloads and lens_forward's logits give the trainer's loss
+ * (1e-5 relative: the same float ops up to GEMM summation order). */
+static void check_families(void)
+{
+    /* ids below every micro vocabulary (1000) */
+    static const int ids[12] = {1, 20, 54, 3, 2, 1, 592, 88, 2, 129, 24, 2};
+    static const int targets[12] = {-1, 20, -1, -1, -1, -1, -1, 88, -1, 129, -1, -1};
+    int cases = 0;
+    for (const lens_family *const *f = lens_families; *f; f++)
+        for (lens_task task = LENS_TASK_CLASSIFICATION; task <= LENS_TASK_CAUSAL_LM; task++) {
+            if (!(*f)->task_archs[task]) continue;
+            char dir[256], out[256], what[96];
+            snprintf(what, sizeof what, "%s %s", (*f)->model_type, lens_task_name(task));
+            snprintf(dir, sizeof dir, "%s/micro-%s-%d", tmp_root, (*f)->model_type, (int)task);
+            snprintf(out, sizeof out, "%s/trained-%s-%d", tmp_root, (*f)->model_type, (int)task);
+            lens_err err;
+            lens_model *m = NULL;
+            if (lens_mkmodel((*f)->model_type, "micro", lens_task_name(task), 5, dir, &err) ||
+                !(m = lens_model_load(dir, &err))) {
+                CHECK(0, "%s: mkmodel: %s", what, err.msg);
+                continue;
+            }
+            cases++;
+            const int segments = lens_has_cap(&m->cfg, LENS_CAP_SEGMENTS);
+            const probe_batch pb = {{.n_seqs = 2, .lengths = fd_lengths, .ids = ids, .type_ids = segments ? fd_types : NULL},
+                                    fd_labels, targets};
+            lens_trainer *t = lens_trainer_new(&m->cfg, 1, &err);
+            lens_model_free(m);
+            int loaded = 0, n_tensors = 0;
+            CHECK(t && !lens_trainer_load_weights(t, dir, &loaded, &err), "%s: trainer: %s", what, err.msg);
+            if (!t) continue;
+            while (!lens_trainer_tensor(t, n_tensors, NULL, NULL, NULL)) n_tensors++;
+            CHECK(loaded == n_tensors, "%s: %d of the trainer's %d tensors loaded", what, loaded, n_tensors);
+            check_gradient_on(t, what, &pb, 8);
+            for (int step = 0; step < 3; step++) {
+                lens_trainer_zero_grad(t);
+                batch_loss_of(t, &pb.b, pb.labels, pb.targets, 1);
+                lens_trainer_step(t, 1e-3f, 0.01f, 1.0f);
+            }
+            const double want = batch_loss_of(t, &pb.b, pb.labels, pb.targets, 0);
+            CHECK(!lens_trainer_save(t, out, dir, 0, NULL, &err), "%s: save: %s", what, err.msg);
+            lens_trainer_free(t);
+            lens_model *r = lens_model_load(out, &err);
+            CHECK(r != NULL, "%s: reload: %s", what, r ? "" : err.msg);
+            if (!r) continue;
+            const double got = forward_loss(r, &pb);
+            printf("%s: trainer loss %.6f, reloaded forward %.6f\n", what, want, got);
+            CHECK(r->cfg.task == task && fabs(got - want) < 1e-5 * fabs(want) + 1e-6, "%s: reloaded loss %g, trainer %g",
+                  what, got, want);
+            lens_model_free(r);
+        }
+    CHECK(cases >= 14, "%d family / task cases (every family trains)", cases);
 }
 
 /* dir = the tiny BERT at base with every layer's attention.output.dense.weight
@@ -746,6 +861,7 @@ int main(void)
 
     check_gpt2();
     check_gpt2_overfit();
+    check_families();
     check_train_causal();
 
     char cmd[512];
