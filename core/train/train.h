@@ -89,8 +89,9 @@ int lens_trainer_load_state(lens_trainer *t, const char *dir, long *step, lens_e
 
 typedef struct {
     const char *train_path, *dev_path; /* TSV text<TAB>label, optional header */
-    const char *init_dir;  /* checkpoint to fine-tune, or NULL (then vocab_dir) */
-    const char *vocab_dir; /* folder with vocab.txt (+ tokenizer_config.json) */
+    const char *init_dir;  /* checkpoint to fine-tune, or NULL (then vocab_dir and arch) */
+    const char *vocab_dir; /* folder with the tokenizer files (vocab.txt, vocab.json + merges.txt, tokenizer.json) */
+    const char *arch;      /* a new model's family ("model_type", lens_family_find) when init_dir is NULL */
     const char *out_dir;
     const char *label_names; /* "negative,positive" for numeric labels, or NULL */
     int layers, hidden, heads, ff, max_len, d_head_k, d_head_v; /* 0: defaults */
@@ -112,7 +113,8 @@ void lens_train_opts_default(lens_train_opts *o);
 
 typedef struct {
     float train_loss, dev_accuracy, tokens_per_s; /* masked LM: dev_accuracy = dev MLM loss */
-    float dev_loss; /* causal LM: mean next-token loss on --dev (-1 without); perplexity = exp */
+    float dev_loss; /* mean loss on --dev (-1 without): next-token (causal LM, perplexity = exp), masked-LM, or
+                     * the classifier's cross-entropy */
     long steps;
 } lens_train_result;
 
