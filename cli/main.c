@@ -72,7 +72,8 @@ static void usage(FILE *f)
             "            transformers' max_shard_size, e.g. 5GB or 2GiB: shards + model.safetensors.index.json)\n"
             "  job       run --kind K --params FILE --shard I/N --out PART | merge --out RESULT PART...\n"
             "            one shard of a dataset job, and the merge of every shard (`lensd job` lists the options)\n"
-            "  train     classify|mlm|causal|vocab ...  train a BERT classifier / masked LM, a GPT-2 causal LM,\n"
+            "  train     classify|mlm|causal|vocab ...  train a classifier / masked LM / causal LM of any family\n"
+            "            with that head (--init a checkpoint, or --arch a new model),\n"
             "            learn a WordPiece or byte-level BPE vocabulary\n"
             "            (`lensd train` alone lists the options)\n"
             "  version   print the version\n");

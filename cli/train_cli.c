@@ -8,13 +8,15 @@
 #include <string.h>
 
 #include "core/base/blas.h"
+#include "core/model/arch.h"
 #include "core/train/train.h"
 #include "core/train/train_bpe.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: lensd train classify --train TSV [--dev TSV] --out DIR (--vocab DIR | --init DIR)\n"
+            "usage: lensd train classify --train TSV [--dev TSV] --out DIR (--vocab DIR [--arch bert] | --init DIR)\n"
+            "         (--init: a checkpoint of any family with that head; --arch: a new model of the family)\n"
             "         [--layers 2] [--hidden 128] [--heads 2] [--ff 512] [--max-len 64]\n"
             "         [--head-dim-key DK] [--head-dim-value DV] [--head-combination concat|sum|sum_adjacent]\n"
             "         [--attention-scale DK|DV]\n"
@@ -23,12 +25,14 @@ static void usage(FILE *f)
             "         [--clip 1.0] [--seed 1] [--max-steps N] [--max-train N] [--save-every N]\n"
             "         [--resume] [--threads N]\n"
             "       lensd train mlm   (the classify options but labels; --dev gives the masked-LM loss)\n"
-            "       lensd train causal --train TXT [--dev TXT] --out DIR (--vocab DIR | --init DIR)\n"
-            "         (GPT-2 on plain text cut into windows of --max-len [128] tokens; --batch [16]\n"
-            "         windows; --layers --hidden --heads --ff and the schedule options as classify;\n"
-            "         --vocab: vocab.json + merges.txt; --dev gives loss and perplexity)\n"
+            "       lensd train causal --train TXT [--dev TXT] --out DIR (--vocab DIR [--arch gpt2] | --init DIR)\n"
+            "         (any causal LM on plain text cut into windows of --max-len [128] tokens; --batch [16]\n"
+            "         windows; --layers --hidden --heads --ff and the schedule options as classify; --dev gives\n"
+            "         loss and perplexity)\n"
+            "       families (--arch): %s\n"
             "       lensd train vocab --out DIR [--size 8000] [--min-count 2] FILE..\n"
-            "       lensd train vocab --bpe --out DIR [--size 8000] [--min-count 2] FILE..  (GPT-2 byte-level BPE)\n");
+            "       lensd train vocab --bpe --out DIR [--size 8000] [--min-count 2] FILE..  (GPT-2 byte-level BPE)\n",
+            lens_family_names());
 }
 
 enum { TRAIN_CLASSIFY, TRAIN_MLM, TRAIN_CAUSAL };
@@ -58,6 +62,7 @@ static int cmd_classify(int argc, char **argv, int mode)
         else if (!strcmp(k, "--out")) o.out_dir = v;
         else if (!strcmp(k, "--vocab")) o.vocab_dir = v;
         else if (!strcmp(k, "--init")) o.init_dir = v;
+        else if (!strcmp(k, "--arch")) o.arch = v;
         else if (!strcmp(k, "--label-names")) o.label_names = v;
         else if (!strcmp(k, "--layers")) o.layers = atoi(v);
         else if (!strcmp(k, "--hidden")) o.hidden = atoi(v);
@@ -101,6 +106,7 @@ static int cmd_classify(int argc, char **argv, int mode)
         fprintf(stderr, "lensd train %s: sizes, epochs, batch and threads must be positive\n", name);
         return 2;
     }
+    if (!o.init_dir && !o.arch) o.arch = mode == TRAIN_CAUSAL ? "gpt2" : "bert"; /* a new model's default family */
     lens_blas_set_threads(o.threads);
     lens_train_result r;
     lens_err err = {0};

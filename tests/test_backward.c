@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "core/analysis/attribution.h"
+#include "core/model/embedding.h"
 #include "core/model/mkmodel.h"
 #include "core/model/model.h"
 #include "core/nn/ops.h"
@@ -301,27 +302,63 @@ static void test_attention(int causal, int window, float softcap)
 
 /* ---------------------------------------------------------------- embedding */
 
+/* The shared embedding (core/model/embedding.h) on a hand-built model of
+ * V 5, C 4, T 4: its tables and LayerNorm as the parameters probed. */
 typedef struct {
-    float *tok, *pos, *type;
-    int ids[3], type_ids[3];
+    lens_model m;
+    float *tok, *pos, *type, *ln_w, *ln_b; /* [5][4], [6][4], [2][4], [4], [4] */
+    float *grads[5];                       /* the same order */
+    int ids[4], type_ids[4];
 } emb_ctx;
 
 static void emb_fwd(void *p, float *out)
 {
     emb_ctx *c = p;
-    lens_embedding_forward(out, c->ids, c->type_ids, c->tok, c->pos, c->type, LENS_DT_F32, 3, 4);
+    lens_embed_forward(&c->m, c->ids, c->type_ids, 4, out, NULL, NULL, NULL);
 }
 
+static float *emb_grad(const lens_grad_map *g, const float *param)
+{
+    emb_ctx *c = g->ctx;
+    const float *params[5] = {c->tok, c->pos, c->type, c->ln_w, c->ln_b};
+    for (int i = 0; i < 5; i++)
+        if (param == params[i]) return c->grads[i];
+    return NULL;
+}
+
+/* BERT's form (token + position + segment, LayerNorm; id 2 repeated), and
+ * RoBERTa's padding-aware positions (pad id 1 at position 1, the others from
+ * padding_idx + 1) with an embedding scale of 2 (Gemma's √C) and no norm. */
 static void test_embedding(void)
 {
-    emb_ctx c = {random_floats(5 * 4, -1, 1), random_floats(3 * 4, -1, 1), random_floats(2 * 4, -1, 1),
-                 {2, 4, 2}, {0, 1, 1}};
-    float *r = random_floats(12, -1, 1), *dtok = zeros(20), *dpos = zeros(12), *dtype = zeros(8);
-    lens_embedding_backward(dtok, dpos, dtype, r, c.ids, c.type_ids, 3, 4);
-    check_grad("embedding dtok (id repeated)", emb_fwd, &c, c.tok, 20, dtok, r, 12);
-    check_grad("embedding dpos", emb_fwd, &c, c.pos, 12, dpos, r, 12);
-    check_grad("embedding dtype", emb_fwd, &c, c.type, 8, dtype, r, 12);
-    free(c.tok), free(c.pos), free(c.type), free(r), free(dtok), free(dpos), free(dtype);
+    for (int roberta = 0; roberta < 2; roberta++) {
+        emb_ctx c = {.tok = random_floats(5 * 4, -1, 1), .pos = random_floats(6 * 4, -1, 1),
+                     .type = random_floats(2 * 4, -1, 1), .ln_w = random_floats(4, 0.5, 1.5),
+                     .ln_b = random_floats(4, -0.5, 0.5), .ids = {2, 4, 2, 3}, .type_ids = {0, 1, 1, 0}};
+        for (int i = 0; i < 5; i++) c.grads[i] = zeros(6 * 4);
+        c.m.cfg = (lens_config){.d_model = 4, .vocab_size = 5, .ln_eps = 1e-5f};
+        c.m.p = (lens_params){.tok_emb = c.tok, .pos_emb = c.pos, .type_emb = c.type, .ln_emb = {c.ln_w, c.ln_b}};
+        if (roberta) {
+            c.m.cfg.position_offset = 2, c.m.cfg.pad_token_id = 1, c.m.cfg.emb_scale = 2.0f;
+            c.m.p.ln_emb = (lens_layernorm){0};
+            c.ids[1] = 1;
+        }
+        float x[16], pre[16], mean[4], rstd[4], de[16], *r = random_floats(16, -1, 1);
+        lens_embed_forward(&c.m, c.ids, c.type_ids, 4, x, pre, mean, rstd);
+        const lens_grad_map g = {.of = emb_grad, .ctx = &c};
+        lens_embed_backward(&c.m, &g, r, c.ids, c.type_ids, 4, pre, mean, rstd, de);
+        const char *what = roberta ? "embedding (RoBERTa positions, scale 2)" : "embedding (BERT, LayerNorm)";
+        char name[96];
+        float *params[5] = {c.tok, c.pos, c.type, c.ln_w, c.ln_b};
+        const size_t sizes[5] = {20, 24, 8, 4, 4};
+        const char *names[5] = {"dtok", "dpos", "dtype", "dln_w", "dln_b"};
+        for (int i = 0; i < (roberta ? 3 : 5); i++) {
+            snprintf(name, sizeof name, "%s %s", what, names[i]);
+            check_grad(name, emb_fwd, &c, params[i], sizes[i], c.grads[i], r, 16);
+        }
+        for (int i = 0; i < 5; i++) free(params[i]), free(c.grads[i]);
+        free(r);
+    }
 }
 
 /* ---------------------------------------------------------------- whole model */

@@ -2,7 +2,10 @@
  * the server serves.
  *
  * Starts the real build/lensd on tiny random RoBERTa and DistilBERT
- * classifiers and a GPT-2 causal LM (`lensd mkmodel`). For each model and
+ * classifiers and a GPT-2 causal LM (`lensd mkmodel`), and on a Llama
+ * causal LM and a RoBERTa classifier that `lensd train` trained from
+ * random weights and saved (the trained checkpoints answer every analysis
+ * they advertise; tests/test_train.c checks that their loss falls). For each model and
  * each analysis of GET /v1/capabilities, the request that runs it (one
  * table below) must answer 200 (a job: 202, then done) when ModelInfo's
  * analyses lists it and a typed 422 when it does not; text_pair is
@@ -122,23 +125,24 @@ static void test_models(test_server *s)
     http_get(s, &c, "/v1/capabilities");
     check_schema(&r, "/v1/models", "GET");
     const json_t *models = get(r.json, "models"), *all = get(c.json, "analyses");
-    CHECK(json_array_size(models) == 3 && json_array_size(all) > 0, "3 models, %zu analyses", json_array_size(all));
+    CHECK(json_array_size(models) == 5 && json_array_size(all) > 0, "5 models, %zu analyses", json_array_size(all));
     size_t i;
     const json_t *m;
     json_array_foreach(models, i, m) {
         const char *id = json_string_value(get(m, "id"));
         const json_t *an = get(m, "analyses"), *targets = get(m, "attribution_targets");
-        if (strcmp(id, "gpt")) {
+        if (!json_is_true(get(m, "causal"))) {
             CHECK(has_string(an, "attribution_tree") && has_string(an, "head_importance") &&
                       has_string(an, "adversarial_triggers"),
                   "%s classifier advertises tree, head importance and triggers", id);
             CHECK(has_string(targets, "label") && has_string(targets, "class") && !has_string(targets, "token"),
                   "%s: classifier targets", id);
         } else {
-            CHECK(!has_string(an, "attribution_tree") && has_string(targets, "token") && json_is_true(get(m, "causal")),
-                  "gpt: no tree, token targets, causal");
+            CHECK(!has_string(an, "attribution_tree") && has_string(targets, "token") &&
+                      has_string(an, "attribution") && has_string(an, "hidden_attribution"),
+                  "%s: causal LM: attribution to a token, no tree", id);
         }
-        CHECK(!strcmp(id, "roberta") ? json_is_true(get(m, "pairs")) : 1, "roberta takes pairs");
+        CHECK(strncmp(id, "roberta", 7) ? 1 : json_is_true(get(m, "pairs")), "%s takes pairs", id);
         check_model(s, m, all);
         check_causal(s, m);
     }
@@ -153,20 +157,34 @@ int main(void)
     openapi = yaml_load_file("openapi.yaml");
     CHECK(openapi != NULL, "cannot read openapi.yaml (run from the repository root)");
     if (!openapi || !mkdtemp(tmpdir)) return check_done("test_http_caps");
-    char cmd[2048];
+    char cmd[4096], path[512];
+    snprintf(path, sizeof path, "%s/text.txt", tmpdir);
+    FILE *f = fopen(path, "w");
+    for (int i = 0; f && i < 20; i++) fprintf(f, "a fine and funny film .\t1\nthe plot is dull and slow .\t0\n");
+    if (f) fclose(f);
+    /* the trained models: a few steps of `lensd train` from mkmodel's random weights, on the same lines
+     * (the causal LM reads each whole line as text) */
     snprintf(cmd, sizeof cmd,
              "%2$s mkmodel --arch roberta --preset tiny --task classification --seed 1 --out %1$s/roberta >/dev/null && "
              "%2$s mkmodel --arch distilbert --preset tiny --task classification --seed 1 --out %1$s/distilbert >/dev/null && "
-             "%2$s mkmodel --arch gpt2 --preset tiny --seed 1 --out %1$s/gpt >/dev/null",
+             "%2$s mkmodel --arch gpt2 --preset tiny --seed 1 --out %1$s/gpt >/dev/null && "
+             "%2$s mkmodel --arch llama --preset micro --seed 1 --out %1$s/llama-random >/dev/null && "
+             "%2$s train causal --init %1$s/llama-random --train %1$s/text.txt --out %1$s/llama-trained --max-len 16 "
+             "--batch 4 --max-steps 3 >/dev/null 2>&1 && "
+             "%2$s train classify --init %1$s/roberta --train %1$s/text.txt --out %1$s/roberta-trained --max-len 16 "
+             "--batch 8 --max-steps 3 >/dev/null 2>&1",
              tmpdir, lensd_path());
     int rc = system(cmd);
-    CHECK(rc == 0, "mkmodel: %s", cmd);
+    CHECK(rc == 0, "mkmodel / train: %s", cmd);
     if (rc == 0) {
-        char a1[600], a2[600], a3[600];
+        char a1[600], a2[600], a3[600], a4[600], a5[600];
         snprintf(a1, sizeof a1, "roberta=%s/roberta", tmpdir);
         snprintf(a2, sizeof a2, "distilbert=%s/distilbert", tmpdir);
         snprintf(a3, sizeof a3, "gpt=%s/gpt", tmpdir);
-        const char *args[] = {"--model", a1, "--model", a2, "--model", a3, "--max-tokens", "64", "--workers", "1", NULL};
+        snprintf(a4, sizeof a4, "llama-trained=%s/llama-trained", tmpdir);
+        snprintf(a5, sizeof a5, "roberta-trained=%s/roberta-trained", tmpdir);
+        const char *args[] = {"--model", a1, "--model", a2, "--model", a3, "--model", a4, "--model", a5,
+                              "--max-tokens", "64", "--workers", "1", NULL};
         test_server s;
         if (server_launch(&s, args)) {
             CHECK(0, "lensd serve did not become ready");

@@ -1,10 +1,13 @@
-/* test_train.c - BERT classification training (core/train/train.c).
+/* test_train.c - training (core/train/train.c, `lensd train`).
  *
  * On lens_mkmodel's tiny BERT (L2 H128, 2 heads): the weight gradient of the
  * whole model against central finite differences, one probe per tensor (its
  * largest gradient entry); loss falls when 16 examples are overfit; a saved
  * checkpoint reloads with lens_model_load and lens_forward gives the same
- * logits; the identifiable variant (DK != DV) trains, saves and reloads. */
+ * logits; the identifiable variant (DK != DV) trains, saves and reloads.
+ * GPT-2 likewise; then every family and task (check_families) and a Llama
+ * and a RoBERTa trained from random weights on ../shared data
+ * (check_from_random). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,17 +32,29 @@ static const int fd_labels[2] = {1, 0};
 /* masked-LM targets of the same batch: 3 predicted positions */
 static const int fd_targets[12] = {-1, 2000, -1, -1, -1, -1, -1, 2088, -1, 2129, -1, -1};
 
-/* Classification loss of the labels, or masked-LM loss of fd_targets. */
-static double batch_loss(lens_trainer *t, const lens_batch *b, const int *labels, int backward)
+/* A batch and what its loss reads: the labels (classifier) or the
+ * masked-LM targets. */
+typedef struct {
+    lens_batch b;
+    const int *labels, *targets;
+} probe_batch;
+
+/* Classification loss of the labels, or masked-LM loss of the targets (fd_targets when NULL). */
+static double batch_loss_of(lens_trainer *t, const lens_batch *b, const int *labels, const int *targets, int backward)
 {
     float loss = 0;
     lens_err err;
     const lens_task task = lens_trainer_config(t)->task;
-    int rc = task == LENS_TASK_MASKED_LM  ? lens_trainer_mlm_batch(t, b, fd_targets, backward, &loss, NULL, &err)
+    int rc = task == LENS_TASK_MASKED_LM  ? lens_trainer_mlm_batch(t, b, targets, backward, &loss, NULL, &err)
              : task == LENS_TASK_CAUSAL_LM ? lens_trainer_causal_batch(t, b, backward, &loss, NULL, NULL, &err)
                                            : lens_trainer_batch(t, b, labels, backward, &loss, NULL, &err);
     if (rc) fprintf(stderr, "batch: %s\n", err.msg);
     return loss;
+}
+
+static double batch_loss(lens_trainer *t, const lens_batch *b, const int *labels, int backward)
+{
+    return batch_loss_of(t, b, labels, fd_targets, backward);
 }
 
 /* The copies of tiled entry j of a summed-heads output weight (row o of
@@ -66,11 +81,11 @@ static int summed_copies(const lens_config *c, size_t row_off, size_t j, size_t 
  * A summed-heads output weight is probed as the model's parameter: all NH
  * copies of the entry move together, and the trainer's gradient (equal in
  * every copy) must be the derivative w.r.t. that one parameter. */
-static void check_gradient(lens_trainer *t, const char *what)
+static void check_gradient_on(lens_trainer *t, const char *what, const probe_batch *pb, int min_tensors)
 {
-    const lens_batch b = {.n_seqs = 2, .lengths = fd_lengths, .ids = fd_ids, .type_ids = fd_types};
+    const lens_batch b = pb->b;
     lens_trainer_zero_grad(t);
-    batch_loss(t, &b, fd_labels, 1);
+    batch_loss_of(t, &b, pb->labels, pb->targets, 1);
     float *param = lens_trainer_params(t, NULL), *grad = lens_trainer_grads(t, NULL);
     const lens_config *c = lens_trainer_config(t);
     int bad = 0, probed = 0;
@@ -94,9 +109,9 @@ static void check_gradient(lens_trainer *t, const char *what)
             }
         const float keep = param[best], h = 1e-2f;
         for (int k = 0; k < n_copies; k++) param[copies[k]] = keep + h;
-        const double up = batch_loss(t, &b, fd_labels, 0);
+        const double up = batch_loss_of(t, &b, pb->labels, pb->targets, 0);
         for (int k = 0; k < n_copies; k++) param[copies[k]] = keep - h;
-        const double down = batch_loss(t, &b, fd_labels, 0);
+        const double down = batch_loss_of(t, &b, pb->labels, pb->targets, 0);
         for (int k = 0; k < n_copies; k++) param[copies[k]] = keep;
         const double fd = (up - down) / (2 * h), an = grad[best];
         probed++;
@@ -109,8 +124,15 @@ static void check_gradient(lens_trainer *t, const char *what)
     }
     printf("%s: gradients of %d tensors vs finite differences: max |diff| %.2e, max relative %.2e\n", what, probed,
            max_abs, max_rel);
-    CHECK(bad == 0 && probed >= 28, "%s: %d of %d tensors' gradients differ from finite differences", what, bad,
-          probed);
+    CHECK(bad == 0 && probed >= min_tensors, "%s: %d of %d tensors' gradients differ from finite differences", what,
+          bad, probed);
+}
+
+static void check_gradient(lens_trainer *t, const char *what)
+{
+    const probe_batch pb = {{.n_seqs = 2, .lengths = fd_lengths, .ids = fd_ids, .type_ids = fd_types}, fd_labels,
+                            fd_targets};
+    check_gradient_on(t, what, &pb, 28);
 }
 
 /* 16 random sequences with random labels: a model that learns must drive
@@ -186,6 +208,186 @@ static void check_reload(lens_trainer *t, const char *tokenizer_dir, const char 
     float *pt = lens_trainer_params(t, &n), *pu = u ? lens_trainer_params(u, NULL) : NULL;
     CHECK(pu && !memcmp(pt, pu, n * sizeof(float)) && step == 60, "%s: resumed parameters / step (%ld)", what, step);
     lens_trainer_free(u);
+}
+
+/* -log softmax(z)[y] over K logits, in double. */
+static double cross_entropy_of(const float *z, int K, int y)
+{
+    double mx = z[0], sum = 0;
+    for (int j = 1; j < K; j++) mx = z[j] > mx ? z[j] : mx;
+    for (int j = 0; j < K; j++) sum += exp(z[j] - mx);
+    return log(sum) + mx - z[y];
+}
+
+/* The trainer's loss of pb recomputed from lens_forward's logits of model m:
+ * classifier: mean over sequences; masked LM: mean over the targets; causal
+ * LM: mean over the next-token predictions. -1 when the forward fails. */
+static double forward_loss(const lens_model *m, const probe_batch *pb)
+{
+    lens_forward_opts opts = {.keep = LENS_KEEP_LOGITS};
+    lens_activations act;
+    lens_err err;
+    if (lens_forward(m, &pb->b, &opts, &act, &err)) {
+        fprintf(stderr, "forward: %s\n", err.msg);
+        return -1;
+    }
+    const lens_config *c = &m->cfg;
+    double sum = 0;
+    int n = 0;
+    for (int s = 0, r = 0; s < pb->b.n_seqs; r += pb->b.lengths[s], s++)
+        for (int i = 0; i < pb->b.lengths[s]; i++) {
+            const float *z = act.logits + (size_t)(r + i) * c->vocab_size;
+            if (c->task == LENS_TASK_CLASSIFICATION && i == 0)
+                sum += cross_entropy_of(act.logits + (size_t)s * c->n_labels, c->n_labels, pb->labels[s]), n++;
+            else if (c->task == LENS_TASK_MASKED_LM && pb->targets[r + i] >= 0)
+                sum += cross_entropy_of(z, c->vocab_size, pb->targets[r + i]), n++;
+            else if (c->task == LENS_TASK_CAUSAL_LM && i + 1 < pb->b.lengths[s])
+                sum += cross_entropy_of(z, c->vocab_size, pb->b.ids[r + i + 1]), n++;
+        }
+    lens_activations_free(&act);
+    return n ? sum / n : -1;
+}
+
+/* Every family of lens_families and every task it has an HF class for (a
+ * new family is covered without touching this test): the mkmodel micro
+ * checkpoint loads into a trainer tensor for tensor, the weight gradients
+ * agree with finite differences, and after three AdamW steps the saved
+ * checkpoint reloads and lens_forward's logits give the trainer's loss
+ * (1e-5 relative: the same float ops up to GEMM summation order). */
+static void check_families(void)
+{
+    /* ids below every micro vocabulary (1000) */
+    static const int ids[12] = {1, 20, 54, 3, 2, 1, 592, 88, 2, 129, 24, 2};
+    static const int targets[12] = {-1, 20, -1, -1, -1, -1, -1, 88, -1, 129, -1, -1};
+    int cases = 0;
+    for (const lens_family *const *f = lens_families; *f; f++)
+        for (lens_task task = LENS_TASK_CLASSIFICATION; task <= LENS_TASK_CAUSAL_LM; task++) {
+            if (!(*f)->task_archs[task]) continue;
+            char dir[256], out[256], what[96];
+            snprintf(what, sizeof what, "%s %s", (*f)->model_type, lens_task_name(task));
+            snprintf(dir, sizeof dir, "%s/micro-%s-%d", tmp_root, (*f)->model_type, (int)task);
+            snprintf(out, sizeof out, "%s/trained-%s-%d", tmp_root, (*f)->model_type, (int)task);
+            lens_err err;
+            lens_model *m = NULL;
+            if (lens_mkmodel((*f)->model_type, "micro", lens_task_name(task), 5, dir, &err) ||
+                !(m = lens_model_load(dir, &err))) {
+                CHECK(0, "%s: mkmodel: %s", what, err.msg);
+                continue;
+            }
+            cases++;
+            const int segments = lens_has_cap(&m->cfg, LENS_CAP_SEGMENTS);
+            const probe_batch pb = {{.n_seqs = 2, .lengths = fd_lengths, .ids = ids, .type_ids = segments ? fd_types : NULL},
+                                    fd_labels, targets};
+            lens_trainer *t = lens_trainer_new(&m->cfg, 1, &err);
+            lens_model_free(m);
+            int loaded = 0, n_tensors = 0;
+            CHECK(t && !lens_trainer_load_weights(t, dir, &loaded, &err), "%s: trainer: %s", what, err.msg);
+            if (!t) continue;
+            while (!lens_trainer_tensor(t, n_tensors, NULL, NULL, NULL)) n_tensors++;
+            CHECK(loaded == n_tensors, "%s: %d of the trainer's %d tensors loaded", what, loaded, n_tensors);
+            check_gradient_on(t, what, &pb, 8);
+            for (int step = 0; step < 3; step++) {
+                lens_trainer_zero_grad(t);
+                batch_loss_of(t, &pb.b, pb.labels, pb.targets, 1);
+                lens_trainer_step(t, 1e-3f, 0.01f, 1.0f);
+            }
+            const double want = batch_loss_of(t, &pb.b, pb.labels, pb.targets, 0);
+            CHECK(!lens_trainer_save(t, out, dir, 0, NULL, &err), "%s: save: %s", what, err.msg);
+            lens_trainer_free(t);
+            lens_model *r = lens_model_load(out, &err);
+            CHECK(r != NULL, "%s: reload: %s", what, r ? "" : err.msg);
+            if (!r) continue;
+            const double got = forward_loss(r, &pb);
+            printf("%s: trainer loss %.6f, reloaded forward %.6f\n", what, want, got);
+            CHECK(r->cfg.task == task && fabs(got - want) < 1e-5 * fabs(want) + 1e-6, "%s: reloaded loss %g, trainer %g",
+                  what, got, want);
+            lens_model_free(r);
+        }
+    CHECK(cases >= 14, "%d family / task cases (every family trains)", cases);
+}
+
+/* lines [from, to) of src into dst, blank lines dropped; 0 on success. */
+static int copy_lines(const char *src, const char *dst, int from, int to)
+{
+    FILE *in = fopen(src, "r"), *out = in ? fopen(dst, "w") : NULL;
+    if (!out) {
+        if (in) fclose(in);
+        return -1;
+    }
+    char line[8192];
+    for (int n = 0; n < to && fgets(line, sizeof line, in); n++)
+        if (n >= from && strspn(line, " \n") != strlen(line)) fputs(line, out);
+    fclose(in);
+    return fclose(out);
+}
+
+/* The dev loss of `lensd train` options o before training (one step at
+ * learning rate 0 into o->out_dir + "-untrained") and after (o as given):
+ * the loss must fall below `below` from above `above`. */
+static void check_falls(lens_train_opts *o, int causal, float above, float below, const char *what)
+{
+    char untrained[300];
+    snprintf(untrained, sizeof untrained, "%s-untrained", o->out_dir);
+    lens_train_opts zero = *o;
+    zero.out_dir = untrained, zero.max_steps = 1, zero.lr = 0;
+    lens_train_result r0 = {0}, r1 = {0};
+    lens_err err;
+    CHECK(!(causal ? lens_train_causal : lens_train_classify)(&zero, &r0, &err), "%s untrained: %s", what, err.msg);
+    CHECK(!(causal ? lens_train_causal : lens_train_classify)(o, &r1, &err), "%s: %s", what, err.msg);
+    printf("%s: dev loss %.4f -> %.4f after %ld steps", what, r0.dev_loss, r1.dev_loss, r1.steps);
+    printf(causal ? "\n" : " (dev accuracy %.3f)\n", r1.dev_accuracy);
+    CHECK(r0.dev_loss > above && r1.dev_loss < below, "%s: dev loss %g -> %g (want > %g, then < %g)", what,
+          r0.dev_loss, r1.dev_loss, above, below);
+}
+
+/* The issue's check: families other than BERT and GPT-2 train from random
+ * weights (lens_mkmodel's) on real data with falling dev loss, and the
+ * checkpoint reloads. A micro Llama (GQA, RoPE, gated MLP, untied head) on
+ * wikitext-2 (dev loss 7.9 -> 4.6 in 100 steps here), a tiny RoBERTa
+ * classifier with GPT-2's BPE vocabulary on SST-2 (0.693 -> 0.51, dev
+ * accuracy 0.76 after 200 steps). test_http_caps checks that models trained
+ * by `lensd train` answer every analysis they advertise. */
+static void check_from_random(void)
+{
+    const char *shared = check_shared_dir();
+    if (!shared) {
+        SKIP("../shared not found: Llama and RoBERTa trained from random weights on wikitext-2 and SST-2");
+        return;
+    }
+    char src[512], text[300], dev[300], init[300], out[300], vocab[512], tsv[512], dev_tsv[512];
+    lens_err err;
+    snprintf(src, sizeof src, "%s/data/wikitext2/valid.txt", shared);
+    snprintf(text, sizeof text, "%s/wiki-train.txt", tmp_root);
+    snprintf(dev, sizeof dev, "%s/wiki-dev.txt", tmp_root);
+    snprintf(init, sizeof init, "%s/llama-random", tmp_root);
+    snprintf(out, sizeof out, "%s/llama-trained", tmp_root);
+    CHECK(!copy_lines(src, text, 0, 600) && !copy_lines(src, dev, 600, 800), "wikitext-2 excerpt from %s", src);
+    CHECK(!lens_mkmodel("llama", "micro", "causal-lm", 1, init, &err), "mkmodel llama: %s", err.msg);
+    lens_train_opts o;
+    lens_train_opts_default(&o);
+    o.init_dir = init, o.train_path = text, o.dev_path = dev, o.out_dir = out;
+    o.max_len = 64, o.batch_size = 8, o.max_steps = 100, o.lr = 3e-3f;
+    check_falls(&o, 1, 7.0f, 5.5f, "llama micro causal LM");
+    lens_model *m = lens_model_load(out, &err);
+    CHECK(m && m->cfg.family == &lens_family_llama && m->cfg.n_kv_heads == 2 && !m->cfg.tie_word_embeddings,
+          "trained llama reloads: %s", m ? "" : err.msg);
+    lens_model_free(m);
+
+    snprintf(vocab, sizeof vocab, "%s/vocab/gpt2", shared);
+    snprintf(tsv, sizeof tsv, "%s/data/sst2/train_part_alps.tsv", shared);
+    snprintf(dev_tsv, sizeof dev_tsv, "%s/data/sst2/dev.tsv", shared);
+    snprintf(init, sizeof init, "%s/roberta-random", tmp_root);
+    snprintf(out, sizeof out, "%s/roberta-trained", tmp_root);
+    CHECK(!lens_mkmodel_vocab("roberta", "tiny", "classification", 1, vocab, init, &err), "mkmodel roberta: %s",
+          err.msg);
+    lens_train_opts_default(&o);
+    o.init_dir = init, o.train_path = tsv, o.dev_path = dev_tsv, o.out_dir = out;
+    o.max_len = 48, o.batch_size = 32, o.max_train = 6400, o.max_steps = 200, o.lr = 1e-3f;
+    check_falls(&o, 0, 0.68f, 0.6f, "roberta tiny classifier");
+    m = lens_model_load(out, &err);
+    CHECK(m && m->cfg.family == &lens_family_roberta && m->cfg.task == LENS_TASK_CLASSIFICATION && m->tok,
+          "trained roberta reloads with its tokenizer: %s", m ? "" : err.msg);
+    lens_model_free(m);
 }
 
 /* dir = the tiny BERT at base with every layer's attention.output.dense.weight
@@ -489,7 +691,7 @@ static void check_train_causal(void)
     fclose(f);
     lens_train_opts o;
     lens_train_opts_default(&o);
-    o.train_path = o.dev_path = text, o.vocab_dir = vocab, o.out_dir = out;
+    o.train_path = o.dev_path = text, o.vocab_dir = vocab, o.out_dir = out, o.arch = "gpt2";
     o.layers = 1, o.hidden = 32, o.heads = 2, o.ff = 64, o.max_len = 16, o.batch_size = 4, o.max_steps = 4;
     lens_train_result r;
     lens_err err;
@@ -525,7 +727,7 @@ static void check_train_classify(const char *init_dir)
         lens_train_opts_default(&o);
         o.train_path = o.dev_path = tsv, o.out_dir = out, o.masked_lm = mlm;
         o.batch_size = 8, o.max_steps = 4, o.max_len = 16, o.epochs = 2; /* 5 steps an epoch */
-        if (mlm) o.vocab_dir = init_dir, o.layers = 1, o.hidden = 32, o.heads = 2, o.ff = 64;
+        if (mlm) o.vocab_dir = init_dir, o.arch = "bert", o.layers = 1, o.hidden = 32, o.heads = 2, o.ff = 64;
         else o.init_dir = init_dir;
         lens_train_result r;
         lens_err err;
@@ -746,6 +948,8 @@ int main(void)
 
     check_gpt2();
     check_gpt2_overfit();
+    check_families();
+    check_from_random();
     check_train_causal();
 
     char cmd[512];

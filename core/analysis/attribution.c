@@ -47,6 +47,7 @@
 
 #include "core/base/gemm.h"
 #include "core/model/arch.h"
+#include "core/model/head.h"
 #include "core/nn/ops.h"
 
 #define DEFAULT_SCRATCH ((size_t)256 << 20)
@@ -72,7 +73,7 @@ typedef struct {
     float *x, *h, *n, *ctx, *ff;   /* [R][C] x3, [R][NH*DV], [R][lens_ff_cols] */
     float *dq, *dk, *dv;       /* [R][NH*DK] x2, [R][NH*DV] */
     float *dprobs, *dscores;   /* per pool thread: [NH][T][T], [T][T] */
-    float *cls, *pooled, *logits, *dcls, *dpooled, *dpre, *dlogits; /* [copies][C or K]; LM: pooled = ln_f(cls) */
+    float *cls, *pooled, *logits, *dcls, *dpre, *dlogits; /* [copies][C or K]; LM: pooled = ln_f(cls) */
     float *dctx_sum;           /* [T][NH*DV] Σ over copies of w_k dF/dctx */
     float *grad_sum;           /* [NH][T][T] Σ_k w_k ∂F/∂X */
 } engine;
@@ -105,7 +106,7 @@ static void engine_free(engine *e)
     lens_block_cache_free(&e->final);
     free(e->x), free(e->h), free(e->n), free(e->ctx), free(e->ff), free(e->dq), free(e->dk), free(e->dv);
     free(e->dprobs), free(e->dscores), free(e->cls), free(e->pooled), free(e->logits), free(e->dcls);
-    free(e->dpooled), free(e->dpre), free(e->dlogits), free(e->grad_sum), free(e->dctx_sum);
+    free(e->dpre), free(e->dlogits), free(e->grad_sum), free(e->dctx_sum);
 }
 
 static int engine_init(engine *e, const lens_model *m, int T, int max_copies, int lowest, lens_pool *pool)
@@ -143,7 +144,6 @@ static int engine_init(engine *e, const lens_model *m, int T, int max_copies, in
     e->cls = alloc_floats(max_copies * C, &failed);
     e->pooled = alloc_floats(max_copies * C, &failed);
     e->dcls = alloc_floats(max_copies * C, &failed);
-    e->dpooled = alloc_floats(max_copies * C, &failed);
     e->dpre = alloc_floats(max_copies * C, &failed);
     e->logits = alloc_floats(max_copies * K, &failed);
     e->dlogits = alloc_floats(max_copies * K, &failed);
@@ -333,9 +333,9 @@ static double softmax_at(const float *z, int K, int target, float *p)
     return f;
 }
 
-/* The head on the objective row of each copy, F[i] = softmax(z)[target] with
+/* The head (head.h) on the objective row of each copy, F[i] = softmax(z)[target] with
  * classifier: z = W_c act(W_p x + b_p) + b_c (act tanh, or ReLU);
- * causal LM:  z = final_norm(x) E^T. */
+ * causal LM:  z = final_norm(x) E^T (soft-capped when the config says). */
 static void head_forward(engine *e, int copies, int target, double *F)
 {
     const lens_config *c = &e->m->cfg;
@@ -346,13 +346,11 @@ static void head_forward(engine *e, int copies, int target, double *F)
         memcpy(e->pooled, e->cls, sizeof(float) * copies * C);
         lens_block_io io = final_io(e, e->pooled, e->dpre, copies);
         lens_block_forward(e->m, &io, c->n_layers);
-        lens_lm_decode(e->m, e->pooled, copies, e->logits, e->pool); /* Gemma 2's final soft-cap included */
+        lens_causal_lm_forward(e->m, e->logits, e->pooled, copies, e->pool);
         /* the capped logits for head_backward's chain rule (dlogits is free until then) */
         if (c->final_softcap > 0) memcpy(e->dlogits, e->logits, sizeof(float) * copies * K);
     } else {
-        lens_gemm_linear(e->pooled, e->cls, &e->m->p.pooler, copies, e->pool);
-        (c->head_relu ? lens_relu_forward : lens_tanh_forward)(e->pooled, (size_t)copies * C);
-        lens_gemm_linear(e->logits, e->pooled, &e->m->p.classifier, copies, e->pool);
+        lens_classifier_forward(e->m, e->pooled, e->logits, e->cls, copies, e->pool);
     }
     for (int i = 0; i < copies; i++) { /* logits -> probabilities in place */
         float *z = e->logits + (size_t)i * K;
@@ -365,30 +363,18 @@ static void head_backward(engine *e, int copies, int target)
 {
     const lens_config *c = &e->m->cfg;
     const int C = c->d_model, K = e->K, R = copies * e->T;
-    /* forward: F = p_target, p = softmax(z): dF/dz_k = p_t (δ_tk - p_k);
-     * z = cap tanh(u / cap) (LM with a final soft-cap, z kept in dlogits): dF/du = dF/dz (1 - (z / cap)^2) */
-    const float cap = e->lm ? c->final_softcap : 0;
+    /* forward: F = p_target, p = softmax(z): dF/dz_k = p_t (δ_tk - p_k), in place of p */
     for (int i = 0; i < copies; i++) {
-        const float *p = e->logits + (size_t)i * K;
-        float *d = e->dlogits + (size_t)i * K;
-        for (int k = 0; k < K; k++) {
-            const float y = cap > 0 ? d[k] / cap : 0;
-            d[k] = p[target] * ((k == target) - p[k]) * (1.0f - y * y);
-        }
+        float *p = e->logits + (size_t)i * K;
+        const float p_target = p[target];
+        for (int k = 0; k < K; k++) p[k] = p_target * ((k == target) - p[k]);
     }
-    memset(e->dpooled, 0, sizeof(float) * copies * C);
-    memset(e->dpre, 0, sizeof(float) * copies * C);
-    memset(e->dcls, 0, sizeof(float) * copies * C);
-    if (e->lm) { /* forward: z = final_norm(x) E^T */
-        const lens_linear dec = lens_lm_decoder(e->m);
-        lens_gemm_linear_backward(e->dpooled, e->dlogits, &dec, copies, 0, e->pool);
-        lens_block_io io = final_io(e, e->dpooled, e->dpre, copies);
+    if (e->lm) { /* forward: z = final_norm(x) E^T (the capped z kept in e->dlogits) */
+        lens_causal_lm_backward(e->m, NULL, e->dcls, 0, e->logits, e->dlogits, NULL, copies, e->pool);
+        lens_block_io io = final_io(e, e->dcls, e->dpre, copies);
         lens_block_backward(e->m, &io, c->n_layers);
-        memcpy(e->dcls, e->dpooled, sizeof(float) * copies * C);
     } else {
-        lens_linear_backward(e->dpooled, NULL, NULL, e->dlogits, NULL, &e->m->p.classifier, copies);
-        (c->head_relu ? lens_relu_backward : lens_tanh_backward)(e->dpre, e->pooled, e->dpooled, (size_t)copies * C);
-        lens_linear_backward(e->dcls, NULL, NULL, e->dpre, NULL, &e->m->p.pooler, copies);
+        lens_classifier_backward(e->m, NULL, e->dcls, e->dpre, e->logits, e->cls, e->pooled, copies);
     }
     const size_t stride = e->cls_rows ? 1 : (size_t)e->T, r = e->cls_rows ? 0 : (size_t)e->obj_row;
     memset(e->x, 0, sizeof(float) * R * C);

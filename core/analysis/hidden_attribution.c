@@ -30,6 +30,7 @@
 
 #include "core/base/gemm.h"
 #include "core/model/arch.h"
+#include "core/model/embedding.h"
 #include "core/nn/ops.h"
 
 #define DEFAULT_PROBES 16
@@ -134,7 +135,7 @@ int lens_hta_embed(const lens_model *m, const int *ids, const int *type_ids, int
         return lens_fail(err, LENS_ELIMIT, "sequence of %d tokens (the model takes 1..%d)", T, c->max_positions);
     for (int t = 0; t < T; t++)
         if (ids[t] < 0 || ids[t] >= c->vocab_size) return lens_fail(err, LENS_EINVAL, "token id %d out of range", ids[t]);
-    c->family->embed(m, ids, lens_has_cap(c, LENS_CAP_SEGMENTS) ? type_ids : NULL, T, h0, NULL, NULL);
+    lens_embed_forward(m, ids, lens_has_cap(c, LENS_CAP_SEGMENTS) ? type_ids : NULL, T, h0, NULL, NULL, NULL);
     return 0;
 }
 

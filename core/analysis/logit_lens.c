@@ -5,9 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/base/gemm.h"
 #include "core/model/arch.h"
-#include "core/nn/ops.h"
+#include "core/model/head.h"
 
 int lens_has_lm_head(const lens_model *m)
 {
@@ -18,31 +17,23 @@ int lens_logit_lens(const lens_model *m, const float *x, int R, int layer, float
                     lens_err *err)
 {
     const lens_config *c = &m->cfg;
-    const lens_params *p = &m->p;
     const int C = c->d_model;
     if (!lens_has_lm_head(m))
         return lens_fail(err, LENS_EINVAL, "%s has no LM head to read hidden states through", c->architecture);
     if (layer < 0 || layer > c->n_layers)
         return lens_fail(err, LENS_EINVAL, "layer %d is outside 0..%d", layer, c->n_layers);
-    float *t = malloc(2 * (size_t)R * C * sizeof *t); /* [R][C] what the decoder reads, [R][C] scratch */
+    float *t = malloc(2 * (size_t)R * C * sizeof *t); /* [R][C] the final-normed rows or the MLM head's scratch, [R][C] the norm's */
     if (!t) return lens_fail(err, LENS_ENOMEM, "out of memory for %d rows", R);
-    lens_linear decoder = lens_lm_decoder(m);
     if (c->task == LENS_TASK_CAUSAL_LM) {
         memcpy(t, x, (size_t)R * C * sizeof *t);
         /* hidden[L] is stored after the final norm (as HF); earlier layers get
          * it here, the family's own (ln_f, RMSNorm) */
         lens_block_io io = {.N = R, .x = t, .h = t + (size_t)R * C, .pool = pool};
         if (layer < c->n_layers) lens_block_forward(m, &io, c->n_layers);
-        lens_lm_decode(m, t, R, logits, pool);
-        free(t);
-        return 0;
+        lens_causal_lm_forward(m, logits, t, R, pool);
     } else {
-        lens_gemm_linear(t, x, &p->mlm_transform, R, pool);
-        lens_gelu_rows(pool, t, (size_t)C, R, C, c->gelu_tanh);
-        lens_add_layernorm(pool, t, NULL, NULL, t, NULL, &p->mlm_ln, R, C, c->ln_eps);
-        decoder.b = p->mlm_bias;
+        lens_mlm_forward(m, logits, x, R, &(lens_mlm_rows){.pre = t}, pool);
     }
-    lens_gemm_linear(logits, t, &decoder, R, pool);
     free(t);
     return 0;
 }

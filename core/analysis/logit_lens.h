@@ -7,7 +7,7 @@
  *   GPT-2 (causal LM): logits = LN_f(x) E^T      (layer L is already LN_f'd:
  *                                                  read as is, equal to the model's logits)
  *   other causal LMs:  the family's final norm (RMSNorm for Llama-style), then
- *                      lens_lm_decode (lm_head or tied E, Gemma 2's final soft-cap)
+ *                      the causal-LM head (head.h: lm_head or tied E, Gemma 2's final soft-cap)
  *   BERT (masked LM):  logits = LN_mlm(GELU(x W_t + b_t)) E^T + b_dec
  *                      (post-LN blocks: every layer's output is already normalized)
  * E is the tied token embedding [V][C]. Only models with an LM head

@@ -2,12 +2,14 @@
  *
  * One lens_family per architecture, defined in core/model/<family>.c, owns
  * everything that differs between families: the HF config keys and tensor
- * names as tables (one parser / writer and one walker read them), the
- * embedding, the block as a program (block.h), and the capability flags the analyses
- * ask for instead of comparing architecture ids (llama.cpp's src/models/
- * and LLM_TENSOR_NAMES, TEI's candle models); what only checkpoint writing
- * needs is its lens_family_writer. Adding a family = one file + one entry
- * in lens_families (arch.c) + its row in tests/family_cases.h.
+ * names as tables (one parser / writer and one walker read them), the block
+ * as a program (block.h), and the capability flags the analyses ask for
+ * instead of comparing architecture ids (llama.cpp's src/models/ and
+ * LLM_TENSOR_NAMES, TEI's candle models); what only checkpoint writing
+ * needs is its lens_family_writer. The embedding (embedding.h) and the task
+ * heads (head.h) are every family's, read from the tensors the walker binds
+ * and the config. Adding a family = one file + one entry in lens_families
+ * (arch.c) + its row in tests/family_cases.h.
  *
  * Shapes as in model.h: N packed rows, T tokens of one sequence, C =
  * d_model, NH heads, DK / DV per-head sizes, F = d_ff, L layers. */
@@ -33,7 +35,6 @@ enum {
     LENS_CAP_TIED_HEAD = 1 << 4, /* LM decoder weight = token embeddings */
     LENS_CAP_CLS_FIRST = 1 << 5, /* the first token is a [CLS]-like summary of the input (tree root,
                                     dataset analyses of classifiers) */
-    LENS_CAP_TRAIN = 1 << 6,     /* lens_trainer implements this family (core/train) */
     LENS_CAP_BYTE_BPE = 1 << 7   /* its checkpoints ship a byte-level BPE vocabulary (vocab.json + merges.txt) */
 };
 
@@ -281,11 +282,6 @@ struct lens_family {
     /* Every tensor of a checkpoint, in HF order (lens_walk_params). */
     const lens_tensor_section *tensors;
 
-    /* x[T][C] = embedding output of one sequence (ids, type_ids [T], type_ids
-     * NULL = all 0), incl. an embedding LayerNorm whose statistics go to
-     * mean, rstd [T] when not NULL. Checked ids only (lens_forward does). */
-    void (*embed)(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
-                  float *rstd);
     /* Appends layer l's block to p (core/model/block.h), 0 <= l < L, or
      * with l == L the final norm (nothing: post-norm families). Forward,
      * backward, JVP and the cache layout are derived from it. */
@@ -310,8 +306,6 @@ extern const lens_family lens_family_llama, lens_family_mistral, lens_family_qwe
 extern const lens_config_key lens_bert_keys[];
 extern const lens_tensor_row lens_bert_embedding_rows[], lens_bert_layer_rows[];
 extern const char lens_bert_config_constants[];
-void lens_bert_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
-                     float *rstd);
 void lens_bert_block(const lens_model *m, int l, lens_block_prog *p);
 
 /* A tokenizer-only folder (lens_model_tokenizer_only) has no family: no capabilities. */

@@ -87,16 +87,6 @@ static const lens_tensor_section bert_tensors[] = {
     {"", 0, bert_head_rows},
     {0}};
 
-/* x = LN(token + position + segment embeddings). */
-void lens_bert_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
-                       float *rstd)
-{
-    const lens_config *c = &m->cfg;
-    lens_embedding_forward(x, ids, type_ids, m->p.tok_emb, m->p.pos_emb, m->p.type_emb, m->p.emb_dtype, T,
-                           c->d_model);
-    lens_add_layernorm(NULL, x, mean, rstd, x, NULL, &m->p.ln_emb, T, c->d_model, c->ln_eps);
-}
-
 /* a = LN(x + Attn(x)); x' = LN(a + FFN(a)), statistics in slots 1 + 2l and
  * 2 + 2l; the row-wise tail starts at the attention's residual sum. */
 void lens_bert_block(const lens_model *m, int l, lens_block_prog *p)
@@ -124,10 +114,9 @@ const lens_family lens_family_bert = {
     .default_arch = "BertModel",
     .task_archs = {[LENS_TASK_ENCODER] = "BertModel", [LENS_TASK_CLASSIFICATION] = "BertForSequenceClassification",
                    [LENS_TASK_MASKED_LM] = "BertForMaskedLM"},
-    .caps = LENS_CAP_SEGMENTS | LENS_CAP_POOLER | LENS_CAP_TIED_HEAD | LENS_CAP_CLS_FIRST | LENS_CAP_TRAIN,
+    .caps = LENS_CAP_SEGMENTS | LENS_CAP_POOLER | LENS_CAP_TIED_HEAD | LENS_CAP_CLS_FIRST,
     .keys = {lens_hf_size_keys, lens_bert_keys, bert_pad_keys},
     .tensors = bert_tensors,
-    .embed = lens_bert_embed,
     .block = lens_bert_block,
     .writer = &(const lens_family_writer){.tokenizer_class = "BertTokenizer",
                                           .default_task = LENS_TASK_CLASSIFICATION,

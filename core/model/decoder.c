@@ -15,8 +15,8 @@
  *   a = softmax(cap(scale q k^T) + causal / sliding-window mask) v;  o = a W_o (+b)
  *   x = x + post_attn(o)               (post_attn only with Gemma 2's post_norms)
  *   x = x + post_ff(W_down (act(h W_gate) * (h W_up))),  h = norm_2(x)
- * then model.norm after the last block. Embedding: E[id] times emb_scale
- * (Gemma: sqrt(C)). Norm statistics (io->ln_rstd): slot 2l norm_1, 2l + 1
+ * then model.norm after the last block. Embedding (embedding.h): E[id]
+ * times emb_scale (Gemma: sqrt(C)). Norm statistics (io->ln_rstd): slot 2l norm_1, 2l + 1
  * norm_2, 2L the final norm; ln_mean gets 0 (RMSNorm does not centre). */
 #include "core/model/decoder.h"
 
@@ -150,21 +150,7 @@ const lens_tensor_section lens_decoder_tensors[] = {
     {"", 0, decoder_final_rows},
     {0}};
 
-/* ------------------------------------------------------------ forward */
-
-void lens_decoder_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
-                        float *rstd)
-{
-    (void)type_ids, (void)mean, (void)rstd; /* no segments, no embedding norm */
-    const int C = m->cfg.d_model;
-    const float scale = m->cfg.emb_scale > 0 ? m->cfg.emb_scale : 1.0f;
-    const lens_dtype dt = m->p.emb_dtype;
-    for (int t = 0; t < T; t++) {
-        float *row = x + (size_t)t * C;
-        lens_widen(row, lens_dtype_at(m->p.tok_emb, dt, (size_t)ids[t] * C), dt, (size_t)C);
-        for (int i = 0; i < C; i++) row[i] *= scale;
-    }
-}
+/* ------------------------------------------------------------ the block */
 
 /* The block, pre-norm with RMSNorm (statistics: slot 2l norm_1, 2l + 1
  * norm_2, 2L the final norm; ln_mean gets 0):

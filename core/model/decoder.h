@@ -43,8 +43,6 @@ int lens_decoder_config_extra(struct json_t *root, const lens_config *c);
     .config_extra = lens_decoder_config_extra
 
 extern const lens_tensor_section lens_decoder_tensors[];
-void lens_decoder_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
-                        float *rstd);
 /* The block (and with l == L the final norm) of every decoder family here. */
 void lens_decoder_block(const lens_model *m, int l, lens_block_prog *p);
 
@@ -59,6 +57,6 @@ int lens_decoder_apply_preset(const lens_decoder_preset *presets, const char *na
 /* The shared block's entries of a lens_family (llama.c, qwen.c, gemma.c). */
 #define LENS_DECODER_FAMILY_FNS                                                                                    \
     .base_prefix = "model.", .caps = LENS_CAP_CAUSAL | LENS_CAP_PRE_NORM | LENS_CAP_BYTE_BPE,                      \
-    .tensors = lens_decoder_tensors, .embed = lens_decoder_embed, .block = lens_decoder_block
+    .tensors = lens_decoder_tensors, .block = lens_decoder_block
 
 #endif

@@ -77,7 +77,6 @@ const lens_family lens_family_distilbert = {
     .caps = LENS_CAP_POOLER | LENS_CAP_TIED_HEAD | LENS_CAP_CLS_FIRST,
     .keys = {distilbert_keys},
     .tensors = distilbert_tensors,
-    .embed = lens_bert_embed, /* type_emb NULL: tok + pos, then LayerNorm */
     .block = lens_bert_block,
     .writer = &(const lens_family_writer){
         .tokenizer_class = "DistilBertTokenizer", .default_task = LENS_TASK_CLASSIFICATION,

@@ -4,10 +4,11 @@
  * GEMM of N rows and no padding exists; attention runs per sequence and head.
  * Only what opts->keep asks for is stored in lens_activations; the rest lives
  * in per-call scratch, so concurrent calls on one model never share memory.
- * The family (arch.h) computes the embedding and each block on the buffers
- * of lens_block_io (no cache: nothing is kept for a backward); this file
- * owns the buffers, attention per (sequence, head) (the attend hook), the
- * task head and the layer loop (with its cancel check).
+ * The embedding (embedding.h) and the task head (head.h) are every
+ * family's; the family (arch.h) computes each block on the buffers of
+ * lens_block_io (no cache: nothing is kept for a backward). This file owns
+ * the buffers, attention per (sequence, head) (the attend hook) and the
+ * layer loop (with its cancel check).
  *
  * Threads: everything runs through opts->pool (NULL = the caller alone).
  * Linear maps split over output panels and row blocks (lens_gemm), attention
@@ -19,6 +20,8 @@
 
 #include "core/base/gemm.h"
 #include "core/model/arch.h"
+#include "core/model/embedding.h"
+#include "core/model/head.h"
 #include "core/nn/ops.h"
 #include "core/nn/scores.h"
 #include "core/base/pool.h"
@@ -70,14 +73,14 @@ static int check_batch(const lens_model *m, const lens_batch *b, size_t *N, int 
     return 0;
 }
 
-/* x[N][C] = the family's embedding of every sequence (statistics in slot 0). */
+/* x[N][C] = the embedding of every sequence (embedding.h; statistics in slot 0). */
 static void embed(const lens_model *m, const lens_batch *b, lens_activations *act, float *x)
 {
     const int C = m->cfg.d_model;
     for (int s = 0; s < b->n_seqs; s++) {
         const size_t r = (size_t)act->row_start[s];
-        m->cfg.family->embed(m, b->ids + r, b->type_ids ? b->type_ids + r : NULL, b->lengths[s], x + r * C,
-                             act->ln_mean ? act->ln_mean + r : NULL, act->ln_rstd ? act->ln_rstd + r : NULL);
+        lens_embed_forward(m, b->ids + r, b->type_ids ? b->type_ids + r : NULL, b->lengths[s], x + r * C, NULL,
+                           act->ln_mean ? act->ln_mean + r : NULL, act->ln_rstd ? act->ln_rstd + r : NULL);
     }
 }
 
@@ -129,48 +132,25 @@ static void attend(lens_block_io *io, int layer)
     lens_pool_run(io->pool, w->act->n_seqs * w->m->cfg.n_heads, attend_task, &j);
 }
 
-/* Task head on the final hidden states x[N][C]. */
+/* The task head (head.h) on the final hidden states io.x [N][C]. */
 static int task_head(const lens_model *m, lens_activations *act, scratch *w)
 {
     const lens_config *c = &m->cfg;
-    const lens_params *p = &m->p;
     const int N = act->n_tokens, C = c->d_model;
     int failed = 0;
     if (c->task == LENS_TASK_CLASSIFICATION) {
-        /* pooled = tanh(x[CLS] W_p + b_p); logits = pooled W_c + b_c */
         act->pooled = alloc_floats((size_t)act->n_seqs * C, &failed);
         act->logits = alloc_floats((size_t)act->n_seqs * c->n_labels, &failed);
         if (failed) return -1;
-        for (int s = 0; s < act->n_seqs; s++)
-            memcpy(w->io.h + (size_t)s * C, w->io.x + (size_t)act->row_start[s] * C, sizeof(float) * C);
-        lens_gemm_linear(act->pooled, w->io.h, &p->pooler, act->n_seqs, w->io.pool);
-        (c->head_relu ? lens_relu_forward : lens_tanh_forward)(act->pooled, (size_t)act->n_seqs * C);
-        lens_gemm_linear(act->logits, act->pooled, &p->classifier, act->n_seqs, w->io.pool);
+        lens_classifier_pool(w->io.h, w->io.x, act->row_start, act->n_seqs, C);
+        lens_classifier_forward(m, act->pooled, act->logits, w->io.h, act->n_seqs, w->io.pool);
     } else if (c->task == LENS_TASK_MASKED_LM || c->task == LENS_TASK_CAUSAL_LM) {
         act->logits = alloc_floats((size_t)N * c->vocab_size, &failed);
         if (failed) return -1;
-        /* decoder tied to the word embeddings: logits = t E^T (+ bias) */
-        lens_linear decoder = lens_lm_decoder(m);
-        const float *t = w->io.x;
-        if (c->task == LENS_TASK_MASKED_LM) {
-            lens_gemm_linear(w->io.h, w->io.x, &p->mlm_transform, N, w->io.pool);
-            lens_gelu_rows(w->io.pool, w->io.h, (size_t)C, N, C, c->gelu_tanh);
-            lens_add_layernorm(w->io.pool, w->io.h, NULL, NULL, w->io.h, NULL, &p->mlm_ln, N, C, c->ln_eps);
-            decoder.b = p->mlm_bias;
-            t = w->io.h;
-        }
-        if (c->task == LENS_TASK_CAUSAL_LM) lens_lm_decode(m, t, N, act->logits, w->io.pool);
-        else lens_gemm_linear(act->logits, t, &decoder, N, w->io.pool);
+        if (c->task == LENS_TASK_CAUSAL_LM) lens_causal_lm_forward(m, act->logits, w->io.x, N, w->io.pool);
+        else lens_mlm_forward(m, act->logits, w->io.x, N, &(lens_mlm_rows){.pre = w->io.h}, w->io.pool);
     }
     return 0;
-}
-
-void lens_lm_decode(const lens_model *m, const float *t, int R, float *logits, lens_pool *pool)
-{
-    const lens_config *c = &m->cfg;
-    const lens_linear decoder = lens_lm_decoder(m);
-    lens_gemm_linear(logits, t, &decoder, R, pool);
-    if (c->final_softcap > 0) lens_softcap_forward(logits, (size_t)R * c->vocab_size, c->final_softcap);
 }
 
 static int layout(const lens_model *m, const lens_batch *b, unsigned keep, size_t N, int Tmax,

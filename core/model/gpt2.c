@@ -72,14 +72,6 @@ static const lens_tensor_section gpt2_tensors[] = {
     {"transformer.", 0, gpt2_final_rows},
     {0}};
 
-/* x = token + position embeddings. */
-static void gpt2_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
-                       float *rstd)
-{
-    (void)type_ids, (void)mean, (void)rstd; /* no segments, no embedding LayerNorm */
-    lens_embedding_forward(x, ids, NULL, m->p.tok_emb, m->p.pos_emb, NULL, m->p.emb_dtype, T, m->cfg.d_model);
-}
-
 /* a = x + Attn(LN1(x)); x' = a + FFN(LN2(a)); ln_f after the last block. */
 static void gpt2_block(const lens_model *m, int l, lens_block_prog *p)
 {
@@ -108,10 +100,9 @@ const lens_family lens_family_gpt2 = {
     .base_prefix = "transformer.",
     .default_arch = "GPT2LMHeadModel",
     .task_archs = {[LENS_TASK_ENCODER] = "GPT2Model", [LENS_TASK_CAUSAL_LM] = "GPT2LMHeadModel"},
-    .caps = LENS_CAP_CAUSAL | LENS_CAP_PRE_NORM | LENS_CAP_TIED_HEAD | LENS_CAP_TRAIN | LENS_CAP_BYTE_BPE,
+    .caps = LENS_CAP_CAUSAL | LENS_CAP_PRE_NORM | LENS_CAP_TIED_HEAD | LENS_CAP_BYTE_BPE,
     .keys = {gpt2_keys},
     .tensors = gpt2_tensors,
-    .embed = gpt2_embed,
     .block = gpt2_block,
     .writer = &(const lens_family_writer){
         .tokenizer_class = NULL, /* GPT2Tokenizer is what the files mean; mkmodel writes no tokenizer_config */

@@ -84,13 +84,6 @@ static const lens_tensor_section neox_tensors[] = {
     {"", 0, neox_final_rows},
     {0}};
 
-static void neox_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
-                       float *rstd)
-{
-    (void)type_ids, (void)mean, (void)rstd;
-    lens_decoder_embed(m, ids, NULL, T, x, NULL, NULL);
-}
-
 /* h = LN1(x); q, k, v = split(h W_qkv + b), q, k rotated; then
  *   parallel:  x' = x + MLP(LN2(x)) + Attn W_o (the MLP term added first, as HF)
  *   else:      a = x + Attn W_o;  x' = a + MLP(LN2(a)) */
@@ -146,7 +139,6 @@ const lens_family lens_family_gpt_neox = {
     .keys = {lens_hf_size_keys, lens_decoder_positions_keys, neox_keys},
     .config_hook = neox_config_hook,
     .tensors = neox_tensors,
-    .embed = neox_embed,
     .block = neox_block,
     .writer = &(const lens_family_writer){.bpe_last = "<|endoftext|>", .default_task = LENS_TASK_CAUSAL_LM,
                                           .preset = neox_preset, .preset_names = "micro, tiny, 1b, 8b",

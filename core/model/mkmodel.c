@@ -472,10 +472,7 @@ out:
     return rc;
 }
 
-/* A new checkpoint's config before its preset: the keys' defaults, the
- * task and its class, labels negative / positive for a classifier, then
- * the family's own values. */
-static int new_config(lens_config *c, const char *task, lens_err *err)
+int lens_mkmodel_new_config(lens_config *c, const char *task, lens_err *err)
 {
     const lens_family *f = c->family;
     lens_config_defaults(c);
@@ -517,7 +514,7 @@ int lens_mkmodel_write(const char *arch, const char *preset_name, const char *ta
         return lens_fail(err, LENS_EINVAL, "unknown preset \"%s\" (%s)", preset_name, generic_presets);
     lens_config c = {.family = family};
     int rc = -1;
-    if (new_config(&c, task, err)) goto out;
+    if (lens_mkmodel_new_config(&c, task, err)) goto out;
     if (family->writer->preset) { /* the family's own shapes (decoders: real 1b / 8b models) */
         if (family->writer->preset(&c, preset_name)) {
             lens_fail(err, LENS_EINVAL, "unknown preset \"%s\" for %s (%s)", preset_name, arch,

@@ -13,6 +13,7 @@
 
 #include "core/base/err.h"
 #include "core/io/safetensors.h"
+#include "core/model/model.h"
 
 /* arch: a family's model_type ("bert", "gpt2", "roberta", "distilbert");
  * preset: "micro" (L2 H16 2 heads, vocab 1000: for tests that run a model
@@ -48,6 +49,11 @@ typedef struct {
 } lens_mkmodel_out;
 int lens_mkmodel_write(const char *arch, const char *preset, const char *task, unsigned long long seed,
                        const char *vocab_dir, const char *out_dir, const lens_mkmodel_out *out, lens_err *err);
+
+/* A new checkpoint's config for c->family before its sizes: the keys'
+ * defaults, the task (NULL: the family's default) and its class, labels
+ * negative / positive for a classifier, then the family's own values. */
+int lens_mkmodel_new_config(lens_config *c, const char *task, lens_err *err);
 
 /* "5GB" (10^9), "500MB", "2GiB" (2^30), "100KB", "123" (bytes), as
  * transformers' max_shard_size; -1 on anything else. */

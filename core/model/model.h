@@ -243,10 +243,6 @@ int lens_forward(const lens_model *m, const lens_batch *batch,
                  const lens_forward_opts *opts, lens_activations *act,
                  lens_err *err);
 void lens_activations_free(lens_activations *act);
-/* logits[R][V] = a causal LM's head on final-normed rows t[R][C]: the tied
- * embeddings or lm_head, then the final soft-cap when the config has one. */
-void lens_lm_decode(const lens_model *m, const float *t, int R, float *logits, lens_pool *pool);
-
 /* Views into kept activations for sequence s (NULL if not kept). */
 const float *lens_act_hidden(const lens_model *m, const lens_activations *a, int layer, int s); /* [T][C] */
 const float *lens_act_attn(const lens_model *m, const lens_activations *a, int layer, int head, int s); /* [T][T], layer 1..L */

@@ -69,26 +69,6 @@ static const lens_tensor_section roberta_tensors[] = {
     {"", 0, roberta_head_rows},
     {0}};
 
-/* x = LN(tok[id] + pos[padding_idx + cumsum(id != pad)] + type[0]), pad
- * tokens at position padding_idx. */
-static void roberta_embed(const lens_model *m, const int *ids, const int *type_ids, int T, float *x, float *mean,
-                          float *rstd)
-{
-    const lens_config *c = &m->cfg;
-    const int C = c->d_model;
-    for (int t = 0, seen = 0; t < T; t++) {
-        const int real = ids[t] != c->pad_token_id;
-        seen += real;
-        const int pos = real ? c->pad_token_id + seen : c->pad_token_id;
-        const lens_dtype dt = m->p.emb_dtype;
-        float *row = x + (size_t)t * C;
-        lens_widen(row, lens_dtype_at(m->p.tok_emb, dt, (size_t)ids[t] * C), dt, (size_t)C);
-        lens_widen_add(row, lens_dtype_at(m->p.pos_emb, dt, (size_t)pos * C), dt, (size_t)C);
-        lens_widen_add(row, lens_dtype_at(m->p.type_emb, dt, (size_t)(type_ids ? type_ids[t] : 0) * C), dt, (size_t)C);
-    }
-    lens_add_layernorm(NULL, x, mean, rstd, x, NULL, &m->p.ln_emb, T, C, c->ln_eps);
-}
-
 const lens_family lens_family_roberta = {
     .model_type = "roberta",
     .base_prefix = "roberta.",
@@ -99,7 +79,6 @@ const lens_family lens_family_roberta = {
     .keys = {lens_hf_size_keys, lens_bert_keys, roberta_pad_keys},
     .config_hook = roberta_config_hook,
     .tensors = roberta_tensors,
-    .embed = roberta_embed,
     .block = lens_bert_block,
     .writer = &(const lens_family_writer){.tokenizer_class = "RobertaTokenizer",
                                           .bpe_first = {"<s>", "<pad>", "</s>", "<unk>"}, /* as roberta-base */

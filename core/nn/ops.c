@@ -381,29 +381,6 @@ void lens_attention_jvp(float *dout, const float *dq, const float *dk, const flo
     }
 }
 
-void lens_embedding_forward(float *out, const int *ids, const int *type_ids, const void *tok, const void *pos,
-                            const void *type, lens_dtype dt, int T, int C)
-{
-    for (int t = 0; t < T; t++) {
-        float *row = out + (size_t)t * C;
-        lens_widen(row, lens_dtype_at(tok, dt, (size_t)ids[t] * C), dt, (size_t)C);
-        lens_widen_add(row, lens_dtype_at(pos, dt, (size_t)t * C), dt, (size_t)C);
-        if (type) lens_widen_add(row, lens_dtype_at(type, dt, (size_t)(type_ids ? type_ids[t] : 0) * C), dt, (size_t)C);
-    }
-}
-
-void lens_embedding_backward(float *dtok, float *dpos, float *dtype, const float *dout,
-                             const int *ids, const int *type_ids, int T, int C)
-{
-    for (int t = 0; t < T; t++) {
-        const float *d = dout + (size_t)t * C;
-        /* forward: row = tok[ids[t]] + pos[t] + type[type_ids[t]] */
-        if (dtok) lens_residual_backward(dtok + (size_t)ids[t] * C, d, (size_t)C);
-        if (dpos) lens_residual_backward(dpos + (size_t)t * C, d, (size_t)C);
-        if (dtype) lens_residual_backward(dtype + (size_t)(type_ids ? type_ids[t] : 0) * C, d, (size_t)C);
-    }
-}
-
 /* ---------------------------------------------------------- row-parallel ops */
 
 /* Row ranges for elementwise work: a few per thread, each at least 8 rows. */

@@ -140,16 +140,6 @@ void lens_attention_jvp(float *dout, const float *dq, const float *dk, const flo
                         const float *k, const float *v, const float *probs, size_t probs_stride, int B, int T,
                         int NH, int DK, int DV, const lens_score_fn *f, float *dS);
 
-/* Embeddings of one sequence (BERT / GPT-2 input):
- * out[T][C] = tok[ids[t]] + pos[t] (+ type[type_ids[t]] when type is
- * non-NULL; type_ids NULL = all 0), tables of dtype dt widened per row. */
-void lens_embedding_forward(float *out, const int *ids, const int *type_ids, const void *tok, const void *pos,
-                            const void *type, lens_dtype dt, int T, int C);
-/* dtok[V][C], dpos[P][C], dtype[2][C] += the rows of dout[T][C] each
- * embedding row contributed to; any output may be NULL. */
-void lens_embedding_backward(float *dtok, float *dpos, float *dtype, const float *dout,
-                             const int *ids, const int *type_ids, int T, int C);
-
 /* Row-parallel forms on a lens_pool (NULL: the calling thread), a few row
  * ranges per thread; each row is computed as by the single-row ops above,
  * so results do not depend on the pool.

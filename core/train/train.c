@@ -1,22 +1,23 @@
-/* train.c - training BERT classifiers / masked LMs and GPT-2 causal LMs:
- * parameters, the forward pass that keeps what backward needs, the backward
- * pass, AdamW, checkpoints. The blocks are the family's programs run by
- * block.h (lens_block_forward caching into a lens_block_cache with the
- * linear maps' inputs, lens_block_backward with weight gradients through a
- * lens_grad_map);
- * this file owns the embeddings, the heads, the losses and attention over
- * the packed sequences (the attend hooks). A summed-heads BERT
- * (head_combination sum) is explained above tile_summed.
+/* train.c - training any family with a block backward, as a classifier,
+ * masked LM or causal LM (the tasks its task_archs name): parameters, the
+ * forward pass that keeps what backward needs, the backward pass, AdamW,
+ * checkpoints. Nothing here names a family: the embedding and the heads
+ * are core/model's (embedding.h, head.h, each with its backward), the blocks
+ * the family's programs run by block.h (lens_block_forward caching into a
+ * lens_block_cache with the linear maps' inputs, lens_block_backward with
+ * weight gradients through a lens_grad_map). This file owns the losses and attention over the packed
+ * sequences (the attend hooks). A summed-heads BERT (head_combination sum)
+ * is explained above tile_summed.
  *
- * Model (HF BertForSequenceClassification, post-LN, no dropout):
- *   e   = tok[ids] + pos[t] + type[seg];        x_0 = LN_emb(e)
- *   per layer l:  x_{l+1} = block_l(x_l)         (bert.c)
- *   pooled = tanh(x_L[CLS] W_p + b_p);  logits = pooled W_c + b_c
- *   loss = mean over sequences of -log softmax(logits)[label]
- * GPT-2 (pre-LN): x_0 = wte[ids] + wpe[t]; x_{l+1} = block_l(x_l) (gpt2.c);
- *   xf = LN_f(x_L); logits = xf wte^T (tied head, lm_loss).
- * Backward walks the same lines in reverse with the ops of ops.h, which
- * accumulate; weight gradients land in one buffer laid out as the parameters.
+ * Model (no dropout):
+ *   x_0 = embed(ids, seg)                        (embedding.h)
+ *   per layer l:  x_{l+1} = block_l(x_l)         (the family's)
+ *   x_L = final_norm(x_L)                        (pre-norm families)
+ *   classifier: logits = head(x_L[first row]);  loss = mean over sequences of -log softmax(logits)[label]
+ *   masked LM:  logits = head(x_L) on the masked rows; loss = their mean cross-entropy
+ *   causal LM:  logits = head(x_L);  loss = mean next-token cross-entropy
+ * Backward walks the same lines in reverse; weight gradients land in one
+ * buffer laid out as the parameters.
  *
  * Shapes: S sequences, N packed tokens, C d_model, F d_ff, NH heads, DK / DV
  * per-head key / value size (the identifiable variant has DK != DV), K labels,
@@ -30,11 +31,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
 #include "core/base/gemm.h"
 #include "core/model/arch.h"
+#include "core/model/embedding.h"
+#include "core/model/head.h"
 #include "core/nn/ops.h"
 #include "core/base/pool.h"
 #include "core/io/safetensors.h"
@@ -47,8 +51,8 @@ typedef struct {
     int decay; /* AdamW weight decay applies (not biases, not LayerNorm) */
     int summed; /* attention.output.dense.weight of a summed-heads model: held
                  * tiled [C][NH*DV] (count), in files compact [C][DV] (shape) */
-    int layernorm; /* LayerNorm weight or bias: initialised 1 / 0 */
-    float init_std; /* weights: N(0, init_std) at initialisation */
+    lens_param_kind kind; /* initialisation: weights N(0, init_std), norm gains 1, the rest 0 */
+    float init_std;
 } tensor_info;
 
 /* Rows of LM-head logits computed at a time ([LM_ROWS][V] instead of [N][V]). */
@@ -60,17 +64,18 @@ enum { LM_ROWS = 128 };
  * forward / backward (arch.h). */
 typedef struct {
     size_t N, S, A; /* capacity */
-    float *emb, *emb_mean, *emb_rstd; /* post-norm: [N][C], [N], [N] embedding LayerNorm input and statistics */
+    float *emb, *emb_mean, *emb_rstd; /* embedding LayerNorm: [N][C], [N], [N] its input and statistics */
+    int *pos;                 /* [N] position of each row in its sequence (RoPE) */
     float *x;                 /* [N][C] residual stream: after the forward, x_L (post-norm) or LN_f(x_L) */
     lens_block_cache *cache;  /* [L], N rows */
     lens_block_cache final;   /* the final norm's (pre-norm families) */
     float *probs;             /* [L][NH][A] */
     float *ctx;               /* [N][NH*DV] forward context / backward dctx */
     float *cls, *pooled, *logits; /* [S][C], [S][C], [S][K] */
-    float *lm_logits;         /* [LM_ROWS][V] one chunk of LM-head logits */
+    float *lm_logits, *lm_dlogits; /* [LM_ROWS][V] one chunk of LM-head logits and their gradient */
     /* backward: dx = dL/d(stream), scratch */
     float *dx, *dres, *da;    /* [N][C] */
-    float *dff;               /* [N][F] (also the forward's FFN scratch) */
+    float *dff;               /* [N][lens_ff_cols] (also the forward's MLP scratch) */
     float *dq, *dk, *dv;      /* [N][NH*DK], [N][NH*DK], [N][NH*DV] */
     float *dprobs, *dscores;      /* [NH][Tmax^2], [Tmax^2] */
     float *dpooled, *dlogits;     /* [S][C], [S][K] */
@@ -134,7 +139,7 @@ static const void *take(lens_param_visitor *v, const lens_param_desc *d)
         ti->off = w->off, ti->count = count;
         ti->decay = d->kind == LENS_PARAM_WEIGHT || d->kind == LENS_PARAM_EMBEDDING;
         ti->summed = d->summed;
-        ti->layernorm = d->kind == LENS_PARAM_NORM_WEIGHT || d->kind == LENS_PARAM_NORM_BIAS;
+        ti->kind = d->kind;
         ti->init_std = d->init_std;
     }
     float *p = w->t->param ? w->t->param + w->off : NULL;
@@ -221,28 +226,26 @@ static int copy_config(lens_config *dst, const lens_config *src)
 
 lens_trainer *lens_trainer_new(const lens_config *cfg, unsigned long long seed, lens_err *err)
 {
-    /* causal families train as causal LMs (pre-norm, tied head), the others
-     * as masked LMs or classifiers (post-norm, pooler) */
-    const int mlm = cfg->task == LENS_TASK_MASKED_LM, causal = cfg->family && lens_has_cap(cfg, LENS_CAP_CAUSAL);
-    if (!cfg->family || !lens_has_cap(cfg, LENS_CAP_TRAIN) ||
-        (causal ? cfg->d_model % cfg->n_heads != 0 : !mlm && cfg->n_labels < 2)) {
+    /* the task the config names, as long as the family has an HF class for it (every block has a backward) */
+    const lens_family *f = cfg->family;
+    const lens_task task = cfg->task;
+    if (!f || task == LENS_TASK_ENCODER || !f->task_archs[task] ||
+        (task == LENS_TASK_CLASSIFICATION && cfg->n_labels < 2)) {
         lens_fail(err, LENS_EINVAL,
-                  "training needs a BERT masked-LM or classification config (>= 2 labels) or a GPT-2 config");
+                  "training needs a classification (>= 2 labels), masked-LM or causal-LM config of a family with "
+                  "that task (%s%s%s)",
+                  f ? f->model_type : "no family", f ? " " : "", f ? lens_task_name(task) : "");
         return NULL;
     }
     lens_trainer *t = calloc(1, sizeof *t);
     if (!t || copy_config(&t->cfg, cfg)) goto oom;
-    t->cfg.task = causal ? LENS_TASK_CAUSAL_LM : mlm ? LENS_TASK_MASKED_LM : LENS_TASK_CLASSIFICATION;
-    if (mlm || causal) t->cfg.n_labels = 0;
+    if (task != LENS_TASK_CLASSIFICATION) t->cfg.n_labels = 0;
     t->cfg.random_weights = 0;
-    if (causal) {
-        /* c_attn's [C][3C] fixes DK = DV = C / NH; GPT-2 has no summed variant or segments */
-        t->cfg.d_head_k = t->cfg.d_head_v = cfg->d_model / cfg->n_heads;
-        t->cfg.head_combination = 0, t->cfg.type_vocab_size = 0, t->cfg.scale_by_dv = 0;
-        snprintf(t->cfg.architecture, sizeof t->cfg.architecture, "%s", cfg->family->default_arch);
-    } else if (!t->cfg.type_vocab_size) {
-        t->cfg.type_vocab_size = 2;
-    }
+    snprintf(t->cfg.architecture, sizeof t->cfg.architecture, "%s", f->task_archs[task]);
+    if (lens_has_cap(cfg, LENS_CAP_SEGMENTS) && !t->cfg.type_vocab_size) t->cfg.type_vocab_size = 2;
+    /* per-head sizes as model.h defaults them */
+    if (!t->cfg.d_head_k) t->cfg.d_head_k = cfg->d_model / cfg->n_heads;
+    if (!t->cfg.d_head_v) t->cfg.d_head_v = cfg->d_model / cfg->n_heads;
     lens_config_set_attn_scale(&t->cfg);
     t->p.blocks = calloc((size_t)cfg->n_layers, sizeof *t->p.blocks);
     if (!t->p.blocks) goto oom;
@@ -271,9 +274,9 @@ lens_trainer *lens_trainer_new(const lens_config *cfg, unsigned long long seed, 
     for (int i = 0; i < t->n_tensors; i++) {
         const tensor_info *ti = &t->tensors[i];
         float *p = ti->summed ? compact : t->param + ti->off;
-        const int is_bias = ti->ndim == 1, ln_weight = ti->layernorm && !strstr(ti->name, ".bias");
-        for (size_t j = 0; j < file_count(ti); j++)
-            p[j] = ln_weight ? 1.0f : is_bias ? 0.0f : ti->init_std * rng_normal(&state);
+        const int random = ti->kind == LENS_PARAM_WEIGHT || ti->kind == LENS_PARAM_EMBEDDING;
+        const float fill = ti->kind == LENS_PARAM_NORM_WEIGHT ? 1.0f : 0.0f;
+        for (size_t j = 0; j < file_count(ti); j++) p[j] = random ? ti->init_std * rng_normal(&state) : fill;
         if (ti->summed) set_from_file(t, ti, t->param, compact);
     }
     free(compact);
@@ -287,14 +290,14 @@ oom:
 static void acts_free(acts *a, int L)
 {
     float **all[] = {&a->emb, &a->emb_mean, &a->emb_rstd, &a->x, &a->probs, &a->ctx, &a->cls, &a->pooled,
-                     &a->logits, &a->lm_logits, &a->dx, &a->dres, &a->da, &a->dff, &a->dq, &a->dk, &a->dv,
+                     &a->logits, &a->lm_logits, &a->lm_dlogits, &a->dx, &a->dres, &a->da, &a->dff, &a->dq, &a->dk, &a->dv,
                      &a->dprobs, &a->dscores, &a->dpooled, &a->dlogits, &a->dw_summed};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(*all[i]), *all[i] = NULL;
     for (int l = 0; a->cache && l < L; l++) lens_block_cache_free(&a->cache[l]);
     free(a->cache), a->cache = NULL;
     lens_block_cache_free(&a->final);
-    free(a->row_start), free(a->attn_start);
-    a->row_start = a->attn_start = NULL;
+    free(a->row_start), free(a->attn_start), free(a->pos);
+    a->row_start = a->attn_start = a->pos = NULL;
     a->N = a->S = a->A = a->tmax2 = 0;
 }
 
@@ -385,13 +388,17 @@ static int acts_reserve(lens_trainer *t, size_t N, size_t S, size_t A, size_t tm
 {
     acts *a = &t->a;
     const lens_config *c = &t->cfg;
-    const size_t C = (size_t)c->d_model, L = (size_t)c->n_layers, NH = (size_t)c->n_heads;
+    const size_t C = (size_t)c->d_model, L = (size_t)c->n_layers, F = (size_t)lens_ff_cols(&t->view), NH = (size_t)c->n_heads;
     const size_t QK = NH * c->d_head_k, VO = NH * c->d_head_v, K = (size_t)c->n_labels;
     int failed = 0;
     if (N > a->N) {
-        if (!lens_has_cap(c, LENS_CAP_PRE_NORM))
-            failed |= grow(&a->emb, N * C) | grow(&a->emb_mean, N) | grow(&a->emb_rstd, N);
-        if (c->task == LENS_TASK_CAUSAL_LM && !a->lm_logits) failed |= grow(&a->lm_logits, (size_t)LM_ROWS * c->vocab_size);
+        if (t->p.ln_emb.w) failed |= grow(&a->emb, N * C) | grow(&a->emb_mean, N) | grow(&a->emb_rstd, N);
+        if (c->task == LENS_TASK_CAUSAL_LM && !a->lm_logits)
+            failed |= grow(&a->lm_logits, (size_t)LM_ROWS * c->vocab_size) |
+                      grow(&a->lm_dlogits, (size_t)LM_ROWS * c->vocab_size);
+        int *pos = realloc(a->pos, N * sizeof(int));
+        if (pos) a->pos = pos;
+        failed |= !pos;
         if (!a->cache) failed |= !(a->cache = calloc(L, sizeof *a->cache));
         for (size_t l = 0; l < L && !failed; l++) {
             lens_block_cache_free(&a->cache[l]);
@@ -401,7 +408,7 @@ static int acts_reserve(lens_trainer *t, size_t N, size_t S, size_t A, size_t tm
         failed |= lens_block_cache_init(&a->final, &t->view, c->n_layers, (int)N, 1);
         failed |= grow(&a->x, N * C) | grow(&a->ctx, N * VO);
         failed |= grow(&a->dx, N * C) | grow(&a->dres, N * C) | grow(&a->da, N * C);
-        failed |= grow(&a->dff, N * (size_t)lens_ff_cols(&t->view)) | grow(&a->dq, N * QK) | grow(&a->dk, N * QK) | grow(&a->dv, N * VO);
+        failed |= grow(&a->dff, N * F) | grow(&a->dq, N * QK) | grow(&a->dk, N * QK) | grow(&a->dv, N * VO);
         if (!failed) a->N = N;
     }
     if (S > a->S) {
@@ -474,26 +481,29 @@ static int train_attend_backward(lens_block_io *io, int l)
     return 0;
 }
 
-/* The embeddings, then the family's blocks (caching for the backward) and
- * final norm: a->x = x_L, or LN_f(x_L) for pre-norm families.
- * post-norm: e = tok[ids] + pos[t] + type[seg]; x_0 = LN_emb(e)
- * pre-norm:  x_0 = wte[ids] + wpe[t] (type ids ignored) */
+/* Segment ids for the embedding: only families with segments read them. */
+static const int *segments(const lens_trainer *t, const lens_batch *b, int r)
+{
+    return b->type_ids && lens_has_cap(&t->cfg, LENS_CAP_SEGMENTS) ? b->type_ids + r : NULL;
+}
+
+/* The embedding, then the family's blocks (caching for the backward) and
+ * final norm: a->x = x_L, or final_norm(x_L) for pre-norm families. */
 static void forward(lens_trainer *t, const lens_batch *b, size_t N, size_t A)
 {
     const lens_config *c = &t->cfg;
-    const lens_params *p = &t->p;
     acts *a = &t->a;
-    const int C = c->d_model, n = (int)N, pre = lens_has_cap(c, LENS_CAP_PRE_NORM);
+    const int C = c->d_model, n = (int)N;
     for (int s = 0; s < b->n_seqs; s++) {
         const int r = a->row_start[s];
-        lens_embedding_forward((pre ? a->x : a->emb) + (size_t)r * C, b->ids + r,
-                               !pre && b->type_ids ? b->type_ids + r : NULL, p->tok_emb, p->pos_emb,
-                               pre ? NULL : p->type_emb, LENS_DT_F32, b->lengths[s], C);
+        lens_embed_forward(&t->view, b->ids + r, segments(t, b, r), b->lengths[s], a->x + (size_t)r * C,
+                           a->emb ? a->emb + (size_t)r * C : NULL, a->emb ? a->emb_mean + r : NULL,
+                           a->emb ? a->emb_rstd + r : NULL);
+        for (int i = 0; i < b->lengths[s]; i++) a->pos[r + i] = i;
     }
-    if (!pre) lens_layernorm_forward(a->x, a->emb_mean, a->emb_rstd, a->emb, &p->ln_emb, n, C, c->ln_eps);
     batch_attention ba = {.t = t, .b = b, .A = A};
-    lens_block_io io = {.N = n, .x = a->x, .h = a->dres, .n = a->da, .ctx = a->ctx, .ff = a->dff, .pool = t->pool,
-                        .attend = train_attend, .attend_ctx = &ba};
+    lens_block_io io = {.N = n, .x = a->x, .h = a->dres, .n = a->da, .ctx = a->ctx, .ff = a->dff, .pos = a->pos,
+                        .pool = t->pool, .attend = train_attend, .attend_ctx = &ba};
     for (int l = 0; l < c->n_layers; l++) {
         io.cache = &a->cache[l];
         io.q = io.cache->q, io.k = io.cache->k, io.v = io.cache->v;
@@ -503,39 +513,8 @@ static void forward(lens_trainer *t, const lens_batch *b, size_t N, size_t A)
     lens_block_forward(&t->view, &io, c->n_layers);
 }
 
-/* Classification head on x_L: pooled = tanh(x_L[CLS] W_p + b_p); logits = pooled W_c + b_c */
-static void forward_classifier(lens_trainer *t, const lens_batch *b, size_t N)
-{
-    const lens_params *p = &t->p;
-    acts *a = &t->a;
-    const int C = t->cfg.d_model;
-    (void)N;
-    for (int s = 0; s < b->n_seqs; s++)
-        memcpy(a->cls + (size_t)s * C, a->x + (size_t)a->row_start[s] * C, C * sizeof(float));
-    lens_gemm_linear(a->pooled, a->cls, &p->pooler, b->n_seqs, t->pool);
-    lens_tanh_forward(a->pooled, (size_t)b->n_seqs * C);
-    lens_gemm_linear(a->logits, a->pooled, &p->classifier, b->n_seqs, t->pool);
-}
-
-/* Sets a->dx [N][C] to the gradient w.r.t. x_L of the classification head. */
-static void backward_classifier(lens_trainer *t, const lens_batch *b, size_t N)
-{
-    const lens_params *p = &t->p;
-    acts *a = &t->a;
-    const int C = t->cfg.d_model, S = b->n_seqs;
-    /* logits = pooled W_c + b_c; pooled = tanh(cls W_p + b_p) */
-    memset(a->dpooled, 0, (size_t)S * C * sizeof(float));
-    lens_linear_backward(a->dpooled, G(t, p->classifier.w), G(t, p->classifier.b), a->dlogits, a->pooled,
-                         &p->classifier, S);
-    memset(a->dres, 0, (size_t)S * C * sizeof(float));
-    lens_tanh_backward(a->dres, a->pooled, a->dpooled, (size_t)S * C);
-    /* d cls = dpre W_p^T, into dpooled (free again), then scattered to the CLS rows */
-    memset(a->dpooled, 0, (size_t)S * C * sizeof(float));
-    lens_linear_backward(a->dpooled, G(t, p->pooler.w), G(t, p->pooler.b), a->dres, a->cls, &p->pooler, S);
-    memset(a->dx, 0, N * C * sizeof(float));
-    for (int s = 0; s < S; s++)
-        memcpy(a->dx + (size_t)a->row_start[s] * C, a->dpooled + (size_t)s * C, C * sizeof(float));
-}
+/* The gradient buffer of a parameter of the embedding or a head. */
+static float *param_grad(const lens_grad_map *g, const float *param) { return G(g->ctx, param); }
 
 /* Weight gradients for the family's block backward: a parameter's gradient
  * sits at the same offset of t->grad, except a summed output weight's, which
@@ -550,17 +529,17 @@ static float *grad_of(const lens_grad_map *g, const float *param)
 
 /* From a->dx = dL/d(forward output a->x) down to the embeddings,
  * accumulating weight gradients: the family's final norm and block
- * backward, then the embeddings' (the forward's lines in reverse). */
+ * backward, then the embedding's (the forward's lines in reverse). */
 static void backward(lens_trainer *t, const lens_batch *b, size_t N, size_t A)
 {
     const lens_config *c = &t->cfg;
     const lens_params *p = &t->p;
     acts *a = &t->a;
-    const int C = c->d_model, S = b->n_seqs, n = (int)N, pre = lens_has_cap(c, LENS_CAP_PRE_NORM);
+    const int C = c->d_model, S = b->n_seqs, n = (int)N;
     batch_attention ba = {.t = t, .b = b, .A = A};
-    const lens_grad_map grads = {.of = grad_of, .ctx = &ba};
+    const lens_grad_map grads = {.of = grad_of, .ctx = &ba}, param_grads = {.of = param_grad, .ctx = t};
     lens_block_io io = {.N = n, .x = a->dx, .h = a->dres, .n = a->da, .q = a->dq, .k = a->dk, .v = a->dv,
-                        .ctx = a->ctx, .ff = a->dff, .pool = t->pool, .grads = &grads,
+                        .ctx = a->ctx, .ff = a->dff, .pos = a->pos, .pool = t->pool, .grads = &grads,
                         .attend_backward = train_attend_backward, .attend_ctx = &ba};
     io.cache = &a->final;
     lens_block_backward(&t->view, &io, c->n_layers);
@@ -571,18 +550,11 @@ static void backward(lens_trainer *t, const lens_batch *b, size_t N, size_t A)
         lens_block_backward(&t->view, &io, l);
         if (c->head_combination) tie_summed_grad(c, G(t, p->blocks[l].attn_out.w), a->dw_summed);
     }
-    const float *de = a->dx; /* dL/de */
-    if (!pre) { /* x_0 = LN_emb(e) */
-        memset(a->dres, 0, N * C * sizeof(float));
-        lens_layernorm_backward(a->dres, G(t, p->ln_emb.w), G(t, p->ln_emb.b), a->dx, a->emb, a->emb_mean,
-                                a->emb_rstd, &p->ln_emb, n, C);
-        de = a->dres;
-    }
-    for (int s = 0; s < S; s++) { /* e = tok[ids] + pos[t] (+ type[seg]) */
-        const int r = a->row_start[s];
-        lens_embedding_backward(G(t, p->tok_emb), G(t, p->pos_emb), pre ? NULL : G(t, p->type_emb),
-                                de + (size_t)r * C, b->ids + r, !pre && b->type_ids ? b->type_ids + r : NULL,
-                                b->lengths[s], C);
+    for (int s = 0; s < S; s++) {
+        const size_t r = (size_t)a->row_start[s];
+        lens_embed_backward(&t->view, &param_grads, a->dx + r * C, b->ids + r, segments(t, b, (int)r), b->lengths[s],
+                            a->emb ? a->emb + r * C : NULL, a->emb ? a->emb_mean + r : NULL,
+                            a->emb ? a->emb_rstd + r : NULL, a->dres + r * C);
     }
 }
 
@@ -657,7 +629,9 @@ int lens_trainer_batch(lens_trainer *t, const lens_batch *b, const int *labels, 
     size_t N, A;
     if (encode(t, b, &N, &A, err)) return -1;
     acts *a = &t->a;
-    forward_classifier(t, b, N);
+    const int C = t->cfg.d_model;
+    lens_classifier_pool(a->cls, a->x, a->row_start, S, C);
+    lens_classifier_forward(&t->view, a->pooled, a->logits, a->cls, S, t->pool);
     /* loss = mean_s -log softmax(logits_s)[y_s]; dlogits = (softmax - onehot) / S */
     double total = 0;
     for (int s = 0; s < S; s++)
@@ -665,7 +639,12 @@ int lens_trainer_batch(lens_trainer *t, const lens_batch *b, const int *labels, 
     if (loss) *loss = (float)(total / S);
     if (logits) memcpy(logits, a->logits, (size_t)S * K * sizeof(float));
     if (backward_pass) {
-        backward_classifier(t, b, N);
+        /* du in dpooled, scattered to the rows the classifier read */
+        const lens_grad_map grads = {.of = param_grad, .ctx = t};
+        lens_classifier_backward(&t->view, &grads, a->dpooled, a->dres, a->dlogits, a->cls, a->pooled, S);
+        memset(a->dx, 0, N * C * sizeof(float));
+        for (int s = 0; s < S; s++)
+            memcpy(a->dx + (size_t)a->row_start[s] * C, a->dpooled + (size_t)s * C, C * sizeof(float));
         backward(t, b, N, A);
     }
     return 0;
@@ -675,7 +654,6 @@ int lens_trainer_mlm_batch(lens_trainer *t, const lens_batch *b, const int *targ
                            float *loss, int *n_predicted, lens_err *err)
 {
     const lens_config *c = &t->cfg;
-    const lens_params *p = &t->p;
     const int C = c->d_model, V = c->vocab_size;
     if (c->task != LENS_TASK_MASKED_LM) return lens_fail(err, LENS_EINVAL, "not a masked-LM trainer");
     size_t N, A;
@@ -689,8 +667,7 @@ int lens_trainer_mlm_batch(lens_trainer *t, const lens_batch *b, const int *targ
     if (n_predicted) *n_predicted = M;
     if (loss) *loss = 0;
     if (!M) return 0; /* nothing to predict: no loss, no gradient */
-    /* only the M predicted rows go through the head:
-     * h = x W_t + b_t; g = GELU(h); u = LN(g); logits = u E^T + bias (E tied) */
+    /* only the M predicted rows go through the head (head.h) */
     float *xm = malloc(sizeof(float) * (size_t)M * C * 7), *h = xm + (size_t)M * C, *g = h + (size_t)M * C;
     float *u = g + (size_t)M * C, *du = u + (size_t)M * C, *dg = du + (size_t)M * C, *dxm = dg + (size_t)M * C;
     float *logits = malloc(sizeof(float) * (size_t)M * V), *mean = malloc(sizeof(float) * M * 2);
@@ -699,28 +676,17 @@ int lens_trainer_mlm_batch(lens_trainer *t, const lens_batch *b, const int *targ
         free(xm), free(logits), free(mean), free(rows);
         return lens_fail(err, LENS_ENOMEM, "out of memory for %d predictions", M);
     }
-    float *rstd = mean + M;
-    const float *xL = a->x;
+    const lens_mlm_rows k = {.pre = h, .act = g, .out = u, .mean = mean, .rstd = mean + M};
     for (size_t i = 0, m = 0; i < N; i++)
-        if (targets[i] >= 0) rows[m] = (int)i, memcpy(xm + m * C, xL + i * C, sizeof(float) * C), m++;
-    const lens_linear decoder = {.w = p->tok_emb, .b = p->mlm_bias, .in = C, .out = V, .ld = C};
-    lens_gemm_linear(h, xm, &p->mlm_transform, M, t->pool);
-    memcpy(g, h, sizeof(float) * (size_t)M * C);
-    (c->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(g, (size_t)M * C);
-    lens_layernorm_forward(u, mean, rstd, g, &p->mlm_ln, M, C, c->ln_eps);
-    lens_gemm_linear(logits, u, &decoder, M, t->pool);
+        if (targets[i] >= 0) rows[m] = (int)i, memcpy(xm + m * C, a->x + i * C, sizeof(float) * C), m++;
+    lens_mlm_forward(&t->view, logits, xm, M, &k, t->pool);
     double total = 0;
     for (int m = 0; m < M; m++)
         total += cross_entropy(logits + (size_t)m * V, V, targets[rows[m]], logits + (size_t)m * V, 1.0 / M);
     if (loss) *loss = (float)(total / M);
-    if (backward_pass) {
-        const float *dlogits = logits; /* cross_entropy wrote the gradient over the logits */
-        memset(du, 0, sizeof(float) * (size_t)M * C * 3);
-        lens_linear_backward(du, G(t, p->tok_emb), G(t, p->mlm_bias), dlogits, u, &decoder, M);
-        lens_layernorm_backward(dg, G(t, p->mlm_ln.w), G(t, p->mlm_ln.b), du, g, mean, rstd, &p->mlm_ln, M, C);
-        lens_gelu_backward_inplace(dg, h, (size_t)M * C, c->gelu_tanh);
-        lens_linear_backward(dxm, G(t, p->mlm_transform.w), G(t, p->mlm_transform.b), dg, xm, &p->mlm_transform,
-                             M);
+    if (backward_pass) { /* cross_entropy wrote the gradient over the logits */
+        const lens_grad_map grads = {.of = param_grad, .ctx = t};
+        lens_mlm_backward(&t->view, &grads, dxm, logits, xm, &k, M, dg, du);
         memset(a->dx, 0, N * C * sizeof(float));
         for (int m = 0; m < M; m++) memcpy(a->dx + (size_t)rows[m] * C, dxm + (size_t)m * C, sizeof(float) * C);
         backward(t, b, N, A);
@@ -733,7 +699,6 @@ int lens_trainer_causal_batch(lens_trainer *t, const lens_batch *b, int backward
                               int *n_predicted, float *logits, lens_err *err)
 {
     const lens_config *c = &t->cfg;
-    const lens_params *p = &t->p;
     const int C = c->d_model, V = c->vocab_size;
     if (c->task != LENS_TASK_CAUSAL_LM) return lens_fail(err, LENS_EINVAL, "not a causal-LM trainer");
     size_t N, A;
@@ -743,9 +708,9 @@ int lens_trainer_causal_batch(lens_trainer *t, const lens_batch *b, int backward
     int M = 0;
     for (int s = 0; s < b->n_seqs; s++) M += b->lengths[s] - 1;
     if (n_predicted) *n_predicted = M;
-    /* logits = xf wte^T (xf = LN_f(x_L) = a->x), LM_ROWS rows at a time; loss = mean over the M
+    /* logits = head(a->x) (head.h: after the final norm), LM_ROWS rows at a time; loss = mean over the M
      * predictions of -log softmax(logits_i)[ids[i + 1]] */
-    const lens_linear head = {.w = p->tok_emb, .in = C, .out = V, .ld = C};
+    const lens_grad_map grads = {.of = param_grad, .ctx = t};
     if (backward_pass) memset(a->dx, 0, N * C * sizeof(float));
     double total = 0;
     for (int s = 0; s < b->n_seqs; s++) {
@@ -753,16 +718,17 @@ int lens_trainer_causal_batch(lens_trainer *t, const lens_batch *b, int backward
         for (int i0 = 0; i0 < T; i0 += LM_ROWS) {
             const int rows = T - i0 < LM_ROWS ? T - i0 : LM_ROWS;
             const size_t r = (size_t)r0 + i0;
-            lens_gemm_linear(a->lm_logits, a->x + r * C, &head, rows, t->pool);
+            lens_causal_lm_forward(&t->view, a->lm_logits, a->x + r * C, rows, t->pool);
             if (logits) memcpy(logits + r * V, a->lm_logits, (size_t)rows * V * sizeof(float));
             for (int i = 0; i < rows; i++) {
-                float *z = a->lm_logits + (size_t)i * V;
-                if (i0 + i + 1 < T) total += cross_entropy(z, V, b->ids[r + i + 1], z, M ? 1.0 / M : 0);
-                else memset(z, 0, V * sizeof(float)); /* the last position predicts nothing */
+                const float *z = a->lm_logits + (size_t)i * V;
+                float *dz = a->lm_dlogits + (size_t)i * V;
+                if (i0 + i + 1 < T) total += cross_entropy(z, V, b->ids[r + i + 1], dz, M ? 1.0 / M : 0);
+                else memset(dz, 0, V * sizeof(float)); /* the last position predicts nothing */
             }
-            /* logits = xf wte^T: dxf += dlogits wte; dwte += dlogits^T xf */
             if (backward_pass && M)
-                lens_linear_backward(a->dx + r * C, G(t, p->tok_emb), NULL, a->lm_logits, a->x + r * C, &head, rows);
+                lens_causal_lm_backward(&t->view, &grads, a->dx + r * C, 1, a->lm_dlogits, a->lm_logits, a->x + r * C,
+                                        rows, t->pool);
         }
     }
     if (loss) *loss = M ? (float)(total / M) : 0.0f;
@@ -833,28 +799,34 @@ static int copy_file_as(const char *from_dir, const char *to_dir, const char *na
     return 0;
 }
 
-static int copy_file(const char *from_dir, const char *to_dir, const char *name, int required, lens_err *err)
+static int file_exists(const char *dir, const char *name)
 {
-    return copy_file_as(from_dir, to_dir, name, NULL, required, err);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return access(path, R_OK) == 0;
 }
 
-/* GPT-2 tokenizer files as HF names them: vocab.json + merges.txt, taken as
- * they are or from OpenAI's original encoder.json + vocab.bpe (same formats). */
-static int copy_bpe_tokenizer(const char *from_dir, const char *to_dir, lens_err *err)
+/* The tokenizer files of from_dir, whichever it has, as HF names them: a
+ * tokenizer.json, a WordPiece vocab.txt, a byte-level BPE vocab.json +
+ * merges.txt (or OpenAI's originals encoder.json + vocab.bpe, same
+ * formats), special_tokens_map.json. At least one vocabulary. */
+static int copy_tokenizer(const char *from_dir, const char *to_dir, lens_err *err)
 {
-    char probe[4096];
-    snprintf(probe, sizeof probe, "%s/vocab.json", from_dir);
-    FILE *f = fopen(probe, "r");
-    if (f) {
-        fclose(f);
-        return copy_file(from_dir, to_dir, "vocab.json", 1, err) || copy_file(from_dir, to_dir, "merges.txt", 1, err)
-                   ? -1
-                   : 0;
+    const int openai = !file_exists(from_dir, "vocab.json") && file_exists(from_dir, "encoder.json");
+    const char *const files[][2] = {{"tokenizer.json", NULL},
+                                    {"vocab.txt", NULL},
+                                    {openai ? "encoder.json" : "vocab.json", "vocab.json"},
+                                    {openai ? "vocab.bpe" : "merges.txt", "merges.txt"},
+                                    {"special_tokens_map.json", NULL}};
+    int vocabularies = 0;
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        if (!file_exists(from_dir, files[i][0])) continue;
+        if (copy_file_as(from_dir, to_dir, files[i][0], files[i][1], 1, err)) return -1;
+        vocabularies += i < 3;
     }
-    return copy_file_as(from_dir, to_dir, "encoder.json", "vocab.json", 1, err) ||
-                   copy_file_as(from_dir, to_dir, "vocab.bpe", "merges.txt", 1, err)
-               ? -1
-               : 0;
+    if (!vocabularies)
+        return lens_fail(err, LENS_ENOENT, "%s: no tokenizer.json, vocab.txt, vocab.json or encoder.json", from_dir);
+    return 0;
 }
 
 static int write_config(const lens_trainer *t, const char *dir, lens_err *err)
@@ -931,9 +903,7 @@ int lens_trainer_save(const lens_trainer *t, const char *dir, const char *tokeni
     const float *params[1] = {t->param}, *moments[2] = {t->m, t->v};
     const char *plain[1] = {""}, *moment_names[2] = {"exp_avg.", "exp_avg_sq."};
     if (write_tensors(t, path, 1, params, plain, err) || write_config(t, dir, err)) return -1;
-    const int bpe = lens_has_cap(&t->cfg, LENS_CAP_BYTE_BPE);
-    if (tokenizer_dir && ((bpe ? copy_bpe_tokenizer(tokenizer_dir, dir, err)
-                               : copy_file(tokenizer_dir, dir, "vocab.txt", 1, err)) ||
+    if (tokenizer_dir && (copy_tokenizer(tokenizer_dir, dir, err) ||
                           write_tokenizer_config(tokenizer_dir, dir, t->cfg.max_positions, err)))
         return -1;
     if (!with_state) return 0;

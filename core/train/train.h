@@ -1,14 +1,15 @@
-/* train.h - training BERT classifiers and masked LMs, GPT-2 causal LMs (and
- * learning vocabularies).
+/* train.h - training classifiers, masked LMs and causal LMs of every family
+ * with a block backward (and learning vocabularies).
  *
- * A lens_trainer owns every parameter of a BERT or GPT-2 model in one float
- * buffer (HF tensor order, named pointers in a lens_params view), a gradient
- * buffer of the same layout and the AdamW moments. Its forward pass keeps
- * every activation the backward pass needs; the backward pass uses the ops of
- * core/nn/ops.h and accumulates weight gradients. Checkpoints are Hugging Face
- * folders (config.json, model.safetensors, vocab.txt or vocab.json +
- * merges.txt, tokenizer_config.json) that lens_model_load reads; trainer_state.json + optimizer.safetensors next
- * to them make a run resumable.
+ * A lens_trainer owns every parameter of a model in one float buffer (HF
+ * tensor order, named pointers in a lens_params view), a gradient buffer of
+ * the same layout and the AdamW moments. Its forward pass keeps every
+ * activation the backward pass needs; the backward pass (the heads' and
+ * embedding's of core/model, the family's blocks) accumulates weight
+ * gradients. Checkpoints are Hugging Face folders (config.json,
+ * model.safetensors, the tokenizer files, tokenizer_config.json) that
+ * lens_model_load reads; trainer_state.json + optimizer.safetensors next to
+ * them make a run resumable.
  *
  * Shapes: S sequences, N packed tokens, C = d_model, K labels. */
 #ifndef LENS_TRAIN_H
@@ -21,10 +22,11 @@
 
 typedef struct lens_trainer lens_trainer;
 
-/* A trainer for cfg (arch BERT, task classification or masked LM; or arch
- * GPT-2, task causal LM, HF GPT2LMHeadModel tensors;
- * d_head_k / d_head_v and head_combination honoured), weights drawn N(0, 0.02)
- * from seed, biases 0, LayerNorm 1 / 0. A summed-heads model keeps its
+/* A trainer for cfg: its family (which must have a block backward) and its
+ * task (classification with >= 2 labels, masked LM or causal LM, one the
+ * family has an HF class for); d_head_k / d_head_v (0: C / NH) and
+ * head_combination honoured. Weights drawn N(0, init_std of the walker)
+ * from seed, biases 0, norm gains 1 (Gemma's unit-offset gains 0). A summed-heads model keeps its
  * output weight tiled (model.h); lens_trainer_tensor then gives the tiled
  * [C][NH*DV] extent, whose NH copies of each entry hold equal values and
  * equal gradients (dL/d of the compact entry); files hold [C][DV]. */
@@ -32,7 +34,7 @@ lens_trainer *lens_trainer_new(const lens_config *cfg, unsigned long long seed, 
 void lens_trainer_free(lens_trainer *t);
 
 /* Copy every tensor of checkpoint dir that the trainer has (same names and
- * shapes; "bert." prefix optional); tensors the checkpoint lacks (pooler,
+ * shapes; the family's base prefix, "bert.", optional); tensors the checkpoint lacks (pooler,
  * classifier of an MLM parent) keep their initial values. *n_loaded may be NULL. */
 int lens_trainer_load_weights(lens_trainer *t, const char *dir, int *n_loaded, lens_err *err);
 
@@ -63,10 +65,11 @@ void lens_trainer_zero_grad(lens_trainer *t);
 int lens_trainer_mlm_batch(lens_trainer *t, const lens_batch *b, const int *targets, int backward_pass,
                            float *loss, int *n_predicted, lens_err *err);
 
-/* Causal-LM trainer (cfg arch GPT-2, see train.c for the model): mean
+/* Causal-LM trainer (see train.c for the model): mean
  * next-token cross-entropy, row i of a sequence predicting ids[i + 1] of the
  * same sequence (T - 1 predictions per sequence, *n_predicted = their sum;
- * may be NULL), the LM head tied to wte. logits [N][V] receives every row's
+ * may be NULL), through the LM head (tied or lm_head, soft-capped when the
+ * config says). logits [N][V] receives every row's
  * logits when not NULL. Gradient added as by lens_trainer_batch. */
 int lens_trainer_causal_batch(lens_trainer *t, const lens_batch *b, int backward_pass, float *loss,
                               int *n_predicted, float *logits, lens_err *err);
@@ -89,8 +92,9 @@ int lens_trainer_load_state(lens_trainer *t, const char *dir, long *step, lens_e
 
 typedef struct {
     const char *train_path, *dev_path; /* TSV text<TAB>label, optional header */
-    const char *init_dir;  /* checkpoint to fine-tune, or NULL (then vocab_dir) */
-    const char *vocab_dir; /* folder with vocab.txt (+ tokenizer_config.json) */
+    const char *init_dir;  /* checkpoint to fine-tune, or NULL (then vocab_dir and arch) */
+    const char *vocab_dir; /* folder with the tokenizer files (vocab.txt, vocab.json + merges.txt, tokenizer.json) */
+    const char *arch;      /* a new model's family ("model_type", lens_family_find) when init_dir is NULL */
     const char *out_dir;
     const char *label_names; /* "negative,positive" for numeric labels, or NULL */
     int layers, hidden, heads, ff, max_len, d_head_k, d_head_v; /* 0: defaults */
@@ -112,7 +116,8 @@ void lens_train_opts_default(lens_train_opts *o);
 
 typedef struct {
     float train_loss, dev_accuracy, tokens_per_s; /* masked LM: dev_accuracy = dev MLM loss */
-    float dev_loss; /* causal LM: mean next-token loss on --dev (-1 without); perplexity = exp */
+    float dev_loss; /* mean loss on --dev (-1 without): next-token (causal LM, perplexity = exp), masked-LM, or
+                     * the classifier's cross-entropy */
     long steps;
 } lens_train_result;
 

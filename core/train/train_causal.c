@@ -1,8 +1,10 @@
-/* train_causal.c - `lensd train causal`: GPT-2 causal-LM training around a
+/* train_causal.c - `lensd train causal`: causal-LM training of any family
+ * with a causal-LM head (GPT-2, Llama, Mistral, Qwen2/3, Gemma 1/2,
+ * GPT-NeoX: --init a checkpoint, or a new model of --arch) around a
  * lens_trainer (model, backward and checkpoints in train.c).
  *
  * Data: plain text. Each line (with its newline) is tokenized by the
- * byte-level BPE tokenizer of --vocab (or --init), the ids of all lines are
+ * tokenizer of --vocab (or --init), the ids of all lines are
  * concatenated and cut into windows of max_len tokens (a last shorter window
  * is kept when it has at least 2 tokens). A window of T tokens gives T - 1
  * next-token predictions, as HF's run_clm (group_texts + shifted labels); the
@@ -107,22 +109,6 @@ static float evaluate(lens_trainer *t, const token_stream *d, int *ids, int *len
     return n ? (float)(sum / n) : 0;
 }
 
-/* A new GPT-2 from the options: n_inner = --ff, n_positions = --max-len,
- * gelu_new, layer_norm_epsilon 1e-5, vocabulary of the tokenizer. */
-static int make_config(const lens_train_opts *o, const lens_tokenizer *tok, lens_config *c, lens_err *err)
-{
-    memset(c, 0, sizeof *c);
-    if (o->hidden % o->heads) return lens_fail(err, LENS_EINVAL, "hidden %d is not a multiple of heads %d", o->hidden, o->heads);
-    c->family = &lens_family_gpt2, c->task = LENS_TASK_CAUSAL_LM;
-    snprintf(c->architecture, sizeof c->architecture, "GPT2LMHeadModel");
-    c->n_layers = o->layers, c->n_heads = o->heads, c->d_model = o->hidden, c->d_ff = o->ff;
-    c->d_head_k = c->d_head_v = o->hidden / o->heads;
-    lens_config_set_attn_scale(c);
-    c->vocab_size = lens_tokenizer_vocab_size(tok);
-    c->max_positions = o->max_len, c->ln_eps = 1e-5f, c->gelu_tanh = 1;
-    return 0;
-}
-
 int lens_train_causal(const lens_train_opts *o, lens_train_result *res, lens_err *err)
 {
     const char *tok_dir = o->init_dir ? o->init_dir : o->vocab_dir;
@@ -135,18 +121,15 @@ int lens_train_causal(const lens_train_opts *o, lens_train_result *res, lens_err
     lens_trainer *t = NULL;
     int *order = NULL, *ids = NULL, *lengths = NULL, rc = -1;
     char path[4096];
-    if (lens_tokenizer_kind(tok) != LENS_TOK_BPE) {
-        lens_fail(err, LENS_EINVAL, "%s: a GPT-2 needs a byte-level BPE tokenizer (vocab.json + merges.txt)", tok_dir);
-        goto done;
-    }
     if (o->init_dir) {
         snprintf(path, sizeof path, "%s/config.json", o->init_dir);
         if (lens_config_load(path, &cfg, err)) goto done;
-        if (!lens_has_cap(&cfg, LENS_CAP_CAUSAL) || !lens_has_cap(&cfg, LENS_CAP_TRAIN)) {
-            lens_fail(err, LENS_EINVAL, "%s is not a GPT-2 checkpoint (a causal LM the trainer implements)", o->init_dir);
+        if (!cfg.family->task_archs[LENS_TASK_CAUSAL_LM]) {
+            lens_fail(err, LENS_EINVAL, "%s: %s has no causal-LM head to train", o->init_dir, cfg.family->model_type);
             goto done;
         }
-    } else if (make_config(o, tok, &cfg, err)) {
+        cfg.task = LENS_TASK_CAUSAL_LM;
+    } else if (lens_train_new_config(o, LENS_TASK_CAUSAL_LM, tok, &cfg, err)) {
         goto done;
     }
     const int max_len = o->max_len && o->max_len < cfg.max_positions ? o->max_len : cfg.max_positions;
@@ -163,9 +146,9 @@ int lens_train_causal(const lens_train_opts *o, lens_train_result *res, lens_err
     size_t n_param;
     lens_trainer_params(t, &n_param);
     fprintf(stderr,
-            "train: %zu tokens in %d windows of %d, dev %zu tokens in %d; GPT-2 L%d C%d heads %d FF %d V %d, "
+            "train: %zu tokens in %d windows of %d, dev %zu tokens in %d; %s L%d C%d heads %d FF %d V %d, "
             "%zu parameters; %ld steps of %d windows\n",
-            train.n_tokens, train.n_windows, max_len, dev.n_tokens, dev.n_windows, cfg.n_layers, cfg.d_model,
+            train.n_tokens, train.n_windows, max_len, dev.n_tokens, dev.n_windows, cfg.family->model_type, cfg.n_layers, cfg.d_model,
             cfg.n_heads, cfg.d_ff, cfg.vocab_size, n_param, loop.total, B);
     order = malloc(sizeof(int) * train.n_windows);
     ids = malloc(sizeof(int) * (size_t)B * max_len);
@@ -203,7 +186,7 @@ int lens_train_causal(const lens_train_opts *o, lens_train_result *res, lens_err
     }
     rc = 0;
 done:
-    if (o->init_dir) lens_config_free(&cfg);
+    lens_config_free(&cfg);
     lens_trainer_free(t);
     lens_tokenizer_free(tok);
     free(train.ids), free(dev.ids);

@@ -1,18 +1,21 @@
-/* train_classify.c - `lensd train classify`: the training loop around a
- * lens_trainer for sequence classification.
+/* train_classify.c - `lensd train classify` and `lensd train mlm`: the
+ * training loop around a lens_trainer for sequence classification (BERT,
+ * RoBERTa, DistilBERT) and masked-LM pre-training, of a checkpoint (--init)
+ * or a new model of --arch.
  *
  * Data: TSV, one example a line, text<TAB>label (the text is everything
  * before the last tab); a first line whose label field is "label" is a
  * header. Numeric labels are ids (names from --label-names or LABEL_i);
  * other labels are names, ids in sorted order (or the order of the
  * checkpoint's id2label when fine-tuning). Texts are tokenized with the
- * checkpoint's WordPiece tokenizer and cut to max_len tokens (the last kept
- * token replaced by [SEP]).
+ * checkpoint's tokenizer (its template's special tokens included) and cut
+ * to max_len tokens, the template's closing token ([SEP], </s>) kept last.
  *
  * Schedule: AdamW, linear warm-up over warmup * total steps, then linear
  * decay to 0; gradient clipping to a global norm; the order of examples is a
  * seeded shuffle per epoch, so a resumed run (out_dir/trainer_state.json)
- * skips exactly the batches already seen. Dev accuracy after each epoch. */
+ * skips exactly the batches already seen. Dev accuracy and loss after each
+ * epoch. */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -122,7 +125,6 @@ static int load_tsv(const char *path, const lens_tokenizer *tok, const label_set
 {
     FILE *f = fopen(path, "r");
     if (!f) return lens_fail(err, LENS_ENOENT, "%s: %s", path, strerror(errno));
-    const int sep = lens_tokenizer_id(tok, "[SEP]");
     char *line = NULL;
     size_t cap = 0, cap_tokens = 0;
     int cap_n = 0, first = 1, lineno = 0, rc = 0;
@@ -150,7 +152,10 @@ static int load_tsv(const char *path, const lens_tokenizer *tok, const label_set
             rc = -1;
             break;
         }
-        if (n > max_len) n = max_len, toks[n - 1].id = sep;
+        if (n > max_len) { /* cut, keeping the template's closing token ([SEP], </s>) */
+            if (toks[n - 1].special) toks[max_len - 1] = toks[n - 1];
+            n = max_len;
+        }
         if (d->n == cap_n) {
             cap_n = cap_n ? 2 * cap_n : 1024;
             d->start = realloc(d->start, sizeof *d->start * cap_n);
@@ -215,18 +220,25 @@ static float evaluate(lens_trainer *t, const dataset *d, int *ids, int *lengths,
     return (float)correct / d->n;
 }
 
+/* The mask token of a WordPiece ([MASK]) or byte-level BPE (<mask>)
+ * vocabulary, or -1. */
+static int mask_id(const lens_tokenizer *tok)
+{
+    const int wordpiece = lens_tokenizer_id(tok, "[MASK]");
+    return wordpiece >= 0 ? wordpiece : lens_tokenizer_id(tok, "<mask>");
+}
+
 /* BERT masking of the packed ids [n] (special tokens never chosen): each
  * other token is predicted with probability 0.15; a predicted token becomes
- * [MASK] (80 %), a random id (10 %) or stays (10 %). targets[i] = the
- * original id or -1. Returns the number predicted. */
+ * the mask token (80 %), a random id (10 %) or stays (10 %). targets[i] =
+ * the original id or -1. Returns the number predicted. */
 static int mask_tokens(int *ids, int *targets, size_t n, const lens_tokenizer *tok, int vocab, uint64_t *s)
 {
-    const int mask = lens_tokenizer_id(tok, "[MASK]"), cls = lens_tokenizer_id(tok, "[CLS]");
-    const int sep = lens_tokenizer_id(tok, "[SEP]"), pad = lens_tokenizer_id(tok, "[PAD]");
+    const int mask = mask_id(tok);
     int m = 0;
     for (size_t i = 0; i < n; i++) {
         targets[i] = -1;
-        if (ids[i] == cls || ids[i] == sep || ids[i] == pad) continue;
+        if (lens_tokenizer_is_special(tok, ids[i])) continue;
         *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
         const double r = (*s >> 11) * (1.0 / 9007199254740992.0);
         if (r >= 0.15) continue;
@@ -268,26 +280,6 @@ void lens_train_opts_default(lens_train_opts *o)
                            .clip = 1.0f, .seed = 1, .threads = 1};
 }
 
-static int make_config(const lens_train_opts *o, const lens_tokenizer *tok, const label_set *ls, lens_config *c,
-                       lens_err *err)
-{
-    memset(c, 0, sizeof *c);
-    if (o->hidden % o->heads) return lens_fail(err, LENS_EINVAL, "hidden %d is not a multiple of heads %d", o->hidden, o->heads);
-    c->family = &lens_family_bert, c->task = LENS_TASK_CLASSIFICATION;
-    snprintf(c->architecture, sizeof c->architecture, "BertForSequenceClassification");
-    c->n_layers = o->layers, c->n_heads = o->heads, c->d_model = o->hidden, c->d_ff = o->ff;
-    c->d_head_k = o->d_head_k ? o->d_head_k : o->hidden / o->heads;
-    c->d_head_v = o->d_head_v ? o->d_head_v : o->hidden / o->heads;
-    c->head_combination = o->head_combination;
-    c->scale_by_dv = o->scale_by_dv;
-    lens_config_set_attn_scale(c);
-    c->vocab_size = lens_tokenizer_vocab_size(tok);
-    c->max_positions = o->max_len, c->type_vocab_size = 2, c->ln_eps = 1e-12f;
-    c->n_labels = ls->n;
-    c->labels = ls->names; /* borrowed: lens_trainer_new copies */
-    return 0;
-}
-
 /* Label names for numeric labels: --label-names "a,b" or LABEL_i. */
 static int name_numeric_labels(label_set *ls, const char *names, lens_err *err)
 {
@@ -322,9 +314,17 @@ int lens_train_classify(const lens_train_opts *o, lens_train_result *res, lens_e
     int *order = NULL, *ids = NULL, *lengths = NULL, *labels = NULL, rc = -1;
     float *logits = NULL;
     char path[4096];
+    const lens_task task = o->masked_lm ? LENS_TASK_MASKED_LM : LENS_TASK_CLASSIFICATION;
     if (o->init_dir) {
         snprintf(path, sizeof path, "%s/config.json", o->init_dir);
         if (lens_config_load(path, &init_cfg, err)) goto done;
+        if (!init_cfg.family->task_archs[task]) {
+            lens_fail(err, LENS_EINVAL, "%s: %s has no %s head to train", o->init_dir, init_cfg.family->model_type,
+                      lens_task_name(task));
+            goto done;
+        }
+    } else if (lens_train_new_config(o, task, tok, &init_cfg, err)) {
+        goto done;
     }
     if (o->masked_lm) {
         /* no labels */
@@ -339,14 +339,14 @@ int lens_train_classify(const lens_train_opts *o, lens_train_result *res, lens_e
         if (scan_labels(o->train_path, &ls, err)) goto done;
         if (ls.numeric && name_numeric_labels(&ls, o->label_names, err)) goto done;
     }
-    if (o->init_dir) {
-        cfg = init_cfg;
-        cfg.task = o->masked_lm ? LENS_TASK_MASKED_LM : LENS_TASK_CLASSIFICATION;
-        cfg.n_labels = ls.n, cfg.labels = ls.names;
-    } else if (make_config(o, tok, &ls, &cfg, err)) {
+    cfg = init_cfg;
+    cfg.task = task;
+    cfg.n_labels = ls.n, cfg.labels = ls.names; /* borrowed: lens_trainer_new copies */
+    if (o->masked_lm) cfg.n_labels = 0, cfg.labels = NULL;
+    if (o->masked_lm && mask_id(tok) < 0) {
+        lens_fail(err, LENS_EINVAL, "%s: the tokenizer has no [MASK] or <mask> token", tok_dir);
         goto done;
     }
-    if (o->masked_lm) cfg.task = LENS_TASK_MASKED_LM, cfg.n_labels = 0, cfg.labels = NULL;
     const int max_len = o->max_len && o->max_len < cfg.max_positions ? o->max_len : cfg.max_positions;
     const label_set *lsp = o->masked_lm ? NULL : &ls;
     if (load_tsv(o->train_path, tok, lsp, max_len, o->max_train, &train, err)) goto done;
@@ -374,7 +374,7 @@ int lens_train_classify(const lens_train_opts *o, lens_train_result *res, lens_e
         lens_fail(err, LENS_ENOMEM, "out of memory");
         goto done;
     }
-    float dev_acc = -1;
+    float dev_acc = -1, dev_loss = -1;
     for (int epoch = (int)(loop.step / loop.steps_per_epoch); loop.step < loop.total; epoch++) {
         lens_train_shuffle(order, train.n, o->seed, epoch);
         for (long i = loop.step - epoch * loop.steps_per_epoch; i < loop.steps_per_epoch && loop.step < loop.total;
@@ -397,12 +397,11 @@ int lens_train_classify(const lens_train_opts *o, lens_train_result *res, lens_e
         }
         const double eval_start = lens_train_now();
         if (dev.n && o->masked_lm) {
-            const float dev_loss = evaluate_mlm(t, &dev, tok, ids, lengths, labels, eval_batch);
+            dev_loss = evaluate_mlm(t, &dev, tok, ids, lengths, labels, eval_batch);
             dev_acc = dev_loss;
             fprintf(stderr, "epoch %d: dev masked-LM loss %.4f perplexity %.1f (%d texts)\n", epoch + 1, dev_loss,
                     exp(dev_loss), dev.n);
         } else if (dev.n) {
-            float dev_loss = 0;
             dev_acc = evaluate(t, &dev, ids, lengths, labels, logits, eval_batch, &dev_loss);
             fprintf(stderr, "epoch %d: dev accuracy %.4f loss %.4f (%d examples)\n", epoch + 1, dev_acc, dev_loss,
                     dev.n);
@@ -412,7 +411,7 @@ int lens_train_classify(const lens_train_opts *o, lens_train_result *res, lens_e
             goto done;
     }
     if (res) {
-        res->train_loss = (float)loop.meter.loss_avg, res->dev_accuracy = dev_acc, res->dev_loss = -1;
+        res->train_loss = (float)loop.meter.loss_avg, res->dev_accuracy = dev_acc, res->dev_loss = dev_loss;
         res->steps = loop.step, res->tokens_per_s = (float)lens_train_meter_rate(&loop.meter);
     }
     rc = 0;

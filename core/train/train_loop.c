@@ -2,9 +2,15 @@
  * bookkeeping of the training loops (train_loop.h). */
 #include "core/train/train_loop.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+
+#include "core/model/arch.h"
+#include "core/model/mkmodel.h"
 
 void lens_train_shuffle(int *order, int n, unsigned long long seed, int epoch)
 {
@@ -16,6 +22,33 @@ void lens_train_shuffle(int *order, int n, unsigned long long seed, int epoch)
         const int x = order[i];
         order[i] = order[j], order[j] = x;
     }
+}
+
+int lens_train_new_config(const lens_train_opts *o, lens_task task, const lens_tokenizer *tok, lens_config *c,
+                          lens_err *err)
+{
+    const lens_family *f = o->arch ? lens_family_find(o->arch) : NULL;
+    if (!f) return lens_fail(err, LENS_EINVAL, "a new model needs --arch (%s) or --init DIR", lens_family_names());
+    if (o->heads < 1 || o->hidden % o->heads)
+        return lens_fail(err, LENS_EINVAL, "hidden %d is not a multiple of heads %d", o->hidden, o->heads);
+    lens_config fresh = {.family = f};
+    int rc = lens_mkmodel_new_config(&fresh, lens_task_name(task), err);
+    if (!rc) {
+        fresh.n_layers = o->layers, fresh.n_heads = o->heads, fresh.d_model = o->hidden, fresh.d_ff = o->ff;
+        fresh.d_head_k = o->d_head_k ? o->d_head_k : o->hidden / o->heads;
+        fresh.d_head_v = o->d_head_v ? o->d_head_v : o->hidden / o->heads;
+        fresh.head_combination = o->head_combination, fresh.scale_by_dv = o->scale_by_dv;
+        fresh.vocab_size = lens_tokenizer_vocab_size(tok), fresh.max_positions = o->max_len;
+        if (fresh.rope.theta > 0) fresh.rope.dim = fresh.d_head_k;
+        lens_config_set_attn_scale(&fresh);
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", o->out_dir);
+    if (!rc && mkdir(o->out_dir, 0755) && errno != EEXIST)
+        rc = lens_fail(err, LENS_EIO, "%s: %s", o->out_dir, strerror(errno));
+    if (!rc) rc = lens_config_save(path, &fresh, 0, NULL, err);
+    lens_config_free(&fresh);
+    return rc ? rc : lens_config_load(path, c, err);
 }
 
 float lens_train_lr(float lr, long step, long warmup, long total)

@@ -6,6 +6,7 @@
 #ifndef LENS_TRAIN_LOOP_H
 #define LENS_TRAIN_LOOP_H
 
+#include "core/io/tokenizer.h"
 #include "core/train/train.h"
 
 /* order = a permutation of 0..n-1, fixed by (seed, epoch). */
@@ -26,6 +27,16 @@ double lens_train_now(void);
 void lens_train_meter_start(lens_train_meter *m);
 void lens_train_meter_step(lens_train_meter *m, long step, long total, int epoch, float loss, float lr, long tokens);
 double lens_train_meter_rate(const lens_train_meter *m);
+
+/* A new model's config for task: o->arch's defaults (the family's
+ * new_config), o's shape (layers, hidden, heads, ff, max_len, head sizes,
+ * head combination, scale), the vocabulary of tok, RoPE over whole heads
+ * when the family rotates. It is written as o->out_dir/config.json and read
+ * back, so the trainer sees what a reload of its checkpoint will (values the
+ * loader derives, such as Gemma's embedding scale). Free with
+ * lens_config_free. */
+int lens_train_new_config(const lens_train_opts *o, lens_task task, const lens_tokenizer *tok, lens_config *c,
+                          lens_err *err);
 
 /* One run: trainer t, options o, tokenizer files copied from tok_dir into
  * every checkpoint. step counts optimiser steps (resumed with o->resume);
