@@ -369,7 +369,7 @@ static void check_from_random(void)
     o.max_len = 64, o.batch_size = 8, o.max_steps = 100, o.lr = 3e-3f;
     check_falls(&o, 1, 7.0f, 5.5f, "llama micro causal LM");
     lens_model *m = lens_model_load(out, &err);
-    CHECK(m && m->cfg.family == &lens_family_llama && m->cfg.n_kv_heads == 2 && !m->cfg.tie_word_embeddings,
+    CHECK(m && m->cfg.family == lens_family_find("llama") && m->cfg.n_kv_heads == 2 && !m->cfg.tie_word_embeddings,
           "trained llama reloads: %s", m ? "" : err.msg);
     lens_model_free(m);
 
@@ -385,7 +385,7 @@ static void check_from_random(void)
     o.max_len = 48, o.batch_size = 32, o.max_train = 6400, o.max_steps = 200, o.lr = 1e-3f;
     check_falls(&o, 0, 0.68f, 0.6f, "roberta tiny classifier");
     m = lens_model_load(out, &err);
-    CHECK(m && m->cfg.family == &lens_family_roberta && m->cfg.task == LENS_TASK_CLASSIFICATION && m->tok,
+    CHECK(m && m->cfg.family == lens_family_find("roberta") && m->cfg.task == LENS_TASK_CLASSIFICATION && m->tok,
           "trained roberta reloads with its tokenizer: %s", m ? "" : err.msg);
     lens_model_free(m);
 }
@@ -538,7 +538,7 @@ static void check_gpt2_tied_gradients(lens_trainer *t)
 static void check_gpt2_overfit(void)
 {
     enum { S = 4, T = 16 };
-    lens_config c = {.family = &lens_family_gpt2, .task = LENS_TASK_CAUSAL_LM, .n_layers = 2, .n_heads = 2, .d_model = 64,
+    lens_config c = {.family = lens_family_find("gpt2"), .task = LENS_TASK_CAUSAL_LM, .n_layers = 2, .n_heads = 2, .d_model = 64,
                      .d_ff = 256, .vocab_size = 64, .max_positions = 32, .ln_eps = 1e-5f, .gelu_tanh = 1};
     lens_err err;
     lens_trainer *t = lens_trainer_new(&c, 21, &err);
@@ -601,7 +601,7 @@ static void check_gpt2(void)
     lens_model *r = lens_model_load(out, &err);
     CHECK(r != NULL, "gpt2 reload: %s", r ? "" : err.msg);
     if (r && want) {
-        CHECK(r->cfg.family == &lens_family_gpt2 && r->cfg.task == LENS_TASK_CAUSAL_LM && r->cfg.gelu_tanh &&
+        CHECK(r->cfg.family == lens_family_find("gpt2") && r->cfg.task == LENS_TASK_CAUSAL_LM && r->cfg.gelu_tanh &&
                   r->cfg.d_ff == 512 && r->cfg.max_positions == 256,
               "gpt2 reloaded config");
         lens_forward_opts opts = {.keep = LENS_KEEP_LOGITS};
@@ -699,7 +699,7 @@ static void check_train_causal(void)
     CHECK(r.steps == 4 && r.dev_loss > 0 && r.dev_loss < 11.5f && r.tokens_per_s > 0,
           "train causal: %ld steps, dev loss %g", r.steps, r.dev_loss);
     lens_model *m = lens_model_load(out, &err);
-    CHECK(m && m->cfg.family == &lens_family_gpt2 && m->cfg.d_model == 32 && m->cfg.max_positions == 16,
+    CHECK(m && m->cfg.family == lens_family_find("gpt2") && m->cfg.d_model == 32 && m->cfg.max_positions == 16,
           "train causal: reload: %s", m ? "" : err.msg);
     check_model_max_length(out, 16, "train causal");
     lens_model_free(m);

@@ -295,9 +295,6 @@ const lens_family *lens_family_find(const char *model_type); /* NULL when unknow
 /* "bert, gpt2, ..." for error messages. */
 const char *lens_family_names(void);
 
-extern const lens_family lens_family_bert, lens_family_gpt2, lens_family_roberta, lens_family_distilbert;
-extern const lens_family lens_family_llama, lens_family_mistral, lens_family_qwen2, lens_family_qwen3,
-    lens_family_gemma, lens_family_gemma2, lens_family_gpt_neox;
 
 /* BERT's pieces its descendants (RoBERTa, DistilBERT) share (bert.c):
  * the BERT config keys but pad_token_id, the embeddings + encoder tensor

@@ -112,7 +112,7 @@ int lens_decoder_config_extra(json_t *root, const lens_config *c)
 
 /* ------------------------------------------------------------ tensors */
 
-static const lens_tensor_row decoder_embedding_rows[] = {
+const lens_tensor_row lens_decoder_embedding_rows[] = {
     LENS_ROW("model.embed_tokens.weight", LENS_P(tok_emb), LENS_T_EMBEDDING, LENS_D_V, LENS_D_C),
     {0}};
 
@@ -139,15 +139,15 @@ static const lens_tensor_row decoder_layer_rows[] = {
              .when = LENS_IF_NO_POST_NORMS, .init = LENS_INIT_NOISE),
     {0}};
 
-static const lens_tensor_row decoder_final_rows[] = {
+const lens_tensor_row lens_decoder_final_rows[] = {
     LENS_ROW("model.norm", LENS_P(ln_final), LENS_T_RMSNORM, LENS_D_C, LENS_D_NONE, .init = LENS_INIT_NOISE),
     LENS_ROW("lm_head", LENS_P(lm_head), LENS_T_LINEAR_NB, LENS_D_V, LENS_D_C, .when = LENS_IF_UNTIED_LM),
     {0}};
 
 const lens_tensor_section lens_decoder_tensors[] = {
-    {"", 0, decoder_embedding_rows},
+    {"", 0, lens_decoder_embedding_rows},
     {"model.layers.%d.", 1, decoder_layer_rows},
-    {"", 0, decoder_final_rows},
+    {"", 0, lens_decoder_final_rows},
     {0}};
 
 /* ------------------------------------------------------------ the block */

@@ -43,6 +43,9 @@ int lens_decoder_config_extra(struct json_t *root, const lens_config *c);
     .config_extra = lens_decoder_config_extra
 
 extern const lens_tensor_section lens_decoder_tensors[];
+/* Its first and last sections' rows, for decoder families with their own
+ * layer rows: model.embed_tokens; model.norm and an untied lm_head. */
+extern const lens_tensor_row lens_decoder_embedding_rows[], lens_decoder_final_rows[];
 /* The block (and with l == L the final norm) of every decoder family here. */
 void lens_decoder_block(const lens_model *m, int l, lens_block_prog *p);
 

@@ -18,10 +18,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/base/gemm.h"
 #include "core/model/decoder.h"
-#include "core/nn/ops.h"
-#include "core/nn/rope.h"
 
 /* After the sizes and positions (decoder.h); attention_bias true only. */
 static const lens_config_key neox_keys[] = {
@@ -43,10 +40,6 @@ static const lens_config_key rotary_pct = LENS_KEY("rotary_pct", LENS_KEY_DOUBLE
 
 static int neox_config_hook(const json_t *root, const char *path, lens_config *cfg, lens_err *err)
 {
-    /* the fused q/k/v output [N][3C] is computed in the MLP buffer */
-    if (cfg->d_ff < 3 * cfg->d_model)
-        return lens_fail(err, LENS_EFORMAT, "%s: intermediate_size %d below 3 x hidden_size is not supported", path,
-                         cfg->d_ff);
     double pct;
     if (lens_config_key_read(root, path, cfg, &rotary_pct, &pct, err)) return -1;
     cfg->rope.dim = (int)(cfg->d_head_k * pct) & ~1;

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """decoders_reference.py - an independent float64 PyTorch reference for the
 modern decoder families lensd reads (llama, mistral, qwen2, qwen3, gemma,
-gemma2, gpt_neox), written from the math of Hugging Face's modeling files
-(modeling_llama.py, modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py,
-modeling_gemma.py, modeling_gemma2.py, modeling_gpt_neox.py) and nothing of
+gemma2, gpt_neox, phi3, olmo2), written from the math of Hugging Face's
+modeling files (modeling_llama.py, modeling_mistral.py, modeling_qwen2.py,
+modeling_qwen3.py, modeling_gemma.py, modeling_gemma2.py,
+modeling_gpt_neox.py, modeling_phi3.py, modeling_olmo2.py) and nothing of
 lensd; the transformers package is not imported.
 
   Llama-style  x0 = E[id] (Gemma: times sqrt(C));  per layer
@@ -14,6 +15,12 @@ lensd; the transformers package is not imported.
                Gemma 2 on even layers);  a = softmax(s) v W_o^T (+ b);  Gemma 2: post-norm
                x = x + a;  x = x + [post-norm] W_down (act(W_gate h') * W_up h'), h' = RMSNorm(x)
                hidden[L] = model.norm(x_L);  logits = hidden[L] (lm_head | E)^T (Gemma 2 final cap)
+  Phi-3        Llama with qkv_proj split q | k | v (query_pos = NH D, then NKV D each), gate_up_proj
+               chunked gate | up, RoPE on the first int(D * partial_rotary_factor) channels, the
+               sliding window on every layer
+  OLMo-2       no norm before attention or the MLP: q = q_norm(x W_q) over all NH D channels, k
+               likewise (NKV D), RoPE; x = x + post_attention_layernorm(Attn W_o);
+               x = x + post_feedforward_layernorm(W_down (silu(x W_gate) * x W_up))
   GPT-NeoX     h = LN1(x); qkv per head [q_h | k_h | v_h]; RoPE on the first rotary_pct of
                each head;  parallel: x + Attn(LN1 x) + MLP(LN2 x), else sequential;
                final_layer_norm;  logits = hidden[L] embed_out^T
@@ -38,7 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from families_reference import answer, read_safetensors  # noqa: E402  (the shared answer: attribution, HTA, ...; F32 reader)
 
 torch.set_num_threads(1)
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gpt_neox")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gpt_neox", "phi3", "olmo2")
 
 
 def gelu_tanh(x):
@@ -103,13 +110,14 @@ class Decoder:
             return
         self.NKV = c.get("num_key_value_heads", self.NH)
         self.D = c.get("head_dim") or self.C // self.NH
-        self.freqs = inv_freq(self.D, c.get("rope_theta", 10000.0), c.get("rope_scaling"))
+        rotary = int(self.D * c.get("partial_rotary_factor", 1.0)) if self.type == "phi3" else self.D
+        self.freqs = inv_freq(rotary, c.get("rope_theta", 10000.0), c.get("rope_scaling"))
         self.eps = c["rms_norm_eps"]
         self.gemma = self.type in ("gemma", "gemma2")
         self.act = ACTS[c.get("hidden_activation") or c.get("hidden_act", "silu")] if self.gemma else ACTS[c["hidden_act"]]
         q = c.get("query_pre_attn_scalar") if self.type == "gemma2" else None
         self.scale = (q if q else self.D) ** -0.5
-        self.window = c.get("sliding_window") if self.type in ("mistral", "gemma2") else None
+        self.window = c.get("sliding_window") if self.type in ("mistral", "gemma2", "phi3") else None
         self.attn_cap = c.get("attn_logit_softcapping") if self.type == "gemma2" else None
         self.final_cap = c.get("final_logit_softcapping") if self.type == "gemma2" else None
         self.tied = c.get("tie_word_embeddings", self.gemma)
@@ -150,13 +158,19 @@ class Decoder:
     def block(self, l, x, pos, scale=None):
         if self.type == "gpt_neox":
             return self.neox_block(l, x, pos, scale)
+        if self.type == "olmo2":
+            return self.olmo2_block(l, x, pos, scale)
         b = f"model.layers.{l}."
         T = x.shape[0]
         off = self.gemma
         h = rms(x, self.p(b + "input_layernorm.weight"), self.eps, off)
-        q = self.lin(h, b + "self_attn.q_proj").view(T, self.NH, self.D)
-        k = self.lin(h, b + "self_attn.k_proj").view(T, self.NKV, self.D)
-        v = self.lin(h, b + "self_attn.v_proj").view(T, self.NKV, self.D)
+        if self.type == "phi3":  # Phi3Attention: qkv[..., :query_pos], then NKV D for k, the rest v
+            qkv = self.lin(h, b + "self_attn.qkv_proj")
+            nq, nk = self.NH * self.D, self.NKV * self.D
+            q, k, v = qkv[:, :nq], qkv[:, nq:nq + nk], qkv[:, nq + nk:]
+        else:
+            q, k, v = (self.lin(h, b + "self_attn." + n + "_proj") for n in "qkv")
+        q, k, v = q.reshape(T, self.NH, self.D), k.reshape(T, self.NKV, self.D), v.reshape(T, self.NKV, self.D)
         if self.type == "qwen3":
             q = rms(q, self.p(b + "self_attn.q_norm.weight"), self.eps, False)
             k = rms(k, self.p(b + "self_attn.k_norm.weight"), self.eps, False)
@@ -169,10 +183,28 @@ class Decoder:
         else:
             h = rms(x + o, self.p(b + "post_attention_layernorm.weight"), self.eps, off)
         x = x + o
-        f = self.lin(self.act(self.lin(h, b + "mlp.gate_proj")) * self.lin(h, b + "mlp.up_proj"), b + "mlp.down_proj")
+        if self.type == "phi3":  # Phi3MLP: gate, up = gate_up_proj(h).chunk(2)
+            gate, up = self.lin(h, b + "mlp.gate_up_proj").chunk(2, dim=-1)
+            f = self.lin(self.act(gate) * up, b + "mlp.down_proj")
+        else:
+            f = self.lin(self.act(self.lin(h, b + "mlp.gate_proj")) * self.lin(h, b + "mlp.up_proj"), b + "mlp.down_proj")
         if self.type == "gemma2":
             f = rms(f, self.p(b + "post_feedforward_layernorm.weight"), self.eps, True)
         return x + f, P, V
+
+    def olmo2_block(self, l, x, pos, scale=None):
+        """Olmo2DecoderLayer: post-norms only, q_norm / k_norm over the whole projections."""
+        b = f"model.layers.{l}."
+        T = x.shape[0]
+        q = rms(self.lin(x, b + "self_attn.q_proj"), self.p(b + "self_attn.q_norm.weight"), self.eps, False)
+        k = rms(self.lin(x, b + "self_attn.k_proj"), self.p(b + "self_attn.k_norm.weight"), self.eps, False)
+        v = self.lin(x, b + "self_attn.v_proj")
+        q, k, v = q.view(T, self.NH, self.D), k.view(T, self.NKV, self.D), v.view(T, self.NKV, self.D)
+        q, k = rope(q, pos, self.freqs), rope(k, pos, self.freqs)
+        ctx, P, V = self.attend(q, k, v, l, scale)
+        x = x + rms(self.lin(ctx, b + "self_attn.o_proj"), self.p(b + "post_attention_layernorm.weight"), self.eps, False)
+        f = self.lin(self.act(self.lin(x, b + "mlp.gate_proj")) * self.lin(x, b + "mlp.up_proj"), b + "mlp.down_proj")
+        return x + rms(f, self.p(b + "post_feedforward_layernorm.weight"), self.eps, False), P, V
 
     def neox_block(self, l, x, pos, scale=None):
         b = f"gpt_neox.layers.{l}."
