@@ -210,6 +210,10 @@ static const struct {
     {"gpt_neox", "attention_bias", "false", "\"attention_bias\" = false is not supported"},
     {"gpt_neox", "rotary_pct", "1.5", "\"rotary_pct\" = 1.5 is outside [0, 1]"},
     {"mistral", "tie_word_embeddings", "\"yes\"", "\"tie_word_embeddings\" must be true or false"},
+    {"phi3", "rope_scaling", "{\"type\": \"longrope\", \"short_factor\": [1], \"long_factor\": [1]}",
+     "rope_scaling type \"longrope\""},
+    {"phi3", "partial_rotary_factor", "0.2", "partial_rotary_factor 0.2 gives 1 rotary channels"},
+    {"olmo2", "attention_bias", "1", "\"attention_bias\" must be true or false"},
 };
 
 static void test_configs(const char *dir)

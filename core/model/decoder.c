@@ -61,6 +61,9 @@ static int parse_rope_scaling(const json_t *root, const char *path, lens_rope_pa
     const char *type = json_string_value(json_object_get(s, "rope_type"));
     if (!type) type = json_string_value(json_object_get(s, "type"));
     if (!type || !strcmp(type, "default")) return 0;
+    if (strcmp(type, "linear") && strcmp(type, "llama3"))
+        return lens_fail(err, LENS_EFORMAT, "%s: rope_scaling type \"%s\" is not supported (default, linear, llama3)",
+                         path, type);
     const double factor = json_number_value(json_object_get(s, "factor"));
     if (!(factor > 0)) return lens_fail(err, LENS_EFORMAT, "%s: rope_scaling.factor must be > 0", path);
     r->factor = factor;
@@ -68,9 +71,6 @@ static int parse_rope_scaling(const json_t *root, const char *path, lens_rope_pa
         r->type = LENS_ROPE_LINEAR;
         return 0;
     }
-    if (strcmp(type, "llama3"))
-        return lens_fail(err, LENS_EFORMAT, "%s: rope_scaling type \"%s\" is not supported (default, linear, llama3)",
-                         path, type);
     r->type = LENS_ROPE_LLAMA3;
     r->low_freq_factor = json_number_value(json_object_get(s, "low_freq_factor"));
     r->high_freq_factor = json_number_value(json_object_get(s, "high_freq_factor"));
