@@ -108,7 +108,6 @@ static size_t reg_width(const lens_config *c, lens_reg r)
     }
 }
 
-static int is_rms(const lens_config *c) { return c->norm_rms; }
 
 static void make_plan(const lens_model *m, const lens_block_prog *p, int for_weights, plan *pl)
 {
@@ -132,7 +131,7 @@ static void make_plan(const lens_model *m, const lens_block_prog *p, int for_wei
             break;
         case LENS_OP_NORM:
             pl->in[i] = SAVE(o->in, (size_t)c->d_model);
-            pl->stats[i] = floats, floats += is_rms(c) ? 1 : 2;
+            pl->stats[i] = floats, floats += c->norm_rms ? 1 : 2;
             version[o->out]++;
             break;
         case LENS_OP_QK_NORM:
@@ -307,9 +306,9 @@ static void norm_forward(const lens_model *m, const lens_block_io *io, const len
     float *rstd = o->slot >= 0 && io->ln_rstd ? io->ln_rstd + (size_t)o->slot * N : NULL;
     if (io->cache) {
         mean = saved(io, stats);
-        rstd = is_rms(c) ? mean : mean + io->cache->rows;
+        rstd = c->norm_rms ? mean : mean + io->cache->rows;
     }
-    if (is_rms(c)) {
+    if (c->norm_rms) {
         if (residual) lens_residual_forward(in, residual, (size_t)N * C);
         lens_rmsnorm_forward(out, rstd, in, o->ln->w, c->norm_unit_offset, N, C, c->ln_eps);
         if (mean && !io->cache) memset(mean, 0, sizeof(float) * N); /* RMSNorm does not centre */
@@ -336,6 +335,7 @@ static void forward_ops(const lens_model *m, lens_block_io *io, int l, const len
             const size_t ldo = ld_of(io, o->out, (size_t)o->lin->out, 1), ldi = ld_of(io, o->in, (size_t)o->lin->in, 1);
             save(io, pl->in[i], in, ldi, N, (size_t)o->lin->in);
             if (next && next->kind == LENS_OP_GELU && o->out == LENS_R_FF && !io->cache) {
+                /* GELU fused into the product's tiles while they are in L1 (nothing to save) */
                 lens_gemm_linear_post(out, ldo, in, ldi, o->lin, N,
                                       c->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward, io->pool);
                 i = j;
@@ -436,7 +436,7 @@ void lens_block_backward(const lens_model *m, lens_block_io *io, int l)
         case LENS_OP_NORM:
             if (!zero[o->out]) {
                 const float *stats = saved(io, pl.stats[i]);
-                if (is_rms(c)) {
+                if (c->norm_rms) {
                     if (zero[o->in]) memset(din, 0, sizeof(float) * N * C);
                     lens_rmsnorm_backward(din, grad_of(io, o->ln->w), dout, inp, stats, o->ln->w, off, N, C);
                 } else {
@@ -488,7 +488,6 @@ void lens_block_backward(const lens_model *m, lens_block_io *io, int l)
             break;
         }
     }
-    (void)C;
 }
 
 /* ------------------------------------------------------------ JVP */
@@ -568,7 +567,7 @@ static void jvp_ops(const lens_model *m, lens_block_io *io, int l, const lens_bl
             break;
         case LENS_OP_NORM: {
             const float *stats = saved(io, pl->stats[i]);
-            if (is_rms(c))
+            if (c->norm_rms)
                 for (int b = 0; b < B; b++)
                     lens_rmsnorm_jvp(out + (size_t)b * T * C, in + (size_t)b * T * C, inp, stats, o->ln->w, off, T, C);
             else lens_layernorm_jvp(out, in, inp, stats, stats + T, o->ln, B, T, C, io->row_scratch);
