@@ -25,6 +25,7 @@ static const family_case family_cases[] = {
     {"qwen3", "causal-lm"},        {"gemma", "causal-lm"},      {"gemma2", "causal-lm"},
     {"gpt_neox", "causal-lm"},     {"phi3", "causal-lm"},
     {"olmo2", "causal-lm"},
+    {"xlm-roberta", "classification"}, {"xlm-roberta", "masked-lm"}, {"xlm-roberta", "encoder"},
 };
 #define N_FAMILY_CASES ((int)(sizeof family_cases / sizeof family_cases[0]))
 

@@ -305,6 +305,14 @@ extern const lens_tensor_row lens_bert_embedding_rows[], lens_bert_layer_rows[];
 extern const char lens_bert_config_constants[];
 void lens_bert_block(const lens_model *m, int l, lens_block_prog *p);
 
+/* RoBERTa's pieces XLM-RoBERTa shares (roberta.c): pad_token_id (1), the
+ * positions after padding_idx (hook), bos / eos (extra), and every tensor
+ * name under "roberta." with its heads. */
+extern const lens_config_key lens_roberta_pad_keys[];
+extern const lens_tensor_section lens_roberta_tensors[];
+int lens_roberta_config_hook(const struct json_t *root, const char *path, lens_config *cfg, lens_err *err);
+int lens_roberta_config_extra(struct json_t *root, const lens_config *cfg);
+
 /* A tokenizer-only folder (lens_model_tokenizer_only) has no family: no capabilities. */
 static inline int lens_has_cap(const lens_config *c, unsigned cap) { return c->family && (c->family->caps & cap) != 0; }
 

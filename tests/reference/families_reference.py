@@ -9,7 +9,8 @@ that `lensd mkmodel` writes and compares.
   BERT        x0 = LN(E_word[id] + E_pos[t] + E_type[s]); a = LN(x + Attn(x));
               x' = LN(a + W2 act(W1 a)); classifier W_c tanh(W_p x_L[0]);
               MLM LN(act(W_t x_L)) E_word^T + bias
-  RoBERTa     BERT under "roberta." with position ids padding_idx + cumsum(id != pad)
+  RoBERTa     (and XLM-RoBERTa, modeling_xlm_roberta.py: the same model, base_model_prefix
+              "roberta") BERT under "roberta." with position ids padding_idx + cumsum(id != pad)
               (pad tokens at padding_idx); classifier.out_proj(tanh(classifier.dense(x_L[0])));
               lm_head: layer_norm(gelu(dense(x_L))) E_word^T + lm_head.bias
   DistilBERT  x0 = LN(E_word[id] + E_pos[t]) (no segments); blocks with q_lin ..
@@ -99,6 +100,8 @@ class Model:
         self.cfg = json.load(open(d + "/config.json"))
         self.w = read_safetensors(d + "/model.safetensors")
         self.type = self.cfg["model_type"]
+        if self.type == "xlm-roberta":  # XLMRobertaModel is RobertaModel, prefix "roberta."
+            self.type = "roberta"
         self.arch = self.cfg["architectures"][0]
         c = self.cfg
         if self.type == "distilbert":
