@@ -26,6 +26,7 @@ static const family_case family_cases[] = {
     {"gpt_neox", "causal-lm"},     {"phi3", "causal-lm"},
     {"olmo2", "causal-lm"},
     {"xlm-roberta", "classification"}, {"xlm-roberta", "masked-lm"}, {"xlm-roberta", "encoder"},
+    {"gemma3_text", "causal-lm"},
 };
 #define N_FAMILY_CASES ((int)(sizeof family_cases / sizeof family_cases[0]))
 

@@ -18,12 +18,13 @@
 /* The registry: a family is its file and its line here. */
 extern const lens_family lens_family_bert, lens_family_gpt2, lens_family_roberta, lens_family_distilbert,
     lens_family_llama, lens_family_mistral, lens_family_qwen2, lens_family_qwen3, lens_family_gemma,
-    lens_family_gemma2, lens_family_gpt_neox, lens_family_phi3, lens_family_olmo2, lens_family_xlm_roberta;
+    lens_family_gemma2, lens_family_gpt_neox, lens_family_phi3, lens_family_olmo2, lens_family_xlm_roberta,
+    lens_family_gemma3_text;
 const lens_family *const lens_families[] = {&lens_family_bert, &lens_family_gpt2, &lens_family_roberta,
                                             &lens_family_distilbert, &lens_family_llama, &lens_family_mistral,
                                             &lens_family_qwen2, &lens_family_qwen3, &lens_family_gemma,
                                             &lens_family_gemma2, &lens_family_gpt_neox, &lens_family_phi3, &lens_family_olmo2,
-                                            &lens_family_xlm_roberta, NULL};
+                                            &lens_family_xlm_roberta, &lens_family_gemma3_text, NULL};
 
 const lens_family *lens_family_find(const char *model_type)
 {

@@ -174,8 +174,8 @@ void lens_decoder_block(const lens_model *m, int l, lens_block_prog *p)
         lens_op_qk_norm(p, LENS_R_Q, &b->q_norm, NH, c->d_head_k);
         lens_op_qk_norm(p, LENS_R_K, &b->k_norm, NKV, c->d_head_k);
     }
-    lens_op_rope(p, LENS_R_Q, NH);
-    lens_op_rope(p, LENS_R_K, NKV);
+    lens_op_rope(p, LENS_R_Q, NH, lens_layer_rope(c, l));
+    lens_op_rope(p, LENS_R_K, NKV, lens_layer_rope(c, l));
     lens_op_repeat_kv(p, LENS_R_K, NKV);
     lens_op_repeat_kv(p, LENS_R_V, NKV);
     lens_op_attend(p);

@@ -50,8 +50,8 @@ static void olmo2_block(const lens_model *m, int l, lens_block_prog *p)
     lens_op_linear(p, LENS_R_V, LENS_R_X, &b->v);
     lens_op_qk_norm(p, LENS_R_Q, &b->q_norm, NH, NH * DK);
     lens_op_qk_norm(p, LENS_R_K, &b->k_norm, NKV, NKV * DK);
-    lens_op_rope(p, LENS_R_Q, NH);
-    lens_op_rope(p, LENS_R_K, NKV);
+    lens_op_rope(p, LENS_R_Q, NH, NULL);
+    lens_op_rope(p, LENS_R_K, NKV, NULL);
     lens_op_repeat_kv(p, LENS_R_K, NKV);
     lens_op_repeat_kv(p, LENS_R_V, NKV);
     lens_op_attend(p);
