@@ -170,6 +170,8 @@ static int same_config(const lens_config *a, const lens_config *b)
                a->qkv_bias == b->qkv_bias && a->o_bias == b->o_bias && a->qk_norm == b->qk_norm &&
                a->post_norms == b->post_norms && a->parallel_residual == b->parallel_residual &&
                a->sliding_window == b->sliding_window && a->sliding_pattern == b->sliding_pattern &&
+               a->sliding_pattern_offset == b->sliding_pattern_offset &&
+               a->window_bidirectional == b->window_bidirectional &&
                !memcmp(&a->rope_local, &b->rope_local, sizeof a->rope_local) &&
                a->attn_softcap == b->attn_softcap && a->final_softcap == b->final_softcap &&
                a->query_pre_attn_scalar == b->query_pre_attn_scalar && a->emb_scale == b->emb_scale &&

@@ -87,6 +87,7 @@ typedef enum {
     LENS_T_LINEAR_NB, /* nn.Linear without bias (with one when bias_if holds) */
     LENS_T_CONV1D,    /* GPT-2 Conv1D: name.weight [d1 = in][d0 = out], name.bias [out] */
     LENS_T_LAYERNORM, /* name.weight, name.bias [d0] */
+    LENS_T_LAYERNORM_NB, /* LayerNorm without bias: name.weight [d0] (ModernBERT's norm_bias false) */
     LENS_T_RMSNORM    /* name.weight [d0]; a unit-offset gain 1 + w (Gemma) is stored as w */
 } lens_tensor_kind;
 
@@ -120,7 +121,8 @@ enum {
     LENS_IF_O_BIAS = 1 << 4,        /* cfg o_bias */
     LENS_IF_QK_NORM = 1 << 5,       /* cfg qk_norm */
     LENS_IF_POST_NORMS = 1 << 6,    /* cfg post_norms */
-    LENS_IF_NO_POST_NORMS = 1 << 7  /* not post_norms */
+    LENS_IF_NO_POST_NORMS = 1 << 7, /* not post_norms */
+    LENS_IF_NOT_FIRST_LAYER = 1 << 8 /* per-layer rows: layers 1.. only (ModernBERT's attn_norm) */
 };
 
 /* A fused tensor bound as views of its parts (row blocks of an nn.Linear,

@@ -57,6 +57,14 @@ void lens_op_split_qkv(lens_block_prog *p) { append(p, LENS_OP_SPLIT_QKV, LENS_R
 void lens_op_attend(lens_block_prog *p) { append(p, LENS_OP_ATTEND, LENS_R_CTX, LENS_R_Q); }
 void lens_op_tail(lens_block_prog *p) { append(p, LENS_OP_TAIL, LENS_R_X, LENS_R_X); }
 
+void lens_op_gated_mlp(lens_block_prog *p, lens_reg in, const lens_block *b)
+{
+    lens_op_linear(p, LENS_R_FF, in, &b->gate);
+    lens_op_linear(p, LENS_R_UP, in, &b->ff_in);
+    lens_op_glu(p);
+    lens_op_linear(p, LENS_R_H, LENS_R_FF, &b->ff_out);
+}
+
 void lens_op_qk_norm(lens_block_prog *p, lens_reg reg, const lens_layernorm *ln, int heads, int dim)
 {
     lens_op *o = append(p, LENS_OP_QK_NORM, reg, reg);

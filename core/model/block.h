@@ -96,6 +96,8 @@ void lens_op_repeat_kv(lens_block_prog *p, lens_reg reg, int kv_heads);
 void lens_op_split_qkv(lens_block_prog *p);
 void lens_op_attend(lens_block_prog *p);
 void lens_op_tail(lens_block_prog *p);
+/* The gated MLP of b on register in: FF = in W_gate, UP = in W_up, FF = act(FF) * UP, H = FF W_down. */
+void lens_op_gated_mlp(lens_block_prog *p, lens_reg in, const lens_block *b);
 
 /* The pre-norm final norm (l == L of a pre-norm family's block function):
  * x = norm(x) with the model's ln_final, statistics in slot 2L. */

@@ -45,7 +45,8 @@ static const lens_config_key gemma_keys[] = {GEMMA_KEYS, {0}};
              .max = INFINITY, .flags = LENS_KEY_NULL_OFF | LENS_KEY_OPEN_MIN),                                     \
     LENS_KEY("query_pre_attn_scalar", LENS_KEY_FLOAT, LENS_C(query_pre_attn_scalar), .def = 256, .min = 0,         \
              .max = INFINITY, .flags = LENS_KEY_OPEN_MIN),                                                         \
-    LENS_KEY(NULL, LENS_KEY_INT, LENS_C(post_norms), .def = 1)
+    LENS_KEY(NULL, LENS_KEY_INT, LENS_C(post_norms), .def = 1),                                                    \
+    LENS_KEY(NULL, LENS_KEY_INT, LENS_C(sliding_pattern_offset), .def = 1) /* HF: (layer + 1) % N */
 
 static const lens_config_key gemma2_keys[] = {
     GEMMA2_KEYS(50, 30),
