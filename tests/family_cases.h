@@ -10,8 +10,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "check.h"
 #include "core/model/arch.h"
+#include "core/model/mkmodel.h"
 
 typedef struct {
     const char *arch, *task;
@@ -25,6 +28,9 @@ static const family_case family_cases[] = {
     {"qwen3", "causal-lm"},        {"gemma", "causal-lm"},      {"gemma2", "causal-lm"},
     {"gpt_neox", "causal-lm"},     {"phi3", "causal-lm"},
     {"olmo2", "causal-lm"},
+    {"xlm-roberta", "classification"}, {"xlm-roberta", "masked-lm"}, {"xlm-roberta", "encoder"},
+    {"gemma3_text", "causal-lm"},
+    {"modernbert", "classification"}, {"modernbert", "masked-lm"}, {"modernbert", "encoder"},
 };
 #define N_FAMILY_CASES ((int)(sizeof family_cases / sizeof family_cases[0]))
 
@@ -38,6 +44,23 @@ static inline void family_cases_check(void)
     }
     CHECK(N_FAMILY_CASES > 0 && n_families > 0, "empty table");
     printf("%d cases over %d families\n", N_FAMILY_CASES, n_families);
+}
+
+/* A micro checkpoint of arch / task written to dir with config.json's
+ * member key set to value (a variant no case has, ModernBERT's
+ * classifier_pooling "mean"), loaded; NULL with err. */
+static inline lens_model *family_variant_load(const char *arch, const char *task, unsigned long long seed,
+                                              const char *dir, const char *key, const char *value, lens_err *err)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (lens_mkmodel(arch, "micro", task, seed, dir, err)) return NULL;
+    json_t *cfg = json_load_file(path, 0, NULL);
+    const int ok =
+        cfg && !json_object_set_new(cfg, key, json_string(value)) && !json_dump_file(cfg, path, JSON_INDENT(2));
+    json_decref(cfg);
+    CHECK(ok, "rewrite %s", path);
+    return ok ? lens_model_load(dir, err) : NULL;
 }
 
 #endif

@@ -78,7 +78,11 @@ static int bench_init(bench *b, const lens_model *m)
     b->q = floats(R * QK), b->k = floats(R * QK), b->v = floats(R * VO), b->ctx = floats(R * VO);
     b->ff = floats(R * (size_t)lens_ff_cols(m)); /* gate and up of a gated MLP, a fused q/k/v */
     b->probs = floats(c->n_heads * TT), b->dprobs = floats(c->n_heads * TT), b->dscores = floats(TT), b->dS = floats(2 * TT);
-    if (lens_block_cache_init(&b->cache, m, 0, T, 1) || lens_block_cache_init(&b->final, m, c->n_layers, T, 1))
+    /* one cache for every layer: the widest (ModernBERT's layer 0 has no attn_norm, so keeps less) */
+    int widest = 0;
+    for (int l = 1; l < c->n_layers; l++)
+        if (lens_block_cache_floats(m, l, 1) > lens_block_cache_floats(m, widest, 1)) widest = l;
+    if (lens_block_cache_init(&b->cache, m, widest, T, 1) || lens_block_cache_init(&b->final, m, c->n_layers, T, 1))
         return -1;
     return b->x && b->h && b->n && b->scratch && b->q && b->k && b->v && b->ctx && b->ff && b->probs && b->dprobs &&
                    b->dscores && b->dS

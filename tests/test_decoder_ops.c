@@ -221,22 +221,22 @@ static void cap_jvp(const void *ctx, const float *x, const float *tx, float *ty)
     lens_softcap_jvp(ty, y, (size_t)c->n, c->cap);
 }
 
-/* sliding-window causal softmax of a [T][T] block */
+/* sliding-window softmax of a [T][T] block, causal or bidirectional */
 typedef struct {
-    int T, window;
+    int T, causal, window;
 } win_ctx;
 static void win_fwd(const void *ctx, const float *x, float *y)
 {
     const win_ctx *c = ctx;
     memcpy(y, x, sizeof(float) * c->T * c->T);
-    lens_softmax_window_forward(y, c->T, c->T, c->window);
+    lens_softmax_window_forward(y, c->T, c->T, c->causal, c->window);
 }
 static void win_bwd(const void *ctx, const float *x, const float *dy, float *dx)
 {
     const win_ctx *c = ctx;
     float p[64];
     win_fwd(ctx, x, p);
-    lens_softmax_window_backward(dx, p, dy, c->T, c->T, c->window);
+    lens_softmax_window_backward(dx, p, dy, c->T, c->T, c->causal, c->window);
 }
 static void win_jvp(const void *ctx, const float *x, const float *tx, float *ty)
 {
@@ -244,7 +244,7 @@ static void win_jvp(const void *ctx, const float *x, const float *tx, float *ty)
     float p[64];
     win_fwd(ctx, x, p);
     memcpy(ty, tx, sizeof(float) * c->T * c->T);
-    lens_softmax_window_jvp(ty, p, c->T, c->T, c->window);
+    lens_softmax_window_jvp(ty, p, c->T, c->T, c->causal, c->window);
 }
 
 /* one layer's scores -> probabilities (scores.h's lens_score_fn: soft-cap, then the causal or windowed
@@ -333,12 +333,14 @@ static void check_ops(void)
     static rope_ctx rope_part = {.N = 5, .NH = 2, .D = 8, .R = 4, .pos = {0, 1, 2, 3, 4}};
     static rope_ctx rope_l3 = {.N = 5, .NH = 2, .D = 16, .R = 16, .pos = {0, 5, 17, 64, 300}};
     static glu_ctx swiglu = {.N = 3, .F = 5, .act = LENS_GLU_SILU}, geglu = {.N = 3, .F = 5, .act = LENS_GLU_GELU_TANH};
+    static glu_ctx geglu_erf = {.N = 3, .F = 5, .act = LENS_GLU_GELU};
     static cap_ctx cap = {.n = 20, .cap = 2.0f};
-    static win_ctx win = {.T = 6, .window = 3};
+    static win_ctx win = {.T = 6, .causal = 1, .window = 3}, win_bi = {.T = 6, .window = 4};
     /* cap 2 on scores of scale 3: tanh bends them (1 - (y / cap)^2 down to ~0.3) */
     static scores_ctx sc_cap_win = {.T = 6, .f = {.scale = 1, .softcap = 2, .causal = 1, .window = 3}};
     static scores_ctx sc_cap = {.T = 6, .f = {.scale = 1, .softcap = 2, .causal = 1}};
     static scores_ctx sc_win = {.T = 6, .f = {.scale = 1, .causal = 1, .window = 3}};
+    static scores_ctx sc_cap_bi = {.T = 6, .f = {.scale = 1, .softcap = 2, .window = 4}};
     for (int i = 0; i < 16; i++) rms.w[i] = 1 + 0.5f * uniform(), rms1.w[i] = 0.5f * uniform();
     rmsw.r = rms;
     for (int i = 0; i < 48; i++) rmsw.x[i] = uniform();
@@ -358,20 +360,27 @@ static void check_ops(void)
         {"RoPE (llama3 scaling)", 160, 160, rope_fwd, rope_bwd, rope_jvp, &rope_l3, 1},
         {"SwiGLU", 30, 15, glu_fwd, glu_bwd, glu_jvp, &swiglu, 3},
         {"GeGLU (tanh)", 30, 15, glu_fwd, glu_bwd, glu_jvp, &geglu, 3},
+        {"GeGLU (erf, ModernBERT)", 30, 15, glu_fwd, glu_bwd, glu_jvp, &geglu_erf, 3},
         {"soft-cap", 20, 20, cap_fwd, cap_bwd, cap_jvp, &cap, 5},
         {"sliding-window softmax", 36, 36, win_fwd, win_bwd, win_jvp, &win, 3},
         {"scores: soft-cap + window 3", 36, 36, scores_fwd, scores_bwd, scores_jvp, &sc_cap_win, 3},
         {"scores: soft-cap, causal", 36, 36, scores_fwd, scores_bwd, scores_jvp, &sc_cap, 3},
         {"scores: window 3", 36, 36, scores_fwd, scores_bwd, scores_jvp, &sc_win, 3},
+        {"bidirectional window softmax", 36, 36, win_fwd, win_bwd, win_jvp, &win_bi, 3},
+        {"scores: soft-cap + bidirectional window 4", 36, 36, scores_fwd, scores_bwd, scores_jvp, &sc_cap_bi, 3},
     };
     const int n_ops = (int)(sizeof ops / sizeof ops[0]);
-    CHECK(n_ops == 14, "op table has %d cases", n_ops);
+    CHECK(n_ops == 17, "op table has %d cases", n_ops);
     for (int i = 0; i < n_ops; i++) check_op(&ops[i]);
     /* the rmsw JVP ignores unit_offset (d g / d w = 1 either way): only w */
     float p[36];
     win_fwd(&win, (float[36]){0}, p);
     CHECK(p[0 * 6 + 0] == 1.0f && p[5 * 6 + 2] == 0.0f && fabsf(p[5 * 6 + 3] - 1.0f / 3) < 1e-6f && p[2 * 6 + 3] == 0.0f,
           "window 3: row 5 covers keys 3..5 only, row 0 key 0, nothing above the diagonal");
+    win_fwd(&win_bi, (float[36]){0}, p);
+    CHECK(fabsf(p[0 * 6 + 2] - 1.0f / 3) < 1e-6f && p[0 * 6 + 3] == 0.0f && p[3 * 6 + 0] == 0.0f &&
+              fabsf(p[3 * 6 + 5] - 1.0f / 5) < 1e-6f && p[5 * 6 + 2] == 0.0f && fabsf(p[5 * 6 + 3] - 1.0f / 3) < 1e-6f,
+          "bidirectional window 4: row 0 covers keys 0..2, row 3 keys 1..5, row 5 keys 3..5 (|i - j| <= 2)");
 }
 
 /* ------------------------------------------------------------ identities */

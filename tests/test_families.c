@@ -389,11 +389,44 @@ static void check_roberta_vocab(void)
     if (system(path) != 0) fprintf(stderr, "could not remove %s\n", dir);
 }
 
+/* A ModernBERT classifier with classifier_pooling "mean": the head reads
+ * the mean of the final rows (logits and HTA against the reference), and
+ * attribution, which follows the first row, answers why not. */
+static void check_mean_pooling(int with_reference)
+{
+    char dir[] = "/tmp/lensd-family-mean-XXXXXX", path[600];
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp");
+        return;
+    }
+    lens_err err = {0};
+    lens_model *m = family_variant_load("modernbert", "classification", 11, dir, "classifier_pooling", "mean", &err);
+    CHECK(m != NULL && m->cfg.pool_mean, "modernbert mean pooling: %s", err.msg);
+    if (m) {
+        const char *why = NULL;
+        CHECK(!lens_model_supports(m, LENS_ANALYSIS_ATTRIBUTION, &why) && why && strstr(why, "mean") &&
+                  lens_model_supports(m, LENS_ANALYSIS_HIDDEN_ATTRIBUTION, NULL),
+              "mean pooling: attribution refused with its reason (%s), HTA runs", why ? why : "none");
+        json_t *ref = with_reference ? reference(dir, T_IDS, 0, 1) : NULL;
+        if (!with_reference) SKIP("modernbert mean pooling: no " PYTHON " with torch for the reference");
+        else CHECK(ref != NULL, "modernbert mean pooling: the reference script failed");
+        if (ref) {
+            check_forward("modernbert classification (mean pooling)", m, ref, T_IDS);
+            check_hta("modernbert classification (mean pooling)", m, ref);
+        }
+        json_decref(ref);
+        lens_model_free(m);
+    }
+    snprintf(path, sizeof path, "rm -rf %s", dir);
+    if (system(path) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
 int main(void)
 {
     family_cases_check(); /* the table covers every family lensd knows */
     const int with_reference = getenv("LENS_FAMILIES_NO_REFERENCE") ? 0 : have_reference();
     for (int k = 0; k < N_FAMILY_CASES; k++) run_case(&family_cases[k], with_reference);
     check_roberta_vocab();
+    check_mean_pooling(with_reference);
     return check_done("test_families");
 }

@@ -169,7 +169,10 @@ static int same_config(const lens_config *a, const lens_config *b)
                a->norm_rms == b->norm_rms && a->norm_unit_offset == b->norm_unit_offset && a->glu == b->glu &&
                a->qkv_bias == b->qkv_bias && a->o_bias == b->o_bias && a->qk_norm == b->qk_norm &&
                a->post_norms == b->post_norms && a->parallel_residual == b->parallel_residual &&
-               a->sliding_window == b->sliding_window && a->sliding_alternate == b->sliding_alternate &&
+               a->sliding_window == b->sliding_window && a->sliding_pattern == b->sliding_pattern &&
+               a->sliding_pattern_offset == b->sliding_pattern_offset &&
+               a->window_bidirectional == b->window_bidirectional &&
+               !memcmp(&a->rope_local, &b->rope_local, sizeof a->rope_local) &&
                a->attn_softcap == b->attn_softcap && a->final_softcap == b->final_softcap &&
                a->query_pre_attn_scalar == b->query_pre_attn_scalar && a->emb_scale == b->emb_scale &&
                a->tie_word_embeddings == b->tie_word_embeddings;
@@ -207,6 +210,13 @@ static const struct {
     {"llama", "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 2}", "rope_scaling type \"yarn\""},
     {"qwen2", "use_sliding_window", "true", "\"use_sliding_window\" = true is not supported"},
     {"gemma2", "attn_logit_softcapping", "0", "\"attn_logit_softcapping\" = 0 must be > 0"},
+    {"gemma3_text", "layer_types", "[\"sliding_attention\", \"chunked_attention\", \"full_attention\"]",
+     "\"layer_types\"[1] = \"chunked_attention\" is not supported"},
+    {"gemma3_text", "layer_types", "[\"full_attention\", \"sliding_attention\", \"sliding_attention\"]",
+     "\"layer_types\"[1] = \"sliding_attention\" breaks full attention every 1 layers"},
+    {"gemma3_text", "layer_types", "[\"sliding_attention\"]", "\"layer_types\" must be a list of num_hidden_layers = 3"},
+    {"gemma3_text", "use_bidirectional_attention", "true", "\"use_bidirectional_attention\" = true is not supported"},
+    {"gemma3_text", "rope_parameters", "{}", "\"rope_parameters\" is not supported"},
     {"gpt_neox", "attention_bias", "false", "\"attention_bias\" = false is not supported"},
     {"gpt_neox", "rotary_pct", "1.5", "\"rotary_pct\" = 1.5 is outside [0, 1]"},
     {"mistral", "tie_word_embeddings", "\"yes\"", "\"tie_word_embeddings\" must be true or false"},

@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include "check.h"
+#include "family_cases.h"
 #include "core/model/arch.h"
 #include "core/model/model.h"
 #include "core/model/mkmodel.h"
@@ -304,6 +305,26 @@ static void check_families(void)
             lens_model_free(r);
         }
     CHECK(cases >= 14, "%d family / task cases (every family trains)", cases);
+}
+
+/* classifier_pooling "mean" (ModernBERT): the pooled row is every row's
+ * mean, so the loss's gradient reaches every token through pooling's
+ * backward (lens_classifier_unpool); finite differences check it. */
+static void check_mean_pooling(void)
+{
+    static const int ids[12] = {1, 20, 54, 3, 2, 1, 592, 88, 2, 129, 24, 2};
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/micro-modernbert-mean", tmp_root);
+    lens_err err;
+    lens_model *m = family_variant_load("modernbert", "classification", 5, dir, "classifier_pooling", "mean", &err);
+    CHECK(m && m->cfg.pool_mean, "modernbert mean pooling: %s", m ? "not read" : err.msg);
+    lens_trainer *t = m ? lens_trainer_new(&m->cfg, 1, &err) : NULL;
+    lens_model_free(m);
+    int loaded = 0;
+    CHECK(t && !lens_trainer_load_weights(t, dir, &loaded, &err), "modernbert mean pooling trainer: %s", err.msg);
+    const probe_batch pb = {{.n_seqs = 2, .lengths = fd_lengths, .ids = ids}, fd_labels, NULL};
+    if (t) check_gradient_on(t, "modernbert classification, mean pooling", &pb, 8);
+    lens_trainer_free(t);
 }
 
 /* lines [from, to) of src into dst, blank lines dropped; 0 on success. */
@@ -949,6 +970,7 @@ int main(void)
     check_gpt2();
     check_gpt2_overfit();
     check_families();
+    check_mean_pooling();
     check_from_random();
     check_train_causal();
 

@@ -37,10 +37,11 @@
  *    direction, else by the eigenvalues of H; rows of a prefix with a singular
  *    value <= tol are projected on H's eigenvectors above tol^2. rank / null_dim / identifiable of a
  *    causal head are those of the full V (the last row's prefix).
- *    Sliding-window heads (Mistral, Gemma 2's local layers, window W): row
+ *    Sliding-window heads (Mistral, Gemma 2 / 3's local layers, window W): row
  *    i >= W sees keys i - W + 1..i, and is projected onto the values of that
- *    window instead (effective_window); rank / null_dim / rank([V, 1]) are
- *    those of that last row's window, V_{T-W..T-1}, and Pearson runs over
+ *    window instead (effective_window); ModernBERT's bidirectional windows
+ *    likewise on keys |i - j| <= W / 2 (every row). rank / null_dim /
+ *    rank([V, 1]) are those of that last row's band, and Pearson runs over
  *    the band the window allows.
  * 2. Row-stochastic refinement (Bhardwaj): alternatives must keep rows summing
  *    to 1, Δ 1 = 0 as well: dimension T - rank([V, 1]) per query row (causal:
@@ -520,17 +521,19 @@ done:
     return rc;
 }
 
-/* Sliding-window rows (Mistral, Gemma 2's local layers): row i >= W sees keys
- * lo = i - W + 1 .. i only, so its alternatives are δ with δ^T V_{lo..i} = 0
- * and a_eff,i = projection of a_i[lo..i] onto col(V_{lo..i}) (zero elsewhere);
- * rows i < W are the causal prefixes effective_causal computed. The window's
- * Gram matrix G = V_{lo..i}^T V_{lo..i} [DV][DV] slides by one rank-one update
- * and downdate per row (in double: the cancellation error, ~T ε_f64 σ_max^2,
- * is far below tol^2), and z_i = W_k Λ_k^-1 W_k^T V_{lo..i}^T a_i over its
- * eigenpairs with λ_k > tol^2 (the rank rule of the per-row SVD), so
- * a_eff,i[j] = v_j . z_i. O(T (DV^3 + W DV)). */
-static int effective_window(const float *A, const float *V, int ldv, int T, int DV, int W, double tol, float *eff,
-                            const volatile int *cancel, lens_err *err)
+/* Sliding-window rows: row i sees the keys of its band lo .. hi - 1 only
+ * (lens_key_band: causal, i - W < j <= i, Mistral and Gemma's local layers;
+ * bidirectional, |i - j| <= W / 2, ModernBERT's), so its alternatives are δ
+ * with δ^T V_{lo..hi-1} = 0 and a_eff,i = projection of a_i[lo..hi-1] onto
+ * col(V_{lo..hi-1}) (zero elsewhere); causal rows i < W are the causal
+ * prefixes effective_causal computed. The band's Gram matrix G =
+ * V_band^T V_band [DV][DV] slides by rank-one updates and downdates as the
+ * band moves (in double: the cancellation error, ~T ε_f64 σ_max^2, is far
+ * below tol^2), and z_i = W_k Λ_k^-1 W_k^T V_band^T a_i over its eigenpairs
+ * with λ_k > tol^2 (the rank rule of the per-row SVD), so a_eff,i[j] =
+ * v_j . z_i. O(T (DV^3 + W DV)). */
+static int effective_window(const float *A, const float *V, int ldv, int T, int DV, int causal, int W, double tol,
+                            float *eff, const volatile int *cancel, lens_err *err)
 {
     const size_t DD = (size_t)DV * DV;
     double *v = malloc((size_t)T * DV * sizeof *v), *G = calloc(DD, sizeof *G), *E = malloc(DD * sizeof *E);
@@ -543,31 +546,33 @@ static int effective_window(const float *A, const float *V, int ldv, int T, int 
     double *lambda = w, *y = w + DV, *g = w + 2 * DV, *z = w + 3 * DV;
     for (int t = 0; t < T; t++)
         for (int c = 0; c < DV; c++) v[(size_t)t * DV + c] = V[(size_t)t * ldv + c];
+    int in_lo = 0, in_hi = 0; /* G sums v_j v_j^T over in_lo <= j < in_hi */
     for (int i = 0; i < T; i++) {
-        cblas_dsyr(CblasRowMajor, CblasUpper, DV, 1.0, v + (size_t)i * DV, 1, G, DV);
-        if (i < W) continue; /* row i's window is its causal prefix */
+        int lo, hi;
+        lens_key_band(i, T, causal, W, &lo, &hi);
+        for (; in_hi < hi; in_hi++) cblas_dsyr(CblasRowMajor, CblasUpper, DV, 1.0, v + (size_t)in_hi * DV, 1, G, DV);
+        if (causal && i < W) continue; /* row i's window is its causal prefix */
         if (lens_cancelled(cancel)) {
             rc = lens_fail(err, LENS_ECANCEL, "windowed effective attention cancelled at row %d", i);
             goto done;
         }
-        const int lo = i - W + 1;
-        cblas_dsyr(CblasRowMajor, CblasUpper, DV, -1.0, v + (size_t)(lo - 1) * DV, 1, G, DV);
+        for (; in_lo < lo; in_lo++) cblas_dsyr(CblasRowMajor, CblasUpper, DV, -1.0, v + (size_t)in_lo * DV, 1, G, DV);
         memcpy(E, G, DD * sizeof *E);
         if (LAPACKE_dsyevd(LAPACK_ROW_MAJOR, 'V', 'U', DV, E, DV, lambda)) {
             rc = lens_fail(err, LENS_EFORMAT, "LAPACK dsyevd failed on the window of V at row %d", i);
             goto done;
         }
         const float *a = A + (size_t)i * T;
-        /* y = V_{lo..i}^T a_i[lo..i] */
+        /* y = V_band^T a_i[band] */
         memset(y, 0, (size_t)DV * sizeof *y);
-        for (int j = lo; j <= i; j++)
+        for (int j = lo; j < hi; j++)
             if (a[j] != 0) cblas_daxpy(DV, a[j], v + (size_t)j * DV, 1, y, 1);
         /* z = E Λ^-1 E^T y over λ > tol^2 */
         cblas_dgemv(CblasRowMajor, CblasTrans, DV, DV, 1.0, E, DV, y, 1, 0.0, g, 1);
         for (int k = 0; k < DV; k++) g[k] = lambda[k] > tol * tol ? g[k] / lambda[k] : 0.0;
         cblas_dgemv(CblasRowMajor, CblasNoTrans, DV, DV, 1.0, E, DV, g, 1, 0.0, z, 1);
         float *out = eff + (size_t)i * T;
-        for (int j = 0; j < T; j++) out[j] = j >= lo && j <= i ? (float)cblas_ddot(DV, v + (size_t)j * DV, 1, z, 1) : 0.0f;
+        for (int j = 0; j < T; j++) out[j] = j >= lo && j < hi ? (float)cblas_ddot(DV, v + (size_t)j * DV, 1, z, 1) : 0.0f;
     }
 done:
     free(v), free(G), free(E), free(w);
@@ -577,7 +582,7 @@ done:
 int lens_attention_effective(const float *A, const float *V, int ldv, int T, int DV, int causal, int window,
                              float *effective, int *rank, lens_err *err)
 {
-    if (!A || !V || !effective || T < 1 || DV < 1 || ldv < DV || window < 0 || (window && !causal))
+    if (!A || !V || !effective || T < 1 || DV < 1 || ldv < DV || window < 0)
         return lens_fail(err, LENS_EINVAL, "effective attention: bad arguments (T %d, DV %d, window %d)", T, DV,
                          window);
     double sigma_max, tol;
@@ -587,8 +592,8 @@ int lens_attention_effective(const float *A, const float *V, int ldv, int T, int
     } else {
         if (thin_svd(V, ldv, T, DV, &sigma_max, &tol, &r, NULL, 0, "V", err)) return -1;
         if (effective_causal(A, V, ldv, T, DV, tol, effective, err)) return -1;
-        if (window && effective_window(A, V, ldv, T, DV, window, tol, effective, NULL, err)) return -1;
     }
+    if (window && effective_window(A, V, ldv, T, DV, causal, window, tol, effective, NULL, err)) return -1;
     if (rank) *rank = r;
     return 0;
 }
@@ -939,18 +944,19 @@ static int key_aware(const float *A, const float *V, int ldv, const float *Q, in
 
 /* ------------------------------------------------------------ statistics */
 
-/* over the entries a row may attend: all (encoder), j <= i (causal), and
- * i - W < j <= i in a sliding window of W */
+/* over the entries a row may attend (lens_key_band: all, j <= i, or a sliding window) */
 static double pearson(const float *x, const float *y, int T, int causal, int window)
 {
     double sx = 0, sy = 0, n = 0;
+    int lo, hi;
     for (int i = 0; i < T; i++)
-        for (int j = window && i >= window ? i - window + 1 : 0; j < (causal ? i + 1 : T); j++)
-            sx += x[(size_t)i * T + j], sy += y[(size_t)i * T + j], n++;
+        for (lens_key_band(i, T, causal, window, &lo, &hi); lo < hi; lo++)
+            sx += x[(size_t)i * T + lo], sy += y[(size_t)i * T + lo], n++;
     const double mx = sx / n, my = sy / n;
     double sxy = 0, sxx = 0, syy = 0;
     for (int i = 0; i < T; i++)
-        for (int j = window && i >= window ? i - window + 1 : 0; j < (causal ? i + 1 : T); j++) {
+        for (lens_key_band(i, T, causal, window, &lo, &hi); lo < hi; lo++) {
+            const int j = lo;
             const double dx = x[(size_t)i * T + j] - mx, dy = y[(size_t)i * T + j] - my;
             sxy += dx * dy, sxx += dx * dx, syy += dy * dy;
         }
@@ -1025,8 +1031,7 @@ int lens_attention_head(const float *A, const float *V, int ldv, const float *Q,
         lens_fail(err, LENS_ECANCEL, "attention analysis cancelled");
         return head_failed(res, err);
     }
-    if (!A || !V || T < 1 || DV < 1 || ldv < DV || (opts->key_aware && (!Q || DK < 1 || ldq < DK)) || window < 0 ||
-        (window && !causal)) {
+    if (!A || !V || T < 1 || DV < 1 || ldv < DV || (opts->key_aware && (!Q || DK < 1 || ldq < DK)) || window < 0) {
         lens_fail(err, LENS_EINVAL, "attention head: bad arguments (T %d, DV %d, DK %d, window %d)", T, DV, DK, window);
         return head_failed(res, err);
     }
@@ -1041,11 +1046,13 @@ int lens_attention_head(const float *A, const float *V, int ldv, const float *Q,
     } else {
         rc = thin_svd(V, ldv, T, DV, &res->sigma_max, &res->tol, &res->rank, NULL, 0, "V", err);
         if (!rc) rc = effective_causal(A, V, ldv, T, DV, res->tol, eff, err);
-        if (!rc && window) rc = effective_window(A, V, ldv, T, DV, window, res->tol, eff, opts->cancel, err);
     }
-    /* the last row's keys: all T, or the W of a sliding window */
-    const int keys = window && window < T ? window : T;
-    const float *Vk = V + (size_t)(T - keys) * ldv;
+    if (!rc && window) rc = effective_window(A, V, ldv, T, DV, causal, window, res->tol, eff, opts->cancel, err);
+    /* the last row's keys: all T, or its band in a sliding window */
+    int first, end;
+    lens_key_band(T - 1, T, causal, window, &first, &end);
+    const int keys = end - first;
+    const float *Vk = V + (size_t)first * ldv;
     if (!rc && keys < T) {
         double smax, tol; /* sigma_max / tol stay the full V's: the effective rows used them */
         rc = thin_svd(Vk, ldv, keys, DV, &smax, &tol, &res->rank, NULL, 0, "the last window of V", err);
@@ -1152,7 +1159,7 @@ static double score_diff(const float *Q, const float *K, int NH, int DK, float s
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, DK, scale, Q, NH * DK, K, NH * DK,
                 0.0f, scores, T);
     if (softcap > 0) lens_softcap_forward(scores, (size_t)T * T, softcap);
-    if (window) lens_softmax_window_forward(scores, T, T, window);
+    if (window) lens_softmax_window_forward(scores, T, T, causal, window);
     else lens_softmax_forward(scores, T, T, causal);
     double worst = 0;
     for (size_t k = 0; k < (size_t)T * T; k++) {

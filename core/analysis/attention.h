@@ -81,8 +81,9 @@ typedef struct {
  *   V         [T][DV] with row stride ldv (a head's columns of the [T][NH*DV] value matrix)
  *   Q         [T][DK] with row stride ldq (queries, before the 1/sqrt(DK) scale); may be
  *             NULL when opts->key_aware is 0
- *   window    0, or a causal layer's sliding window W (lens_layer_window): row i >= W
- *             projects onto the values of keys i - W + 1 .. i it attends, not the prefix
+ *   window    0, or the layer's sliding window W (lens_layer_window): each row projects
+ *             onto the values of the keys of its band (scores.h lens_key_band: causal
+ *             i - W + 1 .. i; without causal |i - j| <= W / 2, ModernBERT), not the prefix
  *   special, punct  [T] token masks (1 = special / punctuation), or NULL
  *   effective [T][T] out (may be NULL), null [T][T] out (may be NULL; raw - effective)
  * Returns 0, or -1 with err filled (also copied to res->err) when this head's

@@ -334,7 +334,8 @@ static double softmax_at(const float *z, int K, int target, float *p)
 }
 
 /* The head (head.h) on the objective row of each copy, F[i] = softmax(z)[target] with
- * classifier: z = W_c act(W_p x + b_p) + b_c (act tanh, or ReLU);
+ * classifier: z = W_c act(W_p final_norm(x) + b_p) + b_c (act tanh, ReLU, or
+ *             LN(GELU); final_norm: a pre-norm family's, none for post-norm ones);
  * causal LM:  z = final_norm(x) E^T (soft-capped when the config says). */
 static void head_forward(engine *e, int copies, int target, double *F)
 {
@@ -350,6 +351,8 @@ static void head_forward(engine *e, int copies, int target, double *F)
         /* the capped logits for head_backward's chain rule (dlogits is free until then) */
         if (c->final_softcap > 0) memcpy(e->dlogits, e->logits, sizeof(float) * copies * K);
     } else {
+        lens_block_io io = final_io(e, e->cls, e->dpre, copies);
+        lens_block_forward(e->m, &io, c->n_layers);
         lens_classifier_forward(e->m, e->pooled, e->logits, e->cls, copies, e->pool);
     }
     for (int i = 0; i < copies; i++) { /* logits -> probabilities in place */
@@ -373,8 +376,10 @@ static void head_backward(engine *e, int copies, int target)
         lens_causal_lm_backward(e->m, NULL, e->dcls, 0, e->logits, e->dlogits, NULL, copies, e->pool);
         lens_block_io io = final_io(e, e->dcls, e->dpre, copies);
         lens_block_backward(e->m, &io, c->n_layers);
-    } else {
+    } else { /* forward: z = classifier(final_norm(x)) */
         lens_classifier_backward(e->m, NULL, e->dcls, e->dpre, e->logits, e->cls, e->pooled, copies);
+        lens_block_io io = final_io(e, e->dcls, e->dpre, copies);
+        lens_block_backward(e->m, &io, c->n_layers);
     }
     const size_t stride = e->cls_rows ? 1 : (size_t)e->T, r = e->cls_rows ? 0 : (size_t)e->obj_row;
     memset(e->x, 0, sizeof(float) * R * C);

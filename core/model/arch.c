@@ -18,11 +18,14 @@
 /* The registry: a family is its file and its line here. */
 extern const lens_family lens_family_bert, lens_family_gpt2, lens_family_roberta, lens_family_distilbert,
     lens_family_llama, lens_family_mistral, lens_family_qwen2, lens_family_qwen3, lens_family_gemma,
-    lens_family_gemma2, lens_family_gpt_neox, lens_family_phi3, lens_family_olmo2;
+    lens_family_gemma2, lens_family_gpt_neox, lens_family_phi3, lens_family_olmo2, lens_family_xlm_roberta,
+    lens_family_gemma3_text, lens_family_modernbert;
 const lens_family *const lens_families[] = {&lens_family_bert, &lens_family_gpt2, &lens_family_roberta,
                                             &lens_family_distilbert, &lens_family_llama, &lens_family_mistral,
                                             &lens_family_qwen2, &lens_family_qwen3, &lens_family_gemma,
-                                            &lens_family_gemma2, &lens_family_gpt_neox, &lens_family_phi3, &lens_family_olmo2, NULL};
+                                            &lens_family_gemma2, &lens_family_gpt_neox, &lens_family_phi3, &lens_family_olmo2,
+                                            &lens_family_xlm_roberta, &lens_family_gemma3_text,
+                                            &lens_family_modernbert, NULL};
 
 const lens_family *lens_family_find(const char *model_type)
 {
@@ -66,15 +69,16 @@ int lens_dim_size(const lens_config *c, lens_dim d)
     return 0;
 }
 
-/* Does every LENS_IF_* condition in `when` hold for c? */
-static int holds(const lens_config *c, unsigned when)
+/* Does every LENS_IF_* condition in `when` hold for c (layer: of a per-layer row, else -1)? */
+static int holds(const lens_config *c, unsigned when, int layer)
 {
     const unsigned now = (c->task == LENS_TASK_CLASSIFICATION ? LENS_IF_CLASSIFIER : 0) |
                          (c->task == LENS_TASK_MASKED_LM ? LENS_IF_MLM : 0) |
                          (c->task == LENS_TASK_CAUSAL_LM && !c->tie_word_embeddings ? LENS_IF_UNTIED_LM : 0) |
                          (c->qkv_bias ? LENS_IF_QKV_BIAS : 0) | (c->o_bias ? LENS_IF_O_BIAS : 0) |
                          (c->qk_norm ? LENS_IF_QK_NORM : 0) |
-                         (c->post_norms ? LENS_IF_POST_NORMS : LENS_IF_NO_POST_NORMS);
+                         (c->post_norms ? LENS_IF_POST_NORMS : LENS_IF_NO_POST_NORMS) |
+                         (layer > 0 ? LENS_IF_NOT_FIRST_LAYER : 0);
     return (when & ~now) == 0;
 }
 
@@ -136,6 +140,7 @@ static void walk_row(const lens_config *c, lens_param_visitor *v, const lens_ten
         *(const float **)dst = walk_tensor(v, name, d0, 0, LENS_PARAM_BIAS, 0, 0);
         return;
     case LENS_T_LAYERNORM:
+    case LENS_T_LAYERNORM_NB:
     case LENS_T_RMSNORM: {
         lens_layernorm *ln = (lens_layernorm *)dst;
         /* a unit-offset gain is a zero-initialised, undecayed offset: the bias kind's init */
@@ -150,7 +155,7 @@ static void walk_row(const lens_config *c, lens_param_visitor *v, const lens_ten
         /* out = d0, in = d1; summed heads: [C][DV] in the file, the concat map NH*DV -> C here, row
          * stride DV until the loader tiles it (or NH*DV when the visitor tiles) */
         const int conv1d = r->kind == LENS_T_CONV1D, summed = r->summed && c->head_combination;
-        const int has_bias = r->kind != LENS_T_LINEAR_NB || (r->bias_if && holds(c, r->bias_if));
+        const int has_bias = r->kind != LENS_T_LINEAR_NB || (r->bias_if && holds(c, r->bias_if, layer));
         lens_linear lin = {.in = d1, .out = d0, .ld = conv1d ? d0 : d1, .w_in_out = conv1d};
         if (summed) {
             lin.w = walk_tensor(v, name, d0, c->d_head_v, LENS_PARAM_WEIGHT, init, 1);
@@ -175,6 +180,7 @@ void lens_walk_params(const lens_config *c, lens_params *p, lens_param_visitor *
             /* a split row binds several fields of the block: dst is the block itself */
             char *base = s->per_layer ? (char *)&p->blocks[l] : (char *)p;
             for (const lens_tensor_row *r = s->rows; r->name; r++)
-                if (holds(c, r->when)) walk_row(c, v, r, s->prefix, l, r->split ? base : base + r->field);
+                if (holds(c, r->when, s->per_layer ? l : -1))
+                    walk_row(c, v, r, s->prefix, l, r->split ? base : base + r->field);
         }
 }

@@ -87,6 +87,7 @@ typedef enum {
     LENS_T_LINEAR_NB, /* nn.Linear without bias (with one when bias_if holds) */
     LENS_T_CONV1D,    /* GPT-2 Conv1D: name.weight [d1 = in][d0 = out], name.bias [out] */
     LENS_T_LAYERNORM, /* name.weight, name.bias [d0] */
+    LENS_T_LAYERNORM_NB, /* LayerNorm without bias: name.weight [d0] (ModernBERT's norm_bias false) */
     LENS_T_RMSNORM    /* name.weight [d0]; a unit-offset gain 1 + w (Gemma) is stored as w */
 } lens_tensor_kind;
 
@@ -120,7 +121,8 @@ enum {
     LENS_IF_O_BIAS = 1 << 4,        /* cfg o_bias */
     LENS_IF_QK_NORM = 1 << 5,       /* cfg qk_norm */
     LENS_IF_POST_NORMS = 1 << 6,    /* cfg post_norms */
-    LENS_IF_NO_POST_NORMS = 1 << 7  /* not post_norms */
+    LENS_IF_NO_POST_NORMS = 1 << 7, /* not post_norms */
+    LENS_IF_NOT_FIRST_LAYER = 1 << 8 /* per-layer rows: layers 1.. only (ModernBERT's attn_norm) */
 };
 
 /* A fused tensor bound as views of its parts (row blocks of an nn.Linear,
@@ -304,6 +306,14 @@ extern const lens_config_key lens_bert_keys[];
 extern const lens_tensor_row lens_bert_embedding_rows[], lens_bert_layer_rows[];
 extern const char lens_bert_config_constants[];
 void lens_bert_block(const lens_model *m, int l, lens_block_prog *p);
+
+/* RoBERTa's pieces XLM-RoBERTa shares (roberta.c): pad_token_id (1), the
+ * positions after padding_idx (hook), bos / eos (extra), and every tensor
+ * name under "roberta." with its heads. */
+extern const lens_config_key lens_roberta_pad_keys[];
+extern const lens_tensor_section lens_roberta_tensors[];
+int lens_roberta_config_hook(const struct json_t *root, const char *path, lens_config *cfg, lens_err *err);
+int lens_roberta_config_extra(struct json_t *root, const lens_config *cfg);
 
 /* A tokenizer-only folder (lens_model_tokenizer_only) has no family: no capabilities. */
 static inline int lens_has_cap(const lens_config *c, unsigned cap) { return c->family && (c->family->caps & cap) != 0; }

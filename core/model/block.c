@@ -57,13 +57,25 @@ void lens_op_split_qkv(lens_block_prog *p) { append(p, LENS_OP_SPLIT_QKV, LENS_R
 void lens_op_attend(lens_block_prog *p) { append(p, LENS_OP_ATTEND, LENS_R_CTX, LENS_R_Q); }
 void lens_op_tail(lens_block_prog *p) { append(p, LENS_OP_TAIL, LENS_R_X, LENS_R_X); }
 
+void lens_op_gated_mlp(lens_block_prog *p, lens_reg in, const lens_block *b)
+{
+    lens_op_linear(p, LENS_R_FF, in, &b->gate);
+    lens_op_linear(p, LENS_R_UP, in, &b->ff_in);
+    lens_op_glu(p);
+    lens_op_linear(p, LENS_R_H, LENS_R_FF, &b->ff_out);
+}
+
 void lens_op_qk_norm(lens_block_prog *p, lens_reg reg, const lens_layernorm *ln, int heads, int dim)
 {
     lens_op *o = append(p, LENS_OP_QK_NORM, reg, reg);
     o->ln = ln, o->heads = heads, o->dim = dim;
 }
 
-void lens_op_rope(lens_block_prog *p, lens_reg reg, int heads) { append(p, LENS_OP_ROPE, reg, reg)->heads = heads; }
+void lens_op_rope(lens_block_prog *p, lens_reg reg, int heads, const lens_rope_params *rope)
+{
+    lens_op *o = append(p, LENS_OP_ROPE, reg, reg);
+    o->heads = heads, o->rope = rope;
+}
 
 void lens_op_repeat_kv(lens_block_prog *p, lens_reg reg, int kv_heads)
 {
@@ -232,12 +244,14 @@ static void copy_rows(float *dst, const float *src, size_t ld, int N, size_t W)
         for (int n = 0; n < N; n++) memcpy(dst + (size_t)n * W, src + n * ld, sizeof(float) * W);
 }
 
-void lens_block_rope(const lens_config *c, float *x, const int *pos, int N, int rows, int H, int back)
+void lens_block_rope(const lens_config *c, const lens_rope_params *r, float *x, const int *pos, int N, int rows, int H,
+                     int back)
 {
-    const int DK = c->d_head_k, R = c->rope.dim;
+    if (!r) r = &c->rope;
+    const int DK = c->d_head_k, R = r->dim;
     if (!R) return;
     double inv_freq[LENS_BLOCK_MAX_HEAD_DIM / 2];
-    lens_rope_inv_freq(&c->rope, inv_freq);
+    lens_rope_inv_freq(r, inv_freq);
     if (pos) {
         (back ? lens_rope_backward : lens_rope_forward)(x, pos, N, H, DK, R, inv_freq);
         return;
@@ -382,7 +396,7 @@ static void forward_ops(const lens_model *m, lens_block_io *io, int l, const len
             break;
         }
         case LENS_OP_ROPE:
-            lens_block_rope(c, out, io->pos, N, N, o->heads, 0);
+            lens_block_rope(c, o->rope, out, io->pos, N, N, o->heads, 0);
             break;
         case LENS_OP_REPEAT_KV:
             lens_repeat_kv(out, N, o->heads, c->n_heads, o->out == LENS_R_V ? c->d_head_v : c->d_head_k);
@@ -469,7 +483,7 @@ void lens_block_backward(const lens_model *m, lens_block_io *io, int l)
                                           (int)(N * (size_t)o->heads * c->d_head_k / o->dim), o->dim);
             break;
         case LENS_OP_ROPE:
-            lens_block_rope(c, dout, io->pos, N, N, o->heads, 1);
+            lens_block_rope(c, o->rope, dout, io->pos, N, N, o->heads, 1);
             break;
         case LENS_OP_REPEAT_KV:
             sum_kv(dout, N, o->heads, c->n_heads, o->out == LENS_R_V ? c->d_head_v : c->d_head_k);
@@ -596,7 +610,7 @@ static void jvp_ops(const lens_model *m, lens_block_io *io, int l, const lens_bl
             break;
         }
         case LENS_OP_ROPE:
-            lens_block_rope(c, out, NULL, N, T, o->heads, 0);
+            lens_block_rope(c, o->rope, out, NULL, N, T, o->heads, 0);
             break;
         case LENS_OP_REPEAT_KV:
             lens_repeat_kv(out, N, o->heads, c->n_heads, o->out == LENS_R_V ? c->d_head_v : c->d_head_k);

@@ -57,7 +57,7 @@ typedef enum {
     LENS_OP_GELU,      /* FF = gelu(FF) (cfg.gelu_tanh) */
     LENS_OP_GLU,       /* FF = act(FF) * UP (cfg.glu) */
     LENS_OP_QK_NORM,   /* RMSNorm of out (Q or K, `heads` heads) in place, over groups of `dim` channels */
-    LENS_OP_ROPE,      /* RoPE on out (Q or K, `heads` heads) at the rows' positions */
+    LENS_OP_ROPE,      /* RoPE (`rope`, NULL: cfg.rope) on out (Q or K, `heads` heads) at the rows' positions */
     LENS_OP_REPEAT_KV, /* out (K or V): `heads` kv heads -> NH (HF repeat_kv) */
     LENS_OP_SPLIT_QKV, /* Q, K, V from FF in GPT-NeoX's per-head [q_h | k_h | v_h] layout */
     LENS_OP_ATTEND,    /* CTX = attention(Q, K, V): io->attend / attend_backward / attend_jvp */
@@ -72,6 +72,7 @@ typedef struct {
     int slot;                 /* NORM: statistics slot of io->ln_mean / ln_rstd, -1 none */
     int heads;                /* QK_NORM, ROPE, REPEAT_KV */
     int dim;                  /* QK_NORM: channels per norm (DK per head, heads * DK the whole projection) */
+    const lens_rope_params *rope; /* ROPE: the layer's parameters (lens_layer_rope), NULL = cfg.rope */
 } lens_op;
 
 #define LENS_BLOCK_MAX_OPS 48
@@ -90,11 +91,13 @@ void lens_op_copy(lens_block_prog *p, lens_reg out, lens_reg in);
 void lens_op_gelu(lens_block_prog *p);
 void lens_op_glu(lens_block_prog *p);
 void lens_op_qk_norm(lens_block_prog *p, lens_reg reg, const lens_layernorm *ln, int heads, int dim);
-void lens_op_rope(lens_block_prog *p, lens_reg reg, int heads);
+void lens_op_rope(lens_block_prog *p, lens_reg reg, int heads, const lens_rope_params *rope);
 void lens_op_repeat_kv(lens_block_prog *p, lens_reg reg, int kv_heads);
 void lens_op_split_qkv(lens_block_prog *p);
 void lens_op_attend(lens_block_prog *p);
 void lens_op_tail(lens_block_prog *p);
+/* The gated MLP of b on register in: FF = in W_gate, UP = in W_up, FF = act(FF) * UP, H = FF W_down. */
+void lens_op_gated_mlp(lens_block_prog *p, lens_reg in, const lens_block *b);
 
 /* The pre-norm final norm (l == L of a pre-norm family's block function):
  * x = norm(x) with the model's ln_final, statistics in slot 2L. */
@@ -195,10 +198,11 @@ void lens_block_cache_free(lens_block_cache *cache);
  * width, gate and up of a gated MLP, a fused q/k/v output. */
 int lens_ff_cols(const lens_model *m);
 
-/* RoPE of x [N][H*DK] (forward, or its transpose when back) on c's rotary
- * channels: positions pos, or with pos NULL row n of each block of `rows`
- * rows at n % rows (the copies of one sequence). */
-void lens_block_rope(const lens_config *c, float *x, const int *pos, int N, int rows, int H, int back);
+/* RoPE r (NULL: c->rope) of x [N][H*DK] (forward, or its transpose when
+ * back) on its rotary channels: positions pos, or with pos NULL row n of
+ * each block of `rows` rows at n % rows (the copies of one sequence). */
+void lens_block_rope(const lens_config *c, const lens_rope_params *r, float *x, const int *pos, int N, int rows, int H,
+                     int back);
 /* GQA: x holds [N][NKV*D] compact at its start; on return [N][NH*D], kv
  * head g repeated for query heads g*NH/NKV .. (g+1)*NH/NKV - 1 (HF repeat_kv). */
 void lens_repeat_kv(float *x, int N, int NKV, int NH, int D);

@@ -174,8 +174,8 @@ void lens_decoder_block(const lens_model *m, int l, lens_block_prog *p)
         lens_op_qk_norm(p, LENS_R_Q, &b->q_norm, NH, c->d_head_k);
         lens_op_qk_norm(p, LENS_R_K, &b->k_norm, NKV, c->d_head_k);
     }
-    lens_op_rope(p, LENS_R_Q, NH);
-    lens_op_rope(p, LENS_R_K, NKV);
+    lens_op_rope(p, LENS_R_Q, NH, lens_layer_rope(c, l));
+    lens_op_rope(p, LENS_R_K, NKV, lens_layer_rope(c, l));
     lens_op_repeat_kv(p, LENS_R_K, NKV);
     lens_op_repeat_kv(p, LENS_R_V, NKV);
     lens_op_attend(p);
@@ -184,10 +184,7 @@ void lens_decoder_block(const lens_model *m, int l, lens_block_prog *p)
     lens_op_add(p, LENS_R_X, c->post_norms ? LENS_R_N : LENS_R_H);
     lens_op_tail(p);
     lens_op_norm(p, LENS_R_H, LENS_R_X, &b->ln_ff, 2 * l + 1);
-    lens_op_linear(p, LENS_R_FF, LENS_R_H, &b->gate);
-    lens_op_linear(p, LENS_R_UP, LENS_R_H, &b->ff_in);
-    lens_op_glu(p);
-    lens_op_linear(p, LENS_R_H, LENS_R_FF, &b->ff_out);
+    lens_op_gated_mlp(p, LENS_R_H, b);
     if (c->post_norms) lens_op_norm(p, LENS_R_N, LENS_R_H, &b->post_ff, -1);
     lens_op_add(p, LENS_R_X, c->post_norms ? LENS_R_N : LENS_R_H);
 }

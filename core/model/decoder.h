@@ -38,8 +38,9 @@ int lens_decoder_config_hook(const struct json_t *root, const char *path, lens_c
 int lens_decoder_config_ids(struct json_t *root, const lens_config *c);
 int lens_decoder_config_extra(struct json_t *root, const lens_config *c);
 /* The writer's members the decoder families share. */
+#define LENS_DECODER_CONSTANTS "{\"attention_dropout\": 0.0}"
 #define LENS_DECODER_WRITER                                                                                        \
-    .default_task = LENS_TASK_CAUSAL_LM, .config_constants = "{\"attention_dropout\": 0.0}",                     \
+    .default_task = LENS_TASK_CAUSAL_LM, .config_constants = LENS_DECODER_CONSTANTS,                              \
     .config_extra = lens_decoder_config_extra
 
 extern const lens_tensor_section lens_decoder_tensors[];

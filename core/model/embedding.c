@@ -58,8 +58,8 @@ void lens_embed_backward(const lens_model *m, const lens_grad_map *g, const floa
     const int C = c->d_model;
     if (p->ln_emb.w) { /* x = LN_emb(e) */
         memset(de, 0, sizeof(float) * (size_t)T * C);
-        lens_layernorm_backward(de, g->of(g, p->ln_emb.w), g->of(g, p->ln_emb.b), dx, pre, mean, rstd, &p->ln_emb, T,
-                                C);
+        lens_layernorm_backward(de, g->of(g, p->ln_emb.w), p->ln_emb.b ? g->of(g, p->ln_emb.b) : NULL, dx, pre, mean,
+                                rstd, &p->ln_emb, T, C);
         dx = de;
     }
     /* e_t = s tok[id_t] + pos[p_t] + type[seg_t] */

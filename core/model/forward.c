@@ -142,7 +142,7 @@ static int task_head(const lens_model *m, lens_activations *act, scratch *w)
         act->pooled = alloc_floats((size_t)act->n_seqs * C, &failed);
         act->logits = alloc_floats((size_t)act->n_seqs * c->n_labels, &failed);
         if (failed) return -1;
-        lens_classifier_pool(w->io.h, w->io.x, act->row_start, act->n_seqs, C);
+        lens_classifier_pool(m, w->io.h, w->io.x, act->row_start, act->lengths, act->n_seqs);
         lens_classifier_forward(m, act->pooled, act->logits, w->io.h, act->n_seqs, w->io.pool);
     } else if (c->task == LENS_TASK_MASKED_LM || c->task == LENS_TASK_CAUSAL_LM) {
         act->logits = alloc_floats((size_t)N * c->vocab_size, &failed);

@@ -1,5 +1,6 @@
-/* gemma.c - the Gemma and Gemma 2 families (HF GemmaForCausalLM,
- * Gemma2ForCausalLM) on the shared decoder block (decoder.c).
+/* gemma.c - the Gemma, Gemma 2 and Gemma 3 families (HF GemmaForCausalLM,
+ * Gemma2ForCausalLM, Gemma3ForCausalLM of model_type gemma3_text) on the
+ * shared decoder block (decoder.c).
  *
  * Both: RMSNorm gain 1 + w (GemmaRMSNorm), embeddings times sqrt(C) (HF's
  * normalizer, a tensor in the model dtype: float32 here), GeGLU with the
@@ -10,8 +11,15 @@
  *            attn_logit_softcapping, final_logit_softcapping (null = off),
  *            sliding_window on even layers (HF: layer_idx % 2 == 0 is local),
  *            pre_feedforward_layernorm and post-norms after attention and MLP
+ *   gemma3_text  Gemma 2's keys and norms (soft-caps null by default) plus
+ *            q_norm / k_norm per head (1 + w), sliding_window on all but every
+ *            sliding_window_pattern-th layer (or as layer_types lists), the
+ *            window layers' RoPE at rope_local_base_freq without scaling,
+ *            the global ones' at rope_theta with rope_scaling
  * Presets: gemma 1b = gemma-2b, 8b = gemma-7b; gemma2 1b = gemma-2-2b,
- * 8b = gemma-2-9b. */
+ * 8b = gemma-2-9b; gemma3_text 1b = gemma-3-1b, 4b / 12b the text towers of
+ * gemma-3-4b / 12b (Gemma3ForConditionalGeneration's model_type gemma3 is
+ * not read). */
 #include <jansson.h>
 #include <math.h>
 #include <string.h>
@@ -27,18 +35,35 @@
 
 static const lens_config_key gemma_keys[] = {GEMMA_KEYS, {0}};
 
-/* Soft-caps: null = off. */
+/* Gemma 2 and 3: the window, soft-caps (null = off) with their defaults,
+ * query_pre_attn_scalar, post-norms. */
+#define GEMMA2_KEYS(attn_cap, final_cap)                                                                           \
+    GEMMA_KEYS, LENS_DECODER_WINDOW,                                                                               \
+    LENS_KEY("attn_logit_softcapping", LENS_KEY_FLOAT, LENS_C(attn_softcap), .def = (attn_cap), .min = 0,          \
+             .max = INFINITY, .flags = LENS_KEY_NULL_OFF | LENS_KEY_OPEN_MIN),                                     \
+    LENS_KEY("final_logit_softcapping", LENS_KEY_FLOAT, LENS_C(final_softcap), .def = (final_cap), .min = 0,       \
+             .max = INFINITY, .flags = LENS_KEY_NULL_OFF | LENS_KEY_OPEN_MIN),                                     \
+    LENS_KEY("query_pre_attn_scalar", LENS_KEY_FLOAT, LENS_C(query_pre_attn_scalar), .def = 256, .min = 0,         \
+             .max = INFINITY, .flags = LENS_KEY_OPEN_MIN),                                                         \
+    LENS_KEY(NULL, LENS_KEY_INT, LENS_C(post_norms), .def = 1),                                                    \
+    LENS_KEY(NULL, LENS_KEY_INT, LENS_C(sliding_pattern_offset), .def = 1) /* HF: (layer + 1) % N */
+
 static const lens_config_key gemma2_keys[] = {
-    GEMMA_KEYS,
-    LENS_DECODER_WINDOW,
-    LENS_KEY("attn_logit_softcapping", LENS_KEY_FLOAT, LENS_C(attn_softcap), .def = 50, .min = 0, .max = INFINITY,
-             .flags = LENS_KEY_NULL_OFF | LENS_KEY_OPEN_MIN),
-    LENS_KEY("final_logit_softcapping", LENS_KEY_FLOAT, LENS_C(final_softcap), .def = 30, .min = 0, .max = INFINITY,
-             .flags = LENS_KEY_NULL_OFF | LENS_KEY_OPEN_MIN),
-    LENS_KEY("query_pre_attn_scalar", LENS_KEY_FLOAT, LENS_C(query_pre_attn_scalar), .def = 256, .min = 0,
+    GEMMA2_KEYS(50, 30),
+    LENS_KEY(NULL, LENS_KEY_INT, LENS_C(sliding_pattern), .def = 2), /* even layers local */
+    {0}};
+
+/* Gemma 3: no soft-caps unless configured, q/k norms, every
+ * sliding_window_pattern-th layer global (layer_types, when given, is read
+ * by the hook), the local layers' RoPE base. use_bidirectional_attention
+ * (EmbeddingGemma) is refused. */
+static const lens_config_key gemma3_keys[] = {
+    GEMMA2_KEYS(0, 0),
+    LENS_KEY("sliding_window_pattern", LENS_KEY_INT, LENS_C(sliding_pattern), .def = 6, .min = 1, .max = 1 << 20),
+    LENS_KEY("rope_local_base_freq", LENS_KEY_DOUBLE, LENS_C(rope_local.theta), .def = 10000, .min = 1,
              .max = INFINITY, .flags = LENS_KEY_OPEN_MIN),
-    LENS_KEY(NULL, LENS_KEY_INT, LENS_C(sliding_alternate), .def = 1),
-    LENS_KEY(NULL, LENS_KEY_INT, LENS_C(post_norms), .def = 1),
+    LENS_KEY("use_bidirectional_attention", LENS_KEY_BOOL, LENS_KEY_CHECK_ONLY, .flags = LENS_KEY_ONLY_DEFAULT),
+    LENS_KEY(NULL, LENS_KEY_INT, LENS_C(qk_norm), .def = 1),
     {0}};
 
 /* The embeddings times sqrt(C) (HF's normalizer). */
@@ -46,6 +71,61 @@ static int gemma_config_hook(const json_t *root, const char *path, lens_config *
 {
     cfg->emb_scale = (float)sqrt((double)cfg->d_model);
     return lens_decoder_config_hook(root, path, cfg, err);
+}
+
+/* layer_types: "sliding_attention" or "full_attention" per layer. lensd
+ * runs HF's default form of it, full attention on every Nth layer (N the
+ * first full layer's l + 1; none full: every layer windowed), which every
+ * Gemma 3 checkpoint has; another list is refused by name. */
+static int gemma3_layer_types(const json_t *root, const char *path, lens_config *cfg, lens_err *err)
+{
+    const json_t *types = json_object_get(root, "layer_types");
+    if (!types || json_is_null(types)) return 0; /* sliding_window_pattern says */
+    if (!json_is_array(types) || json_array_size(types) != (size_t)cfg->n_layers)
+        return lens_fail(err, LENS_EFORMAT, "%s: \"layer_types\" must be a list of num_hidden_layers = %d entries",
+                         path, cfg->n_layers);
+    int pattern = 0;
+    for (int l = 0; l < cfg->n_layers; l++) {
+        const char *t = json_string_value(json_array_get(types, (size_t)l));
+        const int full = t && !strcmp(t, "full_attention");
+        if (!full && !(t && !strcmp(t, "sliding_attention")))
+            return lens_fail(err, LENS_EFORMAT,
+                             "%s: \"layer_types\"[%d] = \"%.40s\" is not supported (sliding_attention, full_attention)",
+                             path, l, t ? t : "(not a string)");
+        if (full && !pattern) pattern = l + 1;
+        if (full != (pattern && (l + 1) % pattern == 0))
+            return lens_fail(err, LENS_EFORMAT,
+                             "%s: \"layer_types\"[%d] = \"%s\" breaks full attention every %d layers, the only "
+                             "pattern lensd runs (HF's sliding_window_pattern)", path, l, t, pattern);
+    }
+    cfg->sliding_pattern = pattern;
+    return 0;
+}
+
+/* Gemma's hook, layer_types, and the local layers' RoPE: default type at
+ * rope_local_base_freq over the whole head (HF's rotary_emb_local);
+ * rope_theta and rope_scaling are the global layers'. transformers 5's
+ * rope_parameters is refused rather than read as defaults. */
+static int gemma3_config_hook(const json_t *root, const char *path, lens_config *cfg, lens_err *err)
+{
+    if (json_object_get(root, "rope_parameters"))
+        return lens_fail(err, LENS_EFORMAT, "%s: \"rope_parameters\" is not supported (rope_theta, "
+                         "rope_local_base_freq and rope_scaling are)", path);
+    if (gemma3_layer_types(root, path, cfg, err) || gemma_config_hook(root, path, cfg, err)) return -1;
+    cfg->rope_local.dim = cfg->rope.dim;
+    return 0;
+}
+
+/* layer_types as transformers writes it, then the decoders' members. */
+static int gemma3_config_extra(json_t *root, const lens_config *c)
+{
+    json_t *types = json_array();
+    for (int l = 0; types && l < c->n_layers; l++)
+        if (json_array_append_new(types, json_string(c->sliding_pattern && (l + 1) % c->sliding_pattern == 0
+                                                         ? "full_attention"
+                                                         : "sliding_attention")))
+            return -1;
+    return !types || json_object_set_new(root, "layer_types", types) || lens_decoder_config_extra(root, c);
 }
 
 /* micro: head_dim 16 over hidden 32 and one kv head (gemma-2b is MQA). */
@@ -63,6 +143,17 @@ static const lens_decoder_preset gemma2_presets[] = {
     {"8b", 42, 3584, 16, 8, 256, 14336, 256000, 8192, 4096, 1},
     {0}};
 
+/* micro: 3 layers, the third global; 1b = gemma-3-1b, 4b / 12b = the text
+ * towers of gemma-3-4b / 12b (rope_scaling linear 8 on the global layers,
+ * as micro has). */
+static const lens_decoder_preset gemma3_presets[] = {
+    {"micro", 3, 32, 4, 2, 16, 64, 1000, 256, 4, 1},
+    {"tiny", 6, 128, 4, 2, 32, 256, 1000, 256, 16, 1},
+    {"1b", 26, 1152, 4, 1, 256, 6912, 262144, 32768, 512, 1},
+    {"4b", 34, 2560, 8, 4, 256, 10240, 262208, 131072, 1024, 1},
+    {"12b", 48, 3840, 16, 8, 256, 15360, 262208, 131072, 1024, 1},
+    {0}};
+
 static int gemma_preset(lens_config *c, const char *name)
 {
     if (lens_decoder_apply_preset(gemma_presets, name, c)) return -1;
@@ -78,6 +169,19 @@ static int gemma2_preset(lens_config *c, const char *name)
     if (!strcmp(name, "micro")) c->attn_softcap = 5.0f, c->final_softcap = 3.0f; /* caps the test scores reach */
     return 0;
 }
+
+static int gemma3_preset(lens_config *c, const char *name)
+{
+    if (lens_decoder_apply_preset(gemma3_presets, name, c)) return -1;
+    c->emb_scale = (float)sqrt((double)c->d_model);
+    c->query_pre_attn_scalar = (float)c->d_head_k; /* 256 = head_dim */
+    c->sliding_pattern = !strcmp(name, "micro") ? 3 : 6;
+    c->rope_local.dim = c->rope.dim;
+    if (strcmp(name, "1b")) c->rope.type = LENS_ROPE_LINEAR, c->rope.factor = 8.0;
+    return 0;
+}
+
+static void gemma3_new_config(lens_config *c) { c->rope.theta = 1000000.0; }
 
 #define GEMMA_FAMILY LENS_DECODER_FAMILY_FNS, .config_hook = gemma_config_hook
 #define GEMMA_WRITER LENS_DECODER_WRITER, .bpe_last = "<eos>", .preset_names = "micro, tiny, 1b, 8b"
@@ -98,4 +202,18 @@ const lens_family lens_family_gemma2 = {
     .keys = {lens_hf_size_keys, lens_decoder_keys, gemma2_keys},
     GEMMA_FAMILY,
     .writer = &(const lens_family_writer){.preset = gemma2_preset, GEMMA_WRITER},
+};
+
+const lens_family lens_family_gemma3_text = {
+    .model_type = "gemma3_text",
+    .default_arch = "Gemma3ForCausalLM",
+    .task_archs = {[LENS_TASK_ENCODER] = "Gemma3TextModel", [LENS_TASK_CAUSAL_LM] = "Gemma3ForCausalLM"},
+    .keys = {lens_hf_size_keys, lens_decoder_keys, gemma3_keys},
+    LENS_DECODER_FAMILY_FNS,
+    .config_hook = gemma3_config_hook,
+    .writer = &(const lens_family_writer){.new_config = gemma3_new_config, .preset = gemma3_preset,
+                                          .default_task = LENS_TASK_CAUSAL_LM,
+                                          .config_constants = LENS_DECODER_CONSTANTS,
+                                          .config_extra = gemma3_config_extra, .bpe_last = "<eos>",
+                                          .preset_names = "micro, tiny, 1b, 4b, 12b"},
 };

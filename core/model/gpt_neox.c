@@ -91,8 +91,8 @@ static void neox_block(const lens_model *m, int l, lens_block_prog *p)
     lens_op_norm(p, LENS_R_H, LENS_R_X, &b->ln_attn, 2 * l);
     lens_op_linear(p, LENS_R_FF, LENS_R_H, &b->q); /* the fused map */
     lens_op_split_qkv(p);
-    lens_op_rope(p, LENS_R_Q, c->n_heads);
-    lens_op_rope(p, LENS_R_K, c->n_heads);
+    lens_op_rope(p, LENS_R_Q, c->n_heads, NULL);
+    lens_op_rope(p, LENS_R_K, c->n_heads, NULL);
     lens_op_attend(p);
     lens_op_linear(p, LENS_R_N, LENS_R_CTX, &b->attn_out);
     if (!c->parallel_residual) {

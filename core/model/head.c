@@ -2,6 +2,7 @@
  * has the formulas and shapes). */
 #include "core/model/head.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "core/nn/ops.h"
@@ -11,18 +12,94 @@ static float *grad(const lens_grad_map *g, const void *param) { return g && para
 
 /* ------------------------------------------------------------ classifier */
 
-void lens_classifier_pool(float *u, const float *x, const int *row_start, int S, int C)
+void lens_classifier_pool(const lens_model *m, float *u, const float *x, const int *row_start, const int *lengths,
+                          int S)
 {
-    for (int s = 0; s < S; s++) memcpy(u + (size_t)s * C, x + (size_t)row_start[s] * C, sizeof(float) * C);
+    const int C = m->cfg.d_model;
+    for (int s = 0; s < S; s++) {
+        const float *rows = x + (size_t)row_start[s] * C;
+        float *us = u + (size_t)s * C;
+        memcpy(us, rows, sizeof(float) * C);
+        if (!m->cfg.pool_mean) continue;
+        for (int t = 1; t < lengths[s]; t++) lens_residual_forward(us, rows + (size_t)t * C, (size_t)C);
+        for (int i = 0; i < C; i++) us[i] /= (float)lengths[s];
+    }
+}
+
+void lens_classifier_unpool(const lens_model *m, float *dx, const float *du, const int *row_start, const int *lengths,
+                            int S)
+{
+    const int C = m->cfg.d_model;
+    for (int s = 0; s < S; s++) {
+        float *rows = dx + (size_t)row_start[s] * C;
+        const float *d = du + (size_t)s * C;
+        memset(rows, 0, sizeof(float) * (size_t)lengths[s] * C);
+        if (!m->cfg.pool_mean) {
+            memcpy(rows, d, sizeof(float) * C);
+            continue;
+        }
+        /* forward: u = (1/T) sum_t x_t */
+        for (int t = 0; t < lengths[s]; t++)
+            for (int i = 0; i < C; i++) rows[(size_t)t * C + i] = d[i] / (float)lengths[s];
+    }
 }
 
 void lens_classifier_forward(const lens_model *m, float *pooled, float *logits, const float *u, int S,
                              lens_pool *pool)
 {
+    const lens_config *c = &m->cfg;
     const lens_params *p = &m->p;
     lens_gemm_linear(pooled, u, &p->pooler, S, pool);
-    (m->cfg.head_relu ? lens_relu_forward : lens_tanh_forward)(pooled, (size_t)S * m->cfg.d_model);
+    if (p->pooler_ln.w) {
+        lens_gelu_rows(pool, pooled, (size_t)c->d_model, S, c->d_model, c->gelu_tanh);
+        lens_add_layernorm(pool, pooled, NULL, NULL, pooled, NULL, &p->pooler_ln, S, c->d_model, c->ln_eps);
+    } else {
+        (c->head_relu ? lens_relu_forward : lens_tanh_forward)(pooled, (size_t)S * c->d_model);
+    }
     lens_gemm_linear(logits, pooled, &p->classifier, S, pool);
+}
+
+/* dpre (set) from dpooled [S][C] through pooled = LN_p(GELU(pre)), pre given
+ * in dpre: per row in place, GELU's output recomputed from pre (the
+ * caller's buffers hold no more), LN backward as ops.h's
+ * lens_layernorm_backward: dx = rstd (dn - mean(dn) - n mean(dn n)), n the
+ * normalised GELU output, dn = dpooled w. Gain and bias gradients through g. */
+static void pooler_ln_backward(const lens_model *m, const lens_grad_map *g, float *dpre, float *dpooled, int S)
+{
+    const lens_config *c = &m->cfg;
+    const lens_layernorm *ln = &m->p.pooler_ln;
+    const int C = c->d_model;
+    float *dw = grad(g, ln->w), *db = grad(g, ln->b);
+    for (int s = 0; s < S; s++) {
+        const float *pre = dpre + (size_t)s * C;
+        float *dy = dpooled + (size_t)s * C;
+        double sum = 0, sq = 0;
+        for (int i = 0; i < C; i++) {
+            float a = pre[i];
+            (c->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(&a, 1);
+            sum += a, sq += (double)a * a;
+        }
+        const double mean = sum / C, rstd = 1.0 / sqrt(sq / C - mean * mean + c->ln_eps);
+        double md = 0, mdn = 0;
+        for (int i = 0; i < C; i++) {
+            float a = pre[i];
+            (c->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(&a, 1);
+            const double n = (a - mean) * rstd, dn = (double)dy[i] * ln->w[i];
+            md += dn, mdn += dn * n;
+            if (dw) dw[i] += (float)(n * dy[i]);
+            if (db) db[i] += dy[i];
+        }
+        md /= C, mdn /= C;
+        for (int i = 0; i < C; i++) { /* dy becomes d GELU-output, same index */
+            float a = pre[i];
+            (c->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(&a, 1);
+            const double n = (a - mean) * rstd;
+            dy[i] = (float)(rstd * ((double)dy[i] * ln->w[i] - md - n * mdn));
+        }
+    }
+    /* act = GELU(pre): dpooled becomes d pre, then into dpre */
+    lens_gelu_backward_inplace(dpooled, dpre, (size_t)S * C, c->gelu_tanh);
+    memcpy(dpre, dpooled, sizeof(float) * (size_t)S * C);
 }
 
 void lens_classifier_backward(const lens_model *m, const lens_grad_map *g, float *du, float *dpre,
@@ -33,9 +110,13 @@ void lens_classifier_backward(const lens_model *m, const lens_grad_map *g, float
     /* logits = pooled W_c + b_c: dpooled (in du) = dlogits W_c */
     memset(du, 0, sizeof(float) * n);
     lens_linear_backward(du, grad(g, p->classifier.w), grad(g, p->classifier.b), dlogits, pooled, &p->classifier, S);
-    /* pooled = act(pre) */
-    memset(dpre, 0, sizeof(float) * n);
-    (m->cfg.head_relu ? lens_relu_backward : lens_tanh_backward)(dpre, pooled, du, n);
+    if (p->pooler_ln.w) { /* pooled = LN_p(GELU(pre)), pre recomputed into dpre */
+        lens_gemm_linear(dpre, u, &p->pooler, S, NULL);
+        pooler_ln_backward(m, g, dpre, du, S);
+    } else { /* pooled = act(pre) */
+        memset(dpre, 0, sizeof(float) * n);
+        (m->cfg.head_relu ? lens_relu_backward : lens_tanh_backward)(dpre, pooled, du, n);
+    }
     /* pre = u W_p + b_p */
     memset(du, 0, sizeof(float) * n);
     lens_linear_backward(du, grad(g, p->pooler.w), grad(g, p->pooler.b), dpre, u, &p->pooler, S);

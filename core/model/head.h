@@ -8,10 +8,12 @@
  * Shapes: S sequences, R rows, C = d_model, K labels, V vocabulary.
  *
  * Classifier (LENS_TASK_CLASSIFICATION), on the first row of each sequence
- * (BERT's pooler + classifier, RoBERTa's classifier.dense + out_proj,
- * DistilBERT's pre_classifier + classifier; model.h's pooler / classifier):
- *   u_s = x_L[first row of s]
+ * or the mean of its rows (BERT's pooler + classifier, RoBERTa's
+ * classifier.dense + out_proj, DistilBERT's pre_classifier + classifier,
+ * ModernBERT's head + classifier; model.h's pooler / classifier):
+ *   u_s = x_L[first row of s], or mean_t x_L[rows of s] with cfg.pool_mean
  *   pooled_s = act(u_s W_p + b_p)       act = tanh, or ReLU with cfg.head_relu
+ *            = LN_p(GELU(u_s W_p + b_p)) when the pooler has a norm (pooler_ln; GELU per cfg.gelu_tanh)
  *   logits_s = pooled_s W_c + b_c
  * Masked LM (LENS_TASK_MASKED_LM), per row (BERT cls.predictions, RoBERTa
  * lm_head, DistilBERT vocab_transform / vocab_layer_norm / vocab_projector):
@@ -25,8 +27,13 @@
 
 #include "core/model/arch.h"
 
-/* u[S][C] = the row of x [N][C] each sequence's classifier reads (row_start [S]). */
-void lens_classifier_pool(float *u, const float *x, const int *row_start, int S, int C);
+/* u[S][C] = what each sequence's classifier reads of x [N][C] (sequence s:
+ * rows row_start[s] .. + lengths[s]): its first row, or the mean of its rows. */
+void lens_classifier_pool(const lens_model *m, float *u, const float *x, const int *row_start, const int *lengths,
+                          int S);
+/* dx[N][C] (set) = dL/dx from du[S][C] = dL/du: pooling's backward. */
+void lens_classifier_unpool(const lens_model *m, float *dx, const float *du, const int *row_start, const int *lengths,
+                            int S);
 /* pooled[S][C], logits[S][K] from u[S][C]. */
 void lens_classifier_forward(const lens_model *m, float *pooled, float *logits, const float *u, int S,
                              lens_pool *pool);

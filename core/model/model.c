@@ -267,11 +267,12 @@ const char *lens_analysis_name(lens_analysis a)
     return (unsigned)a < LENS_ANALYSIS_COUNT ? names[a] : "unknown";
 }
 
-/* The rules are capabilities of the family plus the task: the attribution
- * engine runs the post-norm block with a pooled classifier head, or the
- * pre-norm causal block with the tied LM head (core/analysis/attribution*);
- * the tree and the dataset analyses of classifiers read the first token as
- * the summary of the input. */
+/* The rules are capabilities of the family plus the task and the config:
+ * the attribution engine runs a classifier head that reads the first token
+ * (after the final norm of a pre-norm family), or the pre-norm causal block
+ * with its LM head (core/analysis/attribution*); the tree and the dataset
+ * analyses of classifiers read the first token of a post-norm encoder as the
+ * summary of the input. */
 int lens_model_supports(const lens_model *m, lens_analysis a, const char **why)
 {
     const lens_config *c = &m->cfg;
@@ -285,8 +286,11 @@ int lens_model_supports(const lens_model *m, lens_analysis a, const char **why)
     case LENS_ANALYSIS_ATTRIBUTION:
         if (!classifier && !causal_lm)
             no = "attribution needs a sequence classifier (class probability) or a causal LM (next-token probability)";
-        else if (classifier ? pre_norm || !lens_has_cap(c, LENS_CAP_POOLER) : !pre_norm)
-            no = "attribution runs post-norm classifiers with a pooler and pre-norm causal LMs; this model is neither";
+        else if (classifier && c->pool_mean)
+            no = "attribution follows the first token through the last layer; this classifier pools the mean of "
+                 "every token (classifier_pooling mean)";
+        else if (classifier ? !lens_has_cap(c, LENS_CAP_POOLER) : !pre_norm)
+            no = "attribution runs classifiers with a pooler and pre-norm causal LMs; this model is neither";
         break;
     case LENS_ANALYSIS_ATTRIBUTION_TREE:
         if (!cls_classifier || pre_norm)

@@ -46,6 +46,8 @@ typedef struct {
     float ln_eps;
     int gelu_tanh;           /* 1: tanh approximation (gelu_new), 0: exact erf */
     int head_relu;           /* classifier's first-token layer: 1 ReLU (DistilBERT pre_classifier), 0 tanh (pooler) */
+    int pool_mean;           /* classifier reads the mean of the sequence's rows (ModernBERT classifier_pooling
+                                "mean"), else its first row */
     int position_offset;     /* first position id (RoBERTa: padding_idx + 1); the table has
                                 max_positions + position_offset rows */
     int pad_token_id;
@@ -55,6 +57,8 @@ typedef struct {
     /* Modern decoders (core/model/decoder.c, gpt_neox.c; 0 = off for the others): */
     int n_kv_heads;          /* grouped-query attention: key/value heads, NH a multiple (0 = NH) */
     lens_rope_params rope;   /* rotary embeddings (rope.dim 0: learned / no positions) */
+    lens_rope_params rope_local; /* of the sliding-window layers when theta > 0 (Gemma 3's
+                                    rope_local_base_freq), else theirs is rope */
     int norm_rms;            /* 1: RMSNorm (no bias, no mean), 0: LayerNorm */
     int norm_unit_offset;    /* RMSNorm gain 1 + w (Gemma) */
     int glu;                 /* gated MLP activation (lens_glu), 0: plain W2 act(W1 x) */
@@ -63,7 +67,11 @@ typedef struct {
     int post_norms;          /* Gemma 2: RMSNorm after attention and after the MLP, before the residual add */
     int parallel_residual;   /* GPT-NeoX: x + Attn(LN1(x)) + MLP(LN2(x)) */
     int sliding_window;      /* keys i - j < W only (0 = full causal) */
-    int sliding_alternate;   /* the window applies to even layers only (Gemma 2) */
+    int sliding_pattern;     /* N > 0: every Nth layer (l + offset a multiple of N) has full attention, the
+                                others the window (HF's sliding_window_pattern / layer_types: Gemma 2
+                                N = 2, Gemma 3 N = 6); 0: the window on every layer */
+    int sliding_pattern_offset; /* ... full attention when (l + offset) % N == 0: Gemma 1, ModernBERT 0 */
+    int window_bidirectional; /* the window is |i - j| <= W / 2 (ModernBERT's local_attention W), not causal */
     float attn_softcap;      /* scores = cap tanh(scores / cap) before the softmax (0 = off) */
     float final_softcap;     /* the same on the LM logits */
     float query_pre_attn_scalar; /* scores scaled by its -1/2 power instead of DK's (Gemma 2; 0 = DK) */
@@ -75,14 +83,23 @@ typedef struct {
 /* The sliding window of layer l (0-based) of c, 0 = full attention. */
 static inline int lens_layer_window(const lens_config *c, int l)
 {
-    return c->sliding_window && (!c->sliding_alternate || l % 2 == 0) ? c->sliding_window : 0;
+    return c->sliding_window && (!c->sliding_pattern || (l + c->sliding_pattern_offset) % c->sliding_pattern)
+               ? c->sliding_window
+               : 0;
 }
-/* How layer l (0-based) of c scores (core/nn/scores.h); causal: the caller's mask for full layers. */
+/* The RoPE of layer l: rope_local on sliding-window layers when set, else rope. */
+static inline const lens_rope_params *lens_layer_rope(const lens_config *c, int l)
+{
+    return c->rope_local.theta > 0 && lens_layer_window(c, l) ? &c->rope_local : &c->rope;
+}
+/* How layer l (0-based) of c scores (core/nn/scores.h); causal: the caller's
+ * mask (a bidirectional window W run causally keeps its W / 2 + 1 keys up to i). */
 static inline lens_score_fn lens_layer_scores(const lens_config *c, int l, int causal)
 {
-    const int window = lens_layer_window(c, l);
-    return (lens_score_fn){.scale = c->attn_scale, .softcap = c->attn_softcap, .causal = causal || window > 0,
-                           .window = window};
+    const int window = lens_layer_window(c, l), bidirectional = window && c->window_bidirectional;
+    return (lens_score_fn){.scale = c->attn_scale, .softcap = c->attn_softcap,
+                           .causal = causal || (window > 0 && !bidirectional),
+                           .window = bidirectional && causal ? window / 2 + 1 : window};
 }
 
 /* Key/value heads and the key/value head that query head h reads (GQA). */
@@ -140,6 +157,7 @@ typedef struct {
     lens_block *blocks;    /* [L] */
     lens_layernorm ln_final; /* GPT-2 ln_f */
     lens_linear pooler;      /* classification: first token C -> C, tanh (or ReLU: head_relu) */
+    lens_layernorm pooler_ln; /* when set: pooled = LN(GELU(pooler)) instead (ModernBERT's head) */
     lens_linear classifier;  /* C -> K */
     lens_linear mlm_transform;  /* BERT MLM: C -> C, GELU, LayerNorm */
     lens_layernorm mlm_ln;

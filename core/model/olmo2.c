@@ -50,8 +50,8 @@ static void olmo2_block(const lens_model *m, int l, lens_block_prog *p)
     lens_op_linear(p, LENS_R_V, LENS_R_X, &b->v);
     lens_op_qk_norm(p, LENS_R_Q, &b->q_norm, NH, NH * DK);
     lens_op_qk_norm(p, LENS_R_K, &b->k_norm, NKV, NKV * DK);
-    lens_op_rope(p, LENS_R_Q, NH);
-    lens_op_rope(p, LENS_R_K, NKV);
+    lens_op_rope(p, LENS_R_Q, NH, NULL);
+    lens_op_rope(p, LENS_R_K, NKV, NULL);
     lens_op_repeat_kv(p, LENS_R_K, NKV);
     lens_op_repeat_kv(p, LENS_R_V, NKV);
     lens_op_attend(p);
@@ -59,10 +59,7 @@ static void olmo2_block(const lens_model *m, int l, lens_block_prog *p)
     lens_op_norm(p, LENS_R_N, LENS_R_H, &b->post_attn, 2 * l);
     lens_op_add(p, LENS_R_X, LENS_R_N);
     lens_op_tail(p);
-    lens_op_linear(p, LENS_R_FF, LENS_R_X, &b->gate);
-    lens_op_linear(p, LENS_R_UP, LENS_R_X, &b->ff_in);
-    lens_op_glu(p);
-    lens_op_linear(p, LENS_R_H, LENS_R_FF, &b->ff_out);
+    lens_op_gated_mlp(p, LENS_R_X, b);
     lens_op_norm(p, LENS_R_N, LENS_R_H, &b->post_ff, 2 * l + 1);
     lens_op_add(p, LENS_R_X, LENS_R_N);
 }

@@ -19,13 +19,13 @@
 
 #include "core/nn/ops.h"
 
-static const lens_config_key roberta_pad_keys[] = {
+const lens_config_key lens_roberta_pad_keys[] = {
     LENS_KEY("pad_token_id", LENS_KEY_INT, LENS_C(pad_token_id), .def = 1, .min = 0, .max = -1,
              .max_dim = LENS_D_V),
     {0}};
 
 /* Positions: the table's first padding_idx + 1 rows are not token positions. */
-static int roberta_config_hook(const json_t *root, const char *path, lens_config *cfg, lens_err *err)
+int lens_roberta_config_hook(const json_t *root, const char *path, lens_config *cfg, lens_err *err)
 {
     (void)root;
     cfg->position_offset = cfg->pad_token_id + 1;
@@ -37,7 +37,7 @@ static int roberta_config_hook(const json_t *root, const char *path, lens_config
 }
 
 /* The table's rows, and roberta-base's <s> = 0, </s> = 2. */
-static int roberta_config_extra(json_t *root, const lens_config *c)
+int lens_roberta_config_extra(json_t *root, const lens_config *c)
 {
     return json_object_set_new(root, "max_position_embeddings", json_integer(c->max_positions + c->position_offset)) ||
            json_object_set_new(root, "bos_token_id", json_integer(0)) ||
@@ -63,7 +63,7 @@ static const lens_tensor_row roberta_head_rows[] = {
     LENS_ROW("lm_head.bias", LENS_P(mlm_bias), LENS_T_VECTOR, LENS_D_V, LENS_D_NONE, .when = LENS_IF_MLM),
     {0}};
 
-static const lens_tensor_section roberta_tensors[] = {
+const lens_tensor_section lens_roberta_tensors[] = {
     {"roberta.", 0, lens_bert_embedding_rows},
     {"roberta.encoder.layer.%d.", 1, lens_bert_layer_rows},
     {"", 0, roberta_head_rows},
@@ -76,9 +76,9 @@ const lens_family lens_family_roberta = {
     .task_archs = {[LENS_TASK_ENCODER] = "RobertaModel", [LENS_TASK_CLASSIFICATION] = "RobertaForSequenceClassification",
                    [LENS_TASK_MASKED_LM] = "RobertaForMaskedLM"},
     .caps = LENS_CAP_POOLER | LENS_CAP_TIED_HEAD | LENS_CAP_CLS_FIRST | LENS_CAP_BYTE_BPE,
-    .keys = {lens_hf_size_keys, lens_bert_keys, roberta_pad_keys},
-    .config_hook = roberta_config_hook,
-    .tensors = roberta_tensors,
+    .keys = {lens_hf_size_keys, lens_bert_keys, lens_roberta_pad_keys},
+    .config_hook = lens_roberta_config_hook,
+    .tensors = lens_roberta_tensors,
     .block = lens_bert_block,
     .writer = &(const lens_family_writer){.tokenizer_class = "RobertaTokenizer",
                                           .bpe_first = {"<s>", "<pad>", "</s>", "<unk>"}, /* as roberta-base */
@@ -86,5 +86,5 @@ const lens_family lens_family_roberta = {
                                           .default_task = LENS_TASK_CLASSIFICATION,
                                           .new_config = roberta_new_config,
                                           .config_constants = lens_bert_config_constants,
-                                          .config_extra = roberta_config_extra},
+                                          .config_extra = lens_roberta_config_extra},
 };

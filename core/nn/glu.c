@@ -9,6 +9,10 @@ void lens_glu_act(lens_glu act, float x, float *y, float *dy)
         const float s = 1.0f / (1.0f + expf(-x));
         *y = x * s;
         *dy = s * (1.0f + x * (1.0f - s));
+    } else if (act == LENS_GLU_GELU) { /* exact: x Phi(x), d = Phi(x) + x phi(x) */
+        const float cdf = 0.5f * (1.0f + erff(x * 0.7071067811865476f));
+        *y = x * cdf;
+        *dy = cdf + x * 0.3989422804014327f * expf(-0.5f * x * x);
     } else {
         const float k = 0.7978845608028654f, c = 0.044715f;
         const float t = tanhf(k * (x + c * x * x * x));

@@ -1,18 +1,20 @@
 /* glu.h - gated MLP activations (Shazeer 2020): out = act(gate) * up, with
- * act = SiLU (SwiGLU: Llama, Mistral, Qwen) or the tanh GELU (GeGLU:
- * Gemma's gelu_pytorch_tanh); forward, backward and JVP side by side.
+ * act = SiLU (SwiGLU: Llama, Mistral, Qwen), the tanh GELU (GeGLU: Gemma's
+ * gelu_pytorch_tanh) or the exact GELU (ModernBERT's "gelu"); forward,
+ * backward and JVP side by side.
  *
  * Shapes: N rows of F channels; gate and up may be views with a row stride
  * (ld, in floats), out / gradients / tangents use the same strides.
  *   SiLU(g) = g s(g), s = logistic;   SiLU'(g) = s(g) (1 + g (1 - s(g)))
  *   GELU_tanh(g) = g/2 (1 + tanh(k (g + 0.044715 g^3))), k = sqrt(2/pi)
+ *   GELU(g) = g Phi(g);   GELU'(g) = Phi(g) + g phi(g)  (Phi, phi: the normal cdf, pdf)
  *   d out = act'(g) dg * u + act(g) du */
 #ifndef LENS_GLU_H
 #define LENS_GLU_H
 
 #include <stddef.h>
 
-typedef enum { LENS_GLU_NONE = 0, LENS_GLU_SILU = 1, LENS_GLU_GELU_TANH = 2 } lens_glu;
+typedef enum { LENS_GLU_NONE = 0, LENS_GLU_SILU = 1, LENS_GLU_GELU_TANH = 2, LENS_GLU_GELU = 3 } lens_glu;
 
 /* out[N][F] = act(gate) * up; out may alias gate or up. */
 void lens_glu_forward(float *out, const float *gate, const float *up, int N, int F, size_t ld, lens_glu act);

@@ -75,7 +75,10 @@ void lens_layernorm_forward(float *out, float *mean, float *rstd, const float *i
         const double m = sum_pow_lanes(x, C, 0.0, 1) / C, var = sum_pow_lanes(x, C, m, 2);
         float s = (float)(1.0 / sqrt(var / C + eps));
         float mf = (float)m;
-        for (int i = 0; i < C; i++) y[i] = (x[i] - mf) * s * ln->w[i] + ln->b[i];
+        if (ln->b)
+            for (int i = 0; i < C; i++) y[i] = (x[i] - mf) * s * ln->w[i] + ln->b[i];
+        else /* no bias (ModernBERT's norm_bias false) */
+            for (int i = 0; i < C; i++) y[i] = (x[i] - mf) * s * ln->w[i];
         if (mean) mean[n] = mf;
         if (rstd) rstd[n] = s;
     }

@@ -29,13 +29,12 @@ void lens_softcap_jvp(float *t, const float *out, size_t n, float cap)
     }
 }
 
-static inline int window_start(int row, int window) { return row - window + 1 > 0 ? row - window + 1 : 0; }
-
-void lens_softmax_window_forward(float *x, int rows, int cols, int window)
+void lens_softmax_window_forward(float *x, int rows, int cols, int causal, int window)
 {
     for (int r = 0; r < rows; r++) {
         float *row = x + (size_t)r * cols;
-        const int lo = window_start(r, window), hi = r + 1 < cols ? r + 1 : cols;
+        int lo, hi;
+        lens_key_band(r, cols, causal, window, &lo, &hi);
         float max = row[lo];
         for (int c = lo + 1; c < hi; c++) max = row[c] > max ? row[c] : max;
         float sum = 0;
@@ -45,24 +44,27 @@ void lens_softmax_window_forward(float *x, int rows, int cols, int window)
     }
 }
 
-void lens_softmax_window_backward(float *dinp, const float *probs, const float *dout, int rows, int cols, int window)
+void lens_softmax_window_backward(float *dinp, const float *probs, const float *dout, int rows, int cols, int causal,
+                                  int window)
 {
     for (int r = 0; r < rows; r++) {
         const float *p = probs + (size_t)r * cols, *dp = dout + (size_t)r * cols;
         float *dx = dinp + (size_t)r * cols;
-        const int lo = window_start(r, window), hi = r + 1 < cols ? r + 1 : cols;
+        int lo, hi;
+        lens_key_band(r, cols, causal, window, &lo, &hi);
         float dot = 0;
         for (int c = lo; c < hi; c++) dot += p[c] * dp[c];
         for (int c = lo; c < hi; c++) dx[c] += p[c] * (dp[c] - dot);
     }
 }
 
-void lens_softmax_window_jvp(float *t, const float *probs, int rows, int cols, int window)
+void lens_softmax_window_jvp(float *t, const float *probs, int rows, int cols, int causal, int window)
 {
     for (int r = 0; r < rows; r++) {
         const float *p = probs + (size_t)r * cols;
         float *tr = t + (size_t)r * cols;
-        const int lo = window_start(r, window), hi = r + 1 < cols ? r + 1 : cols;
+        int lo, hi;
+        lens_key_band(r, cols, causal, window, &lo, &hi);
         float dot = 0;
         for (int c = lo; c < hi; c++) dot += p[c] * tr[c];
         for (int c = 0; c < cols; c++) tr[c] = c >= lo && c < hi ? p[c] * (tr[c] - dot) : 0.0f;
@@ -72,14 +74,14 @@ void lens_softmax_window_jvp(float *t, const float *probs, int rows, int cols, i
 void lens_scores_forward(float *p, int T, const lens_score_fn *f)
 {
     if (f->softcap > 0) lens_softcap_forward(p, (size_t)T * T, f->softcap);
-    if (f->window) lens_softmax_window_forward(p, T, T, f->window);
+    if (f->window) lens_softmax_window_forward(p, T, T, f->causal, f->window);
     else lens_softmax_forward(p, T, T, f->causal);
 }
 
 void lens_scores_backward(float *ds, const float *p, const float *dp, int T, const lens_score_fn *f)
 {
     if (!(f->softcap > 0)) {
-        /* P = 0 outside each row's window, so the causal softmax backward leaves those entries 0 */
+        /* P = 0 outside each row's band, so the (causal) softmax backward leaves those entries 0 */
         memset(ds, 0, sizeof(float) * T * T);
         lens_softmax_backward(ds, p, dp, T, T, f->causal);
         return;

@@ -1,26 +1,38 @@
-/* scores.h - what modern decoders do to attention scores and logits:
- * soft-capping (Gemma 2) and the sliding-window causal softmax (Mistral,
- * Gemma 2's local layers); forward, backward and JVP side by side.
+/* scores.h - what modern models do to attention scores and logits:
+ * soft-capping (Gemma 2) and the sliding-window softmax, causal (Mistral,
+ * Gemma 2 / 3's local layers) or bidirectional (ModernBERT's local layers);
+ * forward, backward and JVP side by side.
  *
  *   softcap:  y = cap tanh(x / cap);   dy/dx = 1 - tanh^2(x / cap) = 1 - (y / cap)^2
- *   window:   row i of a [T][T] score block keeps columns max(0, i - W + 1) .. i
- *             (HF's sliding-window mask: key j is seen when i - j < W), softmax
- *             over them, every other entry exactly 0. */
+ *   window:   row i of a [T][T] score block keeps the columns of its key band
+ *             (lens_key_band), softmax over them, every other entry exactly 0:
+ *             causal, max(0, i - W + 1) .. i (HF's sliding-window mask: key j is
+ *             seen when i - j < W); bidirectional, |i - j| <= W / 2 (ModernBERT's
+ *             local_attention W: HF's window_mask, flash-attention's (W/2, W/2)). */
 #ifndef LENS_SCORES_H
 #define LENS_SCORES_H
 
 #include <stddef.h>
 
+/* The keys row i of T attends, [*lo, *hi): all, j <= i (causal), i - W < j <= i
+ * (causal, window W > 0), or |i - j| <= W / 2 (window W > 0 without causal). */
+static inline void lens_key_band(int i, int T, int causal, int window, int *lo, int *hi)
+{
+    const int before = !window ? i : causal ? window - 1 : window / 2;
+    const int after = causal ? 0 : !window ? T : window / 2;
+    *lo = i - before > 0 ? i - before : 0;
+    *hi = after < T - i ? i + after + 1 : T;
+}
+
 /* How one layer turns scale q k^T into attention probabilities, for every
  * caller (forward.c's attend_task, ops.h's lens_attention_*, hence the
  * attribution and HTA hooks and the trainer):
- *   P = softmax over row i's visible keys of softcap(scale q_i k_j)
- * visible: all keys, j <= i (causal), or i - W < j <= i (window W > 0). */
+ *   P = softmax over row i's visible keys (lens_key_band) of softcap(scale q_i k_j) */
 typedef struct lens_score_fn {
     float scale;
     float softcap; /* 0 = none */
     int causal;
-    int window;    /* 0 = none; > 0 implies causal */
+    int window;    /* 0 = none; > 0 a sliding window, causal or bidirectional (lens_key_band) */
 } lens_score_fn;
 
 /* p [T][T] = probabilities from the scaled scores s = scale q k^T in place. */
@@ -45,11 +57,12 @@ void lens_softcap_backward(float *dinp, const float *out, const float *dout, siz
 /* t[n] = (1 - (out / cap)^2) t in place. */
 void lens_softcap_jvp(float *t, const float *out, size_t n, float cap);
 
-/* Softmax of each row of x [rows][cols] over its window (above) in place. */
-void lens_softmax_window_forward(float *x, int rows, int cols, int window);
-/* dinp += P (dout - sum P dout) over each row's window. */
-void lens_softmax_window_backward(float *dinp, const float *probs, const float *dout, int rows, int cols, int window);
-/* t = P (t - sum P t) over each row's window, in place. */
-void lens_softmax_window_jvp(float *t, const float *probs, int rows, int cols, int window);
+/* Softmax of each row of x [rows][cols] over its key band (lens_key_band) in place. */
+void lens_softmax_window_forward(float *x, int rows, int cols, int causal, int window);
+/* dinp += P (dout - sum P dout) over each row's band. */
+void lens_softmax_window_backward(float *dinp, const float *probs, const float *dout, int rows, int cols, int causal,
+                                  int window);
+/* t = P (t - sum P t) over each row's band, in place. */
+void lens_softmax_window_jvp(float *t, const float *probs, int rows, int cols, int causal, int window);
 
 #endif

@@ -630,7 +630,7 @@ int lens_trainer_batch(lens_trainer *t, const lens_batch *b, const int *labels, 
     if (encode(t, b, &N, &A, err)) return -1;
     acts *a = &t->a;
     const int C = t->cfg.d_model;
-    lens_classifier_pool(a->cls, a->x, a->row_start, S, C);
+    lens_classifier_pool(&t->view, a->cls, a->x, a->row_start, b->lengths, S);
     lens_classifier_forward(&t->view, a->pooled, a->logits, a->cls, S, t->pool);
     /* loss = mean_s -log softmax(logits_s)[y_s]; dlogits = (softmax - onehot) / S */
     double total = 0;
@@ -643,8 +643,7 @@ int lens_trainer_batch(lens_trainer *t, const lens_batch *b, const int *labels, 
         const lens_grad_map grads = {.of = param_grad, .ctx = t};
         lens_classifier_backward(&t->view, &grads, a->dpooled, a->dres, a->dlogits, a->cls, a->pooled, S);
         memset(a->dx, 0, N * C * sizeof(float));
-        for (int s = 0; s < S; s++)
-            memcpy(a->dx + (size_t)a->row_start[s] * C, a->dpooled + (size_t)s * C, C * sizeof(float));
+        lens_classifier_unpool(&t->view, a->dx, a->dpooled, a->row_start, b->lengths, S);
         backward(t, b, N, A);
     }
     return 0;

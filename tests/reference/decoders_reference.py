@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """decoders_reference.py - an independent float64 PyTorch reference for the
 modern decoder families lensd reads (llama, mistral, qwen2, qwen3, gemma,
-gemma2, gpt_neox, phi3, olmo2), written from the math of Hugging Face's
-modeling files (modeling_llama.py, modeling_mistral.py, modeling_qwen2.py,
-modeling_qwen3.py, modeling_gemma.py, modeling_gemma2.py,
+gemma2, gemma3_text, gpt_neox, phi3, olmo2), written from the math of Hugging
+Face's modeling files (modeling_llama.py, modeling_mistral.py, modeling_qwen2.py,
+modeling_qwen3.py, modeling_gemma.py, modeling_gemma2.py, modeling_gemma3.py,
 modeling_gpt_neox.py, modeling_phi3.py, modeling_olmo2.py) and nothing of
 lensd; the transformers package is not imported.
 
@@ -15,6 +15,10 @@ lensd; the transformers package is not imported.
                Gemma 2 on even layers);  a = softmax(s) v W_o^T (+ b);  Gemma 2: post-norm
                x = x + a;  x = x + [post-norm] W_down (act(W_gate h') * W_up h'), h' = RMSNorm(x)
                hidden[L] = model.norm(x_L);  logits = hidden[L] (lm_head | E)^T (Gemma 2 final cap)
+  Gemma 3      Gemma 2's block (soft-caps only when configured) with q_norm / k_norm
+               (1 + w, per head) before RoPE; layer_types (default: layer l global when
+               (l + 1) % sliding_window_pattern == 0, else sliding); sliding layers rotate at
+               rope_local_base_freq (default RoPE), global ones at rope_theta with rope_scaling
   Phi-3        Llama with qkv_proj split q | k | v (query_pos = NH D, then NKV D each), gate_up_proj
                chunked gate | up, RoPE on the first int(D * partial_rotary_factor) channels, the
                sliding window on every layer
@@ -45,7 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from families_reference import answer, read_safetensors  # noqa: E402  (the shared answer: attribution, HTA, ...; F32 reader)
 
 torch.set_num_threads(1)
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gpt_neox", "phi3", "olmo2")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "gpt_neox", "phi3", "olmo2")
 
 
 def gelu_tanh(x):
@@ -113,14 +117,20 @@ class Decoder:
         rotary = int(self.D * c.get("partial_rotary_factor", 1.0)) if self.type == "phi3" else self.D
         self.freqs = inv_freq(rotary, c.get("rope_theta", 10000.0), c.get("rope_scaling"))
         self.eps = c["rms_norm_eps"]
-        self.gemma = self.type in ("gemma", "gemma2")
+        self.gemma = self.type in ("gemma", "gemma2", "gemma3_text")
+        self.sandwich = self.type in ("gemma2", "gemma3_text")  # post-attention / pre- and post-feedforward norms
         self.act = ACTS[c.get("hidden_activation") or c.get("hidden_act", "silu")] if self.gemma else ACTS[c["hidden_act"]]
-        q = c.get("query_pre_attn_scalar") if self.type == "gemma2" else None
+        q = c.get("query_pre_attn_scalar") if self.sandwich else None
         self.scale = (q if q else self.D) ** -0.5
-        self.window = c.get("sliding_window") if self.type in ("mistral", "gemma2", "phi3") else None
-        self.attn_cap = c.get("attn_logit_softcapping") if self.type == "gemma2" else None
-        self.final_cap = c.get("final_logit_softcapping") if self.type == "gemma2" else None
+        self.window = c.get("sliding_window") if self.type in ("mistral", "gemma2", "gemma3_text", "phi3") else None
+        self.attn_cap = c.get("attn_logit_softcapping") if self.sandwich else None
+        self.final_cap = c.get("final_logit_softcapping") if self.sandwich else None
         self.tied = c.get("tie_word_embeddings", self.gemma)
+        if self.type == "gemma3_text":  # Gemma3TextModel: rotary_emb (global), rotary_emb_local (sliding)
+            pattern = c.get("sliding_window_pattern", 6)
+            self.layer_types = c.get("layer_types") or [
+                "sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(self.L)]
+            self.local_freqs = inv_freq(self.D, c.get("rope_local_base_freq", 10000.0), None)
 
     def p(self, name):
         return self.w[name]
@@ -131,9 +141,17 @@ class Decoder:
         return y + self.p(key) if (bias is not False and key in self.w) else y
 
     def layer_window(self, layer):
-        """the sliding window of a layer (HF: every Mistral layer, Gemma 2's even ones) or None"""
+        """the sliding window of a layer (HF: every Mistral layer, Gemma 2's even ones, Gemma 3's
+        sliding_attention ones) or None"""
         window = getattr(self, "window", None)
+        if self.type == "gemma3_text":
+            return window if window and self.layer_types[layer] == "sliding_attention" else None
         return window if window and (self.type != "gemma2" or layer % 2 == 0) else None
+
+    def layer_freqs(self, layer):
+        if self.type == "gemma3_text" and self.layer_types[layer] == "sliding_attention":
+            return self.local_freqs
+        return self.freqs
 
     def attend(self, q, k, v, layer, scale=None):
         """q [T][NH][D], k, v [T][NKV][D] -> ctx [T][NH*D], P [NH][T][T], V per query head."""
@@ -171,13 +189,14 @@ class Decoder:
         else:
             q, k, v = (self.lin(h, b + "self_attn." + n + "_proj") for n in "qkv")
         q, k, v = q.reshape(T, self.NH, self.D), k.reshape(T, self.NKV, self.D), v.reshape(T, self.NKV, self.D)
-        if self.type == "qwen3":
-            q = rms(q, self.p(b + "self_attn.q_norm.weight"), self.eps, False)
-            k = rms(k, self.p(b + "self_attn.k_norm.weight"), self.eps, False)
-        q, k = rope(q, pos, self.freqs), rope(k, pos, self.freqs)
+        if self.type in ("qwen3", "gemma3_text"):  # per head; Gemma3RMSNorm's gain is 1 + w
+            q = rms(q, self.p(b + "self_attn.q_norm.weight"), self.eps, off)
+            k = rms(k, self.p(b + "self_attn.k_norm.weight"), self.eps, off)
+        freqs = self.layer_freqs(l)
+        q, k = rope(q, pos, freqs), rope(k, pos, freqs)
         ctx, P, V = self.attend(q, k, v, l, scale)
         o = self.lin(ctx, b + "self_attn.o_proj")
-        if self.type == "gemma2":
+        if self.sandwich:
             o = rms(o, self.p(b + "post_attention_layernorm.weight"), self.eps, True)
             h = rms(x + o, self.p(b + "pre_feedforward_layernorm.weight"), self.eps, True)
         else:
@@ -188,7 +207,7 @@ class Decoder:
             f = self.lin(self.act(gate) * up, b + "mlp.down_proj")
         else:
             f = self.lin(self.act(self.lin(h, b + "mlp.gate_proj")) * self.lin(h, b + "mlp.up_proj"), b + "mlp.down_proj")
-        if self.type == "gemma2":
+        if self.sandwich:
             f = rms(f, self.p(b + "post_feedforward_layernorm.weight"), self.eps, True)
         return x + f, P, V
 

@@ -9,7 +9,8 @@ that `lensd mkmodel` writes and compares.
   BERT        x0 = LN(E_word[id] + E_pos[t] + E_type[s]); a = LN(x + Attn(x));
               x' = LN(a + W2 act(W1 a)); classifier W_c tanh(W_p x_L[0]);
               MLM LN(act(W_t x_L)) E_word^T + bias
-  RoBERTa     BERT under "roberta." with position ids padding_idx + cumsum(id != pad)
+  RoBERTa     (and XLM-RoBERTa, modeling_xlm_roberta.py: the same model, base_model_prefix
+              "roberta") BERT under "roberta." with position ids padding_idx + cumsum(id != pad)
               (pad tokens at padding_idx); classifier.out_proj(tanh(classifier.dense(x_L[0])));
               lm_head: layer_norm(gelu(dense(x_L))) E_word^T + lm_head.bias
   DistilBERT  x0 = LN(E_word[id] + E_pos[t]) (no segments); blocks with q_lin ..
@@ -18,6 +19,12 @@ that `lensd mkmodel` writes and compares.
               vocab_transform(x_L))) E_word^T + vocab_projector.bias
   GPT-2       a = x + Attn(LN1(x)) (causal); x' = a + W2 gelu_new(W1 LN2(a));
               hidden L = ln_f(x_L); logits ln_f(x_L) wte^T
+  ModernBERT  (modeling_modernbert.py) x0 = LN(E[id]) (LayerNorms without bias); a = x + Attn(LN_attn(x))
+              (layer 0 without LN_attn) with qkv = Wqkv h viewed [3][NH][D], RoPE (rotate_half) at
+              global_rope_theta on layers l % global_attn_every_n_layers == 0, else local_rope_theta with
+              keys |i - j| <= local_attention // 2; x' = a + Wo (act(in) * gate), in | gate = chunk(Wi LN_mlp(a));
+              hidden L = final_norm(x_L); head LN(act(dense(.))) on x_L[0] or the mean over tokens,
+              then classifier, or E^T + decoder.bias (MLM)
   llama, mistral, qwen2, qwen3, gemma, gemma2, gpt_neox: decoders_reference.py
 
 Analyses, from their papers' definitions:
@@ -99,9 +106,17 @@ class Model:
         self.cfg = json.load(open(d + "/config.json"))
         self.w = read_safetensors(d + "/model.safetensors")
         self.type = self.cfg["model_type"]
+        if self.type == "xlm-roberta":  # XLMRobertaModel is RobertaModel, prefix "roberta."
+            self.type = "roberta"
         self.arch = self.cfg["architectures"][0]
         c = self.cfg
-        if self.type == "distilbert":
+        if self.type == "modernbert":
+            self.L, self.NH, self.eps = c["num_hidden_layers"], c["num_attention_heads"], c.get("norm_eps", 1e-5)
+            self.act = act_fn(c.get("hidden_activation", "gelu"))
+            self.head_act = act_fn(c.get("classifier_activation", "gelu"))
+            self.every = c.get("global_attn_every_n_layers", 1)
+            self.window = c.get("local_attention", 128)
+        elif self.type == "distilbert":
             self.L, self.NH, self.eps = c["n_layers"], c["n_heads"], 1e-12
             self.act = act_fn(c.get("activation", "gelu"))
         elif self.type == "gpt2":
@@ -120,6 +135,9 @@ class Model:
         t = torch.tensor(ids)
         if self.type == "gpt2":
             return self.p("transformer.wte.weight")[t] + self.p("transformer.wpe.weight")[:T]
+        if self.type == "modernbert":
+            return ln(self.p("model.embeddings.tok_embeddings.weight")[t], self.p("model.embeddings.norm.weight"), None,
+                      self.eps)
         if self.type == "distilbert":
             e = "distilbert.embeddings."
             x = self.p(e + "word_embeddings.weight")[t] + self.p(e + "position_embeddings.weight")[:T]
@@ -149,8 +167,37 @@ class Model:
             P = P * scale
         return (P @ vh).transpose(0, 1).reshape(T, -1), P
 
+    def local(self, l):
+        """ModernBertAttention: layer_id % global_attn_every_n_layers != 0 is local"""
+        return self.type == "modernbert" and l % self.every != 0
+
+    def modernbert_block(self, l, x, scale):
+        import decoders_reference as dr  # rope, inv_freq (rotate_half)
+        p, c, b = self.p, self.cfg, f"model.layers.{l}."
+        T, C = x.shape
+        D = C // self.NH
+        h = x if l == 0 else ln(x, p(b + "attn_norm.weight"), None, self.eps)
+        qkv = (h @ p(b + "attn.Wqkv.weight").t()).view(T, 3, self.NH, D)
+        q, k, v = qkv[:, 0], qkv[:, 1], qkv[:, 2]  # [T][NH][D]
+        theta = c.get("local_rope_theta", 10000.0) if self.local(l) else c.get("global_rope_theta", 160000.0)
+        freqs, pos = dr.inv_freq(D, theta, None), torch.arange(T)
+        q, k = dr.rope(q, pos, freqs), dr.rope(k, pos, freqs)
+        qh, kh, vh = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
+        s = qh @ kh.transpose(-1, -2) / math.sqrt(D)
+        if self.local(l):  # _update_attention_mask: window_mask = distance <= local_attention // 2
+            i = torch.arange(T)
+            s = s.masked_fill((i[:, None] - i[None, :]).abs() > self.window // 2, float("-inf"))
+        P = torch.softmax(s, -1)
+        self.last_v = vh.detach()
+        Pu = P if scale is None else P * scale
+        x = x + (Pu @ vh).transpose(0, 1).reshape(T, C) @ p(b + "attn.Wo.weight").t()
+        inp, gate = (ln(x, p(b + "mlp_norm.weight"), None, self.eps) @ p(b + "mlp.Wi.weight").t()).chunk(2, dim=-1)
+        return x + (self.act(inp) * gate) @ p(b + "mlp.Wo.weight").t(), P
+
     def block(self, l, x, scale=None):
         p = self.p
+        if self.type == "modernbert":
+            return self.modernbert_block(l, x, scale)
         if self.type == "gpt2":
             b = f"transformer.h.{l}."
             C = x.shape[1]
@@ -186,11 +233,21 @@ class Model:
             hidden.append(x)
         if self.type == "gpt2":
             hidden[-1] = ln(x, self.p("transformer.ln_f.weight"), self.p("transformer.ln_f.bias"), self.eps)
+        if self.type == "modernbert":
+            hidden[-1] = ln(x, self.p("model.final_norm.weight"), None, self.eps)
         return hidden, probs
 
     # -------------------------------------------------------- heads
     def head(self, hL):
         p, a = self.p, self.arch
+        if self.type == "modernbert":  # ModernBertPredictionHead, then classifier or decoder
+            head = lambda z: ln(self.head_act(z @ p("head.dense.weight").t()), p("head.norm.weight"), None, self.eps)
+            if a.endswith("SequenceClassification"):
+                pooled = hL.mean(0) if self.cfg.get("classifier_pooling") == "mean" else hL[0]
+                return lin(head(pooled), p("classifier.weight"), p("classifier.bias"))
+            if a.endswith("MaskedLM"):
+                return head(hL) @ p("model.embeddings.tok_embeddings.weight").t() + p("decoder.bias")
+            return None
         if a.endswith("SequenceClassification"):
             if self.type == "bert":
                 pooled = torch.tanh(lin(hL[0], p("bert.pooler.dense.weight"), p("bert.pooler.dense.bias")))
@@ -252,10 +309,12 @@ def effective(m, probs):
         for h in range(m.NH):
             T = A.shape[-1]
             for i in range(T):
-                n = i + 1 if m.type == "gpt2" else T
-                Vi = V[h, :n]
-                P = Vi @ torch.linalg.pinv(Vi)  # projection on range(V_0..n-1)
-                E[h, i, :n] = A[h, i, :n] @ P
+                lo, n = 0, i + 1 if m.type == "gpt2" else T
+                if m.local(l):  # ModernBERT's local layers: the keys |i - j| <= W // 2
+                    lo, n = max(0, i - m.window // 2), min(T, i + m.window // 2 + 1)
+                Vi = V[h, lo:n]
+                P = Vi @ torch.linalg.pinv(Vi)  # projection on range(V_lo..n-1)
+                E[h, i, lo:n] = A[h, i, lo:n] @ P
         out.append(E.tolist())
     return out
 
