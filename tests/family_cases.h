@@ -23,8 +23,8 @@ static const family_case family_cases[] = {
     {"distilbert", "classification"}, {"distilbert", "masked-lm"}, {"distilbert", "encoder"},
     {"llama", "causal-lm"},        {"mistral", "causal-lm"},    {"qwen2", "causal-lm"},
     {"qwen3", "causal-lm"},        {"gemma", "causal-lm"},      {"gemma2", "causal-lm"},
-    {"gpt_neox", "causal-lm"},     {"phi3", "causal-lm"},
-    {"olmo2", "causal-lm"},
+    {"gpt_neox", "causal-lm"},     {"phi3", "causal-lm"},       {"olmo2", "causal-lm"},
+    {"mixtral", "causal-lm"},      {"qwen3_moe", "causal-lm"},  {"olmoe", "causal-lm"},
 };
 #define N_FAMILY_CASES ((int)(sizeof family_cases / sizeof family_cases[0]))
 
