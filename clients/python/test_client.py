@@ -110,6 +110,7 @@ def test_errors(c: Client):
         (lambda: c.forward("x", model="nope"), 404, "model_not_found", "model"),
         (lambda: c.forward("", model="demo-sst2"), 422, "invalid_request", "text"),
         (lambda: c.forward("x", model="demo-sst2", logit_lens=True), 422, "invalid_request", "logit_lens"),
+        (lambda: c.router("x", model="demo-sst2"), 422, "invalid_request", "outputs"),  # no experts
         (lambda: c.load_model("x", "../outside"), 422, "invalid_request", "path"),
         (lambda: c.load_model("demo-sst2", "demo-sst2"), 409, "model_exists", "id"),
         (lambda: c.job("0123456789abcdef"), 404, "job_not_found", "id"),
