@@ -117,7 +117,7 @@ def test_errors(c: Client):
         (lambda: c.jobs(state="finished"), 422, "invalid_request", "state"),
         (lambda: c.submit_job("nope", {}), 422, "invalid_request", "kind"),
     ]
-    check(len(cases) == 8, "8 error cases")
+    check(len(cases) == 9, "9 error cases")
     for call, status, code, field in cases:
         try:
             call()
