@@ -6,7 +6,8 @@
  * experts mlp.experts.N.{gate,up,down}_proj, intermediate_size wide; the
  * chosen weights renormalised when norm_topk_prob). OlmoeConfig has no
  * head_dim: DK = C / NH; clip_qkv only null.
- * Presets: 1b-7b = OLMoE-1B-7B-0924. */
+ * Presets: 1b-7b = OLMoE-1B-7B-0924; 1b-7b-4l its first 4 of 16 layers
+ * (make bench: a PyTorch peer widened to float32 fits beside it). */
 #include "core/model/decoder.h"
 
 static const lens_config_key olmoe_keys[] = {
@@ -48,9 +49,10 @@ static const lens_decoder_preset olmoe_presets[] = {
     {"micro", 2, 32, 4, 4, 8, 16, 1000, 256, 0, 0},
     {"tiny", 2, 128, 4, 4, 32, 64, 1000, 256, 0, 0},
     {"1b-7b", 16, 2048, 16, 16, 128, 1024, 50304, 4096, 0, 0},
+    {"1b-7b-4l", 4, 2048, 16, 16, 128, 1024, 50304, 4096, 0, 0},
     {0}};
 
-static const lens_moe_preset olmoe_moe[] = {{"micro", 8, 3, 0}, {"tiny", 16, 4, 0}, {"1b-7b", 64, 8, 0}, {0}};
+static const lens_moe_preset olmoe_moe[] = {{"micro", 8, 3, 0}, {"tiny", 16, 4, 0}, {"1b-7b", 64, 8, 0}, {"1b-7b-4l", 64, 8, 0}, {0}};
 
 static int olmoe_preset(lens_config *c, const char *name)
 {
@@ -68,6 +70,6 @@ const lens_family lens_family_olmoe = {
     .tensors = olmoe_tensors,
     .block = lens_decoder_block,
     .writer = &(const lens_family_writer){.new_config = olmoe_new_config, .preset = olmoe_preset,
-                                          .preset_names = "micro, tiny, 1b-7b", LENS_DECODER_WRITER,
+                                          .preset_names = "micro, tiny, 1b-7b, 1b-7b-4l", LENS_DECODER_WRITER,
                                           .bpe_last = "<|endoftext|>"},
 };
