@@ -144,7 +144,9 @@ void api_cost_write_info(jw *w)
 double api_cost_forward_flops(const lens_config *cfg, int T, int n_layers)
 {
     const double C = cfg->d_model, QK = (double)cfg->n_heads * cfg->d_head_k,
-                 VO = (double)cfg->n_heads * cfg->d_head_v, F = cfg->d_ff;
+                 VO = (double)cfg->n_heads * cfg->d_head_v;
+    /* a mixture of experts runs K experts of its width per token, and the router (counted as every layer's) */
+    const double F = cfg->n_experts ? (double)cfg->top_k * cfg->d_ff_expert + 0.5 * cfg->n_experts : cfg->d_ff;
     /* projections q, k, v, o and the MLP, then the T x T scores and mixing */
     const double per_layer = 2.0 * T * (C * (2 * QK + VO) + VO * C + 2 * C * F) + 2.0 * T * T * (QK + VO);
     return per_layer * n_layers;

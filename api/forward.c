@@ -2,7 +2,8 @@
  *
  * Request {model?, text | input_ids, text_pair?, outputs?, layers?, heads?,
  * positions?, k?, logit_lens?, format?}. outputs is a subset of logits,
- * hidden_states, attentions, top_k (api/predictions.c); the default is ["logits"] for models with a task head and
+ * hidden_states, attentions, top_k (api/predictions.c), router, router_probs
+ * (mixture-of-experts models; router_probs implies router); the default is ["logits"] for models with a task head and
  * ["hidden_states"] for bare encoders. layers selects hidden-state layers
  * (0 = embedding output .. L) and attention layers (1..L; 0 is skipped for
  * attentions); heads selects attention heads. positions restricts
@@ -11,7 +12,11 @@
  * Response {model, tokens, logits?, probs?, label?, label_id?, positions?,
  * hidden_layers?, hidden_states?: [layer][token][dim],
  * attentions?: [{layer, heads: [{head, weights: [T][T]}]}],
- * top_k?: [{position, predictions}], logit_lens?: [{position, layers}], timing_ms}.
+ * top_k?: [{position, predictions}], logit_lens?: [{position, layers}],
+ * router?: [{layer, experts: [T][K], weights: [T][K], probs?: [T][E]}] (the
+ * MoE layers among layers, 1..L: each token's experts, largest probability
+ * first, their gate weights, and with router_probs every expert's router
+ * probability), timing_ms}.
  * With format.encoding "base64" every float matrix (logits, each layer's
  * hidden states, each head's weights) is {dtype, shape, data} instead. */
 #include <math.h>
@@ -21,7 +26,7 @@
 #include "api/batch.h"
 #include "api/predictions.h"
 
-enum { OUT_LOGITS = 1, OUT_HIDDEN = 2, OUT_ATTN = 4, OUT_TOP_K = 8 };
+enum { OUT_LOGITS = 1, OUT_HIDDEN = 2, OUT_ATTN = 4, OUT_TOP_K = 8, OUT_ROUTER = 16, OUT_ROUTER_PROBS = 32 };
 
 typedef struct {
     api_input in;
@@ -63,10 +68,17 @@ static int decode_outputs(api_call *c, const lens_config *cfg, unsigned *out)
         else if (!strcmp(s, "hidden_states")) *out |= OUT_HIDDEN;
         else if (!strcmp(s, "attentions")) *out |= OUT_ATTN;
         else if (!strcmp(s, "top_k")) *out |= OUT_TOP_K;
+        else if (!strcmp(s, "router")) *out |= OUT_ROUTER;
+        else if (!strcmp(s, "router_probs")) *out |= OUT_ROUTER | OUT_ROUTER_PROBS;
         else
             return api_fail(c, 422, "invalid_request", "outputs",
-                            "unknown output \"%.64s\" (known: logits, hidden_states, attentions, top_k)", s);
+                            "unknown output \"%.64s\" (known: logits, hidden_states, attentions, top_k, router, "
+                            "router_probs)",
+                            s);
     }
+    if ((*out & OUT_ROUTER) && !cfg->n_experts)
+        return api_fail(c, 422, "invalid_request", "outputs",
+                        "this model (%s) has no mixture-of-experts layers, so no router", cfg->architecture);
     if ((*out & OUT_LOGITS) && !has_head)
         return api_fail(c, 422, "invalid_request", "outputs", "this model (%s) has no task head, so no logits",
                         cfg->architecture);
@@ -169,6 +181,51 @@ static void write_logits(api_call *c, forward_req *r, const lens_model *m, const
     }
 }
 
+/* x [T][cols] from the columns of src rows of stride ld, written as a matrix. */
+static void write_columns(jw *w, const float *src, size_t ld, int T, int cols, const api_format *f)
+{
+    float *x = malloc(sizeof(float) * (size_t)T * cols + 1);
+    if (!x) {
+        w->oom = 1;
+        return;
+    }
+    for (int t = 0; t < T; t++) memcpy(x + (size_t)t * cols, src + (size_t)t * ld, sizeof(float) * cols);
+    write_matrix(w, x, (size_t)T, (size_t)cols, f);
+    free(x);
+}
+
+/* router: the routes of the selected MoE layers (moe.h's route records). */
+static void write_router(jw *w, const forward_req *r, const lens_model *m, const lens_activations *act, int s, int T)
+{
+    const int K = m->cfg.top_k, E = m->cfg.n_experts;
+    const size_t RF = 2 * (size_t)K + E;
+    jw_key(w, "router");
+    jw_arr(w);
+    for (int i = 0; i < r->layers.n; i++) {
+        const float *route = lens_act_route(m, act, r->layers.v[i], s);
+        if (!route) continue; /* the embeddings, a dense layer */
+        jw_obj(w);
+        jw_key(w, "layer");
+        jw_int(w, r->layers.v[i]);
+        jw_key(w, "experts");
+        jw_arr(w);
+        for (int t = 0; t < T; t++) {
+            int experts[LENS_MOE_MAX_EXPERTS];
+            for (int j = 0; j < K; j++) experts[j] = (int)route[t * RF + j];
+            jw_ints(w, experts, (size_t)K);
+        }
+        jw_end(w);
+        jw_key(w, "weights");
+        write_columns(w, route + K, RF, T, K, &r->format);
+        if (r->outputs & OUT_ROUTER_PROBS) {
+            jw_key(w, "probs");
+            write_columns(w, route + 2 * K, RF, T, E, &r->format);
+        }
+        jw_end(w);
+    }
+    jw_end(w);
+}
+
 /* One item's response {model, tokens, ...} from sequence s of the packed activations. */
 static void write_response(api_call *c, const lens_model *m, const lens_activations *act, int s, api_seq *seq,
                            double t_tokenize, double t_compute, double t_end)
@@ -222,6 +279,7 @@ static void write_response(api_call *c, const lens_model *m, const lens_activati
         }
         jw_end(w);
     }
+    if (r->outputs & OUT_ROUTER) write_router(w, r, m, act, s, T);
     api_write_timing(c, t_tokenize, t_compute, t_end);
     jw_end(w);
     if (w->oom) api_fail(c, 500, "internal", NULL, "out of memory while writing the response");
@@ -281,6 +339,7 @@ static void forward_packed(api_call *parent, api_call *const *calls, int n)
     if (r->outputs & (OUT_LOGITS | OUT_TOP_K)) opts.keep |= LENS_KEEP_LOGITS;
     if ((r->outputs & OUT_HIDDEN) || r->pred.logit_lens) opts.keep |= LENS_KEEP_HIDDEN;
     if (r->outputs & OUT_ATTN) opts.keep |= LENS_KEEP_ATTN;
+    if (r->outputs & OUT_ROUTER) opts.keep |= LENS_KEEP_ROUTER;
     lens_activations act;
     memset(&act, 0, sizeof act);
     lens_err err = {0};

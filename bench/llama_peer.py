@@ -10,6 +10,12 @@
                 x = x + W_down (silu(W_gate h') * W_up h'),  h' = RMSNorm(x) w_post
   final = RMSNorm(x_L) w_norm;  logits = final[T-1] (lm_head | E)^T
 
+An OLMoE checkpoint (make bench's "olmoe" section) runs the same body with
+OlmoeAttention's q_norm / k_norm over the whole q and k projections and
+OlmoeSparseMoeBlock for the MLP: p = softmax(h W_router^T), the top
+num_experts_per_tok (renormalised when norm_topk_prob), and a loop over the
+experts as HF's does, each expert's tokens gathered, run and index_added.
+
 The checkpoint (config.json + model.safetensors or a sharded
 model.safetensors.index.json) is read tensor by tensor; BF16/F16 tensors are
 widened ONCE to float32 at load, as PyTorch users run a BF16 checkpoint in
@@ -85,8 +91,10 @@ def load_checkpoint(d):
 class Llama:
     def __init__(self, d):
         c = json.load(open(os.path.join(d, "config.json")))
-        if c.get("model_type") != "llama":
-            raise ValueError(f"{d}: model_type {c.get('model_type')}, expected llama")
+        if c.get("model_type") not in ("llama", "olmoe"):
+            raise ValueError(f"{d}: model_type {c.get('model_type')}, expected llama or olmoe")
+        self.moe = c["model_type"] == "olmoe"
+        self.K, self.norm_topk = c.get("num_experts_per_tok", 0), c.get("norm_topk_prob", False)
         self.L, self.NH, self.C = c["num_hidden_layers"], c["num_attention_heads"], c["hidden_size"]
         self.NKV = c.get("num_key_value_heads", self.NH)
         self.D = c.get("head_dim") or self.C // self.NH
@@ -102,22 +110,48 @@ class Llama:
         self.layers = []
         for l in range(self.L):
             p = lambda n: w[f"model.layers.{l}.{n}.weight"]  # noqa: E731
-            self.layers.append({
+            layer = {
                 "in": p("input_layernorm"), "post": p("post_attention_layernorm"),
                 # q, k, v in one [NH*D + 2 NKV*D][C] matrix: one matmul instead of three
                 "qkv": torch.cat([p("self_attn.q_proj"), p("self_attn.k_proj"), p("self_attn.v_proj")]),
                 "o": p("self_attn.o_proj"),
-                "gate_up": torch.cat([p("mlp.gate_proj"), p("mlp.up_proj")]),
-                "down": p("mlp.down_proj"),
-            })
+            }
+            if self.moe:
+                layer.update({"q_norm": p("self_attn.q_norm"), "k_norm": p("self_attn.k_norm"),
+                              "router": p("mlp.gate"), "experts": []})
+                for e in range(c["num_experts"]):
+                    x = f"mlp.experts.{e}."
+                    layer["experts"].append((torch.cat([p(x + "gate_proj"), p(x + "up_proj")]), p(x + "down_proj")))
+                    for n in ("gate_proj", "up_proj"):
+                        del w[f"model.layers.{l}.{x}{n}.weight"]
+            else:
+                layer.update({"gate_up": torch.cat([p("mlp.gate_proj"), p("mlp.up_proj")]), "down": p("mlp.down_proj")})
+                for n in ("gate_proj", "up_proj"):
+                    del w[f"model.layers.{l}.mlp.{n}.weight"]
+            self.layers.append(layer)
             for n in ("q_proj", "k_proj", "v_proj"):
                 del w[f"model.layers.{l}.self_attn.{n}.weight"]
-            for n in ("gate_proj", "up_proj"):
-                del w[f"model.layers.{l}.mlp.{n}.weight"]
         self.norm = w["model.norm.weight"]
 
     def rms(self, x, g):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * g
+
+    def sparse_moe(self, h, p):
+        """OlmoeSparseMoeBlock: softmax router, top-k, experts looped as HF does"""
+        probs = torch.softmax(h @ p["router"].t(), -1)
+        weights, chosen = torch.topk(probs, self.K, dim=-1)
+        if self.norm_topk:
+            weights = weights / weights.sum(-1, keepdim=True)
+        out = torch.zeros_like(h)
+        for e, (gate_up, down) in enumerate(p["experts"]):
+            rows, slot = torch.where(chosen == e)
+            if rows.numel() == 0:
+                continue
+            gu = h[rows] @ gate_up.t()
+            I = gu.shape[1] // 2
+            y = (torch.nn.functional.silu(gu[:, :I]) * gu[:, I:]) @ down.t()
+            out.index_add_(0, rows, y * weights[rows, slot, None])
+        return out
 
     def forward(self, ids):
         """ids [T] int64 -> final-normed hidden states [T][C]."""
@@ -135,8 +169,11 @@ class Llama:
         for p in self.layers:
             h = self.rms(x, p["in"])
             qkv = h @ p["qkv"].t()  # [T][(NH + 2 NKV) D]
-            q = qkv[:, :NH * D].view(T, NH, D).transpose(0, 1)
-            k = qkv[:, NH * D:(NH + NKV) * D].view(T, NKV, D).transpose(0, 1)
+            q, k = qkv[:, :NH * D], qkv[:, NH * D:(NH + NKV) * D]
+            if self.moe:  # OlmoeAttention: RMSNorms over the whole q and k projections
+                q, k = self.rms(q, p["q_norm"]), self.rms(k, p["k_norm"])
+            q = q.reshape(T, NH, D).transpose(0, 1)
+            k = k.reshape(T, NKV, D).transpose(0, 1)
             v = qkv[:, (NH + NKV) * D:].view(T, NKV, D).transpose(0, 1)
             q, k = rope(q), rope(k)
             rep = NH // NKV  # repeat_kv
@@ -145,6 +182,9 @@ class Llama:
             a = (torch.softmax(s, -1) @ v).transpose(0, 1).reshape(T, NH * D)
             x = x + a @ p["o"].t()
             h = self.rms(x, p["post"])
+            if self.moe:
+                x = x + self.sparse_moe(h, p)
+                continue
             gu = h @ p["gate_up"].t()
             I = gu.shape[1] // 2
             x = x + (torch.nn.functional.silu(gu[:, :I]) * gu[:, I:]) @ p["down"].t()

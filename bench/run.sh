@@ -15,13 +15,16 @@
 #   llama1b        Llama-3.2-1B-shaped BF16 checkpoint, T=128, 2 threads: lensd vs PyTorch float32
 #                  (bench/llama_peer.py), time and peak RSS (issue 15); BENCH_LLAMA1B=DIR (default
 #                  build/bigmodels/llama-1b-bf16, written by lensd mkmodel when missing: minutes)
+#   olmoe          OLMoE-1B-7B-shaped mixture of experts (its first 4 layers: 64 experts, 8 routed), BF16,
+#                  T=128, 2 threads: lensd vs PyTorch float32 looping over experts as HF does
+#                  (bench/llama_peer.py); BENCH_OLMOE=DIR (default build/bigmodels/olmoe-1b-7b-4l-bf16, 3.8 GB)
 # and a summary of every target (PASS/MISS) at the end.
 #
 #   bench/run.sh [BUILD/lensd]     (make bench)
 #   BENCH_QUICK=1      forward: only T=128 batch 1, where its targets are; hta: 2 threads only,
 #                      estimate at T=32; token_identity: fewer reps
 #   BENCH_SKIP=a,b     skip sections (forward, attention, attribution, decomposition, hta, token_identity, tokenize,
-#                      llama1b)
+#                      llama1b, olmoe)
 #   BENCH_LONG=1       also: PyTorch attribution at T=128, decomposition at 2048 windows,
 #                      PyTorch hta estimate
 #   BENCH_FWD_ROUNDS=n forward: lensd and ORT at T=128 batch 1 in n rounds (default 3); the
@@ -706,33 +709,35 @@ tokenize_section() {
 # ids; the last position's logits must agree. BENCH_LLAMA1B=DIR uses an
 # existing checkpoint; when DIR is missing `lensd mkmodel` writes it (2.5 GB,
 # minutes).
-llama1b_section() {
-  local ckpt=${BENCH_LLAMA1B:-build/bigmodels/llama-1b-bf16} res=$OUT/llama1b-results.jsonl
-  local threads=2 reps=5
+# big_forward SECTION CHECKPOINT ARCH PRESET TITLE: that comparison on one
+# checkpoint (written by lensd mkmodel when missing).
+big_forward() {
+  local section=$1 ckpt=$2 arch=$3 preset=$4 title=$5
+  local res=$OUT/$section-results.jsonl threads=2 reps=5
   [ -n "${BENCH_QUICK:-}" ] && reps=1
   if [ ! -s "$ckpt/config.json" ]; then
-    log "llama1b: writing the Llama-1B BF16 checkpoint to $ckpt (2.5 GB; this takes minutes)"
+    log "$section: writing the $arch $preset BF16 checkpoint to $ckpt (gigabytes; this takes minutes)"
     mkdir -p "$(dirname "$ckpt")"
-    "$LENSD" mkmodel --arch llama --preset 1b --dtype bf16 --max-shard-size 2GB --seed 1 --out "$ckpt.tmp" \
+    "$LENSD" mkmodel --arch "$arch" --preset "$preset" --dtype bf16 --max-shard-size 2GB --seed 1 --out "$ckpt.tmp" \
       >/dev/null || { rm -rf "$ckpt.tmp"; return 1; }
     mv "$ckpt.tmp" "$ckpt"
   fi
   : >"$res"
   local load_before
   load_before=$(uptime | sed 's/.*load average: //')
-  log "llama1b: lensd, $ckpt, T=128, $threads threads, median of $reps after 1 warm-up"
+  log "$section: lensd, $ckpt, T=128, $threads threads, median of $reps after 1 warm-up"
   "$DRIVER" --model "$ckpt" --T 128 --threads "$threads" --reps "$reps" --warmup 1 --seed "$SEED" \
-    --dump-logits "$OUT/llama1b-logits-lensd.f32" >>"$res" || return 1
-  log "llama1b: PyTorch float32 (bench/llama_peer.py)"
+    --dump-logits "$OUT/$section-logits-lensd.f32" >>"$res" || return 1
+  log "$section: PyTorch float32 (bench/llama_peer.py)"
   OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=PASSIVE \
     "$PY" bench/llama_peer.py --model "$ckpt" --T 128 --threads "$threads" --reps "$reps" --warmup 1 \
     --seed "$SEED" >>"$res" || return 1
-  "$PY" - "$res" "$OUT/llama1b-logits-lensd.f32" "$ckpt" "$TARGETS" "$load_before" \
-    "$(uptime | sed 's/.*load average: //')" <<'EOF' | tee "$OUT/llama1b-table.txt"
+  "$PY" - "$res" "$OUT/$section-logits-lensd.f32" "$ckpt" "$TARGETS" "$load_before" \
+    "$(uptime | sed 's/.*load average: //')" "$section" "$title" <<'EOF' | tee "$OUT/$section-table.txt"
 import glob, json, os, sys
 import numpy as np
 
-res, dump, ckpt, targets_path, load0, load1 = sys.argv[1:7]
+res, dump, ckpt, targets_path, load0, load1, section, title = sys.argv[1:9]
 targets = open(targets_path, "a")
 rows = [json.loads(l) for l in open(res) if l.strip()]
 l = next(r for r in rows if r["impl"] == "lensd")
@@ -740,9 +745,10 @@ p = next(r for r in rows if r["impl"] == "pytorch")
 cfg = json.load(open(os.path.join(ckpt, "config.json")))
 size = sum(os.path.getsize(f) for f in glob.glob(os.path.join(ckpt, "*.safetensors")))
 MiB = 2**20
-print(f"\n== llama-1b forward (issue 15): {ckpt}, L{cfg['num_hidden_layers']} C{cfg['hidden_size']} "
-      f"NH{cfg['num_attention_heads']} NKV{cfg['num_key_value_heads']} I{cfg['intermediate_size']} V{cfg['vocab_size']}, "
-      f"BF16 {size / MiB:.0f} MiB ==")
+experts = f" E{cfg['num_experts']} K{cfg['num_experts_per_tok']}" if cfg.get("num_experts") else ""
+print(f"\n== {title}: {ckpt}, L{cfg['num_hidden_layers']} C{cfg['hidden_size']} "
+      f"NH{cfg['num_attention_heads']} NKV{cfg['num_key_value_heads']} I{cfg['intermediate_size']}{experts} "
+      f"V{cfg['vocab_size']}, BF16 {size / MiB:.0f} MiB ==")
 print(f"T={l['T']}, {l['threads']} threads, medians of {l['reps']} after {l['warmup']} warm-up; load average "
       f"before {load0}, after {load1}")
 print("lensd: BF16 resident (bench/forward, lens_forward without the LM head); "
@@ -765,16 +771,29 @@ checks = [(f"lensd <= 0.8 x PyTorch time ({l['ms_median']:.0f} vs {p['ms_median'
 print("targets:")
 for text, ok in checks:
     print(f"  {text:<70} {'PASS' if ok else 'MISS'}")
-    targets.write(f"llama1b\t{text}\t{'PASS' if ok else 'MISS'}\n")
+    targets.write(f"{section}\t{text}\t{'PASS' if ok else 'MISS'}\n")
 if not ok_logits:
-    targets.write(f"llama1b\tcorrectness: last logits within 1e-3 relative ({rel:.2g})\tERROR\n")
+    targets.write(f"{section}\tcorrectness: last logits within 1e-3 relative ({rel:.2g})\tERROR\n")
 sys.exit(0 if ok_logits else 1)
 EOF
 }
 
+llama1b_section() {
+  big_forward llama1b "${BENCH_LLAMA1B:-build/bigmodels/llama-1b-bf16}" llama 1b "llama-1b forward (issue 15)"
+}
+
+# ---------------------------------------------------------------- OLMoE forward (issue 29)
+# OLMoE-1B-7B's layer shape (64 experts of width 1024, 8 routed, C 2048),
+# its first 4 of 16 layers so that the float32 peer fits: lensd computes only
+# the routed experts (one GEMM per expert over its tokens); the peer loops
+# over the experts as HF's OlmoeSparseMoeBlock does. BENCH_OLMOE=DIR.
+olmoe_section() {
+  big_forward olmoe "${BENCH_OLMOE:-build/bigmodels/olmoe-1b-7b-4l-bf16}" olmoe 1b-7b-4l "OLMoE forward (issue 29)"
+}
+
 # ---------------------------------------------------------------- run and summarise
 status=0
-for section in forward attention attribution decomposition hta token_identity tokenize llama1b; do
+for section in forward attention attribution decomposition hta token_identity tokenize llama1b olmoe; do
   if skip "$section"; then
     printf '%s\t(skipped: BENCH_SKIP)\t-\n' "$section" >>"$TARGETS"
     continue

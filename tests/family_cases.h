@@ -31,6 +31,7 @@ static const family_case family_cases[] = {
     {"xlm-roberta", "classification"}, {"xlm-roberta", "masked-lm"}, {"xlm-roberta", "encoder"},
     {"gemma3_text", "causal-lm"},
     {"modernbert", "classification"}, {"modernbert", "masked-lm"}, {"modernbert", "encoder"},
+    {"mixtral", "causal-lm"},      {"qwen3_moe", "causal-lm"},  {"olmoe", "causal-lm"},
 };
 #define N_FAMILY_CASES ((int)(sizeof family_cases / sizeof family_cases[0]))
 

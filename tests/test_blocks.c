@@ -5,7 +5,10 @@
  * T = 6 tokens of one sequence, random input x, tangent t, cotangent u:
  *   forward with a cache == forward without                      exact
  *   JVP J t vs central differences (f(x + εt) - f(x - εt)) / 2ε,  ε = 1e-2:
- *       |diff| <= 5e-3 max|fd|   (float32 differences: the O(ε²) term and rounding)
+ *       |diff| <= 5e-3 max|fd|   (float32 differences: the O(ε²) term and rounding);
+ *       a mixture of experts holds its top-k choice fixed, so ε shrinks (by 4, down to
+ *       1e-4) until x ± εt route every token as x does
+ *   the routes of x ± εt == those of x                             exact
  *   two tangents packed as 2T rows == each alone                 |diff| <= 1e-6 max
  *   a one-row tangent with jvp_row == the same without           |diff| <= 1e-6 max
  *   backward vs JVP: <J^T u, t> == <u, J t>                      relative 1e-4
@@ -28,6 +31,7 @@ enum { T = 6 };
 typedef struct {
     const lens_model *m;
     float *x, *h, *n, *q, *k, *v, *ctx, *ff, *scratch;
+    float *route; /* [T][2K + E] the routes of the last forward (MoE layers) */
     float *probs, *dprobs, *dscores, *dS; /* [NH][T][T] x2, [T][T] x2 */
     lens_block_cache cache, final;
 } bench;
@@ -77,6 +81,7 @@ static int bench_init(bench *b, const lens_model *m)
     b->x = floats(R * C), b->h = floats(R * C), b->n = floats(R * C), b->scratch = floats(C);
     b->q = floats(R * QK), b->k = floats(R * QK), b->v = floats(R * VO), b->ctx = floats(R * VO);
     b->ff = floats(R * (size_t)lens_ff_cols(m)); /* gate and up of a gated MLP, a fused q/k/v */
+    b->route = floats((size_t)T * (2 * c->top_k + c->n_experts));
     b->probs = floats(c->n_heads * TT), b->dprobs = floats(c->n_heads * TT), b->dscores = floats(TT), b->dS = floats(2 * TT);
     /* one cache for every layer: the widest (ModernBERT's layer 0 has no attn_norm, so keeps less) */
     int widest = 0;
@@ -84,7 +89,7 @@ static int bench_init(bench *b, const lens_model *m)
         if (lens_block_cache_floats(m, l, 1) > lens_block_cache_floats(m, widest, 1)) widest = l;
     if (lens_block_cache_init(&b->cache, m, widest, T, 1) || lens_block_cache_init(&b->final, m, c->n_layers, T, 1))
         return -1;
-    return b->x && b->h && b->n && b->scratch && b->q && b->k && b->v && b->ctx && b->ff && b->probs && b->dprobs &&
+    return b->x && b->h && b->n && b->scratch && b->route && b->q && b->k && b->v && b->ctx && b->ff && b->probs && b->dprobs &&
                    b->dscores && b->dS
                ? 0
                : -1;
@@ -93,7 +98,7 @@ static int bench_init(bench *b, const lens_model *m)
 static void bench_free(bench *b)
 {
     free(b->x), free(b->h), free(b->n), free(b->scratch), free(b->q), free(b->k), free(b->v), free(b->ctx);
-    free(b->ff), free(b->probs), free(b->dprobs), free(b->dscores), free(b->dS);
+    free(b->ff), free(b->route), free(b->probs), free(b->dprobs), free(b->dscores), free(b->dS);
     lens_block_cache_free(&b->cache), lens_block_cache_free(&b->final);
 }
 
@@ -112,6 +117,7 @@ static void run_forward(bench *b, int l, int final, const float *x, float *y, in
     const size_t TC = (size_t)T * b->m->cfg.d_model;
     memcpy(b->x, x, sizeof(float) * TC);
     lens_block_io io = io_of(b, T, final);
+    io.route = b->route;
     if (!cache) io.cache = NULL, io.q = b->q, io.k = b->k, io.v = b->v;
     else if (!final) io.q = b->cache.q, io.k = b->cache.k, io.v = b->cache.v;
     lens_block_forward(b->m, &io, final ? b->m->cfg.n_layers : l);
@@ -140,8 +146,8 @@ static void run_jvp(bench *b, int l, int final, const float *tangents, int B, in
 /* Weight gradients into one buffer per parameter tensor seen. */
 typedef struct {
     lens_grad_map map;
-    const float *param[32];
-    float *grad[32];
+    const float *param[64];
+    float *grad[64];
     int n;
     size_t size;
 } grad_table;
@@ -151,7 +157,7 @@ static float *grad_of(const lens_grad_map *g, const float *param)
     grad_table *t = g->ctx;
     for (int i = 0; i < t->n; i++)
         if (t->param[i] == param) return t->grad[i];
-    if (t->n == 32) return NULL;
+    if (t->n == 64) return NULL;
     t->param[t->n] = param;
     return t->grad[t->n++] = floats(t->size); /* any tensor of a micro block fits */
 }
@@ -195,6 +201,16 @@ static float uniform(void)
     return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
+/* 1 when the last forward's experts differ from those of the routes at_x. */
+static int same_experts(const bench *b, const float *at_x)
+{
+    const int K = b->m->cfg.top_k, RF = 2 * K + b->m->cfg.n_experts;
+    for (int r = 0; r < T && b->m->cfg.n_experts; r++)
+        for (int j = 0; j < K; j++)
+            if (b->route[r * RF + j] != at_x[r * RF + j]) return 1;
+    return 0;
+}
+
 /* Every check of one block (final = 0) or the final norm (final = 1). */
 static void check_block(bench *b, const char *name, int l, int final)
 {
@@ -207,12 +223,25 @@ static void check_block(bench *b, const char *name, int l, int final)
     if (!final) snprintf(what + strlen(what), sizeof what - strlen(what), " %d", l);
     for (size_t i = 0; i < n; i++) x[i] = uniform(), t[i] = uniform(), t[n + i] = uniform(), u[i] = uniform();
     /* finite differences first: the cached forward below is the JVP's primal */
-    const float eps = 1e-2f;
-    for (size_t i = 0; i < n; i++) y0[i] = x[i] + eps * t[i];
-    run_forward(b, l, final, y0, yp, 0);
-    for (size_t i = 0; i < n; i++) y0[i] = x[i] - eps * t[i];
-    run_forward(b, l, final, y0, ym, 0);
-    for (size_t i = 0; i < n; i++) fd[i] = (yp[i] - ym[i]) / (2 * eps);
+    float eps = 1e-2f;
+    int rerouted = 1;
+    for (; rerouted && eps >= 1e-4f; eps /= 4) {
+        run_forward(b, l, final, x, y0, 0);
+        const int routes = b->m->cfg.n_experts ? T * (2 * b->m->cfg.top_k + b->m->cfg.n_experts) : 0;
+        float *at_x = floats((size_t)routes);
+        memcpy(at_x, b->route, sizeof(float) * routes);
+        rerouted = 0;
+        for (size_t i = 0; i < n; i++) y0[i] = x[i] + eps * t[i];
+        run_forward(b, l, final, y0, yp, 0);
+        rerouted |= same_experts(b, at_x);
+        for (size_t i = 0; i < n; i++) y0[i] = x[i] - eps * t[i];
+        run_forward(b, l, final, y0, ym, 0);
+        rerouted |= same_experts(b, at_x);
+        free(at_x);
+        if (!rerouted)
+            for (size_t i = 0; i < n; i++) fd[i] = (yp[i] - ym[i]) / (2 * eps);
+    }
+    CHECK(!rerouted, "%s: x +- 1e-4 t route tokens to other experts than x", what);
     run_forward(b, l, final, x, y0, 0);
     run_forward(b, l, final, x, y1, 1);
     CHECK(max_diff(y0, y1, n) == 0, "%s: forward with a cache differs by %g", what, max_diff(y0, y1, n));

@@ -8,6 +8,9 @@
  *                attentions [L][NH][T][T]     |diff| <= 1e-5
  *                effective attention          |diff| <= 1e-4 (T = 12 > DV = 8)
  *                logits                       |diff| <= 1e-4 + 1e-4 |ref|
+ *                routes (mixture of experts)  the same experts, in order, on every MoE layer
+ *                                             and none on a dense one; gate weights and router
+ *                                             probabilities |diff| <= 1e-5
  *   attribution  [L][NH][T][T], 4 steps       |diff| <= 1e-3 max|ref| + 1e-8
  *                (classifiers and causal LMs; the others must get a reason)
  *   HTA exact    ||dh^l_j/dh^0_i||_F^2 [L][T][T]  |diff| <= 1e-3 |ref| + 1e-4 max|ref|
@@ -116,12 +119,46 @@ static void compare(const char *what, json_t *ref, const float *got, size_t n, d
     free(want);
 }
 
+/* The routes of every layer against the reference's "router" (null: a dense layer). */
+static void check_routes(const char *name, const lens_model *m, const lens_activations *act, json_t *ref, int T)
+{
+    const lens_config *c = &m->cfg;
+    const int K = c->top_k, E = c->n_experts, RF = 2 * K + E;
+    int moe_layers = 0, differ = 0;
+    double worst = 0;
+    for (int l = 1; l <= c->n_layers; l++) {
+        json_t *want = json_array_get(ref, (size_t)l - 1);
+        const float *got = lens_act_route(m, act, l, 0);
+        CHECK(!got == json_is_null(want) && (got || want), "%s layer %d: routes %s, reference %s", name, l,
+              got ? "kept" : "none", want ? (json_is_null(want) ? "null" : "kept") : "absent");
+        if (!got || !json_is_object(want)) continue;
+        moe_layers++;
+        for (int t = 0; t < T; t++)
+            for (int j = 0; j < K; j++) {
+                const json_t *ex = json_array_get(json_array_get(json_object_get(want, "experts"), t), j);
+                const double w = json_number_value(json_array_get(json_array_get(json_object_get(want, "weights"), t), j));
+                differ += !json_is_integer(ex) || (int)got[t * RF + j] != json_integer_value(ex);
+                worst = fmax(worst, fabs(got[t * RF + K + j] - w));
+            }
+        for (int t = 0; t < T; t++)
+            for (int e = 0; e < E; e++)
+                worst = fmax(worst, fabs(got[t * RF + 2 * K + e] -
+                                         json_number_value(json_array_get(
+                                             json_array_get(json_object_get(want, "probs"), t), e))));
+    }
+    CHECK(moe_layers > 0 && differ == 0 && worst <= 1e-5,
+          "%s: %d MoE layers, %d routed experts differ from the reference, gate weights / probabilities by %.2e",
+          name, moe_layers, differ, worst);
+    printf("  %-34s %d MoE layers, the same experts, weights max |diff| %.2e\n", name, moe_layers, worst);
+}
+
 static void check_forward(const char *name, const lens_model *m, json_t *ref, int T)
 {
     const lens_config *c = &m->cfg;
     const int L = c->n_layers, C = c->d_model, NH = c->n_heads;
     const lens_batch b = {.n_seqs = 1, .lengths = (int[]){T}, .ids = IDS};
-    const lens_forward_opts o = {.keep = LENS_KEEP_HIDDEN | LENS_KEEP_ATTN | LENS_KEEP_LOGITS | LENS_KEEP_VALUES};
+    const lens_forward_opts o = {.keep = LENS_KEEP_HIDDEN | LENS_KEEP_ATTN | LENS_KEEP_LOGITS | LENS_KEEP_VALUES |
+                                         LENS_KEEP_ROUTER};
     lens_activations act;
     lens_err err = {0};
     CHECK(!lens_forward(m, &b, &o, &act, &err), "%s: forward: %s", name, err.msg);
@@ -161,6 +198,9 @@ static void check_forward(const char *name, const lens_model *m, json_t *ref, in
     } else {
         CHECK(!act.logits && json_is_null(json_object_get(ref, "logits")), "%s: an encoder has no logits", name);
     }
+    snprintf(what, sizeof what, "%s routes", name);
+    if (c->n_experts) check_routes(what, m, &act, json_object_get(ref, "router"), T);
+    else CHECK(!act.route && !json_object_get(ref, "router"), "%s: routes without experts", name);
     lens_activations_free(&act);
 }
 

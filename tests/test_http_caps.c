@@ -13,7 +13,15 @@
  * masks the keys after each query; attribution_targets lists the targets
  * /v1/attribution accepts. The classifiers must advertise the attribution
  * tree, head importance and triggers (the dashboard once offered them for
- * BERT only). */
+ * BERT only).
+ *
+ * A Qwen3-MoE micro checkpoint (layer 1 dense, layer 2 a mixture of 4
+ * experts, 2 routed, renormalised) runs the same table, and its routes:
+ * "outputs": ["router"] lists layer 2 only, per token 2 distinct experts
+ * with gate weights summing to 1 (1e-5); "router_probs" adds the router's
+ * softmax (rows summing to 1), whose chosen entries are the two largest and,
+ * renormalised, the weights (1e-5); layers [1] (dense) lists no layer; a
+ * model without experts answers 422 on outputs. */
 #include "tests/check.h"
 #include "tests/http_util.h"
 
@@ -118,6 +126,68 @@ static void check_causal(test_server *s, const json_t *m)
     http_resp_free(&r);
 }
 
+static double number_at(const json_t *a, size_t i, size_t j) { return json_number_value(json_array_get(json_array_get(a, i), j)); }
+
+static void test_router(test_server *s)
+{
+    http_resp r;
+    http_post_json(s, &r, "/v1/forward", "{\"model\": \"moe\", \"text\": \"a fine movie\", \"outputs\": [\"router\"]}");
+    check_schema(&r, "/v1/forward", "POST");
+    const json_t *router = get(r.json, "router"), *l2 = json_array_get(router, 0);
+    const json_t *experts = get(l2, "experts"), *weights = get(l2, "weights");
+    const size_t T = json_array_size(get(r.json, "tokens"));
+    CHECK(r.status == 200 && json_array_size(router) == 1 && json_integer_value(get(l2, "layer")) == 2 && T > 0 &&
+              json_array_size(experts) == T && json_array_size(weights) == T && !get(l2, "probs"),
+          "router: layer 2 only, %zu tokens, no probabilities: %ld %s", T, r.status, r.body);
+    int bad = 0;
+    for (size_t t = 0; t < json_array_size(experts); t++) {
+        const json_int_t a = json_integer_value(json_array_get(json_array_get(experts, t), 0));
+        const json_int_t b = json_integer_value(json_array_get(json_array_get(experts, t), 1));
+        bad += a == b || a < 0 || a > 3 || b < 0 || b > 3 || json_array_size(json_array_get(experts, t)) != 2;
+        bad += fabs(number_at(weights, t, 0) + number_at(weights, t, 1) - 1) > 1e-5;
+    }
+    CHECK(bad == 0, "router: %d tokens without 2 distinct experts of 4 or weights summing to 1", bad);
+    http_resp_free(&r);
+
+    http_post_json(s, &r, "/v1/forward",
+                   "{\"model\": \"moe\", \"text\": \"a fine movie\", \"outputs\": [\"router_probs\", \"logits\"]}");
+    check_schema(&r, "/v1/forward", "POST");
+    l2 = json_array_get(get(r.json, "router"), 0);
+    const json_t *probs = get(l2, "probs");
+    experts = get(l2, "experts"), weights = get(l2, "weights");
+    bad = 0;
+    for (size_t t = 0; t < json_array_size(probs); t++) {
+        double sum = 0, chosen = 0, least = 1;
+        for (size_t e = 0; e < 4; e++) sum += number_at(probs, t, e);
+        for (size_t j = 0; j < 2; j++) {
+            const double p = number_at(probs, t, (size_t)json_integer_value(json_array_get(json_array_get(experts, t), j)));
+            chosen += p, least = fmin(least, p);
+        }
+        for (size_t j = 0; j < 2; j++) {
+            const size_t e = (size_t)json_integer_value(json_array_get(json_array_get(experts, t), j));
+            bad += fabs(number_at(probs, t, e) / chosen - number_at(weights, t, j)) > 1e-5;
+        }
+        int above = 0; /* experts more probable than the least chosen: the other chosen one only */
+        for (size_t e = 0; e < 4; e++) above += number_at(probs, t, e) > least;
+        bad += fabs(sum - 1) > 1e-5 || above != 1;
+    }
+    CHECK(r.status == 200 && get(r.json, "logits") && json_array_size(probs) == T && bad == 0,
+          "router_probs: %d tokens whose probabilities do not sum to 1, choose the top 2 or renormalise to the "
+          "weights: %ld",
+          bad, r.status);
+    http_resp_free(&r);
+
+    http_post_json(s, &r, "/v1/forward",
+                   "{\"model\": \"moe\", \"text\": \"a fine movie\", \"outputs\": [\"router\"], \"layers\": [1]}");
+    CHECK(r.status == 200 && json_array_size(get(r.json, "router")) == 0, "router of the dense layer 1: none: %s",
+          r.body);
+    http_resp_free(&r);
+    http_post_json(s, &r, "/v1/forward", "{\"model\": \"gpt\", \"text\": \"a fine movie\", \"outputs\": [\"router\"]}");
+    CHECK(r.status == 422 && !strcmp(json_string_value(get(get(r.json, "error"), "field")), "outputs"),
+          "router of a model without experts: 422 on outputs: %ld %s", r.status, r.body);
+    http_resp_free(&r);
+}
+
 static void test_models(test_server *s)
 {
     http_resp r, c;
@@ -125,7 +195,7 @@ static void test_models(test_server *s)
     http_get(s, &c, "/v1/capabilities");
     check_schema(&r, "/v1/models", "GET");
     const json_t *models = get(r.json, "models"), *all = get(c.json, "analyses");
-    CHECK(json_array_size(models) == 5 && json_array_size(all) > 0, "5 models, %zu analyses", json_array_size(all));
+    CHECK(json_array_size(models) == 6 && json_array_size(all) > 0, "6 models, %zu analyses", json_array_size(all));
     size_t i;
     const json_t *m;
     json_array_foreach(models, i, m) {
@@ -169,6 +239,7 @@ int main(void)
              "%2$s mkmodel --arch distilbert --preset tiny --task classification --seed 1 --out %1$s/distilbert >/dev/null && "
              "%2$s mkmodel --arch gpt2 --preset tiny --seed 1 --out %1$s/gpt >/dev/null && "
              "%2$s mkmodel --arch llama --preset micro --seed 1 --out %1$s/llama-random >/dev/null && "
+             "%2$s mkmodel --arch qwen3_moe --preset micro --seed 1 --out %1$s/moe >/dev/null && "
              "%2$s train causal --init %1$s/llama-random --train %1$s/text.txt --out %1$s/llama-trained --max-len 16 "
              "--batch 4 --max-steps 3 >/dev/null 2>&1 && "
              "%2$s train classify --init %1$s/roberta --train %1$s/text.txt --out %1$s/roberta-trained --max-len 16 "
@@ -177,19 +248,21 @@ int main(void)
     int rc = system(cmd);
     CHECK(rc == 0, "mkmodel / train: %s", cmd);
     if (rc == 0) {
-        char a1[600], a2[600], a3[600], a4[600], a5[600];
+        char a1[600], a2[600], a3[600], a4[600], a5[600], a6[600];
         snprintf(a1, sizeof a1, "roberta=%s/roberta", tmpdir);
         snprintf(a2, sizeof a2, "distilbert=%s/distilbert", tmpdir);
         snprintf(a3, sizeof a3, "gpt=%s/gpt", tmpdir);
         snprintf(a4, sizeof a4, "llama-trained=%s/llama-trained", tmpdir);
         snprintf(a5, sizeof a5, "roberta-trained=%s/roberta-trained", tmpdir);
-        const char *args[] = {"--model", a1, "--model", a2, "--model", a3, "--model", a4, "--model", a5,
+        snprintf(a6, sizeof a6, "moe=%s/moe", tmpdir);
+        const char *args[] = {"--model", a1, "--model", a2, "--model", a3, "--model", a4, "--model", a5, "--model", a6,
                               "--max-tokens", "64", "--workers", "1", NULL};
         test_server s;
         if (server_launch(&s, args)) {
             CHECK(0, "lensd serve did not become ready");
         } else {
             test_models(&s);
+            test_router(&s);
             CHECK(server_terminate(&s) == 0, "lensd exits 0 on SIGTERM");
         }
     }

@@ -110,13 +110,14 @@ def test_errors(c: Client):
         (lambda: c.forward("x", model="nope"), 404, "model_not_found", "model"),
         (lambda: c.forward("", model="demo-sst2"), 422, "invalid_request", "text"),
         (lambda: c.forward("x", model="demo-sst2", logit_lens=True), 422, "invalid_request", "logit_lens"),
+        (lambda: c.router("x", model="demo-sst2"), 422, "invalid_request", "outputs"),  # no experts
         (lambda: c.load_model("x", "../outside"), 422, "invalid_request", "path"),
         (lambda: c.load_model("demo-sst2", "demo-sst2"), 409, "model_exists", "id"),
         (lambda: c.job("0123456789abcdef"), 404, "job_not_found", "id"),
         (lambda: c.jobs(state="finished"), 422, "invalid_request", "state"),
         (lambda: c.submit_job("nope", {}), 422, "invalid_request", "kind"),
     ]
-    check(len(cases) == 8, "8 error cases")
+    check(len(cases) == 9, "9 error cases")
     for call, status, code, field in cases:
         try:
             call()

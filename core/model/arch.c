@@ -19,13 +19,14 @@
 extern const lens_family lens_family_bert, lens_family_gpt2, lens_family_roberta, lens_family_distilbert,
     lens_family_llama, lens_family_mistral, lens_family_qwen2, lens_family_qwen3, lens_family_gemma,
     lens_family_gemma2, lens_family_gpt_neox, lens_family_phi3, lens_family_olmo2, lens_family_xlm_roberta,
-    lens_family_gemma3_text, lens_family_modernbert;
+    lens_family_gemma3_text, lens_family_modernbert, lens_family_mixtral, lens_family_qwen3_moe, lens_family_olmoe;
 const lens_family *const lens_families[] = {&lens_family_bert, &lens_family_gpt2, &lens_family_roberta,
                                             &lens_family_distilbert, &lens_family_llama, &lens_family_mistral,
                                             &lens_family_qwen2, &lens_family_qwen3, &lens_family_gemma,
                                             &lens_family_gemma2, &lens_family_gpt_neox, &lens_family_phi3, &lens_family_olmo2,
                                             &lens_family_xlm_roberta, &lens_family_gemma3_text,
-                                            &lens_family_modernbert, NULL};
+                                            &lens_family_modernbert, &lens_family_mixtral, &lens_family_qwen3_moe,
+                                            &lens_family_olmoe, NULL};
 
 const lens_family *lens_family_find(const char *model_type)
 {
@@ -65,12 +66,14 @@ int lens_dim_size(const lens_config *c, lens_dim d)
     case LENS_D_QKV: return NH * DK + NKV * DK + NKV * DV;
     case LENS_D_NH: return NH;
     case LENS_D_DH: return NH > 0 ? c->d_model / NH : 0;
+    case LENS_D_E: return c->n_experts;
+    case LENS_D_FE: return c->d_ff_expert;
     }
     return 0;
 }
 
-/* Does every LENS_IF_* condition in `when` hold for c (layer: of a per-layer row, else -1)? */
-static int holds(const lens_config *c, unsigned when, int layer)
+/* Does every LENS_IF_* condition in `when` hold for c at layer l (-1: no layer)? */
+static int holds(const lens_config *c, unsigned when, int l)
 {
     const unsigned now = (c->task == LENS_TASK_CLASSIFICATION ? LENS_IF_CLASSIFIER : 0) |
                          (c->task == LENS_TASK_MASKED_LM ? LENS_IF_MLM : 0) |
@@ -78,7 +81,8 @@ static int holds(const lens_config *c, unsigned when, int layer)
                          (c->qkv_bias ? LENS_IF_QKV_BIAS : 0) | (c->o_bias ? LENS_IF_O_BIAS : 0) |
                          (c->qk_norm ? LENS_IF_QK_NORM : 0) |
                          (c->post_norms ? LENS_IF_POST_NORMS : LENS_IF_NO_POST_NORMS) |
-                         (layer > 0 ? LENS_IF_NOT_FIRST_LAYER : 0);
+                         (l > 0 ? LENS_IF_NOT_FIRST_LAYER : 0) |
+                         (lens_layer_moe(c, l) ? LENS_IF_MOE : LENS_IF_DENSE);
     return (when & ~now) == 0;
 }
 
@@ -91,12 +95,20 @@ static const void *walk_tensor(lens_param_visitor *v, const char *name, int64_t 
     return v->tensor(v, &d);
 }
 
-/* name = prefix (its "%d" the layer index) + row + suffix. */
-static void tensor_name(char *name, size_t size, const char *prefix, int layer, const char *row, const char *suffix)
+/* name = prefix (its "%d"s the layer and expert indices) + row + suffix. */
+static void tensor_name(char *name, size_t size, const char *prefix, int layer, int expert, const char *row,
+                        const char *suffix)
 {
-    const char *at = strstr(prefix, "%d");
-    if (at) snprintf(name, size, "%.*s%d%s%s%s", (int)(at - prefix), prefix, layer, at + 2, row, suffix);
-    else snprintf(name, size, "%s%s%s", prefix, row, suffix);
+    const int index[2] = {layer, expert};
+    size_t n = 0;
+    for (int k = 0; *prefix && n < size; k++) {
+        const char *at = k < 2 ? strstr(prefix, "%d") : NULL;
+        const int len = at ? (int)(at - prefix) : (int)strlen(prefix);
+        n += (size_t)snprintf(name + n, size - n, "%.*s", len, prefix);
+        if (at && n < size) n += (size_t)snprintf(name + n, size - n, "%d", index[k]);
+        prefix += len + (at ? 2 : 0);
+    }
+    if (n < size) snprintf(name + n, size - n, "%s%s", row, suffix);
 }
 
 /* The views of a fused map lin: its parts' outputs in order, into the
@@ -122,7 +134,7 @@ static void split_views(const lens_config *c, const lens_tensor_row *r, lens_blo
 
 /* One row of a section: its tensors through v, bound at dst. */
 static void walk_row(const lens_config *c, lens_param_visitor *v, const lens_tensor_row *r, const char *prefix,
-                     int layer, char *dst)
+                     int layer, int expert, char *dst)
 {
     const float std = c->init_range > 0 ? c->init_range : 0.02f;
     const float init = r->init == LENS_INIT_RESID ? std / sqrtf(2.0f * c->n_layers) : std;
@@ -130,8 +142,8 @@ static void walk_row(const lens_config *c, lens_param_visitor *v, const lens_ten
     const int d0 = lens_dim_size(c, r->d0), d1 = lens_dim_size(c, r->d1);
     char name[256], bias[256];
     const int whole = r->kind == LENS_T_EMBEDDING || r->kind == LENS_T_VECTOR; /* the name is the tensor's */
-    tensor_name(name, sizeof name, prefix, layer, r->name, whole ? "" : ".weight");
-    tensor_name(bias, sizeof bias, prefix, layer, r->name, ".bias");
+    tensor_name(name, sizeof name, prefix, layer, expert, r->name, whole ? "" : ".weight");
+    tensor_name(bias, sizeof bias, prefix, layer, expert, r->name, ".bias");
     switch (r->kind) {
     case LENS_T_EMBEDDING:
         *(const void **)dst = walk_tensor(v, name, d0, d1, LENS_PARAM_EMBEDDING, init, 0);
@@ -177,10 +189,13 @@ void lens_walk_params(const lens_config *c, lens_params *p, lens_param_visitor *
 {
     for (const lens_tensor_section *s = c->family->tensors; s->rows; s++)
         for (int l = 0; l < (s->per_layer ? c->n_layers : 1); l++) {
-            /* a split row binds several fields of the block: dst is the block itself */
-            char *base = s->per_layer ? (char *)&p->blocks[l] : (char *)p;
-            for (const lens_tensor_row *r = s->rows; r->name; r++)
-                if (holds(c, r->when, s->per_layer ? l : -1))
-                    walk_row(c, v, r, s->prefix, l, r->split ? base : base + r->field);
+            const int layer = s->per_layer ? l : -1, per_expert = s->per_layer == LENS_PER_EXPERT;
+            for (int e = 0; e < (per_expert ? c->n_experts : 1); e++) {
+                /* a split row binds several fields of the block: dst is the block itself */
+                char *base = per_expert ? (char *)&p->blocks[l].experts[e]
+                                           : s->per_layer ? (char *)&p->blocks[l] : (char *)p;
+                for (const lens_tensor_row *r = s->rows; r->name; r++)
+                    if (holds(c, r->when, layer)) walk_row(c, v, r, s->prefix, l, e, r->split ? base : base + r->field);
+            }
         }
 }

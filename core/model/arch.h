@@ -108,7 +108,9 @@ typedef enum {
     LENS_D_KVV,    /* NKV * DV */
     LENS_D_QKV,    /* NH * DK + NKV * DK + NKV * DV: fused q | k | v */
     LENS_D_NH,     /* n_heads */
-    LENS_D_DH      /* d_model / n_heads (a config default; the keys must divide) */
+    LENS_D_DH,     /* d_model / n_heads (a config default; the keys must divide) */
+    LENS_D_E,      /* n_experts */
+    LENS_D_FE      /* d_ff_expert */
 } lens_dim;
 int lens_dim_size(const lens_config *c, lens_dim d);
 
@@ -122,7 +124,9 @@ enum {
     LENS_IF_QK_NORM = 1 << 5,       /* cfg qk_norm */
     LENS_IF_POST_NORMS = 1 << 6,    /* cfg post_norms */
     LENS_IF_NO_POST_NORMS = 1 << 7, /* not post_norms */
-    LENS_IF_NOT_FIRST_LAYER = 1 << 8 /* per-layer rows: layers 1.. only (ModernBERT's attn_norm) */
+    LENS_IF_NOT_FIRST_LAYER = 1 << 8, /* per-layer rows: layers 1.. only (ModernBERT's attn_norm) */
+    LENS_IF_MOE = 1 << 9,             /* the layer has a mixture of experts (lens_layer_moe) */
+    LENS_IF_DENSE = 1 << 10           /* the layer has a dense MLP (every layer of a family without experts) */
 };
 
 /* A fused tensor bound as views of its parts (row blocks of an nn.Linear,
@@ -149,10 +153,13 @@ typedef struct {
 } lens_tensor_row;
 
 typedef struct {
-    const char *prefix;         /* "bert.encoder.layer.%d.": "%d" is the layer index */
-    int per_layer;              /* 1: the rows repeat for each layer and bind into its lens_block */
+    const char *prefix;         /* "bert.encoder.layer.%d.": "%d" is the layer index (then the expert's) */
+    int per_layer;              /* 1: the rows repeat for each layer and bind into its lens_block;
+                                   LENS_PER_EXPERT: for each expert of each layer, bound into its
+                                   lens_moe_expert ("model.layers.%d.mlp.experts.%d.") */
     const lens_tensor_row *rows; /* ended by a row with name NULL; NULL ends the section list */
 } lens_tensor_section;
+#define LENS_PER_EXPERT 2
 
 /* A row; the optional designated fields (.when, .bias_if, .split, .init,
  * .summed) follow d1. LENS_P / LENS_B: where a row binds. */

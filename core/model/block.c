@@ -24,6 +24,7 @@
 #include "core/base/gemm.h"
 #include "core/model/arch.h"
 #include "core/nn/glu.h"
+#include "core/nn/moe.h"
 #include "core/nn/norm.h"
 #include "core/nn/ops.h"
 #include "core/nn/rope.h"
@@ -65,6 +66,11 @@ void lens_op_gated_mlp(lens_block_prog *p, lens_reg in, const lens_block *b)
     lens_op_linear(p, LENS_R_H, LENS_R_FF, &b->ff_out);
 }
 
+void lens_op_moe(lens_block_prog *p, lens_reg out, lens_reg in, const lens_block *b)
+{
+    append(p, LENS_OP_MOE, out, in)->blk = b;
+}
+
 void lens_op_qk_norm(lens_block_prog *p, lens_reg reg, const lens_layernorm *ln, int heads, int dim)
 {
     lens_op *o = append(p, LENS_OP_QK_NORM, reg, reg);
@@ -94,6 +100,14 @@ static void build(const lens_model *m, int l, lens_block_prog *p)
     m->cfg.family->block(m, l, p);
 }
 
+/* The mixture of experts of an MOE op under m's config. */
+static lens_moe moe_of(const lens_model *m, const lens_op *o)
+{
+    const lens_config *c = &m->cfg;
+    return (lens_moe){.router = &o->blk->router, .experts = o->blk->experts, .n_experts = c->n_experts,
+                      .top_k = c->top_k, .norm_topk = c->norm_topk, .ff = c->d_ff_expert, .act = (lens_glu)c->glu};
+}
+
 /* ------------------------------------------------------------ the plan */
 
 #define NONE SIZE_MAX
@@ -103,7 +117,7 @@ static void build(const lens_model *m, int l, lens_block_prog *p)
  * (o+w)*rows), [rows][w]); NONE = not saved. */
 typedef struct {
     size_t in[LENS_BLOCK_MAX_OPS];    /* the op's input (GLU: the gate) */
-    size_t up[LENS_BLOCK_MAX_OPS];    /* GLU: up */
+    size_t up[LENS_BLOCK_MAX_OPS];    /* GLU: up; MOE: its saved rows (moe.h) */
     size_t stats[LENS_BLOCK_MAX_OPS]; /* NORM: mean, rstd ([rows] each; RMSNorm rstd only); QK_NORM rstd [rows][heads] */
     size_t floats;                    /* per row */
     int tail;                         /* the TAIL op, or -1 */
@@ -163,6 +177,13 @@ static void make_plan(const lens_model *m, const lens_block_prog *p, int for_wei
         case LENS_OP_SPLIT_QKV:
             version[LENS_R_Q]++, version[LENS_R_K]++, version[LENS_R_V]++;
             break;
+        case LENS_OP_MOE: {
+            const lens_moe moe = moe_of(m, o);
+            if (for_weights) pl->in[i] = SAVE(o->in, (size_t)c->d_model);
+            pl->up[i] = floats, floats += lens_moe_saved_floats(&moe, c->d_model);
+            version[o->out]++;
+            break;
+        }
         case LENS_OP_ATTEND: /* the hook may compact x */
             version[LENS_R_CTX]++, version[LENS_R_X]++;
             break;
@@ -227,6 +248,8 @@ static void linear_backward(const lens_block_io *io, float *dinp, int acc, const
     if (!acc) memset(dinp, 0, sizeof(float) * (size_t)N * lin->in);
     lens_linear_backward(dinp, grad_of(io, lin->w), grad_of(io, lin->b), dout, inp, lin, N);
 }
+
+static float *moe_grad(void *io, const void *weight) { return grad_of(io, weight); }
 
 static void layernorm_backward(const lens_block_io *io, float *dinp, int acc, const float *dout, const float *inp,
                                const float *mean, const float *rstd, const lens_layernorm *ln, int N, int C)
@@ -407,6 +430,13 @@ static void forward_ops(const lens_model *m, lens_block_io *io, int l, const len
         case LENS_OP_ATTEND:
             io->attend(io, l);
             break;
+        case LENS_OP_MOE: {
+            const lens_moe moe = moe_of(m, o);
+            save(io, pl->in[i], in, (size_t)C, N, (size_t)C);
+            lens_moe_forward(out, in, N, C, &moe, io->cache ? saved(io, pl->up[i]) : NULL, io->route, io->ff,
+                             io->pool);
+            break;
+        }
         case LENS_OP_TAIL:
             break;
         }
@@ -492,6 +522,15 @@ void lens_block_backward(const lens_model *m, lens_block_io *io, int l)
             split_qkv(c, io->ff, 3 * reg_width(c, LENS_R_Q), N, io->q, io->k, io->v, 1);
             zero[LENS_R_FF] = 0;
             zero[LENS_R_Q] = zero[LENS_R_K] = zero[LENS_R_V] = 1;
+            break;
+        case LENS_OP_MOE:
+            if (!zero[o->out]) {
+                const lens_moe moe = moe_of(m, o);
+                lens_moe_backward(din, !zero[o->in], dout, inp, N, C, &moe, saved(io, pl.up[i]),
+                                  io->grads ? moe_grad : NULL, io, io->ff, io->pool);
+                zero[o->in] = 0;
+            }
+            zero[o->out] = 1;
             break;
         case LENS_OP_ATTEND:
             if (io->attend_backward(io, l)) return;
@@ -622,6 +661,11 @@ static void jvp_ops(const lens_model *m, lens_block_io *io, int l, const lens_bl
             io->attend_jvp(io, l);
             mixed = 1;
             break;
+        case LENS_OP_MOE: {
+            const lens_moe moe = moe_of(m, o);
+            lens_moe_jvp(out, in, N, T, C, &moe, saved(io, pl->up[i]), io->ff, io->pool);
+            break;
+        }
         case LENS_OP_TAIL:
             if (io->row_jac) {
                 /* the tail's input is the sum the previous op wrote */
@@ -752,6 +796,10 @@ int lens_ff_cols(const lens_model *m)
             size_t w = 0;
             if (o->kind == LENS_OP_LINEAR && o->out == LENS_R_FF) w = (size_t)o->lin->out;
             if (o->kind == LENS_OP_GLU || (o->kind == LENS_OP_LINEAR && o->out == LENS_R_UP)) w = 2 * (size_t)c->d_ff;
+            if (o->kind == LENS_OP_MOE) {
+                const lens_moe moe = moe_of(m, o);
+                w = lens_moe_scratch_floats(&moe, c->d_model);
+            }
             if (w > cols) cols = w;
         }
     }

@@ -31,6 +31,8 @@
  * UP the second half of a gated MLP inside it. Rules a program keeps:
  *  - ops write a register other than their input, except ADD (out += in)
  *    and the in-place ops (GELU, GLU, QK_NORM, ROPE, REPEAT_KV);
+ *  - MOE is row-wise (the top-k choice held fixed in backward and JVP:
+ *    core/nn/moe.h) and uses FF as scratch;
  *  - the attention is one ATTEND op; after it the caller's hook may have
  *    compacted the rows (io->N), and when ATTEND is differentiated only X
  *    and CTX may carry gradient (the hook expands those two);
@@ -61,6 +63,7 @@ typedef enum {
     LENS_OP_REPEAT_KV, /* out (K or V): `heads` kv heads -> NH (HF repeat_kv) */
     LENS_OP_SPLIT_QKV, /* Q, K, V from FF in GPT-NeoX's per-head [q_h | k_h | v_h] layout */
     LENS_OP_ATTEND,    /* CTX = attention(Q, K, V): io->attend / attend_backward / attend_jvp */
+    LENS_OP_MOE,       /* out = the mixture of experts (core/nn/moe.h) of in; FF its scratch */
     LENS_OP_TAIL       /* marker: the row-wise tail starts here */
 } lens_op_kind;
 
@@ -69,6 +72,7 @@ typedef struct {
     lens_reg out, in;
     const lens_linear *lin;   /* LINEAR */
     const lens_layernorm *ln; /* NORM, QK_NORM */
+    const lens_block *blk;    /* MOE: its router and experts */
     int slot;                 /* NORM: statistics slot of io->ln_mean / ln_rstd, -1 none */
     int heads;                /* QK_NORM, ROPE, REPEAT_KV */
     int dim;                  /* QK_NORM: channels per norm (DK per head, heads * DK the whole projection) */
@@ -95,6 +99,7 @@ void lens_op_rope(lens_block_prog *p, lens_reg reg, int heads, const lens_rope_p
 void lens_op_repeat_kv(lens_block_prog *p, lens_reg reg, int kv_heads);
 void lens_op_split_qkv(lens_block_prog *p);
 void lens_op_attend(lens_block_prog *p);
+void lens_op_moe(lens_block_prog *p, lens_reg out, lens_reg in, const lens_block *b);
 void lens_op_tail(lens_block_prog *p);
 /* The gated MLP of b on register in: FF = in W_gate, UP = in W_up, FF = act(FF) * UP, H = FF W_down. */
 void lens_op_gated_mlp(lens_block_prog *p, lens_reg in, const lens_block *b);
@@ -152,6 +157,7 @@ typedef struct lens_block_io {
     size_t ff_ld;         /* forward: the MLP buffer's row stride (>= lens_ff_cols), 0 = packed rows */
     float *ln_mean, *ln_rstd; /* [2L+1][N] norm statistics, or NULL (slots: the family's) */
     const int *pos;       /* [N] position of each row inside its sequence (RoPE) */
+    float *route;         /* forward: NULL, or [N][lens_moe_route_floats] the route records of the MOE op */
     lens_pool *pool;
     lens_block_cache *cache;      /* forward: save into it when non-NULL; backward / JVP: read */
     const struct lens_grad_map *grads; /* backward: weight gradients, or NULL */

@@ -15,6 +15,7 @@
  *   a = softmax(cap(scale q k^T) + causal / sliding-window mask) v;  o = a W_o (+b)
  *   x = x + post_attn(o)               (post_attn only with Gemma 2's post_norms)
  *   x = x + post_ff(W_down (act(h W_gate) * (h W_up))),  h = norm_2(x)
+ *   or x = x + MoE(norm_2(x)) on a mixture-of-experts layer (mixtral.c, qwen3_moe.c, olmoe.c)
  * then model.norm after the last block. Embedding (embedding.h): E[id]
  * times emb_scale (Gemma: sqrt(C)). Norm statistics (io->ln_rstd): slot 2l norm_1, 2l + 1
  * norm_2, 2L the final norm; ln_mean gets 0 (RMSNorm does not centre). */
@@ -116,7 +117,7 @@ const lens_tensor_row lens_decoder_embedding_rows[] = {
     LENS_ROW("model.embed_tokens.weight", LENS_P(tok_emb), LENS_T_EMBEDDING, LENS_D_V, LENS_D_C),
     {0}};
 
-static const lens_tensor_row decoder_layer_rows[] = {
+const lens_tensor_row lens_decoder_layer_rows[] = {
     LENS_ROW("self_attn.q_proj", LENS_B(q), LENS_T_LINEAR_NB, LENS_D_QK, LENS_D_C, .bias_if = LENS_IF_QKV_BIAS),
     LENS_ROW("self_attn.k_proj", LENS_B(k), LENS_T_LINEAR_NB, LENS_D_KV, LENS_D_C, .bias_if = LENS_IF_QKV_BIAS),
     LENS_ROW("self_attn.v_proj", LENS_B(v), LENS_T_LINEAR_NB, LENS_D_KVV, LENS_D_C, .bias_if = LENS_IF_QKV_BIAS),
@@ -125,9 +126,9 @@ static const lens_tensor_row decoder_layer_rows[] = {
              .when = LENS_IF_QK_NORM, .init = LENS_INIT_NOISE),
     LENS_ROW("self_attn.k_norm", LENS_B(k_norm), LENS_T_RMSNORM, LENS_D_DK, LENS_D_NONE,
              .when = LENS_IF_QK_NORM, .init = LENS_INIT_NOISE),
-    LENS_ROW("mlp.gate_proj", LENS_B(gate), LENS_T_LINEAR_NB, LENS_D_F, LENS_D_C),
-    LENS_ROW("mlp.up_proj", LENS_B(ff_in), LENS_T_LINEAR_NB, LENS_D_F, LENS_D_C),
-    LENS_ROW("mlp.down_proj", LENS_B(ff_out), LENS_T_LINEAR_NB, LENS_D_C, LENS_D_F),
+    LENS_ROW("mlp.gate_proj", LENS_B(gate), LENS_T_LINEAR_NB, LENS_D_F, LENS_D_C, .when = LENS_IF_DENSE),
+    LENS_ROW("mlp.up_proj", LENS_B(ff_in), LENS_T_LINEAR_NB, LENS_D_F, LENS_D_C, .when = LENS_IF_DENSE),
+    LENS_ROW("mlp.down_proj", LENS_B(ff_out), LENS_T_LINEAR_NB, LENS_D_C, LENS_D_F, .when = LENS_IF_DENSE),
     LENS_ROW("input_layernorm", LENS_B(ln_attn), LENS_T_RMSNORM, LENS_D_C, LENS_D_NONE, .init = LENS_INIT_NOISE),
     LENS_ROW("post_attention_layernorm", LENS_B(post_attn), LENS_T_RMSNORM, LENS_D_C, LENS_D_NONE,
              .when = LENS_IF_POST_NORMS, .init = LENS_INIT_NOISE),
@@ -146,7 +147,7 @@ const lens_tensor_row lens_decoder_final_rows[] = {
 
 const lens_tensor_section lens_decoder_tensors[] = {
     {"", 0, lens_decoder_embedding_rows},
-    {"model.layers.%d.", 1, decoder_layer_rows},
+    {"model.layers.%d.", 1, lens_decoder_layer_rows},
     {"", 0, lens_decoder_final_rows},
     {0}};
 
@@ -156,7 +157,8 @@ const lens_tensor_section lens_decoder_tensors[] = {
  * norm_2, 2L the final norm; ln_mean gets 0):
  *   h = norm_1(x); q, k, v = h W (+b); q, k = qk_norm (Qwen3), RoPE; k, v repeated
  *   x = x + post_attn(Attn W_o)               (post_attn: Gemma 2's post_norms)
- *   x = x + post_ff(W_down (act(h W_gate) * (h W_up))),  h = norm_2(x) */
+ *   x = x + post_ff(W_down (act(h W_gate) * (h W_up))),  h = norm_2(x)
+ * or on a mixture-of-experts layer x = x + MoE(norm_2(x)) (core/nn/moe.h). */
 void lens_decoder_block(const lens_model *m, int l, lens_block_prog *p)
 {
     const lens_config *c = &m->cfg;
@@ -170,9 +172,10 @@ void lens_decoder_block(const lens_model *m, int l, lens_block_prog *p)
     lens_op_linear(p, LENS_R_Q, LENS_R_H, &b->q);
     lens_op_linear(p, LENS_R_K, LENS_R_H, &b->k);
     lens_op_linear(p, LENS_R_V, LENS_R_H, &b->v);
-    if (c->qk_norm) {
-        lens_op_qk_norm(p, LENS_R_Q, &b->q_norm, NH, c->d_head_k);
-        lens_op_qk_norm(p, LENS_R_K, &b->k_norm, NKV, c->d_head_k);
+    if (c->qk_norm) { /* per head, or over the whole projection (OLMoE) */
+        const int whole = c->qk_norm == LENS_QK_NORM_WHOLE;
+        lens_op_qk_norm(p, LENS_R_Q, &b->q_norm, NH, whole ? NH * c->d_head_k : c->d_head_k);
+        lens_op_qk_norm(p, LENS_R_K, &b->k_norm, NKV, whole ? NKV * c->d_head_k : c->d_head_k);
     }
     lens_op_rope(p, LENS_R_Q, NH, lens_layer_rope(c, l));
     lens_op_rope(p, LENS_R_K, NKV, lens_layer_rope(c, l));
@@ -184,6 +187,11 @@ void lens_decoder_block(const lens_model *m, int l, lens_block_prog *p)
     lens_op_add(p, LENS_R_X, c->post_norms ? LENS_R_N : LENS_R_H);
     lens_op_tail(p);
     lens_op_norm(p, LENS_R_H, LENS_R_X, &b->ln_ff, 2 * l + 1);
+    if (lens_layer_moe(c, l)) {
+        lens_op_moe(p, LENS_R_N, LENS_R_H, b);
+        lens_op_add(p, LENS_R_X, LENS_R_N);
+        return;
+    }
     lens_op_gated_mlp(p, LENS_R_H, b);
     if (c->post_norms) lens_op_norm(p, LENS_R_N, LENS_R_H, &b->post_ff, -1);
     lens_op_add(p, LENS_R_X, c->post_norms ? LENS_R_N : LENS_R_H);
@@ -202,5 +210,18 @@ int lens_decoder_apply_preset(const lens_decoder_preset *ps, const char *name, l
         c->init_range = !strcmp(name, "micro") ? 0.25f : 0.02f;
         return 0;
     }
+    return -1;
+}
+
+int lens_moe_apply_preset(const lens_decoder_preset *presets, const lens_moe_preset *moe, const char *name,
+                          lens_config *c)
+{
+    if (lens_decoder_apply_preset(presets, name, c)) return -1;
+    for (; moe->name; moe++)
+        if (!strcmp(moe->name, name)) {
+            c->n_experts = moe->experts, c->top_k = moe->top_k;
+            c->d_ff_expert = moe->ff_expert ? moe->ff_expert : c->d_ff;
+            return 0;
+        }
     return -1;
 }

@@ -31,6 +31,17 @@ extern const lens_config_key lens_decoder_positions_keys[], lens_decoder_keys[];
 #define LENS_DECODER_WINDOW                                                                                        \
     LENS_KEY("sliding_window", LENS_KEY_INT, LENS_C(sliding_window), .min = 1, .max = 1 << 24,                 \
              .flags = LENS_KEY_NULL_OFF)
+/* Mixture-of-experts keys (mixtral.c, qwen3_moe.c, olmoe.c): the expert
+ * count under `key`, num_experts_per_tok (1..E), norm_topk_prob; Mixtral's
+ * and OLMoE's constants (every layer MoE, experts intermediate_size wide). */
+#define LENS_DECODER_EXPERTS(key, def_)                                                                            \
+    LENS_KEY(key, LENS_KEY_INT, LENS_C(n_experts), .def = (def_), .min = 1, .max = LENS_MOE_MAX_EXPERTS),          \
+        LENS_KEY("num_experts_per_tok", LENS_KEY_INT, LENS_C(top_k), .def = 2, .min = 1, .max = 0,              \
+                 .max_dim = LENS_D_E)
+#define LENS_DECODER_NORM_TOPK LENS_KEY("norm_topk_prob", LENS_KEY_BOOL, LENS_C(norm_topk))
+#define LENS_DECODER_MOE_EVERY_LAYER                                                                               \
+    LENS_KEY(NULL, LENS_KEY_INT, LENS_C(moe_step), .def = 1),                                                     \
+        LENS_KEY(NULL, LENS_KEY_INT, LENS_C(d_ff_expert), .def = 1, .def_dim = LENS_D_F)
 /* After the keys: v heads as wide as k, RoPE over the whole head (even), rope_scaling. */
 int lens_decoder_config_hook(const struct json_t *root, const char *path, lens_config *cfg, lens_err *err);
 /* config.json beyond the keys: initializer_range, bos 0 / eos the last id
@@ -44,9 +55,12 @@ int lens_decoder_config_extra(struct json_t *root, const lens_config *c);
     .config_extra = lens_decoder_config_extra
 
 extern const lens_tensor_section lens_decoder_tensors[];
-/* Its first and last sections' rows, for decoder families with their own
- * layer rows: model.embed_tokens; model.norm and an untied lm_head. */
-extern const lens_tensor_row lens_decoder_embedding_rows[], lens_decoder_final_rows[];
+/* Its sections' rows, for decoder families with rows of their own:
+ * model.embed_tokens; a layer's (the MLP rows on dense layers only);
+ * model.norm and an untied lm_head. */
+extern const lens_tensor_row lens_decoder_embedding_rows[], lens_decoder_layer_rows[], lens_decoder_final_rows[];
+/* cfg qk_norm: 1 per head (Qwen3), LENS_QK_NORM_WHOLE over the whole q / k projection (OLMoE) */
+#define LENS_QK_NORM_WHOLE 2
 /* The block (and with l == L the final norm) of every decoder family here. */
 void lens_decoder_block(const lens_model *m, int l, lens_block_prog *p);
 
@@ -57,6 +71,14 @@ typedef struct {
     int layers, hidden, heads, kv_heads, head_dim, ff, vocab, positions, window, tie;
 } lens_decoder_preset;
 int lens_decoder_apply_preset(const lens_decoder_preset *presets, const char *name, lens_config *c);
+/* A mixture-of-experts family's preset: its decoder preset of the same name
+ * plus E experts, K routed, each expert's width (0: d_ff). */
+typedef struct {
+    const char *name;
+    int experts, top_k, ff_expert;
+} lens_moe_preset;
+int lens_moe_apply_preset(const lens_decoder_preset *presets, const lens_moe_preset *moe, const char *name,
+                          lens_config *c);
 
 /* The shared block's entries of a lens_family (llama.c, qwen.c, gemma.c). */
 #define LENS_DECODER_FAMILY_FNS                                                                                    \

@@ -179,6 +179,8 @@ static int layout(const lens_model *m, const lens_batch *b, unsigned keep, size_
     if (keep & LENS_KEEP_HIDDEN) act->hidden = alloc_floats((L + 1) * N * C, &failed);
     if (keep & LENS_KEEP_ATTN) act->attn = alloc_floats(L * c->n_heads * attn, &failed);
     if (keep & LENS_KEEP_VALUES) act->values = alloc_floats(L * N * VO, &failed);
+    if ((keep & LENS_KEEP_ROUTER) && c->n_experts)
+        act->route = alloc_floats(L * N * (2 * (size_t)c->top_k + c->n_experts), &failed);
     if (keep & LENS_KEEP_LN) {
         act->ln_mean = alloc_floats((2 * L + 1) * N, &failed);
         act->ln_rstd = alloc_floats((2 * L + 1) * N, &failed);
@@ -250,6 +252,7 @@ int lens_forward(const lens_model *m, const lens_batch *batch, const lens_forwar
         }
         /* this layer's kept values, or scratch */
         w.io.v = act->values ? act->values + (size_t)l * N * c->n_heads * c->d_head_v : w.v_scratch;
+        w.io.route = act->route ? act->route + (size_t)l * N * (2 * (size_t)c->top_k + c->n_experts) : NULL;
         lens_block_forward(m, &w.io, l);
         if (l == L - 1) lens_block_forward(m, &w.io, L); /* the final norm, if the family has one */
         keep_hidden(act, w.io.x, l + 1, C);
@@ -270,7 +273,7 @@ void lens_activations_free(lens_activations *act)
 {
     free(act->lengths), free(act->row_start), free(act->attn_start);
     free(act->hidden), free(act->attn), free(act->values);
-    free(act->ln_mean), free(act->ln_rstd), free(act->pooled), free(act->logits);
+    free(act->ln_mean), free(act->ln_rstd), free(act->pooled), free(act->logits), free(act->route);
     memset(act, 0, sizeof *act);
 }
 
@@ -300,4 +303,13 @@ const float *lens_act_logits(const lens_model *m, const lens_activations *a, int
     if (!a->logits || s < 0 || s >= a->n_seqs) return NULL;
     if (m->cfg.task == LENS_TASK_CLASSIFICATION) return a->logits + (size_t)s * m->cfg.n_labels;
     return a->logits + (size_t)a->row_start[s] * m->cfg.vocab_size;
+}
+
+const float *lens_act_route(const lens_model *m, const lens_activations *a, int layer, int s)
+{
+    const lens_config *c = &m->cfg;
+    if (!a->route || layer < 1 || layer > a->n_layers || !lens_layer_moe(c, layer - 1) || s < 0 || s >= a->n_seqs)
+        return NULL;
+    const size_t RF = 2 * (size_t)c->top_k + c->n_experts;
+    return a->route + ((size_t)(layer - 1) * a->n_tokens + a->row_start[s]) * RF;
 }

@@ -77,15 +77,19 @@ static size_t linear_extent(const lens_linear *lin)
 
 /* The linear maps of the model in load order: [L][BLOCK_MAPS] block maps,
  * then heads; entries whose weight is not bound are skipped by the callers. */
-enum { BLOCK_MAPS = 7, HEAD_MAPS = 4 };
+enum { DENSE_MAPS = 8, BLOCK_MAPS = DENSE_MAPS + 3 * LENS_MOE_MAX_EXPERTS, HEAD_MAPS = 4 };
 static int model_linears(lens_model *m, lens_linear **out)
 {
     int n = 0;
     for (int l = 0; l < m->cfg.n_layers; l++) {
         lens_block *blk = &m->p.blocks[l];
-        lens_linear *maps[BLOCK_MAPS] = {&blk->q, &blk->k, &blk->v, &blk->attn_out, &blk->gate, &blk->ff_in,
-                                         &blk->ff_out};
-        for (int i = 0; i < BLOCK_MAPS; i++) out[n++] = maps[i];
+        lens_linear *maps[DENSE_MAPS] = {&blk->q, &blk->k, &blk->v, &blk->attn_out, &blk->gate, &blk->ff_in,
+                                         &blk->ff_out, &blk->router};
+        for (int i = 0; i < DENSE_MAPS; i++) out[n++] = maps[i];
+        for (int e = 0; e < LENS_MOE_MAX_EXPERTS; e++) {
+            lens_moe_expert *ex = &blk->experts[e];
+            out[n++] = &ex->gate, out[n++] = &ex->up, out[n++] = &ex->down;
+        }
     }
     out[n++] = &m->p.pooler;
     out[n++] = &m->p.classifier;

@@ -19,6 +19,7 @@
 #include "core/io/safetensors.h"
 #include "core/io/tokenizer.h"
 #include "core/nn/linear.h"
+#include "core/nn/moe.h"
 #include "core/nn/rope.h"
 #include "core/nn/scores.h"
 
@@ -78,7 +79,20 @@ typedef struct {
     float emb_scale;         /* embeddings times this (Gemma: sqrt(C) rounded to the model dtype; 0 = 1) */
     int tie_word_embeddings; /* decoders: LM head = token embeddings (else lm_head / embed_out) */
     float init_range;        /* decoders' initializer_range: mkmodel's weight std (0 = 0.02) */
+    /* Mixture of experts (core/nn/moe.h; 0 experts = a dense MLP on every layer): */
+    int n_experts, top_k;    /* E experts, K routed per token */
+    int norm_topk;           /* gate weights renormalised over the K chosen (Mixtral always; norm_topk_prob) */
+    int d_ff_expert;         /* each expert's width (Qwen3-MoE moe_intermediate_size; else d_ff) */
+    int moe_step;            /* decoder_sparse_step: layer l is MoE when (l + 1) % step == 0 */
+    unsigned char mlp_only[LENS_MOE_MAX_LAYERS / 8]; /* Qwen3-MoE mlp_only_layers: bit l = dense layer l */
 } lens_config;
+
+/* 1 when layer l (0-based) of c has a mixture-of-experts MLP. */
+static inline int lens_layer_moe(const lens_config *c, int l)
+{
+    return c->n_experts > 0 && l >= 0 && c->moe_step > 0 && (l + 1) % c->moe_step == 0 &&
+           !(l < LENS_MOE_MAX_LAYERS && (c->mlp_only[l / 8] >> (l % 8) & 1));
+}
 
 /* The sliding window of layer l (0-based) of c, 0 = full attention. */
 static inline int lens_layer_window(const lens_config *c, int l)
@@ -144,6 +158,10 @@ typedef struct {
     lens_linear gate;              /* gated MLP: C -> d_ff, act(gate) * ff_in (ff_in = up_proj) */
     lens_layernorm q_norm, k_norm; /* QK-norm weights [DK] (w only) */
     lens_layernorm post_attn, post_ff; /* Gemma 2 post-norms (w only) */
+    /* A mixture-of-experts layer (lens_layer_moe): the router C -> E and the
+     * E experts' gate, up, down maps (a dense layer leaves them unbound). */
+    lens_linear router;
+    lens_moe_expert experts[LENS_MOE_MAX_EXPERTS];
 } lens_block;
 
 typedef struct {
@@ -223,7 +241,8 @@ enum {
     LENS_KEEP_ATTN = 1 << 1,   /* attention probabilities of every layer and head */
     LENS_KEEP_VALUES = 1 << 2, /* per-head value matrices V_h = E W_V,h + b_V,h */
     LENS_KEEP_LN = 1 << 3,     /* LayerNorm mean and 1/std of every LayerNorm */
-    LENS_KEEP_LOGITS = 1 << 4  /* task head output (and pooled output for BERT classification) */
+    LENS_KEEP_LOGITS = 1 << 4, /* task head output (and pooled output for BERT classification) */
+    LENS_KEEP_ROUTER = 1 << 5  /* the mixture-of-experts routes of every MoE layer (lens_act_route) */
 };
 
 typedef struct {
@@ -255,6 +274,8 @@ typedef struct {
     float *ln_mean, *ln_rstd; /* [2L+1][N]: BERT: emb, then per layer attn, ff; GPT-2: per layer ln_1, ln_2, then ln_f */
     float *pooled;         /* classification: [S][C] */
     float *logits;         /* classification: [S][K]; MLM / causal LM: [N][V] */
+    float *route;          /* [L][N][2K + E] per MoE layer and token: K experts (as floats), their K weights,
+                              the E router probabilities (core/nn/moe.h); a dense layer's rows unset */
 } lens_activations;
 
 int lens_forward(const lens_model *m, const lens_batch *batch,
@@ -266,5 +287,7 @@ const float *lens_act_hidden(const lens_model *m, const lens_activations *a, int
 const float *lens_act_attn(const lens_model *m, const lens_activations *a, int layer, int head, int s); /* [T][T], layer 1..L */
 const float *lens_act_values(const lens_model *m, const lens_activations *a, int layer, int s); /* [T][NH*DV], layer 1..L */
 const float *lens_act_logits(const lens_model *m, const lens_activations *a, int s); /* [K] or [T][V] */
+/* [T][2K + E] the routes of sequence s at MoE layer `layer` (1..L), NULL for a dense layer. */
+const float *lens_act_route(const lens_model *m, const lens_activations *a, int layer, int s);
 
 #endif

@@ -1,11 +1,13 @@
 #!/usr/bin/python3
 """decoders_reference.py - an independent float64 PyTorch reference for the
 modern decoder families lensd reads (llama, mistral, qwen2, qwen3, gemma,
-gemma2, gemma3_text, gpt_neox, phi3, olmo2), written from the math of Hugging
-Face's modeling files (modeling_llama.py, modeling_mistral.py, modeling_qwen2.py,
-modeling_qwen3.py, modeling_gemma.py, modeling_gemma2.py, modeling_gemma3.py,
-modeling_gpt_neox.py, modeling_phi3.py, modeling_olmo2.py) and nothing of
-lensd; the transformers package is not imported.
+gemma2, gemma3_text, gpt_neox, phi3, olmo2, mixtral, qwen3_moe, olmoe),
+written from the math of Hugging Face's modeling files (modeling_llama.py,
+modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py, modeling_gemma.py,
+modeling_gemma2.py, modeling_gemma3.py, modeling_gpt_neox.py,
+modeling_phi3.py, modeling_olmo2.py, modeling_mixtral.py,
+modeling_qwen3_moe.py, modeling_olmoe.py) and nothing of lensd; the
+transformers package is not imported.
 
   Llama-style  x0 = E[id] (Gemma: times sqrt(C));  per layer
                h = RMSNorm(x) (gain w, Gemma 1 + w);  q, k, v = h W^T (+ b)
@@ -25,6 +27,14 @@ lensd; the transformers package is not imported.
   OLMo-2       no norm before attention or the MLP: q = q_norm(x W_q) over all NH D channels, k
                likewise (NKV D), RoPE; x = x + post_attention_layernorm(Attn W_o);
                x = x + post_feedforward_layernorm(W_down (silu(x W_gate) * x W_up))
+  MoE          Mixtral, Qwen3-MoE, OLMoE: on a sparse layer (Qwen3-MoE: not in mlp_only_layers and
+               (l + 1) % decoder_sparse_step == 0; the others every layer) the MLP is
+               p = softmax(h W_gate^T), the top num_experts_per_tok by value (torch.topk), weights
+               renormalised over them (Mixtral always, else norm_topk_prob), and
+               sum_j w_j W_down,e (act(h W_gate,e) * h W_up,e) looping over tokens and experts
+               (Mixtral's experts: w1 gate, w3 up, w2 down); OLMoE's q_norm / k_norm over the whole
+               projections as OLMo-2's, before RoPE; the routes go to the output ("router": per
+               layer, null for a dense one, per token the chosen experts and their weights)
   GPT-NeoX     h = LN1(x); qkv per head [q_h | k_h | v_h]; RoPE on the first rotary_pct of
                each head;  parallel: x + Attn(LN1 x) + MLP(LN2 x), else sequential;
                final_layer_norm;  logits = hidden[L] embed_out^T
@@ -49,7 +59,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from families_reference import answer, read_safetensors  # noqa: E402  (the shared answer: attribution, HTA, ...; F32 reader)
 
 torch.set_num_threads(1)
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "gpt_neox", "phi3", "olmo2")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "gpt_neox", "phi3", "olmo2",
+            "mixtral", "qwen3_moe", "olmoe")
 
 
 def gelu_tanh(x):
@@ -122,7 +133,7 @@ class Decoder:
         self.act = ACTS[c.get("hidden_activation") or c.get("hidden_act", "silu")] if self.gemma else ACTS[c["hidden_act"]]
         q = c.get("query_pre_attn_scalar") if self.sandwich else None
         self.scale = (q if q else self.D) ** -0.5
-        self.window = c.get("sliding_window") if self.type in ("mistral", "gemma2", "gemma3_text", "phi3") else None
+        self.window = c.get("sliding_window") if self.type in ("mistral", "gemma2", "gemma3_text", "phi3", "mixtral") else None
         self.attn_cap = c.get("attn_logit_softcapping") if self.sandwich else None
         self.final_cap = c.get("final_logit_softcapping") if self.sandwich else None
         self.tied = c.get("tie_word_embeddings", self.gemma)
@@ -131,6 +142,35 @@ class Decoder:
             self.layer_types = c.get("layer_types") or [
                 "sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(self.L)]
             self.local_freqs = inv_freq(self.D, c.get("rope_local_base_freq", 10000.0), None)
+        self.experts = c.get("num_local_experts" if self.type == "mixtral" else "num_experts", 0) \
+            if self.type in ("mixtral", "qwen3_moe", "olmoe") else 0
+        self.routes = []
+
+    def sparse(self, l):
+        """Qwen3MoeDecoderLayer's choice; Mixtral and OLMoE: every layer"""
+        if not self.experts:
+            return False
+        if self.type != "qwen3_moe":
+            return True
+        return l not in (self.cfg.get("mlp_only_layers") or []) and (l + 1) % self.cfg.get("decoder_sparse_step", 1) == 0
+
+    def moe(self, l, h):
+        """the sparse MoE block: softmax router, top-k, optional renormalisation, experts token by token"""
+        c = self.cfg
+        b = f"model.layers.{l}." + ("block_sparse_moe." if self.type == "mixtral" else "mlp.")
+        names = ("w1", "w3", "w2") if self.type == "mixtral" else ("gate_proj", "up_proj", "down_proj")
+        p = torch.softmax(self.lin(h, b + "gate"), -1)
+        w, idx = torch.topk(p, c["num_experts_per_tok"], dim=-1)
+        if self.type == "mixtral" or c.get("norm_topk_prob", False):
+            w = w / w.sum(-1, keepdim=True)
+        out = torch.zeros_like(h)
+        for t in range(h.shape[0]):
+            for j in range(idx.shape[1]):
+                e = f"{b}experts.{int(idx[t, j])}."
+                gate, up, down = (e + n for n in names)
+                out[t] += w[t, j] * self.lin(self.act(self.lin(h[t], gate)) * self.lin(h[t], up), down)
+        self.routes.append({"experts": idx.tolist(), "weights": w.tolist(), "probs": p.tolist()})
+        return out
 
     def p(self, name):
         return self.w[name]
@@ -189,9 +229,12 @@ class Decoder:
         else:
             q, k, v = (self.lin(h, b + "self_attn." + n + "_proj") for n in "qkv")
         q, k, v = q.reshape(T, self.NH, self.D), k.reshape(T, self.NKV, self.D), v.reshape(T, self.NKV, self.D)
-        if self.type in ("qwen3", "gemma3_text"):  # per head; Gemma3RMSNorm's gain is 1 + w
+        if self.type in ("qwen3", "qwen3_moe", "gemma3_text"):  # per head; Gemma3RMSNorm's gain is 1 + w
             q = rms(q, self.p(b + "self_attn.q_norm.weight"), self.eps, off)
             k = rms(k, self.p(b + "self_attn.k_norm.weight"), self.eps, off)
+        if self.type == "olmoe":  # OlmoeAttention: the norms over the whole projections
+            q = rms(q.reshape(T, -1), self.p(b + "self_attn.q_norm.weight"), self.eps, False).view(T, self.NH, self.D)
+            k = rms(k.reshape(T, -1), self.p(b + "self_attn.k_norm.weight"), self.eps, False).view(T, self.NKV, self.D)
         freqs = self.layer_freqs(l)
         q, k = rope(q, pos, freqs), rope(k, pos, freqs)
         ctx, P, V = self.attend(q, k, v, l, scale)
@@ -205,7 +248,11 @@ class Decoder:
         if self.type == "phi3":  # Phi3MLP: gate, up = gate_up_proj(h).chunk(2)
             gate, up = self.lin(h, b + "mlp.gate_up_proj").chunk(2, dim=-1)
             f = self.lin(self.act(gate) * up, b + "mlp.down_proj")
+        elif self.sparse(l):
+            f = self.moe(l, h)
         else:
+            if self.experts:
+                self.routes.append(None)
             f = self.lin(self.act(self.lin(h, b + "mlp.gate_proj")) * self.lin(h, b + "mlp.up_proj"), b + "mlp.down_proj")
         if self.sandwich:
             f = rms(f, self.p(b + "post_feedforward_layernorm.weight"), self.eps, True)
@@ -255,7 +302,7 @@ class Decoder:
         h0 = x; the values per query head go to self.values (families_reference's
         Model interface, so its attribution and hta run on decoders too)."""
         pos = torch.arange(x.shape[0])
-        hidden, probs, self.values = [x], [], []
+        hidden, probs, self.values, self.routes = [x], [], [], []
         for l in range(self.L):
             x, P, V = self.block(l, x, pos, scales[l] if scales else None)
             hidden.append(x)
@@ -301,8 +348,12 @@ def main():
     h0 = m.embed(req["ids"])
     with torch.no_grad():
         hidden, probs = m.layers(h0)
+        routes = m.routes  # the answer's attribution runs the layers again
         logits = m.head(hidden[-1])
-    json.dump(answer(req, m, h0, hidden, probs, logits, effective(probs, m.values, [m.layer_window(l) for l in range(m.L)])), sys.stdout)
+    res = answer(req, m, h0, hidden, probs, logits, effective(probs, m.values, [m.layer_window(l) for l in range(m.L)]))
+    if getattr(m, "experts", 0):
+        res["router"] = routes
+    json.dump(res, sys.stdout)
 
 
 if __name__ == "__main__":

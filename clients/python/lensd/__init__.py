@@ -301,6 +301,11 @@ class Client:
         """options: outputs, layers, heads, positions, k, logit_lens, format, text_pair / text_pairs."""
         return self._request("POST", "/v1/forward", {**self._body(model=model), **self._text_fields(text), **options})
 
+    def router(self, text, model: Optional[str] = None, probs: bool = False, **options) -> List[Dict[str, Any]]:
+        """The mixture-of-experts routes of one text (forward's outputs router / router_probs): per MoE
+        layer {layer, experts [T][K], weights [T][K], probs [T][E] when probs}. options: layers, format."""
+        return self.forward(text, model=model, outputs=["router_probs" if probs else "router"], **options)["router"]
+
     def attention(self, text, model: Optional[str] = None, **options) -> Dict[str, Any]:
         return self._request("POST", "/v1/attention", {**self._body(model=model), **self._text_fields(text), **options})
 
