@@ -95,6 +95,9 @@ def test_methods(c: Client):
     check(attr["steps"] == 4 and len(attr["tokens"]) == 5 and attr["layers"], "attribution")
     check(c.token_identity("a charming film", model="demo-sst2")["model"] == "demo-sst2", "token_identity")
     check(c.hidden_attribution("a charming film", model="demo-sst2")["model"] == "demo-sst2", "hidden_attribution")
+    cm = c.context_mixing("a charming film", "alti", model="demo-sst2", layers=[2])
+    check(cm["method"] == "alti" and [y["layer"] for y in cm["layers"]] == [2]
+          and all(abs(sum(row) - 1) < 1e-5 for row in cm["layers"][0]["rollout"]), "context_mixing")
     batch = c.attention(["a film", "awful"], model="demo-sst2", layers=[1])
     check(len(batch["results"]) == 2, "batch attention")
     # run-time models: load, use, unload

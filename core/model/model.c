@@ -263,6 +263,7 @@ const char *lens_analysis_name(lens_analysis a)
         [LENS_ANALYSIS_TOKEN_IDENTITY] = "token_identity",
         [LENS_ANALYSIS_HIDDEN_ATTRIBUTION] = "hidden_attribution",
         [LENS_ANALYSIS_DECOMPOSITION] = "decomposition",
+        [LENS_ANALYSIS_CONTEXT_MIXING] = "context_mixing",
     };
     return (unsigned)a < LENS_ANALYSIS_COUNT ? names[a] : "unknown";
 }
@@ -304,6 +305,7 @@ int lens_model_supports(const lens_model *m, lens_analysis a, const char **why)
     case LENS_ANALYSIS_TOKEN_IDENTITY:
     case LENS_ANALYSIS_HIDDEN_ATTRIBUTION:
     case LENS_ANALYSIS_DECOMPOSITION:
+    case LENS_ANALYSIS_CONTEXT_MIXING: /* each method says whether the blocks define it (a 422 on method) */
         break;
     default:
         no = m->tokenizer_only ? "this folder holds only tokenizer files: tokenize is all it serves" : "unknown analysis";

@@ -117,6 +117,11 @@ req = {
         {"model": B, "text": "the movie", "method": "exact", "layers": [1], "include_norms": True},
         {"model": G, "text": "hello world", "method": "estimate", "probes": 4, "seed": 3},
     ],
+    "req_context_mixing": [
+        {"model": B, "text": "the movie", "method": "alti", "layers": [1], "definition": "lensd"},
+        {"model": G, "text": "hello world", "method": "value-zeroing"},
+        {"model": B, "texts": ["a b", "c"], "method": "globenc"},
+    ],
     "req_decomposition": [
         {"model": G, "texts": ["hello world again and again", "the movie was great"], "length": 4, "top_k": 2},
         {"model": M, "windows": [[5, 6, 7, 8], [8, 7, 6, 5]], "layers": [0, 2], "drop_first_position": True},

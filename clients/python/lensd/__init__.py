@@ -316,6 +316,11 @@ class Client:
         return self._request("POST", "/v1/hidden-attribution",
                              {**self._body(model=model), **self._text_fields(text), **options})
 
+    def context_mixing(self, text, method: str, model: Optional[str] = None, **options) -> Dict[str, Any]:
+        """method: rollout, alti, globenc, value-zeroing; options: layers, definition, format, text_pair."""
+        return self._request("POST", "/v1/context-mixing",
+                             {**self._body(model=model), **self._text_fields(text), "method": method, **options})
+
     def decomposition(self, model: Optional[str] = None, **options) -> Dict[str, Any]:
         """options: texts (windows) or corpus, length, layers, ... (see DecompositionRequest)."""
         return self._request("POST", "/v1/decomposition", {**self._body(model=model), **options})
