@@ -38,6 +38,8 @@ const api_route api_routes[] = {
      "hidden token attribution (Jacobian norms)"},
     {"POST", "/v1/context-mixing", api_context_mixing_batched_prepare, api_context_mixing_batched_run, 1, 1, 0, 1,
      "context mixing per layer (rollout, ALTI, GlobEnc, value zeroing)"},
+    {"POST", "/v1/logit-attribution", api_logit_attribution_prepare, api_logit_attribution_run, 1, 1, 0, 1,
+     "direct logit attribution of a decoder (heads, MLPs, embedding)"},
 };
 const int api_n_routes = (int)(sizeof api_routes / sizeof *api_routes);
 

@@ -33,29 +33,13 @@
 #include "core/model/mkmodel.h"
 #include "tests/check.h"
 #include "tests/fixture.h"
+#include "tests/reference_run.h"
 
-#define PYTHON "/usr/bin/python3"
 #define REFERENCE "tests/reference/context_mixing_reference.py"
 
 static const int IDS_MICRO[] = {0, 300, 301, 302, 303, 304, 500, 42, 999, 7, 2};
 static const int IDS_BERT[] = {101, 1996, 3185, 2001, 2307, 1998, 1045, 3866, 2009, 1012, 102};
 static const int IDS_GPT2[] = {464, 3290, 373, 257, 1310, 286, 262, 995, 13, 383, 318, 257};
-
-static json_t *reference(const char *dir, const char *tmp, const int *ids, int T)
-{
-    char req[600], cmd[1600];
-    snprintf(req, sizeof req, "%s/cm_request.json", tmp);
-    FILE *f = fopen(req, "w");
-    if (!f) return NULL;
-    fprintf(f, "{\"model\": \"%s\", \"ids\": [", dir);
-    for (int t = 0; t < T; t++) fprintf(f, "%s%d", t ? ", " : "", ids[t]);
-    fprintf(f, "]}\n");
-    fclose(f);
-    snprintf(cmd, sizeof cmd, PYTHON " " REFERENCE " %s > %s/cm_reference.json", req, tmp);
-    if (system(cmd) != 0) return NULL;
-    snprintf(req, sizeof req, "%s/cm_reference.json", tmp);
-    return json_load_file(req, 0, NULL);
-}
 
 /* rows of x [n][T][T] non-negative and (unit) summing to one */
 static void check_rows(const char *what, const float *x, int n, int T, int unit)
@@ -124,14 +108,12 @@ static void run_model(const char *name, const char *dir, const int *ids, int T, 
     CHECK(m != NULL, "%s: %s", name, err.msg);
     if (!m) return;
     printf("%s\n", name);
-    char tmp[] = "/tmp/lensd-cm-XXXXXX";
     json_t *ref = NULL;
-    if (with_reference && mkdtemp(tmp)) {
-        ref = reference(dir, tmp, ids, T);
+    if (with_reference) {
+        char *req = reference_request(dir, ids, T, "");
+        ref = req ? reference_run(REFERENCE, req) : NULL;
+        free(req);
         CHECK(ref != NULL, "%s: the reference script failed", name);
-        char cmd[200];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
     }
     for (int method = 0; method < LENS_CM_COUNT; method++)
         for (int paper_code = 1; paper_code >= 0; paper_code--)
@@ -145,13 +127,11 @@ static void run_model(const char *name, const char *dir, const int *ids, int T, 
 static void run_micro(const char *arch, const char *task, int with_reference, int undefined)
 {
     char dir[] = "/tmp/lensd-cm-model-XXXXXX", name[96];
-    snprintf(name, sizeof name, "%s %s (random micro checkpoint)", arch, task);
-    if (!mkdtemp(dir)) {
-        CHECK(0, "mkdtemp");
+    lens_err err = {0};
+    if (micro_checkpoint(arch, task, dir, name, sizeof name)) {
+        remove_dir(dir);
         return;
     }
-    lens_err err = {0};
-    CHECK(lens_mkmodel(arch, "micro", task, 11, dir, &err) == 0, "%s: %s", name, err.msg);
     const int T = (int)(sizeof IDS_MICRO / sizeof *IDS_MICRO);
     if (!undefined) {
         run_model(name, dir, IDS_MICRO, T, with_reference, 2e-4);
@@ -175,9 +155,7 @@ static void run_micro(const char *arch, const char *task, int with_reference, in
         }
         lens_model_free(m);
     }
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    remove_dir(dir);
 }
 
 /* layers picks, value zeroing in chunks equals one pass, bad layers refused */
@@ -214,15 +192,12 @@ static void check_options(void)
               "layers out of order refused");
         lens_model_free(m);
     }
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    remove_dir(dir);
 }
 
 int main(void)
 {
-    const int with_reference = system(PYTHON " -c 'import torch, numpy' >/dev/null 2>&1") == 0;
-    if (!with_reference) SKIP("no " PYTHON " with torch: identities only, no reference comparison");
+    const int with_reference = reference_available();
     const char *shared = check_shared_dir();
     if (shared) {
         char dir[600];

@@ -13,7 +13,8 @@
  * and every response against openapi.yaml. Context mixing: every method on
  * both models, rows of both matrices summing to 1 (GlobEnc's paper-code
  * rows are raw norms), texts batches, the CLI, a GPT-NeoX model refusing
- * ALTI by name (parallel residual). Numbers go through JSON at 6
+ * ALTI by name (parallel residual). Logit attribution: total = logit, a
+ * logit difference = the difference of two logits, the CLI; its 422s. Numbers go through JSON at 6
  * decimals; tolerances say so. The agreement with PyTorch is tested in
  * test_token_identity, test_hidden_attribution and test_context_mixing. */
 #include <math.h>
@@ -107,6 +108,47 @@ static void test_context_mixing(test_server *s)
     http_post_json(s, &r, P, "{\"model\": \"neox\", \"text\": \"a b c\", \"method\": \"rollout\"}");
     check_schema(&r, P, "POST");
     CHECK(r.status == 200, "rollout on GPT-NeoX: 200 (%ld)", r.status);
+    http_resp_free(&r);
+}
+
+/* ------------------------------------------------------ logit attribution */
+
+static double dla_logit(test_server *s, const char *body, json_t **out)
+{
+    http_resp r;
+    http_post_json(s, &r, "/v1/logit-attribution", body);
+    check_schema(&r, "/v1/logit-attribution", "POST");
+    const double logit = json_number_value(get(r.json, "logit")), total = json_number_value(get(r.json, "total"));
+    CHECK(r.status == 200 && fabs(total - logit) <= 1e-5 * fmax(1, fabs(logit)) &&
+              json_array_size(get(r.json, "mlps")) == 2,
+          "logit-attribution %s: total %.9g = logit %.9g (%ld %.200s)", body, total, logit, r.status, r.body);
+    if (out) *out = json_incref(r.json);
+    http_resp_free(&r);
+    return logit;
+}
+
+static void test_logit_attribution(test_server *s)
+{
+    const double a = dla_logit(s, "{\"model\": \"gpt\", \"text\": \"the quick brown fox\", \"target\": 11}", NULL);
+    const double b = dla_logit(s, "{\"model\": \"gpt\", \"text\": \"the quick brown fox\", \"target\": 17}", NULL);
+    json_t *d = NULL;
+    const double diff =
+        dla_logit(s, "{\"model\": \"gpt\", \"text\": \"the quick brown fox\", \"target\": 11, \"foil\": 17}", &d);
+    CHECK(fabs(diff - (a - b)) <= 1e-5 * fmax(1, fabs(diff)), "logit difference %.9g = %.9g - %.9g", diff, a, b);
+    CHECK(json_integer_value(get(get(d, "foil"), "id")) == 17 &&
+              json_integer_value(get(d, "position")) == (json_int_t)json_array_size(get(d, "tokens")) - 1,
+          "foil echoed, position the last token");
+    json_decref(d);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s logit-attribution --model %s/gpt --target 11 --position 1 'the quick brown fox'",
+             lensd_path(), tmpdir);
+    json_t *cli = run_json(cmd);
+    http_resp r;
+    http_post_json(s, &r, "/v1/logit-attribution",
+                   "{\"model\": \"gpt\", \"text\": \"the quick brown fox\", \"target\": 11, \"position\": 1}");
+    CHECK(cli && json_equal(get(cli, "heads"), get(r.json, "heads")) && json_equal(get(cli, "logit"), get(r.json, "logit")),
+          "CLI logit-attribution == HTTP");
+    json_decref(cli);
     http_resp_free(&r);
 }
 
@@ -378,6 +420,16 @@ static void test_bad_inputs(test_server *s)
         {"/v1/context-mixing", "{\"model\": \"bert\", \"text\": \"a b\", \"method\": \"alti\", \"layers\": [3]}", 422, "invalid_request", "layers"},
         {"/v1/context-mixing", "{\"model\": \"bert\", \"text\": \"a b\", \"method\": \"alti\", \"position\": 1}", 422, "invalid_request", "position"},
         {"/v1/context-mixing", "{\"model\": \"bert\", \"method\": \"alti\"}", 422, "invalid_request", "text"},
+        {"/v1/logit-attribution", "{\"model\": \"bert\", \"text\": \"a b\", \"target\": 1}", 422, "invalid_request", "model"},
+        {"/v1/logit-attribution", "{\"model\": \"gpt\", \"text\": \"a b\"}", 422, "invalid_request", "target"},
+        {"/v1/logit-attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"target\": 5, \"foil\": 5}", 422, "invalid_request", "foil"},
+        {"/v1/logit-attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"target\": 5, \"position\": 9}", 422, "invalid_request", "position"},
+        {"/v1/logit-attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"target\": 5, \"position\": -9}", 422, "invalid_request", "position"},
+        {"/v1/logit-attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"target\": \"the quick brown fox\"}", 422, "invalid_request", "target"},
+        {"/v1/logit-attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"target\": 5, \"foil\": \"\"}", 422, "invalid_request", "foil"},
+        {"/v1/logit-attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"target\": 99999999}", 422, "invalid_request", "target"},
+        {"/v1/logit-attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"target\": [1]}", 422, "invalid_request", "target"},
+        {"/v1/logit-attribution", "{\"model\": \"neox\", \"text\": \"a b\", \"target\": 1, \"layers\": [1]}", 422, "invalid_request", "layers"},
         {"/v1/hidden-attribution", "{\"model\": \"bert\", \"text\": \"a b\", \"method\": \"fast\"}", 422, "invalid_request", "method"},
         {"/v1/hidden-attribution", "{\"model\": \"bert\", \"text\": \"a b\", \"method\": \"estimate\", \"probes\": 1}", 422, "invalid_request", "probes"},
         {"/v1/hidden-attribution", "{\"model\": \"bert\", \"text\": \"a b\", \"probes\": \"8\"}", 422, "invalid_request", "probes"},
@@ -461,6 +513,7 @@ int main(void)
     if (server_launch(&s, args) == 0) {
         test_hidden_attribution(&s);
         test_context_mixing(&s);
+        test_logit_attribution(&s);
         test_token_identity(&s);
         test_maps(&s);
         test_bad_inputs(&s);

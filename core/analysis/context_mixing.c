@@ -24,6 +24,7 @@
 #include "core/model/arch.h"
 #include "core/model/block.h"
 #include "core/nn/linear.h"
+#include "core/nn/norm.h"
 
 static const char *const method_names[LENS_CM_COUNT] = {
     [LENS_CM_ROLLOUT] = "rollout",
@@ -47,68 +48,26 @@ int lens_cm_method_parse(const char *name, lens_cm_method *m)
     return -1;
 }
 
-/* What the decomposition reads off layer l's block program. */
-typedef struct {
-    const lens_linear *out;    /* W_O: the linear map right after ATTEND */
-    const lens_layernorm *ln1; /* post-norm: the norm of x + Attn(x); NULL = pre-norm */
-    const lens_layernorm *ln2; /* post-norm: the block's last norm (GlobEnc), or NULL */
-    int slot2;                 /* its statistics slot */
-} cm_shape;
-
-/* NULL and *s filled, or why the attention output of layer l (0-based block)
- * has no per-token decomposition. */
-static const char *read_shape(const lens_model *m, int l, cm_shape *s)
-{
-    static const char no_sum[] = "the block does not add the attention output to the residual stream directly (a "
-                                 "norm between them, or a parallel residual): its sources do not decompose";
-    lens_block_prog p = {0};
-    m->cfg.family->block(m, l, &p);
-    int a = 0;
-    while (a < p.n && p.op[a].kind != LENS_OP_ATTEND) a++;
-    if (a + 2 >= p.n) return no_sum;
-    const lens_op *o = &p.op[a + 1], *add = &p.op[a + 2];
-    if (o->kind != LENS_OP_LINEAR || o->in != LENS_R_CTX || add->kind != LENS_OP_ADD) return no_sum;
-    memset(s, 0, sizeof *s);
-    s->out = o->lin;
-    if (add->out == LENS_R_X && add->in == o->out) return NULL; /* pre-norm: x += Attn(norm(x)) */
-    if (add->out != o->out || add->in != LENS_R_X) return no_sum;
-    int k = a + 3; /* post-norm: r = Attn(x) + x, then a norm of r */
-    while (k < p.n && p.op[k].kind == LENS_OP_TAIL) k++;
-    if (k >= p.n || p.op[k].kind != LENS_OP_NORM || p.op[k].in != o->out) return no_sum;
-    s->ln1 = p.op[k].ln;
-    const lens_op *last = &p.op[p.n - 1];
-    if (last->kind == LENS_OP_NORM && last->out == LENS_R_X && last->slot >= 0) s->ln2 = last->ln, s->slot2 = last->slot;
-    return NULL;
-}
-
 const char *lens_cm_undefined(const lens_model *m, lens_cm_method method)
 {
     if (method == LENS_CM_ROLLOUT || method == LENS_CM_VALUE_ZEROING) return NULL;
     for (int l = 0; l < m->cfg.n_layers; l++) {
-        cm_shape s;
-        const char *why = read_shape(m, l, &s);
+        lens_attn_residual s;
+        const char *why = lens_block_attn_residual(m, l, &s);
         if (why) return why;
-        if (method == LENS_CM_GLOBENC && s.ln1 && !s.ln2)
+        if (s.parallel)
+            return "a parallel residual (GPT-NeoX) adds the MLP of the block's input beside the attention, which "
+                   "the decomposition does not follow";
+        if (method == LENS_CM_GLOBENC && s.post_norm && !s.ln2)
             return "GlobEnc reads the second LayerNorm of a post-norm block, which this block does not end with";
     }
     return NULL;
 }
 
-static float gain(const lens_config *c, const lens_layernorm *ln, int k)
-{
-    return c->norm_unit_offset ? 1.0f + ln->w[k] : ln->w[k];
-}
-
-/* v [C] = g ⊙ (v - mean(v)) * scale (RMSNorm: no centring): a norm with its
- * statistics frozen, applied to one term of the sum it normalises. */
+/* a norm of c with its statistics frozen on one term (core/nn/norm.h) */
 static void frozen_norm(const lens_config *c, const lens_layernorm *ln, float *v, int C, double scale)
 {
-    double mean = 0;
-    if (!c->norm_rms) {
-        for (int k = 0; k < C; k++) mean += v[k];
-        mean /= C;
-    }
-    for (int k = 0; k < C; k++) v[k] = (float)((v[k] - mean) * scale) * gain(c, ln, k);
+    lens_norm_frozen(v, C, ln->w, c->norm_unit_offset, c->norm_rms, scale);
 }
 
 /* ------------------------------------------------------------ ALTI, GlobEnc */
@@ -117,7 +76,7 @@ typedef struct {
     const lens_model *m;
     lens_cm_method method;
     int paper_code, T;
-    const cm_shape *s;
+    const lens_attn_residual *s;
     const float *x;     /* [T][C] layer input */
     const float *U;     /* [NH][T][C] v^h_j W_O^h */
     const float *P;     /* head h's [T][T] at P + h * P_stride */
@@ -203,8 +162,8 @@ static int decompose(const lens_model *m, const lens_cm_opts *o, const lens_acti
 {
     const lens_config *c = &m->cfg;
     const int T = act->n_tokens, C = c->d_model, NH = c->n_heads, DV = c->d_head_v, VO = NH * DV;
-    cm_shape s;
-    const char *why = read_shape(m, l, &s);
+    lens_attn_residual s;
+    const char *why = lens_block_attn_residual(m, l, &s);
     if (why) return lens_fail(err, LENS_EINVAL, "%s", why);
     const int threads = lens_pool_threads(o->pool);
     float *rows = calloc((size_t)NH * T * VO, sizeof(float));
@@ -225,7 +184,7 @@ static int decompose(const lens_model *m, const lens_cm_opts *o, const lens_acti
     decomp_job d = {.m = m, .method = o->method, .paper_code = o->paper_code, .T = T, .s = &s,
                     .x = lens_act_hidden(m, act, l, 0), .U = U, .P = lens_act_attn(m, act, l + 1, 0, 0),
                     .P_stride = act->attn_layer_size, .scratch = scratch, .M = M};
-    if (o->method == LENS_CM_GLOBENC && s.ln1) d.rstd2 = act->ln_rstd + (size_t)s.slot2 * act->n_tokens;
+    if (o->method == LENS_CM_GLOBENC && s.post_norm) d.rstd2 = act->ln_rstd + (size_t)s.slot2 * act->n_tokens;
     lens_pool_run(o->pool, T, decomp_row, &d);
     free(rows), free(U), free(scratch);
     return 0;

@@ -35,7 +35,7 @@
 #ifndef LENS_CONTEXT_MIXING_H
 #define LENS_CONTEXT_MIXING_H
 
-#include "core/model/model.h"
+#include "core/model/block.h"
 
 typedef enum {
     LENS_CM_ROLLOUT,

@@ -122,6 +122,10 @@ req = {
         {"model": G, "text": "hello world", "method": "value-zeroing"},
         {"model": B, "texts": ["a b", "c"], "method": "globenc"},
     ],
+    "req_logit_attribution": [
+        {"model": G, "text": "hello world again", "target": 5, "foil": 7},
+        {"model": G, "input_ids": [5, 6, 7, 8], "target": "a", "position": -2},
+    ],
     "req_decomposition": [
         {"model": G, "texts": ["hello world again and again", "the movie was great"], "length": 4, "top_k": 2},
         {"model": M, "windows": [[5, 6, 7, 8], [8, 7, 6, 5]], "layers": [0, 2], "drop_first_position": True},

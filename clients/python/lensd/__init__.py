@@ -321,6 +321,11 @@ class Client:
         return self._request("POST", "/v1/context-mixing",
                              {**self._body(model=model), **self._text_fields(text), "method": method, **options})
 
+    def logit_attribution(self, text, target, model: Optional[str] = None, **options) -> Dict[str, Any]:
+        """target: a token id or a one-token text; options: foil, position."""
+        return self._request("POST", "/v1/logit-attribution",
+                             {**self._body(model=model), **self._text_fields(text), "target": target, **options})
+
     def decomposition(self, model: Optional[str] = None, **options) -> Dict[str, Any]:
         """options: texts (windows) or corpus, length, layers, ... (see DecompositionRequest)."""
         return self._request("POST", "/v1/decomposition", {**self._body(model=model), **options})
