@@ -32,37 +32,6 @@ static void dla_req_free(void *p)
     free(r);
 }
 
-/* field: a token id in [0, V) or a text that tokenizes to exactly one token
- * (the template's special tokens aside); *id stays -1 when absent. */
-static int decode_token(api_call *c, const lens_model *m, const char *field, int *id)
-{
-    json_t *v = json_object_get(c->body, field);
-    *id = -1;
-    if (!v || json_is_null(v)) return 0;
-    const int V = m->cfg.vocab_size;
-    if (json_is_integer(v)) {
-        const json_int_t k = json_integer_value(v);
-        if (k < 0 || k >= V) return api_fail(c, 422, "invalid_request", field, "%s id %lld is outside [0, %d)", field, k, V);
-        *id = (int)k;
-        return 0;
-    }
-    if (!json_is_string(v)) return api_fail(c, 422, "invalid_request", field, "%s must be a token id or a text", field);
-    if (!m->tok) return api_fail(c, 422, "invalid_request", field, "this model has no tokenizer: give %s as an id", field);
-    lens_token *toks = NULL;
-    int n = 0, kept = 0;
-    lens_err err = {0};
-    if (lens_tokenize(m->tok, json_string_value(v), json_string_length(v), NULL, 0, &toks, &n, &err))
-        return api_fail(c, 422, "invalid_request", field, "%s: %s", field, err.msg);
-    for (int i = 0; i < n; i++)
-        if (toks[i].text_index >= 0) *id = toks[i].id, kept++;
-    free(toks);
-    if (kept != 1)
-        return api_fail(c, 422, "invalid_request", field,
-                        "%s \"%.64s\" is %d tokens; it must be exactly one (give a token id to pick one)", field,
-                        json_string_value(v), kept);
-    return 0;
-}
-
 int api_logit_attribution_prepare(api_call *c)
 {
     dla_req *r = calloc(1, sizeof *r);
@@ -80,7 +49,8 @@ int api_logit_attribution_prepare(api_call *c)
         return api_fail(c, 422, "invalid_request", "target", "target is required: a token id or a one-token text");
     r->position = -1;
     const int has = api_get_int(c, "position", -(1 << 30), 1 << 30, &r->position);
-    if (has < 0 || decode_token(c, m, "target", &r->target) || decode_token(c, m, "foil", &r->foil)) return -1;
+    if (has < 0 || api_decode_token(c, m, json_object_get(c->body, "target"), "target", &r->target) ||
+        api_decode_token(c, m, json_object_get(c->body, "foil"), "foil", &r->foil)) return -1;
     r->has_position = has;
     if (r->foil == r->target)
         return api_fail(c, 422, "invalid_request", "foil", "foil is the target (%d): their logit difference is 0",

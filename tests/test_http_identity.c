@@ -127,6 +127,34 @@ static double dla_logit(test_server *s, const char *body, json_t **out)
     return logit;
 }
 
+/* /v1/attribution with each objective: the objective echoed, and completeness
+ * (Σ Attr vs F(A) - F(0), Gauss nodes: within 5% of the gap) for every kind */
+static void test_objectives(test_server *s)
+{
+    static const char *const kinds[] = {"probability", "log_probability", "logit", "logit_difference"};
+    for (int k = 0; k < 4; k++) {
+        char body[512];
+        snprintf(body, sizeof body,
+                 "{\"model\": \"gpt\", \"text\": \"the quick brown fox\", \"quadrature\": \"gauss\", \"steps\": 8, "
+                 "\"layers\": [1], \"include_matrices\": false, \"objective\": {\"kind\": \"%s\", \"position\": -2, "
+                 "\"target\": 11%s}}",
+                 kinds[k], k == 3 ? ", \"foil\": 17" : "");
+        http_resp r;
+        http_post_json(s, &r, "/v1/attribution", body);
+        check_schema(&r, "/v1/attribution", "POST");
+        const json_t *o = get(r.json, "objective"), *l = json_array_get(get(r.json, "layers"), 0);
+        const double value = json_number_value(get(o, "value")), gap = value - json_number_value(get(l, "f_zero"));
+        const double sum = json_number_value(get(l, "attr_sum"));
+        const size_t T = json_array_size(get(r.json, "tokens"));
+        CHECK(r.status == 200 && !strcmp(json_string_value(get(o, "kind")), kinds[k]) &&
+                  json_integer_value(get(o, "position")) == (json_int_t)T - 2 &&
+                  fabs(sum - gap) <= 0.05 * fabs(gap) + 1e-6,
+              "attribution objective %s: echoed, completeness %.6g vs %.6g (%ld %.200s)", kinds[k], sum, gap, r.status,
+              r.body);
+        http_resp_free(&r);
+    }
+}
+
 static void test_logit_attribution(test_server *s)
 {
     const double a = dla_logit(s, "{\"model\": \"gpt\", \"text\": \"the quick brown fox\", \"target\": 11}", NULL);
@@ -421,6 +449,16 @@ static void test_bad_inputs(test_server *s)
         {"/v1/context-mixing", "{\"model\": \"bert\", \"text\": \"a b\", \"method\": \"alti\", \"position\": 1}", 422, "invalid_request", "position"},
         {"/v1/context-mixing", "{\"model\": \"bert\", \"method\": \"alti\"}", 422, "invalid_request", "text"},
         {"/v1/logit-attribution", "{\"model\": \"bert\", \"text\": \"a b\", \"target\": 1}", 422, "invalid_request", "model"},
+        {"/v1/attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"objective\": {\"kind\": \"odds\"}}", 422, "invalid_request", "objective.kind"},
+        {"/v1/attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"objective\": {\"kind\": \"logit_difference\", \"target\": 5}}", 422, "invalid_request", "objective.foil"},
+        {"/v1/attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"objective\": {\"kind\": \"logit_difference\", \"target\": 5, \"foil\": 5}}", 422, "invalid_request", "objective.foil"},
+        {"/v1/attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"objective\": {\"kind\": \"logit\", \"foil\": 5}}", 422, "invalid_request", "objective.foil"},
+        {"/v1/attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"objective\": {\"position\": 9}}", 422, "invalid_request", "objective.position"},
+        {"/v1/attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"objective\": {\"target\": \"the quick brown fox\"}}", 422, "invalid_request", "objective.target"},
+        {"/v1/attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"target\": 5, \"objective\": {\"target\": 6}}", 422, "invalid_request", "objective.target"},
+        {"/v1/attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"objective\": {\"size\": 1}}", 422, "invalid_request", "objective.size"},
+        {"/v1/attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"objective\": 3}", 422, "invalid_request", "objective"},
+        {"/v1/attribution", "{\"model\": \"bert\", \"text\": \"a b\", \"objective\": {\"position\": 0}}", 422, "invalid_request", "objective.position"},
         {"/v1/logit-attribution", "{\"model\": \"gpt\", \"text\": \"a b\"}", 422, "invalid_request", "target"},
         {"/v1/logit-attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"target\": 5, \"foil\": 5}", 422, "invalid_request", "foil"},
         {"/v1/logit-attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"target\": 5, \"position\": 9}", 422, "invalid_request", "position"},
@@ -514,6 +552,7 @@ int main(void)
         test_hidden_attribution(&s);
         test_context_mixing(&s);
         test_logit_attribution(&s);
+        test_objectives(&s);
         test_token_identity(&s);
         test_maps(&s);
         test_bad_inputs(&s);

@@ -108,6 +108,7 @@ req = {
         {"model": B, "text": "a charming film", "steps": 4, "layers": [1], "tree": True, "threshold": 0.4},
         {"model": G, "text": "hello world", "steps": 2, "target": 5, "include_matrices": True, "riemann": "left"},
         {"model": B, "text": "a charming film", "steps": 3, "quadrature": "gauss", "include_matrices": False},
+        {"model": G, "text": "hello world", "steps": 2, "objective": {"kind": "logit_difference", "position": -2, "target": 5, "foil": 7}},
     ],
     "req_token_identity": [
         {"model": B, "text": "the movie was great", "layers": [1, 2], "metric": "cosine", "top_k": 3},

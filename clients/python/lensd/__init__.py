@@ -305,6 +305,7 @@ class Client:
         return self._request("POST", "/v1/attention", {**self._body(model=model), **self._text_fields(text), **options})
 
     def attribution(self, text, model: Optional[str] = None, **options) -> Dict[str, Any]:
+        """options: target, objective ({kind, position, target, foil}), steps, quadrature, layers, heads, tree, ..."""
         return self._request("POST", "/v1/attribution",
                              {**self._body(model=model), **self._text_fields(text), **options})
 
