@@ -212,6 +212,10 @@ void api_triggers_merge(api_call *c, lens_partial *const *parts, int n);
 
 int api_hidden_attribution_prepare(api_call *c);
 void api_hidden_attribution_run(api_call *c);
+int api_context_mixing_prepare(api_call *c);
+void api_context_mixing_run(api_call *c);
+int api_logit_attribution_prepare(api_call *c);
+void api_logit_attribution_run(api_call *c);
 /* The same endpoints taking texts: [...] too (api/batch.c); the route table uses these. */
 int api_forward_batched_prepare(api_call *c);
 void api_forward_batched_run(api_call *c);
@@ -223,6 +227,8 @@ int api_token_identity_batched_prepare(api_call *c);
 void api_token_identity_batched_run(api_call *c);
 int api_hidden_attribution_batched_prepare(api_call *c);
 void api_hidden_attribution_batched_run(api_call *c);
+int api_context_mixing_batched_prepare(api_call *c);
+void api_context_mixing_batched_run(api_call *c);
 int api_token_identity_prepare(api_call *c);
 void api_token_identity_run(api_call *c);
 int api_token_identity_map_prepare(api_call *c);

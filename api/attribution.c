@@ -12,11 +12,14 @@
  * default 20, or Gauss–Legendre nodes, default LENS_ATTR_GAUSS_NODES),
  * riemann? = "right" | "left" (riemann only), layers? (1..L, default all), heads? (default
  * all; selects what is returned), include_matrices? = true, tree? (true, or
- * {threshold: 0.4}; default none), format?, async? = false (true: 202 with a
- * job of kind "attribution")}.
+ * {threshold: 0.4}; default none), objective? ({kind: "probability" |
+ * "log_probability" | "logit" | "logit_difference", position? (causal LM),
+ * target?, foil?}; docs/attribution.md "Objectives"), format?, async? =
+ * false (true: 202 with a job of kind "attribution")}.
  *
- * Response {model, tokens, target: {index, label, prob}, predicted: {index,
- * label}, quadrature, steps, riemann, layers: [{layer, f_zero, attr_sum, heads: [{head,
+ * Response {model, tokens, target: {index, label, prob (probability only)},
+ * predicted: {index, label}, objective?: {kind, position?, foil?, value},
+ * quadrature, steps, riemann, layers: [{layer, f_zero, attr_sum, heads: [{head,
  * importance, attribution?: [T][T]}]}], tree?: {root, threshold, nodes:
  * [{token, text, layer}], edges: [{layer, from, to, from_text, to_text, score}]}, timing_ms}
  * (text, from_text, to_text: the tokens' pieces, as tokens[].text).
@@ -41,6 +44,8 @@
 typedef struct {
     api_input in;
     int target; /* -1 = predicted */
+    lens_objective objective; /* position: as given (negative counts from the end), -1 = the last */
+    int has_objective;
     api_schedule sched;
     api_index_list layers, heads;
     int matrices;
@@ -79,31 +84,90 @@ static int decode_token_target(api_call *c, const lens_config *cfg, json_t *v, i
                     "for a causal LM, target is \"predicted\" or a next-token id in [0, %d)", cfg->vocab_size);
 }
 
+/* A classifier's class: a label name or an index (predicted: "predicted" allowed, *k stays -1). */
+static int decode_class(api_call *c, const lens_config *cfg, const json_t *v, const char *field, int predicted, int *k)
+{
+    if (json_is_integer(v)) {
+        long long i = json_integer_value(v);
+        if (i < 0 || i >= cfg->n_labels)
+            return api_fail(c, 422, "invalid_request", field, "%s class %lld is outside [0, %d)", field, i, cfg->n_labels);
+        *k = (int)i;
+        return 0;
+    }
+    if (!json_is_string(v))
+        return api_fail(c, 422, "invalid_request", field, "%s must be %sa label name or a class index", field,
+                        predicted ? "\"predicted\", " : "");
+    const char *s = json_string_value(v);
+    if (predicted && !strcmp(s, "predicted")) return 0;
+    for (int i = 0; cfg->labels && i < cfg->n_labels; i++)
+        if (cfg->labels[i] && !strcmp(cfg->labels[i], s)) {
+            *k = i;
+            return 0;
+        }
+    return api_fail(c, 422, "invalid_request", field, "\"%.64s\" is not a label of this model", s);
+}
+
 static int decode_target(api_call *c, const lens_config *cfg, int *target)
 {
     json_t *v = json_object_get(c->body, "target");
     *target = -1;
     if (!v || json_is_null(v)) return 0;
     if (targets_next_token(cfg)) return decode_token_target(c, cfg, v, target);
-    if (json_is_integer(v)) {
-        long long k = json_integer_value(v);
-        if (k < 0 || k >= cfg->n_labels)
-            return api_fail(c, 422, "invalid_request", "target", "target class %lld is outside [0, %d)", k,
-                            cfg->n_labels);
-        *target = (int)k;
-        return 0;
-    }
-    if (!json_is_string(v))
-        return api_fail(c, 422, "invalid_request", "target",
-                        "target must be \"predicted\", a label name or a class index");
-    const char *s = json_string_value(v);
-    if (!strcmp(s, "predicted")) return 0;
-    for (int k = 0; cfg->labels && k < cfg->n_labels; k++)
-        if (cfg->labels[k] && !strcmp(cfg->labels[k], s)) {
-            *target = k;
-            return 0;
+    return decode_class(c, cfg, v, "target", 1, target);
+}
+
+/* objective: {kind?, position?, target?, foil?} (docs/attribution.md "Objectives"). */
+static int decode_objective(api_call *c, const lens_model *m, attribution_req *r)
+{
+    const lens_config *cfg = &m->cfg;
+    const json_t *o = json_object_get(c->body, "objective");
+    r->objective = (lens_objective){.kind = LENS_OBJ_PROBABILITY, .position = -1, .foil = -1};
+    if (!o || json_is_null(o)) return 0;
+    if (!json_is_object(o)) return api_fail(c, 422, "invalid_request", "objective", "objective must be an object");
+    r->has_objective = 1;
+    const char *key;
+    const json_t *v;
+    char field[64];
+    json_object_foreach((json_t *)o, key, v) {
+        snprintf(field, sizeof field, "objective.%.40s", key);
+        if (json_is_null(v)) continue;
+        if (!strcmp(key, "kind")) {
+            if (!json_is_string(v) || lens_objective_parse(json_string_value(v), &r->objective.kind))
+                return api_fail(c, 422, "invalid_request", field,
+                                "objective.kind must be \"probability\", \"log_probability\", \"logit\" or "
+                                "\"logit_difference\"");
+        } else if (!strcmp(key, "position")) {
+            if (!targets_next_token(cfg))
+                return api_fail(c, 422, "invalid_request", field,
+                                "a classifier's objective reads its pooled first token: no position");
+            if (!json_is_integer(v) || json_integer_value(v) < -(1 << 30) || json_integer_value(v) >= (1 << 30))
+                return api_fail(c, 422, "invalid_request", field, "objective.position must be an integer");
+            r->objective.position = (int)json_integer_value(v);
+        } else if (!strcmp(key, "target")) {
+            if (json_object_get(c->body, "target") && !json_is_null(json_object_get(c->body, "target")))
+                return api_fail(c, 422, "invalid_request", field, "give the target once: target or objective.target");
+            if (targets_next_token(cfg) && json_is_string(v) && !strcmp(json_string_value(v), "predicted")) continue;
+            if (targets_next_token(cfg) ? api_decode_token(c, m, v, field, &r->target)
+                                        : decode_class(c, cfg, v, field, 1, &r->target))
+                return -1;
+        } else if (!strcmp(key, "foil")) {
+            if (targets_next_token(cfg) ? api_decode_token(c, m, v, field, &r->objective.foil)
+                                        : decode_class(c, cfg, v, field, 0, &r->objective.foil))
+                return -1;
+        } else {
+            return api_fail(c, 422, "invalid_request", field,
+                            "unknown field \"%.40s\" (objective takes: kind, position, target, foil)", key);
         }
-    return api_fail(c, 422, "invalid_request", "target", "\"%.64s\" is not a label of this model", s);
+    }
+    const int diff = r->objective.kind == LENS_OBJ_LOGIT_DIFFERENCE;
+    if (diff && r->objective.foil < 0)
+        return api_fail(c, 422, "invalid_request", "objective.foil", "logit_difference needs objective.foil");
+    if (!diff && r->objective.foil >= 0)
+        return api_fail(c, 422, "invalid_request", "objective.foil", "a foil needs objective.kind logit_difference");
+    if (diff && r->objective.foil == r->target)
+        return api_fail(c, 422, "invalid_request", "objective.foil",
+                        "objective.foil is the target (%d): their logit difference is 0", r->target);
+    return 0;
 }
 
 int api_decode_schedule(api_call *c, api_schedule *s)
@@ -172,7 +236,7 @@ int api_attribution_prepare(api_call *c)
                         lens_task_name(cfg->task), cfg->architecture);
     if (api_decode_input(c, m, &r->in)) return -1;
     r->matrices = 1;
-    if (api_decode_schedule(c, &r->sched) || decode_target(c, cfg, &r->target) ||
+    if (api_decode_schedule(c, &r->sched) || decode_target(c, cfg, &r->target) || decode_objective(c, m->model, r) ||
         api_get_bool(c, "include_matrices", &r->matrices) < 0 || decode_tree(c, r) ||
         api_decode_index_list(c, "layers", 1, cfg->n_layers, &r->layers) ||
         api_decode_index_list(c, "heads", 0, cfg->n_heads - 1, &r->heads) || api_decode_format(c, &r->format))
@@ -265,11 +329,23 @@ void api_attribution_run(api_call *c)
     }
     double t1 = api_now();
     api_progress(c, 0);
+    lens_objective objective = r->objective; /* a negative position counts from the end */
+    if (objective.position < -1 || objective.position >= T) {
+        const int p = objective.position < 0 ? T + objective.position : objective.position;
+        if (p < 0 || p >= T) {
+            api_seq_free(&seq);
+            api_fail(c, 422, "invalid_request", "objective.position", "objective.position %d is outside the %d tokens",
+                     r->objective.position, T);
+            return;
+        }
+        objective.position = p;
+    }
 
     lens_attr_opts opts = {.steps = r->sched.steps,
                            .riemann = r->sched.riemann,
                            .quadrature = r->sched.quadrature,
                            .target = r->target,
+                           .objective = &objective,
                            .layers = r->tree ? NULL : r->layers.v, /* the tree needs every layer */
                            .n_layers = r->tree ? 0 : r->layers.n,
                            .cancel = c->cancel,
@@ -305,8 +381,23 @@ void api_attribution_run(api_call *c)
     jw *w = &c->out;
     const size_t TT = (size_t)T * T;
     api_write_head(w, &r->in, &seq);
-    write_class(w, m, "target", out.target, out.f_full, r->format.precision);
+    write_class(w, m, "target", out.target,
+                out.objective.kind == LENS_OBJ_PROBABILITY ? out.f_full : NAN, r->format.precision);
     write_class(w, m, "predicted", out.predicted, NAN, r->format.precision);
+    if (r->has_objective) { /* F(A); completeness: layers[].attr_sum vs value - layers[].f_zero */
+        jw_key(w, "objective");
+        jw_obj(w);
+        jw_key(w, "kind");
+        jw_str(w, lens_objective_name(out.objective.kind));
+        if (targets_next_token(&m->cfg)) {
+            jw_key(w, "position");
+            jw_int(w, out.objective.position);
+        }
+        if (out.objective.foil >= 0) write_class(w, m, "foil", out.objective.foil, NAN, r->format.precision);
+        jw_key(w, "value");
+        jw_float(w, out.f_full, r->format.precision);
+        jw_end(w);
+    }
     api_write_schedule(w, &(api_schedule){.steps = out.steps, .riemann = out.riemann, .quadrature = out.quadrature});
     jw_key(w, "layers");
     jw_arr(w);

@@ -62,6 +62,8 @@ static const char *analysis_endpoint(lens_analysis a)
     case LENS_ANALYSIS_TOKEN_IDENTITY: return "/v1/token-identity";
     case LENS_ANALYSIS_HIDDEN_ATTRIBUTION: return "/v1/hidden-attribution";
     case LENS_ANALYSIS_DECOMPOSITION: return "/v1/decomposition";
+    case LENS_ANALYSIS_CONTEXT_MIXING: return "/v1/context-mixing";
+    case LENS_ANALYSIS_LOGIT_ATTRIBUTION: return "/v1/logit-attribution";
     default: return NULL;
     }
 }

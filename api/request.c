@@ -151,7 +151,7 @@ static const api_field_set field_sets[] = {
     {"/v1/forward", {INPUT_FIELDS, BATCH_FIELDS, "outputs", "layers", "heads", "positions", "k", "logit_lens", "format"}},
     {"/v1/attention", {INPUT_FIELDS, BATCH_FIELDS, "layers", "heads", "effective", "include_raw", "null", "identifiability", "format"}},
     {"/v1/attribution",
-     {INPUT_FIELDS, BATCH_FIELDS, "layers", "heads", "steps", "riemann", "quadrature", "target", "tree", "include_matrices", "format", "async"}},
+     {INPUT_FIELDS, BATCH_FIELDS, "layers", "heads", "steps", "riemann", "quadrature", "target", "objective", "tree", "include_matrices", "format", "async"}},
     {"/v1/decomposition",
      {"model", "texts", "windows", "corpus", "labels", "length", "drop_first_position", "top_k", "causal", "layers",
       "async", "definition", "topics_self_pairs", "topics_pca", "screenot_k", "reference_texts", "reference_windows",
@@ -159,6 +159,8 @@ static const api_field_set field_sets[] = {
     {"/v1/token-identity", {INPUT_FIELDS, BATCH_FIELDS, "layers", "metric", "top_k", "mapping", "vocabulary", "format"}},
     {"/v1/hidden-attribution",
      {INPUT_FIELDS, BATCH_FIELDS, "layers", "method", "probes", "seed", "include_norms", "format", "async"}},
+    {"/v1/context-mixing", {INPUT_FIELDS, BATCH_FIELDS, "method", "layers", "definition", "format"}},
+    {"/v1/logit-attribution", {INPUT_FIELDS, "position", "target", "foil"}},
     {"/v1/jobs", {"kind", "params"}},
     /* job kinds: params */
     {"decomposition",
@@ -166,7 +168,7 @@ static const api_field_set field_sets[] = {
       "async", "definition", "topics_self_pairs", "topics_pca", "screenot_k", "reference_texts", "reference_windows",
       "reference_corpus", "format"}},
     {"attribution", /* texts: attribution over a dataset, a sharded kind (api/attribution.c) */
-     {INPUT_FIELDS, BATCH_FIELDS, "layers", "heads", "steps", "riemann", "quadrature", "target", "tree", "include_matrices", "format", "async"}},
+     {INPUT_FIELDS, BATCH_FIELDS, "layers", "heads", "steps", "riemann", "quadrature", "target", "objective", "tree", "include_matrices", "format", "async"}},
     {"hidden-attribution", {INPUT_FIELDS, "layers", "method", "probes", "seed", "include_norms", "format", "async"}},
     {"head-importance", {DATASET_FIELDS, "seeds", "seed", "definition", "target", "prune_count"}},
     {"adversarial-triggers", {DATASET_FIELDS, "sources", "top_k", "definition", "rule"}},
@@ -675,4 +677,32 @@ int api_read_data_file(api_call *c, const char *path, api_row_fn row, void *ctx)
     free(line);
     fclose(f);
     return rc < 0 ? -1 : 0;
+}
+
+int api_decode_token(api_call *c, const lens_model *m, const json_t *v, const char *field, int *id)
+{
+    *id = -1;
+    if (!v || json_is_null(v)) return 0;
+    const int V = m->cfg.vocab_size;
+    if (json_is_integer(v)) {
+        const json_int_t k = json_integer_value(v);
+        if (k < 0 || k >= V) return api_fail(c, 422, "invalid_request", field, "%s id %lld is outside [0, %d)", field, k, V);
+        *id = (int)k;
+        return 0;
+    }
+    if (!json_is_string(v)) return api_fail(c, 422, "invalid_request", field, "%s must be a token id or a text", field);
+    if (!m->tok) return api_fail(c, 422, "invalid_request", field, "this model has no tokenizer: give %s as an id", field);
+    lens_token *toks = NULL;
+    int n = 0, kept = 0;
+    lens_err err = {0};
+    if (lens_tokenize(m->tok, json_string_value(v), json_string_length(v), NULL, 0, &toks, &n, &err))
+        return api_fail(c, 422, "invalid_request", field, "%s: %s", field, err.msg);
+    for (int i = 0; i < n; i++)
+        if (toks[i].text_index >= 0) *id = toks[i].id, kept++;
+    free(toks);
+    if (kept != 1)
+        return api_fail(c, 422, "invalid_request", field,
+                        "%s \"%.64s\" is %d tokens; it must be exactly one (give a token id to pick one)", field,
+                        json_string_value(v), kept);
+    return 0;
 }

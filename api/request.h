@@ -89,6 +89,11 @@ void api_progress(api_call *c, double fraction);
 /* "timing_ms": {...}; encode_start is when encoding began. */
 void api_write_timing(api_call *c, double t_tokenize, double t_compute, double encode_start);
 
+/* v (NULL or null: absent, *id = -1): a token id in [0, V) or a text that
+ * tokenizes to exactly one token (the template's special tokens aside);
+ * errors name field. 0, or -1 with the 422 written. */
+int api_decode_token(api_call *c, const lens_model *m, const json_t *v, const char *field, int *id);
+
 /* Optional typed getters: 0 absent/null, 1 present and right type, -1 wrong type (failed). */
 int api_get_string(api_call *c, const char *field, const char **s, size_t *len);
 int api_get_bool(api_call *c, const char *field, int *v);

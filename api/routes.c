@@ -36,6 +36,10 @@ const api_route api_routes[] = {
     {"POST", "/v1/token-identity", api_token_identity_batched_prepare, api_token_identity_batched_run, 1, 1, 0, 1, "token identifiability rankings"},
     {"POST", "/v1/hidden-attribution", api_hidden_attribution_batched_prepare, api_hidden_attribution_batched_run, 1, 1, 0, 1,
      "hidden token attribution (Jacobian norms)"},
+    {"POST", "/v1/context-mixing", api_context_mixing_batched_prepare, api_context_mixing_batched_run, 1, 1, 0, 1,
+     "context mixing per layer (rollout, ALTI, GlobEnc, value zeroing)"},
+    {"POST", "/v1/logit-attribution", api_logit_attribution_prepare, api_logit_attribution_run, 1, 1, 0, 1,
+     "direct logit attribution of a decoder (heads, MLPs, embedding)"},
 };
 const int api_n_routes = (int)(sizeof api_routes / sizeof *api_routes);
 

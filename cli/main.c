@@ -60,6 +60,11 @@ static void usage(FILE *f)
             "  hidden-attribution --model DIR TEXT [--layers 0,..] [--method exact|estimate]\n"
             "            [--probes 16] [--seed 1] [--norms]\n"
             "            print what POST /v1/hidden-attribution returns (Jacobian norms)\n"
+            "  context-mixing --model DIR TEXT --method rollout|alti|globenc|value-zeroing [--layers 1,..]\n"
+            "            [--definition paper-code|lensd]\n"
+            "            print what POST /v1/context-mixing returns (per-layer and rolled-out mixing)\n"
+            "  logit-attribution --model DIR TEXT --target ID|TEXT [--foil ID|TEXT] [--position P]\n"
+            "            print what POST /v1/logit-attribution returns (direct logit attribution)\n"
             "  info      BLAS library, core, threads and GEMM kernel (GET /v1/info without server limits)\n"
             "  mkmodel   ");
     lens_mkmodel_usage(f, "            "); /* the families and their presets, from the registry */
@@ -183,6 +188,13 @@ static const cli_opt hidden_attribution_opts[] = {
     {"layers", "layers", OPT_INTS}, {"method", "method", OPT_STR}, {"probes", "probes", OPT_INT},
     {"seed", "seed", OPT_INT}, {"norms", "include_norms", OPT_TRUE}, {NULL, NULL, 0}};
 
+static const cli_opt context_mixing_opts[] = {
+    {"layers", "layers", OPT_INTS}, {"method", "method", OPT_STR}, {"definition", "definition", OPT_STR},
+    {NULL, NULL, 0}};
+
+static const cli_opt logit_attribution_opts[] = {
+    {"target", "target", OPT_STR_OR_INT}, {"foil", "foil", OPT_STR_OR_INT}, {"position", "position", OPT_INT}, {NULL, NULL, 0}};
+
 static const cli_opt token_identity_map_opts[] = {
     {"texts-file", "texts", OPT_LINES}, {"max-texts", "max_texts", OPT_INT}, {"ridge", "ridge", OPT_NUM},
     {"heldout-fraction", "heldout_fraction", OPT_NUM}, {"metric", "metric", OPT_STR}, {"save", "save", OPT_TRUE},
@@ -196,6 +208,8 @@ static const cli_command commands[] = {
     {"attribution", "/v1/attribution", "text", NULL, attribution_opts, 0},
     {"token-identity", "/v1/token-identity", "text", NULL, token_identity_opts, 0},
     {"hidden-attribution", "/v1/hidden-attribution", "text", NULL, hidden_attribution_opts, 0},
+    {"context-mixing", "/v1/context-mixing", "text", NULL, context_mixing_opts, 0},
+    {"logit-attribution", "/v1/logit-attribution", "text", NULL, logit_attribution_opts, 0},
     {"token-identity-map", "token-identity-map", NULL, "texts", token_identity_map_opts, 1},
 };
 

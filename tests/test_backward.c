@@ -20,7 +20,15 @@
  * forward through every layer, so the differences carry ~1e-7 / 0.1 = 1e-6 of
  * rounding, and the step leaves O(0.05²) curvature. The random mkmodel
  * classifier (weights N(0, 0.02)) has p ≈ 0.5 and gradients ~1e-5, which is
- * why the absolute term is that small. */
+ * why the absolute term is that small.
+ *
+ * Objectives (core/analysis/attribution.h): the same two checks for
+ * log_probability, logit and logit_difference on bert-tiny-sst2 and, at a
+ * position before the last, on gpt2-tiny-wikitext (F = the objective of the
+ * next-token logits there; lens_attr_eval_objective is the numeric side);
+ * and the attribution of a logit difference equals the difference of the
+ * two logits' attributions (the gradient is linear in F; 1e-5 of the
+ * largest entry, float32 sums). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -363,7 +371,8 @@ static void test_embedding(void)
 
 /* ---------------------------------------------------------------- whole model */
 
-static void model_gradient(const char *name, const lens_model *m, const int *ids, int T)
+static void model_gradient(const char *name, const lens_model *m, const int *ids, int T, int target,
+                           const lens_objective *obj)
 {
     const lens_config *c = &m->cfg;
     const int NH = c->n_heads;
@@ -381,22 +390,23 @@ static void model_gradient(const char *name, const lens_model *m, const int *ids
     for (int li = 0; li < (c->n_layers > 1 ? 2 : 1); li++) {
         const int layer = layers_to_check[li];
         const float *A = lens_act_attn(m, &act, layer, 0, 0); /* heads TT apart */
-        lens_attr_opts o = {.steps = 1, .riemann = LENS_RIEMANN_RIGHT, .target = -1, .layers = &layer, .n_layers = 1};
+        lens_attr_opts o = {.steps = 1, .riemann = LENS_RIEMANN_RIGHT, .target = target, .layers = &layer, .n_layers = 1,
+                            .objective = obj};
         lens_attribution at;
         if (lens_attribution_run(m, ids, NULL, T, &o, &at, &err)) {
             CHECK(0, "%s: attribution: %s", name, err.msg);
             continue;
         }
-        const int target = at.target;
+        target = at.target;
         float *X = malloc(sizeof(float) * NH * TT);
         double Fp, Fm, F1;
         /* d F(αA) / dα at 1 */
         for (size_t i = 0; i < NH * TT; i++) X[i] = (1 + STEP_MODEL) * A[i];
-        lens_attr_eval(m, ids, NULL, T, layer, X, target, &Fp, &err);
+        lens_attr_eval_objective(m, ids, NULL, T, layer, X, target, obj, &Fp, &err);
         for (size_t i = 0; i < NH * TT; i++) X[i] = (1 - STEP_MODEL) * A[i];
-        lens_attr_eval(m, ids, NULL, T, layer, X, target, &Fm, &err);
+        lens_attr_eval_objective(m, ids, NULL, T, layer, X, target, obj, &Fm, &err);
         memcpy(X, A, sizeof(float) * NH * TT);
-        lens_attr_eval(m, ids, NULL, T, layer, X, target, &F1, &err);
+        lens_attr_eval_objective(m, ids, NULL, T, layer, X, target, obj, &F1, &err);
         const double dalpha = (Fp - Fm) / (2 * STEP_MODEL);
         CHECK(fabs(F1 - at.f_full) < 1e-5, "%s layer %d: F(A) from lens_attr_eval %.7f vs the forward's %.7f",
               name, layer, F1, at.f_full);
@@ -413,9 +423,9 @@ static void model_gradient(const char *name, const lens_model *m, const int *ids
             if (A[idx] < 1e-6f) continue;
             const float step = STEP_MODEL;
             X[idx] = A[idx] + step;
-            lens_attr_eval(m, ids, NULL, T, layer, X, target, &Fp, &err);
+            lens_attr_eval_objective(m, ids, NULL, T, layer, X, target, obj, &Fp, &err);
             X[idx] = A[idx] - step;
-            lens_attr_eval(m, ids, NULL, T, layer, X, target, &Fm, &err);
+            lens_attr_eval_objective(m, ids, NULL, T, layer, X, target, obj, &Fm, &err);
             X[idx] = A[idx];
             want[n_checked] = (float)((Fp - Fm) / (2 * step));
             got[n_checked] = at.layers[0].attr[idx] / A[idx];
@@ -434,6 +444,47 @@ static void model_gradient(const char *name, const lens_model *m, const int *ids
     lens_activations_free(&act);
 }
 
+/* every objective's gradient by finite differences, and the difference's attribution by linearity */
+static void objectives(const char *model, const lens_model *m, const int *ids, int T, int target, int foil,
+                       int position)
+{
+    static const lens_objective_kind kinds[] = {LENS_OBJ_LOG_PROBABILITY, LENS_OBJ_LOGIT, LENS_OBJ_LOGIT_DIFFERENCE};
+    for (int k = 0; k < 3; k++) {
+        const lens_objective obj = {.kind = kinds[k], .position = position,
+                                    .foil = kinds[k] == LENS_OBJ_LOGIT_DIFFERENCE ? foil : -1};
+        char name[128];
+        snprintf(name, sizeof name, "%s %s", model, lens_objective_name(kinds[k]));
+        model_gradient(name, m, ids, T, target, &obj);
+    }
+    lens_err err = {0};
+    const int layer = 1;
+    lens_attribution a[3];
+    const lens_objective objs[3] = {{LENS_OBJ_LOGIT_DIFFERENCE, position, foil}, {LENS_OBJ_LOGIT, position, -1},
+                                    {LENS_OBJ_LOGIT, position, -1}};
+    const int targets[3] = {target, target, foil};
+    int ok = 1;
+    for (int i = 0; i < 3; i++) {
+        const lens_attr_opts o = {.steps = 4, .target = targets[i], .layers = &layer, .n_layers = 1, .objective = &objs[i]};
+        ok &= !lens_attribution_run(m, ids, NULL, T, &o, &a[i], &err);
+    }
+    CHECK(ok, "%s: attributions of the logits: %s", model, err.msg);
+    if (!ok) return;
+    const size_t n = (size_t)m->cfg.n_heads * T * T;
+    float *want = malloc(sizeof(float) * n);
+    double largest = 0;
+    for (size_t i = 0; want && i < n; i++) {
+        want[i] = a[1].layers[0].attr[i] - a[2].layers[0].attr[i];
+        largest = fmax(largest, fabs(want[i]));
+    }
+    char what[160];
+    snprintf(what, sizeof what, "%s: attribution of logit_difference = logit(target) - logit(foil)", model);
+    if (want) check_close(what, a[0].layers[0].attr, want, n, 1e-5 * largest + 1e-9, 0);
+    CHECK(fabs(a[0].f_full - (a[1].f_full - a[2].f_full)) < 1e-5 * fmax(1, fabs(a[0].f_full)),
+          "%s: F = z_target - z_foil (%.7f vs %.7f - %.7f)", model, a[0].f_full, a[1].f_full, a[2].f_full);
+    free(want);
+    for (int i = 0; i < 3; i++) lens_attribution_free(&a[i]);
+}
+
 static void test_model(void)
 {
     char dir[] = "/tmp/lens-test-backward-XXXXXX";
@@ -450,7 +501,7 @@ static void test_model(void)
         if (m) {
             /* random weights N(0, 0.02) leave p(class) ≈ 0.5 and gradients tiny; still exact */
             int ids[9] = {2, 40, 41, 57, 90, 33, 71, 64, 3};
-            model_gradient("mkmodel bert tiny", m, ids, 9);
+            model_gradient("mkmodel bert tiny", m, ids, 9, -1, NULL);
             lens_model_free(m);
         }
     }
@@ -470,7 +521,16 @@ static void test_model(void)
     if (!m) return;
     /* "it 's a charming and often affecting journey ." (golden.json example 0) */
     int ids[12] = {101, 2009, 1005, 1055, 1037, 11951, 1998, 2411, 12473, 4990, 1012, 102};
-    model_gradient("bert-tiny-sst2", m, ids, 12);
+    model_gradient("bert-tiny-sst2", m, ids, 12, -1, NULL);
+    objectives("bert-tiny-sst2", m, ids, 12, 1, 0, -1);
+    lens_model_free(m);
+    /* a causal LM, at a position before the last */
+    snprintf(path, sizeof path, "%s/models/gpt2-tiny-wikitext", shared);
+    m = lens_model_load(path, &err);
+    CHECK(m != NULL, "load %s: %s", path, err.msg);
+    if (!m) return;
+    int gids[9] = {464, 3290, 373, 257, 1310, 286, 262, 995, 13};
+    objectives("gpt2-tiny-wikitext", m, gids, 9, 262, 286, 5);
     lens_model_free(m);
 }
 

@@ -55,6 +55,8 @@ static const struct {
      "{\"kind\": \"adversarial-triggers\", \"params\": {\"model\": \"%s\", " ROWS ", \"steps\": 2, \"sources\": 2}}", 1},
     {"token_identity", "/v1/token-identity", "{\"model\": \"%s\", \"text\": \"a fine movie\"}", 0},
     {"hidden_attribution", "/v1/hidden-attribution", "{\"model\": \"%s\", \"text\": \"a fine movie\", \"layers\": [0, 1]}", 0},
+    {"context_mixing", "/v1/context-mixing", "{\"model\": \"%s\", \"text\": \"a fine movie\", \"method\": \"rollout\"}", 0},
+    {"logit_attribution", "/v1/logit-attribution", "{\"model\": \"%s\", \"text\": \"a fine movie\", \"target\": 5}", 0},
     {"decomposition", "/v1/decomposition", "{\"model\": \"%s\", \"texts\": [\"a fine movie\", \"dull and slow\"], \"length\": 3}", 0},
 };
 enum { N_RUNS = sizeof RUNS / sizeof *RUNS };

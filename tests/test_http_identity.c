@@ -1,5 +1,5 @@
-/* test_http_identity.c - POST /v1/token-identity, POST /v1/hidden-attribution
- * and the job token-identity-map over HTTP and the CLI.
+/* test_http_identity.c - POST /v1/token-identity, POST /v1/hidden-attribution,
+ * POST /v1/context-mixing and the job token-identity-map over HTTP and the CLI.
  *
  * Starts the real build/lensd on tiny random BERT (classifier) and GPT-2
  * checkpoints from `lensd mkmodel` (copied into a temporary folder so maps
@@ -10,9 +10,13 @@
  * map of layer 0 identifies every held-out token, mapping "linear" is
  * refused before a fit and served after it (and after a restart when the
  * maps were saved), the CLI prints what the API returns, a bad-input matrix,
- * and every response against openapi.yaml. Numbers go through JSON at 6
+ * and every response against openapi.yaml. Context mixing: every method on
+ * both models, rows of both matrices summing to 1 (GlobEnc's paper-code
+ * rows are raw norms), texts batches, the CLI, a GPT-NeoX model refusing
+ * ALTI by name (parallel residual). Logit attribution: total = logit, a
+ * logit difference = the difference of two logits, the CLI; its 422s. Numbers go through JSON at 6
  * decimals; tolerances say so. The agreement with PyTorch is tested in
- * test_token_identity and test_hidden_attribution. */
+ * test_token_identity, test_hidden_attribution and test_context_mixing. */
 #include <math.h>
 
 #include "tests/check.h"
@@ -25,6 +29,156 @@ static double num_at(const json_t *a, size_t i) { return json_number_value(json_
 
 static const char *sentence = "the quick brown fox jumps over the lazy dog, and the dog sleeps.";
 static const char *short_sentence = "the quick brown fox, jumping"; /* exact attribution: cost grows as T² */
+
+/* ------------------------------------------------------ context mixing */
+
+/* rows of a [T][T] JSON matrix summing to 1 (at 6 decimals) and non-negative */
+static int rows_stochastic(const json_t *m, size_t T)
+{
+    if (json_array_size(m) != T) return 0;
+    for (size_t i = 0; i < T; i++) {
+        const json_t *row = json_array_get(m, i);
+        double sum = 0;
+        for (size_t j = 0; j < json_array_size(row); j++) {
+            if (num_at(row, j) < 0) return 0;
+            sum += num_at(row, j);
+        }
+        if (json_array_size(row) != T || fabs(sum - 1) > 1e-5 * (double)T) return 0;
+    }
+    return 1;
+}
+
+static void test_context_mixing(test_server *s)
+{
+    const char *P = "/v1/context-mixing";
+    static const char *const methods[] = {"rollout", "alti", "globenc", "value-zeroing"};
+    char body[512];
+    for (int model = 0; model < 2; model++)
+        for (int k = 0; k < 4; k++)
+            for (int paper = 0; paper < 2; paper++) {
+                snprintf(body, sizeof body,
+                         "{\"model\": \"%s\", \"text\": \"%s\", \"method\": \"%s\", \"definition\": \"%s\"}",
+                         model ? "gpt" : "bert", short_sentence, methods[k], paper ? "paper-code" : "lensd");
+                http_resp r;
+                http_post_json(s, &r, P, body);
+                check_schema(&r, P, "POST");
+                const json_t *layers = get(r.json, "layers");
+                const size_t T = json_array_size(get(r.json, "tokens"));
+                int ok = r.status == 200 && json_array_size(layers) == 2 && T > 2;
+                const int unit = !(k == 2 && paper);
+                for (size_t l = 0; ok && l < json_array_size(layers); l++) {
+                    const json_t *y = json_array_get(layers, l);
+                    ok = json_integer_value(get(y, "layer")) == (json_int_t)l + 1 &&
+                         (!unit || (rows_stochastic(get(y, "contributions"), T) && rows_stochastic(get(y, "rollout"), T)));
+                }
+                CHECK(ok && !strcmp(json_string_value(get(r.json, "method")), methods[k]) &&
+                          !strcmp(json_string_value(get(r.json, "definition")), paper ? "paper-code" : "lensd"),
+                      "context-mixing %s %s %s: layers 1, 2 with stochastic rows (%ld %.200s)", model ? "gpt" : "bert",
+                      methods[k], paper ? "paper-code" : "lensd", r.status, r.body);
+                http_resp_free(&r);
+            }
+    /* the CLI prints what the API returns; a batch answers each text as if sent alone */
+    snprintf(body, sizeof body, "{\"model\": \"bert\", \"text\": \"%s\", \"method\": \"alti\", \"layers\": [2]}",
+             short_sentence);
+    http_resp r;
+    http_post_json(s, &r, P, body);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s context-mixing --model %s/bert --method alti --layers 2 '%s'", lensd_path(), tmpdir,
+             short_sentence);
+    json_t *cli = run_json(cmd);
+    CHECK(cli && json_equal(get(cli, "layers"), get(r.json, "layers")), "CLI context-mixing == HTTP");
+    json_decref(cli);
+    snprintf(body, sizeof body, "{\"model\": \"bert\", \"texts\": [\"%s\", \"a b\"], \"method\": \"alti\", \"layers\": [2]}",
+             short_sentence);
+    http_resp batch;
+    http_post_json(s, &batch, P, body);
+    check_schema(&batch, P, "POST");
+    const json_t *first = json_array_get(get(batch.json, "results"), 0);
+    CHECK(batch.status == 200 && json_array_size(get(batch.json, "results")) == 2 &&
+              json_equal(get(first, "layers"), get(r.json, "layers")),
+          "texts: results[0] = the same request with text (%ld)", batch.status);
+    http_resp_free(&batch);
+    http_resp_free(&r);
+    /* a block whose attention output does not reach the residual stream alone has no ALTI */
+    http_post_json(s, &r, P, "{\"model\": \"neox\", \"text\": \"a b c\", \"method\": \"alti\"}");
+    CHECK(r.status == 422 && err_code(&r) && !strcmp(err_code(&r), "invalid_request") && strstr(r.body, "\"method\"") &&
+              strstr(r.body, "parallel residual"),
+          "ALTI on GPT-NeoX: 422 on method saying why (%ld %.300s)", r.status, r.body);
+    http_resp_free(&r);
+    http_post_json(s, &r, P, "{\"model\": \"neox\", \"text\": \"a b c\", \"method\": \"rollout\"}");
+    check_schema(&r, P, "POST");
+    CHECK(r.status == 200, "rollout on GPT-NeoX: 200 (%ld)", r.status);
+    http_resp_free(&r);
+}
+
+/* ------------------------------------------------------ logit attribution */
+
+static double dla_logit(test_server *s, const char *body, json_t **out)
+{
+    http_resp r;
+    http_post_json(s, &r, "/v1/logit-attribution", body);
+    check_schema(&r, "/v1/logit-attribution", "POST");
+    const double logit = json_number_value(get(r.json, "logit")), total = json_number_value(get(r.json, "total"));
+    CHECK(r.status == 200 && fabs(total - logit) <= 1e-5 * fmax(1, fabs(logit)) &&
+              json_array_size(get(r.json, "mlps")) == 2,
+          "logit-attribution %s: total %.9g = logit %.9g (%ld %.200s)", body, total, logit, r.status, r.body);
+    if (out) *out = json_incref(r.json);
+    http_resp_free(&r);
+    return logit;
+}
+
+/* /v1/attribution with each objective: the objective echoed, and completeness
+ * (Σ Attr vs F(A) - F(0), Gauss nodes: within 5% of the gap) for every kind */
+static void test_objectives(test_server *s)
+{
+    static const char *const kinds[] = {"probability", "log_probability", "logit", "logit_difference"};
+    for (int k = 0; k < 4; k++) {
+        char body[512];
+        snprintf(body, sizeof body,
+                 "{\"model\": \"gpt\", \"text\": \"the quick brown fox\", \"quadrature\": \"gauss\", \"steps\": 8, "
+                 "\"layers\": [1], \"include_matrices\": false, \"objective\": {\"kind\": \"%s\", \"position\": -2, "
+                 "\"target\": 11%s}}",
+                 kinds[k], k == 3 ? ", \"foil\": 17" : "");
+        http_resp r;
+        http_post_json(s, &r, "/v1/attribution", body);
+        check_schema(&r, "/v1/attribution", "POST");
+        const json_t *o = get(r.json, "objective"), *l = json_array_get(get(r.json, "layers"), 0);
+        const double value = json_number_value(get(o, "value")), gap = value - json_number_value(get(l, "f_zero"));
+        const double sum = json_number_value(get(l, "attr_sum"));
+        const size_t T = json_array_size(get(r.json, "tokens"));
+        CHECK(r.status == 200 && !strcmp(json_string_value(get(o, "kind")), kinds[k]) &&
+                  json_integer_value(get(o, "position")) == (json_int_t)T - 2 &&
+                  fabs(sum - gap) <= 0.05 * fabs(gap) + 1e-6,
+              "attribution objective %s: echoed, completeness %.6g vs %.6g (%ld %.200s)", kinds[k], sum, gap, r.status,
+              r.body);
+        http_resp_free(&r);
+    }
+}
+
+static void test_logit_attribution(test_server *s)
+{
+    const double a = dla_logit(s, "{\"model\": \"gpt\", \"text\": \"the quick brown fox\", \"target\": 11}", NULL);
+    const double b = dla_logit(s, "{\"model\": \"gpt\", \"text\": \"the quick brown fox\", \"target\": 17}", NULL);
+    json_t *d = NULL;
+    const double diff =
+        dla_logit(s, "{\"model\": \"gpt\", \"text\": \"the quick brown fox\", \"target\": 11, \"foil\": 17}", &d);
+    CHECK(fabs(diff - (a - b)) <= 1e-5 * fmax(1, fabs(diff)), "logit difference %.9g = %.9g - %.9g", diff, a, b);
+    CHECK(json_integer_value(get(get(d, "foil"), "id")) == 17 &&
+              json_integer_value(get(d, "position")) == (json_int_t)json_array_size(get(d, "tokens")) - 1,
+          "foil echoed, position the last token");
+    json_decref(d);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s logit-attribution --model %s/gpt --target 11 --position 1 'the quick brown fox'",
+             lensd_path(), tmpdir);
+    json_t *cli = run_json(cmd);
+    http_resp r;
+    http_post_json(s, &r, "/v1/logit-attribution",
+                   "{\"model\": \"gpt\", \"text\": \"the quick brown fox\", \"target\": 11, \"position\": 1}");
+    CHECK(cli && json_equal(get(cli, "heads"), get(r.json, "heads")) && json_equal(get(cli, "logit"), get(r.json, "logit")),
+          "CLI logit-attribution == HTTP");
+    json_decref(cli);
+    http_resp_free(&r);
+}
 
 /* ------------------------------------------------------ hidden attribution */
 
@@ -285,6 +439,35 @@ static void test_maps(test_server *s)
 static void test_bad_inputs(test_server *s)
 {
     const bad_case cases[] = {
+        {"/v1/context-mixing", "{\"model\": \"bert\", \"text\": \"a b\"}", 422, "invalid_request", "method"},
+        {"/v1/context-mixing", "{\"model\": \"bert\", \"text\": \"a b\", \"method\": \"decompx\"}", 422, "invalid_request", "method"},
+        {"/v1/context-mixing", "{\"model\": \"bert\", \"text\": \"a b\", \"method\": \"flow\"}", 422, "invalid_request", "method"},
+        {"/v1/context-mixing", "{\"model\": \"bert\", \"text\": \"a b\", \"method\": 1}", 422, "invalid_request", "method"},
+        {"/v1/context-mixing", "{\"model\": \"bert\", \"text\": \"a b\", \"method\": \"alti\", \"definition\": \"paper\"}", 422, "invalid_request", "definition"},
+        {"/v1/context-mixing", "{\"model\": \"bert\", \"text\": \"a b\", \"method\": \"alti\", \"layers\": [0]}", 422, "invalid_request", "layers"},
+        {"/v1/context-mixing", "{\"model\": \"bert\", \"text\": \"a b\", \"method\": \"alti\", \"layers\": [3]}", 422, "invalid_request", "layers"},
+        {"/v1/context-mixing", "{\"model\": \"bert\", \"text\": \"a b\", \"method\": \"alti\", \"position\": 1}", 422, "invalid_request", "position"},
+        {"/v1/context-mixing", "{\"model\": \"bert\", \"method\": \"alti\"}", 422, "invalid_request", "text"},
+        {"/v1/logit-attribution", "{\"model\": \"bert\", \"text\": \"a b\", \"target\": 1}", 422, "invalid_request", "model"},
+        {"/v1/attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"objective\": {\"kind\": \"odds\"}}", 422, "invalid_request", "objective.kind"},
+        {"/v1/attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"objective\": {\"kind\": \"logit_difference\", \"target\": 5}}", 422, "invalid_request", "objective.foil"},
+        {"/v1/attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"objective\": {\"kind\": \"logit_difference\", \"target\": 5, \"foil\": 5}}", 422, "invalid_request", "objective.foil"},
+        {"/v1/attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"objective\": {\"kind\": \"logit\", \"foil\": 5}}", 422, "invalid_request", "objective.foil"},
+        {"/v1/attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"objective\": {\"position\": 9}}", 422, "invalid_request", "objective.position"},
+        {"/v1/attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"objective\": {\"target\": \"the quick brown fox\"}}", 422, "invalid_request", "objective.target"},
+        {"/v1/attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"target\": 5, \"objective\": {\"target\": 6}}", 422, "invalid_request", "objective.target"},
+        {"/v1/attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"objective\": {\"size\": 1}}", 422, "invalid_request", "objective.size"},
+        {"/v1/attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"objective\": 3}", 422, "invalid_request", "objective"},
+        {"/v1/attribution", "{\"model\": \"bert\", \"text\": \"a b\", \"objective\": {\"position\": 0}}", 422, "invalid_request", "objective.position"},
+        {"/v1/logit-attribution", "{\"model\": \"gpt\", \"text\": \"a b\"}", 422, "invalid_request", "target"},
+        {"/v1/logit-attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"target\": 5, \"foil\": 5}", 422, "invalid_request", "foil"},
+        {"/v1/logit-attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"target\": 5, \"position\": 9}", 422, "invalid_request", "position"},
+        {"/v1/logit-attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"target\": 5, \"position\": -9}", 422, "invalid_request", "position"},
+        {"/v1/logit-attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"target\": \"the quick brown fox\"}", 422, "invalid_request", "target"},
+        {"/v1/logit-attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"target\": 5, \"foil\": \"\"}", 422, "invalid_request", "foil"},
+        {"/v1/logit-attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"target\": 99999999}", 422, "invalid_request", "target"},
+        {"/v1/logit-attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"target\": [1]}", 422, "invalid_request", "target"},
+        {"/v1/logit-attribution", "{\"model\": \"neox\", \"text\": \"a b\", \"target\": 1, \"layers\": [1]}", 422, "invalid_request", "layers"},
         {"/v1/hidden-attribution", "{\"model\": \"bert\", \"text\": \"a b\", \"method\": \"fast\"}", 422, "invalid_request", "method"},
         {"/v1/hidden-attribution", "{\"model\": \"bert\", \"text\": \"a b\", \"method\": \"estimate\", \"probes\": 1}", 422, "invalid_request", "probes"},
         {"/v1/hidden-attribution", "{\"model\": \"bert\", \"text\": \"a b\", \"probes\": \"8\"}", 422, "invalid_request", "probes"},
@@ -353,17 +536,23 @@ int main(void)
               write_file("bad.tsv", "id\tlabel\n1\t0\n") == 0 &&
               write_file("lines.txt", "the cat sat\n\na dog ran far\r\nit rained\nwe left early\n") == 0,
           "data files written");
-    char bert[300], gpt[300], data[300];
+    char bert[300], gpt[300], neox[300], data[300];
+    snprintf(cmd, sizeof cmd, "%s mkmodel --arch gpt_neox --preset micro --seed 1 --out %s/neox", lensd_path(), tmpdir);
+    CHECK(run_cmd(cmd) == 0, "mkmodel gpt_neox");
+    snprintf(neox, sizeof neox, "neox=%s/neox", tmpdir);
     snprintf(bert, sizeof bert, "bert=%s/bert", tmpdir);
     snprintf(gpt, sizeof gpt, "gpt=%s/gpt", tmpdir);
     snprintf(data, sizeof data, "%s/data", tmpdir);
     /* the cost model's rate pinned at 10 GFLOP/s: which requests get the up-front 413 does not
      * depend on this machine (idle, its calibration GEMM measured 165-458 GFLOP/s) */
     const char *args[] = {"--model", bert, "--model", gpt, "--data-dir", data, "--max-tokens", "512", "--timeout", "300",
-                          "--debug-gflops", "10", NULL};
+                          "--debug-gflops", "10", "--model", neox, NULL};
     test_server s;
     if (server_launch(&s, args) == 0) {
         test_hidden_attribution(&s);
+        test_context_mixing(&s);
+        test_logit_attribution(&s);
+        test_objectives(&s);
         test_token_identity(&s);
         test_maps(&s);
         test_bad_inputs(&s);

@@ -95,6 +95,15 @@ def test_methods(c: Client):
     check(attr["steps"] == 4 and len(attr["tokens"]) == 5 and attr["layers"], "attribution")
     check(c.token_identity("a charming film", model="demo-sst2")["model"] == "demo-sst2", "token_identity")
     check(c.hidden_attribution("a charming film", model="demo-sst2")["model"] == "demo-sst2", "hidden_attribution")
+    cm = c.context_mixing("a charming film", "alti", model="demo-sst2", layers=[2])
+    check(cm["method"] == "alti" and [y["layer"] for y in cm["layers"]] == [2]
+          and all(abs(sum(row) - 1) < 1e-5 for row in cm["layers"][0]["rollout"]), "context_mixing")
+    obj = c.attribution("The film was", model="demo-gpt2", steps=2, include_matrices=False,
+                        objective={"kind": "logit_difference", "target": " good", "foil": " bad"})
+    check(obj["objective"]["kind"] == "logit_difference" and obj["objective"]["foil"]["label"], "attribution objective")
+    dla = c.logit_attribution("The film was", " good", model="demo-gpt2", foil=" bad")
+    check(abs(dla["total"] - dla["logit"]) < 1e-4 * max(1, abs(dla["logit"])) and dla["foil"]["id"] != dla["target"]["id"],
+          "logit_attribution")
     batch = c.attention(["a film", "awful"], model="demo-sst2", layers=[1])
     check(len(batch["results"]) == 2, "batch attention")
     # run-time models: load, use, unload

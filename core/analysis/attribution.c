@@ -3,6 +3,8 @@
  *
  *     Attr_l = A_l ⊙ (1/m) Σ_k ∂F/∂X |_{X = α_k A_l},
  *     F = p(c | x) (classifier) or p(next token = c) at the last position (causal LM)
+ * by default, or its log, the logit z_c, or z_c - z_foil (lens_objective; a
+ * causal LM's objective row may be any position)
  *
  * Blocks are post-norm (BERT: h = x + attn(x); a = LN_1(h); x' = LN_2(a +
  * FFN(a))) or pre-norm (GPT-2, LENS_CAP_PRE_NORM: h = x + attn(LN_1(x)); x' =
@@ -58,7 +60,8 @@ typedef struct {
     int causal;                /* LENS_CAP_CAUSAL */
     int lm;                    /* objective: next-token probability (causal LM), else class probability */
     int K;                     /* outputs of the head: labels, or the vocabulary */
-    int obj_row;               /* the row F reads: 0 (classifier) or T-1 (causal LM) */
+    int obj_row;               /* the row F reads: 0 (classifier) or the objective's position (causal LM) */
+    lens_objective obj;        /* what F is (obj.position resolved) */
     int cls_rows;              /* 1: the last layer ran on the objective rows only, row i = copy i */
     lens_block_cache *cache;   /* [L], max_copies * T rows: what the family's block backward reads */
     int *pos;                  /* [max_copies * T] position of each row in its copy (RoPE families) */
@@ -318,22 +321,47 @@ static lens_block_io final_io(engine *e, float *x, float *scratch, int copies)
     return io;
 }
 
-/* softmax(z)[target] over K logits in double with libm's exp, and, when p
- * is not NULL, every probability into p [K]. F(A) and F(0) come out of two
- * different forward paths, and the completeness gap is their difference:
- * the forward's float32 softmax (lens_exp_approx, float sums) over GPT-2's
- * 50257 tokens set a floor of 4e-5 .. 7e-5 on it. */
-static double softmax_at(const float *z, int K, int target, float *p)
+static const char *const objective_names[] = {
+    [LENS_OBJ_PROBABILITY] = "probability",
+    [LENS_OBJ_LOG_PROBABILITY] = "log_probability",
+    [LENS_OBJ_LOGIT] = "logit",
+    [LENS_OBJ_LOGIT_DIFFERENCE] = "logit_difference",
+};
+
+const char *lens_objective_name(lens_objective_kind k)
 {
+    return (unsigned)k <= LENS_OBJ_LOGIT_DIFFERENCE ? objective_names[k] : "unknown";
+}
+
+int lens_objective_parse(const char *name, lens_objective_kind *k)
+{
+    for (int i = 0; i <= LENS_OBJ_LOGIT_DIFFERENCE; i++)
+        if (!strcmp(name, objective_names[i])) {
+            *k = (lens_objective_kind)i;
+            return 0;
+        }
+    return -1;
+}
+
+/* F of logits z [K] for target (docs/attribution.md "Objectives"), softmax in
+ * double with libm's exp; when p is not NULL every probability goes into p
+ * [K] (p may be z; the logit objectives leave z as it is). F(A) and F(0) come
+ * out of two different forward paths, and the completeness gap is their
+ * difference: the forward's float32 softmax (lens_exp_approx, float sums)
+ * over GPT-2's 50257 tokens set a floor of 4e-5 .. 7e-5 on it. */
+static double objective_at(const lens_objective *o, const float *z, int K, int target, float *p)
+{
+    if (o->kind == LENS_OBJ_LOGIT) return z[target];
+    if (o->kind == LENS_OBJ_LOGIT_DIFFERENCE) return (double)z[target] - z[o->foil];
     double zmax = z[0], sum = 0;
     for (int k = 1; k < K; k++) zmax = z[k] > zmax ? z[k] : zmax;
     for (int k = 0; k < K; k++) sum += exp(z[k] - zmax);
-    const double f = exp(z[target] - zmax) / sum;
+    const double f = o->kind == LENS_OBJ_LOG_PROBABILITY ? z[target] - zmax - log(sum) : exp(z[target] - zmax) / sum;
     for (int k = 0; p && k < K; k++) p[k] = (float)(exp(z[k] - zmax) / sum); /* p may be z */
     return f;
 }
 
-/* The head (head.h) on the objective row of each copy, F[i] = softmax(z)[target] with
+/* The head (head.h) on the objective row of each copy, F[i] = the objective of z with
  * classifier: z = W_c act(W_p final_norm(x) + b_p) + b_c (act tanh, ReLU, or
  *             LN(GELU); final_norm: a pre-norm family's, none for post-norm ones);
  * causal LM:  z = final_norm(x) E^T (soft-capped when the config says). */
@@ -357,7 +385,7 @@ static void head_forward(engine *e, int copies, int target, double *F)
     }
     for (int i = 0; i < copies; i++) { /* logits -> probabilities in place */
         float *z = e->logits + (size_t)i * K;
-        F[i] = softmax_at(z, K, target, z);
+        F[i] = objective_at(&e->obj, z, K, target, z);
     }
 }
 
@@ -366,11 +394,26 @@ static void head_backward(engine *e, int copies, int target)
 {
     const lens_config *c = &e->m->cfg;
     const int C = c->d_model, K = e->K, R = copies * e->T;
-    /* forward: F = p_target, p = softmax(z): dF/dz_k = p_t (δ_tk - p_k), in place of p */
+    /* dF/dz in place of p = softmax(z) (of z for the logit objectives):
+     *   probability F = p_t:           dF/dz_k = p_t (δ_tk - p_k)
+     *   log_probability F = log p_t:   dF/dz_k = δ_tk - p_k
+     *   logit F = z_t:                 dF/dz_k = δ_tk
+     *   logit_difference F = z_t - z_f: dF/dz_k = δ_tk - δ_fk */
     for (int i = 0; i < copies; i++) {
         float *p = e->logits + (size_t)i * K;
         const float p_target = p[target];
-        for (int k = 0; k < K; k++) p[k] = p_target * ((k == target) - p[k]);
+        switch (e->obj.kind) {
+        case LENS_OBJ_PROBABILITY:
+            for (int k = 0; k < K; k++) p[k] = p_target * ((k == target) - p[k]);
+            break;
+        case LENS_OBJ_LOG_PROBABILITY:
+            for (int k = 0; k < K; k++) p[k] = (float)(k == target) - p[k];
+            break;
+        default:
+            memset(p, 0, sizeof(float) * K);
+            p[target] = 1.0f;
+            if (e->obj.kind == LENS_OBJ_LOGIT_DIFFERENCE) p[e->obj.foil] = -1.0f;
+        }
     }
     if (e->lm) { /* forward: z = final_norm(x) E^T (the capped z kept in e->dlogits) */
         lens_causal_lm_backward(e->m, NULL, e->dcls, 0, e->logits, e->dlogits, NULL, copies, e->pool);
@@ -387,6 +430,34 @@ static void head_backward(engine *e, int copies, int target)
 }
 
 static int cancelled(const lens_attr_opts *o) { return o && lens_cancelled(o->cancel); }
+
+/* *o = the objective asked for (NULL: probability at the last position), its
+ * position resolved; 0, or -1 with err (the field named in the message). */
+static int resolve_objective(const lens_model *m, const lens_objective *asked, int T, lens_objective *o, lens_err *err)
+{
+    const int lm = m->cfg.task == LENS_TASK_CAUSAL_LM;
+    *o = asked ? *asked : (lens_objective){.kind = LENS_OBJ_PROBABILITY, .position = -1, .foil = -1};
+    if ((unsigned)o->kind > LENS_OBJ_LOGIT_DIFFERENCE) return lens_fail(err, LENS_EINVAL, "unknown objective kind");
+    if (!lm) o->position = 0;
+    else if (o->position < 0) o->position = T - 1;
+    else if (o->position >= T)
+        return lens_fail(err, LENS_EINVAL, "objective position %d is outside the %d tokens", o->position, T);
+    if (o->kind != LENS_OBJ_LOGIT_DIFFERENCE && o->foil >= 0)
+        return lens_fail(err, LENS_EINVAL, "a foil needs the objective logit_difference");
+    return 0;
+}
+
+/* target and, for logit_difference, the foil among the K outputs */
+static int check_target(const lens_objective *o, int target, int K, int lm, lens_err *err)
+{
+    const char *what = lm ? "a token id" : "a label index";
+    if (target < 0 || target >= K) return lens_fail(err, LENS_EINVAL, "target %d is not %s in 0..%d", target, what, K - 1);
+    if (o->kind != LENS_OBJ_LOGIT_DIFFERENCE) return 0;
+    if (o->foil < 0 || o->foil >= K)
+        return lens_fail(err, LENS_EINVAL, "logit_difference needs a foil, %s in 0..%d", what, K - 1);
+    if (o->foil == target) return lens_fail(err, LENS_EINVAL, "the foil is the target: their difference is 0");
+    return 0;
+}
 
 static int forward_copies(engine *e, const float *x_l, int l, const float *A, const float *alpha, int copies,
                           const lens_attr_opts *o)
@@ -561,22 +632,23 @@ int lens_attribution_run(const lens_model *m, const int *ids, const int *type_id
         lowest = layer - 1 < lowest ? layer - 1 : lowest;
     }
 
-    /* causal LM: the next token after the last position; segments mean nothing to it */
+    /* causal LM: the next token after the objective's position; segments mean nothing to it */
     const int lm = c->task == LENS_TASK_CAUSAL_LM, K = lm ? c->vocab_size : c->n_labels;
+    lens_objective obj;
+    if (resolve_objective(m, opts ? opts->objective : NULL, T, &obj, err)) return -1;
     lens_batch batch = {.n_seqs = 1, .lengths = &T, .ids = ids, .type_ids = lm ? NULL : type_ids};
     lens_forward_opts fo = {.keep = LENS_KEEP_HIDDEN | LENS_KEEP_ATTN | LENS_KEEP_LOGITS,
                             .cancel = opts ? opts->cancel : NULL,
                             .pool = opts ? opts->pool : NULL};
     lens_activations act;
     if (lens_forward(m, &batch, &fo, &act, err)) return -1;
-    const float *z = lens_act_logits(m, &act, 0) + (lm ? (size_t)(T - 1) * K : 0);
+    const float *z = lens_act_logits(m, &act, 0) + (size_t)obj.position * K;
     int pred = 0;
     for (int k = 1; k < K; k++) pred = z[k] > z[pred] ? k : pred;
     const int target = opts && opts->target >= 0 ? opts->target : pred;
-    if (target >= K) {
+    if (check_target(&obj, target, K, lm, err)) {
         lens_activations_free(&act);
-        return lm ? lens_fail(err, LENS_EINVAL, "target %d is not a token id in 0..%d", target, K - 1)
-                  : lens_fail(err, LENS_EINVAL, "target %d is not a label index in 0..%d", target, K - 1);
+        return -1;
     }
 
     const size_t budget = opts && opts->max_scratch_bytes ? opts->max_scratch_bytes : DEFAULT_SCRATCH;
@@ -593,8 +665,9 @@ int lens_attribution_run(const lens_model *m, const int *ids, const int *type_id
         lens_attribution_free(out);
         return lens_fail(err, LENS_ENOMEM, "out of memory for attribution of %d tokens", T);
     }
-    out->T = T, out->n_heads = NH, out->target = target, out->predicted = pred;
-    out->f_full = softmax_at(z, K, target, NULL);
+    e.obj = obj, e.obj_row = obj.position;
+    out->T = T, out->n_heads = NH, out->target = target, out->predicted = pred, out->objective = obj;
+    out->f_full = objective_at(&obj, z, K, target, NULL);
     out->steps = steps, out->riemann = riemann, out->quadrature = quad, out->n_layers = n_sel;
     int rc = 0;
     for (int i = 0; i < n_sel && !rc; i++) {
@@ -616,11 +689,19 @@ int lens_attribution_run(const lens_model *m, const int *ids, const int *type_id
 int lens_attr_eval(const lens_model *m, const int *ids, const int *type_ids, int T, int layer,
                    const float *probs, int target, double *F, lens_err *err)
 {
+    return lens_attr_eval_objective(m, ids, type_ids, T, layer, probs, target, NULL, F, err);
+}
+
+int lens_attr_eval_objective(const lens_model *m, const int *ids, const int *type_ids, int T, int layer,
+                             const float *probs, int target, const lens_objective *objective, double *F,
+                             lens_err *err)
+{
     const lens_config *c = &m->cfg;
     if (check_model(m, err)) return -1;
     if (layer < 1 || layer > c->n_layers) return lens_fail(err, LENS_EINVAL, "layer %d is not in 1..%d", layer, c->n_layers);
-    const int K = c->task == LENS_TASK_CAUSAL_LM ? c->vocab_size : c->n_labels;
-    if (target < 0 || target >= K) return lens_fail(err, LENS_EINVAL, "target %d is not a label index or token id", target);
+    const int lm = c->task == LENS_TASK_CAUSAL_LM, K = lm ? c->vocab_size : c->n_labels;
+    lens_objective obj;
+    if (resolve_objective(m, objective, T, &obj, err) || check_target(&obj, target, K, lm, err)) return -1;
     lens_batch batch = {.n_seqs = 1, .lengths = &T, .ids = ids, .type_ids = type_ids};
     lens_forward_opts fo = {.keep = LENS_KEEP_HIDDEN};
     lens_activations act;
@@ -632,6 +713,7 @@ int lens_attr_eval(const lens_model *m, const int *ids, const int *type_ids, int
         return lens_fail(err, LENS_ENOMEM, "out of memory for %d tokens", T);
     }
     const float one = 1.0f;
+    e.obj = obj, e.obj_row = obj.position;
     forward_copies(&e, lens_act_hidden(m, &act, layer - 1, 0), layer - 1, probs, &one, 1, NULL);
     head_forward(&e, 1, target, F);
     engine_free(&e);

@@ -36,6 +36,26 @@
 #include "core/model/model.h"
 
 typedef enum { LENS_RIEMANN_RIGHT = 0, LENS_RIEMANN_LEFT = 1 } lens_riemann;
+
+/* What F is, of the head's logits z (a classifier's, or a causal LM's
+ * next-token logits at the objective position; docs/attribution.md
+ * "Objectives"): probability softmax(z)[t] (the default), log_probability
+ * log softmax(z)[t], logit z[t], logit_difference z[t] - z[foil]. */
+typedef enum {
+    LENS_OBJ_PROBABILITY = 0,
+    LENS_OBJ_LOG_PROBABILITY,
+    LENS_OBJ_LOGIT,
+    LENS_OBJ_LOGIT_DIFFERENCE
+} lens_objective_kind;
+
+typedef struct {
+    lens_objective_kind kind;
+    int position; /* causal LM: the row whose next-token logits F reads, -1 = the last; classifiers: ignored */
+    int foil;     /* logit_difference: a class index or token id other than the target; else -1 */
+} lens_objective;
+
+const char *lens_objective_name(lens_objective_kind k); /* "probability", "log_probability", ... */
+int lens_objective_parse(const char *name, lens_objective_kind *k); /* -1: unknown */
 typedef enum { LENS_QUAD_RIEMANN = 0, LENS_QUAD_GAUSS = 1 } lens_quadrature;
 
 #define LENS_ATTR_RIEMANN_STEPS 20 /* the paper's m */
@@ -46,6 +66,7 @@ typedef struct {
     lens_riemann riemann;       /* default right; riemann quadrature only */
     lens_quadrature quadrature; /* default riemann */
     int target;                 /* class index; -1 = the predicted class */
+    const lens_objective *objective; /* NULL = the probability of the target (causal LM: at the last position) */
     const int *layers;          /* 1-based layers to attribute; NULL = all */
     int n_layers;               /* entries in layers */
     size_t max_scratch_bytes;   /* activations of one batch of steps; 0 = 256 MiB */
@@ -67,8 +88,9 @@ typedef struct {
 typedef struct {
     int T, n_heads;
     int target;         /* class index attributed */
-    int predicted;      /* argmax of the logits */
-    double f_full;      /* F(A): target probability of the unmodified model */
+    int predicted;      /* argmax of the logits (at the objective position) */
+    lens_objective objective; /* as run: position resolved (classifiers 0) */
+    double f_full;      /* F(A): the objective of the unmodified model */
     int steps;
     lens_riemann riemann;
     lens_quadrature quadrature;
@@ -80,8 +102,9 @@ typedef struct {
  * a sequence classifier (target = a class index) or a causal LM (F = p(next
  * token = target) at the last position, target a token id; -1 = the most
  * probable; type_ids ignored; A_l is causal, so Attr_l is zero above the
- * diagonal). Returns 0, or -1 with err filled (LENS_EINVAL for a model
- * lens_model_supports refuses, a bad target or layer). */
+ * diagonal), or of opts->objective. Returns 0, or -1 with err filled
+ * (LENS_EINVAL for a model lens_model_supports refuses, a bad target,
+ * foil, position or layer). */
 int lens_attribution_run(const lens_model *m, const int *ids, const int *type_ids, int T,
                          const lens_attr_opts *opts, lens_attribution *out, lens_err *err);
 void lens_attribution_free(lens_attribution *a);
@@ -104,6 +127,10 @@ void lens_gauss_legendre(int m, double *x, double *w);
  * and ablations; one lens_forward plus the layers above per call. */
 int lens_attr_eval(const lens_model *m, const int *ids, const int *type_ids, int T, int layer,
                    const float *probs, int target, double *F, lens_err *err);
+/* The same for an objective (NULL: lens_attr_eval's probability). */
+int lens_attr_eval_objective(const lens_model *m, const int *ids, const int *type_ids, int T, int layer,
+                             const float *probs, int target, const lens_objective *objective, double *F,
+                             lens_err *err);
 
 /* The attribution tree (attattr's attribution_tree.py, any depth). */
 typedef struct {

@@ -108,6 +108,44 @@ static lens_moe moe_of(const lens_model *m, const lens_op *o)
                       .top_k = c->top_k, .norm_topk = c->norm_topk, .ff = c->d_ff_expert, .act = (lens_glu)c->glu};
 }
 
+/* ------------------------------------------------------------ reading a program */
+
+const char *lens_block_attn_residual(const lens_model *m, int l, lens_attn_residual *s)
+{
+    static const char no_sum[] = "the block does not add the attention output to the residual stream directly (a "
+                                 "norm between them): its sources do not decompose";
+    lens_block_prog p;
+    build(m, l, &p);
+    int a = 0;
+    while (a < p.n && p.op[a].kind != LENS_OP_ATTEND) a++;
+    if (a + 2 >= p.n) return no_sum;
+    const lens_op *o = &p.op[a + 1], *add = &p.op[a + 2];
+    if (o->kind != LENS_OP_LINEAR || o->in != LENS_R_CTX) return no_sum;
+    memset(s, 0, sizeof *s);
+    s->out = o->lin;
+    if (add->kind == LENS_OP_ADD && add->out == o->out && add->in == LENS_R_X) {
+        int k = a + 3; /* post-norm: r = Attn(x) + x, then a norm of r */
+        while (k < p.n && p.op[k].kind == LENS_OP_TAIL) k++;
+        if (k >= p.n || p.op[k].kind != LENS_OP_NORM || p.op[k].in != o->out) return no_sum;
+        s->post_norm = 1, s->ln1 = p.op[k].ln;
+        const lens_op *last = &p.op[p.n - 1];
+        if (last->kind == LENS_OP_NORM && last->out == LENS_R_X && last->slot >= 0)
+            s->ln2 = last->ln, s->slot2 = last->slot;
+        return NULL;
+    }
+    /* pre-norm: x += Attn(norm(x)), right away or after the MLP (parallel residual); nothing may
+     * rewrite the attention output before */
+    for (int k = a + 2; k < p.n; k++) {
+        const lens_op *op = &p.op[k];
+        if (op->kind == LENS_OP_ADD && op->out == LENS_R_X && op->in == o->out) {
+            s->parallel = k != a + 2;
+            return NULL;
+        }
+        if (op->out == o->out && op->kind != LENS_OP_TAIL) return no_sum;
+    }
+    return no_sum;
+}
+
 /* ------------------------------------------------------------ the plan */
 
 #define NONE SIZE_MAX

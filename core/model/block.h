@@ -194,6 +194,21 @@ void lens_block_row_jac_pack(float *packed, const float *jac, int T, int C);
  * at positions 0..T-1: the program up to ATTEND. 0, or -1 out of memory. */
 int lens_block_attn_qk(const lens_model *m, int l, const float *h, int T, float *q, float *k);
 
+/* How layer l's (0-based block) attention output reaches the residual
+ * stream, read off its block program. */
+typedef struct {
+    const lens_linear *out;    /* W_O: the linear map right after ATTEND */
+    int post_norm;             /* 1: r = Attn(x) + x, then the norm ln1 of r (BERT); 0: x += Attn(norm(x)) */
+    int parallel;              /* pre-norm: the sum comes after other ops (GPT-NeoX's parallel residual) */
+    const lens_layernorm *ln1; /* post-norm: the norm of r */
+    const lens_layernorm *ln2; /* post-norm: the block's last norm, or NULL */
+    int slot2;                 /* its statistics slot */
+} lens_attn_residual;
+
+/* NULL and *s filled, or why the attention output is not added to the
+ * residual stream as it is (a norm of the summed heads in between). */
+const char *lens_block_attn_residual(const lens_model *m, int l, lens_attn_residual *s);
+
 /* Floats per row layer l's cache keeps (l == L: the final norm's), and a
  * cache of `rows` rows for it; 0, or -1 out of memory (cache freeable). */
 size_t lens_block_cache_floats(const lens_model *m, int l, int for_weights);

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "core/base/gemm.h"
+#include "core/model/block.h"
 #include "core/nn/ops.h"
 
 /* ---------------------------------------------------------------- loading */
@@ -267,6 +268,8 @@ const char *lens_analysis_name(lens_analysis a)
         [LENS_ANALYSIS_TOKEN_IDENTITY] = "token_identity",
         [LENS_ANALYSIS_HIDDEN_ATTRIBUTION] = "hidden_attribution",
         [LENS_ANALYSIS_DECOMPOSITION] = "decomposition",
+        [LENS_ANALYSIS_CONTEXT_MIXING] = "context_mixing",
+        [LENS_ANALYSIS_LOGIT_ATTRIBUTION] = "logit_attribution",
     };
     return (unsigned)a < LENS_ANALYSIS_COUNT ? names[a] : "unknown";
 }
@@ -307,11 +310,22 @@ int lens_model_supports(const lens_model *m, lens_analysis a, const char **why)
             no = "this dataset analysis is defined for sequence classifiers whose first token is a [CLS]-like "
                  "summary";
         break;
+    case LENS_ANALYSIS_LOGIT_ATTRIBUTION:
+        if (!causal_lm || !pre_norm) {
+            no = "direct logit attribution is defined for pre-norm causal LMs (a decoder's logits)";
+            break;
+        }
+        for (int l = 0; l < c->n_layers && !no; l++) {
+            lens_attn_residual s;
+            no = lens_block_attn_residual(m, l, &s);
+        }
+        break;
     case LENS_ANALYSIS_FORWARD:
     case LENS_ANALYSIS_ATTENTION:
     case LENS_ANALYSIS_TOKEN_IDENTITY:
     case LENS_ANALYSIS_HIDDEN_ATTRIBUTION:
     case LENS_ANALYSIS_DECOMPOSITION:
+    case LENS_ANALYSIS_CONTEXT_MIXING: /* each method says whether the blocks define it (a 422 on method) */
         break;
     default:
         no = m->tokenizer_only ? "this folder holds only tokenizer files: tokenize is all it serves" : "unknown analysis";

@@ -224,6 +224,8 @@ typedef enum {
     LENS_ANALYSIS_TOKEN_IDENTITY,
     LENS_ANALYSIS_HIDDEN_ATTRIBUTION,
     LENS_ANALYSIS_DECOMPOSITION,
+    LENS_ANALYSIS_CONTEXT_MIXING,     /* rollout for every model; ALTI / GlobEnc where the block decomposes */
+    LENS_ANALYSIS_LOGIT_ATTRIBUTION,  /* direct logit attribution: causal LMs whose blocks add attention as it is */
     LENS_ANALYSIS_COUNT
 } lens_analysis;
 

@@ -71,3 +71,13 @@ void lens_rmsnorm_jvp(float *tout, const float *tinp, const float *inp, const fl
         for (int i = 0; i < C; i++) ty[i] = r * gain(w, unit_offset, i) * (tx[i] - x[i] * k);
     }
 }
+
+void lens_norm_frozen(float *v, int C, const float *w, int unit_offset, int rms, double scale)
+{
+    double mean = 0;
+    if (!rms) {
+        for (int k = 0; k < C; k++) mean += v[k];
+        mean /= C;
+    }
+    for (int k = 0; k < C; k++) v[k] = (float)((v[k] - mean) * scale) * (unit_offset ? 1.0f + w[k] : w[k]);
+}

@@ -24,6 +24,11 @@ void lens_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const
 /* The same in place: d holds dy on entry and dx on exit (set, not accumulated). */
 void lens_rmsnorm_backward_inplace(float *d, float *dweight, const float *inp, const float *rstd, const float *w,
                                    int unit_offset, int N, int C);
+/* v [C] = g ⊙ (v - mean v) * scale (rms: no centring): LayerNorm or RMSNorm
+ * with its statistics frozen (scale = the r of the whole sum), applied to one
+ * term of the sum it normalises; linear in v, so the terms add up to the
+ * normalised sum minus the bias (context mixing, direct logit attribution). */
+void lens_norm_frozen(float *v, int C, const float *w, int unit_offset, int rms, double scale);
 /* tout[N][C] = d y applied to the tangent tinp (tout may alias tinp): ty_i = r g_i (tx_i - x_i r^2 (x . tx) / C). */
 void lens_rmsnorm_jvp(float *tout, const float *tinp, const float *inp, const float *rstd, const float *w,
                       int unit_offset, int N, int C);

@@ -108,6 +108,7 @@ req = {
         {"model": B, "text": "a charming film", "steps": 4, "layers": [1], "tree": True, "threshold": 0.4},
         {"model": G, "text": "hello world", "steps": 2, "target": 5, "include_matrices": True, "riemann": "left"},
         {"model": B, "text": "a charming film", "steps": 3, "quadrature": "gauss", "include_matrices": False},
+        {"model": G, "text": "hello world", "steps": 2, "objective": {"kind": "logit_difference", "position": -2, "target": 5, "foil": 7}},
     ],
     "req_token_identity": [
         {"model": B, "text": "the movie was great", "layers": [1, 2], "metric": "cosine", "top_k": 3},
@@ -116,6 +117,15 @@ req = {
     "req_hidden_attribution": [
         {"model": B, "text": "the movie", "method": "exact", "layers": [1], "include_norms": True},
         {"model": G, "text": "hello world", "method": "estimate", "probes": 4, "seed": 3},
+    ],
+    "req_context_mixing": [
+        {"model": B, "text": "the movie", "method": "alti", "layers": [1], "definition": "lensd"},
+        {"model": G, "text": "hello world", "method": "value-zeroing"},
+        {"model": B, "texts": ["a b", "c"], "method": "globenc"},
+    ],
+    "req_logit_attribution": [
+        {"model": G, "text": "hello world again", "target": 5, "foil": 7},
+        {"model": G, "input_ids": [5, 6, 7, 8], "target": "a", "position": -2},
     ],
     "req_decomposition": [
         {"model": G, "texts": ["hello world again and again", "the movie was great"], "length": 4, "top_k": 2},

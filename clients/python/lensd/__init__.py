@@ -310,6 +310,7 @@ class Client:
         return self._request("POST", "/v1/attention", {**self._body(model=model), **self._text_fields(text), **options})
 
     def attribution(self, text, model: Optional[str] = None, **options) -> Dict[str, Any]:
+        """options: target, objective ({kind, position, target, foil}), steps, quadrature, layers, heads, tree, ..."""
         return self._request("POST", "/v1/attribution",
                              {**self._body(model=model), **self._text_fields(text), **options})
 
@@ -320,6 +321,16 @@ class Client:
     def hidden_attribution(self, text, model: Optional[str] = None, **options) -> Dict[str, Any]:
         return self._request("POST", "/v1/hidden-attribution",
                              {**self._body(model=model), **self._text_fields(text), **options})
+
+    def context_mixing(self, text, method: str, model: Optional[str] = None, **options) -> Dict[str, Any]:
+        """method: rollout, alti, globenc, value-zeroing; options: layers, definition, format, text_pair."""
+        return self._request("POST", "/v1/context-mixing",
+                             {**self._body(model=model), **self._text_fields(text), "method": method, **options})
+
+    def logit_attribution(self, text, target, model: Optional[str] = None, **options) -> Dict[str, Any]:
+        """target: a token id or a one-token text; options: foil, position."""
+        return self._request("POST", "/v1/logit-attribution",
+                             {**self._body(model=model), **self._text_fields(text), "target": target, **options})
 
     def decomposition(self, model: Optional[str] = None, **options) -> Dict[str, Any]:
         """options: texts (windows) or corpus, length, layers, ... (see DecompositionRequest)."""

@@ -1,0 +1,115 @@
+/* context_mixing.c - POST /v1/context-mixing and `lensd context-mixing`.
+ *
+ * How much of each input token is in each position after a layer
+ * (attention rollout, ALTI, GlobEnc, value zeroing) via
+ * core/analysis/context_mixing.h (definitions in docs/context-mixing.md).
+ *
+ * Request {model?, text | input_ids, text_pair?, method: "rollout" | "alti" |
+ * "globenc" | "value-zeroing" | "decompx", layers? (1..L, default all),
+ * definition? = "paper-code" | "lensd", format?}. DecompX is not implemented
+ * yet (422); a method the model's blocks do not define is a 422 on method.
+ *
+ * Response {model, tokens, method, definition, layers: [{layer,
+ * contributions [T][T], rollout [T][T]}], timing_ms}; contributions[i][j] =
+ * how much of input token j is in position i's output of that layer,
+ * rollout the product of layers 1..layer's matrices. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/request.h"
+#include "core/analysis/context_mixing.h"
+
+typedef struct {
+    api_input in;
+    api_index_list layers;
+    api_format format;
+    lens_cm_method method;
+    int paper_code;
+} cm_req;
+
+static void cm_req_free(void *p)
+{
+    cm_req *r = p;
+    api_input_free(&r->in);
+    free(r->layers.v);
+    free(r);
+}
+
+int api_context_mixing_prepare(api_call *c)
+{
+    cm_req *r = calloc(1, sizeof *r);
+    if (!r) return api_fail(c, 500, "internal", NULL, "out of memory");
+    c->req = r;
+    c->free_req = cm_req_free;
+    const api_model *m;
+    if (api_decode_model(c, &m) || api_decode_input(c, m, &r->in)) return -1;
+    const char *method = NULL, *def = NULL;
+    int has = api_get_string(c, "method", &method, NULL);
+    if (has < 0) return -1;
+    if (!has)
+        return api_fail(c, 422, "invalid_request", "method",
+                        "method is required: \"rollout\", \"alti\", \"globenc\" or \"value-zeroing\"");
+    if (!strcmp(method, "decompx"))
+        return api_fail(c, 422, "invalid_request", "method", "method \"decompx\" is not implemented yet");
+    if (lens_cm_method_parse(method, &r->method))
+        return api_fail(c, 422, "invalid_request", "method",
+                        "method must be \"rollout\", \"alti\", \"globenc\", \"value-zeroing\" or \"decompx\"");
+    const char *why = lens_cm_undefined(m->model, r->method);
+    if (why) return api_fail(c, 422, "invalid_request", "method", "%s is undefined for this model: %s", method, why);
+    has = api_get_string(c, "definition", &def, NULL);
+    if (has < 0) return -1;
+    if (has && strcmp(def, "paper-code") && strcmp(def, "lensd"))
+        return api_fail(c, 422, "invalid_request", "definition", "definition must be \"paper-code\" or \"lensd\"");
+    r->paper_code = !has || !strcmp(def, "paper-code");
+    return api_decode_index_list(c, "layers", 1, m->model->cfg.n_layers, &r->layers) ||
+                   api_decode_format(c, &r->format)
+               ? -1
+               : 0;
+}
+
+void api_context_mixing_run(api_call *c)
+{
+    cm_req *r = c->req;
+    const lens_model *m = r->in.model->model;
+    double t0 = api_now();
+    api_seq seq;
+    if (api_seq_begin(c, &r->in, &seq)) return;
+    const int T = seq.T;
+    double t1 = api_now();
+    const lens_cm_opts opts = {.method = r->method, .paper_code = r->paper_code, .layers = r->layers.v,
+                               .n_layers = r->layers.n, .cancel = c->cancel, .pool = c->threads};
+    lens_cm_result res;
+    lens_err err = {0};
+    if (lens_context_mixing(m, seq.ids, seq.types, T, &opts, &res, &err)) {
+        api_seq_free(&seq);
+        api_fail_core(c, &err, "text", "method", "context mixing");
+        return;
+    }
+    double t2 = api_now();
+    jw *w = &c->out;
+    api_write_head(w, &r->in, &seq);
+    api_seq_free(&seq);
+    jw_key(w, "method");
+    jw_str(w, lens_cm_method_name(r->method));
+    jw_key(w, "definition");
+    jw_str(w, r->paper_code ? "paper-code" : "lensd");
+    jw_key(w, "layers");
+    jw_arr(w);
+    const size_t TT = (size_t)T * T;
+    for (int k = 0; k < res.n_layers; k++) {
+        jw_obj(w);
+        jw_key(w, "layer");
+        jw_int(w, res.layers[k]);
+        jw_key(w, "contributions");
+        api_write_matrix(w, res.contrib + k * TT, (size_t)T, (size_t)T, &r->format);
+        jw_key(w, "rollout");
+        api_write_matrix(w, res.rollout + k * TT, (size_t)T, (size_t)T, &r->format);
+        jw_end(w);
+    }
+    jw_end(w);
+    lens_cm_result_free(&res);
+    api_write_timing(c, t1 - t0, t2 - t1, t2);
+    jw_end(w);
+    if (w->oom) api_fail(c, 500, "internal", NULL, "out of memory while writing the response");
+    else c->status = 200;
+}

@@ -1,0 +1,413 @@
+/* context_mixing.c - attention rollout, ALTI, GlobEnc and value zeroing of
+ * one sequence (formulas and conventions in context_mixing.h, the math and
+ * every paper / code / lensd difference in docs/context-mixing.md).
+ *
+ * One forward pass keeps what every method reads: the hidden states, the
+ * attention probabilities, the value vectors and (GlobEnc) the LayerNorm
+ * statistics. Then, per layer:
+ *  - rollout: R = (mean_h P^h + I) / rowsum;
+ *  - ALTI / GlobEnc: the per-head value vectors through W_O^h as one GEMM
+ *    of NH*T rows (U[h][j] = v^h_j W_O^h), then per output row i the T
+ *    vectors t_ij = Σ_h P^h_ij U[h][j] + [i == j] x_i, one task per row;
+ *  - value zeroing: the layer's block program run once per zeroed token
+ *    plus once unchanged, the copies packed as rows of one GEMM (the
+ *    attend hook subtracts P^h_ij v^h_j from the context of copy j, which
+ *    is the attention with token j's values zeroed: the probabilities do
+ *    not read the values);
+ * and the rolled-out matrix is the product of the layers' matrices. */
+#include "core/analysis/context_mixing.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/model/arch.h"
+#include "core/model/block.h"
+#include "core/nn/linear.h"
+#include "core/nn/norm.h"
+
+static const char *const method_names[LENS_CM_COUNT] = {
+    [LENS_CM_ROLLOUT] = "rollout",
+    [LENS_CM_ALTI] = "alti",
+    [LENS_CM_GLOBENC] = "globenc",
+    [LENS_CM_VALUE_ZEROING] = "value-zeroing",
+};
+
+const char *lens_cm_method_name(lens_cm_method m)
+{
+    return (unsigned)m < LENS_CM_COUNT ? method_names[m] : "unknown";
+}
+
+int lens_cm_method_parse(const char *name, lens_cm_method *m)
+{
+    for (int i = 0; i < LENS_CM_COUNT; i++)
+        if (!strcmp(name, method_names[i])) {
+            *m = (lens_cm_method)i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *lens_cm_undefined(const lens_model *m, lens_cm_method method)
+{
+    if (method == LENS_CM_ROLLOUT || method == LENS_CM_VALUE_ZEROING) return NULL;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        lens_attn_residual s;
+        const char *why = lens_block_attn_residual(m, l, &s);
+        if (why) return why;
+        if (s.parallel)
+            return "a parallel residual (GPT-NeoX) adds the MLP of the block's input beside the attention, which "
+                   "the decomposition does not follow";
+        if (method == LENS_CM_GLOBENC && s.post_norm && !s.ln2)
+            return "GlobEnc reads the second LayerNorm of a post-norm block, which this block does not end with";
+    }
+    return NULL;
+}
+
+/* a norm of c with its statistics frozen on one term (core/nn/norm.h) */
+static void frozen_norm(const lens_config *c, const lens_layernorm *ln, float *v, int C, double scale)
+{
+    lens_norm_frozen(v, C, ln->w, c->norm_unit_offset, c->norm_rms, scale);
+}
+
+/* ------------------------------------------------------------ ALTI, GlobEnc */
+
+typedef struct {
+    const lens_model *m;
+    lens_cm_method method;
+    int paper_code, T;
+    const lens_attn_residual *s;
+    const float *x;     /* [T][C] layer input */
+    const float *U;     /* [NH][T][C] v^h_j W_O^h */
+    const float *P;     /* head h's [T][T] at P + h * P_stride */
+    size_t P_stride;
+    const float *rstd2; /* [T] GlobEnc's LN2 statistics (post-norm), else NULL */
+    float *scratch;     /* [threads][T + 1][C] */
+    float *M;           /* [T][T] out */
+} decomp_job;
+
+static void decomp_row(void *ctx, int i)
+{
+    const decomp_job *d = ctx;
+    const lens_config *c = &d->m->cfg;
+    const int T = d->T, C = c->d_model, NH = c->n_heads;
+    float *t = d->scratch + (size_t)lens_pool_thread_index() * (T + 1) * C, *y = t + (size_t)T * C;
+    /* t_ij = Σ_h P^h_ij U[h][j] + [i == j] x_i;  y = Σ_j t_ij + b_O (the sublayer's output before any norm) */
+    const float *b_o = d->s->out->b;
+    for (int k = 0; k < C; k++) y[k] = b_o ? b_o[k] : 0.0f;
+    for (int j = 0; j < T; j++) {
+        float *tj = t + (size_t)j * C;
+        if (j == i) memcpy(tj, d->x + (size_t)i * C, sizeof(float) * C);
+        else memset(tj, 0, sizeof(float) * C);
+        for (int h = 0; h < NH; h++) {
+            const float a = d->P[h * d->P_stride + (size_t)i * T + j];
+            if (a == 0.0f) continue;
+            const float *u = d->U + ((size_t)h * T + j) * C;
+            for (int k = 0; k < C; k++) tj[k] += a * u[k];
+        }
+        for (int k = 0; k < C; k++) y[k] += tj[k];
+    }
+    float *row = d->M + (size_t)i * T;
+    const lens_layernorm *ln1 = d->s->ln1;
+    if (ln1) {
+        /* post-norm: LN(y) = Σ_j g ⊙ (t_ij - mean t_ij) / s_i + g ⊙ (b_O - mean b_O) / s_i + β */
+        double mean = 0, var = 0;
+        if (!c->norm_rms) {
+            for (int k = 0; k < C; k++) mean += y[k];
+            mean /= C;
+        }
+        for (int k = 0; k < C; k++) var += (y[k] - mean) * (y[k] - mean);
+        const double rstd = 1.0 / sqrt(var / C + c->ln_eps);
+        /* ALTI's released code divides by torch.std (unbiased, C - 1) of the pre-LN states, its eps added to
+         * the states (no effect on a standard deviation); lensd by the LayerNorm's own 1/sqrt(var + eps) */
+        const double scale = d->method == LENS_CM_ALTI && d->paper_code ? 1.0 / sqrt(var / (C - 1)) : rstd;
+        for (int j = 0; j < T; j++) frozen_norm(c, ln1, t + (size_t)j * C, C, scale);
+        if (d->method == LENS_CM_ALTI) { /* the resultant: Σ_j T_i(x_j) + the bias terms */
+            for (int k = 0; k < C; k++) y[k] = b_o ? b_o[k] : 0.0f;
+            frozen_norm(c, ln1, y, C, scale);
+            for (int k = 0; k < C; k++) y[k] += ln1->b ? ln1->b[k] : 0.0f;
+            for (int j = 0; j < T; j++)
+                for (int k = 0; k < C; k++) y[k] += t[(size_t)j * C + k];
+        } else {
+            /* GlobEnc's N-Enc: LN2 with its statistics frozen on each term (the FFN skipped, LN1's bias dropped) */
+            for (int j = 0; j < T; j++) frozen_norm(c, d->s->ln2, t + (size_t)j * C, C, d->rstd2[i]);
+        }
+    }
+    double sum = 0;
+    for (int j = 0; j < T; j++) {
+        const float *z = t + (size_t)j * C;
+        double v = 0;
+        if (d->method == LENS_CM_ALTI) { /* max(0, ‖y‖₁ - ‖y - z_ij‖₁) */
+            /* the released code (post-norm encoders) measures F.pairwise_distance(z, y, p=1), which adds
+             * its eps 1e-6 to z - y */
+            const double eps = d->paper_code && ln1 ? 1e-6 : 0;
+            double ny = 0, nd = 0;
+            for (int k = 0; k < C; k++) ny += fabs(y[k]), nd += fabs((double)z[k] - y[k] + eps);
+            v = ny - nd > 0 ? ny - nd : 0;
+        } else {
+            for (int k = 0; k < C; k++) v += (double)z[k] * z[k];
+            v = sqrt(v);
+        }
+        row[j] = (float)v;
+        sum += v;
+    }
+    /* rows sum to one, except GlobEnc's released code, which rolls out the raw norms */
+    if (sum > 0 && !(d->method == LENS_CM_GLOBENC && d->paper_code))
+        for (int j = 0; j < T; j++) row[j] = (float)(row[j] / sum);
+}
+
+/* M [T][T] of ALTI / GlobEnc for block l from the kept activations. */
+static int decompose(const lens_model *m, const lens_cm_opts *o, const lens_activations *act, int l, float *M,
+                     lens_err *err)
+{
+    const lens_config *c = &m->cfg;
+    const int T = act->n_tokens, C = c->d_model, NH = c->n_heads, DV = c->d_head_v, VO = NH * DV;
+    lens_attn_residual s;
+    const char *why = lens_block_attn_residual(m, l, &s);
+    if (why) return lens_fail(err, LENS_EINVAL, "%s", why);
+    const int threads = lens_pool_threads(o->pool);
+    float *rows = calloc((size_t)NH * T * VO, sizeof(float));
+    float *U = malloc(sizeof(float) * (size_t)NH * T * C);
+    float *scratch = malloc(sizeof(float) * (size_t)threads * (T + 1) * C);
+    if (!rows || !U || !scratch) {
+        free(rows), free(U), free(scratch);
+        return lens_fail(err, LENS_ENOMEM, "out of memory for the per-head value vectors of %d tokens", T);
+    }
+    /* row h*T + j holds v^h_j in head h's columns, zero elsewhere: through W_O (no bias) it is v^h_j W_O^h */
+    const float *V = lens_act_values(m, act, l + 1, 0);
+    for (int h = 0; h < NH; h++)
+        for (int j = 0; j < T; j++)
+            memcpy(rows + ((size_t)h * T + j) * VO + h * DV, V + (size_t)j * VO + h * DV, sizeof(float) * DV);
+    lens_linear w_o = *s.out;
+    w_o.b = NULL;
+    lens_gemm_linear(U, rows, &w_o, NH * T, o->pool);
+    decomp_job d = {.m = m, .method = o->method, .paper_code = o->paper_code, .T = T, .s = &s,
+                    .x = lens_act_hidden(m, act, l, 0), .U = U, .P = lens_act_attn(m, act, l + 1, 0, 0),
+                    .P_stride = act->attn_layer_size, .scratch = scratch, .M = M};
+    if (o->method == LENS_CM_GLOBENC && s.post_norm) d.rstd2 = act->ln_rstd + (size_t)s.slot2 * act->n_tokens;
+    lens_pool_run(o->pool, T, decomp_row, &d);
+    free(rows), free(U), free(scratch);
+    return 0;
+}
+
+/* ------------------------------------------------------------ value zeroing */
+
+/* Block buffers for copies of one sequence: copy 0 unchanged, copy 1 + j
+ * with token j's value vectors zeroed (all heads, bias included, as the
+ * released code zeroes value_layer[:, :, j]). */
+typedef struct {
+    lens_block_io io;
+    int T, NH, DV, first; /* first: the chunk's first copy */
+    const float *ctx0;    /* [T][NH*DV] P v, the unchanged attention output */
+    const float *P;       /* head h's [T][T] at P + h * P_stride */
+    size_t P_stride;
+    const float *V;       /* [T][NH*DV] */
+} vz_buffers;
+
+/* ctx of copy 1 + j = ctx0 - P^h_ij v^h_j: the probabilities do not read the values. */
+static void vz_attend(lens_block_io *io, int l)
+{
+    (void)l;
+    const vz_buffers *z = io->attend_ctx;
+    const int T = z->T, DV = z->DV, VO = z->NH * z->DV;
+    for (int c = 0; c < io->N / T; c++) {
+        float *ctx = io->ctx + (size_t)c * T * VO;
+        memcpy(ctx, z->ctx0, sizeof(float) * T * VO);
+        const int j = z->first + c - 1;
+        if (j < 0) continue;
+        for (int h = 0; h < z->NH; h++)
+            for (int i = 0; i < T; i++) {
+                const float a = z->P[h * z->P_stride + (size_t)i * T + j];
+                if (a == 0.0f) continue;
+                float *out = ctx + (size_t)i * VO + h * DV;
+                const float *v = z->V + (size_t)j * VO + h * DV;
+                for (int d = 0; d < DV; d++) out[d] -= a * v[d];
+            }
+    }
+}
+
+static void vz_free(vz_buffers *z)
+{
+    lens_block_io *io = &z->io;
+    free(io->x), free(io->h), free(io->n), free(io->q), free(io->k), free(io->v), free(io->ctx), free(io->ff);
+    free((int *)io->pos);
+    free((float *)z->ctx0);
+}
+
+/* 1 - cos(a, b); a zero vector is at distance 1 (sklearn's cosine_distances). */
+static double cosine_distance(const float *a, const float *b, int C)
+{
+    double ab = 0, aa = 0, bb = 0;
+    for (int k = 0; k < C; k++) ab += (double)a[k] * b[k], aa += (double)a[k] * a[k], bb += (double)b[k] * b[k];
+    return aa > 0 && bb > 0 ? 1.0 - ab / sqrt(aa * bb) : 1.0;
+}
+
+/* M [T][T]: M[i][j] = cosine distance between block l's output at i with and
+ * without token j's values, rows normalised to sum to one. */
+static int value_zeroing(const lens_model *m, const lens_cm_opts *o, const lens_activations *act, int l, float *M,
+                         lens_err *err)
+{
+    const lens_config *c = &m->cfg;
+    const int T = act->n_tokens, C = c->d_model, NH = c->n_heads, DV = c->d_head_v, VO = NH * DV;
+    const int QK = NH * c->d_head_k, FF = lens_ff_cols(m);
+    const size_t per_row = (size_t)3 * C + 2 * QK + 2 * VO + FF + 1;
+    const size_t budget = o->max_scratch_bytes ? o->max_scratch_bytes : (size_t)256 << 20;
+    int copies = (int)(budget / (per_row * sizeof(float) * T));
+    if (copies < 1) copies = 1;
+    if (copies > T + 1) copies = T + 1;
+    const size_t R = (size_t)copies * T;
+    vz_buffers z = {.T = T, .NH = NH, .DV = DV, .P = lens_act_attn(m, act, l + 1, 0, 0),
+                    .P_stride = act->attn_layer_size, .V = lens_act_values(m, act, l + 1, 0)};
+    lens_block_io *io = &z.io;
+    io->x = malloc(sizeof(float) * R * C), io->h = malloc(sizeof(float) * R * C), io->n = malloc(sizeof(float) * R * C);
+    io->q = malloc(sizeof(float) * R * QK), io->k = malloc(sizeof(float) * R * QK);
+    io->v = malloc(sizeof(float) * R * VO), io->ctx = malloc(sizeof(float) * R * VO);
+    io->ff = malloc(sizeof(float) * R * FF);
+    int *pos = malloc(sizeof(int) * R);
+    float *ctx0 = calloc((size_t)T * VO, sizeof(float)), *ref = malloc(sizeof(float) * (size_t)T * C);
+    io->pos = pos, z.ctx0 = ctx0;
+    if (!io->x || !io->h || !io->n || !io->q || !io->k || !io->v || !io->ctx || !io->ff || !pos || !ctx0 || !ref) {
+        vz_free(&z), free(ref);
+        return lens_fail(err, LENS_ENOMEM, "out of memory for %d copies of %d tokens", copies, T);
+    }
+    for (size_t r = 0; r < R; r++) pos[r] = (int)(r % (size_t)T);
+    for (int h = 0; h < NH; h++) /* ctx0_h = P^h v_h */
+        for (int i = 0; i < T; i++)
+            for (int j = 0; j < T; j++) {
+                const float a = z.P[h * z.P_stride + (size_t)i * T + j];
+                if (a == 0.0f) continue;
+                for (int d = 0; d < DV; d++) ctx0[(size_t)i * VO + h * DV + d] += a * z.V[(size_t)j * VO + h * DV + d];
+            }
+    io->pool = o->pool, io->attend = vz_attend, io->attend_ctx = &z, io->jvp_row = -1;
+    const float *x = lens_act_hidden(m, act, l, 0);
+    int rc = 0;
+    for (z.first = 0; z.first < T + 1; z.first += copies) {
+        if (lens_cancelled(o->cancel)) {
+            rc = lens_fail(err, LENS_ECANCEL, "cancelled in value zeroing of layer %d", l + 1);
+            break;
+        }
+        const int n = T + 1 - z.first < copies ? T + 1 - z.first : copies;
+        for (int k = 0; k < n; k++) memcpy(io->x + (size_t)k * T * C, x, sizeof(float) * T * C);
+        io->N = n * T;
+        lens_block_forward(m, io, l);
+        for (int k = 0; k < n; k++) {
+            const float *out = io->x + (size_t)k * T * C;
+            const int j = z.first + k - 1;
+            if (j < 0) {
+                memcpy(ref, out, sizeof(float) * T * C);
+                continue;
+            }
+            for (int i = 0; i < T; i++)
+                M[(size_t)i * T + j] = (float)cosine_distance(out + (size_t)i * C, ref + (size_t)i * C, C);
+        }
+    }
+    for (int i = 0; i < T && !rc; i++) { /* score_matrix / np.sum(score_matrix, axis=-1) */
+        double sum = 0;
+        for (int j = 0; j < T; j++) sum += M[(size_t)i * T + j];
+        if (sum > 0)
+            for (int j = 0; j < T; j++) M[(size_t)i * T + j] = (float)(M[(size_t)i * T + j] / sum);
+    }
+    vz_free(&z), free(ref);
+    return rc;
+}
+
+/* ------------------------------------------------------------ rollout */
+
+/* M [T][T] = (mean_h P^h + I) / rowsum: compute_joint_attention's augmented matrix. */
+static void rollout_layer(const lens_model *m, const lens_activations *act, int l, float *M)
+{
+    const int T = act->n_tokens, NH = m->cfg.n_heads;
+    const float *P = lens_act_attn(m, act, l + 1, 0, 0);
+    for (int i = 0; i < T; i++) {
+        double sum = 0;
+        for (int j = 0; j < T; j++) {
+            double a = 0;
+            for (int h = 0; h < NH; h++) a += P[h * act->attn_layer_size + (size_t)i * T + j];
+            a = a / NH + (i == j);
+            M[(size_t)i * T + j] = (float)a;
+            sum += a;
+        }
+        for (int j = 0; j < T; j++) M[(size_t)i * T + j] = (float)(M[(size_t)i * T + j] / sum);
+    }
+}
+
+/* joint [T][T] = M joint (joint_attentions[i] = aug[i].dot(joint_attentions[i - 1])), in double. */
+static int roll(float *joint, const float *M, int T)
+{
+    double *acc = malloc(sizeof(double) * (size_t)T * T);
+    if (!acc) return -1;
+    for (int i = 0; i < T; i++)
+        for (int j = 0; j < T; j++) {
+            double v = 0;
+            for (int k = 0; k < T; k++) v += (double)M[(size_t)i * T + k] * joint[(size_t)k * T + j];
+            acc[(size_t)i * T + j] = v;
+        }
+    for (size_t n = 0; n < (size_t)T * T; n++) joint[n] = (float)acc[n];
+    free(acc);
+    return 0;
+}
+
+/* ------------------------------------------------------------ driver */
+
+void lens_cm_result_free(lens_cm_result *r)
+{
+    free(r->layers), free(r->contrib), free(r->rollout);
+    memset(r, 0, sizeof *r);
+}
+
+int lens_context_mixing(const lens_model *m, const int *ids, const int *type_ids, int T, const lens_cm_opts *o,
+                        lens_cm_result *out, lens_err *err)
+{
+    const int L = m->cfg.n_layers;
+    memset(out, 0, sizeof *out);
+    if ((unsigned)o->method >= LENS_CM_COUNT) return lens_fail(err, LENS_EINVAL, "unknown context-mixing method");
+    const char *why = lens_cm_undefined(m, o->method);
+    if (why) return lens_fail(err, LENS_EINVAL, "%s is undefined for this model: %s", lens_cm_method_name(o->method), why);
+    const int n = o->layers ? o->n_layers : L;
+    for (int k = 0; k < n; k++)
+        if (o->layers && (o->layers[k] < 1 || o->layers[k] > L || (k && o->layers[k] <= o->layers[k - 1])))
+            return lens_fail(err, LENS_EINVAL, "layers must be ascending within 1..%d", L);
+    if (n < 1) return lens_fail(err, LENS_EINVAL, "no layers asked for");
+    const int top = o->layers ? o->layers[n - 1] : L;
+    const size_t TT = (size_t)T * T;
+    out->T = T, out->n_layers = n;
+    out->layers = malloc(sizeof(int) * n);
+    out->contrib = malloc(sizeof(float) * n * TT);
+    out->rollout = malloc(sizeof(float) * n * TT);
+    float *M = malloc(sizeof(float) * TT), *joint = malloc(sizeof(float) * TT);
+    lens_activations act = {0};
+    int rc = 0;
+    if (!out->layers || !out->contrib || !out->rollout || !M || !joint) {
+        rc = lens_fail(err, LENS_ENOMEM, "out of memory for %d layers of %d x %d matrices", n, T, T);
+        goto done;
+    }
+    const lens_batch b = {.n_seqs = 1, .lengths = &T, .ids = ids, .type_ids = type_ids};
+    const lens_forward_opts fo = {.keep = LENS_KEEP_HIDDEN | LENS_KEEP_ATTN | LENS_KEEP_VALUES | LENS_KEEP_LN,
+                                  .cancel = o->cancel, .pool = o->pool};
+    if ((rc = lens_forward(m, &b, &fo, &act, err))) goto done;
+    for (int l = 0, k = 0; l < top && !rc; l++) {
+        if (lens_cancelled(o->cancel)) {
+            rc = lens_fail(err, LENS_ECANCEL, "cancelled at layer %d of %d", l + 1, top);
+            break;
+        }
+        switch (o->method) {
+        case LENS_CM_ROLLOUT: rollout_layer(m, &act, l, M); break;
+        case LENS_CM_VALUE_ZEROING: rc = value_zeroing(m, o, &act, l, M, err); break;
+        default: rc = decompose(m, o, &act, l, M, err);
+        }
+        if (rc) break;
+        if (l == 0) memcpy(joint, M, sizeof(float) * TT);
+        else if (roll(joint, M, T)) rc = lens_fail(err, LENS_ENOMEM, "out of memory for the rollout");
+        if (!rc && k < n && (o->layers ? o->layers[k] : k + 1) == l + 1) {
+            out->layers[k] = l + 1;
+            memcpy(out->contrib + k * TT, M, sizeof(float) * TT);
+            memcpy(out->rollout + k * TT, joint, sizeof(float) * TT);
+            k++;
+        }
+    }
+done:
+    lens_activations_free(&act);
+    free(M), free(joint);
+    if (rc) lens_cm_result_free(out);
+    return rc;
+}

@@ -1,0 +1,219 @@
+/* test_context_mixing.c - attention rollout, ALTI, GlobEnc and value zeroing
+ * (core/analysis/context_mixing.c) against the float64 reference written from
+ * the authors' released code (tests/reference/context_mixing_reference.py),
+ * and the identities the methods promise.
+ *
+ * Models: the shared bert-tiny-sst2 and gpt2-tiny-wikitext checkpoints and
+ * random micro checkpoints (lens_mkmodel) of DistilBERT and of two decoder
+ * families, Llama and Qwen2 (biased q/k/v, GQA). Every method, both
+ * definitions, every layer: contributions and rolled-out matrices within
+ * 1e-5 of the reference matrix's largest entry (float32 vs float64: the
+ * products, L1 / L2 norms and cosines of C-wide vectors round at ~1e-7
+ * relative; the rollout of L layers multiplies that by L). Value zeroing on
+ * the random micro checkpoints: 2e-4, as its cosine distances there are
+ * ~1e-4 (zeroing one token's values barely moves a random post-norm block's
+ * output), and 1 - cos of two float32 vectors that close keeps only
+ * ~1e-7 / 1e-4 of relative precision (measured: 2.8e-5 of 0.2 on DistilBERT).
+ *
+ * Identities, on every model: rows non-negative and summing to one (rollout,
+ * ALTI, value zeroing, GlobEnc with "lensd"; GlobEnc's released code rolls
+ * out raw norms); on causal models nothing of a later token reaches an
+ * earlier position (value zeroing of a token no query reads gives zero);
+ * the rollout of layer 1 is layer 1's matrix. Blocks the decomposition does
+ * not define (a norm between attention and the residual sum: OLMo-2, Gemma 2;
+ * GPT-NeoX's parallel residual) refuse ALTI and GlobEnc by name, and still
+ * run rollout and value zeroing. */
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/analysis/context_mixing.h"
+#include "core/model/arch.h"
+#include "core/model/mkmodel.h"
+#include "tests/check.h"
+#include "tests/fixture.h"
+#include "tests/reference_run.h"
+
+#define REFERENCE "tests/reference/context_mixing_reference.py"
+
+static const int IDS_MICRO[] = {0, 300, 301, 302, 303, 304, 500, 42, 999, 7, 2};
+static const int IDS_BERT[] = {101, 1996, 3185, 2001, 2307, 1998, 1045, 3866, 2009, 1012, 102};
+static const int IDS_GPT2[] = {464, 3290, 373, 257, 1310, 286, 262, 995, 13, 383, 318, 257};
+
+/* rows of x [n][T][T] non-negative and (unit) summing to one */
+static void check_rows(const char *what, const float *x, int n, int T, int unit)
+{
+    int bad = 0;
+    for (int r = 0; r < n * T; r++) {
+        double sum = 0;
+        for (int j = 0; j < T; j++) {
+            bad += !(x[(size_t)r * T + j] >= 0);
+            sum += x[(size_t)r * T + j];
+        }
+        if (unit) bad += !(fabs(sum - 1) <= 1e-5);
+    }
+    CHECK(!bad, "%s: %d rows negative%s", what, bad, unit ? " or not summing to one" : "");
+}
+
+static void check_causal(const char *what, const float *x, int n, int T)
+{
+    int bad = 0;
+    for (int k = 0; k < n; k++)
+        for (int i = 0; i < T; i++)
+            for (int j = i + 1; j < T; j++) bad += x[((size_t)k * T + i) * T + j] != 0.0f;
+    CHECK(!bad, "%s: %d entries of later tokens at earlier positions", what, bad);
+}
+
+static void check_method(const char *name, const lens_model *m, json_t *ref, lens_cm_method method, int paper_code,
+                         const int *ids, int T, double vz_tol)
+{
+    const int L = m->cfg.n_layers;
+    char what[200];
+    snprintf(what, sizeof what, "%s %s %s", name, lens_cm_method_name(method), paper_code ? "paper-code" : "lensd");
+    const lens_cm_opts o = {.method = method, .paper_code = paper_code};
+    lens_cm_result r;
+    lens_err err = {0};
+    if (lens_context_mixing(m, ids, NULL, T, &o, &r, &err)) {
+        CHECK(0, "%s: %s", what, err.msg);
+        return;
+    }
+    const size_t n = (size_t)L * T * T;
+    CHECK(r.n_layers == L && r.layers[0] == 1 && r.layers[L - 1] == L, "%s: layers 1..%d", what, L);
+    CHECK(!memcmp(r.contrib, r.rollout, sizeof(float) * T * T), "%s: rollout of layer 1 = layer 1", what);
+    const int unit = !(method == LENS_CM_GLOBENC && paper_code);
+    check_rows(what, r.contrib, L, T, unit);
+    check_rows(what, r.rollout, L, T, unit);
+    if (lens_has_cap(&m->cfg, LENS_CAP_CAUSAL)) check_causal(what, r.contrib, L, T), check_causal(what, r.rollout, L, T);
+    json_t *def = ref ? json_object_get(json_object_get(ref, lens_cm_method_name(method)), paper_code ? "paper-code" : "lensd") : NULL;
+    for (int part = 0; ref && part < 2; part++) {
+        char label[240];
+        snprintf(label, sizeof label, "%s %s", what, part ? "rollout" : "contributions");
+        float *want = json_floats(json_object_get(def, part ? "rollout" : "contributions"), n, label);
+        if (!want) continue;
+        double max = 0;
+        for (size_t i = 0; i < n; i++) max = fabs(want[i]) > max ? fabs(want[i]) : max;
+        const double tol = method == LENS_CM_VALUE_ZEROING ? vz_tol : 1e-5;
+        double d = check_close(label, part ? r.rollout : r.contrib, want, n, tol * max, 0);
+        printf("  %-60s max |diff| %.2e of max %.3g\n", label, d, max);
+        free(want);
+    }
+    lens_cm_result_free(&r);
+}
+
+static void run_model(const char *name, const char *dir, const int *ids, int T, int with_reference, double vz_tol)
+{
+    lens_err err = {0};
+    lens_model *m = lens_model_load(dir, &err);
+    CHECK(m != NULL, "%s: %s", name, err.msg);
+    if (!m) return;
+    printf("%s\n", name);
+    json_t *ref = NULL;
+    if (with_reference) {
+        char *req = reference_request(dir, ids, T, "");
+        ref = req ? reference_run(REFERENCE, req) : NULL;
+        free(req);
+        CHECK(ref != NULL, "%s: the reference script failed", name);
+    }
+    for (int method = 0; method < LENS_CM_COUNT; method++)
+        for (int paper_code = 1; paper_code >= 0; paper_code--)
+            check_method(name, m, ref, (lens_cm_method)method, paper_code, ids, T, vz_tol);
+    json_decref(ref);
+    lens_model_free(m);
+}
+
+/* A micro checkpoint of arch in a temporary folder: run_model, or (undefined)
+ * ALTI and GlobEnc refused and the others still run. */
+static void run_micro(const char *arch, const char *task, int with_reference, int undefined)
+{
+    char dir[] = "/tmp/lensd-cm-model-XXXXXX", name[96];
+    lens_err err = {0};
+    if (micro_checkpoint(arch, task, dir, name, sizeof name)) {
+        remove_dir(dir);
+        return;
+    }
+    const int T = (int)(sizeof IDS_MICRO / sizeof *IDS_MICRO);
+    if (!undefined) {
+        run_model(name, dir, IDS_MICRO, T, with_reference, 2e-4);
+    } else {
+        lens_model *m = lens_model_load(dir, &err);
+        CHECK(m != NULL, "%s: %s", name, err.msg);
+        for (int method = 0; m && method < LENS_CM_COUNT; method++) {
+            const char *why = lens_cm_undefined(m, (lens_cm_method)method);
+            const int decomposes = method == LENS_CM_ALTI || method == LENS_CM_GLOBENC;
+            CHECK(decomposes ? why != NULL : why == NULL, "%s: %s %s", name, lens_cm_method_name(method),
+                  why ? why : "defined");
+            lens_cm_result r;
+            const lens_cm_opts o = {.method = (lens_cm_method)method, .paper_code = 1};
+            const int rc = lens_context_mixing(m, IDS_MICRO, NULL, T, &o, &r, &err);
+            CHECK(decomposes ? rc != 0 && err.code == LENS_EINVAL : rc == 0, "%s: %s runs: %s", name,
+                  lens_cm_method_name(method), rc ? err.msg : "ok");
+            if (!rc) {
+                check_rows(name, r.contrib, r.n_layers, T, 1);
+                lens_cm_result_free(&r);
+            }
+        }
+        lens_model_free(m);
+    }
+    remove_dir(dir);
+}
+
+/* layers picks, value zeroing in chunks equals one pass, bad layers refused */
+static void check_options(void)
+{
+    char dir[] = "/tmp/lensd-cm-opt-XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp");
+        return;
+    }
+    lens_err err = {0};
+    lens_model *m = NULL;
+    if (lens_mkmodel("bert", "micro", "classification", 3, dir, &err) == 0) m = lens_model_load(dir, &err);
+    CHECK(m != NULL, "bert micro: %s", err.msg);
+    const int T = (int)(sizeof IDS_MICRO / sizeof *IDS_MICRO), L = m ? m->cfg.n_layers : 0;
+    if (m) {
+        lens_cm_result all, one, chunked;
+        const int last[] = {L};
+        lens_cm_opts o = {.method = LENS_CM_VALUE_ZEROING, .paper_code = 1};
+        CHECK(!lens_context_mixing(m, IDS_MICRO, NULL, T, &o, &all, &err), "value zeroing: %s", err.msg);
+        o.layers = last, o.n_layers = 1;
+        o.max_scratch_bytes = 1; /* one copy per pass */
+        CHECK(!lens_context_mixing(m, IDS_MICRO, NULL, T, &o, &chunked, &err), "value zeroing chunked: %s", err.msg);
+        o.max_scratch_bytes = 0;
+        CHECK(!lens_context_mixing(m, IDS_MICRO, NULL, T, &o, &one, &err), "value zeroing layer %d: %s", L, err.msg);
+        const size_t TT = (size_t)T * T;
+        check_close("layers = [L] picks layer L (rollout from layer 1)", one.rollout, all.rollout + (L - 1) * TT, TT,
+                    0, 0);
+        check_close("value zeroing one copy per pass = all copies in one", chunked.contrib, one.contrib, TT, 1e-6, 0);
+        lens_cm_result_free(&all), lens_cm_result_free(&one), lens_cm_result_free(&chunked);
+        const int bad[] = {2, 1};
+        o.layers = bad, o.n_layers = 2;
+        CHECK(lens_context_mixing(m, IDS_MICRO, NULL, T, &o, &one, &err) && err.code == LENS_EINVAL,
+              "layers out of order refused");
+        lens_model_free(m);
+    }
+    remove_dir(dir);
+}
+
+int main(void)
+{
+    const int with_reference = reference_available();
+    const char *shared = check_shared_dir();
+    if (shared) {
+        char dir[600];
+        snprintf(dir, sizeof dir, "%s/models/bert-tiny-sst2", shared);
+        run_model("bert-tiny-sst2", dir, IDS_BERT, (int)(sizeof IDS_BERT / sizeof *IDS_BERT), with_reference, 1e-5);
+        snprintf(dir, sizeof dir, "%s/models/gpt2-tiny-wikitext", shared);
+        run_model("gpt2-tiny-wikitext", dir, IDS_GPT2, (int)(sizeof IDS_GPT2 / sizeof *IDS_GPT2), with_reference, 1e-5);
+    } else {
+        SKIP("no ../shared: the shared checkpoints are not compared");
+    }
+    run_micro("distilbert", "classification", with_reference, 0);
+    run_micro("llama", "causal-lm", with_reference, 0);
+    run_micro("qwen2", "causal-lm", with_reference, 0);
+    run_micro("olmo2", "causal-lm", 0, 1);
+    run_micro("gemma2", "causal-lm", 0, 1);
+    run_micro("gpt_neox", "causal-lm", 0, 1);
+    check_options();
+    return check_done("test_context_mixing");
+}
