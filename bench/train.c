@@ -193,7 +193,7 @@ int main(int argc, char **argv)
         return 1;
     }
     char *labels[2] = {"negative", "positive"};
-    lens_config cfg = {.family = &lens_family_bert, .task = LENS_TASK_CLASSIFICATION, .n_layers = layers,
+    lens_config cfg = {.family = lens_family_find("bert"), .task = LENS_TASK_CLASSIFICATION, .n_layers = layers,
                        .n_heads = heads, .d_model = hidden, .d_ff = ff, .d_head_k = hidden / heads,
                        .d_head_v = hidden / heads, .vocab_size = lens_tokenizer_vocab_size(tok),
                        .max_positions = max_len, .type_vocab_size = 2, .ln_eps = 1e-12f, .n_labels = 2,
