@@ -274,6 +274,38 @@ static void test_causal_prefixes(void)
     free(V), free(A), free(E), free(P), free(PE);
 }
 
+/* Each windowed row of E (the effective attention of A over a sliding window
+ * W, causal or bidirectional) against its band's problem solved on its own:
+ * the row a_i[band] and V_band, non-causal (the per-row SVD path); causal
+ * rows below W, the prefixes, are not windowed: want_rows rows must match
+ * within 1e-5, and nothing outside a band; *worst the largest difference. */
+static void check_band_rows(const char *what, const float *A, const float *V, int T, int DV, int causal, int W,
+                            const float *E, int want_rows, double *worst)
+{
+    double outside = 0;
+    float *P = malloc(sizeof(float) * T * T), *PE = malloc(sizeof(float) * T * T);
+    lens_err err = {0};
+    int rows = 0;
+    *worst = 0;
+    for (int i = 0; P && PE && i < T; i++) {
+        int lo, hi;
+        lens_key_band(i, T, causal, W, &lo, &hi);
+        const int n = hi - lo;
+        for (int j = 0; j < T; j++)
+            if (j < lo || j >= hi) outside = fmax(outside, fabs(E[(size_t)i * T + j]));
+        if (causal && i < W) continue;
+        for (int a = 0; a < n; a++)
+            for (int j = 0; j < n; j++) P[a * n + j] = A[(size_t)i * T + lo + j];
+        if (lens_attention_effective(P, V + (size_t)lo * DV, DV, n, DV, 0, 0, PE, NULL, &err)) break;
+        for (int j = 0; j < n; j++) *worst = fmax(*worst, fabs((double)PE[j] - E[(size_t)i * T + lo + j]));
+        rows++;
+    }
+    free(P), free(PE);
+    CHECK(rows == want_rows, "%s: %d rows checked, want %d", what, rows, want_rows);
+    CHECK(*worst <= 1e-5, "%s: rows differ from their bands' projections by %g", what, *worst);
+    CHECK(outside == 0, "%s: rows have %g outside their band", what, outside);
+}
+
 /* Bidirectional windows (ModernBERT's local layers, W = local_attention):
  * row i attends keys |i - j| <= W / 2 only, so its effective row is the
  * projection onto the values of its band, checked against the band's
@@ -284,7 +316,7 @@ static void test_bidirectional_window_rows(void)
     printf("bidirectional window rows one at a time\n");
     enum { T = 24, DV = 6, W = 8, H = W / 2 };
     float *V = malloc(sizeof(float) * T * DV), *A = malloc(sizeof(float) * T * T), *E = malloc(sizeof(float) * T * T);
-    float *F = malloc(sizeof(float) * T * T), *P = malloc(sizeof(float) * T * T), *PE = malloc(sizeof(float) * T * T);
+    float *F = malloc(sizeof(float) * T * T);
     for (int t = 0; t < T; t++)
         for (int c = 0; c < DV; c++) V[t * DV + c] = uniform();
     for (size_t k = 0; k < (size_t)T * T; k++) A[k] = 2 * uniform();
@@ -296,23 +328,9 @@ static void test_bidirectional_window_rows(void)
     lens_err err = {0};
     CHECK(lens_attention_effective(A, V, DV, T, DV, 0, W, E, NULL, &err) == 0, "bidirectional window: %s", err.msg);
     CHECK(lens_attention_effective(A, V, DV, T, DV, 0, 0, F, NULL, &err) == 0, "full effective: %s", err.msg);
-    double worst = 0, outside = 0, moved = 0;
-    int rows = 0;
-    for (int i = 0; i < T; i++) {
-        const int lo = i - H > 0 ? i - H : 0, hi = i + H + 1 < T ? i + H + 1 : T, n = hi - lo;
-        for (int j = 0; j < T; j++) {
-            if (j < lo || j >= hi) outside = fmax(outside, fabs(E[(size_t)i * T + j]));
-            moved = fmax(moved, fabs((double)E[(size_t)i * T + j] - F[(size_t)i * T + j]));
-        }
-        for (int a = 0; a < n; a++)
-            for (int j = 0; j < n; j++) P[a * n + j] = A[(size_t)i * T + lo + j];
-        if (lens_attention_effective(P, V + (size_t)lo * DV, DV, n, DV, 0, 0, PE, NULL, &err)) break;
-        for (int j = 0; j < n; j++) worst = fmax(worst, fabs((double)PE[j] - E[(size_t)i * T + lo + j]));
-        rows++;
-    }
-    CHECK(rows == T, "%d bidirectional rows checked, want %d", rows, T);
-    CHECK(worst <= 1e-5, "bidirectional rows differ from per-band projections by %g", worst);
-    CHECK(outside == 0, "bidirectional rows have %g outside their band", outside);
+    double worst, moved = 0;
+    for (size_t k = 0; k < (size_t)T * T; k++) moved = fmax(moved, fabs((double)E[k] - F[k]));
+    check_band_rows("bidirectional window", A, V, T, DV, 0, W, E, T, &worst);
     CHECK(moved > 1e-2, "the band changes no row (max |band - full| %g): the case tests nothing", moved);
     lens_head_attention r;
     CHECK(lens_attention_head(A, V, DV, NULL, 0, T, DV, 0, 0, W, NULL, NULL, NULL, F, NULL, &r, &err) == 0,
@@ -321,9 +339,9 @@ static void test_bidirectional_window_rows(void)
     /* the last row's band, rows T-1-H .. T-1: H + 1 = 5 keys < DV, so rank 5 (the full V's would be 6) */
     CHECK(r.rank == H + 1 && r.null_dim == 0,
           "the last row's band (rows %d..%d) decides rank %d, null_dim %d", T - 1 - H, T - 1, r.rank, r.null_dim);
-    printf("  %d bidirectional rows: max |diff| %.2e vs per-band projections, max |band - full| %.2e\n", rows, worst,
+    printf("  %d bidirectional rows: max |diff| %.2e vs per-band projections, max |band - full| %.2e\n", (int)T, worst,
            moved);
-    free(V), free(A), free(E), free(F), free(P), free(PE);
+    free(V), free(A), free(E), free(F);
 }
 
 /* Sliding-window rows (Mistral, Gemma 2's local layers): row i >= W attends keys i-W+1..i only, so
@@ -336,7 +354,7 @@ static void test_window_rows(void)
     printf("sliding-window rows one at a time\n");
     enum { T = 48, DV = 6, W = 10 };
     float *V = malloc(sizeof(float) * T * DV), *A = malloc(sizeof(float) * T * T), *E = malloc(sizeof(float) * T * T);
-    float *C = malloc(sizeof(float) * T * T), *P = malloc(sizeof(float) * W * W), *PE = malloc(sizeof(float) * W * W);
+    float *C = malloc(sizeof(float) * T * T);
     for (int t = 0; t < T; t++)
         for (int c = 0; c < DV; c++) V[t * DV + c] = uniform();
     for (int t = 23; t < 30; t++) { /* combinations of rows 20, 21, 22 */
@@ -356,25 +374,14 @@ static void test_window_rows(void)
     CHECK(lens_attention_effective(A, V, DV, T, DV, 1, W, E, &rank, &err) == 0 && rank == DV,
           "windowed effective: rank %d: %s", rank, err.msg);
     CHECK(lens_attention_effective(A, V, DV, T, DV, 1, 0, C, NULL, &err) == 0, "causal effective: %s", err.msg);
-    double worst = 0, outside = 0, prefix = 0, moved = 0;
-    int rows = 0;
-    for (int i = 0; i < T; i++) {
-        const int lo = i - W + 1 > 0 ? i - W + 1 : 0, n = i - lo + 1;
+    double worst, prefix = 0, moved = 0;
+    for (int i = 0; i < T; i++)
         for (int j = 0; j < T; j++) {
-            if (j < lo || j > i) outside = fmax(outside, fabs(E[(size_t)i * T + j]));
-            if (i < W) prefix = fmax(prefix, fabs((double)E[(size_t)i * T + j] - C[(size_t)i * T + j]));
-            else moved = fmax(moved, fabs((double)E[(size_t)i * T + j] - C[(size_t)i * T + j]));
+            const double d = fabs((double)E[(size_t)i * T + j] - C[(size_t)i * T + j]);
+            if (i < W) prefix = fmax(prefix, d);
+            else moved = fmax(moved, d);
         }
-        if (i < W) continue;
-        for (int a = 0; a < n; a++)
-            for (int j = 0; j < n; j++) P[a * n + j] = A[(size_t)i * T + lo + j];
-        if (lens_attention_effective(P, V + (size_t)lo * DV, DV, n, DV, 0, 0, PE, NULL, &err)) break;
-        for (int j = 0; j < n; j++) worst = fmax(worst, fabs((double)PE[j] - E[(size_t)i * T + lo + j]));
-        rows++;
-    }
-    CHECK(rows == T - W, "%d windowed rows checked, want %d", rows, T - W);
-    CHECK(worst <= 1e-5, "windowed rows differ from per-window projections by %g", worst);
-    CHECK(outside == 0, "windowed rows have %g outside their window", outside);
+    check_band_rows("sliding window", A, V, T, DV, 1, W, E, T - W, &worst);
     CHECK(prefix == 0, "rows below the window differ from the causal prefixes by %g", prefix);
     CHECK(moved > 1e-2, "the window changes no row (max |window - prefix| %g): the case tests nothing", moved);
     lens_head_attention r;
@@ -405,9 +412,9 @@ static void test_window_rows(void)
     const double band = (sxy - sx * sy / n) / sqrt((sxx - sx * sx / n) * (syy - sy * sy / n));
     CHECK(fabs(r2.pearson - band) <= 1e-9, "windowed Pearson %.12f, over the band %.12f", r2.pearson, band);
     free(A2), free(C2);
-    printf("  %d windowed rows: max |diff| %.2e vs per-window projections, max |window - prefix| %.2e\n", rows, worst,
+    printf("  %d windowed rows: max |diff| %.2e vs per-window projections, max |window - prefix| %.2e\n", (int)(T - W), worst,
            moved);
-    free(V), free(A), free(E), free(C), free(P), free(PE);
+    free(V), free(A), free(E), free(C);
 }
 
 /* Causal rows whose prefix V[0..DV-1] is near-singular (σ_min < tol although every
