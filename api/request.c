@@ -161,6 +161,7 @@ static const api_field_set field_sets[] = {
      {INPUT_FIELDS, BATCH_FIELDS, "layers", "method", "probes", "seed", "include_norms", "format", "async"}},
     {"/v1/context-mixing", {INPUT_FIELDS, BATCH_FIELDS, "method", "layers", "definition", "format"}},
     {"/v1/logit-attribution", {INPUT_FIELDS, "position", "target", "foil"}},
+    {"/v1/ablation", {INPUT_FIELDS, "heads", "mlps", "mode", "reference_texts", "objective", "include_logits"}},
     {"/v1/jobs", {"kind", "params"}},
     /* job kinds: params */
     {"decomposition",

@@ -94,6 +94,14 @@ void api_write_timing(api_call *c, double t_tokenize, double t_compute, double e
  * errors name field. 0, or -1 with the 422 written. */
 int api_decode_token(api_call *c, const lens_model *m, const json_t *v, const char *field, int *id);
 
+/* objective? = {kind?, position? (causal LM), target?, foil?}
+ * (docs/attribution.md "Objectives"; api/attribution.c): *o the objective
+ * (default: probability, position -1 = the last, no foil), *target set when
+ * objective.target is given (a class of a classifier, a token of a causal
+ * LM; left as it is otherwise), *has (may be NULL) 1 when the request had
+ * one. Errors name "objective.<key>". 0, or -1 with the 422 written. */
+int api_decode_objective(api_call *c, const lens_model *m, int *target, lens_objective *o, int *has);
+
 /* Optional typed getters: 0 absent/null, 1 present and right type, -1 wrong type (failed). */
 int api_get_string(api_call *c, const char *field, const char **s, size_t *len);
 int api_get_bool(api_call *c, const char *field, int *v);
