@@ -109,12 +109,8 @@ int api_ablation_prepare(api_call *c)
     c->req = r;
     c->free_req = ablation_req_free;
     const api_model *am;
-    if (api_decode_model(c, &am)) return -1;
+    if (api_decode_objective_model(c, "ablation", &am)) return -1;
     const lens_config *cfg = &am->model->cfg;
-    if (cfg->task != LENS_TASK_CLASSIFICATION && cfg->task != LENS_TASK_CAUSAL_LM)
-        return api_fail(c, 422, "invalid_request", "model",
-                        "ablation reads an objective of a sequence classifier or a causal LM; %s is %s", am->name,
-                        lens_task_name(cfg->task));
     if (api_decode_input(c, am, &r->in)) return -1;
     r->heads = calloc((size_t)cfg->n_layers * cfg->n_heads, 1);
     r->mlps = calloc((size_t)cfg->n_layers, 1);
@@ -140,25 +136,6 @@ int api_ablation_prepare(api_call *c)
         api_get_bool(c, "include_logits", &r->logits) < 0)
         return -1;
     return 0;
-}
-
-static void write_output(jw *w, const lens_model *m, const char *key, int k)
-{
-    const lens_config *cfg = &m->cfg;
-    jw_key(w, key);
-    jw_obj(w);
-    if (cfg->task == LENS_TASK_CAUSAL_LM) {
-        jw_key(w, "id");
-        jw_int(w, k);
-        jw_key(w, "token");
-        jw_str(w, m->tok ? lens_tokenizer_piece(m->tok, k) : NULL);
-    } else {
-        jw_key(w, "index");
-        jw_int(w, k);
-        jw_key(w, "label");
-        jw_str(w, cfg->labels && k < cfg->n_labels ? cfg->labels[k] : NULL);
-    }
-    jw_end(w);
 }
 
 /* {clean: [K], ablated: [K]}; probs: softmax of each */
@@ -212,15 +189,9 @@ void api_ablation_run(api_call *c)
     api_seq_free(&seq);
     jw_key(w, "mode");
     jw_str(w, r->mode == LENS_ABLATE_MEAN ? "mean" : "zero");
-    write_output(w, m, "target", res.target);
-    write_output(w, m, "predicted", res.predicted);
-    jw_key(w, "objective");
-    jw_obj(w);
-    jw_key(w, "kind");
-    jw_str(w, lens_objective_name(res.objective.kind));
-    jw_key(w, "position");
-    jw_int(w, res.objective.position);
-    if (res.objective.foil >= 0) write_output(w, m, "foil", res.objective.foil);
+    api_write_output(w, m, "target", res.target);
+    api_write_output(w, m, "predicted", res.predicted);
+    api_write_objective_open(w, m, &res.objective);
     jw_key(w, "clean");
     jw_float(w, res.clean, 9);
     jw_key(w, "ablated");

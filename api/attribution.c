@@ -169,6 +169,17 @@ int api_decode_objective(api_call *c, const lens_model *m, int *target, lens_obj
     return 0;
 }
 
+int api_decode_objective_model(api_call *c, const char *what, const api_model **am)
+{
+    if (api_decode_model(c, am)) return -1;
+    const lens_config *cfg = &(*am)->model->cfg;
+    if (cfg->task != LENS_TASK_CLASSIFICATION && cfg->task != LENS_TASK_CAUSAL_LM)
+        return api_fail(c, 422, "invalid_request", "model",
+                        "%s reads an objective of a sequence classifier or a causal LM; %s is %s", what, (*am)->name,
+                        lens_task_name(cfg->task));
+    return 0;
+}
+
 int api_decode_schedule(api_call *c, api_schedule *s)
 {
     const char *riemann = NULL, *quadrature = NULL;

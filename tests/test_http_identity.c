@@ -230,6 +230,35 @@ static void test_ablation(test_server *s)
     json_decref(zero), json_decref(own), json_decref(ref), json_decref(lm);
 }
 
+/* ------------------------------------------------------ patching */
+
+/* POST /v1/patching: the schema, an L x T grid, effect 0 at layer 0 where
+ * the tokens agree, and on a causal LM after the objective's position. */
+static void test_patching(test_server *s)
+{
+    static const char *const bodies[] = {
+        "{\"model\": \"bert\", \"clean\": [101, 200, 201, 202, 102], \"corrupt\": [101, 200, 305, 202, 102]}",
+        "{\"model\": \"gpt\", \"clean\": [116, 468, 27, 30, 31], \"corrupt\": [116, 468, 40, 30, 31], \"objective\": "
+        "{\"kind\": \"logit_difference\", \"position\": 3, \"target\": 11, \"foil\": 17}}",
+    };
+    for (int b = 0; b < 2; b++) {
+        http_resp r;
+        http_post_json(s, &r, "/v1/patching", bodies[b]);
+        check_schema(&r, "/v1/patching", "POST");
+        const json_t *grid = get(r.json, "resid");
+        int zeros_ok = json_array_size(grid) == 2;
+        for (size_t l = 0; l < json_array_size(grid); l++) {
+            const json_t *row = json_array_get(grid, l);
+            zeros_ok &= json_array_size(row) == 5;
+            for (size_t t = 0; t < json_array_size(row); t++)
+                if ((l == 0 && t != 2) || (b == 1 && t == 4)) zeros_ok &= fabs(num_at(row, t)) <= 1e-5;
+        }
+        CHECK(r.status == 200 && zeros_ok, "patching %s: a 2 x 5 grid, 0 where nothing differs (%ld %.300s)", bodies[b],
+              r.status, r.body);
+        http_resp_free(&r);
+    }
+}
+
 /* ------------------------------------------------------ hidden attribution */
 
 static void check_contributions(const json_t *layer, size_t T, const char *what)
@@ -532,6 +561,13 @@ static void test_bad_inputs(test_server *s)
         {"/v1/ablation", "{\"model\": \"bert\", \"text\": \"a b\", \"mlps\": [1], \"objective\": {\"kind\": \"logit_difference\"}}", 422, "invalid_request", "objective.foil"},
         {"/v1/ablation", "{\"model\": \"gpt\", \"text\": \"a b\", \"mlps\": [1], \"objective\": {\"position\": 9}}", 422, "invalid_request", "objective.position"},
         {"/v1/ablation", "{\"model\": \"gpt\", \"text\": \"a b\", \"mlps\": [1], \"layers\": [1]}", 422, "invalid_request", "layers"},
+        {"/v1/patching", "{\"model\": \"bert\", \"clean\": [101, 200, 102], \"corrupt\": [101, 102]}", 422, "invalid_request", "corrupt"},
+        {"/v1/patching", "{\"model\": \"bert\", \"corrupt\": [101, 102]}", 422, "invalid_request", "clean"},
+        {"/v1/patching", "{\"model\": \"bert\", \"clean\": \"\", \"corrupt\": [101, 102]}", 422, "invalid_request", "clean"},
+        {"/v1/patching", "{\"model\": \"bert\", \"clean\": [101, 99999999], \"corrupt\": [101, 102]}", 422, "invalid_request", "clean"},
+        {"/v1/patching", "{\"model\": \"bert\", \"clean\": [101, 102], \"corrupt\": [101, 102], \"targets\": [\"heads\"]}", 422, "invalid_request", "targets"},
+        {"/v1/patching", "{\"model\": \"bert\", \"clean\": [101, 102], \"corrupt\": [101, 102], \"method\": \"attribution\"}", 422, "invalid_request", "method"},
+        {"/v1/patching", "{\"model\": \"gpt\", \"clean\": [101, 102], \"corrupt\": [101, 102], \"objective\": {\"position\": 5}}", 422, "invalid_request", "objective.position"},
         {"/v1/hidden-attribution", "{\"model\": \"bert\", \"text\": \"a b\", \"method\": \"fast\"}", 422, "invalid_request", "method"},
         {"/v1/hidden-attribution", "{\"model\": \"bert\", \"text\": \"a b\", \"method\": \"estimate\", \"probes\": 1}", 422, "invalid_request", "probes"},
         {"/v1/hidden-attribution", "{\"model\": \"bert\", \"text\": \"a b\", \"probes\": \"8\"}", 422, "invalid_request", "probes"},
@@ -617,6 +653,7 @@ int main(void)
         test_context_mixing(&s);
         test_logit_attribution(&s);
         test_ablation(&s);
+        test_patching(&s);
         test_objectives(&s);
         test_token_identity(&s);
         test_maps(&s);

@@ -284,6 +284,9 @@ int lens_forward(const lens_model *m, const lens_batch *batch, const lens_forwar
         /* this layer's kept values, or scratch */
         w.io.v = act->values ? act->values + (size_t)l * N * c->n_heads * c->d_head_v : w.v_scratch;
         w.io.route = act->route ? act->route + (size_t)l * N * (2 * (size_t)c->top_k + c->n_experts) : NULL;
+        if (opts && opts->patch_rows && l == opts->patch_layer)
+            for (size_t n = 0; n < N; n++)
+                if (opts->patch_rows[n]) memcpy(w.io.x + n * C, opts->patch_src + n * C, sizeof(float) * C);
         lens_block_forward(m, &w.io, l);
         if (l == L - 1) lens_block_forward(m, &w.io, L); /* the final norm, if the family has one */
         keep_hidden(act, w.io.x, l + 1, C);

@@ -268,6 +268,11 @@ typedef struct {
     const float *mlp_fill;       /* optional [L][C]: the replacement, NULL = zero */
     double *ctx_sum;             /* optional [L][NH*DV]: each layer's ctx summed over every row (added to) */
     double *mlp_sum;             /* optional [L][C]: each MLP's output summed over every row (added to) */
+    /* activation patching: before block patch_layer (0..L-1) the residual rows n with patch_rows[n] set
+     * become patch_src's row n ([N][C]); patch_rows NULL = none */
+    int patch_layer;
+    const float *patch_src;
+    const unsigned char *patch_rows;
 } lens_forward_opts;
 
 typedef struct {

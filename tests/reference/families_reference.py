@@ -235,10 +235,14 @@ class Model:
         f = self.mlp_out(L_("f2", self.act(L_("f1", a))))
         return ln(a + f, p(b + n["ln2"] + ".weight"), p(b + n["ln2"] + ".bias"), self.eps), P
 
-    def layers(self, h0, scales=None):
+    def layers(self, h0, scales=None, patch=None):
+        """patch (l, t, row): row t of block l's input replaced by row (activation patching)."""
         hidden, probs, x = [h0], [], h0
         self.values = []
         for l in range(self.L):
+            if patch and patch[0] == l:
+                x = x.clone()
+                x[patch[1]] = patch[2]
             x, P = self.block(l, x, scales[l] if scales else None)
             probs.append(P)
             self.values.append(self.last_v)

@@ -343,6 +343,11 @@ class Client:
             body["mlps"] = list(mlps)
         return self._request("POST", "/v1/ablation", body)
 
+    def patching(self, clean, corrupt, model: Optional[str] = None, **options) -> Dict[str, Any]:
+        """clean, corrupt: texts or token id lists of equal token length; options: objective."""
+        return self._request("POST", "/v1/patching",
+                             {**self._body(model=model), "clean": clean, "corrupt": corrupt, **options})
+
     def decomposition(self, model: Optional[str] = None, **options) -> Dict[str, Any]:
         """options: texts (windows) or corpus, length, layers, ... (see DecompositionRequest)."""
         return self._request("POST", "/v1/decomposition", {**self._body(model=model), **options})
