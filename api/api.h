@@ -216,6 +216,10 @@ int api_context_mixing_prepare(api_call *c);
 void api_context_mixing_run(api_call *c);
 int api_logit_attribution_prepare(api_call *c);
 void api_logit_attribution_run(api_call *c);
+int api_ablation_prepare(api_call *c);
+void api_ablation_run(api_call *c);
+int api_patching_prepare(api_call *c);
+void api_patching_run(api_call *c);
 /* The same endpoints taking texts: [...] too (api/batch.c); the route table uses these. */
 int api_forward_batched_prepare(api_call *c);
 void api_forward_batched_run(api_call *c);

@@ -116,23 +116,22 @@ static int decode_target(api_call *c, const lens_config *cfg, int *target)
     return decode_class(c, cfg, v, "target", 1, target);
 }
 
-/* objective: {kind?, position?, target?, foil?} (docs/attribution.md "Objectives"). */
-static int decode_objective(api_call *c, const lens_model *m, attribution_req *r)
+int api_decode_objective(api_call *c, const lens_model *m, int *target, lens_objective *o, int *has)
 {
     const lens_config *cfg = &m->cfg;
-    const json_t *o = json_object_get(c->body, "objective");
-    r->objective = (lens_objective){.kind = LENS_OBJ_PROBABILITY, .position = -1, .foil = -1};
-    if (!o || json_is_null(o)) return 0;
-    if (!json_is_object(o)) return api_fail(c, 422, "invalid_request", "objective", "objective must be an object");
-    r->has_objective = 1;
+    const json_t *obj = json_object_get(c->body, "objective");
+    *o = (lens_objective){.kind = LENS_OBJ_PROBABILITY, .position = -1, .foil = -1};
+    if (!obj || json_is_null(obj)) return 0;
+    if (!json_is_object(obj)) return api_fail(c, 422, "invalid_request", "objective", "objective must be an object");
+    if (has) *has = 1;
     const char *key;
     const json_t *v;
     char field[64];
-    json_object_foreach((json_t *)o, key, v) {
+    json_object_foreach((json_t *)obj, key, v) {
         snprintf(field, sizeof field, "objective.%.40s", key);
         if (json_is_null(v)) continue;
         if (!strcmp(key, "kind")) {
-            if (!json_is_string(v) || lens_objective_parse(json_string_value(v), &r->objective.kind))
+            if (!json_is_string(v) || lens_objective_parse(json_string_value(v), &o->kind))
                 return api_fail(c, 422, "invalid_request", field,
                                 "objective.kind must be \"probability\", \"log_probability\", \"logit\" or "
                                 "\"logit_difference\"");
@@ -142,31 +141,42 @@ static int decode_objective(api_call *c, const lens_model *m, attribution_req *r
                                 "a classifier's objective reads its pooled first token: no position");
             if (!json_is_integer(v) || json_integer_value(v) < -(1 << 30) || json_integer_value(v) >= (1 << 30))
                 return api_fail(c, 422, "invalid_request", field, "objective.position must be an integer");
-            r->objective.position = (int)json_integer_value(v);
+            o->position = (int)json_integer_value(v);
         } else if (!strcmp(key, "target")) {
             if (json_object_get(c->body, "target") && !json_is_null(json_object_get(c->body, "target")))
                 return api_fail(c, 422, "invalid_request", field, "give the target once: target or objective.target");
             if (targets_next_token(cfg) && json_is_string(v) && !strcmp(json_string_value(v), "predicted")) continue;
-            if (targets_next_token(cfg) ? api_decode_token(c, m, v, field, &r->target)
-                                        : decode_class(c, cfg, v, field, 1, &r->target))
+            if (targets_next_token(cfg) ? api_decode_token(c, m, v, field, target)
+                                        : decode_class(c, cfg, v, field, 1, target))
                 return -1;
         } else if (!strcmp(key, "foil")) {
-            if (targets_next_token(cfg) ? api_decode_token(c, m, v, field, &r->objective.foil)
-                                        : decode_class(c, cfg, v, field, 0, &r->objective.foil))
+            if (targets_next_token(cfg) ? api_decode_token(c, m, v, field, &o->foil)
+                                        : decode_class(c, cfg, v, field, 0, &o->foil))
                 return -1;
         } else {
             return api_fail(c, 422, "invalid_request", field,
                             "unknown field \"%.40s\" (objective takes: kind, position, target, foil)", key);
         }
     }
-    const int diff = r->objective.kind == LENS_OBJ_LOGIT_DIFFERENCE;
-    if (diff && r->objective.foil < 0)
+    const int diff = o->kind == LENS_OBJ_LOGIT_DIFFERENCE;
+    if (diff && o->foil < 0)
         return api_fail(c, 422, "invalid_request", "objective.foil", "logit_difference needs objective.foil");
-    if (!diff && r->objective.foil >= 0)
+    if (!diff && o->foil >= 0)
         return api_fail(c, 422, "invalid_request", "objective.foil", "a foil needs objective.kind logit_difference");
-    if (diff && r->objective.foil == r->target)
+    if (diff && o->foil == *target)
         return api_fail(c, 422, "invalid_request", "objective.foil",
-                        "objective.foil is the target (%d): their logit difference is 0", r->target);
+                        "objective.foil is the target (%d): their logit difference is 0", *target);
+    return 0;
+}
+
+int api_decode_objective_model(api_call *c, const char *what, const api_model **am)
+{
+    if (api_decode_model(c, am)) return -1;
+    const lens_config *cfg = &(*am)->model->cfg;
+    if (cfg->task != LENS_TASK_CLASSIFICATION && cfg->task != LENS_TASK_CAUSAL_LM)
+        return api_fail(c, 422, "invalid_request", "model",
+                        "%s reads an objective of a sequence classifier or a causal LM; %s is %s", what, (*am)->name,
+                        lens_task_name(cfg->task));
     return 0;
 }
 
@@ -236,7 +246,7 @@ int api_attribution_prepare(api_call *c)
                         lens_task_name(cfg->task), cfg->architecture);
     if (api_decode_input(c, m, &r->in)) return -1;
     r->matrices = 1;
-    if (api_decode_schedule(c, &r->sched) || decode_target(c, cfg, &r->target) || decode_objective(c, m->model, r) ||
+    if (api_decode_schedule(c, &r->sched) || decode_target(c, cfg, &r->target) || api_decode_objective(c, m->model, &r->target, &r->objective, &r->has_objective) ||
         api_get_bool(c, "include_matrices", &r->matrices) < 0 || decode_tree(c, r) ||
         api_decode_index_list(c, "layers", 1, cfg->n_layers, &r->layers) ||
         api_decode_index_list(c, "heads", 0, cfg->n_heads - 1, &r->heads) || api_decode_format(c, &r->format))

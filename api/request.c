@@ -161,6 +161,8 @@ static const api_field_set field_sets[] = {
      {INPUT_FIELDS, BATCH_FIELDS, "layers", "method", "probes", "seed", "include_norms", "format", "async"}},
     {"/v1/context-mixing", {INPUT_FIELDS, BATCH_FIELDS, "method", "layers", "definition", "format"}},
     {"/v1/logit-attribution", {INPUT_FIELDS, "position", "target", "foil"}},
+    {"/v1/ablation", {INPUT_FIELDS, "heads", "mlps", "mode", "reference_texts", "objective", "include_logits"}},
+    {"/v1/patching", {"model", "clean", "corrupt", "objective", "targets", "method"}},
     {"/v1/jobs", {"kind", "params"}},
     /* job kinds: params */
     {"decomposition",
@@ -333,27 +335,30 @@ int api_decode_input(api_call *c, const api_model *m, api_input *in)
     if (has_pair && memchr(in->pair, 0, in->pair_len))
         return api_fail(c, 422, "invalid_request", "text_pair", "text_pair must not contain NUL characters");
     if (!ids) return 0;
+    return api_decode_ids(c, ids, "input_ids", in);
+}
 
+int api_decode_ids(api_call *c, const json_t *ids, const char *field, api_input *in)
+{
     if (!json_is_array(ids))
-        return api_fail(c, 422, "invalid_request", "input_ids", "input_ids must be an array of integers");
+        return api_fail(c, 422, "invalid_request", field, "%s must be an array of integers", field);
     size_t n = json_array_size(ids);
-    if (n == 0) return api_fail(c, 422, "invalid_request", "input_ids", "input_ids must not be empty");
-    const lens_config *cfg = &m->model->cfg;
+    if (n == 0) return api_fail(c, 422, "invalid_request", field, "%s must not be empty", field);
+    const lens_config *cfg = &in->model->model->cfg;
     int limit = api_token_limit(c, cfg);
     if (n > (size_t)limit)
-        return api_fail(c, 413, "too_many_tokens", "input_ids", "%zu tokens; the limit is %d (%s)", n, limit,
+        return api_fail(c, 413, "too_many_tokens", field, "%zu tokens; the limit is %d (%s)", n, limit,
                         api_token_limit_name(c, cfg));
     in->input_ids = malloc(n * sizeof *in->input_ids);
     if (!in->input_ids) return api_fail(c, 500, "internal", NULL, "out of memory");
     in->n_input_ids = (int)n;
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_array_get(ids, i);
-        if (!json_is_integer(v))
-            return api_fail(c, 422, "invalid_request", "input_ids", "input_ids[%zu] is not an integer", i);
+        if (!json_is_integer(v)) return api_fail(c, 422, "invalid_request", field, "%s[%zu] is not an integer", field, i);
         long long id = json_integer_value(v);
         if (id < 0 || id >= cfg->vocab_size)
-            return api_fail(c, 422, "invalid_request", "input_ids",
-                            "input_ids[%zu] = %lld is outside the vocabulary [0, %d)", i, id, cfg->vocab_size);
+            return api_fail(c, 422, "invalid_request", field, "%s[%zu] = %lld is outside the vocabulary [0, %d)", field,
+                            i, id, cfg->vocab_size);
         in->input_ids[i] = (int)id;
     }
     return 0;
@@ -546,6 +551,36 @@ int api_decode_format(api_call *c, api_format *f)
 }
 
 /* ------------------------------------------------------ response parts */
+
+void api_write_output(jw *w, const lens_model *m, const char *key, int k)
+{
+    const lens_config *cfg = &m->cfg;
+    jw_key(w, key);
+    jw_obj(w);
+    if (cfg->task == LENS_TASK_CAUSAL_LM) {
+        jw_key(w, "id");
+        jw_int(w, k);
+        jw_key(w, "token");
+        jw_str(w, m->tok ? lens_tokenizer_piece(m->tok, k) : NULL);
+    } else {
+        jw_key(w, "index");
+        jw_int(w, k);
+        jw_key(w, "label");
+        jw_str(w, cfg->labels && k < cfg->n_labels ? cfg->labels[k] : NULL);
+    }
+    jw_end(w);
+}
+
+void api_write_objective_open(jw *w, const lens_model *m, const lens_objective *o)
+{
+    jw_key(w, "objective");
+    jw_obj(w);
+    jw_key(w, "kind");
+    jw_str(w, lens_objective_name(o->kind));
+    jw_key(w, "position");
+    jw_int(w, o->position);
+    if (o->foil >= 0) api_write_output(w, m, "foil", o->foil);
+}
 
 void api_write_tokens(jw *w, const lens_model *m, const lens_token *t, int n)
 {

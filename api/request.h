@@ -44,6 +44,9 @@ int api_model_takes_pairs(const lens_model *m);
 const char *const *api_attribution_targets(const lens_config *cfg);
 int api_decode_input(api_call *c, const api_model *m, api_input *in);
 void api_input_free(api_input *in);
+/* ids (a JSON array of token ids in [0, V), at most the token limit) into
+ * in->input_ids (in->model set); errors name field. */
+int api_decode_ids(api_call *c, const json_t *ids, const char *field, api_input *in);
 int api_decode_format(api_call *c, api_format *f);
 int api_decode_index_list(api_call *c, const char *field, int lo, int hi, api_index_list *out);
 int api_index_list_has(const api_index_list *l, int v);
@@ -80,6 +83,10 @@ void api_write_head(jw *w, const api_input *in, const api_seq *s);
 int api_fail_core(api_call *c, const lens_err *err, const char *limit_field, const char *invalid_field,
                   const char *what);
 
+/* key: {index, label} of class k on a classifier, {id, token} of token k on a causal LM */
+void api_write_output(jw *w, const lens_model *m, const char *key, int k);
+/* opens "objective": {kind, position, foil?; the caller adds its values and closes it */
+void api_write_objective_open(jw *w, const lens_model *m, const lens_objective *o);
 /* "tokens": [{id, text, start, end, special, segment}, ...] */
 void api_write_tokens(jw *w, const lens_model *m, const lens_token *t, int n);
 /* One [rows][cols] float matrix per format (JSON arrays or a base64 tensor). */
@@ -93,6 +100,17 @@ void api_write_timing(api_call *c, double t_tokenize, double t_compute, double e
  * tokenizes to exactly one token (the template's special tokens aside);
  * errors name field. 0, or -1 with the 422 written. */
 int api_decode_token(api_call *c, const lens_model *m, const json_t *v, const char *field, int *id);
+
+/* objective? = {kind?, position? (causal LM), target?, foil?}
+ * (docs/attribution.md "Objectives"; api/attribution.c): *o the objective
+ * (default: probability, position -1 = the last, no foil), *target set when
+ * objective.target is given (a class of a classifier, a token of a causal
+ * LM; left as it is otherwise), *has (may be NULL) 1 when the request had
+ * one. Errors name "objective.<key>". 0, or -1 with the 422 written. */
+int api_decode_objective(api_call *c, const lens_model *m, int *target, lens_objective *o, int *has);
+/* model, refused (422 naming it) unless it has an objective to read: a
+ * sequence classifier or a causal LM; what names the analysis. */
+int api_decode_objective_model(api_call *c, const char *what, const api_model **am);
 
 /* Optional typed getters: 0 absent/null, 1 present and right type, -1 wrong type (failed). */
 int api_get_string(api_call *c, const char *field, const char **s, size_t *len);

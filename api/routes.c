@@ -40,6 +40,10 @@ const api_route api_routes[] = {
      "context mixing per layer (rollout, ALTI, GlobEnc, value zeroing)"},
     {"POST", "/v1/logit-attribution", api_logit_attribution_prepare, api_logit_attribution_run, 1, 1, 0, 1,
      "direct logit attribution of a decoder (heads, MLPs, embedding)"},
+    {"POST", "/v1/ablation", api_ablation_prepare, api_ablation_run, 1, 1, 0, 1,
+     "the objective with heads and MLPs zero- or mean-ablated"},
+    {"POST", "/v1/patching", api_patching_prepare, api_patching_run, 1, 1, 0, 1,
+     "activation patching of the residual stream (exact grid)"},
 };
 const int api_n_routes = (int)(sizeof api_routes / sizeof *api_routes);
 

@@ -180,6 +180,85 @@ static void test_logit_attribution(test_server *s)
     http_resp_free(&r);
 }
 
+/* ------------------------------------------------------ ablation */
+
+/* POST /v1/ablation: the schema, change = ablated - clean, the clean
+ * objective = the forward's (classifier: probs sum to 1), mean over
+ * reference texts differs from mean over the request, a causal LM's
+ * logit_difference at an inner position. */
+static json_t *ablate(test_server *s, const char *body)
+{
+    http_resp r;
+    http_post_json(s, &r, "/v1/ablation", body);
+    check_schema(&r, "/v1/ablation", "POST");
+    const json_t *o = get(r.json, "objective");
+    const double clean = json_number_value(get(o, "clean")), ablated = json_number_value(get(o, "ablated"));
+    const double change = json_number_value(get(o, "change"));
+    /* each written as a float32 (jw_float): three roundings of 2^-24 relative */
+    CHECK(r.status == 200 && fabs(change - (ablated - clean)) <= 2.5e-7 * fmax(fabs(clean), fabs(ablated)),
+          "ablation %s: change %.9g = ablated %.9g - clean %.9g (%ld %.200s)", body, change, ablated, clean, r.status,
+          r.body);
+    json_t *out = r.status == 200 ? json_incref(r.json) : NULL;
+    http_resp_free(&r);
+    return out;
+}
+
+static void test_ablation(test_server *s)
+{
+    json_t *zero = ablate(s, "{\"model\": \"bert\", \"text\": \"a fine movie\", \"heads\": [[1, 0], [2, 1]], \"mlps\": [1]}");
+    const json_t *probs = get(get(zero, "probs"), "ablated");
+    double sum = 0;
+    for (size_t k = 0; k < json_array_size(probs); k++) sum += num_at(probs, k);
+    CHECK(zero && json_array_size(probs) == 2 && fabs(sum - 1) < 1e-6 &&
+              !strcmp(json_string_value(get(zero, "mode")), "zero") &&
+              fabs(num_at(get(get(zero, "probs"), "clean"), json_integer_value(get(get(zero, "target"), "index"))) -
+                   json_number_value(get(get(zero, "objective"), "clean"))) < 1e-6,
+          "ablation on a classifier: probabilities (sum %.9g), clean objective = the target's probability", sum);
+    json_t *own = ablate(s, "{\"model\": \"bert\", \"text\": \"a fine movie\", \"heads\": [[1, 1]], \"mode\": \"mean\"}");
+    json_t *ref = ablate(s, "{\"model\": \"bert\", \"text\": \"a fine movie\", \"heads\": [[1, 1]], \"mode\": \"mean\", "
+                            "\"reference_texts\": [\"the cat sat\", \"we left early\"]}");
+    const double a = json_number_value(get(get(own, "objective"), "ablated"));
+    const double b = json_number_value(get(get(ref, "objective"), "ablated"));
+    CHECK(own && ref && a != b, "mean over reference texts (%.9g) is not the mean over the request (%.9g)", b, a);
+    json_t *lm = ablate(s, "{\"model\": \"gpt\", \"text\": \"the quick brown fox\", \"mlps\": [2], \"objective\": "
+                           "{\"kind\": \"logit_difference\", \"position\": -2, \"target\": 11, \"foil\": 17}}");
+    const json_t *o = get(lm, "objective");
+    CHECK(lm && json_integer_value(get(o, "position")) == (json_int_t)json_array_size(get(lm, "tokens")) - 2 &&
+              json_integer_value(get(get(lm, "target"), "id")) == 11 && json_integer_value(get(get(o, "foil"), "id")) == 17 &&
+              !get(lm, "logits"),
+          "ablation on a causal LM: position, target and foil echoed, no logits by default");
+    json_decref(zero), json_decref(own), json_decref(ref), json_decref(lm);
+}
+
+/* ------------------------------------------------------ patching */
+
+/* POST /v1/patching: the schema, an L x T grid, effect 0 at layer 0 where
+ * the tokens agree, and on a causal LM after the objective's position. */
+static void test_patching(test_server *s)
+{
+    static const char *const bodies[] = {
+        "{\"model\": \"bert\", \"clean\": [101, 200, 201, 202, 102], \"corrupt\": [101, 200, 305, 202, 102]}",
+        "{\"model\": \"gpt\", \"clean\": [116, 468, 27, 30, 31], \"corrupt\": [116, 468, 40, 30, 31], \"objective\": "
+        "{\"kind\": \"logit_difference\", \"position\": 3, \"target\": 11, \"foil\": 17}}",
+    };
+    for (int b = 0; b < 2; b++) {
+        http_resp r;
+        http_post_json(s, &r, "/v1/patching", bodies[b]);
+        check_schema(&r, "/v1/patching", "POST");
+        const json_t *grid = get(r.json, "resid");
+        int zeros_ok = json_array_size(grid) == 2;
+        for (size_t l = 0; l < json_array_size(grid); l++) {
+            const json_t *row = json_array_get(grid, l);
+            zeros_ok &= json_array_size(row) == 5;
+            for (size_t t = 0; t < json_array_size(row); t++)
+                if ((l == 0 && t != 2) || (b == 1 && t == 4)) zeros_ok &= fabs(num_at(row, t)) <= 1e-5;
+        }
+        CHECK(r.status == 200 && zeros_ok, "patching %s: a 2 x 5 grid, 0 where nothing differs (%ld %.300s)", bodies[b],
+              r.status, r.body);
+        http_resp_free(&r);
+    }
+}
+
 /* ------------------------------------------------------ hidden attribution */
 
 static void check_contributions(const json_t *layer, size_t T, const char *what)
@@ -468,6 +547,27 @@ static void test_bad_inputs(test_server *s)
         {"/v1/logit-attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"target\": 99999999}", 422, "invalid_request", "target"},
         {"/v1/logit-attribution", "{\"model\": \"gpt\", \"text\": \"a b\", \"target\": [1]}", 422, "invalid_request", "target"},
         {"/v1/logit-attribution", "{\"model\": \"neox\", \"text\": \"a b\", \"target\": 1, \"layers\": [1]}", 422, "invalid_request", "layers"},
+        {"/v1/ablation", "{\"model\": \"bert\", \"text\": \"a b\"}", 422, "invalid_request", "heads"},
+        {"/v1/ablation", "{\"model\": \"bert\", \"text\": \"a b\", \"heads\": []}", 422, "invalid_request", "heads"},
+        {"/v1/ablation", "{\"model\": \"bert\", \"text\": \"a b\", \"heads\": [[3, 0]]}", 422, "invalid_request", "heads"},
+        {"/v1/ablation", "{\"model\": \"bert\", \"text\": \"a b\", \"heads\": [[0, 0]]}", 422, "invalid_request", "heads"},
+        {"/v1/ablation", "{\"model\": \"bert\", \"text\": \"a b\", \"heads\": [[1, 2]]}", 422, "invalid_request", "heads"},
+        {"/v1/ablation", "{\"model\": \"bert\", \"text\": \"a b\", \"heads\": [[1]]}", 422, "invalid_request", "heads"},
+        {"/v1/ablation", "{\"model\": \"bert\", \"text\": \"a b\", \"heads\": [1, 0]}", 422, "invalid_request", "heads"},
+        {"/v1/ablation", "{\"model\": \"bert\", \"text\": \"a b\", \"mlps\": [3]}", 422, "invalid_request", "mlps"},
+        {"/v1/ablation", "{\"model\": \"bert\", \"text\": \"a b\", \"mlps\": [1], \"mode\": \"resample\"}", 422, "invalid_request", "mode"},
+        {"/v1/ablation", "{\"model\": \"bert\", \"text\": \"a b\", \"mlps\": [1], \"reference_texts\": [\"a\"]}", 422, "invalid_request", "reference_texts"},
+        {"/v1/ablation", "{\"model\": \"bert\", \"text\": \"a b\", \"mlps\": [1], \"mode\": \"mean\", \"reference_texts\": []}", 422, "invalid_request", "reference_texts"},
+        {"/v1/ablation", "{\"model\": \"bert\", \"text\": \"a b\", \"mlps\": [1], \"objective\": {\"kind\": \"logit_difference\"}}", 422, "invalid_request", "objective.foil"},
+        {"/v1/ablation", "{\"model\": \"gpt\", \"text\": \"a b\", \"mlps\": [1], \"objective\": {\"position\": 9}}", 422, "invalid_request", "objective.position"},
+        {"/v1/ablation", "{\"model\": \"gpt\", \"text\": \"a b\", \"mlps\": [1], \"layers\": [1]}", 422, "invalid_request", "layers"},
+        {"/v1/patching", "{\"model\": \"bert\", \"clean\": [101, 200, 102], \"corrupt\": [101, 102]}", 422, "invalid_request", "corrupt"},
+        {"/v1/patching", "{\"model\": \"bert\", \"corrupt\": [101, 102]}", 422, "invalid_request", "clean"},
+        {"/v1/patching", "{\"model\": \"bert\", \"clean\": \"\", \"corrupt\": [101, 102]}", 422, "invalid_request", "clean"},
+        {"/v1/patching", "{\"model\": \"bert\", \"clean\": [101, 99999999], \"corrupt\": [101, 102]}", 422, "invalid_request", "clean"},
+        {"/v1/patching", "{\"model\": \"bert\", \"clean\": [101, 102], \"corrupt\": [101, 102], \"targets\": [\"heads\"]}", 422, "invalid_request", "targets"},
+        {"/v1/patching", "{\"model\": \"bert\", \"clean\": [101, 102], \"corrupt\": [101, 102], \"method\": \"attribution\"}", 422, "invalid_request", "method"},
+        {"/v1/patching", "{\"model\": \"gpt\", \"clean\": [101, 102], \"corrupt\": [101, 102], \"objective\": {\"position\": 5}}", 422, "invalid_request", "objective.position"},
         {"/v1/hidden-attribution", "{\"model\": \"bert\", \"text\": \"a b\", \"method\": \"fast\"}", 422, "invalid_request", "method"},
         {"/v1/hidden-attribution", "{\"model\": \"bert\", \"text\": \"a b\", \"method\": \"estimate\", \"probes\": 1}", 422, "invalid_request", "probes"},
         {"/v1/hidden-attribution", "{\"model\": \"bert\", \"text\": \"a b\", \"probes\": \"8\"}", 422, "invalid_request", "probes"},
@@ -552,6 +652,8 @@ int main(void)
         test_hidden_attribution(&s);
         test_context_mixing(&s);
         test_logit_attribution(&s);
+        test_ablation(&s);
+        test_patching(&s);
         test_objectives(&s);
         test_token_identity(&s);
         test_maps(&s);

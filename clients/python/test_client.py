@@ -104,6 +104,11 @@ def test_methods(c: Client):
     dla = c.logit_attribution("The film was", " good", model="demo-gpt2", foil=" bad")
     check(abs(dla["total"] - dla["logit"]) < 1e-4 * max(1, abs(dla["logit"])) and dla["foil"]["id"] != dla["target"]["id"],
           "logit_attribution")
+    abl = c.ablation("a charming film", heads=[(1, 0), (2, 1)], mlps=[1], mode="mean", model="demo-sst2")
+    check(abs(abl["objective"]["change"] - (abl["objective"]["ablated"] - abl["objective"]["clean"])) < 1e-6
+          and len(abl["probs"]["ablated"]) == 2, "ablation")
+    pat = c.patching("a charming film", "a dreadful film", model="demo-sst2")
+    check(len(pat["resid"]) == 2 and all(len(row) == len(pat["tokens"]) for row in pat["resid"]), "patching")
     batch = c.attention(["a film", "awful"], model="demo-sst2", layers=[1])
     check(len(batch["results"]) == 2, "batch attention")
     # run-time models: load, use, unload

@@ -349,7 +349,7 @@ int lens_objective_parse(const char *name, lens_objective_kind *k)
  * out of two different forward paths, and the completeness gap is their
  * difference: the forward's float32 softmax (lens_exp_approx, float sums)
  * over GPT-2's 50257 tokens set a floor of 4e-5 .. 7e-5 on it. */
-static double objective_at(const lens_objective *o, const float *z, int K, int target, float *p)
+double lens_objective_at(const lens_objective *o, const float *z, int K, int target, float *p)
 {
     if (o->kind == LENS_OBJ_LOGIT) return z[target];
     if (o->kind == LENS_OBJ_LOGIT_DIFFERENCE) return (double)z[target] - z[o->foil];
@@ -385,7 +385,7 @@ static void head_forward(engine *e, int copies, int target, double *F)
     }
     for (int i = 0; i < copies; i++) { /* logits -> probabilities in place */
         float *z = e->logits + (size_t)i * K;
-        F[i] = objective_at(&e->obj, z, K, target, z);
+        F[i] = lens_objective_at(&e->obj, z, K, target, z);
     }
 }
 
@@ -433,7 +433,7 @@ static int cancelled(const lens_attr_opts *o) { return o && lens_cancelled(o->ca
 
 /* *o = the objective asked for (NULL: probability at the last position), its
  * position resolved; 0, or -1 with err (the field named in the message). */
-static int resolve_objective(const lens_model *m, const lens_objective *asked, int T, lens_objective *o, lens_err *err)
+int lens_objective_resolve(const lens_model *m, const lens_objective *asked, int T, lens_objective *o, lens_err *err)
 {
     const int lm = m->cfg.task == LENS_TASK_CAUSAL_LM;
     *o = asked ? *asked : (lens_objective){.kind = LENS_OBJ_PROBABILITY, .position = -1, .foil = -1};
@@ -448,7 +448,7 @@ static int resolve_objective(const lens_model *m, const lens_objective *asked, i
 }
 
 /* target and, for logit_difference, the foil among the K outputs */
-static int check_target(const lens_objective *o, int target, int K, int lm, lens_err *err)
+int lens_objective_check_target(const lens_objective *o, int target, int K, int lm, lens_err *err)
 {
     const char *what = lm ? "a token id" : "a label index";
     if (target < 0 || target >= K) return lens_fail(err, LENS_EINVAL, "target %d is not %s in 0..%d", target, what, K - 1);
@@ -635,7 +635,7 @@ int lens_attribution_run(const lens_model *m, const int *ids, const int *type_id
     /* causal LM: the next token after the objective's position; segments mean nothing to it */
     const int lm = c->task == LENS_TASK_CAUSAL_LM, K = lm ? c->vocab_size : c->n_labels;
     lens_objective obj;
-    if (resolve_objective(m, opts ? opts->objective : NULL, T, &obj, err)) return -1;
+    if (lens_objective_resolve(m, opts ? opts->objective : NULL, T, &obj, err)) return -1;
     lens_batch batch = {.n_seqs = 1, .lengths = &T, .ids = ids, .type_ids = lm ? NULL : type_ids};
     lens_forward_opts fo = {.keep = LENS_KEEP_HIDDEN | LENS_KEEP_ATTN | LENS_KEEP_LOGITS,
                             .cancel = opts ? opts->cancel : NULL,
@@ -646,7 +646,7 @@ int lens_attribution_run(const lens_model *m, const int *ids, const int *type_id
     int pred = 0;
     for (int k = 1; k < K; k++) pred = z[k] > z[pred] ? k : pred;
     const int target = opts && opts->target >= 0 ? opts->target : pred;
-    if (check_target(&obj, target, K, lm, err)) {
+    if (lens_objective_check_target(&obj, target, K, lm, err)) {
         lens_activations_free(&act);
         return -1;
     }
@@ -667,7 +667,7 @@ int lens_attribution_run(const lens_model *m, const int *ids, const int *type_id
     }
     e.obj = obj, e.obj_row = obj.position;
     out->T = T, out->n_heads = NH, out->target = target, out->predicted = pred, out->objective = obj;
-    out->f_full = objective_at(&obj, z, K, target, NULL);
+    out->f_full = lens_objective_at(&obj, z, K, target, NULL);
     out->steps = steps, out->riemann = riemann, out->quadrature = quad, out->n_layers = n_sel;
     int rc = 0;
     for (int i = 0; i < n_sel && !rc; i++) {
@@ -701,7 +701,8 @@ int lens_attr_eval_objective(const lens_model *m, const int *ids, const int *typ
     if (layer < 1 || layer > c->n_layers) return lens_fail(err, LENS_EINVAL, "layer %d is not in 1..%d", layer, c->n_layers);
     const int lm = c->task == LENS_TASK_CAUSAL_LM, K = lm ? c->vocab_size : c->n_labels;
     lens_objective obj;
-    if (resolve_objective(m, objective, T, &obj, err) || check_target(&obj, target, K, lm, err)) return -1;
+    if (lens_objective_resolve(m, objective, T, &obj, err) || lens_objective_check_target(&obj, target, K, lm, err))
+        return -1;
     lens_batch batch = {.n_seqs = 1, .lengths = &T, .ids = ids, .type_ids = type_ids};
     lens_forward_opts fo = {.keep = LENS_KEEP_HIDDEN};
     lens_activations act;

@@ -56,6 +56,13 @@ typedef struct {
 
 const char *lens_objective_name(lens_objective_kind k); /* "probability", "log_probability", ... */
 int lens_objective_parse(const char *name, lens_objective_kind *k); /* -1: unknown */
+/* *o = asked (NULL: probability at the last position) with its position
+ * resolved (classifiers 0, -1 = the last); 0, or -1 with err. */
+int lens_objective_resolve(const lens_model *m, const lens_objective *asked, int T, lens_objective *o, lens_err *err);
+/* target (and a logit_difference's foil) among the K outputs; lm: token ids, else labels. */
+int lens_objective_check_target(const lens_objective *o, int target, int K, int lm, lens_err *err);
+/* F of logits z [K] for target; p not NULL: the probabilities into p [K] (p may be z). */
+double lens_objective_at(const lens_objective *o, const float *z, int K, int target, float *p);
 typedef enum { LENS_QUAD_RIEMANN = 0, LENS_QUAD_GAUSS = 1 } lens_quadrature;
 
 #define LENS_ATTR_RIEMANN_STEPS 20 /* the paper's m */

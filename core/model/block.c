@@ -392,12 +392,27 @@ static void norm_forward(const lens_model *m, const lens_block_io *io, const len
     }
 }
 
+/* The ADD that puts the MLP's output into the residual stream: the first ADD
+ * after the last op reading the MLP buffer (its down projection) or the last
+ * MOE; its operand other than X is that output (a post-norm block adds the
+ * residual X into it, a pre-norm one adds it into X). -1: no MLP. */
+static int mlp_add(const lens_block_prog *p)
+{
+    int k = -1;
+    for (int i = 0; i < p->n; i++)
+        if ((p->op[i].kind == LENS_OP_LINEAR && p->op[i].in == LENS_R_FF) || p->op[i].kind == LENS_OP_MOE) k = i;
+    for (int i = k + 1; k >= 0 && i < p->n; i++)
+        if (p->op[i].kind == LENS_OP_ADD) return i;
+    return -1;
+}
+
 /* Ops [from, to) of p forward. */
 static void forward_ops(const lens_model *m, lens_block_io *io, int l, const lens_block_prog *p, const plan *pl,
                         int from, int to)
 {
     const lens_config *c = &m->cfg;
     const int C = c->d_model, F = c->d_ff;
+    const int mlp = io->mlp ? mlp_add(p) : -1;
     for (int i = from; i < to; i++) {
         const lens_op *o = &p->op[i];
         const int N = io->N;
@@ -424,6 +439,7 @@ static void forward_ops(const lens_model *m, lens_block_io *io, int l, const len
             save(io, pl->in[i], in, (size_t)C, N, (size_t)C);
             break;
         case LENS_OP_ADD:
+            if (i == mlp) io->mlp(io, l, o->out == LENS_R_X ? in : out);
             if (next && next->kind == LENS_OP_NORM && next->in == o->out) {
                 /* the sum and the norm reading it in one pass over the rows */
                 norm_forward(m, io, next, pl->stats[j], reg(io, next->out, N, 1, F), out, in, N);

@@ -168,6 +168,10 @@ typedef struct lens_block_io {
     int (*attend_backward)(struct lens_block_io *io, int l);
     void (*attend_jvp)(struct lens_block_io *io, int l);
     void *attend_ctx;
+    /* forward: NULL, or called with y [N][C], what the MLP (or the mixture of
+     * experts) adds to the residual stream, right before the add; it may
+     * rewrite y (ablation) or read it */
+    void (*mlp)(struct lens_block_io *io, int l, float *y);
 } lens_block_io;
 
 /* Layer l of m, 0 <= l < L; l == L is the final norm (nothing for post-norm

@@ -38,7 +38,7 @@ typedef struct {
     int *pos;     /* [N] position of each row in its sequence (io.pos) */
     int Tmax;
     int causal;   /* mask keys after the query: causal families always, encoders on request */
-    const unsigned char *head_mask; /* [L][NH] or NULL: 0 = pruned head */
+    const lens_forward_opts *opts;  /* ablations and sums (lens_forward_opts), or NULL */
 } scratch;
 
 static float *alloc_floats(size_t n, int *failed)
@@ -89,6 +89,13 @@ typedef struct {
     int layer;
 } attend_job;
 
+/* sum[c] += Σ_n y[n][c] over y [N][C] */
+static void add_rows(double *sum, const float *y, int N, int C)
+{
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) sum[c] += y[(size_t)n * C + c];
+}
+
 /* One (sequence, head) pair, as lens_attention_forward does for one head:
  * P = softmax(attn_scale q_h k_h^T) (causal for decoders or on request), ctx_h = P v_h;
  * soft-capped scores and the layer's sliding window when the config has them. */
@@ -105,9 +112,15 @@ static void attend_task(void *ctx, int task)
      * apart; unkept probabilities go to this thread's scratch block */
     float *probs = act->attn ? act->attn + ((size_t)j->layer * NH + h) * act->attn_layer_size + act->attn_start[s]
                              : w->probs + (size_t)lens_pool_thread_index() * w->Tmax * w->Tmax;
-    if (w->head_mask && !w->head_mask[j->layer * NH + h]) { /* pruned: P_h = 0, so ctx_h = 0 */
+    const lens_forward_opts *o = w->opts;
+    if (o && o->head_mask && !o->head_mask[j->layer * NH + h]) { /* pruned: P_h = 0, so ctx_h = 0 (or the fill) */
         memset(probs, 0, sizeof(float) * T * T);
-        for (int t = 0; t < T; t++) memset(w->io.ctx + (r + t) * VO + h * DV, 0, sizeof(float) * DV);
+        const float *fill = o->head_fill ? o->head_fill + (size_t)j->layer * VO + h * DV : NULL;
+        for (int t = 0; t < T; t++) {
+            float *y = w->io.ctx + (r + t) * VO + h * DV;
+            if (fill) memcpy(y, fill, sizeof(float) * DV);
+            else memset(y, 0, sizeof(float) * DV);
+        }
         return;
     }
     const lens_gemm_args scores = {.M = T, .N = T, .K = DK, .x = w->io.q + r * QK + h * DK, .ldx = (size_t)QK,
@@ -130,6 +143,23 @@ static void attend(lens_block_io *io, int layer)
     scratch *w = (scratch *)io; /* io is the first member */
     attend_job j = {.w = w, .layer = layer};
     lens_pool_run(io->pool, w->act->n_seqs * w->m->cfg.n_heads, attend_task, &j);
+    const int VO = w->m->cfg.n_heads * w->m->cfg.d_head_v;
+    if (w->opts && w->opts->ctx_sum) add_rows(w->opts->ctx_sum + (size_t)layer * VO, io->ctx, io->N, VO);
+}
+
+/* What layer l's MLP adds to the residual stream, y [N][C]: summed, then
+ * replaced when lens_forward_opts.mlp_mask ablates it. */
+static void mlp_hook(lens_block_io *io, int l, float *y)
+{
+    const scratch *w = (const scratch *)io;
+    const lens_forward_opts *o = w->opts;
+    const int C = w->m->cfg.d_model;
+    if (o->mlp_sum) add_rows(o->mlp_sum + (size_t)l * C, y, io->N, C);
+    if (!o->mlp_mask || o->mlp_mask[l]) return;
+    for (int n = 0; n < io->N; n++) {
+        if (o->mlp_fill) memcpy(y + (size_t)n * C, o->mlp_fill + (size_t)l * C, sizeof(float) * C);
+        else memset(y + (size_t)n * C, 0, sizeof(float) * C);
+    }
 }
 
 /* The task head (head.h) on the final hidden states io.x [N][C]. */
@@ -237,7 +267,8 @@ int lens_forward(const lens_model *m, const lens_batch *batch, const lens_forwar
                  .act = act,
                  .Tmax = Tmax,
                  .causal = lens_has_cap(c, LENS_CAP_CAUSAL) || (opts && opts->causal),
-                 .head_mask = opts ? opts->head_mask : NULL};
+                 .opts = opts};
+    if (opts && (opts->mlp_mask || opts->mlp_sum)) w.io.mlp = mlp_hook;
     if (layout(m, batch, keep, N, Tmax, act, &w)) {
         lens_fail(err, LENS_ENOMEM, "out of memory for a batch of %zu tokens", N);
         goto fail;
@@ -253,6 +284,9 @@ int lens_forward(const lens_model *m, const lens_batch *batch, const lens_forwar
         /* this layer's kept values, or scratch */
         w.io.v = act->values ? act->values + (size_t)l * N * c->n_heads * c->d_head_v : w.v_scratch;
         w.io.route = act->route ? act->route + (size_t)l * N * (2 * (size_t)c->top_k + c->n_experts) : NULL;
+        if (opts && opts->patch_rows && l == opts->patch_layer)
+            for (size_t n = 0; n < N; n++)
+                if (opts->patch_rows[n]) memcpy(w.io.x + n * C, opts->patch_src + n * C, sizeof(float) * C);
         lens_block_forward(m, &w.io, l);
         if (l == L - 1) lens_block_forward(m, &w.io, L); /* the final norm, if the family has one */
         keep_hidden(act, w.io.x, l + 1, C);

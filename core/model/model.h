@@ -261,6 +261,18 @@ typedef struct {
     int causal;                  /* BERT: mask keys after each query, as Song & Zhong run BERT (GPT-2 always is) */
     const unsigned char *head_mask; /* optional [L][NH]: 0 prunes the head (its probabilities and output are zero,
                                        as HF head_mask = 0); NULL = every head */
+    const float *head_fill;      /* optional [L][NH*DV]: a pruned head's ctx rows are its slice of this (mean
+                                    ablation) instead of zero */
+    const unsigned char *mlp_mask; /* optional [L]: 0 replaces what layer l's MLP adds to the residual stream
+                                      (block.h lens_block_io.mlp) by mlp_fill's row, or zero; NULL = every MLP */
+    const float *mlp_fill;       /* optional [L][C]: the replacement, NULL = zero */
+    double *ctx_sum;             /* optional [L][NH*DV]: each layer's ctx summed over every row (added to) */
+    double *mlp_sum;             /* optional [L][C]: each MLP's output summed over every row (added to) */
+    /* activation patching: before block patch_layer (0..L-1) the residual rows n with patch_rows[n] set
+     * become patch_src's row n ([N][C]); patch_rows NULL = none */
+    int patch_layer;
+    const float *patch_src;
+    const unsigned char *patch_rows;
 } lens_forward_opts;
 
 typedef struct {

@@ -100,7 +100,14 @@ def lin(x, w, b):  # nn.Linear, W [out][in]
 
 class Model:
     """One family's forward on one sequence, with every layer's attention
-    probabilities replaceable (scale[l] multiplies A_l) for attribution."""
+    probabilities replaceable (scale[l] multiplies A_l) for attribution, and
+    (BERT-like, GPT-2) hooks for ablation: ctx_hook(l, ctx [T][NH*D]) and
+    mlp_hook(l, y [T][C]) return what replaces the heads' context rows and
+    what the MLP adds to the residual stream."""
+
+    ctx_hook = None
+    mlp_hook = None
+    layer = 0  # the block running (for the hooks)
 
     def __init__(self, d):
         self.cfg = json.load(open(d + "/config.json"))
@@ -165,7 +172,11 @@ class Model:
         self.last_v = vh.detach()  # [NH][T][DV], for effective attention
         if scale is not None:
             P = P * scale
-        return (P @ vh).transpose(0, 1).reshape(T, -1), P
+        ctx = (P @ vh).transpose(0, 1).reshape(T, -1)
+        return (self.ctx_hook(self.layer, ctx) if self.ctx_hook else ctx), P
+
+    def mlp_out(self, y):
+        return self.mlp_hook(self.layer, y) if self.mlp_hook else y
 
     def local(self, l):
         """ModernBertAttention: layer_id % global_attn_every_n_layers != 0 is local"""
@@ -196,6 +207,7 @@ class Model:
 
     def block(self, l, x, scale=None):
         p = self.p
+        self.layer = l
         if self.type == "modernbert":
             return self.modernbert_block(l, x, scale)
         if self.type == "gpt2":
@@ -207,7 +219,7 @@ class Model:
             a = x + ctx @ p(b + "attn.c_proj.weight") + p(b + "attn.c_proj.bias")
             h = ln(a, p(b + "ln_2.weight"), p(b + "ln_2.bias"), self.eps)
             f = self.act(h @ p(b + "mlp.c_fc.weight") + p(b + "mlp.c_fc.bias"))
-            return a + f @ p(b + "mlp.c_proj.weight") + p(b + "mlp.c_proj.bias"), P
+            return a + self.mlp_out(f @ p(b + "mlp.c_proj.weight") + p(b + "mlp.c_proj.bias")), P
         if self.type == "distilbert":
             b = f"distilbert.transformer.layer.{l}."
             n = {"q": "attention.q_lin", "k": "attention.k_lin", "v": "attention.v_lin", "o": "attention.out_lin",
@@ -220,13 +232,17 @@ class Model:
         L_ = lambda key, z: lin(z, p(b + n[key] + ".weight"), p(b + n[key] + ".bias"))
         ctx, P = self.attend(L_("q", x), L_("k", x), L_("v", x), False, scale)
         a = ln(x + L_("o", ctx), p(b + n["ln1"] + ".weight"), p(b + n["ln1"] + ".bias"), self.eps)
-        f = L_("f2", self.act(L_("f1", a)))
+        f = self.mlp_out(L_("f2", self.act(L_("f1", a))))
         return ln(a + f, p(b + n["ln2"] + ".weight"), p(b + n["ln2"] + ".bias"), self.eps), P
 
-    def layers(self, h0, scales=None):
+    def layers(self, h0, scales=None, patch=None):
+        """patch (l, t, row): row t of block l's input replaced by row (activation patching)."""
         hidden, probs, x = [h0], [], h0
         self.values = []
         for l in range(self.L):
+            if patch and patch[0] == l:
+                x = x.clone()
+                x[patch[1]] = patch[2]
             x, P = self.block(l, x, scales[l] if scales else None)
             probs.append(P)
             self.values.append(self.last_v)

@@ -332,6 +332,22 @@ class Client:
         return self._request("POST", "/v1/logit-attribution",
                              {**self._body(model=model), **self._text_fields(text), "target": target, **options})
 
+    def ablation(self, text, heads=(), mlps=(), mode: str = "zero", model: Optional[str] = None,
+                 **options) -> Dict[str, Any]:
+        """heads: [layer, head] pairs (layers from 1), mlps: layers; mode zero or mean;
+        options: reference_texts, objective, include_logits, text_pair."""
+        body = {**self._body(model=model), **self._text_fields(text), "mode": mode, **options}
+        if heads:
+            body["heads"] = [list(h) for h in heads]
+        if mlps:
+            body["mlps"] = list(mlps)
+        return self._request("POST", "/v1/ablation", body)
+
+    def patching(self, clean, corrupt, model: Optional[str] = None, **options) -> Dict[str, Any]:
+        """clean, corrupt: texts or token id lists of equal token length; options: objective."""
+        return self._request("POST", "/v1/patching",
+                             {**self._body(model=model), "clean": clean, "corrupt": corrupt, **options})
+
     def decomposition(self, model: Optional[str] = None, **options) -> Dict[str, Any]:
         """options: texts (windows) or corpus, length, layers, ... (see DecompositionRequest)."""
         return self._request("POST", "/v1/decomposition", {**self._body(model=model), **options})
