@@ -78,11 +78,15 @@ for spec in $MODELS; do
   times=""
   # the first forward faults the weights in from the page cache (or disk): BF16
   # maps are not touched at load; the second one is the steady state
-  for ep in forward forward attention; do
+  # a mixture-of-experts checkpoint also answers the routing of every token
+  eps="forward forward attention"
+  grep -q '"num_experts"\|"num_local_experts"' "$out/config.json" && eps="$eps router"
+  for ep in $eps; do
     [ "$ep" = forward ] && body="{\"model\":\"big\",\"input_ids\":[$IDS],\"outputs\":[\"logits\"],\"positions\":[$((T - 1))]}"
     [ "$ep" = attention ] && body="{\"model\":\"big\",\"input_ids\":[$IDS],\"layers\":[1]}"
+    [ "$ep" = router ] && body="{\"model\":\"big\",\"input_ids\":[$IDS],\"outputs\":[\"router\"]}"
     code=$(curl -s -o "$DIR/$ep-$arch-$preset.json" -w '%{http_code} %{time_total}' -H 'Content-Type: application/json' \
-      -d "$body" "http://127.0.0.1:$PORT/v1/$ep")
+      -d "$body" "http://127.0.0.1:$PORT/v1/${ep/router/forward}")
     log "$spec: /v1/$ep T=$T: HTTP ${code% *} in ${code#* } s"
     [ "${code% *}" = 200 ] || { status=1; head -c 300 "$DIR/$ep-$arch-$preset.json" >&2; echo >&2; }
     times="$times $ep=${code#* }s"

@@ -11,17 +11,25 @@
  *    mkmodel writes loads again after lens_config_save;
  *  - hostile keys: a wrong type, a value out of range, a value whose math
  *    lensd does not do, an unknown activation and a missing key are each
- *    refused with a message naming the key (the family tables' own rows). */
+ *    refused with a message naming the key (the family tables' own rows);
+ *  - a multimodal wrapper's text tower: gemma-3-4b-it's config.json
+ *    (Gemma3ForConditionalGeneration, a sparse text_config) reads as the
+ *    4b text model over Gemma3TextConfig's defaults, and a gemma3_text
+ *    checkpoint renamed into either wrapper layout (plus a vision tensor)
+ *    gives the logits of the original bit for bit. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
 #include "family_cases.h"
 #include "core/model/arch.h"
+#include "core/io/safetensors.h"
 #include "core/model/mkmodel.h"
+#include "core/model/model.h"
 
 /* ------------------------------------------------------------ tensor walker */
 
@@ -277,6 +285,148 @@ static void test_configs(const char *dir)
           "an unknown model_type is refused by name: %s", err.msg);
 }
 
+/* ------------------------------------------------------------ text towers */
+
+/* google/gemma-3-4b-it's config.json as released (transformers 4.50). */
+static const char gemma3_4b_it[] =
+    "{\"architectures\": [\"Gemma3ForConditionalGeneration\"], \"boi_token_index\": 255999,"
+    " \"eoi_token_index\": 256000, \"eos_token_id\": [1, 106], \"image_token_index\": 262144,"
+    " \"initializer_range\": 0.02, \"mm_tokens_per_image\": 256, \"model_type\": \"gemma3\","
+    " \"text_config\": {\"hidden_size\": 2560, \"intermediate_size\": 10240, \"model_type\": \"gemma3_text\","
+    " \"num_hidden_layers\": 34, \"rope_scaling\": {\"factor\": 8.0, \"rope_type\": \"linear\"},"
+    " \"sliding_window\": 1024}, \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.50.0.dev0\","
+    " \"vision_config\": {\"hidden_size\": 1152, \"image_size\": 896, \"intermediate_size\": 4304,"
+    " \"model_type\": \"siglip_vision_model\", \"num_attention_heads\": 16, \"num_hidden_layers\": 27,"
+    " \"patch_size\": 14, \"vision_use_head\": false}}";
+
+/* dir/config.json: from's config as the text_config of a wrapper. */
+static int write_wrapper_config(const char *from, const char *dir)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *text = json_load_file(from, 0, NULL);
+    json_t *root = json_pack("{s:[s], s:s, s:o?, s:{s:s, s:i}}", "architectures", "Gemma3ForConditionalGeneration",
+                             "model_type", "gemma3", "text_config", text, "vision_config", "model_type",
+                             "siglip_vision_model", "hidden_size", 8);
+    int rc = !root || json_object_del(text, "architectures") || json_dump_file(root, path, JSON_INDENT(2));
+    json_decref(root);
+    return rc;
+}
+
+/* dir/model.safetensors: from's tensors under the wrapper's names (release:
+ * "language_model." before every name; else after the base prefix
+ * "model."), plus a vision tensor lensd must ignore. */
+static int write_wrapper_weights(const char *from, const char *dir, int release)
+{
+    char path[600];
+    lens_safetensors st;
+    lens_err err = {0};
+    if (lens_st_open(from, &st, &err)) return -1;
+    lens_st_out *out = calloc((size_t)st.n_tensors + 1, sizeof *out);
+    char (*names)[300] = calloc((size_t)st.n_tensors, sizeof *names);
+    static const float vision[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    int rc = !out || !names;
+    for (int i = 0; !rc && i < st.n_tensors; i++) {
+        const lens_st_tensor *t = &st.tensors[i];
+        if (release) snprintf(names[i], sizeof names[i], "language_model.%s", t->name);
+        else if (!strncmp(t->name, "model.", 6)) snprintf(names[i], sizeof names[i], "model.language_model.%s", t->name + 6);
+        else snprintf(names[i], sizeof names[i], "%s", t->name);
+        out[i] = (lens_st_out){.name = names[i], .ndim = t->ndim, .data = t->data, .dtype = t->dtype};
+        memcpy(out[i].shape, t->shape, sizeof t->shape);
+        rc = t->dtype != LENS_DT_F32;
+    }
+    if (!rc) {
+        out[st.n_tensors] = (lens_st_out){.name = "vision_tower.vision_model.post_layernorm.weight", .ndim = 1,
+                                          .shape = {8}, .data = vision};
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        rc = lens_st_write(path, out, st.n_tensors + 1, &err);
+    }
+    free(out), free(names);
+    lens_st_close(&st);
+    return rc;
+}
+
+/* Logits of a fixed 12-token input, [T][V] (malloc'd), or NULL. */
+static float *tower_logits(const char *dir, int *n)
+{
+    static const int ids[12] = {2, 17, 5, 9, 33, 60, 12, 8, 41, 3, 27, 19};
+    static const int len = 12;
+    lens_err err = {0};
+    lens_model *m = lens_model_load(dir, &err);
+    CHECK(m != NULL, "load %s: %s", dir, err.msg);
+    if (!m) return NULL;
+    CHECK(m->cfg.task == LENS_TASK_CAUSAL_LM, "%s: a causal LM", dir);
+    lens_batch b = {.n_seqs = 1, .lengths = &len, .ids = ids};
+    lens_forward_opts o = {.keep = LENS_KEEP_LOGITS};
+    lens_activations a = {0};
+    float *logits = NULL;
+    if (lens_forward(m, &b, &o, &a, &err) == 0) {
+        *n = len * m->cfg.vocab_size;
+        logits = malloc((size_t)*n * sizeof *logits);
+        if (logits) memcpy(logits, a.logits, (size_t)*n * sizeof *logits);
+    } else CHECK(0, "forward %s: %s", dir, err.msg);
+    lens_activations_free(&a);
+    lens_model_free(m);
+    return logits;
+}
+
+static void test_text_tower(const char *dir)
+{
+    char path[600], sub[300], from[300];
+    lens_config c;
+    lens_err err = {0};
+    snprintf(path, sizeof path, "%s/gemma3-4b-it.json", dir);
+    CHECK(write_text(path, gemma3_4b_it) == 0, "write %s", path);
+    if (lens_config_load(path, &c, &err)) {
+        CHECK(0, "gemma-3-4b-it config.json: %s", err.msg);
+    } else {
+        CHECK(c.family == lens_family_find("gemma3_text") && c.text_tower && c.task == LENS_TASK_CAUSAL_LM &&
+                  !strcmp(c.architecture, "Gemma3ForConditionalGeneration"),
+              "gemma-3-4b-it reads as its gemma3_text tower, a causal LM named by the wrapper");
+        CHECK(c.n_layers == 34 && c.d_model == 2560 && c.d_ff == 10240 && c.sliding_window == 1024 &&
+                  c.rope.type == LENS_ROPE_LINEAR && c.rope.factor == 8,
+              "its text_config's own keys: L %d C %d F %d window %d", c.n_layers, c.d_model, c.d_ff,
+              c.sliding_window);
+        CHECK(c.n_heads == 8 && lens_kv_heads(&c) == 4 && c.d_head_k == 256 && c.vocab_size == 262208 &&
+                  c.rope.theta == 1e6 && c.rope_local.theta == 1e4 && c.sliding_pattern == 6 &&
+                  c.query_pre_attn_scalar == 256 && c.max_positions == 131072 && c.tie_word_embeddings &&
+                  c.attn_softcap == 0 && c.final_softcap == 0,
+              "Gemma3TextConfig's defaults fill the rest: NH %d NKV %d DK %d V %d theta %g/%g pattern %d",
+              c.n_heads, lens_kv_heads(&c), c.d_head_k, c.vocab_size, c.rope.theta, c.rope_local.theta,
+              c.sliding_pattern);
+        lens_config_free(&c);
+    }
+    CHECK(write_text(path, "{\"model_type\": \"gemma3\", \"architectures\": [\"Gemma3ForConditionalGeneration\"],"
+                           " \"text_config\": {\"model_type\": \"t5\"}}") == 0,
+          "write %s", path);
+    CHECK(lens_config_load(path, &c, &err) != 0 && strstr(err.msg, "unsupported model_type \"gemma3\""),
+          "a wrapper whose tower is no family is refused: %s", err.msg);
+
+    snprintf(from, sizeof from, "%s/g3", dir);
+    if (lens_mkmodel("gemma3_text", "micro", "causal-lm", 7, from, &err)) {
+        CHECK(0, "mkmodel gemma3_text: %s", err.msg);
+        return;
+    }
+    int n = 0;
+    float *want = tower_logits(from, &n);
+    for (int release = 0; want && release < 2; release++) {
+        snprintf(sub, sizeof sub, "%s/g3-wrapped-%d", dir, release);
+        snprintf(path, sizeof path, "%s/config.json", from);
+        char weights[600];
+        snprintf(weights, sizeof weights, "%s/model.safetensors", from);
+        int made = mkdir(sub, 0700) == 0 && write_wrapper_config(path, sub) == 0 &&
+                   write_wrapper_weights(weights, sub, release) == 0;
+        CHECK(made, "write %s", sub);
+        int m = 0;
+        float *got = made ? tower_logits(sub, &m) : NULL;
+        CHECK(got && m == n && !memcmp(got, want, (size_t)n * sizeof *got),
+              "the %s layout's text tower gives the gemma3_text logits bit for bit",
+              release ? "release (language_model.model.*)" : "transformers >= 4.52 (model.language_model.*)");
+        free(got);
+    }
+    free(want);
+}
+
 int main(void)
 {
     family_cases_check();
@@ -287,6 +437,7 @@ int main(void)
         return check_done("test_tables");
     }
     test_configs(dir);
+    test_text_tower(dir);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
     return check_done("test_tables");

@@ -281,6 +281,9 @@ struct lens_family {
     const char *base_prefix;  /* base-model tensor prefix inside task checkpoints: "bert." */
     const char *default_arch; /* config "architectures"[0] when absent */
     const char *task_archs[4]; /* HF class of each lens_task, NULL = not supported */
+    /* The HF config class's defaults of keys a nested "text_config" may omit
+     * (JSON text; NULL: none), e.g. Gemma3TextConfig's sizes. */
+    const char *class_defaults;
     unsigned caps;            /* LENS_CAP_* */
 
     /* The HF config keys, tables read in order (arch.h config keys), then

@@ -223,8 +223,41 @@ static int parse_labels(const json_t *root, const char *path, lens_config *cfg, 
 
 /* cfg->task from cfg->architecture via the family's task_archs (labels
  * read for classifiers). */
+/* The object the family's keys are read from: root itself, or for a
+ * multimodal wrapper (Gemma3ForConditionalGeneration, model_type "gemma3":
+ * no family of its own) its "text_config", whose model_type names the
+ * family (cfg->family set, cfg->text_tower = 1). HF writes a nested config
+ * as its difference from the config class's defaults, so the family's
+ * class_defaults fill what is absent. A new reference (NULL: out of
+ * memory). */
+static json_t *text_tower(json_t *root, lens_config *cfg)
+{
+    json_t *tower = json_object_get(root, "text_config");
+    const char *type = json_string_value(json_object_get(tower, "model_type"));
+    const lens_family *f = cfg->family || !type ? NULL : lens_family_find(type);
+    if (!f) return json_incref(root);
+    cfg->family = f;
+    cfg->text_tower = 1;
+    json_t *keys = json_deep_copy(tower);
+    json_t *defaults = f->class_defaults ? json_loads(f->class_defaults, 0, NULL) : json_object();
+    if (!keys || !defaults || json_object_update_missing(keys, defaults)) {
+        json_decref(keys);
+        keys = NULL;
+    }
+    json_decref(defaults);
+    return keys;
+}
+
+/* The task from the architecture; a wrapper's text tower is its causal LM. */
 static int config_task(const json_t *root, const char *path, lens_config *cfg, lens_err *err)
 {
+    if (cfg->text_tower) {
+        if (!cfg->family->task_archs[LENS_TASK_CAUSAL_LM])
+            return lens_fail(err, LENS_EFORMAT, "%s: the text tower of \"%s\" is a %s, which has no causal LM", path,
+                             cfg->architecture, cfg->family->model_type);
+        cfg->task = LENS_TASK_CAUSAL_LM;
+        return 0;
+    }
     for (lens_task t = LENS_TASK_ENCODER; t <= LENS_TASK_CAUSAL_LM; t++) {
         const char *name = cfg->family->task_archs[t];
         if (!name || strcmp(name, cfg->architecture)) continue;
@@ -274,17 +307,23 @@ int lens_config_load(const char *path, lens_config *cfg, lens_err *err)
     json_t *archs = json_object_get(root, "architectures");
     const char *arch = json_string_value(json_array_get(archs, 0));
     cfg->family = lens_family_find(type);
+    json_t *keys = text_tower(root, cfg);
     if (!cfg->family) {
         lens_fail(err, LENS_EFORMAT, "%s: unsupported model_type \"%s\" (%s)", path, type, lens_family_names());
+        goto out;
+    }
+    if (!keys) {
+        lens_fail(err, LENS_ENOMEM, "%s: out of memory reading it", path);
         goto out;
     }
     snprintf(cfg->architecture, sizeof cfg->architecture, "%s", arch ? arch : cfg->family->default_arch);
     cfg->random_weights = json_is_true(json_object_get(root, "lensd_random_weights"));
     const lens_family *f = cfg->family;
-    rc = read_keys(root, path, cfg, err) || (f->config_hook && f->config_hook(root, path, cfg, err)) ||
+    rc = read_keys(keys, path, cfg, err) || (f->config_hook && f->config_hook(keys, path, cfg, err)) ||
                  config_task(root, path, cfg, err)
              ? -1
              : 0;
+    json_decref(keys);
     if (rc == 0) lens_config_set_attn_scale(cfg);
 out:
     json_decref(root);

@@ -18,8 +18,10 @@
  *            the global ones' at rope_theta with rope_scaling
  * Presets: gemma 1b = gemma-2b, 8b = gemma-7b; gemma2 1b = gemma-2-2b,
  * 8b = gemma-2-9b; gemma3_text 1b = gemma-3-1b, 4b / 12b the text towers of
- * gemma-3-4b / 12b (Gemma3ForConditionalGeneration's model_type gemma3 is
- * not read). */
+ * gemma-3-4b / 12b. Gemma3ForConditionalGeneration's checkpoints (model_type
+ * gemma3) are read as their text tower (config.c, model.c): its
+ * text_config over Gemma3TextConfig's defaults, the vision tensors
+ * ignored. */
 #include <jansson.h>
 #include <math.h>
 #include <string.h>
@@ -204,10 +206,22 @@ const lens_family lens_family_gemma2 = {
     .writer = &(const lens_family_writer){.preset = gemma2_preset, GEMMA_WRITER},
 };
 
+/* Gemma3TextConfig's defaults: Gemma3ForConditionalGeneration's config.json
+ * (model_type gemma3) lists only the text_config keys that differ. */
+static const char gemma3_class_defaults[] =
+    "{\"vocab_size\": 262208, \"hidden_size\": 2304, \"intermediate_size\": 9216, \"num_hidden_layers\": 26,"
+    " \"num_attention_heads\": 8, \"num_key_value_heads\": 4, \"head_dim\": 256,"
+    " \"hidden_activation\": \"gelu_pytorch_tanh\", \"max_position_embeddings\": 131072, \"rms_norm_eps\": 1e-6,"
+    " \"tie_word_embeddings\": true, \"rope_theta\": 1000000.0, \"attention_bias\": false,"
+    " \"query_pre_attn_scalar\": 256, \"sliding_window\": 4096, \"final_logit_softcapping\": null,"
+    " \"attn_logit_softcapping\": null, \"rope_scaling\": null, \"rope_local_base_freq\": 10000.0,"
+    " \"sliding_window_pattern\": 6}";
+
 const lens_family lens_family_gemma3_text = {
     .model_type = "gemma3_text",
     .default_arch = "Gemma3ForCausalLM",
     .task_archs = {[LENS_TASK_ENCODER] = "Gemma3TextModel", [LENS_TASK_CAUSAL_LM] = "Gemma3ForCausalLM"},
+    .class_defaults = gemma3_class_defaults,
     .keys = {lens_hf_size_keys, lens_decoder_keys, gemma3_keys},
     LENS_DECODER_FAMILY_FNS,
     .config_hook = gemma3_config_hook,

@@ -29,13 +29,18 @@
 /* Loading visitor: each tensor the family's walker names is looked up in
  * the checkpoint with its shape checked; base-model checkpoints (BertModel,
  * GPT2Model) store the names without the family's base prefix, which the
- * first tensor decides for all. */
+ * first tensor decides for all. A wrapper's text tower has its names under
+ * "language_model." (HF's release layout: "language_model.model.layers.0...",
+ * "language_model.lm_head.weight") or after the base prefix (transformers
+ * >= 4.52 saves "model.language_model.layers.0...", "lm_head.weight"), also
+ * decided by the first tensor. */
 typedef struct {
     lens_param_visitor v; /* first member */
     lens_weights *w;
     lens_params *p;       /* emb_dtype set from the first embedding table */
     const char *base_prefix;
     int strip;            /* -1: not decided yet, 0 / 1 */
+    int tower;            /* text tower: -1 not decided yet, 1 release layout, 2 the newer one; 0 no tower */
     int n_emb;            /* embedding tables bound so far */
     size_t n_params;
     lens_err *err;
@@ -48,8 +53,20 @@ static const void *bind_tensor(lens_param_visitor *v, const lens_param_desc *d)
     const char *name = d->name;
     const size_t plen = strlen(b->base_prefix);
     const int prefixed = plen && !strncmp(name, b->base_prefix, plen);
-    if (b->strip < 0 && prefixed) b->strip = !lens_weights_has(b->w, name);
-    if (prefixed && b->strip == 1) name += plen;
+    char tower[512];
+    if (b->tower) {
+        if (b->tower < 0) {
+            snprintf(tower, sizeof tower, "language_model.%s", name);
+            b->tower = lens_weights_has(b->w, tower) ? 1 : 2;
+        }
+        if (b->tower == 1) snprintf(tower, sizeof tower, "language_model.%s", name);
+        else if (prefixed) snprintf(tower, sizeof tower, "%slanguage_model.%s", b->base_prefix, name + plen);
+        else snprintf(tower, sizeof tower, "%s", name);
+        name = tower;
+    } else {
+        if (b->strip < 0 && prefixed) b->strip = !lens_weights_has(b->w, name);
+        if (prefixed && b->strip == 1) name += plen;
+    }
     v->dtype = LENS_DT_F32;
     const void *p = d->ndim == 2 ? lens_weights_get_raw(b->w, name, d->ndim, d->shape, &v->dtype, b->err)
                                  : lens_weights_get(b->w, name, d->ndim, d->shape, b->err);
@@ -208,7 +225,7 @@ lens_model *lens_model_load(const char *dir, lens_err *err)
     }
     if (!(m->weights = lens_weights_open(dir, err))) goto fail;
     binder b = {.v = {.tensor = bind_tensor}, .w = m->weights, .p = &m->p, .base_prefix = m->cfg.family->base_prefix,
-                .strip = -1, .err = err};
+                .strip = -1, .tower = -m->cfg.text_tower, .err = err};
     lens_walk_params(&m->cfg, &m->p, &b.v);
     if (b.v.failed) goto fail;
     m->n_params = b.n_params;

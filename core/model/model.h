@@ -55,6 +55,8 @@ typedef struct {
     int n_labels;            /* classification only, else 0 */
     char **labels;           /* id2label[n_labels], or NULL */
     int random_weights;      /* written by lens_mkmodel ("lensd_random_weights"): not a trained model */
+    int text_tower;          /* the text tower of a multimodal wrapper (config "text_config"; tensors
+                                under "language_model." or "<base prefix>language_model.") */
     /* Modern decoders (core/model/decoder.c, gpt_neox.c; 0 = off for the others): */
     int n_kv_heads;          /* grouped-query attention: key/value heads, NH a multiple (0 = NH) */
     lens_rope_params rope;   /* rotary embeddings (rope.dim 0: learned / no positions) */
