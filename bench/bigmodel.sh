@@ -10,7 +10,7 @@
 # (kept for the next run), `lensd serve` with only that model, then POST
 # /v1/forward and /v1/attention with 64 tokens, and prints the load time,
 # each request's time (the forward twice: the first one faults the mapped
-# weights in), the peak RSS (VmHWM of the server) against the
+# weights in; a mixture-of-experts checkpoint also "outputs": ["router"]), the peak RSS (VmHWM of the server) against the
 # checkpoint size + 1.5 GiB (PASS / MISS) and the free disk it needs first.
 #
 #   bench/bigmodel.sh [BUILD/lensd]
@@ -87,7 +87,7 @@ for spec in $MODELS; do
     [ "$ep" = router ] && body="{\"model\":\"big\",\"input_ids\":[$IDS],\"outputs\":[\"router\"]}"
     code=$(curl -s -o "$DIR/$ep-$arch-$preset.json" -w '%{http_code} %{time_total}' -H 'Content-Type: application/json' \
       -d "$body" "http://127.0.0.1:$PORT/v1/${ep/router/forward}")
-    log "$spec: /v1/$ep T=$T: HTTP ${code% *} in ${code#* } s"
+    log "$spec: /v1/${ep/router/forward (router)} T=$T: HTTP ${code% *} in ${code#* } s"
     [ "${code% *}" = 200 ] || { status=1; head -c 300 "$DIR/$ep-$arch-$preset.json" >&2; echo >&2; }
     times="$times $ep=${code#* }s"
   done
