@@ -674,6 +674,10 @@ async function ablationToggle(page, base) {
     `clean ${shown.clean} / ablated ${shown.ablated} = /v1/ablation's`);
   const probs = await page.$$eval('table.ablation-probs tr', els => els.length - 1);
   check(probs === modelInfo(model).labels.length, `class probabilities clean vs ablated (${probs} rows)`);
+  const o = await sent(page, 'v1/ablation', () => page.select('select[name=objective-kind]', 'logit'));
+  check(JSON.stringify(o.body.objective) === '{"kind":"logit"}' && o.status === 200 && JSON.stringify(o.body.heads) === '[[1,0],[2,1]]',
+    `the objective controls change the ablation request (${JSON.stringify(o.body.objective)})`);
+  await page.waitForFunction(c => document.querySelector(`table.ablation[data-change="${c}"]`), { timeout: 20000 }, o.json.objective.change);
   const marked = await page.$$eval('.head-cell[data-ablated="true"]', els => els.length);
   check(marked === 2, `ablated heads marked on the grid (${marked})`);
   const c = await sent(page, 'v1/ablation', () => page.click('.head-cell[data-layer="1"][data-head="0"]'));

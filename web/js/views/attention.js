@@ -5,7 +5,7 @@
 // identifiability bounds, special-token and punctuation mass raw vs
 // effective.
 import { el, heatmap, thumbnail, colorLegend, scatter, fmt } from '../plot.js';
-import { textForm, into, labels, section, note, objectiveText, pieceText } from './common.js';
+import { textForm, into, labels, section, note, objectiveText, pieceText, objectiveControls } from './common.js';
 
 export const id = 'attention';
 export const title = 'Attention';
@@ -139,6 +139,7 @@ function ablationPanel(ctx, input) {
   const toggle = el('input', { type: 'checkbox', name: 'ablate' });
   const mode = el('select', { name: 'ablation-mode', 'aria-label': 'ablation mode' }, ['zero', 'mean'].map(m => el('option', { value: m, text: m })));
   const result = el('div', { class: 'ablation-result' }, note('No head ablated.'));
+  const objective = objectiveControls(ctx);
   const heads = new Map(); // "layer:head" -> [layer, head]
   let asked = 0;
   const run = async () => {
@@ -147,7 +148,9 @@ function ablationPanel(ctx, input) {
     const list = [...heads.values()].sort((a, b) => a[0] - b[0] || a[1] - b[1]);
     result.replaceChildren(note('computing…'));
     // answers to earlier clicks that arrive late are dropped
-    const answer = ctx.api('v1/ablation', { ...input, heads: list, mode: mode.value }).then(r => ({ r }), e => ({ e }));
+    const obj = objective.value();
+    const answer = ctx.api('v1/ablation', { ...input, heads: list, mode: mode.value, ...(obj ? { objective: obj } : {}) })
+      .then(r => ({ r }), e => ({ e }));
     const { r: resp, e } = await answer;
     if (mine !== asked) return;
     await into(result, () => {
@@ -166,7 +169,9 @@ function ablationPanel(ctx, input) {
     });
   };
   mode.onchange = run;
-  const panel = section('Ablation', el('p', {}, el('label', {}, toggle, ' click heads to ablate '), el('label', {}, 'mode ', mode)), result);
+  objective.addEventListener('change', run);
+  const panel = section('Ablation', el('div', { class: 'input-form' }, el('label', {}, toggle, ' click heads to ablate '),
+    el('label', {}, 'mode ', mode), objective), result);
   // a click on a head cell: toggles it when ablating; false lets the click focus the head
   panel.toggleHead = (layer, head, cell) => {
     if (!toggle.checked) return false;
