@@ -64,6 +64,7 @@ static const char *analysis_endpoint(lens_analysis a)
     case LENS_ANALYSIS_DECOMPOSITION: return "/v1/decomposition";
     case LENS_ANALYSIS_CONTEXT_MIXING: return "/v1/context-mixing";
     case LENS_ANALYSIS_LOGIT_ATTRIBUTION: return "/v1/logit-attribution";
+    case LENS_ANALYSIS_ROUTER: return "/v1/forward";
     default: return NULL;
     }
 }

@@ -46,8 +46,10 @@ static void forward_req_free(void *p)
     free(r);
 }
 
-static int decode_outputs(api_call *c, const lens_config *cfg, unsigned *out)
+static int decode_outputs(api_call *c, const lens_model *model, unsigned *out)
 {
+    const lens_config *cfg = &model->cfg;
+    const char *why;
     json_t *v = json_object_get(c->body, "outputs");
     int has_head = cfg->task != LENS_TASK_ENCODER;
     if (!v || json_is_null(v)) {
@@ -76,9 +78,9 @@ static int decode_outputs(api_call *c, const lens_config *cfg, unsigned *out)
                             "router_probs)",
                             s);
     }
-    if ((*out & OUT_ROUTER) && !cfg->n_experts)
-        return api_fail(c, 422, "invalid_request", "outputs",
-                        "this model (%s) has no mixture-of-experts layers, so no router", cfg->architecture);
+    /* the predicate GET /v1/models advertises "router" by */
+    if ((*out & OUT_ROUTER) && !lens_model_supports(model, LENS_ANALYSIS_ROUTER, &why))
+        return api_fail(c, 422, "invalid_request", "outputs", "%s (%s)", why, cfg->architecture);
     if ((*out & OUT_LOGITS) && !has_head)
         return api_fail(c, 422, "invalid_request", "outputs", "this model (%s) has no task head, so no logits",
                         cfg->architecture);
@@ -94,7 +96,7 @@ int api_forward_prepare(api_call *c)
     const api_model *m;
     if (api_decode_model(c, &m) || api_decode_input(c, m, &r->in)) return -1;
     const lens_config *cfg = &m->model->cfg;
-    if (decode_outputs(c, cfg, &r->outputs) ||
+    if (decode_outputs(c, m->model, &r->outputs) ||
         api_decode_index_list(c, "layers", 0, cfg->n_layers, &r->layers) ||
         api_decode_index_list(c, "heads", 0, cfg->n_heads - 1, &r->heads) ||
         api_decode_format(c, &r->format) || api_decode_predictions(c, m->model, r->outputs & OUT_TOP_K, &r->pred))

@@ -57,6 +57,7 @@ static const struct {
     {"hidden_attribution", "/v1/hidden-attribution", "{\"model\": \"%s\", \"text\": \"a fine movie\", \"layers\": [0, 1]}", 0},
     {"context_mixing", "/v1/context-mixing", "{\"model\": \"%s\", \"text\": \"a fine movie\", \"method\": \"rollout\"}", 0},
     {"logit_attribution", "/v1/logit-attribution", "{\"model\": \"%s\", \"text\": \"a fine movie\", \"target\": 5}", 0},
+    {"router", "/v1/forward", "{\"model\": \"%s\", \"text\": \"a fine movie\", \"outputs\": [\"router\"]}", 0},
     {"decomposition", "/v1/decomposition", "{\"model\": \"%s\", \"texts\": [\"a fine movie\", \"dull and slow\"], \"length\": 3}", 0},
 };
 enum { N_RUNS = sizeof RUNS / sizeof *RUNS };

@@ -287,6 +287,7 @@ const char *lens_analysis_name(lens_analysis a)
         [LENS_ANALYSIS_DECOMPOSITION] = "decomposition",
         [LENS_ANALYSIS_CONTEXT_MIXING] = "context_mixing",
         [LENS_ANALYSIS_LOGIT_ATTRIBUTION] = "logit_attribution",
+        [LENS_ANALYSIS_ROUTER] = "router",
     };
     return (unsigned)a < LENS_ANALYSIS_COUNT ? names[a] : "unknown";
 }
@@ -336,6 +337,9 @@ int lens_model_supports(const lens_model *m, lens_analysis a, const char **why)
             lens_attn_residual s;
             no = lens_block_attn_residual(m, l, &s);
         }
+        break;
+    case LENS_ANALYSIS_ROUTER:
+        if (!c->n_experts) no = "this model has no mixture-of-experts layers, so no router";
         break;
     case LENS_ANALYSIS_FORWARD:
     case LENS_ANALYSIS_ATTENTION:

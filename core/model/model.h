@@ -228,6 +228,7 @@ typedef enum {
     LENS_ANALYSIS_DECOMPOSITION,
     LENS_ANALYSIS_CONTEXT_MIXING,     /* rollout for every model; ALTI / GlobEnc where the block decomposes */
     LENS_ANALYSIS_LOGIT_ATTRIBUTION,  /* direct logit attribution: causal LMs whose blocks add attention as it is */
+    LENS_ANALYSIS_ROUTER,             /* /v1/forward's "router" output: models with mixture-of-experts layers */
     LENS_ANALYSIS_COUNT
 } lens_analysis;
 

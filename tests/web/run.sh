@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make test-web: the dashboard in Debian's headless chromium against live
 # lensd servers on the demo models in models/:
-#   A  plain lensd (every view, 1280x800 and 390x844)
+#   A  plain lensd (every view, 1280x800 and 390x844), with a random micro
+#      OLMoE (lensd mkmodel) as demo-moe for the expert routing
 #   B  lensd with --api-key-file (the page asks for the key after a 401) and
 #      --debug-delay-ms 3000 (a job is still waiting when Cancel is clicked)
 #   C  nginx in front of A under the path prefix /lensd/, with a config made
@@ -50,7 +51,9 @@ start_lensd() { # port, extra args...
 # SST-2's TSVs for the Jobs view's dataset picker, when ../shared is there
 data_args=()
 [ -d ../shared/data/sst2 ] && data_args=(--data-dir ../shared/data/sst2)
-port_a=$(free_port); start_lensd "$port_a" "${data_args[@]}"
+# a mixture-of-experts model (random weights) for the text view's expert routing
+"$LENSD" mkmodel --arch olmoe --preset micro --out "$tmp/demo-moe" >/dev/null
+port_a=$(free_port); start_lensd "$port_a" "${data_args[@]}" --model "demo-moe=$tmp/demo-moe"
 port_b=$(free_port); echo "web-test-key" >"$tmp/keys"; start_lensd "$port_b" --api-key-file "$tmp/keys" --debug-delay-ms 3000
 
 port_c=$(free_port)

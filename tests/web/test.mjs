@@ -103,7 +103,8 @@ const specRes = modern ? await fetch(new URL('openapi.yaml', LENSD_URL)) : null;
 const specText = specRes && specRes.ok ? await specRes.text() : '';
 const predictionsApi = specText.includes('logit_lens:');
 const eventsApi = specText.includes('/v1/jobs/{id}/events');
-check(models.length === 4, `four demo models served (${models.length})`);
+const DEMOS = ['demo-sst2', 'demo-mlm', 'demo-gpt2', 'demo-identifiable'];
+check(DEMOS.every(modelInfo) && modelInfo('demo-moe') && models.length === 5, `the four demo models and demo-moe served (${models.map(m => m.id)})`);
 
 async function textView(page, base) {
   await gotoView(page, base, 'demo-sst2', 'text');
@@ -510,10 +511,243 @@ async function jobsView(page, base) {
   noErrors(page, 'jobs');
 }
 
+// ---------------------------------------------- issues 29, 31, 32: new views
+
+// The request the page sends to path when act() runs, and the answer it got.
+async function sent(page, path, act) {
+  const [req] = await Promise.all([
+    page.waitForRequest(r => r.url().endsWith(path) && r.method() === 'POST', { timeout: 60000 }), act()]);
+  const res = await req.response() || await page.waitForResponse(r => r.request() === req, { timeout: 60000 });
+  return { body: JSON.parse(req.postData()), status: res.status(), json: await res.json() };
+}
+
+// Run the form again and wait until the view has drawn the answer.
+async function rerun(page, path) {
+  return sent(page, path, () => page.click('form.input-form button[type=submit]'));
+}
+
+// Issue 29: the text view shows which experts fired per token, on MoE models only.
+async function routerView(page, base) {
+  await gotoView(page, base, 'demo-sst2', 'text');
+  check(await page.$$eval('.router-layer', els => els.length) === 0, 'dense model: no expert routing panel');
+  const model = 'demo-moe';
+  check(modelInfo(model).analyses.includes('router') && !modelInfo('demo-gpt2').analyses.includes('router'),
+    '/v1/models lists "router" for the MoE model only');
+  await gotoView(page, base, model, 'text');
+  const text = await page.$eval('textarea[name=text]', e => e.value);
+  const r = await post(LENSD_URL, 'v1/forward', { model, text, outputs: ['router_probs'] });
+  const T = r.tokens.length, E = r.router[0].probs[0].length;
+  const drawn = await page.$$eval('.router-layer', els => els.map(e => ({ layer: Number(e.dataset.layer),
+    cells: [...e.querySelectorAll('rect.cell')].map(c => [Number(c.dataset.r), Number(c.dataset.c), c.dataset.tip]) })));
+  check(drawn.length === r.router.length && drawn.length > 0 && drawn.every((d, i) => d.layer === r.router[i].layer),
+    `one routing map per MoE layer (${drawn.map(d => d.layer)})`);
+  check(drawn.every(d => d.cells.length === T * E), `each map is tokens x experts = ${T} x ${E} (${drawn.map(d => d.cells.length)})`);
+  const routed = drawn.every((d, i) => d.cells.every(([t, e, tip]) => {
+    const k = r.router[i].experts[t].indexOf(e);
+    return k < 0 ? tip.includes('not routed') : tip.includes(`gate ${Number(r.router[i].weights[t][k].toPrecision(4))}`);
+  }));
+  check(routed, 'the routed cells are the response\'s experts with their gate weights, the others "not routed"');
+  await shot(page, 'text-demo-moe-routing');
+  noErrors(page, 'router');
+}
+
+// Issue 31 item 5: method picker, per-layer and rolled-out maps on one scale, raw attention beside.
+async function mixingView(page, base) {
+  const model = 'demo-gpt2', m = modelInfo(model);
+  await gotoView(page, base, model, 'context-mixing');
+  const { body, json: r } = await rerun(page, 'v1/context-mixing');
+  await waitReady(page, 'context-mixing');
+  await page.waitForSelector('.mixing-layer', { timeout: 20000 });
+  check(body.method === 'rollout', `default method rollout (${body.method})`);
+  const T = r.tokens.length;
+  const layers = await page.$$eval('.mixing-layer', els => els.map(e => ({
+    maps: [...e.querySelectorAll('svg.heatmap')].map(s => s.querySelectorAll('rect.cell').length),
+    legends: [...e.querySelectorAll('svg.legend')].map(l => [...l.querySelectorAll('text')].slice(1).map(t => t.textContent).join(' ')) })));
+  check(layers.length === m.num_layers && layers.every(l => l.maps.length === 3 && l.maps.every(n => n === T * T)),
+    `per layer: contributions, rollout, raw attention, each T x T = ${T * T} (${JSON.stringify(layers.map(l => l.maps))})`);
+  const scales = new Set(layers.flatMap(l => l.legends.slice(0, 2)));
+  check(scales.size === 1, `every contributions and rollout map on one colour scale (${[...scales]})`);
+  // colours: contributions[l][i][j] on viridis over [0, the largest value of all maps]
+  const fills = await page.evaluate(async (resp) => {
+    const plot = await import(new URL('web/js/plot.js', document.baseURI).href);
+    const max = Math.max(...resp.layers.flatMap(l => l.contributions.flat().concat(l.rollout.flat())));
+    const svg = document.querySelectorAll('.mixing-layer')[resp.layers.length - 1].querySelector('svg.heatmap');
+    const last = resp.layers[resp.layers.length - 1];
+    return [...svg.querySelectorAll('rect.cell')].every(c => c.getAttribute('fill') === plot.seqColor(last.contributions[c.dataset.r][c.dataset.c] / max));
+  }, r);
+  check(fills, 'contribution cells coloured by the response on the shared scale');
+  const attn = await post(LENSD_URL, 'v1/forward', { model, text: body.text, outputs: ['attentions'] });
+  const H = attn.attentions[0].heads.length;
+  const want = attn.attentions[0].heads.reduce((a, h) => a + h.weights[T - 1][0], 0) / H;
+  const tip = await page.evaluate(t => document.querySelectorAll('.mixing-layer')[0].querySelectorAll('svg.heatmap')[2]
+    .querySelector(`rect.cell[data-r="${t - 1}"][data-c="0"]`).dataset.tip, T);
+  check(tip.endsWith(want.toPrecision(4)), `raw attention beside = the mean over heads (${tip} vs ${want.toPrecision(4)})`);
+  await shot(page, 'context-mixing-demo-gpt2');
+  await page.select('select[name=method]', 'alti');
+  const alti = await rerun(page, 'v1/context-mixing');
+  check(alti.body.method === 'alti' && alti.status === 200, `the picker sends the method (${alti.body.method}: ${alti.status})`);
+  await page.waitForFunction(() => document.querySelector('.mixing-layer figcaption').textContent.includes('alti'), { timeout: 20000 });
+  // a method the server refuses: its error text is shown
+  await page.select('select[name=method]', 'decompx');
+  const dx = await rerun(page, 'v1/context-mixing');
+  if (dx.status === 200) {
+    await page.waitForFunction(() => document.querySelector('.mixing-layer figcaption').textContent.includes('decompx'), { timeout: 20000 });
+    check(true, 'decompx answered 200 and is drawn');
+  } else {
+    await page.waitForSelector('.output .error', { timeout: 10000 });
+    const shown = await page.$eval('.output .error', e => e.textContent);
+    check(dx.status === 422 && shown.includes(dx.json.error.message), `decompx: the server's 422 text is shown ("${shown}")`);
+    page.errors = page.errors.filter(e => !/status of 422/.test(e));
+  }
+  noErrors(page, 'context mixing');
+}
+
+// Issue 31 item 5: the objective controls change the attribution request.
+async function attributionObjective(page, base) {
+  const model = 'demo-gpt2', m = modelInfo(model);
+  await gotoView(page, base, model, 'attribution');
+  await page.select('select[name=objective-kind]', 'logit_difference');
+  await page.type('input[name=objective-position]', '1');
+  await page.type('input[name=objective-target]', ' good');
+  await page.type('input[name=objective-foil]', ' bad');
+  const { body, json: r } = await rerun(page, 'v1/attribution');
+  check(JSON.stringify(body.objective) === JSON.stringify({ kind: 'logit_difference', position: 1, target: ' good', foil: ' bad' }),
+    `objective sent as typed (${JSON.stringify(body.objective)})`);
+  await page.waitForSelector('table.completeness', { timeout: 30000 });
+  const rows = await page.$$eval('table.completeness tr[data-layer]', els => els.map(e => [...e.children].map(td => td.textContent)));
+  const fmt4 = v => String(Number(v.toPrecision(4)));
+  check(rows.length === m.num_layers && rows.every((row, i) => row[1] === fmt4(r.layers[i].attr_sum) && row[2] === fmt4(r.objective.value - r.layers[i].f_zero)),
+    `completeness per layer: attributions' sum vs F(A) − F(0) from the response (${JSON.stringify(rows)})`);
+  const head = await page.$$eval('section.panel h2', els => els.map(e => e.textContent).find(t => t.startsWith('Objective')));
+  check(head.includes('logit difference of ␣good − ␣bad at token 1') && head.endsWith(`= ${fmt4(r.objective.value)}`), `objective heading "${head}"`);
+  await shot(page, 'attribution-objective-demo-gpt2');
+  noErrors(page, 'attribution objective');
+}
+
+// Issue 31 item 5: the head x layer grid of direct logit attribution.
+async function logitView(page, base) {
+  const model = 'demo-gpt2', m = modelInfo(model);
+  await gotoView(page, base, 'demo-sst2', 'logit-attribution');
+  check(await page.$$eval('.unsupported', els => els.length) === 1, 'encoder classifier: logit attribution not offered');
+  await gotoView(page, base, model, 'logit-attribution');
+  const { body, json: r } = await rerun(page, 'v1/logit-attribution');
+  await waitReady(page, 'logit-attribution');
+  await page.waitForSelector('svg.heatmap rect.cell', { timeout: 20000 });
+  const top = await post(LENSD_URL, 'v1/forward', { model, text: body.text, outputs: ['top_k'], k: 2 });
+  const last = top.top_k[top.top_k.length - 1].predictions;
+  check(body.target === last[0].id && body.foil === last[1].id, `default: predicted token vs runner-up (${body.target}, ${body.foil})`);
+  const cells = await page.$$eval('svg.heatmap rect.cell', els => els.map(e => [Number(e.dataset.r), Number(e.dataset.c), e.dataset.tip]));
+  check(cells.length === m.num_layers * m.num_heads, `grid layers x heads = ${m.num_layers * m.num_heads} (${cells.length})`);
+  const ok = cells.every(([l, h, tip]) => {
+    const x = r.heads.find(t => t.layer === l + 1 && t.head === h);
+    return x && tip === `layer ${l + 1} head ${h}: ${Number(x.value.toPrecision(4))}`;
+  });
+  check(ok, 'each cell is its head\'s term in the response');
+  const bars = await page.$$eval('svg.bars rect.bar', els => els.length);
+  check(bars === r.mlps.length + 2, `embedding, ${r.mlps.length} MLPs and biases as bars (${bars})`);
+  await page.$eval('input[name=objective-target]', e => { e.value = ''; });
+  await page.type('input[name=objective-target]', ' good');
+  await page.$eval('input[name=objective-foil]', e => { e.value = ''; });
+  await page.type('input[name=objective-position]', '-2');
+  const typed = await rerun(page, 'v1/logit-attribution');
+  check(typed.body.target === ' good' && typed.body.foil === undefined && typed.body.position === -2 && typed.status === 200,
+    `the controls change the request (${JSON.stringify({ t: typed.body.target, f: typed.body.foil, p: typed.body.position })})`);
+  await page.waitForFunction(() => [...document.querySelectorAll('section.panel h2')].some(h => h.textContent.startsWith('Direct logit attribution: logit of')), { timeout: 20000 });
+  await shot(page, 'logit-attribution-demo-gpt2');
+  noErrors(page, 'logit attribution');
+}
+
+// Issue 32 item 4: clicking heads on the attention grid ablates them.
+async function ablationToggle(page, base) {
+  const model = 'demo-sst2';
+  await gotoView(page, base, model, 'attention');
+  await page.click('input[name=ablate]');
+  const a = await sent(page, 'v1/ablation', () => page.click('.head-cell[data-layer="1"][data-head="0"]'));
+  check(JSON.stringify(a.body.heads) === '[[1,0]]' && a.body.mode === 'zero', `a click ablates that head (${JSON.stringify(a.body.heads)})`);
+  const b = await sent(page, 'v1/ablation', () => page.click('.head-cell[data-layer="2"][data-head="1"]'));
+  check(JSON.stringify(b.body.heads) === '[[1,0],[2,1]]', `a second click adds a head (${JSON.stringify(b.body.heads)})`);
+  await page.waitForFunction(c => document.querySelector(`table.ablation[data-change="${c}"]`), { timeout: 20000 }, b.json.objective.change);
+  const direct = await post(LENSD_URL, 'v1/ablation', { model, text: TEXT, heads: [[1, 0], [2, 1]] });
+  const shown = await page.$$eval('table.ablation tr', els => Object.fromEntries(els.map(e => [e.children[0].textContent, e.children[1].textContent])));
+  const fmt4 = v => String(Number(v.toPrecision(4)));
+  check(shown.clean === fmt4(direct.objective.clean) && shown.ablated === fmt4(direct.objective.ablated),
+    `clean ${shown.clean} / ablated ${shown.ablated} = /v1/ablation's`);
+  const probs = await page.$$eval('table.ablation-probs tr', els => els.length - 1);
+  check(probs === modelInfo(model).labels.length, `class probabilities clean vs ablated (${probs} rows)`);
+  const o = await sent(page, 'v1/ablation', () => page.select('select[name=objective-kind]', 'logit'));
+  check(JSON.stringify(o.body.objective) === '{"kind":"logit"}' && o.status === 200 && JSON.stringify(o.body.heads) === '[[1,0],[2,1]]',
+    `the objective controls change the ablation request (${JSON.stringify(o.body.objective)})`);
+  await page.waitForFunction(c => document.querySelector(`table.ablation[data-change="${c}"]`), { timeout: 20000 }, o.json.objective.change);
+  const marked = await page.$$eval('.head-cell[data-ablated="true"]', els => els.length);
+  check(marked === 2, `ablated heads marked on the grid (${marked})`);
+  const c = await sent(page, 'v1/ablation', () => page.click('.head-cell[data-layer="1"][data-head="0"]'));
+  check(JSON.stringify(c.body.heads) === '[[2,1]]', `clicking an ablated head restores it (${JSON.stringify(c.body.heads)})`);
+  await page.click('input[name=ablate]');
+  await page.click('.head-cell[data-layer="1"][data-head="1"]');
+  const caption = await page.$eval('.focus figcaption', e => e.textContent);
+  check(caption.includes('layer 1 head 1'), 'with the toggle off a click focuses the head again');
+  await shot(page, 'attention-ablation-demo-sst2');
+  noErrors(page, 'ablation toggle');
+}
+
+// Issue 32 item 4: clean / corrupt inputs and every grid the answer has as a heatmap.
+async function patchingView(page, base) {
+  for (const model of ['demo-sst2', 'demo-gpt2']) {
+    const m = modelInfo(model);
+    await gotoView(page, base, model, 'patching');
+    const { body, json: r } = await rerun(page, 'v1/patching');
+    await page.waitForSelector('.patch-grid[data-grid="resid"] rect.cell', { timeout: 30000 });
+    check(body.targets === undefined && body.method === undefined, `${model}: default request asks for the residual grid, exact`);
+    const T = r.tokens.length;
+    const cells = await page.$$eval('.patch-grid[data-grid="resid"] rect.cell', els => els.map(e => [Number(e.dataset.r), Number(e.dataset.c), e.dataset.tip]));
+    check(cells.length === m.num_layers * T, `${model}: residual grid L x T = ${m.num_layers} x ${T} (${cells.length})`);
+    const want = await page.evaluate(async g => {
+      const plot = await import(new URL('web/js/plot.js', document.baseURI).href);
+      return g.map(row => row.map(v => plot.fmt(v)));
+    }, r.resid);
+    const bad = cells.filter(([l, t, tip]) => !tip.endsWith(`: ${want[l][t]}`));
+    check(bad.length === 0, `${model}: each cell is the response's normalised effect, null as n/a (${bad.slice(0, 3).map(b => b[2])})`);
+    await shot(page, `patching-${model}`);
+    noErrors(page, `patching/${model}`);
+  }
+  // asking for the head and MLP grids: drawn when the server has them, else its error text
+  await page.click('input[name=target][value=heads]');
+  await page.click('input[name=target][value=mlps]');
+  const g = await rerun(page, 'v1/patching');
+  check(JSON.stringify(g.body.targets) === '["resid","heads","mlps"]', `the grid checkboxes set targets (${JSON.stringify(g.body.targets)})`);
+  if (g.status === 200) {
+    const m = modelInfo('demo-gpt2');
+    await page.waitForSelector('.patch-grid[data-grid="heads"]', { timeout: 30000 });
+    const heads = await page.$$eval('.patch-grid[data-grid="heads"] rect.cell', els => els.length);
+    const mlps = await page.$$eval('.patch-grid[data-grid="mlps"] rect.cell', els => els.length);
+    check(heads === m.num_layers * m.num_heads && mlps === m.num_layers, `head grid L x H (${heads}), MLP row L (${mlps})`);
+  } else {
+    await page.waitForSelector('.output .error', { timeout: 10000 });
+    const shown = await page.$eval('.output .error', e => e.textContent);
+    check(g.status === 422 && shown.includes(g.json.error.message), `heads / mlps refused: the server's text shown ("${shown}")`);
+    page.errors = page.errors.filter(e => !/status of 422/.test(e));
+  }
+  await page.select('select[name=method]', 'attribution');
+  await page.click('input[name=target][value=heads]');
+  await page.click('input[name=target][value=mlps]');
+  const at = await rerun(page, 'v1/patching');
+  check(at.body.method === 'attribution', 'the method picker sends "method": "attribution"');
+  if (at.status === 200) {
+    await page.waitForSelector('.patch-grid[data-method="attribution"] rect.cell', { timeout: 30000 });
+    check(true, 'attribution patching grid drawn');
+  } else {
+    await page.waitForSelector('.output .error', { timeout: 10000 });
+    page.errors = page.errors.filter(e => !/status of 422/.test(e));
+    check(at.status === 422, `attribution patching refused with a shown 422 (${at.status})`);
+  }
+  noErrors(page, 'patching grids');
+}
+
 // ------------------------------------------------------------------- runs
 
 const views = [textView, attentionView, attentionLong, attributionView, readableLabels, identityView, decompositionView, jobsView,
-  longSequence, canvasHeatmap];
+  longSequence, canvasHeatmap, routerView, mixingView, attributionObjective, logitView, ablationToggle, patchingView]
+  .filter(v => !process.env.ONLY || process.env.ONLY.split(',').includes(v.name));
 for (const vp of VIEWPORTS) {
   const page = await openPage(vp);
   const t0 = Date.now();

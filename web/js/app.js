@@ -12,8 +12,11 @@ import * as attributionView from './views/attribution.js';
 import * as identityView from './views/identity.js';
 import * as decompositionView from './views/decomposition.js';
 import * as jobsView from './views/jobs.js';
+import * as mixingView from './views/mixing.js';
+import * as logitView from './views/logit.js';
+import * as patchingView from './views/patching.js';
 
-const VIEWS = [textView, attentionView, attributionView, identityView, decompositionView, jobsView];
+const VIEWS = [textView, attentionView, attributionView, identityView, decompositionView, mixingView, logitView, patchingView, jobsView];
 
 // What each analysis needs when the server does not list "analyses" per
 // model (servers before /v1/capabilities), from the task alone: the
@@ -25,6 +28,10 @@ function localSupports(m, analysis) {
   switch (analysis) {
     case 'attribution': return classifier || m.task === 'causal-lm';
     case 'attribution_tree': case 'head_importance': case 'adversarial_triggers': return classifier;
+    // objectives need a task head (docs/ablation.md, docs/patching.md)
+    case 'ablation': case 'patching': return classifier || m.task === 'causal-lm';
+    // added after per-model analyses: a server that does not name them has none
+    case 'router': case 'logit_attribution': case 'context_mixing': return false;
     default: return true;
   }
 }
@@ -44,10 +51,14 @@ const ctx = {
   api,
   state,
   get model() { return state.model; },
+  // The model's analyses decide for every analysis /v1/capabilities names;
+  // the others (ablation, patching: not listed per model) go by the task.
   supports(analysis) {
     const m = state.model;
     if (!m) return false;
-    return Array.isArray(m.analyses) ? m.analyses.includes(analysis) : localSupports(m, analysis);
+    const named = state.capabilities && Array.isArray(state.capabilities.analyses) &&
+      state.capabilities.analyses.some(a => a.name === analysis);
+    return Array.isArray(m.analyses) && named ? m.analyses.includes(analysis) : localSupports(m, analysis);
   },
   // newer servers: /v1/models lists analyses, and capabilities/jobs list/top_k exist
   get modern() { return state.capabilities !== null; },

@@ -5,7 +5,7 @@
 // identifiability bounds, special-token and punctuation mass raw vs
 // effective.
 import { el, heatmap, thumbnail, colorLegend, scatter, fmt } from '../plot.js';
-import { textForm, into, labels, section, note } from './common.js';
+import { textForm, into, labels, section, note, objectiveText, pieceText, objectiveControls } from './common.js';
 
 export const id = 'attention';
 export const title = 'Attention';
@@ -20,7 +20,7 @@ function headGrid(resp, onPick) {
     for (const h of layer.heads) {
       const cell = el('button', { class: 'head-cell', type: 'button', 'data-layer': layer.layer, 'data-head': h.head,
         'data-tip': `layer ${layer.layer} head ${h.head}: rank ${h.rank}, null dim ${h.null_dim}${h.identifiable ? ', identifiable' : ''}`,
-        onclick: () => onPick(layer, h) }, thumbnail(h.raw, size, 0, 1));
+        onclick: ev => onPick(layer, h, ev.currentTarget) }, thumbnail(h.raw, size, 0, 1));
       grid.append(cell);
     }
   }
@@ -132,6 +132,58 @@ function boundsTable(idf) {
   return el('table', { class: 'stats' }, rows.map(([k, v]) => el('tr', {}, el('th', { text: k }), el('td', { text: String(v) }))));
 }
 
+// Ablation (docs/ablation.md): with "click heads to ablate" on, a click on
+// a head cell adds it to (or takes it from) the ablated set and asks
+// /v1/ablation how the objective (the predicted class or next token) moves.
+function ablationPanel(ctx, input) {
+  const toggle = el('input', { type: 'checkbox', name: 'ablate' });
+  const mode = el('select', { name: 'ablation-mode', 'aria-label': 'ablation mode' }, ['zero', 'mean'].map(m => el('option', { value: m, text: m })));
+  const result = el('div', { class: 'ablation-result' }, note('No head ablated.'));
+  const objective = objectiveControls(ctx);
+  const heads = new Map(); // "layer:head" -> [layer, head]
+  let asked = 0;
+  const run = async () => {
+    const mine = ++asked;
+    if (!heads.size) { result.replaceChildren(note('No head ablated.')); return; }
+    const list = [...heads.values()].sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+    result.replaceChildren(note('computing…'));
+    // answers to earlier clicks that arrive late are dropped
+    const obj = objective.value();
+    const answer = ctx.api('v1/ablation', { ...input, heads: list, mode: mode.value, ...(obj ? { objective: obj } : {}) })
+      .then(r => ({ r }), e => ({ e }));
+    const { r: resp, e } = await answer;
+    if (mine !== asked) return;
+    await into(result, () => {
+      if (e) throw e;
+      const o = resp.objective;
+      const who = t => pieceText(t.label ?? t.token ?? t.index ?? t.id);
+      const rows = [['objective', objectiveText(o, resp.target)], ['predicted (clean run)', who(resp.predicted)],
+        ['clean', fmt(o.clean)], ['ablated', fmt(o.ablated)], ['change', fmt(o.change)]];
+      const out = [el('p', { text: `Ablated (${mode.value}): ${list.map(([l, h]) => `L${l} H${h}`).join(', ')}` }),
+        el('table', { class: 'stats ablation', 'data-change': o.change }, rows.map(([k, v]) => el('tr', {}, el('th', { text: k }), el('td', { text: v }))))];
+      if (resp.probs && ctx.model.labels) {
+        out.push(el('table', { class: 'stats ablation-probs' }, el('tr', {}, ['label', 'clean p', 'ablated p'].map(t => el('th', { text: t }))),
+          ctx.model.labels.map((name, i) => el('tr', {}, [name, fmt(resp.probs.clean[i]), fmt(resp.probs.ablated[i])].map(v => el('td', { text: v }))))));
+      }
+      return out;
+    });
+  };
+  mode.onchange = run;
+  objective.addEventListener('change', run);
+  const panel = section('Ablation', el('div', { class: 'input-form' }, el('label', {}, toggle, ' click heads to ablate '),
+    el('label', {}, 'mode ', mode), objective), result);
+  // a click on a head cell: toggles it when ablating; false lets the click focus the head
+  panel.toggleHead = (layer, head, cell) => {
+    if (!toggle.checked) return false;
+    const key = `${layer}:${head}`;
+    if (heads.has(key)) heads.delete(key); else heads.set(key, [layer, head]);
+    cell.dataset.ablated = String(heads.has(key));
+    run();
+    return true;
+  };
+  return panel;
+}
+
 export async function render(root, ctx) {
   const out = el('div', { class: 'output' });
   let form;
@@ -143,12 +195,14 @@ export async function render(root, ctx) {
   form = textForm(ctx, input => into(out, async () => {
     const resp = await ctx.api('v1/attention', input);
     const focus = el('div', { class: 'focus' });
-    const pick = (layer, h) => {
+    const ablation = ctx.supports('ablation') && (await ctx.specHas('/v1/ablation:')) ? ablationPanel(ctx, input) : null;
+    const pick = (layer, h, cell) => {
+      if (ablation && cell && ablation.toggleHead(layer.layer, h.head, cell)) return;
       out.querySelectorAll('.head-cell').forEach(c => c.setAttribute('aria-pressed', String(c.dataset.layer == layer.layer && c.dataset.head == h.head)));
       focus.replaceChildren(...focused(resp, ctx, layer, h));
     };
     const grid = headGrid(resp, pick);
-    const panels = [section(`Heads (${resp.layers.length} layers × ${resp.layers[0].heads.length} heads)`, grid),
+    const panels = [section(`Heads (${resp.layers.length} layers × ${resp.layers[0].heads.length} heads)`, grid), ablation,
       section('Focused head', lengthBound(resp, ctx, runLong), focus), section('Identifiability bounds', boundsTable(resp.identifiability)),
       section('Every head', headsTable(resp)),
       section('Special-token and punctuation mass', massPlot(resp), note('Points below the diagonal: effective attention gives less weight than raw attention.'))];

@@ -1,8 +1,8 @@
 // attribution.js - Attribution: per-layer heatmaps of the attribution
 // scores (summed over heads, or one head), head importance, and the
 // attribution tree drawn over the tokens.
-import { el, heatmap, barChart, tokenTree } from '../plot.js';
-import { textForm, into, labels, section, note, unsupported, pieceText, plural } from './common.js';
+import { el, heatmap, barChart, tokenTree, fmt } from '../plot.js';
+import { textForm, into, labels, section, note, unsupported, pieceText, plural, objectiveControls, objectiveText } from './common.js';
 
 export const id = 'attribution';
 export const title = 'Attribution';
@@ -19,14 +19,27 @@ function layerHeatmaps(resp, head) {
   });
 }
 
+// With an objective the answer says F(A) and, per layer, the completeness:
+// the attributions' sum against F(A) − F(0) of that layer.
+function completeness(resp) {
+  const o = resp.objective;
+  return section(`Objective: ${objectiveText(o, resp.target)} = ${fmt(o.value)}`,
+    el('table', { class: 'stats completeness' },
+      el('tr', {}, ['layer', 'sum of attributions', 'F(A) − F(0)'].map(t => el('th', { text: t }))),
+      resp.layers.map(l => el('tr', { 'data-layer': l.layer }, [l.layer, fmt(l.attr_sum), fmt(o.value - l.f_zero)].map(v => el('td', { text: String(v) }))))),
+    note('Completeness: integrated gradients make each layer\'s sum equal F(A) − F(0) up to the quadrature error.'));
+}
+
 export async function render(root, ctx) {
   if (!ctx.supports('attribution')) { root.append(unsupported(ctx, 'attribution')); return; }
   const out = el('div', { class: 'output' });
   const headSel = el('select', { 'aria-label': 'head', name: 'head' }, el('option', { value: 'sum', text: 'sum over heads' }),
     Array.from({ length: ctx.model.num_heads }, (_, h) => el('option', { value: String(h), text: `head ${h}` })));
   const withTree = ctx.supports('attribution_tree');
+  const objective = objectiveControls(ctx);
   const form = textForm(ctx, input => into(out, async () => {
-    const resp = await ctx.api('v1/attribution', { ...input, ...(withTree ? { tree: true } : {}) });
+    const obj = objective.value();
+    const resp = await ctx.api('v1/attribution', { ...input, ...(withTree ? { tree: true } : {}), ...(obj ? { objective: obj } : {}) });
     const lab = labels(resp.tokens);
     const maps = el('div', { class: 'row maps' }, layerHeatmaps(resp, headSel.value));
     headSel.onchange = () => maps.replaceChildren(...layerHeatmaps(resp, headSel.value));
@@ -35,6 +48,7 @@ export async function render(root, ctx) {
       : (resp.tokens.length ? `next token id ${resp.target.index}` : resp.target.index);
     const rule = resp.quadrature === 'gauss' ? `${resp.steps} Gauss–Legendre nodes` : `${resp.steps} ${resp.riemann} Riemann steps`;
     const panels = [
+      resp.objective ? completeness(resp) : null,
       section(`Attribution scores (target: ${target}, p = ${resp.target.prob ?? 'n/a'}; ${rule})`, maps),
       section('Head importance', barChart({ title: 'Head importance: max attribution of each head', labels: heads.map(h => h.label), values: heads.map(h => h.v),
         xLabel: 'importance', yLabel: 'head' })),
@@ -44,7 +58,7 @@ export async function render(root, ctx) {
         nodeText: n => pieceText(n.text ?? resp.tokens[n.token].text) })));
     else panels.push(note('No attribution tree: it is defined for BERT classifiers only.'));
     return panels;
-  }), el('label', {}, 'heatmaps ', headSel));
+  }), [el('label', {}, 'heatmaps ', headSel), objective]);
   root.append(form, out);
   await form.run();
 }

@@ -96,3 +96,48 @@ export function unsupported(ctx, analysis) {
 export function section(title, ...children) {
   return el('section', { class: 'panel' }, el('h2', { text: title }), ...children);
 }
+
+// A target / foil is a label name or a token text (kept as typed: GPT-2's
+// " good" starts with a space), or an id / index when it is all digits.
+function idOrText(s) {
+  return /^\d+$/.test(s.trim()) ? Number(s.trim()) : s;
+}
+
+// Objective controls (docs/attribution.md "Objectives"): kind, position
+// (causal LMs), target, foil. With kinds, the "default" kind sends no
+// objective; without (logit attribution), target is required and the foil
+// optional. value() -> {kind?, position?, target?, foil?} with the empty
+// fields left out, or null for the default objective.
+export function objectiveControls(ctx, { kinds = true, target = '', foil = '' } = {}) {
+  const causal = ctx.model.task === 'causal-lm';
+  const kind = el('select', { name: 'objective-kind', 'aria-label': 'objective kind' },
+    ['default', 'probability', 'log_probability', 'logit', 'logit_difference'].map(k => el('option', { value: k, text: k.replace(/_/g, ' ') })));
+  const position = el('input', { name: 'objective-position', type: 'number', size: 4, placeholder: 'last', 'aria-label': 'position' });
+  const what = causal ? 'token id or text' : 'label or class index';
+  const targetIn = el('input', { name: 'objective-target', size: 10, placeholder: kinds ? 'predicted' : what, 'aria-label': 'target' });
+  const foilIn = el('input', { name: 'objective-foil', size: 10, placeholder: 'none', 'aria-label': 'foil' });
+  targetIn.value = target;
+  foilIn.value = foil;
+  const box = el('span', { class: 'objective' },
+    kinds ? el('label', {}, 'objective ', kind) : null,
+    causal ? el('label', {}, ' position ', position) : null,
+    el('label', { title: what }, ' target ', targetIn),
+    el('label', { title: what }, ' foil ', foilIn));
+  box.value = () => {
+    if (kinds && kind.value === 'default') return null;
+    const o = kinds ? { kind: kind.value } : {};
+    if (causal && position.value.trim()) o.position = Number(position.value);
+    if (targetIn.value.trim()) o.target = idOrText(targetIn.value);
+    if (foilIn.value.trim()) o.foil = idOrText(foilIn.value);
+    return o;
+  };
+  return box;
+}
+
+// An objective answer ({kind, position, foil?, ...}) in words.
+export function objectiveText(o, target) {
+  const t = target ? (target.label ?? target.token ?? target.index ?? target.id) : null;
+  return `${o.kind.replace(/_/g, ' ')}${t !== null && t !== undefined ? ` of ${pieceText(t)}` : ''}` +
+    `${o.foil !== undefined && o.foil !== null ? ` − ${pieceText(o.foil.label ?? o.foil.token ?? o.foil.index ?? o.foil.id ?? o.foil)}` : ''}` +
+    `${Number.isInteger(o.position) ? ` at token ${o.position}` : ''}`;
+}

@@ -1,8 +1,8 @@
 // text.js - Text and tokens: tokens with their offsets highlighted in the
 // text, predictions (class probabilities, or top-k next / masked tokens) and,
 // on servers that have it, the logit lens per layer.
-import { el, barChart, fmt, seqColor, colorLegend } from '../plot.js';
-import { textForm, into, pieceText, section, note } from './common.js';
+import { el, barChart, fmt, seqColor, colorLegend, heatmap } from '../plot.js';
+import { textForm, into, pieceText, section, note, labels } from './common.js';
 
 export const id = 'text';
 export const title = 'Text and tokens';
@@ -133,13 +133,41 @@ async function predictions(ctx, input, tokens) {
   return out;
 }
 
+// Mixture-of-experts models ("router" among the model's analyses): per MoE
+// layer a token x expert map of the gate weights of the experts each token
+// was routed to (0 elsewhere), the router probability of every expert in
+// the hover.
+async function routing(ctx, input) {
+  const resp = await ctx.api('v1/forward', { ...input, outputs: ['router_probs'] });
+  const lab = labels(resp.tokens);
+  const top = Math.max(1e-12, ...resp.router.flatMap(l => l.weights.flat()));
+  const maps = resp.router.map(layer => {
+    const E = layer.probs[0].length;
+    const gate = layer.experts.map((chosen, t) => Array.from({ length: E }, (_, e) => {
+      const k = chosen.indexOf(e);
+      return k < 0 ? 0 : layer.weights[t][k];
+    }));
+    const experts = Array.from({ length: E }, (_, e) => `expert ${e}`);
+    return el('div', { class: 'router-layer', 'data-layer': layer.layer }, heatmap({
+      title: `Layer ${layer.layer}: experts fired per token`, rows: lab, cols: experts, values: gate, domain: [0, top],
+      xLabel: 'expert', yLabel: 'token', valueLabel: 'gate weight (0: not routed)',
+      tip: (r, c, v) => `layer ${layer.layer}, ${lab[r]} → expert ${c}: ${v ? `gate ${fmt(v)}, rank ${layer.experts[r].indexOf(c) + 1}` : 'not routed'}` +
+        ` · router p ${fmt(layer.probs[r][c])}` }));
+  });
+  const K = resp.router.length ? resp.router[0].experts[0].length : 0;
+  return section(`Expert routing (${resp.router.length} mixture-of-experts layers, ${K} experts per token)`,
+    note('Each token runs through the experts its router picks; a cell is the gate weight of that expert in the token\'s MLP ' +
+      'output. One colour scale for every layer.'),
+    el('div', { class: 'row routing' }, maps));
+}
+
 export async function render(root, ctx) {
   const out = el('div', { class: 'output' });
   const form = textForm(ctx, input => into(out, async () => {
     const tok = await ctx.api('v1/tokenize', input);
     const tokensPanel = section(`Tokens (${tok.tokens.length})`, ...highlightedText(input.text, input.text_pair, tok.tokens), tokenChips(tok.tokens));
     linkHover(tokensPanel);
-    return [tokensPanel, await predictions(ctx, input, tok.tokens)].flat();
+    return [tokensPanel, await predictions(ctx, input, tok.tokens), ctx.supports('router') ? await routing(ctx, input) : null].flat();
   }));
   root.append(form, out);
   await form.run();
