@@ -14,7 +14,8 @@
  *    attend hook subtracts P^h_ij v^h_j from the context of copy j, which
  *    is the attention with token j's values zeroed: the probabilities do
  *    not read the values);
- * and the rolled-out matrix is the product of the layers' matrices. */
+ * and the rolled-out matrix is the product of the layers' matrices.
+ * DecompX is decompx.c's, called layer by layer from the driver below. */
 #include "core/analysis/context_mixing.h"
 #include "core/analysis/decompx.h"
 

@@ -244,6 +244,7 @@ typedef struct {
     float *scratch;      /* [threads][T][FF + C] */
     float *M;            /* [T][T] */
     int paper_code;
+    const volatile int *cancel; /* rows not yet started are skipped once set */
 } dx_pass;
 
 /* ctx[i][k] = Σ_s P^h_is values[s][k] per head, or (diagonal start) P^h_ik v^h_k */
@@ -276,6 +277,7 @@ static void block_row(void *ctx, int i)
     const lens_decompx *d = p->d;
     const dx_block *b = p->b;
     const int T = d->T, C = d->C, FF = d->FF;
+    if (lens_cancelled(p->cancel)) return;
     float *t = p->out + (size_t)i * T * C;
     float *f1 = p->scratch + (size_t)lens_pool_thread_index() * T * (FF + C), *f2 = f1 + (size_t)T * FF;
     if (p->in) /* + the residual: the decomposition of x_i */
@@ -312,7 +314,8 @@ static void block_row(void *ctx, int i)
 /* One pass of layer l: out [T][T][C] from in (NULL: the diagonal x, the
  * values with their bias), norms into M. */
 static int pass(lens_decompx *d, const lens_model *m, const lens_activations *act, int l, const dx_block *b,
-                const float *in, float *out, float *M, int paper_code, lens_pool *pool, lens_err *err)
+                const float *in, float *out, float *M, int paper_code, lens_pool *pool, const volatile int *cancel,
+                lens_err *err)
 {
     const int T = d->T, C = d->C, FF = d->FF;
     const size_t TT = (size_t)T * T;
@@ -324,7 +327,7 @@ static int pass(lens_decompx *d, const lens_model *m, const lens_activations *ac
     }
     dx_pass p = {.d = d, .m = m, .b = b, .P = lens_act_attn(m, act, l + 1, 0, 0), .P_stride = act->attn_layer_size,
                  .V = lens_act_values(m, act, l + 1, 0), .x = lens_act_hidden(m, act, l, 0), .in = in, .out = out,
-                 .scratch = scratch, .M = M, .bias = bias, .paper_code = paper_code};
+                 .scratch = scratch, .M = M, .bias = bias, .paper_code = paper_code, .cancel = cancel};
     lens_linear w_v = *b->v, w_o = *b->out;
     w_v.b = w_o.b = NULL;
     /* the attention's bias: b_O, plus (propagated vectors) b_V through W_O, which the diagonal start
@@ -338,7 +341,7 @@ static int pass(lens_decompx *d, const lens_model *m, const lens_activations *ac
     lens_gemm_linear(out, d->ctx, &w_o, (int)TT, pool);
     lens_pool_run(pool, T, block_row, &p);
     free(scratch), free(bias);
-    return 0;
+    return lens_cancelled(cancel) ? lens_fail(err, LENS_ECANCEL, "cancelled in DecompX of layer %d", l + 1) : 0;
 }
 
 int lens_decompx_layer(lens_decompx *d, const lens_model *m, const lens_activations *act, int l, int paper_code,
@@ -348,15 +351,14 @@ int lens_decompx_layer(lens_decompx *d, const lens_model *m, const lens_activati
     const char *why = block_of(m, l, &b);
     if (why) return lens_fail(err, LENS_EINVAL, "%s", why);
     real_states(d, m, act, l, &b, paper_code, pool);
-    int rc = pass(d, m, act, l, &b, NULL, d->local, M, paper_code, pool, err);
+    int rc = pass(d, m, act, l, &b, NULL, d->local, M, paper_code, pool, cancel, err);
     if (rc) return rc;
     const size_t TTC = (size_t)d->T * d->T * d->C;
     if (l == 0) { /* the first layer's input decomposes as the diagonal: both are the same pass */
         memcpy(d->agg, d->local, sizeof(float) * TTC);
         memcpy(agg, M, sizeof(float) * d->T * d->T);
     } else {
-        if (lens_cancelled(cancel)) return lens_fail(err, LENS_ECANCEL, "cancelled in DecompX of layer %d", l + 1);
-        if ((rc = pass(d, m, act, l, &b, d->agg, d->next, agg, paper_code, pool, err))) return rc;
+        if ((rc = pass(d, m, act, l, &b, d->agg, d->next, agg, paper_code, pool, cancel, err))) return rc;
         float *swap = d->agg;
         d->agg = d->next, d->next = swap;
     }
