@@ -1,18 +1,21 @@
 /* context_mixing.c - POST /v1/context-mixing and `lensd context-mixing`.
  *
  * How much of each input token is in each position after a layer
- * (attention rollout, ALTI, GlobEnc, value zeroing) via
+ * (attention rollout, ALTI, GlobEnc, value zeroing, DecompX) via
  * core/analysis/context_mixing.h (definitions in docs/context-mixing.md).
  *
  * Request {model?, text | input_ids, text_pair?, method: "rollout" | "alti" |
  * "globenc" | "value-zeroing" | "decompx", layers? (1..L, default all),
- * definition? = "paper-code" | "lensd", format?}. DecompX is not implemented
- * yet (422); a method the model's blocks do not define is a 422 on method.
+ * definition? = "paper-code" | "lensd", format?}. A method the model's blocks
+ * do not define is a 422 on method.
  *
  * Response {model, tokens, method, definition, layers: [{layer,
- * contributions [T][T], rollout [T][T]}], timing_ms}; contributions[i][j] =
- * how much of input token j is in position i's output of that layer,
- * rollout the product of layers 1..layer's matrices. */
+ * contributions [T][T], rollout [T][T]}], classifier?, timing_ms};
+ * contributions[i][j] = how much of input token j is in position i's output
+ * of that layer, rollout the product of layers 1..layer's matrices (DecompX:
+ * the norms of the propagated vectors); classifier (DecompX on a classifier,
+ * layers reaching L) {labels [K], contributions [T][K]}: token j's part of
+ * each logit. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,9 +51,7 @@ int api_context_mixing_prepare(api_call *c)
     if (has < 0) return -1;
     if (!has)
         return api_fail(c, 422, "invalid_request", "method",
-                        "method is required: \"rollout\", \"alti\", \"globenc\" or \"value-zeroing\"");
-    if (!strcmp(method, "decompx"))
-        return api_fail(c, 422, "invalid_request", "method", "method \"decompx\" is not implemented yet");
+                        "method is required: \"rollout\", \"alti\", \"globenc\", \"value-zeroing\" or \"decompx\"");
     if (lens_cm_method_parse(method, &r->method))
         return api_fail(c, 422, "invalid_request", "method",
                         "method must be \"rollout\", \"alti\", \"globenc\", \"value-zeroing\" or \"decompx\"");
@@ -107,6 +108,21 @@ void api_context_mixing_run(api_call *c)
         jw_end(w);
     }
     jw_end(w);
+    if (res.classifier) {
+        jw_key(w, "classifier");
+        jw_obj(w);
+        jw_key(w, "labels");
+        jw_arr(w);
+        for (int k = 0; k < res.n_classes; k++) {
+            const char *label = m->cfg.labels ? m->cfg.labels[k] : NULL;
+            if (label) jw_str(w, label);
+            else jw_int(w, k);
+        }
+        jw_end(w);
+        jw_key(w, "contributions");
+        api_write_matrix(w, res.classifier, (size_t)T, (size_t)res.n_classes, &r->format);
+        jw_end(w);
+    }
     lens_cm_result_free(&res);
     api_write_timing(c, t1 - t0, t2 - t1, t2);
     jw_end(w);

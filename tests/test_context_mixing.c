@@ -1,11 +1,13 @@
-/* test_context_mixing.c - attention rollout, ALTI, GlobEnc and value zeroing
- * (core/analysis/context_mixing.c) against the float64 reference written from
+/* test_context_mixing.c - attention rollout, ALTI, GlobEnc, value zeroing and
+ * DecompX (core/analysis/context_mixing.c, decompx.c) against the float64
+ * reference written from
  * the authors' released code (tests/reference/context_mixing_reference.py),
  * and the identities the methods promise.
  *
  * Models: the shared bert-tiny-sst2 and gpt2-tiny-wikitext checkpoints and
- * random micro checkpoints (lens_mkmodel) of DistilBERT and of two decoder
- * families, Llama and Qwen2 (biased q/k/v, GQA). Every method, both
+ * random micro checkpoints (lens_mkmodel) of DistilBERT and RoBERTa
+ * classifiers and of two decoder families, Llama and Qwen2 (biased q/k/v,
+ * GQA). Every method, both
  * definitions, every layer: contributions and rolled-out matrices within
  * 1e-5 of the reference matrix's largest entry (float32 vs float64: the
  * products, L1 / L2 norms and cosines of C-wide vectors round at ~1e-7
@@ -15,20 +17,28 @@
  * output), and 1 - cos of two float32 vectors that close keeps only
  * ~1e-7 / 1e-4 of relative precision (measured: 2.8e-5 of 0.2 on DistilBERT).
  *
+ * DecompX's classifier contributions [T][K] likewise, within 1e-5 of their
+ * largest entry.
+ *
  * Identities, on every model: rows non-negative and summing to one (rollout,
- * ALTI, value zeroing, GlobEnc with "lensd"; GlobEnc's released code rolls
- * out raw norms); on causal models nothing of a later token reaches an
+ * ALTI, value zeroing, GlobEnc and DecompX with "lensd"; the released codes
+ * of GlobEnc and DecompX give raw norms); on causal models nothing of a later
+ * token reaches an
  * earlier position (value zeroing of a token no query reads gives zero);
  * the rollout of layer 1 is layer 1's matrix. Blocks the decomposition does
  * not define (a norm between attention and the residual sum: OLMo-2, Gemma 2;
  * GPT-NeoX's parallel residual) refuse ALTI and GlobEnc by name, and still
- * run rollout and value zeroing. */
+ * run rollout and value zeroing; DecompX is refused on every pre-norm block.
+ * DecompX's decomposition is exact: every layer's propagated vectors sum to
+ * its hidden states and the classifier contributions to the logits (1e-5 of
+ * the largest |value|: float32 sums of T vectors). */
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/analysis/context_mixing.h"
+#include "core/analysis/decompx.h"
 #include "core/model/arch.h"
 #include "core/model/mkmodel.h"
 #include "tests/check.h"
@@ -81,7 +91,7 @@ static void check_method(const char *name, const lens_model *m, json_t *ref, len
     const size_t n = (size_t)L * T * T;
     CHECK(r.n_layers == L && r.layers[0] == 1 && r.layers[L - 1] == L, "%s: layers 1..%d", what, L);
     CHECK(!memcmp(r.contrib, r.rollout, sizeof(float) * T * T), "%s: rollout of layer 1 = layer 1", what);
-    const int unit = !(method == LENS_CM_GLOBENC && paper_code);
+    const int unit = !((method == LENS_CM_GLOBENC || method == LENS_CM_DECOMPX) && paper_code);
     check_rows(what, r.contrib, L, T, unit);
     check_rows(what, r.rollout, L, T, unit);
     if (lens_has_cap(&m->cfg, LENS_CAP_CAUSAL)) check_causal(what, r.contrib, L, T), check_causal(what, r.rollout, L, T);
@@ -98,10 +108,98 @@ static void check_method(const char *name, const lens_model *m, json_t *ref, len
         printf("  %-60s max |diff| %.2e of max %.3g\n", label, d, max);
         free(want);
     }
+    json_t *cls = json_object_get(def, "classifier");
+    CHECK(method != LENS_CM_DECOMPX || (r.classifier != NULL) == (m->cfg.task == LENS_TASK_CLASSIFICATION),
+          "%s: classifier contributions on a classifier only", what);
+    if (cls && r.classifier) {
+        const size_t nk = (size_t)T * r.n_classes;
+        float *want = json_floats(cls, nk, what);
+        double max = 0;
+        for (size_t i = 0; want && i < nk; i++) max = fabs(want[i]) > max ? fabs(want[i]) : max;
+        if (want) printf("  %-60s max |diff| %.2e of max %.3g\n", "  classifier",
+                         check_close(what, r.classifier, want, nk, 1e-5 * max, 0), max);
+        free(want);
+    }
     lens_cm_result_free(&r);
 }
 
-static void run_model(const char *name, const char *dir, const int *ids, int T, int with_reference, double vz_tol)
+/* method undefined for m: named by lens_cm_undefined, refused with LENS_EINVAL */
+static void check_refused(const char *name, const lens_model *m, lens_cm_method method, const int *ids, int T)
+{
+    const char *why = lens_cm_undefined(m, method);
+    CHECK(why != NULL, "%s: %s defined", name, lens_cm_method_name(method));
+    lens_cm_result r;
+    lens_err err = {0};
+    const lens_cm_opts o = {.method = method, .paper_code = 1};
+    const int rc = lens_context_mixing(m, ids, NULL, T, &o, &r, &err);
+    CHECK(rc != 0 && err.code == LENS_EINVAL, "%s: %s refused: %s", name, lens_cm_method_name(method),
+          rc ? err.msg : "ran");
+    if (!rc) lens_cm_result_free(&r);
+}
+
+/* DecompX's identities: after every layer sum_k vectors[i][k] = h^l_i, and the
+ * classifier's contributions sum to the logits (both definitions). */
+static void check_decompx_exact(const char *name, const lens_model *m, const int *ids, int T)
+{
+    const int L = m->cfg.n_layers, C = m->cfg.d_model;
+    const lens_batch b = {.n_seqs = 1, .lengths = &T, .ids = ids};
+    const lens_forward_opts fo = {.keep = LENS_KEEP_HIDDEN | LENS_KEEP_ATTN | LENS_KEEP_VALUES | LENS_KEEP_LOGITS};
+    lens_activations act = {0};
+    lens_err err = {0};
+    if (lens_forward(m, &b, &fo, &act, &err)) {
+        CHECK(0, "%s: %s", name, err.msg);
+        return;
+    }
+    float *M = malloc(sizeof(float) * 2 * T * T), *sum = malloc(sizeof(float) * T * C);
+    for (int paper_code = 1; paper_code >= 0; paper_code--) {
+        lens_decompx *d = lens_decompx_new(m, T, 0, &err);
+        CHECK(d && M && sum, "%s: DecompX state", name);
+        for (int l = 0; d && l < L; l++) {
+            if (lens_decompx_layer(d, m, &act, l, paper_code, NULL, NULL, M, M + T * T, &err)) {
+                CHECK(0, "%s: DecompX layer %d: %s", name, l + 1, err.msg);
+                break;
+            }
+            const float *v = lens_decompx_vectors(d), *h = lens_act_hidden(m, &act, l + 1, 0);
+            double max = 0;
+            for (int i = 0; i < T; i++)
+                for (int e = 0; e < C; e++) {
+                    double s = 0;
+                    for (int k = 0; k < T; k++) s += v[((size_t)i * T + k) * C + e];
+                    sum[(size_t)i * C + e] = (float)s;
+                    max = fabs(h[(size_t)i * C + e]) > max ? fabs(h[(size_t)i * C + e]) : max;
+                }
+            char what[160];
+            snprintf(what, sizeof what, "%s DecompX %s layer %d: sum of the vectors = hidden states", name,
+                     paper_code ? "paper-code" : "lensd", l + 1);
+            check_close(what, sum, h, (size_t)T * C, 1e-5 * max, 0);
+        }
+        const int K = m->cfg.n_labels;
+        if (d && m->cfg.task == LENS_TASK_CLASSIFICATION) {
+            float *cls = malloc(sizeof(float) * T * K), logit_sum[64];
+            const float *logits = lens_act_logits(m, &act, 0);
+            CHECK(cls && K <= 64 && !lens_decompx_classifier(d, m, &act, paper_code, NULL, cls, &err),
+                  "%s: DecompX classifier: %s", name, err.msg);
+            double max = 0;
+            for (int c = 0; cls && c < K && c < 64; c++) {
+                double s = 0;
+                for (int k = 0; k < T; k++) s += cls[(size_t)k * K + c];
+                logit_sum[c] = (float)s;
+                max = fabs(logits[c]) > max ? fabs(logits[c]) : max;
+            }
+            char what[160];
+            snprintf(what, sizeof what, "%s DecompX %s: classifier contributions sum to the logits", name,
+                     paper_code ? "paper-code" : "lensd");
+            if (cls && K <= 64) check_close(what, logit_sum, logits, (size_t)K, 1e-5 * max, 0);
+            free(cls);
+        }
+        lens_decompx_free(d);
+    }
+    free(M), free(sum);
+    lens_activations_free(&act);
+}
+
+static void run_model(const char *name, const char *dir, const int *ids, int T, int with_reference, double vz_tol,
+                      int decompx)
 {
     lens_err err = {0};
     lens_model *m = lens_model_load(dir, &err);
@@ -115,9 +213,15 @@ static void run_model(const char *name, const char *dir, const int *ids, int T, 
         free(req);
         CHECK(ref != NULL, "%s: the reference script failed", name);
     }
-    for (int method = 0; method < LENS_CM_COUNT; method++)
+    for (int method = 0; method < LENS_CM_COUNT; method++) {
+        if (method == LENS_CM_DECOMPX && !decompx) {
+            check_refused(name, m, LENS_CM_DECOMPX, ids, T);
+            continue;
+        }
         for (int paper_code = 1; paper_code >= 0; paper_code--)
             check_method(name, m, ref, (lens_cm_method)method, paper_code, ids, T, vz_tol);
+    }
+    if (decompx) check_decompx_exact(name, m, ids, T);
     json_decref(ref);
     lens_model_free(m);
 }
@@ -134,13 +238,13 @@ static void run_micro(const char *arch, const char *task, int with_reference, in
     }
     const int T = (int)(sizeof IDS_MICRO / sizeof *IDS_MICRO);
     if (!undefined) {
-        run_model(name, dir, IDS_MICRO, T, with_reference, 2e-4);
+        run_model(name, dir, IDS_MICRO, T, with_reference, 2e-4, strcmp(task, "causal-lm") != 0);
     } else {
         lens_model *m = lens_model_load(dir, &err);
         CHECK(m != NULL, "%s: %s", name, err.msg);
         for (int method = 0; m && method < LENS_CM_COUNT; method++) {
             const char *why = lens_cm_undefined(m, (lens_cm_method)method);
-            const int decomposes = method == LENS_CM_ALTI || method == LENS_CM_GLOBENC;
+            const int decomposes = method == LENS_CM_ALTI || method == LENS_CM_GLOBENC || method == LENS_CM_DECOMPX;
             CHECK(decomposes ? why != NULL : why == NULL, "%s: %s %s", name, lens_cm_method_name(method),
                   why ? why : "defined");
             lens_cm_result r;
@@ -158,7 +262,8 @@ static void run_micro(const char *arch, const char *task, int with_reference, in
     remove_dir(dir);
 }
 
-/* layers picks, value zeroing in chunks equals one pass, bad layers refused */
+/* layers picks, value zeroing in chunks equals one pass, bad layers refused,
+ * DecompX's classifier only with layer L, its memory bound and cancellation */
 static void check_options(void)
 {
     char dir[] = "/tmp/lensd-cm-opt-XXXXXX";
@@ -190,6 +295,23 @@ static void check_options(void)
         o.layers = bad, o.n_layers = 2;
         CHECK(lens_context_mixing(m, IDS_MICRO, NULL, T, &o, &one, &err) && err.code == LENS_EINVAL,
               "layers out of order refused");
+        /* DecompX: its classifier needs layer L; its T x T vectors have a memory bound; cancel stops it */
+        const int first[] = {1};
+        lens_cm_opts dx = {.method = LENS_CM_DECOMPX, .paper_code = 1, .layers = first, .n_layers = 1};
+        CHECK(!lens_context_mixing(m, IDS_MICRO, NULL, T, &dx, &one, &err) && !one.classifier,
+              "decompx layers [1]: no classifier (%s)", err.msg);
+        lens_cm_result_free(&one);
+        dx.layers = last;
+        CHECK(!lens_context_mixing(m, IDS_MICRO, NULL, T, &dx, &one, &err) && one.classifier && one.n_classes == m->cfg.n_labels && one.n_classes > 1,
+              "decompx layers [L]: the classifier's %d classes (got %d)", m->cfg.n_labels, one.n_classes);
+        lens_cm_result_free(&one);
+        dx.max_scratch_bytes = lens_decompx_bytes(m, T) - 1;
+        CHECK(lens_context_mixing(m, IDS_MICRO, NULL, T, &dx, &one, &err) && err.code == LENS_ELIMIT,
+              "decompx over its memory bound: LENS_ELIMIT (%s)", err.msg);
+        const volatile int cancel = 1;
+        dx.max_scratch_bytes = 0, dx.cancel = &cancel;
+        CHECK(lens_context_mixing(m, IDS_MICRO, NULL, T, &dx, &one, &err) && err.code == LENS_ECANCEL,
+              "decompx cancelled: LENS_ECANCEL (%s)", err.msg);
         lens_model_free(m);
     }
     remove_dir(dir);
@@ -202,13 +324,15 @@ int main(void)
     if (shared) {
         char dir[600];
         snprintf(dir, sizeof dir, "%s/models/bert-tiny-sst2", shared);
-        run_model("bert-tiny-sst2", dir, IDS_BERT, (int)(sizeof IDS_BERT / sizeof *IDS_BERT), with_reference, 1e-5);
+        run_model("bert-tiny-sst2", dir, IDS_BERT, (int)(sizeof IDS_BERT / sizeof *IDS_BERT), with_reference, 1e-5, 1);
         snprintf(dir, sizeof dir, "%s/models/gpt2-tiny-wikitext", shared);
-        run_model("gpt2-tiny-wikitext", dir, IDS_GPT2, (int)(sizeof IDS_GPT2 / sizeof *IDS_GPT2), with_reference, 1e-5);
+        run_model("gpt2-tiny-wikitext", dir, IDS_GPT2, (int)(sizeof IDS_GPT2 / sizeof *IDS_GPT2), with_reference, 1e-5,
+                  0);
     } else {
         SKIP("no ../shared: the shared checkpoints are not compared");
     }
     run_micro("distilbert", "classification", with_reference, 0);
+    run_micro("roberta", "classification", with_reference, 0);
     run_micro("llama", "causal-lm", with_reference, 0);
     run_micro("qwen2", "causal-lm", with_reference, 0);
     run_micro("olmo2", "causal-lm", 0, 1);

@@ -13,7 +13,8 @@
  * and every response against openapi.yaml. Context mixing: every method on
  * both models, rows of both matrices summing to 1 (GlobEnc's paper-code
  * rows are raw norms), texts batches, the CLI, a GPT-NeoX model refusing
- * ALTI by name (parallel residual). Logit attribution: total = logit, a
+ * ALTI by name (parallel residual); DecompX on the classifier with its
+ * classifier contributions summing to /v1/forward's logits, refused on GPT-2. Logit attribution: total = logit, a
  * logit difference = the difference of two logits, the CLI; its 422s. Numbers go through JSON at 6
  * decimals; tolerances say so. The agreement with PyTorch is tested in
  * test_token_identity, test_hidden_attribution and test_context_mixing. */
@@ -48,6 +49,43 @@ static int rows_stochastic(const json_t *m, size_t T)
     return 1;
 }
 
+/* DecompX on the BERT classifier: both definitions, lensd's rows stochastic, and
+ * classifier.contributions [T][K] summing over tokens to the logits of
+ * /v1/forward (6 decimals each: T * 1e-6, 1e-4 allowed). */
+static void test_decompx(test_server *s)
+{
+    const char *P = "/v1/context-mixing";
+    char body[512];
+    snprintf(body, sizeof body, "{\"model\": \"bert\", \"text\": \"%s\"}", short_sentence);
+    http_resp fwd;
+    http_post_json(s, &fwd, "/v1/forward", body);
+    const json_t *logits = get(fwd.json, "logits");
+    for (int paper = 0; paper < 2; paper++) {
+        snprintf(body, sizeof body, "{\"model\": \"bert\", \"text\": \"%s\", \"method\": \"decompx\", \"definition\": \"%s\"}",
+                 short_sentence, paper ? "paper-code" : "lensd");
+        http_resp r;
+        http_post_json(s, &r, P, body);
+        check_schema(&r, P, "POST");
+        const size_t T = json_array_size(get(r.json, "tokens")), K = json_array_size(logits);
+        const json_t *layers = get(r.json, "layers"), *cls = get(r.json, "classifier");
+        const json_t *contrib = get(cls, "contributions");
+        int ok = r.status == 200 && json_array_size(layers) == 2 && K > 1 && json_array_size(get(cls, "labels")) == K &&
+                 json_array_size(contrib) == T;
+        for (size_t l = 0; ok && !paper && l < 2; l++)
+            ok = rows_stochastic(get(json_array_get(layers, l), "contributions"), T) &&
+                 rows_stochastic(get(json_array_get(layers, l), "rollout"), T);
+        for (size_t c = 0; ok && c < K; c++) {
+            double sum = 0;
+            for (size_t j = 0; j < T; j++) sum += num_at(json_array_get(contrib, j), c);
+            ok = fabs(sum - num_at(logits, c)) <= 1e-4;
+        }
+        CHECK(ok, "context-mixing decompx %s: classifier contributions sum to the logits (%ld %.300s)",
+              paper ? "paper-code" : "lensd", r.status, r.body);
+        http_resp_free(&r);
+    }
+    http_resp_free(&fwd);
+}
+
 static void test_context_mixing(test_server *s)
 {
     const char *P = "/v1/context-mixing";
@@ -77,6 +115,7 @@ static void test_context_mixing(test_server *s)
                       methods[k], paper ? "paper-code" : "lensd", r.status, r.body);
                 http_resp_free(&r);
             }
+    test_decompx(s);
     /* the CLI prints what the API returns; a batch answers each text as if sent alone */
     snprintf(body, sizeof body, "{\"model\": \"bert\", \"text\": \"%s\", \"method\": \"alti\", \"layers\": [2]}",
              short_sentence);
@@ -519,7 +558,7 @@ static void test_bad_inputs(test_server *s)
 {
     const bad_case cases[] = {
         {"/v1/context-mixing", "{\"model\": \"bert\", \"text\": \"a b\"}", 422, "invalid_request", "method"},
-        {"/v1/context-mixing", "{\"model\": \"bert\", \"text\": \"a b\", \"method\": \"decompx\"}", 422, "invalid_request", "method"},
+        {"/v1/context-mixing", "{\"model\": \"gpt\", \"text\": \"a b\", \"method\": \"decompx\"}", 422, "invalid_request", "method"},
         {"/v1/context-mixing", "{\"model\": \"bert\", \"text\": \"a b\", \"method\": \"flow\"}", 422, "invalid_request", "method"},
         {"/v1/context-mixing", "{\"model\": \"bert\", \"text\": \"a b\", \"method\": 1}", 422, "invalid_request", "method"},
         {"/v1/context-mixing", "{\"model\": \"bert\", \"text\": \"a b\", \"method\": \"alti\", \"definition\": \"paper\"}", 422, "invalid_request", "definition"},

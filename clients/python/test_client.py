@@ -98,6 +98,9 @@ def test_methods(c: Client):
     cm = c.context_mixing("a charming film", "alti", model="demo-sst2", layers=[2])
     check(cm["method"] == "alti" and [y["layer"] for y in cm["layers"]] == [2]
           and all(abs(sum(row) - 1) < 1e-5 for row in cm["layers"][0]["rollout"]), "context_mixing")
+    dx = c.context_mixing("a charming film", "decompx", model="demo-sst2")
+    check(dx["method"] == "decompx" and all(abs(sum(r[k] for r in dx["classifier"]["contributions"]) - f["logits"][k])
+                                            < 1e-4 for k in range(len(f["logits"]))), "context_mixing decompx")
     obj = c.attribution("The film was", model="demo-gpt2", steps=2, include_matrices=False,
                         objective={"kind": "logit_difference", "target": " good", "foil": " bad"})
     check(obj["objective"]["kind"] == "logit_difference" and obj["objective"]["foil"]["label"], "attribution objective")

@@ -14,8 +14,10 @@
  *    attend hook subtracts P^h_ij v^h_j from the context of copy j, which
  *    is the attention with token j's values zeroed: the probabilities do
  *    not read the values);
- * and the rolled-out matrix is the product of the layers' matrices. */
+ * and the rolled-out matrix is the product of the layers' matrices.
+ * DecompX is decompx.c's, called layer by layer from the driver below. */
 #include "core/analysis/context_mixing.h"
+#include "core/analysis/decompx.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -31,6 +33,7 @@ static const char *const method_names[LENS_CM_COUNT] = {
     [LENS_CM_ALTI] = "alti",
     [LENS_CM_GLOBENC] = "globenc",
     [LENS_CM_VALUE_ZEROING] = "value-zeroing",
+    [LENS_CM_DECOMPX] = "decompx",
 };
 
 const char *lens_cm_method_name(lens_cm_method m)
@@ -51,6 +54,7 @@ int lens_cm_method_parse(const char *name, lens_cm_method *m)
 const char *lens_cm_undefined(const lens_model *m, lens_cm_method method)
 {
     if (method == LENS_CM_ROLLOUT || method == LENS_CM_VALUE_ZEROING) return NULL;
+    if (method == LENS_CM_DECOMPX) return lens_decompx_undefined(m);
     for (int l = 0; l < m->cfg.n_layers; l++) {
         lens_attn_residual s;
         const char *why = lens_block_attn_residual(m, l, &s);
@@ -351,7 +355,7 @@ static int roll(float *joint, const float *M, int T)
 
 void lens_cm_result_free(lens_cm_result *r)
 {
-    free(r->layers), free(r->contrib), free(r->rollout);
+    free(r->layers), free(r->contrib), free(r->rollout), free(r->classifier);
     memset(r, 0, sizeof *r);
 }
 
@@ -376,7 +380,12 @@ int lens_context_mixing(const lens_model *m, const int *ids, const int *type_ids
     out->rollout = malloc(sizeof(float) * n * TT);
     float *M = malloc(sizeof(float) * TT), *joint = malloc(sizeof(float) * TT);
     lens_activations act = {0};
+    lens_decompx *dx = NULL;
     int rc = 0;
+    if (o->method == LENS_CM_DECOMPX && !(dx = lens_decompx_new(m, T, o->max_scratch_bytes, err))) {
+        rc = -1;
+        goto done;
+    }
     if (!out->layers || !out->contrib || !out->rollout || !M || !joint) {
         rc = lens_fail(err, LENS_ENOMEM, "out of memory for %d layers of %d x %d matrices", n, T, T);
         goto done;
@@ -393,10 +402,12 @@ int lens_context_mixing(const lens_model *m, const int *ids, const int *type_ids
         switch (o->method) {
         case LENS_CM_ROLLOUT: rollout_layer(m, &act, l, M); break;
         case LENS_CM_VALUE_ZEROING: rc = value_zeroing(m, o, &act, l, M, err); break;
+        case LENS_CM_DECOMPX: rc = lens_decompx_layer(dx, m, &act, l, o->paper_code, o->pool, o->cancel, M, joint, err); break;
         default: rc = decompose(m, o, &act, l, M, err);
         }
         if (rc) break;
-        if (l == 0) memcpy(joint, M, sizeof(float) * TT);
+        if (dx) {} /* joint: the norms of the vectors DecompX propagates, not a product */
+        else if (l == 0) memcpy(joint, M, sizeof(float) * TT);
         else if (roll(joint, M, T)) rc = lens_fail(err, LENS_ENOMEM, "out of memory for the rollout");
         if (!rc && k < n && (o->layers ? o->layers[k] : k + 1) == l + 1) {
             out->layers[k] = l + 1;
@@ -405,8 +416,16 @@ int lens_context_mixing(const lens_model *m, const int *ids, const int *type_ids
             k++;
         }
     }
+    if (!rc && dx && top == L) { /* per-token, per-class contributions of a classifier */
+        out->classifier = malloc(sizeof(float) * T * (m->cfg.n_labels > 0 ? m->cfg.n_labels : 1));
+        if (!out->classifier) rc = lens_fail(err, LENS_ENOMEM, "out of memory for DecompX's classifier");
+        else if ((rc = lens_decompx_classifier(dx, m, &act, o->paper_code, o->pool, out->classifier, err)) == 1)
+            free(out->classifier), out->classifier = NULL, rc = 0;
+        else if (!rc) out->n_classes = m->cfg.n_labels;
+    }
 done:
     lens_activations_free(&act);
+    lens_decompx_free(dx);
     free(M), free(joint);
     if (rc) lens_cm_result_free(out);
     return rc;

@@ -1,5 +1,6 @@
 /* context_mixing.h - how much of each input token is mixed into each
- * position by a whole layer: attention rollout, ALTI, GlobEnc, value zeroing.
+ * position by a whole layer: attention rollout, ALTI, GlobEnc, value zeroing,
+ * DecompX.
  *
  * Papers and the released code each definition follows ("paper-code"):
  *   rollout       Abnar & Zuidema 2020, samiraabnar/attention_flow
@@ -12,6 +13,12 @@
  *                 by AttentionRollout)
  *   value zeroing Mohebbi, Zuidema, Chrupała & Alishahi 2023,
  *                 hmohebbi/ValueZeroing (scoring/value_zeroing.py, cosine)
+ *   DecompX       Modarressi, Fayyaz et al. 2023, mohsenfayyaz/DecompX
+ *                 (src/modeling_bert.py: BertLayer's decomposers with the
+ *                 "absdot" biases, GeLU_ZO, frozen LayerNorm statistics;
+ *                 the per-layer matrix with aggregation None, the rolled-out
+ *                 one with aggregation "vector"; BertModel / ...ForSequence
+ *                 Classification's pooler (tanh ZO) and classifier)
  * Every formula, and every difference between paper, code and lensd, is in
  * docs/context-mixing.md.
  *
@@ -42,6 +49,7 @@ typedef enum {
     LENS_CM_ALTI,
     LENS_CM_GLOBENC,
     LENS_CM_VALUE_ZEROING,
+    LENS_CM_DECOMPX,
     LENS_CM_COUNT
 } lens_cm_method;
 
@@ -50,7 +58,8 @@ typedef struct {
     int paper_code;             /* 1: the released code's arithmetic, 0: lensd's (docs/context-mixing.md) */
     const int *layers;          /* 1..L to report, ascending; NULL = all */
     int n_layers;
-    size_t max_scratch_bytes;   /* value zeroing's packed copies; 0 = 256 MiB */
+    size_t max_scratch_bytes;   /* value zeroing's packed copies (0 = 256 MiB); DecompX's vectors, a bound
+                                   (0 = 2 GiB, over it LENS_ELIMIT) */
     const volatile int *cancel; /* optional; non-zero stops with LENS_ECANCEL */
     lens_pool *pool;            /* NULL = the calling thread */
 } lens_cm_opts;
@@ -59,10 +68,13 @@ typedef struct {
     int T, n_layers;
     int *layers;    /* [n_layers] */
     float *contrib; /* [n_layers][T][T] the layer's own mixing matrix */
-    float *rollout; /* [n_layers][T][T] the product of layers 1..l's matrices */
+    float *rollout; /* [n_layers][T][T] the product of layers 1..l's matrices (DecompX: the norms of
+                       the vectors propagated through layers 1..l) */
+    int n_classes;     /* DecompX on a classifier whose layers reach L, else 0 */
+    float *classifier; /* [T][n_classes] DecompX: token j's share of each logit (they sum to the logits) */
 } lens_cm_result;
 
-const char *lens_cm_method_name(lens_cm_method m); /* "rollout", "alti", "globenc", "value-zeroing" */
+const char *lens_cm_method_name(lens_cm_method m); /* "rollout", "alti", "globenc", "value-zeroing", "decompx" */
 int lens_cm_method_parse(const char *name, lens_cm_method *m); /* -1: unknown */
 
 /* NULL when method is defined for m, else a sentence saying why not. */

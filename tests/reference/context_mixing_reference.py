@@ -14,6 +14,12 @@ lensd), for tests/test_context_mixing.c.
                  by src/attention_rollout.py (pre_process leaves it raw)
   value zeroing  hmohebbi/ValueZeroing scoring/value_zeroing.py (cosine
                  distances, rows / their sum, compute_joint_attention res=False)
+  DecompX        mohsenfayyaz/DecompX src/modeling_bert.py (BertLayer's
+                 bias_decomposer "absdot", ln_decomposer, ffn_decomposer with
+                 GeLU_ZO; aggregation None per layer and "vector" rolled out;
+                 BertModel's pooler decomposer with tanh ZO and
+                 BertForSequenceClassification's classifier decomposer),
+                 post-norm encoders only
 
 Pre-norm blocks (GPT-2, the Llama family) are not in those repositories;
 the decomposition is ALTI+'s: the input norm acts on each source token alone,
@@ -22,12 +28,16 @@ so it stays inside v_j, and no LayerNorm sits on the residual sum
 say: ALTI divides by the LayerNorm's own sqrt(var + eps) (not torch.std) and
 has no pairwise_distance eps (pre-norm blocks never have it); GlobEnc's rows are normalised before the
 rollout; value zeroing compares with the block's output (before a final
-norm) on the last layer.
+norm) on the last layer; DecompX's rows are normalised, without the code's
+1e-12 in the absdot weights and the ZO slopes (a bias orthogonal to every
+vector split equally, act(z) / z exact).
 
 Usage: /usr/bin/python3 tests/reference/context_mixing_reference.py REQUEST.json
 REQUEST {"model": DIR, "ids": [...]} -> stdout {method: {definition:
 {"contributions": [L][T][T], "rollout": [L][T][T]}}} for every method the
-model's blocks define."""
+model's blocks define (DecompX on a classifier also "classifier": [T][K]).
+The DecompX identities are asserted here too: the propagated vectors of
+every layer sum to its hidden states, the classifier's to the logits."""
 import json
 import os
 import sys
@@ -70,21 +80,26 @@ def layer_parts(m, l, x, kind):
         return P_
     if m.type == "distilbert":
         b = f"distilbert.transformer.layer.{l}."
-        n = {"o": "attention.out_lin", "ln1": "sa_layer_norm", "f1": "ffn.lin1", "f2": "ffn.lin2",
+        n = {"v": "attention.v_lin", "o": "attention.out_lin", "ln1": "sa_layer_norm", "f1": "ffn.lin1", "f2": "ffn.lin2",
              "ln2": "output_layer_norm"}
     else:
         b = f"{m.type}.encoder.layer.{l}."
-        n = {"o": "attention.output.dense", "ln1": "attention.output.LayerNorm", "f1": "intermediate.dense",
+        n = {"v": "attention.self.value", "o": "attention.output.dense", "ln1": "attention.output.LayerNorm", "f1": "intermediate.dense",
              "f2": "output.dense", "ln2": "output.LayerNorm"}
     out, probs = m.block(l, x)
     P_.P, P_.V = probs, m.last_v
     g = lambda k: (p(b + n[k] + ".weight"), p(b + n[k] + ".bias"))
     P_.Wo, P_.bo = g("o")
+    P_.Wv, P_.bv = p(b + n["v"] + ".weight"), p(b + n["v"] + ".bias")
+    P_.W1, P_.b1 = g("f1")
+    P_.W2, P_.b2 = g("f2")
     P_.ln1, P_.ln2 = g("ln1"), g("ln2")
     ctx = (probs @ P_.V).transpose(0, 1).reshape(x.shape[0], -1)
     P_.pre_ln = x + families_reference.lin(ctx, *g("o"))                  # pre_ln_states
     a = families_reference.ln(P_.pre_ln, *P_.ln1, m.eps)
-    P_.pre_ln2 = a + families_reference.lin(m.act(families_reference.lin(a, *g("f1"))), *g("f2"))  # pre_ln2_states
+    P_.pre_act = families_reference.lin(a, *g("f1"))                      # pre_act_hidden_states
+    P_.post_act = m.act(P_.pre_act)                                       # intermediate_output
+    P_.pre_ln2 = a + families_reference.lin(P_.post_act, *g("f2"))        # pre_ln2_states
     P_.post, P_.out, P_.eps = True, out, m.eps
     return P_
 
@@ -192,6 +207,100 @@ def value_zeroing_layer(m, l, parts, kind):
     return score / score.sum(-1, keepdim=True)
 
 
+# ------------------------------------------------------------ DecompX
+
+def bias_decomposer(bias, av, paper_code):
+    """BertLayer.bias_decomposer "absdot": av [..][T][D] (sources on dim -2) + each source's share of bias."""
+    weights = torch.abs(torch.einsum("...kd,d->...k", av, bias))
+    total = weights.sum(-1, keepdim=True)
+    if paper_code:
+        weights = weights / (total + 1e-12)
+    else:
+        weights = torch.where(total > 0, weights / total.clamp(min=1e-300), torch.full_like(weights, 1 / av.shape[-2]))
+    return av + torch.einsum("...k,d->...kd", weights, bias)
+
+
+def ln_decomposer(av, pre_ln_states, ln_wb, eps, paper_code):
+    """BertLayer.ln_decomposer: the statistics of the real pre-LN states, each vector centred, the bias by absdot."""
+    gamma, beta = ln_wb
+    mean = pre_ln_states.mean(-1, keepdim=True)
+    var = (pre_ln_states - mean).pow(2).mean(-1, keepdim=True).unsqueeze(1)
+    normalized = (av - av.mean(-1, keepdim=True)) / (var + eps) ** 0.5
+    return bias_decomposer(beta, torch.einsum("skd,d->skd", normalized, gamma), paper_code)
+
+
+def zo(post, pre, paper_code, limit0):
+    """The zero-origin slope act(z) / z (gelu_zo_decomposition, tanh_zo_decomposition)."""
+    if paper_code:
+        return post / (pre + 1e-12)
+    return torch.where(pre != 0, post / torch.where(pre != 0, pre, torch.ones_like(pre)), torch.full_like(pre, limit0))
+
+
+def decompx_layer(parts, av, paper_code):
+    """BertLayer.forward with a decompx_config: av None is the first layer (and aggregation None), else the
+    propagated vectors [T][T][C] of the layer input (aggregation "vector")."""
+    NH, T, D = parts.V.shape
+    C = parts.Wo.shape[0]
+    headmixing = parts.Wo.view(C, NH, D)
+    if av is None:
+        transformed = torch.einsum("hsv,dhv->hsd", parts.V, headmixing)
+        summed = torch.einsum("hks,hsd->hksd", parts.P, transformed).sum(0)
+        residual = torch.einsum("sk,sd->skd", torch.eye(T, dtype=parts.x.dtype), parts.x)
+        rw = summed + residual
+        accumulated_bias = parts.bo
+    else:
+        decomposed = torch.einsum("ijd,vd->ijv", av, parts.Wv).view(T, T, NH, D).permute(2, 0, 1, 3)
+        transformed = torch.einsum("hsqv,dhv->hsqd", decomposed, headmixing)
+        summed = torch.einsum("hks,hsqd->hkqd", parts.P, transformed).sum(0)
+        rw = summed + av
+        accumulated_bias = parts.Wo @ parts.bv + parts.bo
+    rw = bias_decomposer(accumulated_bias, rw, paper_code)
+    post_ln = ln_decomposer(rw, parts.pre_ln, parts.ln1, parts.eps, paper_code)
+    # ffn_decomposer, approximation_type "GeLU_ZO"
+    first = bias_decomposer(parts.b1, torch.einsum("ld,skd->skl", parts.W1, post_ln), paper_code)
+    first = first * zo(parts.post_act, parts.pre_act, paper_code, 0.5).unsqueeze(1)
+    second = bias_decomposer(parts.b2, torch.einsum("skl,dl->skd", first, parts.W2), paper_code)
+    return ln_decomposer(post_ln + second, parts.pre_ln2, parts.ln2, parts.eps, paper_code)
+
+
+def decompx_classifier(m, vectors, hL, paper_code):
+    """BertModel.ffn_decomposer (pooler, tanh ZO) and BertForSequenceClassification.ffn_decomposer on the first
+    row's vectors [T][C]; RoBERTa's classifier.dense / out_proj alike; DistilBERT's ReLU pre_classifier by its ZO
+    slope (lensd's extension)."""
+    names = {"bert": ("bert.pooler.dense", "classifier", 1.0), "roberta": ("classifier.dense", "classifier.out_proj", 1.0),
+             "distilbert": ("pre_classifier", "classifier", 0.0)}
+    pool, cls, limit0 = names[m.type]
+    Wp, bp = m.p(pool + ".weight"), m.p(pool + ".bias")
+    pre = families_reference.lin(hL[0], Wp, bp)
+    post = torch.relu(pre) if m.type == "distilbert" else torch.tanh(pre)
+    pooled = bias_decomposer(bp, torch.einsum("ld,sd->sl", Wp, vectors[0]), paper_code)
+    pooled = pooled * zo(post, pre, paper_code, limit0)
+    Wc, bc = m.p(cls + ".weight"), m.p(cls + ".bias")
+    return bias_decomposer(bc, torch.einsum("ld,kd->kl", Wc, pooled), paper_code)
+
+
+def decompx(m, layers, hidden, paper_code):
+    """{contributions, rollout[, classifier]}: per layer the norms with aggregation None and "vector"."""
+    local, rolled, av = [], [], None
+    for l, parts in enumerate(layers):
+        local.append(torch.norm(decompx_layer(parts, None, paper_code), dim=-1))
+        av = decompx_layer(parts, av, paper_code)
+        err = (av.sum(1) - hidden[l + 1]).abs().max().item()
+        assert err < 1e-9 * hidden[l + 1].abs().max().item() + 1e-9, f"layer {l + 1}: vectors sum off by {err}"
+        rolled.append(torch.norm(av, dim=-1))
+    local, rolled = torch.stack(local), torch.stack(rolled)
+    if not paper_code:
+        local, rolled = local / local.sum(-1, keepdim=True), rolled / rolled.sum(-1, keepdim=True)
+    out = {"contributions": local.tolist(), "rollout": rolled.tolist()}
+    if m.arch.endswith("SequenceClassification"):
+        c = decompx_classifier(m, av, hidden[-1], paper_code)
+        logits = m.head(hidden[-1])
+        err = (c.sum(0) - logits).abs().max().item()
+        assert err < 1e-9 * logits.abs().max().item() + 1e-9, f"classifier contributions sum off by {err}"
+        out["classifier"] = c.tolist()
+    return out
+
+
 # ------------------------------------------------------------ driver
 
 def main():
@@ -225,6 +334,9 @@ def main():
                 c = torch.stack([fn(p, definition == "paper-code") for p in layers])
                 out[name][definition] = {"contributions": c.tolist(),
                                          "rollout": compute_joint_attention(c, False)[1].tolist()}
+        if kind == "post":
+            hidden = [h0] + [p.out for p in layers]
+            out["decompx"] = {d: decompx(m, layers, hidden, d == "paper-code") for d in ("paper-code", "lensd")}
     json.dump(out, sys.stdout)
 
 

@@ -323,7 +323,8 @@ class Client:
                              {**self._body(model=model), **self._text_fields(text), **options})
 
     def context_mixing(self, text, method: str, model: Optional[str] = None, **options) -> Dict[str, Any]:
-        """method: rollout, alti, globenc, value-zeroing; options: layers, definition, format, text_pair."""
+        """method: rollout, alti, globenc, value-zeroing, decompx (on a classifier the answer's "classifier" holds
+        each token's part of each logit); options: layers, definition, format, text_pair."""
         return self._request("POST", "/v1/context-mixing",
                              {**self._body(model=model), **self._text_fields(text), "method": method, **options})
 
