@@ -209,6 +209,10 @@ int api_triggers_prepare(api_call *c);
 void api_triggers_run(api_call *c);
 int api_triggers_shard(api_call *c, int index, int count, lens_partial *part);
 void api_triggers_merge(api_call *c, lens_partial *const *parts, int n);
+int api_faithfulness_prepare(api_call *c);
+void api_faithfulness_run(api_call *c);
+int api_faithfulness_shard(api_call *c, int index, int count, lens_partial *part);
+void api_faithfulness_merge(api_call *c, lens_partial *const *parts, int n);
 
 int api_hidden_attribution_prepare(api_call *c);
 void api_hidden_attribution_run(api_call *c);
