@@ -6,7 +6,7 @@
  * Params {model?, texts?: [text..] | data?: "PATH" (a TSV with a header
  * naming a "sentence" or "text" column, as SST-2's dev.tsv, inside
  * --data-dir), max_rows? = 1000 (first rows of data), methods? = every
- * method defined on the model, fractions? = [0, 0.1, .., 1], objective? (as
+ * method defined on the model but hidden-attribution, fractions? = [0, 0.1, .., 1], objective? (as
  * /v1/attribution's; a negative position counts from each row's end),
  * steps? = 20 (attention attribution's m), seed? = 1, random_orderings? =
  * 10}. Sharded by row (r % N == I): a shard's partial holds, per row and
@@ -117,14 +117,17 @@ static int decode_dataset(api_call *c, faith_req *r)
     return r->source ? 0 : api_fail(c, 500, "internal", NULL, "out of memory");
 }
 
-/* methods: names, each once and defined on the model; absent = every defined one */
+/* methods: names, each once and defined on the model; absent = every defined
+ * one but hidden-attribution (opt-in: its exact Jacobians cost more than all
+ * the others together, docs/faithfulness.md "Cost") */
 static int decode_methods(api_call *c, faith_req *r)
 {
     const lens_model *m = r->model->model;
     const json_t *v = json_object_get(c->body, "methods");
     if (!v || json_is_null(v)) {
         for (int k = 0; k < LENS_FAITH_COUNT; k++)
-            if (!lens_faith_undefined(m, (lens_faith_method)k)) r->methods[r->n_methods++] = (lens_faith_method)k;
+            if (k != LENS_FAITH_HIDDEN && !lens_faith_undefined(m, (lens_faith_method)k))
+                r->methods[r->n_methods++] = (lens_faith_method)k;
         return 0;
     }
     if (!json_is_array(v) || !json_array_size(v) || json_array_size(v) > LENS_FAITH_COUNT)
