@@ -343,30 +343,15 @@ void api_faithfulness_merge(api_call *c, lens_partial *const *parts, int n_parts
     double t0 = api_now();
     double *all = malloc(sizeof(double) * (size_t)r->n * M * W);
     double *curve = malloc(sizeof(double) * 2 * nf);
-    char *seen = calloc((size_t)r->n, 1);
-    lens_err err = {0};
-    int rc = all && curve && seen ? 0 : lens_fail(&err, LENS_ENOMEM, "out of memory for faithfulness");
-    for (int p = 0; p < n_parts && !rc; p++) {
-        json_int_t k = json_integer_value(json_object_get(json_object_get(parts[p]->header, "rows"), "in_shard"));
-        const int64_t *rows = lens_partial_get(parts[p], "rows", LENS_PT_I64, k, &err);
-        const double *values = rows ? lens_partial_get(parts[p], "values", LENS_PT_F64, k * M * W, &err) : NULL;
-        if (!values) rc = -1;
-        for (json_int_t i = 0; !rc && i < k; i++) {
-            if (rows[i] < 0 || rows[i] >= r->n || seen[rows[i]]) {
-                rc = lens_fail(&err, LENS_EFORMAT, "row %lld is out of range or in two shards", (long long)rows[i]);
-                break;
-            }
-            seen[rows[i]] = 1;
-            memcpy(all + (size_t)rows[i] * M * W, values + (size_t)i * M * W, sizeof(double) * M * W);
-        }
-    }
-    for (int e = 0; e < r->n && !rc; e++)
-        if (!seen[e]) rc = lens_fail(&err, LENS_EFORMAT, "row %d is in no shard", e);
-    free(seen);
-    if (rc) {
+    const char *const names[] = {"values"};
+    const long widths[] = {(long)M * W};
+    if (!all || !curve) {
         free(all), free(curve);
-        if (err.code == LENS_EFORMAT) api_fail(c, 422, "partial_mismatch", "parts", "%s", err.msg);
-        else api_fail_core(c, &err, "parts", NULL, "faithfulness");
+        api_fail(c, 500, "internal", NULL, "out of memory for faithfulness");
+        return;
+    }
+    if (api_shard_gather_rows(c, parts, n_parts, r->n, 1, names, widths, &all, "faithfulness")) {
+        free(all), free(curve);
         return;
     }
     const lens_model *m = r->model->model;

@@ -183,6 +183,24 @@ static void check_faithfulness(const json_t *job, int n, int n_methods, int n_fr
     }
 }
 
+/* Starts a long job, cancels it after 100 ms: it must end cancelled. */
+static void cancel_long_job(test_server *s, const char *body, const char *what)
+{
+    http_resp r;
+    http_post_json(s, &r, "/v1/jobs", body);
+    char jp[128];
+    snprintf(jp, sizeof jp, "/v1/jobs/%s", r.json ? json_string_value(get(r.json, "id")) : "none");
+    http_resp_free(&r);
+    sleep_ms(100);
+    http_do(s, &r, "DELETE", jp, NULL, NULL, 0, NULL);
+    CHECK(r.status == 200, "DELETE %s job: %ld", what, r.status);
+    http_resp_free(&r);
+    json_t *job = poll_job(s, jp + strlen("/v1/jobs/"), NULL, 10000);
+    const char *st = job ? json_string_value(get(job, "state")) : NULL;
+    CHECK(st && !strcmp(st, "cancelled"), "cancelled %s job ends %s", what, st ? st : "(not final within 10 s)");
+    json_decref(job);
+}
+
 static const char *rows6 =
     "\"rows\": [{\"text\": \"a fine movie\", \"label\": 1}, {\"text\": \"dull and slow\", \"label\": \"negative\"}, "
     "{\"text\": \"the cast is great\", \"label\": \"1\"}, {\"text\": \"it is a mess\", \"label\": 0}, "
@@ -278,33 +296,11 @@ static void test_tiny(void)
     json_decref(job);
 
     /* cancel a long job */
-    http_resp r;
     snprintf(body, sizeof body, "{\"kind\": \"head-importance\", \"params\": {%s, \"steps\": 1000, \"seeds\": 20}}", rows6);
-    http_post_json(&s, &r, "/v1/jobs", body);
-    char jp[128];
-    snprintf(jp, sizeof jp, "/v1/jobs/%s", r.json ? json_string_value(get(r.json, "id")) : "none");
-    http_resp_free(&r);
-    sleep_ms(100);
-    http_do(&s, &r, "DELETE", jp, NULL, NULL, 0, NULL);
-    CHECK(r.status == 200, "DELETE head-importance job: %ld", r.status);
-    http_resp_free(&r);
-    job = poll_job(&s, jp + strlen("/v1/jobs/"), NULL, 10000);
-    const char *st = job ? json_string_value(get(job, "state")) : NULL;
-    CHECK(st && !strcmp(st, "cancelled"), "cancelled job ends %s", st ? st : "(not final within 10 s)");
-    json_decref(job);
+    cancel_long_job(&s, body, "head-importance");
     snprintf(body, sizeof body, "{\"kind\": \"faithfulness\", \"params\": {\"texts\": [%s], \"random_orderings\": 1000}}",
              "\"a fine movie\", \"dull and slow\", \"the cast is great\", \"it is a mess\", \"warm and funny\"");
-    http_post_json(&s, &r, "/v1/jobs", body);
-    snprintf(jp, sizeof jp, "/v1/jobs/%s", r.json ? json_string_value(get(r.json, "id")) : "none");
-    http_resp_free(&r);
-    sleep_ms(100);
-    http_do(&s, &r, "DELETE", jp, NULL, NULL, 0, NULL);
-    CHECK(r.status == 200, "DELETE faithfulness job: %ld", r.status);
-    http_resp_free(&r);
-    job = poll_job(&s, jp + strlen("/v1/jobs/"), NULL, 10000);
-    st = job ? json_string_value(get(job, "state")) : NULL;
-    CHECK(st && !strcmp(st, "cancelled"), "cancelled faithfulness job ends %s", st ? st : "(not final within 10 s)");
-    json_decref(job);
+    cancel_long_job(&s, body, "faithfulness");
 
     char abs_out[600];
     snprintf(abs_out, sizeof abs_out, "{\"kind\": \"head-importance\", \"params\": {\"data\": \"%s/outside.tsv\"}}", tmpdir);
@@ -345,6 +341,7 @@ static void test_tiny(void)
     };
     run_bad_cases(&s, cases, (int)(sizeof cases / sizeof *cases));
     test_corpus(&s);
+    http_resp r;
     http_get(&s, &r, "/healthz");
     CHECK(r.status == 200, "/healthz after the bad inputs: %ld", r.status);
     http_resp_free(&r);
