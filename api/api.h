@@ -209,6 +209,10 @@ int api_triggers_prepare(api_call *c);
 void api_triggers_run(api_call *c);
 int api_triggers_shard(api_call *c, int index, int count, lens_partial *part);
 void api_triggers_merge(api_call *c, lens_partial *const *parts, int n);
+int api_faithfulness_prepare(api_call *c);
+void api_faithfulness_run(api_call *c);
+int api_faithfulness_shard(api_call *c, int index, int count, lens_partial *part);
+void api_faithfulness_merge(api_call *c, lens_partial *const *parts, int n);
 
 int api_hidden_attribution_prepare(api_call *c);
 void api_hidden_attribution_run(api_call *c);
@@ -296,6 +300,13 @@ void api_shard_merge(api_call *c, const api_job_kind *kind, lens_partial **parts
 void api_shard_run_whole(api_call *c, const api_job_kind *kind);
 /* For a kind's shard(): record the dataset's row count and the rows this shard holds. */
 int api_shard_rows(lens_partial *part, long total, long in_shard); /* -1: out of memory */
+/* For a kind's merge(): the per-row f64 tensors names[f] (widths[f] doubles
+ * a row, beside the partial's "rows" i64) of every part into outs[f]
+ * [total][widths[f]] in row order, each row from exactly one part. 0, or -1
+ * with the error written (422 partial_mismatch for a row out of range, in
+ * two parts or in none; what names the job in other errors). */
+int api_shard_gather_rows(api_call *c, lens_partial *const *parts, int n_parts, long total, int n_fields,
+                          const char *const *names, const long *widths, double *const *outs, const char *what);
 
 extern const api_job_kind api_job_kinds[];
 extern const int api_n_job_kinds;

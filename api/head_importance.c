@@ -339,32 +339,16 @@ void api_head_importance_merge(api_call *c, lens_partial *const *parts, int n_pa
     const int H = m->cfg.n_layers * m->cfg.n_heads;
     double t0 = api_now();
     double *attr = calloc((size_t)r->n * H, sizeof(double)), *attn = calloc((size_t)r->n * H, sizeof(double));
-    char *seen = calloc((size_t)r->n, 1);
-    lens_err err = {0};
-    int rc = attr && attn && seen ? 0 : lens_fail(&err, LENS_ENOMEM, "out of memory for head importance");
-    for (int p = 0; p < n_parts && !rc; p++) {
-        json_int_t k = json_integer_value(json_object_get(json_object_get(parts[p]->header, "rows"), "in_shard"));
-        const int64_t *rows = lens_partial_get(parts[p], "rows", LENS_PT_I64, k, &err);
-        const double *pa = rows ? lens_partial_get(parts[p], "attr", LENS_PT_F64, k * H, &err) : NULL;
-        const double *pn = pa ? lens_partial_get(parts[p], "attn", LENS_PT_F64, k * H, &err) : NULL;
-        if (!pn) rc = -1;
-        for (json_int_t i = 0; !rc && i < k; i++) {
-            if (rows[i] < 0 || rows[i] >= r->n || seen[rows[i]]) {
-                rc = lens_fail(&err, LENS_EFORMAT, "row %lld is out of range or in two shards", (long long)rows[i]);
-                break;
-            }
-            seen[rows[i]] = 1;
-            memcpy(attr + (size_t)rows[i] * H, pa + (size_t)i * H, sizeof(double) * H);
-            memcpy(attn + (size_t)rows[i] * H, pn + (size_t)i * H, sizeof(double) * H);
-        }
-    }
-    for (int e = 0; e < r->n && !rc; e++)
-        if (!seen[e]) rc = lens_fail(&err, LENS_EFORMAT, "row %d is in no shard", e);
-    free(seen);
-    if (rc) {
+    const char *const names[] = {"attr", "attn"};
+    const long widths[] = {H, H};
+    double *const outs[] = {attr, attn};
+    if (!attr || !attn) {
         free(attr), free(attn);
-        if (err.code == LENS_EFORMAT) api_fail(c, 422, "partial_mismatch", "parts", "%s", err.msg);
-        else api_fail_core(c, &err, "parts", NULL, "head importance");
+        api_fail(c, 500, "internal", NULL, "out of memory for head importance");
+        return;
+    }
+    if (api_shard_gather_rows(c, parts, n_parts, r->n, 2, names, widths, outs, "head importance")) {
+        free(attr), free(attn);
         return;
     }
     lens_example *ex = NULL;
@@ -381,7 +365,8 @@ void api_head_importance_merge(api_call *c, lens_partial *const *parts, int n_pa
                         .progress = core_progress, .progress_user = c, .stage = LENS_HEAD_FINISH,
                         .example_attr = attr, .example_attn = attn};
     lens_head_importance hi;
-    rc = lens_head_importance_run(m, ex, r->n, &o, &hi, &err);
+    lens_err err = {0};
+    const int rc = lens_head_importance_run(m, ex, r->n, &o, &hi, &err);
     free_examples(ex, r->n);
     free(attr), free(attn);
     if (rc) {

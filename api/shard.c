@@ -50,6 +50,38 @@ int api_shard_rows(lens_partial *part, long total, long in_shard)
                                                                 (json_int_t)in_shard));
 }
 
+int api_shard_gather_rows(api_call *c, lens_partial *const *parts, int n_parts, long total, int n_fields,
+                          const char *const *names, const long *widths, double *const *outs, const char *what)
+{
+    char *seen = calloc((size_t)(total > 0 ? total : 1), 1);
+    lens_err err = {0};
+    int rc = seen ? 0 : lens_fail(&err, LENS_ENOMEM, "out of memory for %s", what);
+    for (int p = 0; p < n_parts && !rc; p++) {
+        json_int_t k = json_integer_value(json_object_get(json_object_get(parts[p]->header, "rows"), "in_shard"));
+        const int64_t *rows = lens_partial_get(parts[p], "rows", LENS_PT_I64, k, &err);
+        if (!rows) rc = -1;
+        for (json_int_t i = 0; !rc && i < k; i++) {
+            if (rows[i] < 0 || rows[i] >= total || seen[rows[i]]) {
+                rc = lens_fail(&err, LENS_EFORMAT, "row %lld is out of range or in two shards", (long long)rows[i]);
+                break;
+            }
+            seen[rows[i]] = 1;
+        }
+        for (int f = 0; f < n_fields && !rc; f++) {
+            const double *v = lens_partial_get(parts[p], names[f], LENS_PT_F64, k * widths[f], &err);
+            if (!v) rc = -1;
+            for (json_int_t i = 0; !rc && i < k; i++)
+                memcpy(outs[f] + (size_t)rows[i] * widths[f], v + (size_t)i * widths[f], sizeof(double) * widths[f]);
+        }
+    }
+    for (long e = 0; e < total && !rc; e++)
+        if (!seen[e]) rc = lens_fail(&err, LENS_EFORMAT, "row %ld is in no shard", e);
+    free(seen);
+    if (!rc) return 0;
+    if (err.code == LENS_EFORMAT) return api_fail(c, 422, "partial_mismatch", "parts", "%s", err.msg);
+    return api_fail_core(c, &err, "parts", NULL, what);
+}
+
 int api_shard_run(api_call *c, const api_job_kind *kind, int index, int count, lens_partial *part)
 {
     lens_err err = {0};

@@ -11,7 +11,11 @@
  * paths escaping the data directory by "..", absolute path and symlink).
  * Then, when ../shared exists, both kinds on bert-tiny-sst2 over the first
  * 40 rows of SST-2 dev (accuracy > 0.7: the model's dev accuracy is ~0.83;
- * SKIP otherwise). Numbers go through JSON at 6 decimals. */
+ * SKIP otherwise). Numbers go through JSON at 6 decimals. The faithfulness
+ * job (docs/faithfulness.md) runs from the TSV and on 8 SST-2 dev rows: its
+ * result is a FaithfulnessResult whose curves start and end where they must
+ * (D(0) = I(1) = full, D(1) = I(0) = empty), cancelled, and refused with
+ * params.methods / params.fractions. */
 #include <math.h>
 
 #include "core/analysis/attribution.h"
@@ -156,6 +160,47 @@ static void test_gpt2_attribution(test_server *s)
     http_resp_free(&r);
 }
 
+/* A faithfulness result: done, n rows, the methods asked for, each curve
+ * with n_fractions points from 0 to 1 whose ends are the full and the empty
+ * input's objective (the JSON's 9 digits, float32 F). */
+static void check_faithfulness(const json_t *job, int n, int n_methods, int n_fractions, const char *what)
+{
+    const json_t *res = get(job, "result"), *methods = get(res, "methods");
+    CHECK(job && !strcmp(json_string_value(get(job, "state")) ?: "", "done") &&
+              json_integer_value(get(res, "n_examples")) == n && (int)json_array_size(methods) == n_methods,
+          "%s: faithfulness done over %d rows with %d methods", what, n, n_methods);
+    check_result_schema(res, "FaithfulnessResult");
+    const double full = json_number_value(get(res, "full")), empty = json_number_value(get(res, "empty"));
+    for (size_t k = 0; k < json_array_size(methods); k++) {
+        const json_t *m = json_array_get(methods, k), *d = get(m, "deletion_curve"), *i = get(m, "insertion_curve");
+        const int last = n_fractions - 1;
+        CHECK((int)json_array_size(d) == n_fractions && (int)json_array_size(i) == n_fractions &&
+                  fabs(num_at(d, 0) - full) < 1e-5 && fabs(num_at(i, last) - full) < 1e-5 &&
+                  fabs(num_at(d, last) - empty) < 1e-5 && fabs(num_at(i, 0) - empty) < 1e-5,
+              "%s %s: D(0) %g I(1) %g (full %g), D(1) %g I(0) %g (empty %g)", what,
+              json_string_value(get(m, "method")), num_at(d, 0), num_at(i, last), full, num_at(d, last), num_at(i, 0),
+              empty);
+    }
+}
+
+/* Starts a long job, cancels it after 100 ms: it must end cancelled. */
+static void cancel_long_job(test_server *s, const char *body, const char *what)
+{
+    http_resp r;
+    http_post_json(s, &r, "/v1/jobs", body);
+    char jp[128];
+    snprintf(jp, sizeof jp, "/v1/jobs/%s", r.json ? json_string_value(get(r.json, "id")) : "none");
+    http_resp_free(&r);
+    sleep_ms(100);
+    http_do(s, &r, "DELETE", jp, NULL, NULL, 0, NULL);
+    CHECK(r.status == 200, "DELETE %s job: %ld", what, r.status);
+    http_resp_free(&r);
+    json_t *job = poll_job(s, jp + strlen("/v1/jobs/"), NULL, 10000);
+    const char *st = job ? json_string_value(get(job, "state")) : NULL;
+    CHECK(st && !strcmp(st, "cancelled"), "cancelled %s job ends %s", what, st ? st : "(not final within 10 s)");
+    json_decref(job);
+}
+
 static const char *rows6 =
     "\"rows\": [{\"text\": \"a fine movie\", \"label\": 1}, {\"text\": \"dull and slow\", \"label\": \"negative\"}, "
     "{\"text\": \"the cast is great\", \"label\": \"1\"}, {\"text\": \"it is a mess\", \"label\": 0}, "
@@ -244,21 +289,18 @@ static void test_tiny(void)
           "triggers lensd: lensd rule, top 3");
     json_decref(job);
 
-    /* cancel a long job */
-    http_resp r;
-    snprintf(body, sizeof body, "{\"kind\": \"head-importance\", \"params\": {%s, \"steps\": 1000, \"seeds\": 20}}", rows6);
-    http_post_json(&s, &r, "/v1/jobs", body);
-    char jp[128];
-    snprintf(jp, sizeof jp, "/v1/jobs/%s", r.json ? json_string_value(get(r.json, "id")) : "none");
-    http_resp_free(&r);
-    sleep_ms(100);
-    http_do(&s, &r, "DELETE", jp, NULL, NULL, 0, NULL);
-    CHECK(r.status == 200, "DELETE head-importance job: %ld", r.status);
-    http_resp_free(&r);
-    job = poll_job(&s, jp + strlen("/v1/jobs/"), NULL, 10000);
-    const char *st = job ? json_string_value(get(job, "state")) : NULL;
-    CHECK(st && !strcmp(st, "cancelled"), "cancelled job ends %s", st ? st : "(not final within 10 s)");
+    job = run_job(&s, "{\"kind\": \"faithfulness\", \"params\": {\"data\": \"small.tsv\", \"methods\": "
+                      "[\"random\", \"attention\", \"rollout\", \"leave-one-out\"], \"fractions\": [0, 0.5, 1]}}",
+                  30000);
+    check_faithfulness(job, 4, 4, 3, "tiny, small.tsv");
     json_decref(job);
+
+    /* cancel a long job */
+    snprintf(body, sizeof body, "{\"kind\": \"head-importance\", \"params\": {%s, \"steps\": 1000, \"seeds\": 20}}", rows6);
+    cancel_long_job(&s, body, "head-importance");
+    snprintf(body, sizeof body, "{\"kind\": \"faithfulness\", \"params\": {\"texts\": [%s], \"random_orderings\": 1000}}",
+             "\"a fine movie\", \"dull and slow\", \"the cast is great\", \"it is a mess\", \"warm and funny\"");
+    cancel_long_job(&s, body, "faithfulness");
 
     char abs_out[600];
     snprintf(abs_out, sizeof abs_out, "{\"kind\": \"head-importance\", \"params\": {\"data\": \"%s/outside.tsv\"}}", tmpdir);
@@ -290,9 +332,16 @@ static void test_tiny(void)
         {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"data\": \"small.tsv\", \"target\": \"label\"}}", 422, "invalid_request", "params.target"},
         {"/v1/jobs", "{\"kind\": \"head-importance\", \"params\": {\"data\": \"small.tsv\", \"prune_count\": 3}}", 422, "invalid_request", "params.prune_count"},
         {"/v1/jobs", "{\"kind\": \"adversarial-triggers\", \"params\": {\"data\": \"small.tsv\", \"rule\": \"paper\"}}", 422, "invalid_request", "params.rule"},
+        {"/v1/jobs", "{\"kind\": \"faithfulness\", \"params\": {\"data\": \"small.tsv\", \"methods\": [\"saliency\"]}}", 422, "invalid_request", "params.methods"},
+        {"/v1/jobs", "{\"kind\": \"faithfulness\", \"params\": {\"data\": \"small.tsv\", \"methods\": [\"random\", \"random\"]}}", 422, "invalid_request", "params.methods"},
+        {"/v1/jobs", "{\"kind\": \"faithfulness\", \"params\": {\"data\": \"small.tsv\", \"fractions\": [0.5, 0.2]}}", 422, "invalid_request", "params.fractions"},
+        {"/v1/jobs", "{\"kind\": \"faithfulness\", \"params\": {\"texts\": []}}", 422, "invalid_request", "params.texts"},
+        {"/v1/jobs", "{\"kind\": \"faithfulness\", \"params\": {}}", 422, "invalid_request", "params.texts"},
+        {"/v1/jobs", "{\"kind\": \"faithfulness\", \"params\": {\"data\": \"small.tsv\", \"random_orderings\": 0}}", 422, "invalid_request", "params.random_orderings"},
     };
     run_bad_cases(&s, cases, (int)(sizeof cases / sizeof *cases));
     test_corpus(&s);
+    http_resp r;
     http_get(&s, &r, "/healthz");
     CHECK(r.status == 200, "/healthz after the bad inputs: %ld", r.status);
     http_resp_free(&r);
@@ -356,6 +405,10 @@ static void test_sst2(const char *shared)
     job = run_job(&s, "{\"kind\": \"adversarial-triggers\", \"params\": {\"data\": \"sst2/dev.tsv\", \"max_rows\": 40}}",
                   60000);
     check_triggers(job, 2, "bert-tiny-sst2 triggers, SST-2 dev[0:40]");
+    json_decref(job);
+    job = run_job(&s, "{\"kind\": \"faithfulness\", \"params\": {\"data\": \"sst2/dev.tsv\", \"max_rows\": 8, \"steps\": 4}}",
+                  60000);
+    check_faithfulness(job, 8, 9, 11, "bert-tiny-sst2, SST-2 dev[0:8] (every method but hidden-attribution)");
     json_decref(job);
     CHECK(server_terminate(&s) == 0, "lensd exits 0");
 }

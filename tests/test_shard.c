@@ -12,9 +12,10 @@
  *  - the Indexed Job's own command line (deploy/k8s/jobs/shard-job.yaml,
  *    args with its $(VAR)s filled) run as separate processes with
  *    JOB_COMPLETION_INDEX set as Kubernetes sets it, N = 1, 3, 7, for
- *    head-importance, adversarial-triggers, decomposition, token-identity-map
- *    and attribution over texts: the merged result equals the 1-shard result
- *    (timing aside);
+ *    head-importance, adversarial-triggers, decomposition, token-identity-map,
+ *    attribution over texts and faithfulness (every method, on the first 7
+ *    SST-2 dev rows when ../shared is there): the merged result equals the
+ *    1-shard result (timing aside);
  *  - merging refuses a missing shard (named), a duplicated one, partials of
  *    other params and of another model with the same name. */
 #include <jansson.h>
@@ -367,6 +368,26 @@ static json_t *sst2_rows(int n)
     return rows;
 }
 
+/* The first n sentences of SST-2 dev (../shared), or sst2_rows' texts without it. */
+static json_t *sst2_dev_texts(int n)
+{
+    json_t *texts = json_array();
+    const char *shared = check_shared_dir();
+    char path[600], line[4096];
+    snprintf(path, sizeof path, "%s/data/sst2/dev.tsv", shared ? shared : ".");
+    FILE *f = shared ? fopen(path, "r") : NULL;
+    while (f && (int)json_array_size(texts) < n && fgets(line, sizeof line, f)) {
+        char *tab = strchr(line, '\t');
+        if (tab && strncmp(line, "sentence\t", 9)) json_array_append_new(texts, json_stringn(line, (size_t)(tab - line)));
+    }
+    if (f) fclose(f);
+    json_t *rows = sst2_rows(n), *row;
+    size_t i;
+    json_array_foreach(rows, i, row) if ((int)json_array_size(texts) < n) json_array_append(texts, json_object_get(row, "text"));
+    json_decref(rows);
+    return texts;
+}
+
 static void test_processes(const char *dir)
 {
     json_t *env = NULL, *args = manifest_args(&env);
@@ -404,10 +425,13 @@ static void test_processes(const char *dir)
     write_params(ip, json_pack("{s:s, s:O, s:f}", "model", "demo-sst2", "texts", texts, "heldout_fraction", 0.25));
     json_array_set_new(texts, 5, json_integer(5)); /* a bad row: its error stays in its slot */
     write_params(ap, json_pack("{s:s, s:o, s:i, s:b}", "model", "demo-sst2", "texts", texts, "steps", 2, "tree", 1));
+    char fp[600];
+    snprintf(fp, sizeof fp, "%s/faithfulness.json", dir);
+    write_params(fp, json_pack("{s:s, s:o, s:i}", "model", "demo-sst2", "texts", sst2_dev_texts(7), "steps", 2));
     const struct {
         const char *kind, *params;
     } kinds[] = {{"head-importance", hp}, {"adversarial-triggers", tp}, {"decomposition", dp},
-                 {"token-identity-map", ip}, {"attribution", ap}};
+                 {"token-identity-map", ip}, {"attribution", ap}, {"faithfulness", fp}};
     int n_kinds = 0;
     for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++, n_kinds++) {
         json_t *one = NULL;
@@ -446,7 +470,7 @@ static void test_processes(const char *dir)
         }
         json_decref(one);
     }
-    CHECK(n_kinds == 5, "kinds run: %d", n_kinds);
+    CHECK(n_kinds == 6, "kinds run: %d", n_kinds);
 
     /* other params: shard 1 of 3 computed with 3 steps */
     char p3[700], cmd[4096], why[1024], out[700];

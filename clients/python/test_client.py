@@ -191,6 +191,18 @@ def test_jobs(c: Client):
     # cancel: the job waits --debug-delay-ms before it runs; cancel on the first update
     job = c.run_job("hidden-attribution", {"model": "demo-sst2", "text": "a charming film"}, cancel=lambda: True)
     check(job.state == "cancelled" and job.error and job.error["code"] == "cancelled", f"cancel: {job.state}")
+    table = c.faithfulness(["a charming film", "dull and far too long", "a small gem"], model="demo-sst2",
+                           methods=["random", "attention", "leave-one-out"], fractions=[0, 0.5, 1])
+    rows = {m["method"]: m for m in table["methods"]}
+    check(table["n_examples"] == 3 and list(rows) == ["random", "attention", "leave-one-out"] and
+          all(len(m["deletion_curve"]) == 3 and abs(m["deletion_curve"][0] - table["full"]) < 1e-5 and
+              abs(m["deletion_curve"][2] - table["empty"]) < 1e-5 for m in rows.values()),
+          f"faithfulness: a table of 3 methods whose curves run from full to empty: {table}")
+    try:
+        c.faithfulness(["a charming film"], model="demo-sst2", methods=["saliency"])
+        check(False, "an unknown faithfulness method raises")
+    except LensdError as e:
+        check(e.status == 422 and e.field == "params.methods", f"unknown method: {e}")
     try:
         c.run_job("hidden-attribution", {"model": "demo-sst2", "text": "a charming film", "method": "nope"})
         check(False, "a bad job param raises")

@@ -492,7 +492,9 @@ async function jobsView(page, base) {
   else check(!streamed, 'no event stream asked of a server without one (polling)');
   await shot(page, 'jobs-demo-sst2');
 
-  for (const kind of ['adversarial-triggers', 'decomposition']) {
+  const kindOptions = await page.$$eval('select[name=kind] option', els => els.map(e => e.value));
+  if (modern) check(kindOptions.includes('faithfulness'), `faithfulness offered on demo-sst2 (${kindOptions})`);
+  for (const kind of ['adversarial-triggers', 'decomposition', 'faithfulness'].filter(k => kindOptions.includes(k))) {
     const jid = await startJob(kind);
     await page.waitForFunction(j => document.querySelector(`tr[data-job="${j}"] .state`).textContent === 'done', { timeout: 60000 }, jid);
     const r = (await get(LENSD_URL, `v1/jobs/${jid}`)).result;
@@ -501,6 +503,18 @@ async function jobsView(page, base) {
       const rows = await page.$$eval('table.triggers tr', els => els.length - 1);
       const attack = await page.$$eval('table.attack tr', els => els.length - 1);
       check(rows === r.triggers.length && attack === r.attack.length, `trigger table ${rows}/${r.triggers.length}, attack table ${attack}/${r.attack.length}`);
+    } else if (kind === 'faithfulness') {
+      await page.waitForSelector('table.faithfulness', { timeout: 10000 });
+      const rows = await page.$$eval('table.faithfulness tr[data-method]', els => els.map(e => [e.dataset.method, e.querySelectorAll('td').length]));
+      check(rows.length === r.methods.length && rows.every(([m, n], i) => m === r.methods[i].method && n === 5) && rows[0][0] === 'random',
+        `faithfulness table: ${rows.length} methods (random first) x 4 numbers (${rows.map(x => x[0])})`);
+      const best = await page.$$eval('table.faithfulness td.best', els => els.length);
+      check(best >= 4, `faithfulness table marks the best method of each column (${best} cells)`);
+      const curves = await page.$$eval('figure', figs => figs.filter(f => /^(Deletion|Insertion):/.test(f.querySelector('figcaption')?.textContent || ''))
+        .map(f => [...f.querySelectorAll('svg.chart polyline.series')].map(p => p.getAttribute('points').trim().split(' ').length)));
+      const n = r.fractions.length;
+      check(curves.length === 2 && curves.every(c => c.length === r.methods.length && c.every(k => k === n)),
+        `deletion and insertion charts: ${r.methods.length} curves of ${n} points each (${JSON.stringify(curves)})`);
     } else {
       await page.waitForFunction(() => document.querySelectorAll('.spirals svg.scatter').length > 0, { timeout: 10000 });
       const spirals = await page.$$eval('.spirals svg.scatter', els => els.map(s => s.querySelectorAll('circle.point').length));

@@ -248,9 +248,9 @@ function legend(items) {
 }
 
 // series: [{name, xs, ys, color, dash?}]; yDomain optional. Each later
-// series is drawn narrower than the one before, so a series that lies on
-// another (equal values) leaves the wider one showing around it.
-export function lineChart({ title, xLabel, yLabel, series, yDomain, xTickLabels, width = 520, height = 260 }) {
+// series is drawn narrower (by widthStep px) than the one before, so a series
+// that lies on another (equal values) leaves the wider one showing around it.
+export function lineChart({ title, xLabel, yLabel, series, yDomain, xTickLabels, width = 520, height = 260, widthStep = 3 }) {
   const box = { l: 56, t: 10, w: width - 72, h: height - 56 };
   const [x0, x1] = extent(series.flatMap(s => s.xs));
   const [y0, y1] = yDomain || extent(series.flatMap(s => s.ys));
@@ -264,9 +264,9 @@ export function lineChart({ title, xLabel, yLabel, series, yDomain, xTickLabels,
   series.forEach((s, k) => {
     const pts = s.xs.map((x, i) => [x, s.ys[i]]).filter(([, y]) => Number.isFinite(y));
     const wide = series.length - 1 - k; // 0 for the last series
-    svg.append(el('polyline', { class: 'series', fill: 'none', stroke: s.color, 'stroke-width': 2 + 3 * wide,
+    svg.append(el('polyline', { class: 'series', fill: 'none', stroke: s.color, 'stroke-width': 2 + widthStep * wide,
       'stroke-dasharray': s.dash, points: pts.map(([x, y]) => `${xs.map(x)},${ys.map(y)}`).join(' ') }));
-    for (const [x, y] of pts) svg.append(el('circle', { cx: xs.map(x), cy: ys.map(y), r: 3.5 + 2 * wide, fill: s.color,
+    for (const [x, y] of pts) svg.append(el('circle', { cx: xs.map(x), cy: ys.map(y), r: 3.5 + (2 * widthStep / 3) * wide, fill: s.color,
       'data-tip': `${s.name}: ${xLabel} ${xTickLabels ? xTickLabels[x] : fmt(x)} → ${fmt(y)}` }));
   });
   const fig = figure(title, 'chart-fig');

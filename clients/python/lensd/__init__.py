@@ -349,6 +349,17 @@ class Client:
         return self._request("POST", "/v1/patching",
                              {**self._body(model=model), "clean": clean, "corrupt": corrupt, **options})
 
+    def faithfulness(self, texts: Optional[Sequence[str]] = None, model: Optional[str] = None,
+                     progress: Optional[Callable[["Job"], Any]] = None, **options) -> Dict[str, Any]:
+        """Job faithfulness (docs/faithfulness.md) run to its end: the table of deletion /
+        insertion AOPC, comprehensiveness and sufficiency per method and the curves.
+        texts, or options data (a TSV under --data-dir) and max_rows; options: methods,
+        fractions, objective, steps, seed, random_orderings."""
+        params = {**self._body(model=model), **options}
+        if texts is not None:
+            params["texts"] = list(texts)
+        return self.run_job("faithfulness", params, progress=progress).result
+
     def decomposition(self, model: Optional[str] = None, **options) -> Dict[str, Any]:
         """options: texts (windows) or corpus, length, layers, ... (see DecompositionRequest)."""
         return self._request("POST", "/v1/decomposition", {**self._body(model=model), **options})

@@ -1,7 +1,8 @@
 // jobs.js - Jobs: start the dataset analyses as async jobs, follow them
 // with live progress bars (Server-Sent Events where the server has them,
 // else polling), cancel them, and draw their results: the head pruning
-// curve, the adversarial trigger table, decomposition plots.
+// curve, the adversarial trigger table, decomposition plots, the
+// faithfulness table and its deletion / insertion curves.
 import { el, lineChart, barChart, fmt, CATEGORICAL } from '../plot.js';
 import { sse } from '../api.js';
 import { section, note, into } from './common.js';
@@ -27,6 +28,7 @@ function paramsFor(kind, model, data) {
   const source = data ? { data, max_rows: 200 } : { rows: ROWS };
   if (kind === 'head-importance') return { model, ...source, seeds: 2, steps: 8 };
   if (kind === 'adversarial-triggers') return { model, ...source, steps: 8, top_k: 3 };
+  if (kind === 'faithfulness') return { model, ...(data ? { data, max_rows: 40 } : { texts: ROWS.map(r => r.text) }), steps: 8 };
   return { model, texts: ROWS.map(r => r.text), labels: ROWS.map(r => (r.label ? 'positive' : 'negative')), length: 8 };
 }
 
@@ -74,6 +76,28 @@ function attackTable(r) {
       el('td', { text: a.trigger_from ?? 'none' }), el('td', { text: fmt(a.accuracy_before) }), el('td', { text: fmt(a.accuracy_after) }))));
 }
 
+const FAITH_COLUMNS = [['aopc_deletion', 'AOPC deletion ↑'], ['aopc_insertion', 'AOPC insertion ↑'],
+  ['comprehensiveness', 'comprehensiveness ↑'], ['sufficiency', 'sufficiency ↓']];
+
+// One row per method; the best value of each column (random aside) is marked.
+function faithfulnessTable(r) {
+  const best = FAITH_COLUMNS.map(([key], c) => {
+    const vals = r.methods.filter(m => m.method !== 'random').map(m => m[key]);
+    return vals.length ? (c === 3 ? Math.min(...vals) : Math.max(...vals)) : NaN;
+  });
+  return el('table', { class: 'stats faithfulness' },
+    el('tr', {}, el('th', { text: 'method' }), FAITH_COLUMNS.map(([, t]) => el('th', { text: t }))),
+    r.methods.map(m => el('tr', { 'data-method': m.method, class: m.method === 'random' ? 'baseline' : undefined },
+      el('td', { text: m.method === 'random' ? `random (baseline, ${r.random_orderings} orderings)` : m.method }),
+      FAITH_COLUMNS.map(([key], c) => el('td', { text: fmt(m[key]), class: m.method !== 'random' && m[key] === best[c] ? 'best' : undefined })))));
+}
+
+function faithfulnessCurve(r, key, title) {
+  const series = r.methods.map((m, i) => ({ name: m.method, xs: r.fractions, ys: m[key],
+    color: m.method === 'random' ? '#000000' : CATEGORICAL[i % 7], dash: m.method === 'random' || i > 7 ? '6 4' : undefined }));
+  return lineChart({ title, xLabel: 'fraction of tokens', yLabel: `objective (${r.objective.kind})`, series, widthStep: 1 });
+}
+
 export function resultPanels(job) {
   const r = job.result;
   if (!r) return [note(job.error ? `${job.error.code}: ${job.error.message}` : `no result (${job.state})`)];
@@ -87,6 +111,13 @@ export function resultPanels(job) {
       section(`Attack: accuracy ${fmt(r.accuracy_before)} → ${fmt(r.accuracy_after)} on ${r.victims} victims`, attackTable(r))];
   }
   if (job.kind === 'decomposition') return decompositionPlots(r);
+  if (job.kind === 'faithfulness') {
+    return [section(`Faithfulness over ${r.n_examples} rows (full input ${fmt(r.full)}, every token removed ${fmt(r.empty)})`, faithfulnessTable(r),
+      note('Tokens are deleted from the sequence, special tokens never; AOPC and comprehensiveness: higher means the top-scored tokens matter more, sufficiency: lower means they suffice (docs/faithfulness.md).')),
+    section('Deletion and insertion curves',
+      faithfulnessCurve(r, 'deletion_curve', 'Deletion: the objective with the top tokens removed'),
+      faithfulnessCurve(r, 'insertion_curve', 'Insertion: the objective with only the top tokens kept'))];
+  }
   return [el('pre', { class: 'json', text: JSON.stringify(r, null, 1).slice(0, 4000) })];
 }
 
@@ -145,6 +176,8 @@ async function follow(ctx, row, id, alive) {
 export async function render(root, ctx) {
   const m = ctx.model;
   const kinds = ['head-importance', 'adversarial-triggers', 'decomposition'].filter(k => ctx.supports(k.replace(/-/g, '_')));
+  // faithfulness is no analysis of its own: any model with an objective, on servers whose spec has the kind
+  if (['classification', 'causal-lm'].includes(m.task) && await ctx.specHas('FaithfulnessParams')) kinds.push('faithfulness');
   const kindSel = el('select', { name: 'kind', 'aria-label': 'job kind' }, kinds.map(k => el('option', { value: k, text: k })));
   // TSV files the server offers under --data-dir (GET /v1/capabilities), for the dataset kinds
   const files = ((ctx.state.capabilities || {}).data_files || []).filter(f => f.path.endsWith('.tsv'));
