@@ -302,12 +302,8 @@ int lens_forward(const lens_model *m, const lens_batch *batch, const lens_forwar
         goto fail;
     }
 
-    if (start) {
-        memcpy(w.io.x, opts->start_x, sizeof(float) * N * C);
-    } else {
-        embed(m, batch, act, w.io.x);
-        if (opts && opts->start_x) memcpy(w.io.x, opts->start_x, sizeof(float) * N * C);
-    }
+    if (opts && opts->start_x) memcpy(w.io.x, opts->start_x, sizeof(float) * N * C);
+    else embed(m, batch, act, w.io.x);
     keep_hidden(act, w.io.x, start, C);
     for (int l = start; l < L; l++) {
         if (opts && lens_cancelled(opts->cancel)) {

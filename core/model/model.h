@@ -294,7 +294,8 @@ typedef struct {
     size_t *attn_start;    /* [S] offset of each sequence's [T][T] block inside one (layer, head) */
     size_t attn_layer_size;/* floats per (layer, head) slice = sum of T*T */
     float *hidden;         /* [L+1][N][C]; layer 0 = embedding output; for GPT-2 layer L has ln_f applied (as HF);
-                              with start_x the layers below patch_layer are unset */
+                              with start_x the layers below patch_layer (and the embedding's
+                              LENS_KEEP_LN statistics) are unset */
     float *attn;           /* [L][NH][sum T*T] */
     float *values;         /* [L][N][NH*DV] */
     float *ln_mean, *ln_rstd; /* [2L+1][N]: BERT: emb, then per layer attn, ff; GPT-2: per layer ln_1, ln_2, then ln_f */
