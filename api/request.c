@@ -162,7 +162,7 @@ static const api_field_set field_sets[] = {
     {"/v1/context-mixing", {INPUT_FIELDS, BATCH_FIELDS, "method", "layers", "definition", "format"}},
     {"/v1/logit-attribution", {INPUT_FIELDS, "position", "target", "foil"}},
     {"/v1/ablation", {INPUT_FIELDS, "heads", "mlps", "mode", "reference_texts", "objective", "include_logits"}},
-    {"/v1/patching", {"model", "clean", "corrupt", "objective", "targets", "method"}},
+    {"/v1/patching", {"model", "clean", "corrupt", "objective", "targets", "per_position", "method"}},
     {"/v1/jobs", {"kind", "params"}},
     /* job kinds: params */
     {"decomposition",

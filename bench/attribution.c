@@ -70,24 +70,9 @@ int main(int argc, char **argv)
         return 2;
     }
     lens_err err = {0};
-    char path[1024];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (access(path, R_OK) != 0) {
-        char cmd[1100];
-        snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
-        if (system(cmd) != 0 || lens_mkmodel("bert", "base", "classification", 42, dir, &err)) {
-            fprintf(stderr, "attribution: mkmodel %s: %s\n", dir, err.msg);
-            return 1;
-        }
-    }
-    lens_model *m = lens_model_load(dir, &err);
-    if (!m) {
-        fprintf(stderr, "attribution: %s\n", err.msg);
-        return 1;
-    }
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    struct stat st;
-    const double model_mib = stat(path, &st) == 0 ? st.st_size / 1048576.0 : 0;
+    double model_mib = 0;
+    lens_model *m = bench_model("attribution", dir, "bert", "base", "classification", &model_mib);
+    if (!m) return 1;
     /* core/base/pool.h: the passes run on a lens_pool of --threads, OpenBLAS at one thread */
     lens_blas_set_threads(1);
     lens_pool *pool = threads > 1 ? lens_pool_create(threads) : NULL;

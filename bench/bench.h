@@ -1,12 +1,19 @@
 /* bench.h - what the benchmark drivers share: a monotonic clock, the
- * xorshift32 token ids the PyTorch peers in bench/peer draw too, medians and peak RSS. */
+ * xorshift32 token ids the PyTorch peers in bench/peer draw too, medians,
+ * peak RSS and the random checkpoint a driver writes once. */
 #ifndef LENS_BENCH_H
 #define LENS_BENCH_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
+
+#include "core/model/mkmodel.h"
+#include "core/model/model.h"
 
 static inline double now_ms(void)
 {
@@ -52,6 +59,31 @@ static inline long maxrss_kib(void)
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return ru.ru_maxrss; /* Linux: KiB */
+}
+
+/* The checkpoint in dir, written first with lens_mkmodel(arch, preset,
+ * task, seed 42) when dir has no config.json; NULL with a message on
+ * stderr prefixed by who. *model_mib (may be NULL): model.safetensors' size. */
+static inline lens_model *bench_model(const char *who, const char *dir, const char *arch, const char *preset,
+                                      const char *task, double *model_mib)
+{
+    lens_err err = {0};
+    char path[1024];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (access(path, R_OK) != 0) {
+        char cmd[1100];
+        snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+        if (system(cmd) != 0 || lens_mkmodel(arch, preset, task, 42, dir, &err)) {
+            fprintf(stderr, "%s: mkmodel %s: %s\n", who, dir, err.msg);
+            return NULL;
+        }
+    }
+    lens_model *m = lens_model_load(dir, &err);
+    if (!m) fprintf(stderr, "%s: %s\n", who, err.msg);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    struct stat st;
+    if (model_mib) *model_mib = stat(path, &st) == 0 ? st.st_size / 1048576.0 : 0;
+    return m;
 }
 
 #endif

@@ -18,13 +18,15 @@
 #   olmoe          OLMoE-1B-7B-shaped mixture of experts (its first 4 layers: 64 experts, 8 routed), BF16,
 #                  T=128, 2 threads: lensd vs PyTorch float32 looping over experts as HF does
 #                  (bench/llama_peer.py); BENCH_OLMOE=DIR (default build/bigmodels/olmoe-1b-7b-4l-bf16, 3.8 GB)
+#   patching       the full activation-patching grid (resid x positions and every head, 528 runs) on a
+#                  GPT-2-small-shape LM at T=32 vs a PyTorch loop of hooked runs (issue 32)
 # and a summary of every target (PASS/MISS) at the end.
 #
 #   bench/run.sh [BUILD/lensd]     (make bench)
 #   BENCH_QUICK=1      forward: only T=128 batch 1, where its targets are; hta: 2 threads only,
 #                      estimate at T=32; token_identity: fewer reps
 #   BENCH_SKIP=a,b     skip sections (forward, attention, attribution, decomposition, hta, token_identity, tokenize,
-#                      llama1b, olmoe)
+#                      llama1b, olmoe, patching)
 #   BENCH_LONG=1       also: PyTorch attribution at T=128, decomposition at 2048 windows,
 #                      PyTorch hta estimate
 #   BENCH_FWD_ROUNDS=n forward: lensd and ORT at T=128 batch 1 in n rounds (default 3); the
@@ -791,9 +793,52 @@ olmoe_section() {
   big_forward olmoe "${BENCH_OLMOE:-build/bigmodels/olmoe-1b-7b-4l-bf16}" olmoe 1b-7b-4l "OLMoE forward (issue 29)"
 }
 
+# ---------------------------------------------------------------- activation patching (issue 32)
+patching_section() {
+  local res=$OUT/patching-results.jsonl lm=$MODELS/gpt2-small threads=2 dump=$OUT/patching
+  make -s BUILD="$BUILD" "$BUILD/bench/patching" || return 1
+  : >"$res"
+  "$BUILD/bench/patching" --model "$lm" --T 4 --threads 1 >/dev/null || return 1 # writes the checkpoint once
+  log "patching: lensd, resid x 32 positions + 144 heads, T=32, $threads threads"
+  "$BUILD/bench/patching" --model "$lm" --T 32 --threads "$threads" --dump "$dump-lensd.f64" >>"$res" || return 1
+  log "patching: PyTorch loop of hooked runs, T=32, $threads threads"
+  OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads OMP_WAIT_POLICY=PASSIVE \
+    "$PY" bench/peer/patching_torch.py --model "$lm" --T 32 --threads "$threads" --dump "$dump-torch.f64" >>"$res" ||
+    return 1
+  log "patching: lensd attribution patching (the same grids), T=32, $threads threads"
+  "$BUILD/bench/patching" --model "$lm" --T 32 --threads "$threads" --method attribution >>"$res" || return 1
+  "$PY" - "$res" "$TARGETS" "$dump" <<'EOF' | tee "$OUT/patching-table.txt"
+import json, sys
+import numpy as np
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+targets = open(sys.argv[2], "a")
+l = next(r for r in rows if r["impl"] == "lensd" and r["method"] == "exact")
+a = next(r for r in rows if r["impl"] == "lensd" and r["method"] == "attribution")
+p = next(r for r in rows if r["impl"] == "pytorch")
+x, y = np.fromfile(sys.argv[3] + "-lensd.f64"), np.fromfile(sys.argv[3] + "-torch.f64")
+rel = float(np.abs(x - y).max() / np.abs(y).max())
+print(f"\n== activation patching (issue 32): GPT-2-small shape, T = 32, resid [12][32] + heads [12][12] = {l['runs']} "
+      f"patched runs, {l['threads']} threads, 1 run ==")
+print("PyTorch: a cached clean run, then one hooked forward of the corrupt input per patch, from the embeddings,")
+print("         whole-model logits (bench/peer/patching_torch.py)")
+print("  (CPU: the process CPU time, all threads; on a loaded machine the comparable figure)")
+print(f"  lensd exact       {l['ms_median'] / 1e3:7.1f} s  CPU {l['cpu_ms_median'] / 1e3:7.1f} s  peak RSS {l['maxrss_kib'] / 1024:6.0f} MiB")
+print(f"  PyTorch           {p['ms_median'] / 1e3:7.1f} s  CPU {p['cpu_ms_median'] / 1e3:7.1f} s  peak RSS {p['maxrss_kib'] / 1024:6.0f} MiB")
+print(f"  lensd attribution {a['ms_median'] / 1e3:7.1f} s  CPU {a['cpu_ms_median'] / 1e3:7.1f} s  (one forward and one backward)")
+print(f"  CPU time ratio lensd / PyTorch: {l['cpu_ms_median'] / p['cpu_ms_median']:.2f}x")
+print(f"  patched F, lensd vs PyTorch: max |diff| {rel:.2g} of the largest")
+r = l["ms_median"] / p["ms_median"]
+checks = [(f"lensd <= 0.5 x PyTorch ({l['ms_median'] / 1e3:.1f} vs {p['ms_median'] / 1e3:.1f} s, {r:.2f}x)", r <= 0.5),
+          (f"patched F within 1e-4 of PyTorch's ({rel:.2g})", rel <= 1e-4)]
+for text, ok in checks:
+    print(f"  {text:<70} {'PASS' if ok else 'MISS'}")
+    targets.write(f"patching\t{text}\t{'PASS' if ok else 'MISS'}\n")
+EOF
+}
+
 # ---------------------------------------------------------------- run and summarise
 status=0
-for section in forward attention attribution decomposition hta token_identity tokenize llama1b olmoe; do
+for section in forward attention attribution decomposition hta token_identity tokenize llama1b olmoe patching; do
   if skip "$section"; then
     printf '%s\t(skipped: BENCH_SKIP)\t-\n' "$section" >>"$TARGETS"
     continue

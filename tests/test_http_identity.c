@@ -272,7 +272,8 @@ static void test_ablation(test_server *s)
 /* ------------------------------------------------------ patching */
 
 /* POST /v1/patching: the schema, an L x T grid, effect 0 at layer 0 where
- * the tokens agree, and on a causal LM after the objective's position. */
+ * the tokens agree, and on a causal LM after the objective's position;
+ * every grid's shape by both methods. */
 static void test_patching(test_server *s)
 {
     static const char *const bodies[] = {
@@ -296,6 +297,25 @@ static void test_patching(test_server *s)
               r.status, r.body);
         http_resp_free(&r);
     }
+    /* every grid by both methods: the shapes, under attribution the same keys */
+    http_resp r;
+    http_post_json(s, &r, "/v1/patching",
+                   "{\"model\": \"gpt\", \"clean\": [116, 468, 27, 30, 31], \"corrupt\": [116, 468, 40, 30, 31], "
+                   "\"targets\": [\"resid\", \"heads\", \"mlps\"], \"per_position\": true, \"method\": \"both\"}");
+    check_schema(&r, "/v1/patching", "POST");
+    int shapes_ok = r.status == 200;
+    const json_t *sides[] = {r.json, get(r.json, "attribution")};
+    for (int k = 0; k < 2 && shapes_ok; k++) {
+        const json_t *hp = get(sides[k], "heads_pos");
+        shapes_ok &= json_array_size(get(sides[k], "resid")) == 2 && json_array_size(get(sides[k], "heads")) == 2 &&
+                     json_array_size(json_array_get(get(sides[k], "heads"), 0)) == 2 &&
+                     json_array_size(json_array_get(json_array_get(hp, 1), 1)) == 5 &&
+                     json_array_size(get(sides[k], "mlps")) == 2 &&
+                     json_array_size(json_array_get(get(sides[k], "mlps_pos"), 1)) == 5;
+    }
+    CHECK(shapes_ok && !strcmp(json_string_value(get(r.json, "method")), "both"),
+          "patching: every grid by both methods (%ld %.300s)", r.status, r.body);
+    http_resp_free(&r);
 }
 
 /* ------------------------------------------------------ hidden attribution */
@@ -604,8 +624,11 @@ static void test_bad_inputs(test_server *s)
         {"/v1/patching", "{\"model\": \"bert\", \"corrupt\": [101, 102]}", 422, "invalid_request", "clean"},
         {"/v1/patching", "{\"model\": \"bert\", \"clean\": \"\", \"corrupt\": [101, 102]}", 422, "invalid_request", "clean"},
         {"/v1/patching", "{\"model\": \"bert\", \"clean\": [101, 99999999], \"corrupt\": [101, 102]}", 422, "invalid_request", "clean"},
-        {"/v1/patching", "{\"model\": \"bert\", \"clean\": [101, 102], \"corrupt\": [101, 102], \"targets\": [\"heads\"]}", 422, "invalid_request", "targets"},
-        {"/v1/patching", "{\"model\": \"bert\", \"clean\": [101, 102], \"corrupt\": [101, 102], \"method\": \"attribution\"}", 422, "invalid_request", "method"},
+        {"/v1/patching", "{\"model\": \"bert\", \"clean\": [101, 102], \"corrupt\": [101, 102], \"targets\": [\"neurons\"]}", 422, "invalid_request", "targets"},
+        {"/v1/patching", "{\"model\": \"bert\", \"clean\": [101, 102], \"corrupt\": [101, 102], \"targets\": [\"heads\", \"heads\"]}", 422, "invalid_request", "targets"},
+        {"/v1/patching", "{\"model\": \"bert\", \"clean\": [101, 102], \"corrupt\": [101, 102], \"targets\": []}", 422, "invalid_request", "targets"},
+        {"/v1/patching", "{\"model\": \"bert\", \"clean\": [101, 102], \"corrupt\": [101, 102], \"method\": \"gradient\"}", 422, "invalid_request", "method"},
+        {"/v1/patching", "{\"model\": \"bert\", \"clean\": [101, 102], \"corrupt\": [101, 102], \"per_position\": 1}", 422, "invalid_request", "per_position"},
         {"/v1/patching", "{\"model\": \"gpt\", \"clean\": [101, 102], \"corrupt\": [101, 102], \"objective\": {\"position\": 5}}", 422, "invalid_request", "objective.position"},
         {"/v1/hidden-attribution", "{\"model\": \"bert\", \"text\": \"a b\", \"method\": \"fast\"}", 422, "invalid_request", "method"},
         {"/v1/hidden-attribution", "{\"model\": \"bert\", \"text\": \"a b\", \"method\": \"estimate\", \"probes\": 1}", 422, "invalid_request", "probes"},

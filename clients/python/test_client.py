@@ -112,6 +112,8 @@ def test_methods(c: Client):
           and len(abl["probs"]["ablated"]) == 2, "ablation")
     pat = c.patching("a charming film", "a dreadful film", model="demo-sst2")
     check(len(pat["resid"]) == 2 and all(len(row) == len(pat["tokens"]) for row in pat["resid"]), "patching")
+    pat = c.patching("a charming film", "a dreadful film", targets=["heads", "mlps"], method="both", model="demo-sst2")
+    check(len(pat["heads"]) == 2 and len(pat["attribution"]["mlps"]) == 2 and "resid" not in pat, "patching grids")
     batch = c.attention(["a film", "awful"], model="demo-sst2", layers=[1])
     check(len(batch["results"]) == 2, "batch attention")
     # run-time models: load, use, unload

@@ -361,6 +361,28 @@ double lens_objective_at(const lens_objective *o, const float *z, int K, int tar
     return f;
 }
 
+/* dF/dz in place of p = softmax(z) (of z for the logit objectives):
+ *   probability F = p_t:           dF/dz_k = p_t (δ_tk - p_k)
+ *   log_probability F = log p_t:   dF/dz_k = δ_tk - p_k
+ *   logit F = z_t:                 dF/dz_k = δ_tk
+ *   logit_difference F = z_t - z_f: dF/dz_k = δ_tk - δ_fk */
+void lens_objective_grad(const lens_objective *o, float *p, int K, int target)
+{
+    const float p_target = p[target];
+    switch (o->kind) {
+    case LENS_OBJ_PROBABILITY:
+        for (int k = 0; k < K; k++) p[k] = p_target * ((k == target) - p[k]);
+        break;
+    case LENS_OBJ_LOG_PROBABILITY:
+        for (int k = 0; k < K; k++) p[k] = (float)(k == target) - p[k];
+        break;
+    default:
+        memset(p, 0, sizeof(float) * K);
+        p[target] = 1.0f;
+        if (o->kind == LENS_OBJ_LOGIT_DIFFERENCE) p[o->foil] = -1.0f;
+    }
+}
+
 /* The head (head.h) on the objective row of each copy, F[i] = the objective of z with
  * classifier: z = W_c act(W_p final_norm(x) + b_p) + b_c (act tanh, ReLU, or
  *             LN(GELU); final_norm: a pre-norm family's, none for post-norm ones);
@@ -394,27 +416,7 @@ static void head_backward(engine *e, int copies, int target)
 {
     const lens_config *c = &e->m->cfg;
     const int C = c->d_model, K = e->K, R = copies * e->T;
-    /* dF/dz in place of p = softmax(z) (of z for the logit objectives):
-     *   probability F = p_t:           dF/dz_k = p_t (δ_tk - p_k)
-     *   log_probability F = log p_t:   dF/dz_k = δ_tk - p_k
-     *   logit F = z_t:                 dF/dz_k = δ_tk
-     *   logit_difference F = z_t - z_f: dF/dz_k = δ_tk - δ_fk */
-    for (int i = 0; i < copies; i++) {
-        float *p = e->logits + (size_t)i * K;
-        const float p_target = p[target];
-        switch (e->obj.kind) {
-        case LENS_OBJ_PROBABILITY:
-            for (int k = 0; k < K; k++) p[k] = p_target * ((k == target) - p[k]);
-            break;
-        case LENS_OBJ_LOG_PROBABILITY:
-            for (int k = 0; k < K; k++) p[k] = (float)(k == target) - p[k];
-            break;
-        default:
-            memset(p, 0, sizeof(float) * K);
-            p[target] = 1.0f;
-            if (e->obj.kind == LENS_OBJ_LOGIT_DIFFERENCE) p[e->obj.foil] = -1.0f;
-        }
-    }
+    for (int i = 0; i < copies; i++) lens_objective_grad(&e->obj, e->logits + (size_t)i * K, K, target);
     if (e->lm) { /* forward: z = final_norm(x) E^T (the capped z kept in e->dlogits) */
         lens_causal_lm_backward(e->m, NULL, e->dcls, 0, e->logits, e->dlogits, NULL, copies, e->pool);
         lens_block_io io = final_io(e, e->dcls, e->dpre, copies);

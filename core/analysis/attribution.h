@@ -63,6 +63,9 @@ int lens_objective_resolve(const lens_model *m, const lens_objective *asked, int
 int lens_objective_check_target(const lens_objective *o, int target, int K, int lm, lens_err *err);
 /* F of logits z [K] for target; p not NULL: the probabilities into p [K] (p may be z). */
 double lens_objective_at(const lens_objective *o, const float *z, int K, int target, float *p);
+/* dF/dz [K] in place of p: the probabilities lens_objective_at wrote (any
+ * values for the logit objectives, which do not read them). */
+void lens_objective_grad(const lens_objective *o, float *p, int K, int target);
 typedef enum { LENS_QUAD_RIEMANN = 0, LENS_QUAD_GAUSS = 1 } lens_quadrature;
 
 #define LENS_ATTR_RIEMANN_STEPS 20 /* the paper's m */

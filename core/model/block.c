@@ -518,6 +518,7 @@ void lens_block_backward(const lens_model *m, lens_block_io *io, int l)
     make_plan(m, &p, io->cache->for_weights, &pl);
     int zero[LENS_R_COUNT];
     for (int r = 0; r < LENS_R_COUNT; r++) zero[r] = r != LENS_R_X;
+    const int mlp = io->mlp_backward ? mlp_add(&p) : -1;
     for (int i = p.n - 1; i >= 0; i--) {
         const lens_op *o = &p.op[i];
         const int N = io->N;
@@ -547,6 +548,8 @@ void lens_block_backward(const lens_model *m, lens_block_io *io, int l)
             break;
         case LENS_OP_ADD:
         case LENS_OP_COPY:
+            /* forward: out += y (or y += x): dy = d out */
+            if (i == mlp) io->mlp_backward(io, l, dout);
             if (!zero[o->out]) {
                 if (zero[o->in]) memcpy(din, dout, sizeof(float) * N * reg_width(c, o->in));
                 else lens_residual_forward(din, dout, (size_t)N * reg_width(c, o->in));

@@ -172,6 +172,9 @@ typedef struct lens_block_io {
      * experts) adds to the residual stream, right before the add; it may
      * rewrite y (ablation) or read it */
     void (*mlp)(struct lens_block_io *io, int l, float *y);
+    /* backward: NULL, or called with dy [N][C], the gradient of that y (the
+     * sum's gradient, read where the backward passes the add) */
+    void (*mlp_backward)(struct lens_block_io *io, int l, const float *dy);
 } lens_block_io;
 
 /* Layer l of m, 0 <= l < L; l == L is the final norm (nothing for post-norm

@@ -143,17 +143,30 @@ static void attend(lens_block_io *io, int layer)
     scratch *w = (scratch *)io; /* io is the first member */
     attend_job j = {.w = w, .layer = layer};
     lens_pool_run(io->pool, w->act->n_seqs * w->m->cfg.n_heads, attend_task, &j);
-    const int VO = w->m->cfg.n_heads * w->m->cfg.d_head_v;
-    if (w->opts && w->opts->ctx_sum) add_rows(w->opts->ctx_sum + (size_t)layer * VO, io->ctx, io->N, VO);
+    const int NH = w->m->cfg.n_heads, DV = w->m->cfg.d_head_v, VO = NH * DV;
+    const lens_forward_opts *o = w->opts;
+    if (o && o->patch_heads && layer == o->patch_layer)
+        for (int n = 0; n < io->N; n++)
+            for (int h = 0; h < NH; h++)
+                if (o->patch_heads[(size_t)n * NH + h])
+                    memcpy(io->ctx + (size_t)n * VO + h * DV, o->patch_ctx + (size_t)n * VO + h * DV,
+                           sizeof(float) * DV);
+    if (w->act->ctx) memcpy(w->act->ctx + (size_t)layer * io->N * VO, io->ctx, sizeof(float) * io->N * VO);
+    if (o && o->ctx_sum) add_rows(o->ctx_sum + (size_t)layer * VO, io->ctx, io->N, VO);
 }
 
-/* What layer l's MLP adds to the residual stream, y [N][C]: summed, then
- * replaced when lens_forward_opts.mlp_mask ablates it. */
+/* What layer l's MLP adds to the residual stream, y [N][C]: patched rows
+ * replaced, then summed and kept, then replaced when
+ * lens_forward_opts.mlp_mask ablates it. */
 static void mlp_hook(lens_block_io *io, int l, float *y)
 {
     const scratch *w = (const scratch *)io;
     const lens_forward_opts *o = w->opts;
     const int C = w->m->cfg.d_model;
+    if (o->patch_mlp_rows && l == o->patch_layer)
+        for (int n = 0; n < io->N; n++)
+            if (o->patch_mlp_rows[n]) memcpy(y + (size_t)n * C, o->patch_mlp + (size_t)n * C, sizeof(float) * C);
+    if (w->act->mlp) memcpy(w->act->mlp + (size_t)l * io->N * C, y, sizeof(float) * io->N * C);
     if (o->mlp_sum) add_rows(o->mlp_sum + (size_t)l * C, y, io->N, C);
     if (!o->mlp_mask || o->mlp_mask[l]) return;
     for (int n = 0; n < io->N; n++) {
@@ -175,10 +188,20 @@ static int task_head(const lens_model *m, lens_activations *act, scratch *w)
         lens_classifier_pool(m, w->io.h, w->io.x, act->row_start, act->lengths, act->n_seqs);
         lens_classifier_forward(m, act->pooled, act->logits, w->io.h, act->n_seqs, w->io.pool);
     } else if (c->task == LENS_TASK_MASKED_LM || c->task == LENS_TASK_CAUSAL_LM) {
-        act->logits = alloc_floats((size_t)N * c->vocab_size, &failed);
+        const int *rows = w->opts ? w->opts->logit_rows : NULL;
+        const int R = rows ? act->n_seqs : N;
+        act->logits = alloc_floats((size_t)R * c->vocab_size, &failed);
         if (failed) return -1;
-        if (c->task == LENS_TASK_CAUSAL_LM) lens_causal_lm_forward(m, act->logits, w->io.x, N, w->io.pool);
-        else lens_mlm_forward(m, act->logits, w->io.x, N, &(lens_mlm_rows){.pre = w->io.h}, w->io.pool);
+        const float *x = w->io.x;
+        if (rows) { /* one row per sequence, gathered into io.n */
+            for (int s = 0; s < R; s++)
+                memcpy(w->io.n + (size_t)s * C, w->io.x + (size_t)(act->row_start[s] + rows[s]) * C,
+                       sizeof(float) * C);
+            x = w->io.n;
+            act->logit_rows = 1;
+        }
+        if (c->task == LENS_TASK_CAUSAL_LM) lens_causal_lm_forward(m, act->logits, x, R, w->io.pool);
+        else lens_mlm_forward(m, act->logits, x, R, &(lens_mlm_rows){.pre = w->io.h}, w->io.pool);
     }
     return 0;
 }
@@ -209,6 +232,8 @@ static int layout(const lens_model *m, const lens_batch *b, unsigned keep, size_
     if (keep & LENS_KEEP_HIDDEN) act->hidden = alloc_floats((L + 1) * N * C, &failed);
     if (keep & LENS_KEEP_ATTN) act->attn = alloc_floats(L * c->n_heads * attn, &failed);
     if (keep & LENS_KEEP_VALUES) act->values = alloc_floats(L * N * VO, &failed);
+    if (keep & LENS_KEEP_CTX) act->ctx = alloc_floats(L * N * VO, &failed);
+    if (keep & LENS_KEEP_MLP) act->mlp = alloc_floats(L * N * C, &failed);
     if ((keep & LENS_KEEP_ROUTER) && c->n_experts)
         act->route = alloc_floats(L * N * (2 * (size_t)c->top_k + c->n_experts), &failed);
     if (keep & LENS_KEEP_LN) {
@@ -268,15 +293,19 @@ int lens_forward(const lens_model *m, const lens_batch *batch, const lens_forwar
                  .Tmax = Tmax,
                  .causal = lens_has_cap(c, LENS_CAP_CAUSAL) || (opts && opts->causal),
                  .opts = opts};
-    if (opts && (opts->mlp_mask || opts->mlp_sum)) w.io.mlp = mlp_hook;
+    if (opts && (opts->mlp_mask || opts->mlp_sum || opts->patch_mlp_rows || (keep & LENS_KEEP_MLP)))
+        w.io.mlp = mlp_hook;
+    const int start = opts && opts->start_x ? opts->patch_layer : 0;
+    if (start < 0 || start >= L) return lens_fail(err, LENS_EINVAL, "patch layer %d outside 0..%d", start, L - 1);
     if (layout(m, batch, keep, N, Tmax, act, &w)) {
         lens_fail(err, LENS_ENOMEM, "out of memory for a batch of %zu tokens", N);
         goto fail;
     }
 
-    embed(m, batch, act, w.io.x);
-    keep_hidden(act, w.io.x, 0, C);
-    for (int l = 0; l < L; l++) {
+    if (opts && opts->start_x) memcpy(w.io.x, opts->start_x, sizeof(float) * N * C);
+    else embed(m, batch, act, w.io.x);
+    keep_hidden(act, w.io.x, start, C);
+    for (int l = start; l < L; l++) {
         if (opts && lens_cancelled(opts->cancel)) {
             lens_fail(err, LENS_ECANCEL, "cancelled at layer %d of %d", l, L);
             goto fail;
@@ -284,9 +313,6 @@ int lens_forward(const lens_model *m, const lens_batch *batch, const lens_forwar
         /* this layer's kept values, or scratch */
         w.io.v = act->values ? act->values + (size_t)l * N * c->n_heads * c->d_head_v : w.v_scratch;
         w.io.route = act->route ? act->route + (size_t)l * N * (2 * (size_t)c->top_k + c->n_experts) : NULL;
-        if (opts && opts->patch_rows && l == opts->patch_layer)
-            for (size_t n = 0; n < N; n++)
-                if (opts->patch_rows[n]) memcpy(w.io.x + n * C, opts->patch_src + n * C, sizeof(float) * C);
         lens_block_forward(m, &w.io, l);
         if (l == L - 1) lens_block_forward(m, &w.io, L); /* the final norm, if the family has one */
         keep_hidden(act, w.io.x, l + 1, C);
@@ -308,6 +334,7 @@ void lens_activations_free(lens_activations *act)
     free(act->lengths), free(act->row_start), free(act->attn_start);
     free(act->hidden), free(act->attn), free(act->values);
     free(act->ln_mean), free(act->ln_rstd), free(act->pooled), free(act->logits), free(act->route);
+    free(act->ctx), free(act->mlp);
     memset(act, 0, sizeof *act);
 }
 
@@ -336,7 +363,21 @@ const float *lens_act_logits(const lens_model *m, const lens_activations *a, int
 {
     if (!a->logits || s < 0 || s >= a->n_seqs) return NULL;
     if (m->cfg.task == LENS_TASK_CLASSIFICATION) return a->logits + (size_t)s * m->cfg.n_labels;
+    if (a->logit_rows) return a->logits + (size_t)s * m->cfg.vocab_size;
     return a->logits + (size_t)a->row_start[s] * m->cfg.vocab_size;
+}
+
+const float *lens_act_ctx(const lens_model *m, const lens_activations *a, int layer, int s)
+{
+    if (!a->ctx || layer < 1 || layer > a->n_layers || s < 0 || s >= a->n_seqs) return NULL;
+    const size_t VO = (size_t)m->cfg.n_heads * m->cfg.d_head_v;
+    return a->ctx + ((size_t)(layer - 1) * a->n_tokens + a->row_start[s]) * VO;
+}
+
+const float *lens_act_mlp(const lens_model *m, const lens_activations *a, int layer, int s)
+{
+    if (!a->mlp || layer < 1 || layer > a->n_layers || s < 0 || s >= a->n_seqs) return NULL;
+    return a->mlp + ((size_t)(layer - 1) * a->n_tokens + a->row_start[s]) * m->cfg.d_model;
 }
 
 const float *lens_act_route(const lens_model *m, const lens_activations *a, int layer, int s)

@@ -247,7 +247,9 @@ enum {
     LENS_KEEP_VALUES = 1 << 2, /* per-head value matrices V_h = E W_V,h + b_V,h */
     LENS_KEEP_LN = 1 << 3,     /* LayerNorm mean and 1/std of every LayerNorm */
     LENS_KEEP_LOGITS = 1 << 4, /* task head output (and pooled output for BERT classification) */
-    LENS_KEEP_ROUTER = 1 << 5  /* the mixture-of-experts routes of every MoE layer (lens_act_route) */
+    LENS_KEEP_ROUTER = 1 << 5, /* the mixture-of-experts routes of every MoE layer (lens_act_route) */
+    LENS_KEEP_CTX = 1 << 6,    /* every layer's concatenated head outputs ctx before W_O (lens_act_ctx) */
+    LENS_KEEP_MLP = 1 << 7     /* what every layer's MLP adds to the residual stream (lens_act_mlp) */
 };
 
 typedef struct {
@@ -271,11 +273,20 @@ typedef struct {
     const float *mlp_fill;       /* optional [L][C]: the replacement, NULL = zero */
     double *ctx_sum;             /* optional [L][NH*DV]: each layer's ctx summed over every row (added to) */
     double *mlp_sum;             /* optional [L][C]: each MLP's output summed over every row (added to) */
-    /* activation patching: before block patch_layer (0..L-1) the residual rows n with patch_rows[n] set
-     * become patch_src's row n ([N][C]); patch_rows NULL = none */
+    /* activation patching at block patch_layer (0..L-1):
+     *  - start_x [N][C]: the pass starts at that block from this residual stream (its input), the
+     *    embedding and the blocks below skipped (the caller has them cached); NULL = from the embedding;
+     *  - patch_heads [N][NH]: head h's ctx slice of row n becomes patch_ctx's ([N][NH*DV]) where set;
+     *  - patch_mlp_rows [N]: row n of what the MLP adds becomes patch_mlp's ([N][C]) where set. */
     int patch_layer;
-    const float *patch_src;
-    const unsigned char *patch_rows;
+    const float *start_x;
+    const float *patch_ctx;
+    const unsigned char *patch_heads;
+    const float *patch_mlp;
+    const unsigned char *patch_mlp_rows;
+    /* causal LM / masked LM with LENS_KEEP_LOGITS: only row logit_rows[s] of each sequence s gets
+     * logits ([S][V], lens_act_logits gives [V]); NULL = every row */
+    const int *logit_rows;
 } lens_forward_opts;
 
 typedef struct {
@@ -285,7 +296,9 @@ typedef struct {
     int *row_start;        /* [S] first packed row of each sequence */
     size_t *attn_start;    /* [S] offset of each sequence's [T][T] block inside one (layer, head) */
     size_t attn_layer_size;/* floats per (layer, head) slice = sum of T*T */
-    float *hidden;         /* [L+1][N][C]; layer 0 = embedding output; for GPT-2 layer L has ln_f applied (as HF) */
+    float *hidden;         /* [L+1][N][C]; layer 0 = embedding output; for GPT-2 layer L has ln_f applied (as HF);
+                              with start_x the layers below patch_layer (and the embedding's
+                              LENS_KEEP_LN statistics) are unset */
     float *attn;           /* [L][NH][sum T*T] */
     float *values;         /* [L][N][NH*DV] */
     float *ln_mean, *ln_rstd; /* [2L+1][N]: BERT: emb, then per layer attn, ff; GPT-2: per layer ln_1, ln_2, then ln_f */
@@ -293,6 +306,9 @@ typedef struct {
     float *logits;         /* classification: [S][K]; MLM / causal LM: [N][V] */
     float *route;          /* [L][N][2K + E] per MoE layer and token: K experts (as floats), their K weights,
                               the E router probabilities (core/nn/moe.h); a dense layer's rows unset */
+    float *ctx;            /* [L][N][NH*DV] the heads' outputs before W_O */
+    float *mlp;            /* [L][N][C] what each MLP adds to the residual stream */
+    int logit_rows;        /* 1: logits [S][V] at one row per sequence (lens_forward_opts logit_rows) */
 } lens_activations;
 
 int lens_forward(const lens_model *m, const lens_batch *batch,
@@ -303,7 +319,9 @@ void lens_activations_free(lens_activations *act);
 const float *lens_act_hidden(const lens_model *m, const lens_activations *a, int layer, int s); /* [T][C] */
 const float *lens_act_attn(const lens_model *m, const lens_activations *a, int layer, int head, int s); /* [T][T], layer 1..L */
 const float *lens_act_values(const lens_model *m, const lens_activations *a, int layer, int s); /* [T][NH*DV], layer 1..L */
-const float *lens_act_logits(const lens_model *m, const lens_activations *a, int s); /* [K] or [T][V] */
+const float *lens_act_logits(const lens_model *m, const lens_activations *a, int s); /* [K], [T][V] or [V] */
+const float *lens_act_ctx(const lens_model *m, const lens_activations *a, int layer, int s); /* [T][NH*DV], layer 1..L */
+const float *lens_act_mlp(const lens_model *m, const lens_activations *a, int layer, int s); /* [T][C], layer 1..L */
 /* [T][2K + E] the routes of sequence s at MoE layer `layer` (1..L), NULL for a dense layer. */
 const float *lens_act_route(const lens_model *m, const lens_activations *a, int layer, int s);
 

@@ -344,10 +344,16 @@ class Client:
             body["mlps"] = list(mlps)
         return self._request("POST", "/v1/ablation", body)
 
-    def patching(self, clean, corrupt, model: Optional[str] = None, **options) -> Dict[str, Any]:
-        """clean, corrupt: texts or token id lists of equal token length; options: objective."""
-        return self._request("POST", "/v1/patching",
-                             {**self._body(model=model), "clean": clean, "corrupt": corrupt, **options})
+    def patching(self, clean, corrupt, targets=("resid",), method: str = "exact", per_position: bool = False,
+                 model: Optional[str] = None, **options) -> Dict[str, Any]:
+        """clean, corrupt: texts or token id lists of equal token length; targets: any of resid, heads, mlps;
+        method: exact, attribution (attribution patching's grids, under "attribution") or both;
+        per_position: heads_pos and mlps_pos too; options: objective."""
+        body = {**self._body(model=model), "clean": clean, "corrupt": corrupt, "targets": list(targets),
+                "method": method, **options}
+        if per_position:
+            body["per_position"] = True
+        return self._request("POST", "/v1/patching", body)
 
     def faithfulness(self, texts: Optional[Sequence[str]] = None, model: Optional[str] = None,
                      progress: Optional[Callable[["Job"], Any]] = None, **options) -> Dict[str, Any]:
