@@ -201,16 +201,21 @@ static float *b_weights(const lens_model *m, const lens_attn_residual *s, lens_c
     const lens_config *c = &m->cfg;
     const int C = c->d_model, DV = c->d_head_v, NH = c->n_heads, VO = NH * DV;
     const lens_linear *wo = s->out;
-    float *w = malloc(sizeof(float) * (size_t)VO * C);
+    float *w = malloc(sizeof(float) * (size_t)VO * C), *col = malloc(sizeof(float) * VO);
     *packed = NULL;
-    if (!w) return NULL;
-    for (int k = 0; k < VO; k++) {
-        float *row = w + (size_t)k * C;
-        if (wo->w_in_out) lens_widen(row, lens_dtype_at(wo->w, wo->dtype, (size_t)k * wo->ld), wo->dtype, (size_t)C);
-        else
-            for (int n = 0; n < C; n++) lens_widen(row + n, lens_dtype_at(wo->w, wo->dtype, (size_t)n * wo->ld + k), wo->dtype, 1);
-        apply_b(m, s, method, row);
+    if (!w || !col) {
+        free(w), free(col);
+        return NULL;
     }
+    if (wo->w_in_out) /* Conv1D: [in][out], rows k as they are */
+        for (int k = 0; k < VO; k++) lens_widen(w + (size_t)k * C, lens_dtype_at(wo->w, wo->dtype, (size_t)k * wo->ld), wo->dtype, (size_t)C);
+    else
+        for (int n = 0; n < C; n++) { /* Linear: [out][in], transposed a stored row at a time */
+            lens_widen(col, lens_dtype_at(wo->w, wo->dtype, (size_t)n * wo->ld), wo->dtype, (size_t)VO);
+            for (int k = 0; k < VO; k++) w[(size_t)k * C + n] = col[k];
+        }
+    free(col);
+    for (int k = 0; k < VO; k++) apply_b(m, s, method, w + (size_t)k * C);
     if (!lens_gemm_packs_weights()) return w;
     const size_t head = lens_gemm_packed_size(DV, C);
     *packed = aligned_alloc(64, ((sizeof(float) * head * NH) + 63) & ~(size_t)63);
@@ -220,6 +225,29 @@ static float *b_weights(const lens_model *m, const lens_attn_residual *s, lens_c
     }
     for (int h = 0; h < NH; h++) lens_gemm_pack(*packed + h * head, w + (size_t)h * DV * C, DV, C, (size_t)C, 1);
     return w;
+}
+
+typedef struct {
+    const float *V, *P, *W, *packed; /* packed: W~ per head in panels, or NULL */
+    size_t P_stride;
+    float *BU, *ctx;                 /* ctx [T][VO] NULL: not wanted */
+    int T, C, DV, VO;
+} head_job;
+
+static void head_gemms(void *ctx, int h)
+{
+    const head_job *j = ctx;
+    const int T = j->T, C = j->C, DV = j->DV, VO = j->VO;
+    const lens_gemm_args u = {.M = T, .N = C, .K = DV, .x = j->V + (size_t)h * DV, .ldx = (size_t)VO,
+                              .packed = j->packed ? j->packed + h * lens_gemm_packed_size(DV, C) : NULL,
+                              .w = j->W + (size_t)h * DV * C, .w_dtype = LENS_DT_F32, .ld = (size_t)C, .w_kn = 1,
+                              .alpha = 1.0f, .y = j->BU + (size_t)h * T * C, .ldy = (size_t)C};
+    lens_gemm(&u, NULL);
+    if (!j->ctx) return;
+    const lens_gemm_args g = {.M = T, .N = DV, .K = T, .x = j->P + h * j->P_stride, .ldx = (size_t)T,
+                              .w = j->V + (size_t)h * DV, .w_dtype = LENS_DT_F32, .ld = (size_t)VO, .w_kn = 1,
+                              .alpha = 1.0f, .y = j->ctx + (size_t)h * DV, .ldy = (size_t)VO};
+    lens_gemm(&g, NULL);
 }
 
 /* M [T][T] of ALTI / GlobEnc for block l from the kept activations. */
@@ -246,28 +274,16 @@ static int decompose(const lens_model *m, const lens_cm_opts *o, const lens_acti
         rc = lens_fail(err, LENS_ENOMEM, "out of memory for the per-head value vectors of %d tokens", T);
         goto done;
     }
-    /* BU[h] = V_h W~^h: head h's value columns times its DV rows of W~, a GEMM per head */
-    const float *V = lens_act_values(m, act, l + 1, 0), *x = lens_act_hidden(m, act, l, 0);
-    const float *P = lens_act_attn(m, act, l + 1, 0, 0);
-    const size_t head = lens_gemm_packed_size(DV, C);
-    for (int h = 0; h < NH; h++) {
-        const lens_gemm_args g = {.M = T, .N = C, .K = DV, .x = V + (size_t)h * DV, .ldx = (size_t)VO,
-                                  .packed = packed ? packed + h * head : NULL, .w = W + (size_t)h * DV * C,
-                                  .w_dtype = LENS_DT_F32, .ld = (size_t)C, .w_kn = 1, .alpha = 1.0f,
-                                  .y = BU + (size_t)h * T * C, .ldy = (size_t)C};
-        lens_gemm(&g, o->pool);
-    }
+    /* BU[h] = V_h W~^h: head h's value columns times its DV rows of W~; with y, the context P^h V_h too: one
+     * task per head (one pool barrier, not one per GEMM) */
+    head_job hj = {.V = lens_act_values(m, act, l + 1, 0), .P = lens_act_attn(m, act, l + 1, 0, 0),
+                   .P_stride = act->attn_layer_size, .W = W, .packed = packed, .BU = BU, .ctx = ctx, .T = T, .C = C,
+                   .DV = DV, .VO = VO};
+    lens_pool_run(o->pool, NH, head_gemms, &hj);
+    const float *x = lens_act_hidden(m, act, l, 0), *P = hj.P;
     memcpy(BX, x, sizeof(float) * T * C);
     for (int i = 0; i < T; i++) apply_b(m, &s, o->method, BX + (size_t)i * C);
-    if (need_y) {
-        /* the sublayer's output before any norm, y_i = Σ_j t_ij + b_O = x_i + (Σ_h P^h_i V_h) W_O + b_O: the
-         * attention's context per head, then W_O as the forward applies it */
-        for (int h = 0; h < NH; h++) {
-            const lens_gemm_args g = {.M = T, .N = DV, .K = T, .x = P + h * act->attn_layer_size, .ldx = (size_t)T,
-                                      .w = V + (size_t)h * DV, .w_dtype = LENS_DT_F32, .ld = (size_t)VO, .w_kn = 1,
-                                      .alpha = 1.0f, .y = ctx + (size_t)h * DV, .ldy = (size_t)VO};
-            lens_gemm(&g, o->pool);
-        }
+    if (need_y) { /* the sublayer's output before any norm, y_i = Σ_j t_ij + b_O = x_i + ctx_i W_O + b_O */
         lens_gemm_linear(Y, ctx, s.out, T, o->pool);
         for (size_t e = 0; e < (size_t)T * C; e++) Y[e] += x[e];
     }
