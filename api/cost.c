@@ -40,6 +40,9 @@ static const cost_model models[API_COST_N] = {
     [API_COST_DECOMPOSITION] = {"decomposition", 0.8,
                                 "use fewer windows, or \"async\": true (a job of kind \"decomposition\", no deadline)"},
     [API_COST_TOKEN_IDENTITY] = {"token_identity", 0.5, "use fewer tokens or layers, or \"vocabulary\": false"},
+    [API_COST_CONTEXT_MIXING] = {"context_mixing", 0.3,
+                                 "use fewer tokens or \"layers\" up to a lower one, another \"method\" (value "
+                                 "zeroing reruns each layer T + 1 times), or the job \"context-mixing\" (no deadline)"},
 };
 
 /* ------------------------------------------------------------ the rate */
