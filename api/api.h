@@ -218,6 +218,11 @@ int api_hidden_attribution_prepare(api_call *c);
 void api_hidden_attribution_run(api_call *c);
 int api_context_mixing_prepare(api_call *c);
 void api_context_mixing_run(api_call *c);
+/* job kind "context-mixing" (api/context_mixing_job.c) */
+int api_context_mixing_job_prepare(api_call *c);
+void api_context_mixing_job_run(api_call *c);
+int api_context_mixing_job_shard(api_call *c, int index, int count, lens_partial *part);
+void api_context_mixing_job_merge(api_call *c, lens_partial *const *parts, int n);
 int api_logit_attribution_prepare(api_call *c);
 void api_logit_attribution_run(api_call *c);
 int api_ablation_prepare(api_call *c);

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/cost.h"
 #include "api/request.h"
 #include "core/analysis/context_mixing.h"
 
@@ -44,6 +45,7 @@ int api_context_mixing_prepare(api_call *c)
     if (!r) return api_fail(c, 500, "internal", NULL, "out of memory");
     c->req = r;
     c->free_req = cm_req_free;
+    api_cost_hint(c, API_COST_CONTEXT_MIXING);
     const api_model *m;
     if (api_decode_model(c, &m) || api_decode_input(c, m, &r->in)) return -1;
     const char *method = NULL, *def = NULL;
@@ -68,6 +70,22 @@ int api_context_mixing_prepare(api_call *c)
                : 0;
 }
 
+/* Flops of method on T tokens up to layer top (core/analysis/context_mixing.c): the forward, then per layer
+ * rollout's T x T products; ALTI the head values through W_O, the attention output, and the T² source vectors
+ * of C (NH multiply-adds each) with their L1 distances; GlobEnc the head values and the Gram matrices; value
+ * zeroing T + 1 passes of each layer. */
+static double cm_flops(const lens_config *cfg, lens_cm_method method, int T, int top)
+{
+    const double fwd = api_cost_forward_flops(cfg, T, top), t = T, C = cfg->d_model, NH = cfg->n_heads;
+    const double VO = NH * cfg->d_head_v;
+    switch (method) {
+    case LENS_CM_ALTI: return fwd + top * (4 * t * VO * C + t * t * C * (2 * NH + 3));
+    case LENS_CM_GLOBENC: return fwd + top * (2 * t * VO * C + t * NH * NH * (C + t));
+    case LENS_CM_VALUE_ZEROING: return (t + 2) * fwd;
+    default: return fwd + top * 2 * t * t * t;
+    }
+}
+
 void api_context_mixing_run(api_call *c)
 {
     cm_req *r = c->req;
@@ -76,6 +94,11 @@ void api_context_mixing_run(api_call *c)
     api_seq seq;
     if (api_seq_begin(c, &r->in, &seq)) return;
     const int T = seq.T;
+    const int top = r->layers.n ? r->layers.v[r->layers.n - 1] : m->cfg.n_layers;
+    if (api_cost_check(c, API_COST_CONTEXT_MIXING, cm_flops(&m->cfg, r->method, T, top), "text")) {
+        api_seq_free(&seq);
+        return;
+    }
     double t1 = api_now();
     const lens_cm_opts opts = {.method = r->method, .paper_code = r->paper_code, .layers = r->layers.v,
                                .n_layers = r->layers.n, .cancel = c->cancel, .pool = c->threads};

@@ -11,7 +11,10 @@
  * calibration, 0.55, so 0.5 kept); the key-aware identifiability
  * step is the Gram-matrix method of core/analysis/attention.c (16 GFLOP at
  * 125 tokens in 0.30 s on one thread, not faster on two: about 0.2 of a
- * 2-thread calibration rate, 0.2 kept). */
+ * 2-thread calibration rate, 0.2 kept); context mixing reached 0.6 (value
+ * zeroing, 122 tokens on demo-identifiable: 13.8 GFLOP in 1.17 s against a
+ * 14-27 GFLOP/s calibration of a loaded machine) to 0.9 (ALTI on BERT-base,
+ * T = 128), 0.5 kept. */
 #include "api/cost.h"
 
 #include <pthread.h>
@@ -40,6 +43,9 @@ static const cost_model models[API_COST_N] = {
     [API_COST_DECOMPOSITION] = {"decomposition", 0.8,
                                 "use fewer windows, or \"async\": true (a job of kind \"decomposition\", no deadline)"},
     [API_COST_TOKEN_IDENTITY] = {"token_identity", 0.5, "use fewer tokens or layers, or \"vocabulary\": false"},
+    [API_COST_CONTEXT_MIXING] = {"context_mixing", 0.5,
+                                 "use fewer tokens or \"layers\" up to a lower one, another \"method\" (value "
+                                 "zeroing reruns each layer T + 1 times), or the job \"context-mixing\" (no deadline)"},
 };
 
 /* ------------------------------------------------------------ the rate */

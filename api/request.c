@@ -177,6 +177,7 @@ static const api_field_set field_sets[] = {
     {"faithfulness",
      {"model", "texts", "data", "max_rows", "methods", "fractions", "objective", "steps", "seed", "random_orderings"}},
     {"token-identity-map", {"model", "texts", "data", "max_texts", "metric", "save", "ridge", "heldout_fraction"}},
+    {"context-mixing", {"model", "texts", "data", "max_texts", "methods", "definition"}},
 };
 
 const char *const *api_allowed_fields(const char *name)
@@ -741,5 +742,112 @@ int api_decode_token(api_call *c, const lens_model *m, const json_t *v, const ch
         return api_fail(c, 422, "invalid_request", field,
                         "%s \"%.64s\" is %d tokens; it must be exactly one (give a token id to pick one)", field,
                         json_string_value(v), kept);
+    return 0;
+}
+
+/* ------------------------------------------------------- a job's texts */
+
+static int add_text(api_call *c, api_texts *t, const char *s, size_t len)
+{
+    if (t->n % 256 == 0) {
+        char **g = realloc(t->v, sizeof *g * ((size_t)t->n + 256));
+        if (!g) return api_fail(c, 500, "internal", NULL, "out of memory");
+        t->v = g;
+    }
+    if (!(t->v[t->n] = strndup(s, len))) return api_fail(c, 500, "internal", NULL, "out of memory");
+    t->n++;
+    return 0;
+}
+
+typedef struct {
+    api_texts *t;
+    const char *path;
+    int col, max_texts; /* col: the text column of a TSV, -1 for plain lines */
+} text_reader;
+
+static int text_row(api_call *c, void *ctx, char **cols, int n_cols, int line_no)
+{
+    text_reader *d = ctx;
+    if (line_no == 1 && n_cols > 1) { /* a header names the text column */
+        for (int i = 0; i < n_cols; i++)
+            if (!strcmp(cols[i], "sentence") || !strcmp(cols[i], "text")) d->col = i;
+        if (d->col < 0)
+            return api_fail(c, 422, "invalid_request", "data",
+                            "\"%.200s\" is a TSV without a \"sentence\" or \"text\" column in its header", d->path);
+        return 0;
+    }
+    const char *text = cols[d->col < 0 ? 0 : d->col];
+    if (d->col >= n_cols || !*text) return 0;
+    if (add_text(c, d->t, text, strlen(text))) return -1;
+    return d->t->n >= d->max_texts;
+}
+
+int api_decode_texts(api_call *c, int max_texts, api_texts *out)
+{
+    memset(out, 0, sizeof *out);
+    json_t *texts = json_object_get(c->body, "texts");
+    const char *data = NULL;
+    int has_data = api_get_string(c, "data", &data, NULL);
+    if (has_data < 0) return -1;
+    if (json_is_null(texts)) texts = NULL;
+    if (!!texts + has_data != 1) return api_fail(c, 422, "invalid_request", "texts", "give one of texts or data");
+    out->field = texts ? "texts" : "data";
+    if (texts) {
+        if (!json_is_array(texts) || json_array_size(texts) == 0)
+            return api_fail(c, 422, "invalid_request", "texts", "texts must be a non-empty array of strings");
+        for (size_t i = 0; i < json_array_size(texts) && out->n < max_texts; i++) {
+            json_t *e = json_array_get(texts, i);
+            if (!json_is_string(e) || json_string_length(e) == 0)
+                return api_fail(c, 422, "invalid_request", "texts", "texts[%zu] must be a non-empty string", i);
+            if (add_text(c, out, json_string_value(e), json_string_length(e))) return -1;
+        }
+        return 0;
+    }
+    text_reader d = {.t = out, .path = data, .col = -1, .max_texts = max_texts};
+    if (api_read_data_file(c, data, text_row, &d)) return -1;
+    if (out->n == 0) return api_fail(c, 422, "invalid_request", "data", "\"%.200s\" has no texts", data);
+    return 0;
+}
+
+void api_texts_free(api_texts *t)
+{
+    for (int i = 0; i < t->n; i++) free(t->v[i]);
+    free(t->v);
+    memset(t, 0, sizeof *t);
+}
+
+int api_tokenize_texts(api_call *c, const lens_model *m, const api_texts *t, int **ids_out, int **lengths_out)
+{
+    const int limit = api_token_limit(c, &m->cfg);
+    int *lengths = malloc(sizeof *lengths * (size_t)(t->n ? t->n : 1)), *ids = NULL;
+    size_t n_ids = 0, cap = 0;
+    if (!lengths) return api_fail(c, 500, "internal", NULL, "out of memory");
+    for (int i = 0; i < t->n; i++) {
+        lens_token *toks = NULL;
+        int n = 0;
+        lens_err err = {0};
+        int rc = lens_tokenize(m->tok, t->v[i], strlen(t->v[i]), NULL, 0, &toks, &n, &err);
+        if (rc || n == 0) {
+            free(lengths), free(ids), free(toks);
+            if (rc && err.code == LENS_ENOMEM) return api_fail(c, 500, "internal", NULL, "text %d: %s", i, err.msg);
+            return api_fail(c, 422, "invalid_request", "texts", "text %d: %s", i, rc ? err.msg : "no tokens");
+        }
+        const int T = n > limit ? limit : n;
+        if (n_ids + (size_t)T > cap) {
+            cap = 2 * cap + (size_t)T + 1024;
+            int *g = realloc(ids, sizeof *g * cap);
+            if (!g) {
+                free(lengths), free(ids), free(toks);
+                return api_fail(c, 500, "internal", NULL, "out of memory");
+            }
+            ids = g;
+        }
+        for (int k = 0; k < T; k++) ids[n_ids + k] = toks[k].id;
+        if (n > limit && toks[n - 1].special) ids[n_ids + T - 1] = toks[n - 1].id; /* keep the final [SEP] */
+        free(toks);
+        lengths[i] = T;
+        n_ids += (size_t)T;
+    }
+    *ids_out = ids, *lengths_out = lengths;
     return 0;
 }

@@ -132,6 +132,22 @@ typedef int (*api_row_fn)(api_call *c, void *ctx, char **cols, int n_cols, int l
 int api_read_data_file(api_call *c, const char *path, api_row_fn row, void *ctx);
 int api_get_int(api_call *c, const char *field, long long lo, long long hi, int *v);
 
+/* A dataset job's texts: texts (a non-empty array of non-empty strings) or
+ * data (a file inside --data-dir: a TSV whose header names a "sentence" or
+ * "text" column, or plain lines), exactly one of them, the first max_texts.
+ * field names the one given, for later errors. */
+typedef struct {
+    char **v; /* [n] owned */
+    int n;
+    const char *field; /* "texts" or "data" */
+} api_texts;
+int api_decode_texts(api_call *c, int max_texts, api_texts *out);
+void api_texts_free(api_texts *t);
+/* The texts tokenized as one packed batch (*ids, *lengths owned): each keeps
+ * its first token-limit tokens, and a final special token ([SEP]) when cut;
+ * a text without tokens is a 422 on texts. */
+int api_tokenize_texts(api_call *c, const lens_model *m, const api_texts *t, int **ids, int **lengths);
+
 /* Unknown top-level fields: 422 naming the first one that name (a route
  * path such as "/v1/forward", or a job kind for its params) does not take;
  * 0 when all are known or name has no field list. */

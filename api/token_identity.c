@@ -288,8 +288,8 @@ void api_token_identity_run(api_call *c)
 
 typedef struct {
     const api_model *model;
-    char **texts; /* owned */
-    int n;
+    api_texts texts;
+    int n; /* texts.n */
     int n_heldout;
     double ridge;
     lens_ti_metric metric;
@@ -299,65 +299,8 @@ typedef struct {
 static void map_req_free(void *p)
 {
     map_req *r = p;
-    for (int i = 0; i < r->n; i++) free(r->texts[i]);
-    free(r->texts), free(r);
-}
-
-static int add_text(api_call *c, map_req *r, const char *s, size_t len)
-{
-    if (r->n % 256 == 0) {
-        char **g = realloc(r->texts, sizeof *g * ((size_t)r->n + 256));
-        if (!g) return api_fail(c, 500, "internal", NULL, "out of memory");
-        r->texts = g;
-    }
-    if (!(r->texts[r->n] = strndup(s, len))) return api_fail(c, 500, "internal", NULL, "out of memory");
-    r->n++;
-    return 0;
-}
-
-static int decode_texts(api_call *c, map_req *r, json_t *v, int max_texts)
-{
-    if (!json_is_array(v) || json_array_size(v) == 0)
-        return api_fail(c, 422, "invalid_request", "texts", "texts must be a non-empty array of strings");
-    for (size_t i = 0; i < json_array_size(v) && r->n < max_texts; i++) {
-        json_t *e = json_array_get(v, i);
-        if (!json_is_string(e) || json_string_length(e) == 0)
-            return api_fail(c, 422, "invalid_request", "texts", "texts[%zu] must be a non-empty string", i);
-        if (add_text(c, r, json_string_value(e), json_string_length(e))) return -1;
-    }
-    return 0;
-}
-
-typedef struct {
-    map_req *r;
-    const char *path;
-    int col, max_texts; /* col: the text column of a TSV, -1 for plain lines */
-} data_reader;
-
-static int data_row(api_call *c, void *ctx, char **cols, int n_cols, int line_no)
-{
-    data_reader *d = ctx;
-    if (line_no == 1 && n_cols > 1) { /* a header names the text column */
-        for (int i = 0; i < n_cols; i++)
-            if (!strcmp(cols[i], "sentence") || !strcmp(cols[i], "text")) d->col = i;
-        if (d->col < 0)
-            return api_fail(c, 422, "invalid_request", "data",
-                            "\"%.200s\" is a TSV without a \"sentence\" or \"text\" column in its header", d->path);
-        return 0;
-    }
-    const char *text = cols[d->col < 0 ? 0 : d->col];
-    if (d->col >= n_cols || !*text) return 0;
-    if (add_text(c, d->r, text, strlen(text))) return -1;
-    return d->r->n >= d->max_texts;
-}
-
-/* A TSV with a header naming a "sentence" or "text" column, or plain lines. */
-static int decode_data(api_call *c, map_req *r, const char *path, int max_texts)
-{
-    data_reader d = {.r = r, .path = path, .col = -1, .max_texts = max_texts};
-    if (api_read_data_file(c, path, data_row, &d)) return -1;
-    if (r->n == 0) return api_fail(c, 422, "invalid_request", "data", "\"%.200s\" has no texts", path);
-    return 0;
+    api_texts_free(&r->texts);
+    free(r);
 }
 
 int api_token_identity_map_prepare(api_call *c)
@@ -385,56 +328,13 @@ int api_token_identity_map_prepare(api_call *c)
             return api_fail(c, 422, "invalid_request", "heldout_fraction", "heldout_fraction must be in [0, 1)");
         heldout = json_number_value(h);
     }
-    json_t *texts = json_object_get(c->body, "texts");
-    const char *data = NULL;
-    int has_data = api_get_string(c, "data", &data, NULL);
-    if (has_data < 0) return -1;
-    if (json_is_null(texts)) texts = NULL;
-    if (!!texts + has_data != 1) return api_fail(c, 422, "invalid_request", "texts", "give one of texts or data");
-    if (texts ? decode_texts(c, r, texts, max_texts) : decode_data(c, r, data, max_texts)) return -1;
+    if (api_decode_texts(c, max_texts, &r->texts)) return -1;
+    r->n = r->texts.n;
     r->n_heldout = (int)(heldout * r->n);
     if (r->n - r->n_heldout < 2)
-        return api_fail(c, 422, "invalid_request", texts ? "texts" : "data",
+        return api_fail(c, 422, "invalid_request", r->texts.field,
                         "the maps need at least 2 training texts (got %d after holding out %d)", r->n - r->n_heldout,
                         r->n_heldout);
-    return 0;
-}
-
-/* The texts as one packed batch (ids, lengths). */
-static int tokenize_texts(api_call *c, const map_req *r, int **ids_out, int **lengths_out)
-{
-    const lens_model *m = r->model->model;
-    const int limit = api_token_limit(c, &m->cfg);
-    int *lengths = malloc(sizeof *lengths * (size_t)r->n), *ids = NULL;
-    size_t n_ids = 0, cap = 0;
-    if (!lengths) return api_fail(c, 500, "internal", NULL, "out of memory");
-    for (int i = 0; i < r->n; i++) {
-        lens_token *toks = NULL;
-        int n = 0;
-        lens_err err = {0};
-        int rc = lens_tokenize(m->tok, r->texts[i], strlen(r->texts[i]), NULL, 0, &toks, &n, &err);
-        if (rc || n == 0) {
-            free(lengths), free(ids), free(toks);
-            if (rc && err.code == LENS_ENOMEM) return api_fail(c, 500, "internal", NULL, "text %d: %s", i, err.msg);
-            return api_fail(c, 422, "invalid_request", "texts", "text %d: %s", i, rc ? err.msg : "no tokens");
-        }
-        const int T = n > limit ? limit : n;
-        if (n_ids + (size_t)T > cap) {
-            cap = 2 * cap + (size_t)T + 1024;
-            int *g = realloc(ids, sizeof *g * cap);
-            if (!g) {
-                free(lengths), free(ids), free(toks);
-                return api_fail(c, 500, "internal", NULL, "out of memory");
-            }
-            ids = g;
-        }
-        for (int t = 0; t < T; t++) ids[n_ids + t] = toks[t].id;
-        if (n > limit && toks[n - 1].special) ids[n_ids + T - 1] = toks[n - 1].id; /* keep the final [SEP] */
-        free(toks);
-        lengths[i] = T;
-        n_ids += (size_t)T;
-    }
-    *ids_out = ids, *lengths_out = lengths;
     return 0;
 }
 
@@ -499,7 +399,7 @@ int api_token_identity_map_shard(api_call *c, int index, int count, lens_partial
     const lens_model *m = r->model->model;
     const int NL = m->cfg.n_layers + 1, C = m->cfg.d_model, CA = C + 1, n_train = r->n - r->n_heldout;
     int *ids = NULL, *lengths = NULL;
-    if (tokenize_texts(c, r, &ids, &lengths)) return -1;
+    if (api_tokenize_texts(c, m, &r->texts, &ids, &lengths)) return -1;
     lens_batch train = {0}, heldout = {0};
     int rc = pick_rows(c, ids, lengths, 0, n_train, index, count, &train) ||
              pick_rows(c, ids, lengths, n_train, r->n, index, count, &heldout);
@@ -573,7 +473,7 @@ static int merge_maps(api_call *c, map_req *r, lens_partial *const *parts, int n
     if (!rc && lens_ti_solve(m, G, XY, &opts, maps, &err))
         rc = api_fail_core(c, &err, "texts", NULL, "fitting the token identity maps");
     free(G), free(XY);
-    if (!rc && (rc = tokenize_texts(c, r, &ids, &lengths)) == 0) {
+    if (!rc && (rc = api_tokenize_texts(c, m, &r->texts, &ids, &lengths)) == 0) {
         long train_tokens = 0;
         for (int i = 0; i < n_train; i++) train_tokens += lengths[i];
         const lens_batch train = {.n_seqs = n_train, .lengths = lengths, .ids = ids};

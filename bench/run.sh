@@ -10,6 +10,8 @@
 #   hta            hidden token attribution: exact (bert-tiny, T=32) vs PyTorch Jacobians,
 #                  estimate (BERT-base, T=64, 16 probes)
 #   token_identity token identity rankings vs the bare forward (BERT-base, T=128)
+#   context_mixing rollout, ALTI, GlobEnc, value zeroing (BERT-base, T=128, 2 threads) vs the released
+#                  code's arithmetic in PyTorch (bench/peer/context_mixing_torch.py) (issue 31)
 #   tokenize       tokens/s on 1 MB of mixed text, Llama 3 / Gemma 3 / DeepSeek-V3 tokenizer.json,
 #                  lensd vs HF's Rust tokenizers via Node (issue 30; bench/tokenize.sh)
 #   llama1b        Llama-3.2-1B-shaped BF16 checkpoint, T=128, 2 threads: lensd vs PyTorch float32
@@ -24,9 +26,9 @@
 #
 #   bench/run.sh [BUILD/lensd]     (make bench)
 #   BENCH_QUICK=1      forward: only T=128 batch 1, where its targets are; hta: 2 threads only,
-#                      estimate at T=32; token_identity: fewer reps
-#   BENCH_SKIP=a,b     skip sections (forward, attention, attribution, decomposition, hta, token_identity, tokenize,
-#                      llama1b, olmoe, patching)
+#                      estimate at T=32; token_identity: fewer reps; context_mixing: no value zeroing
+#   BENCH_SKIP=a,b     skip sections (forward, attention, attribution, decomposition, hta, token_identity,
+#                      context_mixing, tokenize, llama1b, olmoe, patching)
 #   BENCH_LONG=1       also: PyTorch attribution at T=128, decomposition at 2048 windows,
 #                      PyTorch hta estimate
 #   BENCH_FWD_ROUNDS=n forward: lensd and ORT at T=128 batch 1 in n rounds (default 3); the
@@ -83,7 +85,7 @@ fi
 
 # One BERT checkpoint for every section but llama1b; rebuilt only when missing.
 bert_needed=
-for s in forward attention attribution decomposition hta token_identity; do skip "$s" || bert_needed=1; done
+for s in forward attention attribution decomposition hta token_identity context_mixing; do skip "$s" || bert_needed=1; done
 if [ -n "$bert_needed" ] && { [ ! -s "$MODEL/model.safetensors" ] || [ ! -s "$MODEL/config.json" ]; }; then
   log "writing random BERT-base checkpoint to $MODEL"
   rm -rf "$MODEL"
@@ -699,6 +701,49 @@ targets.write(f"token_identity\tvocabulary ranking {r['vocab_extra_ms']:.0f} ms 
 EOF
 }
 
+# ---------------------------------------------------------------- context mixing (issue 31)
+# BERT-base, T=128, every layer, paper-code: lensd's methods against its bare
+# forward (interleaved reps), then the PyTorch peer running the released
+# code's arithmetic (the [NH][T][T][C] weighted vectors, value zeroing one
+# zeroed token at a time) on the same checkpoint and ids, one after the other.
+context_mixing_section() {
+  local res=$OUT/context_mixing-results.jsonl reps=5 vz_reps=1 peer_reps=1
+  [ -n "${BENCH_QUICK:-}" ] && reps=3 vz_reps=0
+  make -s BUILD="$BUILD" "$BUILD/bench/context_mixing" || return 1
+  log "context_mixing: lensd, BERT-base T=128, 2 threads"
+  "$BUILD/bench/context_mixing" --model "$MODEL" --T 128 --threads 2 --reps "$reps" --vz-reps "$vz_reps" \
+    --seed "$SEED" >"$res" || return 1
+  log "context_mixing: pytorch (released code's arithmetic), 2 threads"
+  OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE \
+    "$PY" bench/peer/context_mixing_torch.py --model "$MODEL" --T 128 --threads 2 --reps "$peer_reps" \
+    --vz-reps "$vz_reps" --warmup 0 --seed "$SEED" >>"$res" || return 1
+  "$PY" - "$res" "$TARGETS" <<'EOF' | tee "$OUT/context_mixing-table.txt"
+import json, sys
+lensd, torch = [json.loads(l) for l in open(sys.argv[1])]
+targets = open(sys.argv[2], "a")
+print(f"\n== context mixing: BERT-base (L{lensd['L']} C{lensd['C']}), T={lensd['T']}, every layer, paper-code, "
+      f"{lensd['threads']} threads; lensd medians of {lensd['reps']} (interleaved), PyTorch of {torch['reps']} ==")
+print(f"  {'':<16} {'lensd ms':>10} {'x forward':>10} {'PyTorch ms':>11} {'x its fwd':>10} {'lensd/PyTorch':>14}")
+for k in ("forward", "rollout", "alti", "globenc", "value_zeroing"):
+    a, b = lensd[f"{k}_ms"], torch[f"{k}_ms"]
+    if a < 0 or b < 0:
+        print(f"  {k:<16} {'(not run)':>10}")
+        continue
+    print(f"  {k:<16} {a:10.1f} {a / lensd['forward_ms']:10.2f} {b:11.1f} {b / torch['forward_ms']:10.2f} {a / b:14.3f}")
+for k in ("alti", "globenc"):
+    x = lensd[f"{k}_x_forward"]
+    text = f"{k}: <= 2x the forward ({lensd[k + '_ms']:.0f} vs {lensd['forward_ms']:.0f} ms, {x:.2f}x)"
+    targets.write(f"context_mixing\t{text}\t{'PASS' if x <= 2 else 'MISS'}\n")
+    print(f"  {text:<90} {'PASS' if x <= 2 else 'MISS'}")
+if lensd["value_zeroing_ms"] > 0 and torch["value_zeroing_ms"] > 0:
+    x = lensd["value_zeroing_ms"] / torch["value_zeroing_ms"]
+    text = (f"value zeroing <= 0.5x PyTorch's ({lensd['value_zeroing_ms'] / 1e3:.1f} vs "
+            f"{torch['value_zeroing_ms'] / 1e3:.1f} s, {x:.2f}x)")
+    targets.write(f"context_mixing\t{text}\t{'PASS' if x <= 0.5 else 'MISS'}\n")
+    print(f"  {text:<90} {'PASS' if x <= 0.5 else 'MISS'}")
+EOF
+}
+
 # ---------------------------------------------------------------- tokenizer throughput (issue 30)
 tokenize_section() {
   bench/tokenize.sh "$BUILD" "$TARGETS" | tee "$OUT/tokenize-table.txt"
@@ -838,7 +883,7 @@ EOF
 
 # ---------------------------------------------------------------- run and summarise
 status=0
-for section in forward attention attribution decomposition hta token_identity tokenize llama1b olmoe patching; do
+for section in forward attention attribution decomposition hta token_identity context_mixing tokenize llama1b olmoe patching; do
   if skip "$section"; then
     printf '%s\t(skipped: BENCH_SKIP)\t-\n' "$section" >>"$TARGETS"
     continue

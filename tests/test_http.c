@@ -825,8 +825,8 @@ static void test_cost_model(void)
     http_get(&s, &r, "/v1/info");
     json_t *cm = json_object_get(r.json, "cost_model");
     CHECK(r.status == 200 && json_number_value(json_object_get(cm, "gemm_gflops")) > 0 &&
-              json_object_size(json_object_get(cm, "efficiency")) == 5,
-          "/v1/info reports the measured rate and 5 analyses' efficiencies: %.300s", r.body);
+              json_object_size(json_object_get(cm, "efficiency")) == 6,
+          "/v1/info reports the measured rate and 6 analyses' efficiencies: %.300s", r.body);
     http_resp_free(&r);
     static char body[8192];
     /* identifiability of 125 tokens: since the Gram-matrix method (issue 20 item 2)
@@ -839,6 +839,18 @@ static void test_cost_model(void)
     CHECK(r.status == 413 && msg && strstr(msg, "\"method\": \"estimate\"") && strstr(msg, "\"async\": true"),
           "exact hidden attribution over the deadline: 413 naming the estimate and a job (%ld %.300s)", r.status,
           r.body);
+    http_resp_free(&r);
+    /* context mixing of 122 tokens: value zeroing reruns each layer 123 times (~12 GFLOP, over the 2 s at 10
+     * GFLOP/s), ALTI is ~0.2 GFLOP and runs */
+    text_of(body, sizeof body, 40, ", \"method\": \"value-zeroing\"");
+    http_post_json(&s, &r, "/v1/context-mixing", body);
+    msg = json_string_value(json_object_get(json_object_get(r.json, "error"), "message"));
+    CHECK(r.status == 413 && msg && strstr(msg, "job \"context-mixing\"") && strstr(msg, "T + 1"),
+          "value zeroing over the deadline: 413 naming the job (%ld %.300s)", r.status, r.body);
+    http_resp_free(&r);
+    text_of(body, sizeof body, 40, ", \"method\": \"alti\"");
+    http_post_json(&s, &r, "/v1/context-mixing", body);
+    CHECK(r.status == 200, "ALTI of the same text fits the deadline (%ld %.300s)", r.status, r.body);
     http_resp_free(&r);
     CHECK(server_terminate(&s) == 0, "server G exits 0");
 

@@ -293,7 +293,7 @@ static void test_discovery(test_server *s)
     CHECK(r.status == 200, "capabilities -> %ld", r.status);
     check_schema(&r, "/v1/capabilities", "GET");
     const json_t *kinds = get(r.json, "job_kinds"), *an = get(r.json, "analyses");
-    CHECK(json_array_size(kinds) == 7 && json_array_size(an) >= 9,
+    CHECK(json_array_size(kinds) == 8 && json_array_size(an) >= 9,
           "%zu job kinds, %zu analyses", json_array_size(kinds), json_array_size(an));
     for (size_t i = 0; i < json_array_size(kinds); i++) {
         const char *ref = json_string_value(get(json_array_get(kinds, i), "params_schema"));

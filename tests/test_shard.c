@@ -13,9 +13,10 @@
  *    args with its $(VAR)s filled) run as separate processes with
  *    JOB_COMPLETION_INDEX set as Kubernetes sets it, N = 1, 3, 7, for
  *    head-importance, adversarial-triggers, decomposition, token-identity-map,
- *    attribution over texts and faithfulness (every method, on the first 7
- *    SST-2 dev rows when ../shared is there): the merged result equals the
- *    1-shard result (timing aside);
+ *    attribution over texts, faithfulness (every method, on the first 7
+ *    SST-2 dev rows when ../shared is there) and context-mixing (every
+ *    method): the merged result equals the 1-shard result (timing aside);
+ *    more shards than texts is a 422 naming texts;
  *  - merging refuses a missing shard (named), a duplicated one, partials of
  *    other params and of another model with the same name. */
 #include <jansson.h>
@@ -423,15 +424,20 @@ static void test_processes(const char *dir)
     }
     json_decref(rows);
     write_params(ip, json_pack("{s:s, s:O, s:f}", "model", "demo-sst2", "texts", texts, "heldout_fraction", 0.25));
+    json_t *cm_texts = json_deep_copy(texts);
     json_array_set_new(texts, 5, json_integer(5)); /* a bad row: its error stays in its slot */
     write_params(ap, json_pack("{s:s, s:o, s:i, s:b}", "model", "demo-sst2", "texts", texts, "steps", 2, "tree", 1));
     char fp[600];
     snprintf(fp, sizeof fp, "%s/faithfulness.json", dir);
     write_params(fp, json_pack("{s:s, s:o, s:i}", "model", "demo-sst2", "texts", sst2_dev_texts(7), "steps", 2));
+    char cp[600];
+    snprintf(cp, sizeof cp, "%s/context-mixing.json", dir);
+    write_params(cp, json_pack("{s:s, s:o, s:[s,s,s,s]}", "model", "demo-sst2", "texts", cm_texts, "methods", "rollout",
+                               "alti", "globenc", "value-zeroing"));
     const struct {
         const char *kind, *params;
     } kinds[] = {{"head-importance", hp}, {"adversarial-triggers", tp}, {"decomposition", dp},
-                 {"token-identity-map", ip}, {"attribution", ap}, {"faithfulness", fp}};
+                 {"token-identity-map", ip}, {"attribution", ap}, {"faithfulness", fp}, {"context-mixing", cp}};
     int n_kinds = 0;
     for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++, n_kinds++) {
         json_t *one = NULL;
@@ -470,10 +476,23 @@ static void test_processes(const char *dir)
         }
         json_decref(one);
     }
-    CHECK(n_kinds == 6, "kinds run: %d", n_kinds);
+    CHECK(n_kinds == 7, "kinds run: %d", n_kinds);
+
+    /* more shards than texts: a 422 naming texts, before any work */
+    char cmd[4096], why[1024], out[700];
+    snprintf(out, sizeof out, "%s/few.err", dir);
+    snprintf(cmd, sizeof cmd, "%s job run --model %s --kind context-mixing --params %s --shard 0/17 --out %s/few.lpart 2>%s",
+             lensd(), DEMO, cp, dir, out);
+    int few_rc = system(cmd);
+    FILE *few = fopen(out, "r");
+    size_t few_n = few ? fread(why, 1, sizeof why - 1, few) : 0;
+    why[few_n] = 0;
+    if (few) fclose(few);
+    CHECK(few_rc != 0 && strstr(why, "\"field\":\"texts\"") && strstr(why, "16 text(s) for 17 shards"),
+          "fewer texts than shards is a 422 on texts: %s", why);
 
     /* other params: shard 1 of 3 computed with 3 steps */
-    char p3[700], cmd[4096], why[1024], out[700];
+    char p3[700];
     snprintf(p3, sizeof p3, "%s/head3.json", dir);
     write_params(p3, json_pack("{s:s, s:o, s:i, s:i}", "model", "demo-sst2", "rows", sst2_rows(7), "steps", 3,
                                "seeds", 2));

@@ -205,6 +205,27 @@ def test_jobs(c: Client):
         check(False, "an unknown faithfulness method raises")
     except LensdError as e:
         check(e.status == 422 and e.field == "params.methods", f"unknown method: {e}")
+    texts = ["a charming film", "the plot is thin", "boring", "a moving story"]
+    one = c.context_mixing_job(texts, model="demo-sst2", methods=["rollout", "alti"])
+    by = {m["method"]: m["layers"] for m in one["methods"]}
+    check(one["n_texts"] == 4 and list(by) == ["rollout", "alti"] and len(by["alti"]) == 2
+          and all(0 < l["self"] < 1 and 0 < l["first_rollout"] < 1 for l in by["alti"]),
+          f"context_mixing_job: {one}")
+    # layer 1's rolled-out matrix is its own matrix; the mean of a text's diagonal is what /v1/context-mixing gives
+    check(by["alti"][0]["self"] == by["alti"][0]["self_rollout"], "layer 1: rollout = contributions")
+    solo = c.context_mixing_job(texts[:1], model="demo-sst2", methods=["alti"])["methods"][0]["layers"]
+    cm = c.context_mixing(texts[0], "alti", model="demo-sst2")["layers"]
+    for l in range(2):
+        for key, mat in (("self", cm[l]["contributions"]), ("self_rollout", cm[l]["rollout"])):
+            want = sum(mat[i][i] / sum(mat[i]) for i in range(len(mat))) / len(mat)
+            check(abs(solo[l][key] - want) < 1e-5, f"context_mixing_job layer {l + 1} {key}: {solo[l][key]} vs {want}")
+        want = sum(row[0] / sum(row) for row in cm[l]["contributions"]) / len(cm[l]["contributions"])
+        check(abs(solo[l]["first"] - want) < 1e-5, f"context_mixing_job layer {l + 1} first: {solo[l]['first']} vs {want}")
+    try:
+        c.context_mixing_job(texts, model="demo-sst2", methods=["rollout", "rollout"])
+        check(False, "a repeated method raises")
+    except LensdError as e:
+        check(e.status == 422 and e.field == "params.methods", f"repeated method: {e}")
     try:
         c.run_job("hidden-attribution", {"model": "demo-sst2", "text": "a charming film", "method": "nope"})
         check(False, "a bad job param raises")

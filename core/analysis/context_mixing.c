@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/base/gemm.h"
 #include "core/model/arch.h"
 #include "core/model/block.h"
 #include "core/nn/linear.h"
@@ -76,88 +77,181 @@ static void frozen_norm(const lens_config *c, const lens_layernorm *ln, float *v
 
 /* ------------------------------------------------------------ ALTI, GlobEnc */
 
+/* Every norm on the path is frozen per output row i: a fixed linear map B
+ * (centre, times the gain) times a scale s_i. So the vector of source j at
+ * row i is s_i B t_ij = s_i (Σ_h P^h_ij B U[h][j] + [i == j] B x_i): B goes
+ * onto the NH * T vectors U[h][j] = v^h_j W_O^h once per layer, not onto
+ * each of the T² t_ij. ALTI then builds each s_i B t_ij in L1 and measures
+ * ‖y_i - z_ij‖₁ against the resultant; GlobEnc needs only the length
+ * ‖B t_ij‖₂, a quadratic form of the NH weights P^h_ij in the Gram matrix
+ * of source j's NH vectors (j == i, with x_i, is built explicitly). */
 typedef struct {
     const lens_model *m;
     lens_cm_method method;
     int paper_code, T;
-    const lens_attn_residual *s;
-    const float *x;     /* [T][C] layer input */
-    const float *U;     /* [NH][T][C] v^h_j W_O^h */
-    const float *P;     /* head h's [T][T] at P + h * P_stride */
+    const float *BU;     /* [NH][T][C] B v^h_j W_O^h */
+    const float *BX;     /* [T][C] B x_i */
+    const float *P;      /* head h's [T][T] at P + h * P_stride */
     size_t P_stride;
-    const float *rstd2; /* [T] GlobEnc's LN2 statistics (post-norm), else NULL */
-    float *scratch;     /* [threads][T + 1][C] */
-    float *M;           /* [T][T] out */
+    const float *Y;      /* [T][C] ALTI's resultant y_i */
+    const double *ny;    /* [T] ALTI's ‖y_i‖₁ */
+    const double *scale; /* [T] s_i */
+    double eps;          /* ALTI: added to z - y (the released code's pairwise_distance) */
+    const double *gram;  /* GlobEnc: [T][NH][NH] Gram matrix of B U[.][j] */
+    float *scratch;      /* [threads][T][C + NH] */
+    float *M;            /* [T][T] out */
 } decomp_job;
 
-static void decomp_row(void *ctx, int i)
+/* B v in place: the post-norm path's frozen norms with scale 1 (LN1, and
+ * GlobEnc's LN2 after it); nothing on a pre-norm block. */
+static void apply_b(const lens_model *m, const lens_attn_residual *s, lens_cm_method method, float *v)
+{
+    if (!s->ln1) return;
+    frozen_norm(&m->cfg, s->ln1, v, m->cfg.d_model, 1.0);
+    if (method == LENS_CM_GLOBENC) frozen_norm(&m->cfg, s->ln2, v, m->cfg.d_model, 1.0);
+}
+
+/* Σ_k |s z_k - y_k + eps| in 8 double lanes (vectorised; one sum would be
+ * a chain of C dependent additions). */
+static double l1_distance(const float *z, double s, const float *y, double eps, int C)
+{
+    double acc[8] = {0};
+    int k = 0;
+    for (; k + 8 <= C; k += 8)
+        for (int l = 0; l < 8; l++) acc[l] += fabs(s * z[k + l] - y[k + l] + eps);
+    for (; k < C; k++) acc[0] += fabs(s * z[k] - y[k] + eps);
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/* Σ_k a_k b_k in 8 double lanes */
+static double dot(const float *a, const float *b, int C)
+{
+    double acc[8] = {0};
+    int k = 0;
+    for (; k + 8 <= C; k += 8)
+        for (int l = 0; l < 8; l++) acc[l] += (double)a[k + l] * b[k + l];
+    for (; k < C; k++) acc[0] += (double)a[k] * b[k];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/* ALTI, column j: z_ij = Σ_h P^h_ij BU[h][j] for every row i as one GEMM
+ * (T x NH times NH x C: source j's NH vectors read once), + BX_j at i == j,
+ * then M_ij = max(0, ‖y_i‖₁ - ‖y_i - s_i z_ij‖₁). */
+static void alti_column(void *ctx, int j)
 {
     const decomp_job *d = ctx;
-    const lens_config *c = &d->m->cfg;
-    const int T = d->T, C = c->d_model, NH = c->n_heads;
-    float *t = d->scratch + (size_t)lens_pool_thread_index() * (T + 1) * C, *y = t + (size_t)T * C;
-    /* t_ij = Σ_h P^h_ij U[h][j] + [i == j] x_i;  y = Σ_j t_ij + b_O (the sublayer's output before any norm) */
-    const float *b_o = d->s->out->b;
-    for (int k = 0; k < C; k++) y[k] = b_o ? b_o[k] : 0.0f;
+    const int T = d->T, C = d->m->cfg.d_model, NH = d->m->cfg.n_heads;
+    float *z = d->scratch + (size_t)lens_pool_thread_index() * T * (C + NH), *a = z + (size_t)T * C;
+    for (int i = 0; i < T; i++)
+        for (int h = 0; h < NH; h++) a[(size_t)i * NH + h] = d->P[h * d->P_stride + (size_t)i * T + j];
+    const lens_gemm_args g = {.M = T, .N = C, .K = NH, .x = a, .ldx = (size_t)NH, .w = d->BU + (size_t)j * C,
+                              .w_dtype = LENS_DT_F32, .ld = (size_t)T * C, .w_kn = 1, .alpha = 1.0f, .y = z,
+                              .ldy = (size_t)C};
+    lens_gemm(&g, NULL);
+    for (int k = 0; k < C; k++) z[(size_t)j * C + k] += d->BX[(size_t)j * C + k];
+    for (int i = 0; i < T; i++) {
+        const double nd = l1_distance(z + (size_t)i * C, d->scale[i], d->Y + (size_t)i * C, d->eps, C);
+        d->M[(size_t)i * T + j] = (float)(d->ny[i] - nd > 0 ? d->ny[i] - nd : 0);
+    }
+}
+
+/* GlobEnc, row i: ‖s_i B t_ij‖₂ = s_i sqrt(pᵀ G_j p) with p = P^._ij for j != i;
+ * at j == i (x_i too) the vector is built. */
+static void globenc_row(void *ctx, int i)
+{
+    const decomp_job *d = ctx;
+    const int T = d->T, C = d->m->cfg.d_model, NH = d->m->cfg.n_heads;
     for (int j = 0; j < T; j++) {
-        float *tj = t + (size_t)j * C;
-        if (j == i) memcpy(tj, d->x + (size_t)i * C, sizeof(float) * C);
-        else memset(tj, 0, sizeof(float) * C);
-        for (int h = 0; h < NH; h++) {
-            const float a = d->P[h * d->P_stride + (size_t)i * T + j];
-            if (a == 0.0f) continue;
-            const float *u = d->U + ((size_t)h * T + j) * C;
-            for (int k = 0; k < C; k++) tj[k] += a * u[k];
-        }
-        for (int k = 0; k < C; k++) y[k] += tj[k];
-    }
-    float *row = d->M + (size_t)i * T;
-    const lens_layernorm *ln1 = d->s->ln1;
-    if (ln1) {
-        /* post-norm: LN(y) = Σ_j g ⊙ (t_ij - mean t_ij) / s_i + g ⊙ (b_O - mean b_O) / s_i + β */
-        double mean = 0, var = 0;
-        if (!c->norm_rms) {
-            for (int k = 0; k < C; k++) mean += y[k];
-            mean /= C;
-        }
-        for (int k = 0; k < C; k++) var += (y[k] - mean) * (y[k] - mean);
-        const double rstd = 1.0 / sqrt(var / C + c->ln_eps);
-        /* ALTI's released code divides by torch.std (unbiased, C - 1) of the pre-LN states, its eps added to
-         * the states (no effect on a standard deviation); lensd by the LayerNorm's own 1/sqrt(var + eps) */
-        const double scale = d->method == LENS_CM_ALTI && d->paper_code ? 1.0 / sqrt(var / (C - 1)) : rstd;
-        for (int j = 0; j < T; j++) frozen_norm(c, ln1, t + (size_t)j * C, C, scale);
-        if (d->method == LENS_CM_ALTI) { /* the resultant: Σ_j T_i(x_j) + the bias terms */
-            for (int k = 0; k < C; k++) y[k] = b_o ? b_o[k] : 0.0f;
-            frozen_norm(c, ln1, y, C, scale);
-            for (int k = 0; k < C; k++) y[k] += ln1->b ? ln1->b[k] : 0.0f;
-            for (int j = 0; j < T; j++)
-                for (int k = 0; k < C; k++) y[k] += t[(size_t)j * C + k];
+        double q = 0;
+        if (j == i) {
+            float *z = d->scratch + (size_t)lens_pool_thread_index() * T * (C + NH);
+            memcpy(z, d->BX + (size_t)i * C, sizeof(float) * C);
+            for (int h = 0; h < NH; h++) {
+                const float w = d->P[h * d->P_stride + (size_t)i * T + i], *u = d->BU + ((size_t)h * T + i) * C;
+                for (int k = 0; k < C; k++) z[k] += w * u[k];
+            }
+            q = dot(z, z, C);
         } else {
-            /* GlobEnc's N-Enc: LN2 with its statistics frozen on each term (the FFN skipped, LN1's bias dropped) */
-            for (int j = 0; j < T; j++) frozen_norm(c, d->s->ln2, t + (size_t)j * C, C, d->rstd2[i]);
+            const double *g = d->gram + (size_t)j * NH * NH;
+            float *p = d->scratch + (size_t)lens_pool_thread_index() * T * (C + NH);
+            for (int h = 0; h < NH; h++) p[h] = d->P[h * d->P_stride + (size_t)i * T + j];
+            for (int h = 0; h < NH; h++) { /* pᵀ G p, G symmetric */
+                if (p[h] == 0) continue;
+                double gh = 0.5 * g[h * NH + h] * p[h];
+                for (int e = 0; e < h; e++) gh += g[h * NH + e] * p[e];
+                q += 2 * p[h] * gh;
+            }
         }
+        d->M[(size_t)i * T + j] = (float)(d->scale[i] * sqrt(q > 0 ? q : 0));
     }
-    double sum = 0;
-    for (int j = 0; j < T; j++) {
-        const float *z = t + (size_t)j * C;
-        double v = 0;
-        if (d->method == LENS_CM_ALTI) { /* max(0, ‖y‖₁ - ‖y - z_ij‖₁) */
-            /* the released code (post-norm encoders) measures F.pairwise_distance(z, y, p=1), which adds
-             * its eps 1e-6 to z - y */
-            const double eps = d->paper_code && ln1 ? 1e-6 : 0;
-            double ny = 0, nd = 0;
-            for (int k = 0; k < C; k++) ny += fabs(y[k]), nd += fabs((double)z[k] - y[k] + eps);
-            v = ny - nd > 0 ? ny - nd : 0;
-        } else {
-            for (int k = 0; k < C; k++) v += (double)z[k] * z[k];
-            v = sqrt(v);
+}
+
+/* GlobEnc: G_j[h][e] = <B U[h][j], B U[e][j]>, one task per source j */
+static void gram_task(void *ctx, int j)
+{
+    const decomp_job *d = ctx;
+    const int T = d->T, C = d->m->cfg.d_model, NH = d->m->cfg.n_heads;
+    double *g = (double *)d->gram + (size_t)j * NH * NH;
+    for (int h = 0; h < NH; h++)
+        for (int e = 0; e <= h; e++)
+            g[h * NH + e] = g[e * NH + h] = dot(d->BU + ((size_t)h * T + j) * C, d->BU + ((size_t)e * T + j) * C, C);
+}
+
+/* W~ [VO][C]: row k of W_O (as x W_O reads it, widened to float) times B;
+ * then BU[h] = V_h W~^h, B applied to VO rows instead of NH * T. Packed per
+ * head (lens_gemm_pack) when the GEMM kernel reads packed panels. */
+static float *b_weights(const lens_model *m, const lens_attn_residual *s, lens_cm_method method, float **packed)
+{
+    const lens_config *c = &m->cfg;
+    const int C = c->d_model, DV = c->d_head_v, NH = c->n_heads, VO = NH * DV;
+    const lens_linear *wo = s->out;
+    float *w = malloc(sizeof(float) * (size_t)VO * C), *col = malloc(sizeof(float) * VO);
+    *packed = NULL;
+    if (!w || !col) {
+        free(w), free(col);
+        return NULL;
+    }
+    if (wo->w_in_out) /* Conv1D: [in][out], rows k as they are */
+        for (int k = 0; k < VO; k++) lens_widen(w + (size_t)k * C, lens_dtype_at(wo->w, wo->dtype, (size_t)k * wo->ld), wo->dtype, (size_t)C);
+    else
+        for (int n = 0; n < C; n++) { /* Linear: [out][in], transposed a stored row at a time */
+            lens_widen(col, lens_dtype_at(wo->w, wo->dtype, (size_t)n * wo->ld), wo->dtype, (size_t)VO);
+            for (int k = 0; k < VO; k++) w[(size_t)k * C + n] = col[k];
         }
-        row[j] = (float)v;
-        sum += v;
+    free(col);
+    for (int k = 0; k < VO; k++) apply_b(m, s, method, w + (size_t)k * C);
+    if (!lens_gemm_packs_weights()) return w;
+    const size_t head = lens_gemm_packed_size(DV, C);
+    *packed = aligned_alloc(64, ((sizeof(float) * head * NH) + 63) & ~(size_t)63);
+    if (!*packed) {
+        free(w);
+        return NULL;
     }
-    /* rows sum to one, except GlobEnc's released code, which rolls out the raw norms */
-    if (sum > 0 && !(d->method == LENS_CM_GLOBENC && d->paper_code))
-        for (int j = 0; j < T; j++) row[j] = (float)(row[j] / sum);
+    for (int h = 0; h < NH; h++) lens_gemm_pack(*packed + h * head, w + (size_t)h * DV * C, DV, C, (size_t)C, 1);
+    return w;
+}
+
+typedef struct {
+    const float *V, *P, *W, *packed; /* packed: W~ per head in panels, or NULL */
+    size_t P_stride;
+    float *BU, *ctx;                 /* ctx [T][VO] NULL: not wanted */
+    int T, C, DV, VO;
+} head_job;
+
+static void head_gemms(void *ctx, int h)
+{
+    const head_job *j = ctx;
+    const int T = j->T, C = j->C, DV = j->DV, VO = j->VO;
+    const lens_gemm_args u = {.M = T, .N = C, .K = DV, .x = j->V + (size_t)h * DV, .ldx = (size_t)VO,
+                              .packed = j->packed ? j->packed + h * lens_gemm_packed_size(DV, C) : NULL,
+                              .w = j->W + (size_t)h * DV * C, .w_dtype = LENS_DT_F32, .ld = (size_t)C, .w_kn = 1,
+                              .alpha = 1.0f, .y = j->BU + (size_t)h * T * C, .ldy = (size_t)C};
+    lens_gemm(&u, NULL);
+    if (!j->ctx) return;
+    const lens_gemm_args g = {.M = T, .N = DV, .K = T, .x = j->P + h * j->P_stride, .ldx = (size_t)T,
+                              .w = j->V + (size_t)h * DV, .w_dtype = LENS_DT_F32, .ld = (size_t)VO, .w_kn = 1,
+                              .alpha = 1.0f, .y = j->ctx + (size_t)h * DV, .ldy = (size_t)VO};
+    lens_gemm(&g, NULL);
 }
 
 /* M [T][T] of ALTI / GlobEnc for block l from the kept activations. */
@@ -169,29 +263,86 @@ static int decompose(const lens_model *m, const lens_cm_opts *o, const lens_acti
     lens_attn_residual s;
     const char *why = lens_block_attn_residual(m, l, &s);
     if (why) return lens_fail(err, LENS_EINVAL, "%s", why);
-    const int threads = lens_pool_threads(o->pool);
-    float *rows = calloc((size_t)NH * T * VO, sizeof(float));
-    float *U = malloc(sizeof(float) * (size_t)NH * T * C);
-    float *scratch = malloc(sizeof(float) * (size_t)threads * (T + 1) * C);
-    if (!rows || !U || !scratch) {
-        free(rows), free(U), free(scratch);
-        return lens_fail(err, LENS_ENOMEM, "out of memory for the per-head value vectors of %d tokens", T);
+    const int globenc = o->method == LENS_CM_GLOBENC, threads = lens_pool_threads(o->pool);
+    /* GlobEnc reads only LN1's scale, kept by the forward; ALTI the resultant y_i itself */
+    const int need_y = !globenc || (s.ln1 && s.slot1 < 0);
+    float *packed = NULL, *W = b_weights(m, &s, o->method, &packed);
+    float *BU = malloc(sizeof(float) * (size_t)NH * T * C), *BX = malloc(sizeof(float) * (size_t)T * C);
+    float *Y = need_y ? malloc(sizeof(float) * (size_t)T * C) : NULL;
+    float *ctx = need_y ? malloc(sizeof(float) * (size_t)T * VO) : NULL;
+    float *scratch = malloc(sizeof(float) * (size_t)threads * T * (C + NH));
+    double *scale = malloc(sizeof(double) * T), *ny = malloc(sizeof(double) * T);
+    double *gram = globenc ? malloc(sizeof(double) * (size_t)T * NH * NH) : NULL;
+    int rc = 0;
+    if (!W || !BU || !BX || (need_y && (!Y || !ctx)) || !scratch || !scale || !ny || (globenc && !gram)) {
+        rc = lens_fail(err, LENS_ENOMEM, "out of memory for the per-head value vectors of %d tokens", T);
+        goto done;
     }
-    /* row h*T + j holds v^h_j in head h's columns, zero elsewhere: through W_O (no bias) it is v^h_j W_O^h */
-    const float *V = lens_act_values(m, act, l + 1, 0);
-    for (int h = 0; h < NH; h++)
-        for (int j = 0; j < T; j++)
-            memcpy(rows + ((size_t)h * T + j) * VO + h * DV, V + (size_t)j * VO + h * DV, sizeof(float) * DV);
-    lens_linear w_o = *s.out;
-    w_o.b = NULL;
-    lens_gemm_linear(U, rows, &w_o, NH * T, o->pool);
-    decomp_job d = {.m = m, .method = o->method, .paper_code = o->paper_code, .T = T, .s = &s,
-                    .x = lens_act_hidden(m, act, l, 0), .U = U, .P = lens_act_attn(m, act, l + 1, 0, 0),
-                    .P_stride = act->attn_layer_size, .scratch = scratch, .M = M};
-    if (o->method == LENS_CM_GLOBENC && s.post_norm) d.rstd2 = act->ln_rstd + (size_t)s.slot2 * act->n_tokens;
-    lens_pool_run(o->pool, T, decomp_row, &d);
-    free(rows), free(U), free(scratch);
-    return 0;
+    /* BU[h] = V_h W~^h: head h's value columns times its DV rows of W~; with y, the context P^h V_h too: one
+     * task per head (one pool barrier, not one per GEMM) */
+    head_job hj = {.V = lens_act_values(m, act, l + 1, 0), .P = lens_act_attn(m, act, l + 1, 0, 0),
+                   .P_stride = act->attn_layer_size, .W = W, .packed = packed, .BU = BU, .ctx = ctx, .T = T, .C = C,
+                   .DV = DV, .VO = VO};
+    lens_pool_run(o->pool, NH, head_gemms, &hj);
+    const float *x = lens_act_hidden(m, act, l, 0), *P = hj.P;
+    memcpy(BX, x, sizeof(float) * T * C);
+    for (int i = 0; i < T; i++) apply_b(m, &s, o->method, BX + (size_t)i * C);
+    if (need_y) { /* the sublayer's output before any norm, y_i = Σ_j t_ij + b_O = x_i + ctx_i W_O + b_O */
+        lens_gemm_linear(Y, ctx, s.out, T, o->pool);
+        for (size_t e = 0; e < (size_t)T * C; e++) Y[e] += x[e];
+    }
+    const float *rstd1 = s.ln1 && s.slot1 >= 0 ? act->ln_rstd + (size_t)s.slot1 * T : NULL;
+    const float *rstd2 = globenc && s.post_norm ? act->ln_rstd + (size_t)s.slot2 * T : NULL;
+    for (int i = 0; i < T; i++) {
+        scale[i] = 1;
+        if (!s.ln1) continue;
+        if (globenc && !need_y) { /* LN1's own 1/sqrt(var + eps), as the forward kept it */
+            scale[i] = (double)rstd1[i] * rstd2[i];
+            continue;
+        }
+        /* post-norm: LN(y) = Σ_j g ⊙ (t_ij - mean t_ij) s_i + g ⊙ (b_O - mean b_O) s_i + β */
+        float *y = Y + (size_t)i * C;
+        double mean = 0, var = 0;
+        if (!c->norm_rms) {
+            for (int k = 0; k < C; k++) mean += y[k];
+            mean /= C;
+        }
+        for (int k = 0; k < C; k++) var += (y[k] - mean) * (y[k] - mean);
+        const double rstd = 1.0 / sqrt(var / C + c->ln_eps);
+        /* ALTI's released code divides by torch.std (unbiased, C - 1) of the pre-LN states, its eps added to
+         * the states (no effect on a standard deviation); lensd by the LayerNorm's own 1/sqrt(var + eps).
+         * GlobEnc's N-Enc adds LN2 frozen on each term (the FFN skipped, LN1's bias dropped). */
+        scale[i] = o->method == LENS_CM_ALTI && o->paper_code ? 1.0 / sqrt(var / (C - 1)) : rstd;
+        if (globenc) scale[i] *= rstd2[i];
+        else { /* ALTI's resultant: LN1 of y with the same frozen statistics, plus β */
+            frozen_norm(c, s.ln1, y, C, scale[i]);
+            for (int k = 0; k < C; k++) y[k] += s.ln1->b ? s.ln1->b[k] : 0.0f;
+        }
+    }
+    decomp_job d = {.m = m, .method = o->method, .paper_code = o->paper_code, .T = T, .BU = BU, .BX = BX, .P = P,
+                    .P_stride = act->attn_layer_size, .Y = Y, .ny = ny, .scale = scale, .gram = gram,
+                    .scratch = scratch, .M = M,
+                    /* the released code (post-norm encoders) measures F.pairwise_distance(z, y, p=1), which adds
+                     * its eps 1e-6 to z - y */
+                    .eps = o->method == LENS_CM_ALTI && o->paper_code && s.ln1 ? 1e-6 : 0};
+    if (globenc) {
+        lens_pool_run(o->pool, T, gram_task, &d);
+        lens_pool_run(o->pool, T, globenc_row, &d);
+    } else {
+        for (int i = 0; i < T; i++) ny[i] = l1_distance(Y + (size_t)i * C, 0, Y + (size_t)i * C, 0, C);
+        lens_pool_run(o->pool, T, alti_column, &d);
+    }
+    /* rows sum to one, except GlobEnc's released code, which rolls out the raw norms */
+    for (int i = 0; i < T && !(globenc && o->paper_code); i++) {
+        float *row = M + (size_t)i * T;
+        double sum = 0;
+        for (int j = 0; j < T; j++) sum += row[j];
+        if (sum > 0)
+            for (int j = 0; j < T; j++) row[j] = (float)(row[j] / sum);
+    }
+done:
+    free(W), free(packed), free(BU), free(BX), free(Y), free(ctx), free(scratch), free(scale), free(ny), free(gram);
+    return rc;
 }
 
 /* ------------------------------------------------------------ value zeroing */
@@ -338,13 +489,13 @@ static void rollout_layer(const lens_model *m, const lens_activations *act, int 
 /* joint [T][T] = M joint (joint_attentions[i] = aug[i].dot(joint_attentions[i - 1])), in double. */
 static int roll(float *joint, const float *M, int T)
 {
-    double *acc = malloc(sizeof(double) * (size_t)T * T);
+    double *acc = calloc((size_t)T * T, sizeof(double));
     if (!acc) return -1;
-    for (int i = 0; i < T; i++)
-        for (int j = 0; j < T; j++) {
-            double v = 0;
-            for (int k = 0; k < T; k++) v += (double)M[(size_t)i * T + k] * joint[(size_t)k * T + j];
-            acc[(size_t)i * T + j] = v;
+    for (int i = 0; i < T; i++) /* row i = Σ_k M_ik joint_k: rows of joint, vectorised */
+        for (int k = 0; k < T; k++) {
+            const double a = M[(size_t)i * T + k];
+            if (a == 0) continue;
+            for (int j = 0; j < T; j++) acc[(size_t)i * T + j] += a * joint[(size_t)k * T + j];
         }
     for (size_t n = 0; n < (size_t)T * T; n++) joint[n] = (float)acc[n];
     free(acc);

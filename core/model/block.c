@@ -127,7 +127,7 @@ const char *lens_block_attn_residual(const lens_model *m, int l, lens_attn_resid
         int k = a + 3; /* post-norm: r = Attn(x) + x, then a norm of r */
         while (k < p.n && p.op[k].kind == LENS_OP_TAIL) k++;
         if (k >= p.n || p.op[k].kind != LENS_OP_NORM || p.op[k].in != o->out) return no_sum;
-        s->post_norm = 1, s->ln1 = p.op[k].ln;
+        s->post_norm = 1, s->ln1 = p.op[k].ln, s->slot1 = p.op[k].slot;
         const lens_op *last = &p.op[p.n - 1];
         if (last->kind == LENS_OP_NORM && last->out == LENS_R_X && last->slot >= 0)
             s->ln2 = last->ln, s->slot2 = last->slot;

@@ -208,6 +208,7 @@ typedef struct {
     int post_norm;             /* 1: r = Attn(x) + x, then the norm ln1 of r (BERT); 0: x += Attn(norm(x)) */
     int parallel;              /* pre-norm: the sum comes after other ops (GPT-NeoX's parallel residual) */
     const lens_layernorm *ln1; /* post-norm: the norm of r */
+    int slot1;                 /* its statistics slot (LENS_KEEP_LN), -1 when it keeps none */
     const lens_layernorm *ln2; /* post-norm: the block's last norm, or NULL */
     int slot2;                 /* its statistics slot */
 } lens_attn_residual;

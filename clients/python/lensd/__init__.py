@@ -328,6 +328,17 @@ class Client:
         return self._request("POST", "/v1/context-mixing",
                              {**self._body(model=model), **self._text_fields(text), "method": method, **options})
 
+    def context_mixing_job(self, texts: Optional[Sequence[str]] = None, data: Optional[str] = None,
+                           model: Optional[str] = None, progress: Optional[Callable[["Job"], Any]] = None,
+                           **options) -> Dict[str, Any]:
+        """Job context-mixing over texts (or data, a file in the server's --data-dir): per method and
+        layer the mean self and first-token shares of the layer's and the rolled-out matrices.
+        options: methods, definition, max_texts. Returns the job's result; raises LensdError when it failed."""
+        params = {**self._body(model=model, data=data), **options}
+        if texts is not None:
+            params["texts"] = list(texts)
+        return self.run_job("context-mixing", params, progress=progress).result
+
     def logit_attribution(self, text, target, model: Optional[str] = None, **options) -> Dict[str, Any]:
         """target: a token id or a one-token text; options: foil, position."""
         return self._request("POST", "/v1/logit-attribution",
