@@ -257,7 +257,7 @@ static void scores_fwd(const void *ctx, const float *x, float *y)
 {
     const scores_ctx *c = ctx;
     memcpy(y, x, sizeof(float) * c->T * c->T);
-    lens_scores_forward(y, c->T, &c->f);
+    lens_scores_forward(y, c->T, &c->f, 0);
 }
 /* the capped scores softcap(x), as lens_scores_capped gives them from q and k */
 static void scores_capped(const scores_ctx *c, const float *x, float *y)

@@ -237,6 +237,11 @@ lens_trainer *lens_trainer_new(const lens_config *cfg, unsigned long long seed, 
                   f ? f->model_type : "no family", f ? " " : "", f ? lens_task_name(task) : "");
         return NULL;
     }
+    if (cfg->attn_sinks) { /* gpt-oss: the sinks' gradient (scores.h) and stacked expert tensors are not trained */
+        lens_fail(err, LENS_EINVAL, "training %s is not supported: its attention sinks and stacked expert tensors "
+                  "have no trainer parameters", f->model_type);
+        return NULL;
+    }
     lens_trainer *t = calloc(1, sizeof *t);
     if (!t || copy_config(&t->cfg, cfg)) goto oom;
     if (task != LENS_TASK_CLASSIFICATION) t->cfg.n_labels = 0;
