@@ -62,8 +62,10 @@ static double yarn_number(const json_t *s, const char *key, double def)
 
 /* rope_scaling yarn (HF _compute_yarn_parameters, what gpt-oss configs use):
  * factor, beta_fast (32), beta_slow (1), original_max_position_embeddings
- * (max_position_embeddings), truncate (true), attention_factor (0.1 ln factor
- * + 1); DeepSeek's mscale / mscale_all_dim are refused by name. */
+ * (max_position_embeddings; when given, factor must equal
+ * max_position_embeddings / it, as in gpt-oss's 131072 / 4096 = 32),
+ * truncate (true), attention_factor (0.1 ln factor + 1); DeepSeek's mscale /
+ * mscale_all_dim are refused by name. */
 static int parse_yarn(const json_t *s, const char *path, lens_rope_params *r, int max_positions, lens_err *err)
 {
     static const char *const refused[] = {"mscale", "mscale_all_dim"};
@@ -79,6 +81,14 @@ static int parse_yarn(const json_t *s, const char *path, lens_rope_params *r, in
     r->beta_fast = yarn_number(s, "beta_fast", 32);
     r->beta_slow = yarn_number(s, "beta_slow", 1);
     r->original_max_positions = (int)yarn_number(s, "original_max_position_embeddings", max_positions);
+    /* transformers replaces factor by max_position_embeddings / original_max_position_embeddings when the
+     * latter is given (older versions did not): a config where the two differ means different models */
+    const double ratio = (double)max_positions / r->original_max_positions;
+    if (json_object_get(s, "original_max_position_embeddings") && fabs(ratio - r->factor) > 1e-9 * r->factor)
+        return lens_fail(err, LENS_EFORMAT, "%s: rope_scaling yarn factor %g differs from max_position_embeddings / "
+                         "original_max_position_embeddings = %d / %d, which transformers uses instead (older "
+                         "versions use factor); lensd refuses the ambiguity", path, r->factor, max_positions,
+                         r->original_max_positions);
     r->truncate = !truncate || json_is_null(truncate) || json_is_true(truncate);
     r->attention_factor = yarn_number(s, "attention_factor", r->factor > 1 ? 0.1 * log(r->factor) + 1.0 : 1.0);
     if (!(r->beta_fast > 0) || !(r->beta_slow > 0) || r->original_max_positions < 1 || !(r->attention_factor > 0))
