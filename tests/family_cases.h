@@ -32,6 +32,7 @@ static const family_case family_cases[] = {
     {"gemma3_text", "causal-lm"},
     {"modernbert", "classification"}, {"modernbert", "masked-lm"}, {"modernbert", "encoder"},
     {"mixtral", "causal-lm"},      {"qwen3_moe", "causal-lm"},  {"olmoe", "causal-lm"},
+    {"gpt_oss", "causal-lm"},
 };
 #define N_FAMILY_CASES ((int)(sizeof family_cases / sizeof family_cases[0]))
 

@@ -42,7 +42,7 @@ static void attend(lens_block_io *io, int l)
 {
     const bench *b = io->attend_ctx;
     const lens_config *c = &b->m->cfg;
-    const lens_score_fn f = lens_layer_scores(c, l, lens_has_cap(c, LENS_CAP_CAUSAL));
+    const lens_score_fn f = lens_model_scores(b->m, l, lens_has_cap(c, LENS_CAP_CAUSAL));
     lens_attention_forward(io->ctx, b->probs, (size_t)T * T, io->q, io->k, io->v, T, c->n_heads, c->d_head_k,
                            c->d_head_v, &f);
 }
@@ -51,7 +51,7 @@ static int attend_backward(lens_block_io *io, int l)
 {
     const bench *b = io->attend_ctx;
     const lens_config *c = &b->m->cfg;
-    const lens_score_fn f = lens_layer_scores(c, l, lens_has_cap(c, LENS_CAP_CAUSAL));
+    const lens_score_fn f = lens_model_scores(b->m, l, lens_has_cap(c, LENS_CAP_CAUSAL));
     const size_t QK = (size_t)c->n_heads * c->d_head_k, VO = (size_t)c->n_heads * c->d_head_v;
     memset(io->q, 0, sizeof(float) * T * QK);
     memset(io->k, 0, sizeof(float) * T * QK);
@@ -66,7 +66,7 @@ static void attend_jvp(lens_block_io *io, int l)
 {
     const bench *b = io->attend_ctx;
     const lens_config *c = &b->m->cfg;
-    const lens_score_fn f = lens_layer_scores(c, l, lens_has_cap(c, LENS_CAP_CAUSAL));
+    const lens_score_fn f = lens_model_scores(b->m, l, lens_has_cap(c, LENS_CAP_CAUSAL));
     lens_attention_jvp(io->ctx, io->q, io->k, io->v, io->cache->q, io->cache->k, io->cache->v, b->probs,
                        (size_t)T * T, io->N / T, T, c->n_heads, c->d_head_k, c->d_head_v, &f, b->dS);
 }

@@ -257,7 +257,7 @@ static void scores_fwd(const void *ctx, const float *x, float *y)
 {
     const scores_ctx *c = ctx;
     memcpy(y, x, sizeof(float) * c->T * c->T);
-    lens_scores_forward(y, c->T, &c->f);
+    lens_scores_forward(y, c->T, &c->f, 0);
 }
 /* the capped scores softcap(x), as lens_scores_capped gives them from q and k */
 static void scores_capped(const scores_ctx *c, const float *x, float *y)
@@ -334,6 +334,11 @@ static void check_ops(void)
     static rope_ctx rope_l3 = {.N = 5, .NH = 2, .D = 16, .R = 16, .pos = {0, 5, 17, 64, 300}};
     static glu_ctx swiglu = {.N = 3, .F = 5, .act = LENS_GLU_SILU}, geglu = {.N = 3, .F = 5, .act = LENS_GLU_GELU_TANH};
     static glu_ctx geglu_erf = {.N = 3, .F = 5, .act = LENS_GLU_GELU};
+    static glu_ctx clamped = {.N = 3, .F = 5, .act = LENS_GLU_CLAMPED_SWIGLU}; /* x in [-10, 10]: clamps bind */
+    static const float sinks[1] = {0.7f};
+    static scores_ctx sc_sink = {.T = 6, .f = {.scale = 1, .causal = 1, .sinks = sinks}};
+    static scores_ctx sc_sink_win = {.T = 6, .f = {.scale = 1, .causal = 1, .window = 3, .sinks = sinks}};
+    static rope_ctx rope_yarn = {.N = 5, .NH = 2, .D = 16, .R = 16, .pos = {0, 5, 17, 64, 300}};
     static cap_ctx cap = {.n = 20, .cap = 2.0f};
     static win_ctx win = {.T = 6, .causal = 1, .window = 3}, win_bi = {.T = 6, .window = 4};
     /* cap 2 on scores of scale 3: tanh bends them (1 - (y / cap)^2 down to ~0.3) */
@@ -350,6 +355,9 @@ static void check_ops(void)
     lens_rope_inv_freq(&(lens_rope_params){.dim = 16, .theta = 500000, .type = LENS_ROPE_LLAMA3, .factor = 8,
                                            .low_freq_factor = 1, .high_freq_factor = 4, .original_max_positions = 64},
                        rope_l3.inv_freq);
+    lens_rope_inv_freq(&(lens_rope_params){.dim = 16, .theta = 150000, .type = LENS_ROPE_YARN, .factor = 4,
+                                           .beta_fast = 32, .beta_slow = 1, .original_max_positions = 64},
+                       rope_yarn.inv_freq);
     const op_case ops[] = {
         {"RMSNorm (w)", 48, 48, rms_fwd, rms_bwd, rms_jvp, &rms, 2},
         {"RMSNorm (1 + w, Gemma)", 48, 48, rms_fwd, rms_bwd, rms_jvp, &rms1, 2},
@@ -358,9 +366,11 @@ static void check_ops(void)
         {"RoPE (default)", 80, 80, rope_fwd, rope_bwd, rope_jvp, &rope_full, 1},
         {"RoPE (partial, R = D/2)", 80, 80, rope_fwd, rope_bwd, rope_jvp, &rope_part, 1},
         {"RoPE (llama3 scaling)", 160, 160, rope_fwd, rope_bwd, rope_jvp, &rope_l3, 1},
+        {"RoPE (yarn scaling)", 160, 160, rope_fwd, rope_bwd, rope_jvp, &rope_yarn, 1},
         {"SwiGLU", 30, 15, glu_fwd, glu_bwd, glu_jvp, &swiglu, 3},
         {"GeGLU (tanh)", 30, 15, glu_fwd, glu_bwd, glu_jvp, &geglu, 3},
         {"GeGLU (erf, ModernBERT)", 30, 15, glu_fwd, glu_bwd, glu_jvp, &geglu_erf, 3},
+        {"clamped SwiGLU (gpt-oss)", 30, 15, glu_fwd, glu_bwd, glu_jvp, &clamped, 10},
         {"soft-cap", 20, 20, cap_fwd, cap_bwd, cap_jvp, &cap, 5},
         {"sliding-window softmax", 36, 36, win_fwd, win_bwd, win_jvp, &win, 3},
         {"scores: soft-cap + window 3", 36, 36, scores_fwd, scores_bwd, scores_jvp, &sc_cap_win, 3},
@@ -368,9 +378,11 @@ static void check_ops(void)
         {"scores: window 3", 36, 36, scores_fwd, scores_bwd, scores_jvp, &sc_win, 3},
         {"bidirectional window softmax", 36, 36, win_fwd, win_bwd, win_jvp, &win_bi, 3},
         {"scores: soft-cap + bidirectional window 4", 36, 36, scores_fwd, scores_bwd, scores_jvp, &sc_cap_bi, 3},
+        {"scores: attention sink, causal", 36, 36, scores_fwd, scores_bwd, scores_jvp, &sc_sink, 3},
+        {"scores: attention sink + window 3", 36, 36, scores_fwd, scores_bwd, scores_jvp, &sc_sink_win, 3},
     };
     const int n_ops = (int)(sizeof ops / sizeof ops[0]);
-    CHECK(n_ops == 17, "op table has %d cases", n_ops);
+    CHECK(n_ops == 21, "op table has %d cases", n_ops);
     for (int i = 0; i < n_ops; i++) check_op(&ops[i]);
     /* the rmsw JVP ignores unit_offset (d g / d w = 1 either way): only w */
     float p[36];
@@ -384,6 +396,50 @@ static void check_ops(void)
 }
 
 /* ------------------------------------------------------------ identities */
+
+/* Attention sinks (scores.h): a sink of -inf is no sink (exactly: its exp underflows beside the row's
+ * maximum, whose exp is 1); rows sum to 1 - p_sink; and the sink's gradient
+ * lens_scores_sink_backward equals central differences of L = <dP, P(z)> in z (eps 1e-2, |diff| <=
+ * 1e-3 relative: float32 rounding of the O(eps^2) term). */
+static void check_sinks(void)
+{
+    enum { T = 6 };
+    float s[T * T], none[T * T], with[T * T], dp[T * T], plus[T * T], minus[T * T];
+    for (int i = 0; i < T * T; i++) s[i] = 3 * uniform(), dp[i] = uniform();
+    const float off[1] = {-INFINITY}, z[1] = {0.4f};
+    lens_score_fn f = {.scale = 1, .causal = 1, .window = 3};
+    memcpy(none, s, sizeof s);
+    lens_scores_forward(none, T, &f, 0);
+    f.sinks = off;
+    memcpy(with, s, sizeof s);
+    lens_scores_forward(with, T, &f, 0);
+    CHECK(!memcmp(none, with, sizeof none), "a sink logit of -inf changes the probabilities");
+    f.sinks = z;
+    memcpy(with, s, sizeof s);
+    lens_scores_forward(with, T, &f, 0);
+    double worst_sum = 0;
+    for (int r = 0; r < T; r++) { /* row r: 1 - sum P = exp(z) / (exp(z) + sum_j exp(s_rj)) over its band */
+        double row = 0, den = exp(z[0]);
+        for (int c = 0; c < T; c++) row += with[r * T + c], den += c <= r && r - c < 3 ? exp(s[r * T + c]) : 0;
+        const double d = fabs((1.0 - row) - exp(z[0]) / den);
+        worst_sum = d > worst_sum ? d : worst_sum;
+    }
+    CHECK(worst_sum < 1e-6, "rows miss the sink's share by %.2e", worst_sum);
+    const float e = 1e-2f, zp[1] = {z[0] + e}, zm[1] = {z[0] - e};
+    f.sinks = zp;
+    memcpy(plus, s, sizeof s);
+    lens_scores_forward(plus, T, &f, 0);
+    f.sinks = zm;
+    memcpy(minus, s, sizeof s);
+    lens_scores_forward(minus, T, &f, 0);
+    f.sinks = z;
+    const double fd = (dot(dp, plus, T * T) - dot(dp, minus, T * T)) / (2 * e);
+    const double dz = lens_scores_sink_backward(with, dp, T, &f);
+    CHECK(fabs(dz - fd) <= 1e-3 * fabs(fd) + 1e-6 && fabs(fd) > 1e-3, "sink gradient %.8g, finite differences %.8g",
+          dz, fd);
+    printf("attention sinks: -inf sink == no sink, row sums 1 - p_sink within %.1e, dz %.6f fd %.6f\n", worst_sum, dz,
+           fd);
+}
 
 /* q . k after RoPE at positions (i, j) and (i + s, j + s) */
 static void check_rope_relative(void)
@@ -693,6 +749,7 @@ int main(void)
 {
     check_ops();
     check_rope_relative();
+    check_sinks();
     check_repeat_kv();
     check_gqa_equals_mha();
     check_causal_prefix();

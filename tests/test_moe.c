@@ -12,8 +12,9 @@
  * Load errors, each a typed error naming the key or tensor, on micro
  * checkpoints (lens_mkmodel) with one config value changed:
  *   num_experts_per_tok above the experts, more than 128 experts, an
- *   mlp_only_layers index past the layers, clip_qkv set, and a router whose
- *   shape disagrees with the config (num_local_experts 3 against 4 rows). */
+ *   mlp_only_layers index past the layers, clip_qkv set, a router whose
+ *   shape disagrees with the config (num_local_experts 3 against 4 rows),
+ *   and gpt-oss's MXFP4 quantization_config. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,6 +137,10 @@ static void check_load_errors(const char *tmp)
         {"olmoe", "clip_qkv", "8.0", "\"clip_qkv\" = 8 is not supported"},
         {"mixtral", "num_local_experts", "3", "model.layers.0.block_sparse_moe.gate.weight"},
         {"olmoe", "num_experts", "7", "model.layers.0.mlp.gate.weight"},
+        {"gpt_oss", "num_experts_per_tok", "5", "\"num_experts_per_tok\" = 5 is outside [1, 4]"},
+        {"gpt_oss", "num_local_experts", "3", "model.layers.0.mlp.router.weight"},
+        {"gpt_oss", "quantization_config", "{\"quant_method\": \"mxfp4\"}",
+         "\"quantization_config\" (quant_method \"mxfp4\") is not supported"},
     };
     const int n = (int)(sizeof bad / sizeof bad[0]);
     for (int i = 0; i < n; i++) {

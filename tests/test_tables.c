@@ -215,7 +215,9 @@ static const struct {
     {"llama", "mlp_bias", "true", "\"mlp_bias\" = true is not supported"},
     {"llama", "num_key_value_heads", "3", "num_attention_heads 4 is not a multiple of num_key_value_heads 3"},
     {"llama", "num_key_value_heads", "8", "\"num_key_value_heads\" = 8 is outside [1, 4]"},
-    {"llama", "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 2}", "rope_scaling type \"yarn\""},
+    {"llama", "rope_scaling", "{\"rope_type\": \"dynamic\", \"factor\": 2}", "rope_scaling type \"dynamic\""},
+    {"llama", "rope_scaling", "{\"rope_type\": \"yarn\", \"factor\": 4, \"mscale\": 1}",
+     "rope_scaling.mscale is not supported"},
     {"qwen2", "use_sliding_window", "true", "\"use_sliding_window\" = true is not supported"},
     {"gemma2", "attn_logit_softcapping", "0", "\"attn_logit_softcapping\" = 0 must be > 0"},
     {"gemma3_text", "layer_types", "[\"sliding_attention\", \"chunked_attention\", \"full_attention\"]",
@@ -238,6 +240,15 @@ static const struct {
      "rope_scaling type \"longrope\""},
     {"phi3", "partial_rotary_factor", "0.2", "partial_rotary_factor 0.2 gives 1 rotary channels"},
     {"olmo2", "attention_bias", "1", "\"attention_bias\" must be true or false"},
+    {"gpt_oss", "quantization_config", "{\"quant_method\": \"mxfp4\", \"modules_to_not_convert\": []}",
+     "\"quantization_config\" (quant_method \"mxfp4\") is not supported: lensd reads gpt-oss weights in BF16"},
+    {"gpt_oss", "layer_types", "[\"full_attention\", \"sliding_attention\"]",
+     "\"layer_types\"[1] = \"sliding_attention\" breaks full attention every 1 layers"},
+    {"gpt_oss", "layer_types", "[\"sliding_attention\", \"chunked_attention\"]",
+     "\"layer_types\"[1] = \"chunked_attention\" is not supported"},
+    {"gpt_oss", "swiglu_limit", "10.0", "\"swiglu_limit\" = 10"},
+    {"gpt_oss", "hidden_act", "\"gelu\"", "\"hidden_act\" = \"gelu\" is not supported"},
+    {"gpt_oss", "rope_parameters", "{}", "\"rope_parameters\" is not supported"},
 };
 
 static void test_configs(const char *dir)

@@ -1151,16 +1151,14 @@ static int select_indices(const int *want, int n_want, int lo, int hi, const cha
     return 0;
 }
 
-/* max |softmax(scale Q_h K_h^T) - A_h| over the selected heads of one layer (scale = lens_config.attn_scale;
- * soft-capped scores and the layer's sliding window as the forward has them). */
-static double score_diff(const float *Q, const float *K, int NH, int DK, float scale, int T, int causal, float softcap,
-                         int window, const float *A, float *scores)
+/* max |P_h - A_h| over the selected heads of one layer, P_h the probabilities recomputed from Q_h, K_h by the
+ * layer's score function f (scale, soft-cap, sliding window, attention sinks as the forward has them). */
+static double score_diff(const float *Q, const float *K, int NH, int DK, int T, const lens_score_fn *f, int h,
+                         const float *A, float *scores)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, DK, scale, Q, NH * DK, K, NH * DK,
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, DK, f->scale, Q, NH * DK, K, NH * DK,
                 0.0f, scores, T);
-    if (softcap > 0) lens_softcap_forward(scores, (size_t)T * T, softcap);
-    if (window) lens_softmax_window_forward(scores, T, T, causal, window);
-    else lens_softmax_forward(scores, T, T, causal);
+    lens_scores_forward(scores, T, f, h);
     double worst = 0;
     for (size_t k = 0; k < (size_t)T * T; k++) {
         const double d = fabs((double)scores[k] - A[k]);
@@ -1181,8 +1179,7 @@ typedef struct {
     lens_err *err;        /* [n_heads] */
     int li, T, NH, DK, DV, causal;
     int window;           /* this layer's sliding window (0 = none) */
-    float scale;          /* lens_config.attn_scale of the model */
-    float softcap;        /* lens_config.attn_softcap */
+    lens_score_fn f;      /* this layer's scores (lens_model_scores) */
 } head_job;
 
 static void head_task(void *ctx, int hi)
@@ -1192,8 +1189,8 @@ static void head_task(void *ctx, int hi)
     const int h = res->heads[hi], T = j->T;
     const size_t k = (size_t)j->li * res->n_heads + hi, TT = (size_t)T * T;
     if (j->K)
-        j->diff[hi] = score_diff(j->Q + (size_t)h * j->DK, j->K + (size_t)h * j->DK, j->NH, j->DK, j->scale, T, j->causal,
-                                 j->softcap, j->window, j->A[hi], j->scores + (size_t)lens_pool_thread_index() * TT);
+        j->diff[hi] = score_diff(j->Q + (size_t)h * j->DK, j->K + (size_t)h * j->DK, j->NH, j->DK, T, &j->f, h, j->A[hi],
+                                 j->scores + (size_t)lens_pool_thread_index() * TT);
     lens_attention_head(j->A[hi], j->values + (size_t)h * j->DV, j->NH * j->DV,
                         j->Q ? j->Q + (size_t)h * j->DK : NULL, j->NH * j->DK, T, j->DV, j->DK, j->causal, j->window, j->special,
                         j->punct, &j->req->head, res->effective ? res->effective + k * TT : NULL,
@@ -1249,7 +1246,7 @@ int lens_attention_analyze(const lens_model *m, const lens_activations *act, int
     }
     if (req->verify_scores) res->scores_max_diff = 0;
     job = (head_job){.req = req, .res = res, .special = special, .punct = punct, .Q = Q, .K = req->verify_scores ? K : NULL, .scores = scores,
-                     .T = T, .NH = NH, .DK = DK, .DV = DV, .scale = m->cfg.attn_scale, .softcap = c->attn_softcap, .causal = causal, .A = job.A,
+                     .T = T, .NH = NH, .DK = DK, .DV = DV, .causal = causal, .A = job.A,
                      .diff = job.diff,
                      .err = job.err};
     for (int li = 0; li < res->n_layers; li++) {
@@ -1259,6 +1256,7 @@ int lens_attention_analyze(const lens_model *m, const lens_activations *act, int
             goto done;
         }
         job.window = lens_layer_window(c, l - 1);
+        job.f = lens_model_scores(m, l - 1, causal);
         /* q, k as the scores see them (norms, RoPE, QK-norm, GQA heads repeated) */
         if (need_q && lens_block_attn_qk(m, l - 1, lens_act_hidden(m, act, l - 1, seq), T, Q, K)) {
             rc = lens_fail(err, LENS_ENOMEM, "out of memory for the queries of layer %d", l);

@@ -180,7 +180,7 @@ static void attention_copies(const task_job *j, int c0, int c1)
     const lens_block_io *io = j->io;
     const int T = j->e->T, NH = c->n_heads;
     const size_t QK = (size_t)NH * c->d_head_k, VO = (size_t)NH * c->d_head_v, TT = (size_t)T * T;
-    const lens_score_fn f = lens_layer_scores(c, j->l, j->e->causal);
+    const lens_score_fn f = lens_model_scores(j->e->m, j->l, j->e->causal);
     for (int i = c0; i < c1; i++) {
         const size_t r = (size_t)i * T;
         lens_attention_forward(io->ctx + r * VO, j->e->probs[j->l] + i * NH * TT, TT, io->q + r * QK, io->k + r * QK,
@@ -252,7 +252,7 @@ static void attention_backward_copies(const task_job *j, int c0, int c1)
     const lens_block_cache *k = io->cache;
     const int T = e->T, NH = c->n_heads, thread = lens_pool_thread_index();
     const size_t QK = (size_t)NH * c->d_head_k, VO = (size_t)NH * c->d_head_v, TT = (size_t)T * T;
-    const lens_score_fn f = lens_layer_scores(c, j->l, e->causal);
+    const lens_score_fn f = lens_model_scores(e->m, j->l, e->causal);
     for (int i = c0; i < c1; i++) {
         const size_t r = (size_t)i * T;
         float *dq = io->q + r * QK, *dk = io->k + r * QK, *dv = io->v + r * VO;

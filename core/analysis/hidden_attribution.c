@@ -102,7 +102,7 @@ static void primal_attend(lens_block_io *io, int l)
     const primal *p = io->attend_ctx;
     const lens_config *c = &p->m->cfg;
     const size_t TT = (size_t)p->T * p->T;
-    const lens_score_fn f = lens_layer_scores(c, l, p->causal);
+    const lens_score_fn f = lens_model_scores(p->m, l, p->causal);
     lens_attention_forward(io->ctx, p->probs + (size_t)l * p->NH * TT, TT, io->q, io->k, io->v, p->T, p->NH,
                            c->d_head_k, c->d_head_v, &f);
 }
@@ -187,7 +187,7 @@ static void tangent_attend(lens_block_io *io, int l)
     const primal *p = t->p;
     const lens_config *c = &p->m->cfg;
     const size_t TT = (size_t)p->T * p->T;
-    const lens_score_fn f = lens_layer_scores(c, l, p->causal);
+    const lens_score_fn f = lens_model_scores(p->m, l, p->causal);
     lens_attention_jvp(io->ctx, io->q, io->k, io->v, io->cache->q, io->cache->k, io->cache->v,
                        p->probs + (size_t)l * p->NH * TT, TT, io->N / p->T, p->T, p->NH, c->d_head_k, c->d_head_v,
                        &f, t->dS);

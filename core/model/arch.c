@@ -19,14 +19,15 @@
 extern const lens_family lens_family_bert, lens_family_gpt2, lens_family_roberta, lens_family_distilbert,
     lens_family_llama, lens_family_mistral, lens_family_qwen2, lens_family_qwen3, lens_family_gemma,
     lens_family_gemma2, lens_family_gpt_neox, lens_family_phi3, lens_family_olmo2, lens_family_xlm_roberta,
-    lens_family_gemma3_text, lens_family_modernbert, lens_family_mixtral, lens_family_qwen3_moe, lens_family_olmoe;
+    lens_family_gemma3_text, lens_family_modernbert, lens_family_mixtral, lens_family_qwen3_moe, lens_family_olmoe,
+    lens_family_gpt_oss;
 const lens_family *const lens_families[] = {&lens_family_bert, &lens_family_gpt2, &lens_family_roberta,
                                             &lens_family_distilbert, &lens_family_llama, &lens_family_mistral,
                                             &lens_family_qwen2, &lens_family_qwen3, &lens_family_gemma,
                                             &lens_family_gemma2, &lens_family_gpt_neox, &lens_family_phi3, &lens_family_olmo2,
                                             &lens_family_xlm_roberta, &lens_family_gemma3_text,
                                             &lens_family_modernbert, &lens_family_mixtral, &lens_family_qwen3_moe,
-                                            &lens_family_olmoe, NULL};
+                                            &lens_family_olmoe, &lens_family_gpt_oss, NULL};
 
 const lens_family *lens_family_find(const char *model_type)
 {
@@ -68,6 +69,7 @@ int lens_dim_size(const lens_config *c, lens_dim d)
     case LENS_D_DH: return NH > 0 ? c->d_model / NH : 0;
     case LENS_D_E: return c->n_experts;
     case LENS_D_FE: return c->d_ff_expert;
+    case LENS_D_2FE: return 2 * c->d_ff_expert;
     }
     return 0;
 }
@@ -82,7 +84,7 @@ static int holds(const lens_config *c, unsigned when, int l)
                          (c->qk_norm ? LENS_IF_QK_NORM : 0) |
                          (c->post_norms ? LENS_IF_POST_NORMS : LENS_IF_NO_POST_NORMS) |
                          (l > 0 ? LENS_IF_NOT_FIRST_LAYER : 0) |
-                         (lens_layer_moe(c, l) ? LENS_IF_MOE : LENS_IF_DENSE);
+                         (lens_layer_moe(c, l) ? LENS_IF_MOE : LENS_IF_DENSE) | (c->attn_sinks ? LENS_IF_SINKS : 0);
     return (when & ~now) == 0;
 }
 
@@ -93,6 +95,27 @@ static const void *walk_tensor(lens_param_visitor *v, const char *name, int64_t 
     const lens_param_desc d = {.name = name, .ndim = d1 ? 2 : 1, .shape = {d0, d1}, .kind = kind,
                                .init_std = init_std, .summed = summed};
     return v->tensor(v, &d);
+}
+
+/* A LENS_T_EXPERTS row: W [E][in][out] and b [E][out] as the E experts' maps y = x W_e + b_e, expert e's
+ * at dst + e * sizeof(lens_moe_expert). */
+static void walk_experts(const lens_config *c, lens_param_visitor *v, const char *name, const char *bias, int in,
+                         int out, float init, float noise, char *dst)
+{
+    const int E = c->n_experts;
+    const lens_param_desc dw = {.name = name, .ndim = 3, .shape = {E, in, out}, .kind = LENS_PARAM_WEIGHT,
+                                .init_std = init};
+    const lens_param_desc db = {.name = bias, .ndim = 2, .shape = {E, out}, .kind = LENS_PARAM_BIAS,
+                                .init_std = noise};
+    const void *w = v->failed ? NULL : v->tensor(v, &dw);
+    const lens_dtype dtype = v->dtype;
+    const float *b = v->failed ? NULL : v->tensor(v, &db);
+    for (int e = 0; e < E; e++) {
+        const size_t at = (size_t)e * in * out;
+        *(lens_linear *)(dst + (size_t)e * sizeof(lens_moe_expert)) =
+            (lens_linear){.w = w ? lens_dtype_at(w, dtype, at) : NULL, .b = b ? b + (size_t)e * out : NULL, .in = in,
+                          .out = out, .ld = out, .w_in_out = 1, .dtype = dtype};
+    }
 }
 
 /* name = prefix (its "%d"s the layer and expert indices) + row + suffix. */
@@ -149,7 +172,7 @@ static void walk_row(const lens_config *c, lens_param_visitor *v, const lens_ten
         *(const void **)dst = walk_tensor(v, name, d0, d1, LENS_PARAM_EMBEDDING, init, 0);
         return;
     case LENS_T_VECTOR:
-        *(const float **)dst = walk_tensor(v, name, d0, 0, LENS_PARAM_BIAS, 0, 0);
+        *(const float **)dst = walk_tensor(v, name, d0, 0, LENS_PARAM_BIAS, noise, 0);
         return;
     case LENS_T_LAYERNORM:
     case LENS_T_LAYERNORM_NB:
@@ -161,6 +184,11 @@ static void walk_row(const lens_config *c, lens_param_visitor *v, const lens_ten
         ln->b = r->kind == LENS_T_LAYERNORM ? walk_tensor(v, bias, d0, 0, LENS_PARAM_NORM_BIAS, 0, 0) : NULL;
         return;
     }
+    case LENS_T_EXPERTS:
+        tensor_name(name, sizeof name, prefix, layer, expert, r->name, "");
+        tensor_name(bias, sizeof bias, prefix, layer, expert, r->name, "_bias");
+        walk_experts(c, v, name, bias, d0, d1, init, noise, dst);
+        return;
     case LENS_T_LINEAR:
     case LENS_T_LINEAR_NB:
     case LENS_T_CONV1D: {

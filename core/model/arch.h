@@ -51,14 +51,22 @@ typedef enum {
 
 typedef struct {
     const char *name;   /* full HF name, "bert.encoder.layer.0.attention.self.query.weight" */
-    int ndim;           /* 1 or 2 */
-    int64_t shape[2];   /* as stored in the file */
+    int ndim;           /* 1, 2, or 3 (stacked experts: [E][in][out], their biases [E][out]) */
+    int64_t shape[3];   /* as stored in the file */
     lens_param_kind kind;
     float init_std;     /* random kinds: HF's initialiser N(0, init_std); norm kinds: mkmodel adds
                            N(0, init_std) noise to the 1 / 0 fill so tests see every gain */
     int summed;         /* head_combination != concat: attention.output.dense.weight stored
                            [C][DV] (model.h); the trainer keeps it tiled [C][NH*DV] */
 } lens_param_desc;
+
+/* Elements of a tensor as stored. */
+static inline size_t lens_param_numel(const lens_param_desc *d)
+{
+    size_t n = 1;
+    for (int i = 0; i < d->ndim; i++) n *= (size_t)d->shape[i];
+    return n;
+}
 
 /* The walker calls tensor() once per tensor in HF order; it returns the
  * tensor's data ([shape] elements of v->dtype; [C][NH*DV] for a summed
@@ -88,7 +96,10 @@ typedef enum {
     LENS_T_CONV1D,    /* GPT-2 Conv1D: name.weight [d1 = in][d0 = out], name.bias [out] */
     LENS_T_LAYERNORM, /* name.weight, name.bias [d0] */
     LENS_T_LAYERNORM_NB, /* LayerNorm without bias: name.weight [d0] (ModernBERT's norm_bias false) */
-    LENS_T_RMSNORM    /* name.weight [d0]; a unit-offset gain 1 + w (Gemma) is stored as w */
+    LENS_T_RMSNORM,   /* name.weight [d0]; a unit-offset gain 1 + w (Gemma) is stored as w */
+    LENS_T_EXPERTS    /* every expert's map in one tensor (gpt-oss): name [E][d0 = in][d1 = out] and
+                         name_bias [E][d1], bound as a lens_linear y = x W + b into each lens_moe_expert
+                         of the layer (field: LENS_B(experts) + offsetof(lens_moe_expert, map)) */
 } lens_tensor_kind;
 
 /* Tensor sizes in config symbols (lens_dim_size). */
@@ -110,7 +121,8 @@ typedef enum {
     LENS_D_NH,     /* n_heads */
     LENS_D_DH,     /* d_model / n_heads (a config default; the keys must divide) */
     LENS_D_E,      /* n_experts */
-    LENS_D_FE      /* d_ff_expert */
+    LENS_D_FE,     /* d_ff_expert */
+    LENS_D_2FE     /* fused gate | up of an expert */
 } lens_dim;
 int lens_dim_size(const lens_config *c, lens_dim d);
 
@@ -126,7 +138,8 @@ enum {
     LENS_IF_NO_POST_NORMS = 1 << 7, /* not post_norms */
     LENS_IF_NOT_FIRST_LAYER = 1 << 8, /* per-layer rows: layers 1.. only (ModernBERT's attn_norm) */
     LENS_IF_MOE = 1 << 9,             /* the layer has a mixture of experts (lens_layer_moe) */
-    LENS_IF_DENSE = 1 << 10           /* the layer has a dense MLP (every layer of a family without experts) */
+    LENS_IF_DENSE = 1 << 10,          /* the layer has a dense MLP (every layer of a family without experts) */
+    LENS_IF_SINKS = 1 << 11           /* cfg attn_sinks */
 };
 
 /* A fused tensor bound as views of its parts (row blocks of an nn.Linear,

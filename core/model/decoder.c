@@ -53,7 +53,52 @@ const lens_config_key lens_decoder_keys[] = {
     {0}};
 
 /* rope_scaling: null, {"rope_type" | "type": "default" | "linear" | "llama3", ...}. */
-static int parse_rope_scaling(const json_t *root, const char *path, lens_rope_params *r, lens_err *err)
+/* A yarn member: its number, def when absent or null. */
+static double yarn_number(const json_t *s, const char *key, double def)
+{
+    const json_t *v = json_object_get(s, key);
+    return v && !json_is_null(v) ? json_number_value(v) : def;
+}
+
+/* rope_scaling yarn (HF _compute_yarn_parameters, what gpt-oss configs use):
+ * factor, beta_fast (32), beta_slow (1), original_max_position_embeddings
+ * (max_position_embeddings; when given, factor must equal
+ * max_position_embeddings / it, as in gpt-oss's 131072 / 4096 = 32),
+ * truncate (true), attention_factor (0.1 ln factor + 1); DeepSeek's mscale /
+ * mscale_all_dim are refused by name. */
+static int parse_yarn(const json_t *s, const char *path, lens_rope_params *r, int max_positions, lens_err *err)
+{
+    static const char *const refused[] = {"mscale", "mscale_all_dim"};
+    for (int i = 0; i < 2; i++) {
+        const json_t *v = json_object_get(s, refused[i]);
+        if (v && !json_is_null(v))
+            return lens_fail(err, LENS_EFORMAT, "%s: rope_scaling.%s is not supported (yarn with factor, beta_fast, "
+                             "beta_slow, original_max_position_embeddings, truncate, attention_factor)", path,
+                             refused[i]);
+    }
+    const json_t *truncate = json_object_get(s, "truncate");
+    r->type = LENS_ROPE_YARN;
+    r->beta_fast = yarn_number(s, "beta_fast", 32);
+    r->beta_slow = yarn_number(s, "beta_slow", 1);
+    r->original_max_positions = (int)yarn_number(s, "original_max_position_embeddings", max_positions);
+    /* transformers replaces factor by max_position_embeddings / original_max_position_embeddings when the
+     * latter is given (older versions did not): a config where the two differ means different models */
+    const double ratio = (double)max_positions / r->original_max_positions;
+    if (json_object_get(s, "original_max_position_embeddings") && fabs(ratio - r->factor) > 1e-9 * r->factor)
+        return lens_fail(err, LENS_EFORMAT, "%s: rope_scaling yarn factor %g differs from max_position_embeddings / "
+                         "original_max_position_embeddings = %d / %d, which transformers uses instead (older "
+                         "versions use factor); lensd refuses the ambiguity", path, r->factor, max_positions,
+                         r->original_max_positions);
+    r->truncate = !truncate || json_is_null(truncate) || json_is_true(truncate);
+    r->attention_factor = yarn_number(s, "attention_factor", r->factor > 1 ? 0.1 * log(r->factor) + 1.0 : 1.0);
+    if (!(r->beta_fast > 0) || !(r->beta_slow > 0) || r->original_max_positions < 1 || !(r->attention_factor > 0))
+        return lens_fail(err, LENS_EFORMAT, "%s: rope_scaling yarn needs beta_fast > 0, beta_slow > 0, "
+                         "original_max_position_embeddings >= 1 and attention_factor > 0", path);
+    return 0;
+}
+
+static int parse_rope_scaling(const json_t *root, const char *path, lens_rope_params *r, int max_positions,
+                              lens_err *err)
 {
     const json_t *s = json_object_get(root, "rope_scaling");
     r->type = LENS_ROPE_DEFAULT;
@@ -62,9 +107,9 @@ static int parse_rope_scaling(const json_t *root, const char *path, lens_rope_pa
     const char *type = json_string_value(json_object_get(s, "rope_type"));
     if (!type) type = json_string_value(json_object_get(s, "type"));
     if (!type || !strcmp(type, "default")) return 0;
-    if (strcmp(type, "linear") && strcmp(type, "llama3"))
-        return lens_fail(err, LENS_EFORMAT, "%s: rope_scaling type \"%s\" is not supported (default, linear, llama3)",
-                         path, type);
+    if (strcmp(type, "linear") && strcmp(type, "llama3") && strcmp(type, "yarn"))
+        return lens_fail(err, LENS_EFORMAT,
+                         "%s: rope_scaling type \"%s\" is not supported (default, linear, llama3, yarn)", path, type);
     const double factor = json_number_value(json_object_get(s, "factor"));
     if (!(factor > 0)) return lens_fail(err, LENS_EFORMAT, "%s: rope_scaling.factor must be > 0", path);
     r->factor = factor;
@@ -72,6 +117,7 @@ static int parse_rope_scaling(const json_t *root, const char *path, lens_rope_pa
         r->type = LENS_ROPE_LINEAR;
         return 0;
     }
+    if (!strcmp(type, "yarn")) return parse_yarn(s, path, r, max_positions, err);
     r->type = LENS_ROPE_LLAMA3;
     r->low_freq_factor = json_number_value(json_object_get(s, "low_freq_factor"));
     r->high_freq_factor = json_number_value(json_object_get(s, "high_freq_factor"));
@@ -88,7 +134,7 @@ int lens_decoder_config_hook(const json_t *root, const char *path, lens_config *
 {
     if (cfg->d_head_k % 2) return lens_fail(err, LENS_EFORMAT, "%s: head_dim %d must be even for RoPE", path, cfg->d_head_k);
     cfg->d_head_v = cfg->rope.dim = cfg->d_head_k;
-    return parse_rope_scaling(root, path, &cfg->rope, err);
+    return parse_rope_scaling(root, path, &cfg->rope, cfg->max_positions, err);
 }
 
 int lens_decoder_config_ids(json_t *root, const lens_config *c)
@@ -106,9 +152,54 @@ int lens_decoder_config_extra(json_t *root, const lens_config *c)
         scaling = json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor", r->factor, "low_freq_factor",
                             r->low_freq_factor, "high_freq_factor", r->high_freq_factor,
                             "original_max_position_embeddings", r->original_max_positions);
+    else if (r->type == LENS_ROPE_YARN)
+        scaling = json_pack("{s:s, s:f, s:f, s:f, s:i, s:b}", "rope_type", "yarn", "factor", r->factor, "beta_fast",
+                            r->beta_fast, "beta_slow", r->beta_slow, "original_max_position_embeddings",
+                            r->original_max_positions, "truncate", r->truncate);
     else if (r->type == LENS_ROPE_LINEAR)
         scaling = json_pack("{s:s, s:f}", "rope_type", "linear", "factor", r->factor);
     return json_object_set_new(root, "rope_scaling", scaling) || lens_decoder_config_ids(root, c);
+}
+
+/* layer_types: "sliding_attention" or "full_attention" per layer. lensd
+ * runs HF's default form of it, full attention on every Nth layer (N the
+ * first full layer's l + 1; none full: every layer windowed), which every
+ * Gemma 3 and gpt-oss checkpoint has; another list is refused by name. */
+int lens_decoder_layer_types(const json_t *root, const char *path, lens_config *cfg, lens_err *err)
+{
+    const json_t *types = json_object_get(root, "layer_types");
+    if (!types || json_is_null(types)) return 0; /* sliding_window_pattern says */
+    if (!json_is_array(types) || json_array_size(types) != (size_t)cfg->n_layers)
+        return lens_fail(err, LENS_EFORMAT, "%s: \"layer_types\" must be a list of num_hidden_layers = %d entries",
+                         path, cfg->n_layers);
+    int pattern = 0;
+    for (int l = 0; l < cfg->n_layers; l++) {
+        const char *t = json_string_value(json_array_get(types, (size_t)l));
+        const int full = t && !strcmp(t, "full_attention");
+        if (!full && !(t && !strcmp(t, "sliding_attention")))
+            return lens_fail(err, LENS_EFORMAT,
+                             "%s: \"layer_types\"[%d] = \"%.40s\" is not supported (sliding_attention, full_attention)",
+                             path, l, t ? t : "(not a string)");
+        if (full && !pattern) pattern = l + 1;
+        if (full != (pattern && (l + 1) % pattern == 0))
+            return lens_fail(err, LENS_EFORMAT,
+                             "%s: \"layer_types\"[%d] = \"%s\" breaks full attention every %d layers, the only "
+                             "pattern lensd runs (HF's sliding_window_pattern)", path, l, t, pattern);
+    }
+    cfg->sliding_pattern = pattern;
+    return 0;
+}
+
+/* layer_types as transformers writes it, then the decoders' members. */
+int lens_decoder_config_extra_layer_types(json_t *root, const lens_config *c)
+{
+    json_t *types = json_array();
+    for (int l = 0; types && l < c->n_layers; l++)
+        if (json_array_append_new(types, json_string(c->sliding_pattern && (l + 1) % c->sliding_pattern == 0
+                                                         ? "full_attention"
+                                                         : "sliding_attention")))
+            return -1;
+    return !types || json_object_set_new(root, "layer_types", types) || lens_decoder_config_extra(root, c);
 }
 
 /* ------------------------------------------------------------ tensors */

@@ -48,6 +48,12 @@ int lens_decoder_config_hook(const struct json_t *root, const char *path, lens_c
  * (ids), and rope_scaling (extra). */
 int lens_decoder_config_ids(struct json_t *root, const lens_config *c);
 int lens_decoder_config_extra(struct json_t *root, const lens_config *c);
+/* layer_types ("sliding_attention" / "full_attention" per layer) into
+ * sliding_pattern: full attention on every Nth layer ((l + 1) % N == 0, the
+ * family's sliding_pattern_offset 1), anything else refused by name; and
+ * the writer's extra with layer_types written (Gemma 3, gpt-oss). */
+int lens_decoder_layer_types(const struct json_t *root, const char *path, lens_config *cfg, lens_err *err);
+int lens_decoder_config_extra_layer_types(struct json_t *root, const lens_config *c);
 /* The writer's members the decoder families share. */
 #define LENS_DECODER_CONSTANTS "{\"attention_dropout\": 0.0}"
 #define LENS_DECODER_WRITER                                                                                        \

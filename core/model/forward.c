@@ -127,8 +127,8 @@ static void attend_task(void *ctx, int task)
                                    .w = w->io.k + r * QK + h * DK, .ld = (size_t)QK, .w_kn = 0,
                                    .alpha = c->attn_scale, .y = probs, .ldy = (size_t)T};
     lens_gemm(&scores, NULL);
-    const lens_score_fn f = lens_layer_scores(c, j->layer, w->causal);
-    lens_scores_forward(probs, T, &f);
+    const lens_score_fn f = lens_model_scores(w->m, j->layer, w->causal);
+    lens_scores_forward(probs, T, &f, h);
     const lens_gemm_args context = {.M = T, .N = DV, .K = T, .x = probs, .ldx = (size_t)T,
                                     .w = w->io.v + r * VO + h * DV, .ld = (size_t)VO, .w_kn = 1, .alpha = 1.0f,
                                     .y = w->io.ctx + r * VO + h * DV, .ldy = (size_t)VO};

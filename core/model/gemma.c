@@ -75,35 +75,6 @@ static int gemma_config_hook(const json_t *root, const char *path, lens_config *
     return lens_decoder_config_hook(root, path, cfg, err);
 }
 
-/* layer_types: "sliding_attention" or "full_attention" per layer. lensd
- * runs HF's default form of it, full attention on every Nth layer (N the
- * first full layer's l + 1; none full: every layer windowed), which every
- * Gemma 3 checkpoint has; another list is refused by name. */
-static int gemma3_layer_types(const json_t *root, const char *path, lens_config *cfg, lens_err *err)
-{
-    const json_t *types = json_object_get(root, "layer_types");
-    if (!types || json_is_null(types)) return 0; /* sliding_window_pattern says */
-    if (!json_is_array(types) || json_array_size(types) != (size_t)cfg->n_layers)
-        return lens_fail(err, LENS_EFORMAT, "%s: \"layer_types\" must be a list of num_hidden_layers = %d entries",
-                         path, cfg->n_layers);
-    int pattern = 0;
-    for (int l = 0; l < cfg->n_layers; l++) {
-        const char *t = json_string_value(json_array_get(types, (size_t)l));
-        const int full = t && !strcmp(t, "full_attention");
-        if (!full && !(t && !strcmp(t, "sliding_attention")))
-            return lens_fail(err, LENS_EFORMAT,
-                             "%s: \"layer_types\"[%d] = \"%.40s\" is not supported (sliding_attention, full_attention)",
-                             path, l, t ? t : "(not a string)");
-        if (full && !pattern) pattern = l + 1;
-        if (full != (pattern && (l + 1) % pattern == 0))
-            return lens_fail(err, LENS_EFORMAT,
-                             "%s: \"layer_types\"[%d] = \"%s\" breaks full attention every %d layers, the only "
-                             "pattern lensd runs (HF's sliding_window_pattern)", path, l, t, pattern);
-    }
-    cfg->sliding_pattern = pattern;
-    return 0;
-}
-
 /* Gemma's hook, layer_types, and the local layers' RoPE: default type at
  * rope_local_base_freq over the whole head (HF's rotary_emb_local);
  * rope_theta and rope_scaling are the global layers'. transformers 5's
@@ -113,21 +84,9 @@ static int gemma3_config_hook(const json_t *root, const char *path, lens_config 
     if (json_object_get(root, "rope_parameters"))
         return lens_fail(err, LENS_EFORMAT, "%s: \"rope_parameters\" is not supported (rope_theta, "
                          "rope_local_base_freq and rope_scaling are)", path);
-    if (gemma3_layer_types(root, path, cfg, err) || gemma_config_hook(root, path, cfg, err)) return -1;
+    if (lens_decoder_layer_types(root, path, cfg, err) || gemma_config_hook(root, path, cfg, err)) return -1;
     cfg->rope_local.dim = cfg->rope.dim;
     return 0;
-}
-
-/* layer_types as transformers writes it, then the decoders' members. */
-static int gemma3_config_extra(json_t *root, const lens_config *c)
-{
-    json_t *types = json_array();
-    for (int l = 0; types && l < c->n_layers; l++)
-        if (json_array_append_new(types, json_string(c->sliding_pattern && (l + 1) % c->sliding_pattern == 0
-                                                         ? "full_attention"
-                                                         : "sliding_attention")))
-            return -1;
-    return !types || json_object_set_new(root, "layer_types", types) || lens_decoder_config_extra(root, c);
 }
 
 /* micro: head_dim 16 over hidden 32 and one kv head (gemma-2b is MQA). */
@@ -228,6 +187,6 @@ const lens_family lens_family_gemma3_text = {
     .writer = &(const lens_family_writer){.new_config = gemma3_new_config, .preset = gemma3_preset,
                                           .default_task = LENS_TASK_CAUSAL_LM,
                                           .config_constants = LENS_DECODER_CONSTANTS,
-                                          .config_extra = gemma3_config_extra, .bpe_last = "<eos>",
+                                          .config_extra = lens_decoder_config_extra_layer_types, .bpe_last = "<eos>",
                                           .preset_names = "micro, tiny, 1b, 4b, 12b"},
 };

@@ -126,7 +126,8 @@ static const void *list_tensor(lens_param_visitor *v, const lens_param_desc *d)
         return NULL;
     }
     /* every tensor in the one dtype, as transformers saves a model cast to torch_dtype */
-    b->t[b->n] = (lens_st_out){.name = copy, .ndim = d->ndim, .shape = {d->shape[0], d->shape[1]}, .dtype = b->dtype};
+    b->t[b->n] = (lens_st_out){.name = copy, .ndim = d->ndim,
+                            .shape = {d->shape[0], d->shape[1], d->shape[2]}, .dtype = b->dtype};
     b->d[b->n++] = *d;
     return NULL;
 }
@@ -138,7 +139,7 @@ static void fill(const lens_param_desc *d, rng *r, float *data, size_t n)
     const int random = d->kind == LENS_PARAM_EMBEDDING || d->kind == LENS_PARAM_WEIGHT;
     const float value = d->kind == LENS_PARAM_NORM_WEIGHT ? 1.0f : 0.0f;
     for (size_t i = 0; i < n; i++) data[i] = random ? d->init_std * rng_normal(r) : value;
-    if (!random && d->kind != LENS_PARAM_BIAS && d->init_std > 0) /* norm noise (arch.h) */
+    if (!random && d->init_std > 0) /* norm noise (arch.h), noisy biases (gpt-oss's experts and sinks) */
         for (size_t i = 0; i < n; i++) data[i] += d->init_std * rng_normal(r);
 }
 
@@ -379,7 +380,9 @@ static int write_config(const char *dir, const lens_config *c, lens_dtype dtype,
 
 static size_t tensor_elems(const lens_st_out *t)
 {
-    return (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
+    size_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= (size_t)t->shape[i];
+    return n;
 }
 
 /* Tensors [first, first + n) into path, generated FILL_CHUNK values at a

@@ -68,8 +68,9 @@ static const void *bind_tensor(lens_param_visitor *v, const lens_param_desc *d)
         if (prefixed && b->strip == 1) name += plen;
     }
     v->dtype = LENS_DT_F32;
-    const void *p = d->ndim == 2 ? lens_weights_get_raw(b->w, name, d->ndim, d->shape, &v->dtype, b->err)
-                                 : lens_weights_get(b->w, name, d->ndim, d->shape, b->err);
+    const int matrix = d->kind == LENS_PARAM_WEIGHT || d->kind == LENS_PARAM_EMBEDDING;
+    const void *p = matrix ? lens_weights_get_raw(b->w, name, d->ndim, d->shape, &v->dtype, b->err)
+                           : lens_weights_get(b->w, name, d->ndim, d->shape, b->err);
     if (p && d->kind == LENS_PARAM_EMBEDDING) {
         /* one dtype for tok/pos/type tables: the embedding reads them in one pass */
         if (b->n_emb++ && v->dtype != b->p->emb_dtype) {
@@ -78,7 +79,7 @@ static const void *bind_tensor(lens_param_visitor *v, const lens_param_desc *d)
             p = NULL;
         } else b->p->emb_dtype = v->dtype;
     }
-    if (p) b->n_params += (size_t)(d->shape[0] * (d->ndim == 2 ? d->shape[1] : 1));
+    if (p) b->n_params += lens_param_numel(d);
     else v->failed = 1;
     return p;
 }
@@ -95,7 +96,7 @@ static size_t linear_extent(const lens_linear *lin)
 
 /* The linear maps of the model in load order: [L][BLOCK_MAPS] block maps,
  * then heads; entries whose weight is not bound are skipped by the callers. */
-enum { DENSE_MAPS = 8, BLOCK_MAPS = DENSE_MAPS + 3 * LENS_MOE_MAX_EXPERTS, HEAD_MAPS = 4 };
+enum { DENSE_MAPS = 8, BLOCK_MAPS = DENSE_MAPS + 4 * LENS_MOE_MAX_EXPERTS, HEAD_MAPS = 4 };
 static int model_linears(lens_model *m, lens_linear **out)
 {
     int n = 0;
@@ -106,7 +107,7 @@ static int model_linears(lens_model *m, lens_linear **out)
         for (int i = 0; i < DENSE_MAPS; i++) out[n++] = maps[i];
         for (int e = 0; e < LENS_MOE_MAX_EXPERTS; e++) {
             lens_moe_expert *ex = &blk->experts[e];
-            out[n++] = &ex->gate, out[n++] = &ex->up, out[n++] = &ex->down;
+            out[n++] = &ex->gate, out[n++] = &ex->up, out[n++] = &ex->down, out[n++] = &ex->gate_up;
         }
     }
     out[n++] = &m->p.pooler;

@@ -69,6 +69,7 @@ typedef struct {
     int qk_norm;             /* per-head RMSNorm of q and k before RoPE (Qwen3) */
     int post_norms;          /* Gemma 2: RMSNorm after attention and after the MLP, before the residual add */
     int parallel_residual;   /* GPT-NeoX: x + Attn(LN1(x)) + MLP(LN2(x)) */
+    int attn_sinks;          /* gpt-oss: a learned per-head logit in each softmax denominator (lens_block.sinks) */
     int sliding_window;      /* keys i - j < W only (0 = full causal) */
     int sliding_pattern;     /* N > 0: every Nth layer (l + offset a multiple of N) has full attention, the
                                 others the window (HF's sliding_window_pattern / layer_types: Gemma 2
@@ -136,12 +137,14 @@ static inline int lens_head_summed_column(const lens_config *c, int m)
     return c->head_combination == LENS_HEADS_SUM_ADJACENT ? m / c->n_heads : m % c->d_head_v;
 }
 
-/* attn_scale from d_head_k / d_head_v and scale_by_dv; every code that fills
+/* attn_scale from d_head_k / d_head_v, scale_by_dv and YaRN's attention factor; every code that fills
  * a lens_config by hand calls it after setting the head sizes. */
 static inline void lens_config_set_attn_scale(lens_config *c)
 {
     c->attn_scale = c->query_pre_attn_scalar > 0 ? 1.0f / sqrtf(c->query_pre_attn_scalar)
                                                  : 1.0f / sqrtf((float)(c->scale_by_dv ? c->d_head_v : c->d_head_k));
+    /* YaRN scales cos and sin, so q and k, by attention_factor: scores by its square */
+    if (c->rope.type == LENS_ROPE_YARN) c->attn_scale *= (float)(c->rope.attention_factor * c->rope.attention_factor);
 }
 
 int lens_config_load(const char *path, lens_config *cfg, lens_err *err);
@@ -164,6 +167,7 @@ typedef struct {
      * E experts' gate, up, down maps (a dense layer leaves them unbound). */
     lens_linear router;
     lens_moe_expert experts[LENS_MOE_MAX_EXPERTS];
+    const float *sinks;            /* [NH] attention sink logits (cfg attn_sinks), or NULL */
 } lens_block;
 
 typedef struct {
@@ -195,6 +199,14 @@ typedef struct lens_model {
     size_t n_params;
     float *packed;   /* one allocation holding every lens_linear.packed (F32 checkpoints only) */
 } lens_model;
+
+/* lens_layer_scores of layer l with the layer's attention sinks (core/nn/scores.h). */
+static inline lens_score_fn lens_model_scores(const lens_model *m, int l, int causal)
+{
+    lens_score_fn f = lens_layer_scores(&m->cfg, l, causal);
+    f.sinks = m->p.blocks[l].sinks;
+    return f;
+}
 
 /* The LM decoder, logits = t W_lm^T with the untied lm_head when the
  * checkpoint has one, else tied, t E^T: the token embeddings viewed as a

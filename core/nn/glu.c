@@ -9,6 +9,11 @@ void lens_glu_act(lens_glu act, float x, float *y, float *dy)
         const float s = 1.0f / (1.0f + expf(-x));
         *y = x * s;
         *dy = s * (1.0f + x * (1.0f - s));
+    } else if (act == LENS_GLU_CLAMPED_SWIGLU) { /* m = min(x, L): m s(alpha m), derivative 0 above L */
+        const float m = x < LENS_GLU_CLAMP_LIMIT ? x : LENS_GLU_CLAMP_LIMIT;
+        const float s = 1.0f / (1.0f + expf(-LENS_GLU_CLAMP_ALPHA * m));
+        *y = m * s;
+        *dy = x < LENS_GLU_CLAMP_LIMIT ? s * (1.0f + LENS_GLU_CLAMP_ALPHA * m * (1.0f - s)) : 0.0f;
     } else if (act == LENS_GLU_GELU) { /* exact: x Phi(x), d = Phi(x) + x phi(x) */
         const float cdf = 0.5f * (1.0f + erff(x * 0.7071067811865476f));
         *y = x * cdf;
@@ -21,14 +26,26 @@ void lens_glu_act(lens_glu act, float x, float *y, float *dy)
     }
 }
 
+void lens_glu_up(lens_glu act, float u, float *y, float *dy)
+{
+    if (act != LENS_GLU_CLAMPED_SWIGLU) {
+        *y = u, *dy = 1.0f;
+        return;
+    }
+    const float L = LENS_GLU_CLAMP_LIMIT; /* clamp(u, -L, L) + 1 */
+    *y = (u < -L ? -L : u > L ? L : u) + 1.0f;
+    *dy = u > -L && u < L ? 1.0f : 0.0f;
+}
+
 void lens_glu_forward(float *out, const float *gate, const float *up, int N, int F, size_t ld, lens_glu act)
 {
     for (int n = 0; n < N; n++)
         for (int f = 0; f < F; f++) {
             const size_t i = (size_t)n * ld + f;
-            float y, dy;
+            float y, dy, v, dv;
             lens_glu_act(act, gate[i], &y, &dy);
-            out[i] = y * up[i];
+            lens_glu_up(act, up[i], &v, &dv);
+            out[i] = y * v;
         }
 }
 
@@ -38,11 +55,12 @@ void lens_glu_backward(float *dgate, float *dup, const float *dout, const float 
     for (int n = 0; n < N; n++)
         for (int f = 0; f < F; f++) {
             const size_t i = (size_t)n * ld + f;
-            float y, dy;
+            float y, dy, v, dv;
             lens_glu_act(act, gate[i], &y, &dy);
-            /* forward: out = act(g) u */
-            if (dgate) dgate[i] += dout[i] * dy * up[i];
-            if (dup) dup[i] += dout[i] * y;
+            lens_glu_up(act, up[i], &v, &dv);
+            /* forward: out = act(g) v(u) */
+            if (dgate) dgate[i] += dout[i] * dy * v;
+            if (dup) dup[i] += dout[i] * y * dv;
         }
 }
 
@@ -52,9 +70,10 @@ void lens_glu_jvp(float *tout, const float *tgate, const float *tup, const float
     for (int n = 0; n < N; n++)
         for (int f = 0; f < F; f++) {
             const size_t i = (size_t)n * ld + f;
-            float y, dy;
+            float y, dy, v, dv;
             lens_glu_act(act, gate[i], &y, &dy);
-            tout[i] = dy * tgate[i] * up[i] + y * tup[i];
+            lens_glu_up(act, up[i], &v, &dv);
+            tout[i] = dy * tgate[i] * v + y * dv * tup[i];
         }
 }
 
@@ -64,9 +83,10 @@ void lens_glu_backward_inplace(float *d, float *dup, const float *gate, const fl
     for (int n = 0; n < N; n++)
         for (int f = 0; f < F; f++) {
             const size_t i = (size_t)n * ld + f;
-            float y, dy;
+            float y, dy, v, dv;
             lens_glu_act(act, gate[i], &y, &dy);
-            dup[i] = d[i] * y;
-            d[i] *= dy * up[i];
+            lens_glu_up(act, up[i], &v, &dv);
+            dup[i] = d[i] * y * dv;
+            d[i] *= dy * v;
         }
 }

@@ -8,13 +8,21 @@
  *   SiLU(g) = g s(g), s = logistic;   SiLU'(g) = s(g) (1 + g (1 - s(g)))
  *   GELU_tanh(g) = g/2 (1 + tanh(k (g + 0.044715 g^3))), k = sqrt(2/pi)
  *   GELU(g) = g Phi(g);   GELU'(g) = Phi(g) + g phi(g)  (Phi, phi: the normal cdf, pdf)
- *   d out = act'(g) dg * u + act(g) du */
+ *   d out = act'(g) dg * u + act(g) du
+ * gpt-oss's clamped SwiGLU (GptOssExperts, alpha 1.702, limit L = 7) also
+ * transforms the up half:
+ *   out = act(g) * (clamp(u, -L, L) + 1),  act(g) = m s(alpha m),  m = min(g, L)
+ *   act'(g) = s(alpha m) (1 + alpha m (1 - s(alpha m))) for g < L, 0 above;
+ *   d(clamp(u) + 1)/du = 1 inside (-L, L), 0 outside (the clamps' derivative
+ *   is taken as 0 where they bind) */
 #ifndef LENS_GLU_H
 #define LENS_GLU_H
 
 #include <stddef.h>
 
-typedef enum { LENS_GLU_NONE = 0, LENS_GLU_SILU = 1, LENS_GLU_GELU_TANH = 2, LENS_GLU_GELU = 3 } lens_glu;
+typedef enum { LENS_GLU_NONE = 0, LENS_GLU_SILU = 1, LENS_GLU_GELU_TANH = 2, LENS_GLU_GELU = 3, LENS_GLU_CLAMPED_SWIGLU = 4 } lens_glu;
+#define LENS_GLU_CLAMP_ALPHA 1.702f
+#define LENS_GLU_CLAMP_LIMIT 7.0f
 
 /* out[N][F] = act(gate) * up; out may alias gate or up. */
 void lens_glu_forward(float *out, const float *gate, const float *up, int N, int F, size_t ld, lens_glu act);
@@ -30,5 +38,7 @@ void lens_glu_jvp(float *tout, const float *tgate, const float *tup, const float
 
 /* act(x) and act'(x) of one value. */
 void lens_glu_act(lens_glu act, float x, float *y, float *dy);
+/* The up half's factor of one value and its derivative: u, 1 except for the clamped SwiGLU. */
+void lens_glu_up(lens_glu act, float u, float *y, float *dy);
 
 #endif

@@ -22,8 +22,9 @@ size_t lens_moe_saved_floats(const lens_moe *moe, int C) { return Y_AT(moe) + (s
 
 size_t lens_moe_scratch_floats(const lens_moe *moe, int C)
 {
-    /* the backward's: dz [E], dw [K], dy, x, dx [C], gate, up, d gate, d up, act [F], the list */
-    return (size_t)moe->n_experts + 2 * (size_t)moe->top_k + 3 * (size_t)C + 5 * (size_t)moe->ff + 1;
+    /* the backward's: dz [E], dw [K], dy, x, dx [C], gate, up, d gate, d up, act [F], the list; the
+     * JVP's fused gate_up tangent [2F] */
+    return (size_t)moe->n_experts + 2 * (size_t)moe->top_k + 3 * (size_t)C + 6 * (size_t)moe->ff + 1;
 }
 
 /* rec's probabilities from the logits in their place, then the route:
@@ -50,6 +51,29 @@ static void route_row(float *rec, const lens_moe *moe)
     for (int j = 0; j < K; j++) rec[W_AT(moe) + j] = (float)(p[(int)rec[j]] / (moe->norm_topk ? Z : 1.0));
 }
 
+/* gate, up rows of stride ld from fused [n][2F] = gate_up's interleaved outputs (g0 u0 g1 u1 ..). */
+static void split_gate_up(float *gate, float *up, size_t ld, const float *fused, int n, int F)
+{
+    for (int i = 0; i < n; i++)
+        for (int f = 0; f < F; f++) {
+            gate[(size_t)i * ld + f] = fused[(size_t)i * 2 * F + 2 * f];
+            up[(size_t)i * ld + f] = fused[(size_t)i * 2 * F + 2 * f + 1];
+        }
+}
+
+/* gate, up = in W_gate, in W_up [n][F] (rows of stride ld) of expert ex; fused [n][2F] scratch. */
+static void gate_up_forward(float *gate, float *up, size_t ld, const float *in, int n, int C, const lens_moe_expert *ex,
+                            int F, float *fused, lens_pool *pool)
+{
+    if (!ex->gate_up.w) {
+        lens_gemm_linear_ld(gate, ld, in, (size_t)C, &ex->gate, n, pool);
+        lens_gemm_linear_ld(up, ld, in, (size_t)C, &ex->up, n, pool);
+        return;
+    }
+    lens_gemm_linear_ld(fused, 2 * (size_t)F, in, (size_t)C, &ex->gate_up, n, pool);
+    split_gate_up(gate, up, ld, fused, n, F);
+}
+
 /* list[] = r * K + j for the rows r < N (route records at rec + (r % T) *
  * ld) whose slot j chose expert e; returns their count. */
 static int routed_to(int *list, const float *rec, size_t ld, int N, int T, int K, int e)
@@ -66,8 +90,8 @@ void lens_moe_forward(float *out, const float *inp, int N, int C, const lens_moe
 {
     const int K = moe->top_k, F = moe->ff;
     const size_t RF = lens_moe_route_floats(moe), SF = lens_moe_saved_floats(moe, C), F2 = 2 * (size_t)F;
-    float *rec = scratch, *x = rec + N * RF, *gu = x + (size_t)N * C, *y = gu + N * F2;
-    int *list = (int *)(y + (size_t)N * C);
+    float *rec = scratch, *x = rec + N * RF, *gu = x + (size_t)N * C, *y = gu + N * F2, *fused = y + (size_t)N * C;
+    int *list = (int *)(fused + N * F2);
     lens_gemm_linear_ld(rec + P_AT(moe), RF, inp, (size_t)C, moe->router, N, pool); /* z = h W_r^T */
     for (int n = 0; n < N; n++) route_row(rec + n * RF, moe);
     memset(out, 0, sizeof(float) * N * C);
@@ -76,8 +100,7 @@ void lens_moe_forward(float *out, const float *inp, int N, int C, const lens_moe
         const int ne = routed_to(list, rec, RF, N, N, K, e);
         if (!ne) continue;
         for (int i = 0; i < ne; i++) memcpy(x + (size_t)i * C, inp + (size_t)(list[i] / K) * C, sizeof(float) * C);
-        lens_gemm_linear_ld(gu, F2, x, (size_t)C, &ex->gate, ne, pool);
-        lens_gemm_linear_ld(gu + F, F2, x, (size_t)C, &ex->up, ne, pool);
+        gate_up_forward(gu, gu + F, F2, x, ne, C, ex, F, fused, pool);
         for (int i = 0; saved && i < ne; i++) {
             float *s = saved + (list[i] / K) * SF;
             const int j = list[i] % K;
@@ -166,8 +189,17 @@ void lens_moe_backward(float *dinp, int accumulate, const float *dout, const flo
         if (grad) lens_glu_forward(a, g, u, ne, F, (size_t)F, moe->act); /* the down map's input */
         map_backward(dg, 0, dy, a, &ex->down, ne, grad, grad_ctx, pool);
         lens_glu_backward_inplace(dg, du, g, u, ne, F, (size_t)F, moe->act);
-        map_backward(dx, 0, dg, x, &ex->gate, ne, grad, grad_ctx, pool);
-        map_backward(dx, 1, du, x, &ex->up, ne, grad, grad_ctx, pool);
+        if (ex->gate_up.w) { /* forward: gate = gate_up[..., ::2], up = gate_up[..., 1::2]; g, u are free now */
+            for (int i = 0; i < ne; i++)
+                for (int f = 0; f < F; f++) {
+                    g[(size_t)i * 2 * F + 2 * f] = dg[(size_t)i * F + f];
+                    g[(size_t)i * 2 * F + 2 * f + 1] = du[(size_t)i * F + f];
+                }
+            map_backward(dx, 0, g, x, &ex->gate_up, ne, grad, grad_ctx, pool);
+        } else {
+            map_backward(dx, 0, dg, x, &ex->gate, ne, grad, grad_ctx, pool);
+            map_backward(dx, 1, du, x, &ex->up, ne, grad, grad_ctx, pool);
+        }
         for (int i = 0; i < ne; i++)
             lens_residual_forward(dinp + (size_t)(list[i] / K) * C, dx + (size_t)i * C, (size_t)C);
     }
@@ -179,8 +211,8 @@ void lens_moe_jvp(float *tout, const float *tinp, int N, int T, int C, const len
     const int E = moe->n_experts, K = moe->top_k, F = moe->ff;
     const size_t SF = lens_moe_saved_floats(moe, C);
     float *tz = scratch, *x = tz + (size_t)N * E, *tg = x + (size_t)N * C, *tu = tg + (size_t)N * F;
-    float *g = tu + (size_t)N * F, *u = g + (size_t)N * F, *ty = u + (size_t)N * F;
-    int *list = (int *)(ty + (size_t)N * C);
+    float *g = tu + (size_t)N * F, *u = g + (size_t)N * F, *ty = u + (size_t)N * F, *fused = ty + (size_t)N * C;
+    int *list = (int *)(fused + (size_t)N * 2 * F);
     lens_linear_jvp(tz, tinp, moe->router, N, pool); /* tz = th W_r^T */
     for (int r = 0; r < N; r++) {
         const float *s = saved + (size_t)(r % T) * SF, *p = s + P_AT(moe), *w = s + W_AT(moe), *tzr = tz + (size_t)r * E;
@@ -203,8 +235,13 @@ void lens_moe_jvp(float *tout, const float *tinp, int N, int T, int C, const len
         if (!ne) continue;
         for (int i = 0; i < ne; i++) memcpy(x + (size_t)i * C, tinp + (size_t)(list[i] / K) * C, sizeof(float) * C);
         gather_gate_up(g, u, saved, list, ne, T, moe, SF);
-        lens_linear_jvp(tg, x, &ex->gate, ne, pool);
-        lens_linear_jvp(tu, x, &ex->up, ne, pool);
+        if (ex->gate_up.w) {
+            lens_linear_jvp(fused, x, &ex->gate_up, ne, pool);
+            split_gate_up(tg, tu, (size_t)F, fused, ne, F);
+        } else {
+            lens_linear_jvp(tg, x, &ex->gate, ne, pool);
+            lens_linear_jvp(tu, x, &ex->up, ne, pool);
+        }
         lens_glu_jvp(tg, tg, tu, g, u, ne, F, (size_t)F, moe->act);
         lens_linear_jvp(ty, tg, &ex->down, ne, pool);
         for (int i = 0; i < ne; i++) { /* + w_j ty_j */

@@ -6,6 +6,10 @@
  *   z = h W_r^T [E];  p = softmax(z);  S = the K largest p, largest first (ties: lower index)
  *   w_j = p_{S_j} / Z,  Z = sum_{i in S} p_i with norm_topk (Mixtral always), else Z = 1
  *   y_j = W_down,e (act(h W_gate,e) * h W_up,e),  e = S_j;   out = sum_j w_j y_j
+ * gpt-oss: the maps have biases, gate and up are one fused map whose outputs
+ * interleave them (gate_up, gate = outputs 0, 2, .., up = 1, 3, ..: HF's
+ * gate_up[..., ::2], [..., 1::2]), act the clamped SwiGLU (glu.h); its
+ * softmax over the top-k logits is norm_topk's w_j = p_{S_j} / Z.
  * Only the routed experts are computed: each expert's rows are gathered and
  * run through its three maps as one GEMM each.
  *
@@ -35,6 +39,7 @@
 
 typedef struct {
     lens_linear gate, up, down; /* C -> F, C -> F, F -> C */
+    lens_linear gate_up;        /* C -> 2F, gate and up interleaved (gpt-oss); when bound, gate and up are not */
 } lens_moe_expert;
 
 typedef struct {

@@ -316,7 +316,7 @@ void lens_attention_forward(float *out, float *probs, size_t probs_stride, const
                                        .w = k + h * DK, .ld = qk_stride, .w_kn = 0, .alpha = f->scale,
                                        .y = p, .ldy = T};
         lens_gemm(&scores, NULL);
-        lens_scores_forward(p, T, f);
+        lens_scores_forward(p, T, f, h);
         /* out_h[T][DV] = P v_h */
         const lens_gemm_args context = {.M = T, .N = DV, .K = T, .x = p, .ldx = T, .w = v + h * DV,
                                         .ld = v_stride, .w_kn = 1, .alpha = 1.0f, .y = out + h * DV,

@@ -3,12 +3,29 @@
 
 #include <math.h>
 
+/* The channel where d rotations fit the original length (HF find_correction_dim). */
+static double yarn_dim(double rotations, const lens_rope_params *p)
+{
+    return p->dim * log(p->original_max_positions / (rotations * 2.0 * M_PI)) / (2.0 * log(p->theta));
+}
+
 void lens_rope_inv_freq(const lens_rope_params *p, double *inv_freq)
 {
     const int half = p->dim / 2;
+    double lo = 0, hi = 0;
+    if (p->type == LENS_ROPE_YARN) { /* HF find_correction_range */
+        lo = yarn_dim(p->beta_fast, p), hi = yarn_dim(p->beta_slow, p);
+        if (p->truncate) lo = floor(lo), hi = ceil(hi);
+        lo = lo > 0 ? lo : 0, hi = hi < p->dim - 1 ? hi : p->dim - 1;
+        if (lo == hi) hi += 0.001;
+    }
     for (int i = 0; i < half; i++) {
         double f = pow(p->theta, -2.0 * i / p->dim);
         if (p->type == LENS_ROPE_LINEAR) f /= p->factor;
+        else if (p->type == LENS_ROPE_YARN) {
+            const double ramp = (i - lo) / (hi - lo), keep = 1.0 - (ramp < 0 ? 0 : ramp > 1 ? 1 : ramp);
+            f = f / p->factor * (1.0 - keep) + f * keep;
+        }
         else if (p->type == LENS_ROPE_LLAMA3) {
             const double old = p->original_max_positions, wavelen = 2.0 * M_PI / f;
             const double low_wavelen = old / p->low_freq_factor, high_wavelen = old / p->high_freq_factor;

@@ -19,7 +19,7 @@
 
 #include <stddef.h>
 
-enum { LENS_ROPE_DEFAULT = 0, LENS_ROPE_LINEAR = 1, LENS_ROPE_LLAMA3 = 2 };
+enum { LENS_ROPE_DEFAULT = 0, LENS_ROPE_LINEAR = 1, LENS_ROPE_LLAMA3 = 2, LENS_ROPE_YARN = 3 };
 
 typedef struct {
     int dim;        /* R rotary channels per head, even; 0 = no RoPE */
@@ -27,12 +27,20 @@ typedef struct {
     int type;       /* LENS_ROPE_*: rope_scaling.rope_type */
     double factor;  /* linear, llama3: rope_scaling.factor */
     double low_freq_factor, high_freq_factor; /* llama3 */
-    int original_max_positions;               /* llama3: original_max_position_embeddings */
+    int original_max_positions;               /* llama3, yarn: original_max_position_embeddings */
+    double beta_fast, beta_slow;              /* yarn: the correction range's rotation counts */
+    int truncate;                             /* yarn: the range's ends rounded out to integers */
+    double attention_factor;                  /* yarn: cos and sin times this (HF attention_scaling); the
+                                                 model folds its square into the score scale */
 } lens_rope_params;
 
 /* inv_freq [R/2] of p, scaled as its type says (HF _compute_llama3_parameters:
  * wavelengths above original / low_freq_factor divided by factor, below
- * original / high_freq_factor kept, smooth interpolation between). */
+ * original / high_freq_factor kept, smooth interpolation between; HF
+ * _compute_yarn_parameters: with d(n) = R ln(O / (2 pi n)) / (2 ln theta),
+ * O = original_max_positions, the channels i below d(beta_fast) keep f_i,
+ * above d(beta_slow) take f_i / factor, a linear ramp between:
+ *   f_i' = f_i / factor (1 - e_i) + f_i e_i,  e_i = 1 - clamp((i - lo) / (hi - lo), 0, 1)). */
 void lens_rope_inv_freq(const lens_rope_params *p, double *inv_freq);
 
 /* x = RoPE(x) in place; inv_freq from lens_rope_inv_freq. */

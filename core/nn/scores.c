@@ -71,11 +71,41 @@ void lens_softmax_window_jvp(float *t, const float *probs, int rows, int cols, i
     }
 }
 
-void lens_scores_forward(float *p, int T, const lens_score_fn *f)
+/* Softmax of each row of x [T][T] over its key band with the sink logit z in the denominator. */
+static void softmax_sink_forward(float *x, int T, int causal, int window, float z)
+{
+    for (int r = 0; r < T; r++) {
+        float *row = x + (size_t)r * T;
+        int lo, hi;
+        lens_key_band(r, T, causal, window, &lo, &hi);
+        float max = z;
+        for (int c = lo; c < hi; c++) max = row[c] > max ? row[c] : max;
+        float sum = lens_exp_approx(z - max);
+        for (int c = lo; c < hi; c++) sum += row[c] = lens_exp_approx(row[c] - max);
+        const float inv = 1.0f / sum;
+        for (int c = 0; c < T; c++) row[c] = c >= lo && c < hi ? row[c] * inv : 0.0f;
+    }
+}
+
+void lens_scores_forward(float *p, int T, const lens_score_fn *f, int h)
 {
     if (f->softcap > 0) lens_softcap_forward(p, (size_t)T * T, f->softcap);
-    if (f->window) lens_softmax_window_forward(p, T, T, f->causal, f->window);
+    if (f->sinks) softmax_sink_forward(p, T, f->causal, f->window, f->sinks[h]);
+    else if (f->window) lens_softmax_window_forward(p, T, T, f->causal, f->window);
     else lens_softmax_forward(p, T, T, f->causal);
+}
+
+float lens_scores_sink_backward(const float *p, const float *dp, int T, const lens_score_fn *f)
+{
+    if (!f->sinks) return 0.0f;
+    double dz = 0;
+    for (int r = 0; r < T; r++) {
+        const float *pr = p + (size_t)r * T, *dpr = dp + (size_t)r * T;
+        double mass = 0, dot = 0;
+        for (int c = 0; c < T; c++) mass += pr[c], dot += (double)pr[c] * dpr[c];
+        dz -= (1.0 - mass) * dot; /* forward: p_sink = exp(z) / sum, dropped (its dP = 0) */
+    }
+    return (float)dz;
 }
 
 void lens_scores_backward(float *ds, const float *p, const float *dp, int T, const lens_score_fn *f)

@@ -27,16 +27,25 @@ static inline void lens_key_band(int i, int T, int causal, int window, int *lo, 
 /* How one layer turns scale q k^T into attention probabilities, for every
  * caller (forward.c's attend_task, ops.h's lens_attention_*, hence the
  * attribution and HTA hooks and the trainer):
- *   P = softmax over row i's visible keys (lens_key_band) of softcap(scale q_i k_j) */
+ *   P = softmax over row i's visible keys (lens_key_band) of softcap(scale q_i k_j)
+ * With attention sinks (gpt-oss) head h's learned logit z_h joins every
+ * row's denominator and is dropped after it, so a row sums to 1 - p_sink:
+ *   P_ij = exp(y_ij) / (exp(z_h) + sum_j' exp(y_ij'))
+ * The derivatives in y are the softmax's, P (dP - sum_j P dP), since the
+ * dropped sink entry has dP = 0; the sink's own gradient is
+ *   dz_h = -sum_i p_sink,i sum_j P_ij dP_ij,   p_sink,i = 1 - sum_j P_ij. */
 typedef struct lens_score_fn {
     float scale;
     float softcap; /* 0 = none */
     int causal;
     int window;    /* 0 = none; > 0 a sliding window, causal or bidirectional (lens_key_band) */
+    const float *sinks; /* [NH] the layer's sink logits (gpt-oss self_attn.sinks), or NULL */
 } lens_score_fn;
 
-/* p [T][T] = probabilities from the scaled scores s = scale q k^T in place. */
-void lens_scores_forward(float *p, int T, const lens_score_fn *f);
+/* p [T][T] = probabilities of head h from the scaled scores s = scale q k^T in place. */
+void lens_scores_forward(float *p, int T, const lens_score_fn *f, int h);
+/* dL/dz of a head's sink logit from its P and dp = dL/dP (0 without sinks). */
+float lens_scores_sink_backward(const float *p, const float *dp, int T, const lens_score_fn *f);
 /* ds [T][T] = dL/ds (set) from dp = dL/dP and the forward's P. With a
  * soft-cap ds must hold the capped scores softcap(s) on entry (the chain
  * rule reads them in place: lens_scores_capped). */

@@ -46,7 +46,7 @@
 typedef struct {
     char name[128];
     int ndim;
-    int64_t shape[2];
+    int64_t shape[3];
     size_t off, count;
     int decay; /* AdamW weight decay applies (not biases, not LayerNorm) */
     int summed; /* attention.output.dense.weight of a summed-heads model: held
@@ -129,13 +129,12 @@ static const void *take(lens_param_visitor *v, const lens_param_desc *d)
     walker *w = (walker *)v;
     const lens_config *c = &w->t->cfg;
     /* a summed output weight is held tiled, [C][NH*DV] (tile_summed) */
-    const size_t count = (size_t)d->shape[0] * (size_t)(d->summed ? c->n_heads * c->d_head_v
-                                                                   : d->ndim == 2 ? d->shape[1] : 1);
+    const size_t count = d->summed ? (size_t)d->shape[0] * c->n_heads * c->d_head_v : lens_param_numel(d);
     if (w->t->tensors) {
         tensor_info *ti = &w->t->tensors[w->n];
         snprintf(ti->name, sizeof ti->name, "%s", d->name);
         ti->ndim = d->ndim;
-        ti->shape[0] = d->shape[0], ti->shape[1] = d->ndim == 2 ? d->shape[1] : 0;
+        for (int i = 0; i < 3; i++) ti->shape[i] = i < d->ndim ? d->shape[i] : 0;
         ti->off = w->off, ti->count = count;
         ti->decay = d->kind == LENS_PARAM_WEIGHT || d->kind == LENS_PARAM_EMBEDDING;
         ti->summed = d->summed;
@@ -193,7 +192,12 @@ static void tie_summed_grad(const lens_config *c, float *grad, const float *unti
 }
 
 /* Elements of a tensor in checkpoint files. */
-static size_t file_count(const tensor_info *ti) { return (size_t)ti->shape[0] * (size_t)(ti->ndim == 2 ? ti->shape[1] : 1); }
+static size_t file_count(const tensor_info *ti)
+{
+    size_t n = 1;
+    for (int i = 0; i < ti->ndim; i++) n *= (size_t)ti->shape[i];
+    return n;
+}
 
 /* Tensor ti of buffer base ([n_param]) as written to files: base + off, or
  * for a summed tensor its compact form in scratch [C][DV]. */
@@ -450,7 +454,7 @@ static void train_attend(lens_block_io *io, int l)
     const int NH = c->n_heads, DK = c->d_head_k, DV = c->d_head_v, causal = lens_has_cap(c, LENS_CAP_CAUSAL);
     const size_t QK = (size_t)NH * DK, VO = (size_t)NH * DV;
     float *probs = a->probs + (size_t)l * NH * ba->A;
-    const lens_score_fn f = lens_layer_scores(c, l, causal);
+    const lens_score_fn f = lens_model_scores(&ba->t->view, l, causal);
     for (int s = 0; s < ba->b->n_seqs; s++) {
         const size_t r = (size_t)a->row_start[s];
         lens_attention_forward(io->ctx + r * VO, probs + a->attn_start[s], ba->A, io->q + r * QK, io->k + r * QK,
@@ -468,7 +472,8 @@ static int train_attend_backward(lens_block_io *io, int l)
     const size_t QK = (size_t)NH * DK, VO = (size_t)NH * DV, N = (size_t)io->N;
     const float *probs = a->probs + (size_t)l * NH * ba->A;
     const lens_block_cache *k = io->cache;
-    const lens_score_fn f = lens_layer_scores(c, l, causal);
+    const lens_score_fn f = lens_model_scores(&ba->t->view, l, causal);
+    float *dsinks = f.sinks && io->grads ? io->grads->of(io->grads, f.sinks) : NULL; /* gpt-oss */
     memset(io->q, 0, N * QK * sizeof(float));
     memset(io->k, 0, N * QK * sizeof(float));
     memset(io->v, 0, N * VO * sizeof(float));
@@ -477,6 +482,9 @@ static int train_attend_backward(lens_block_io *io, int l)
         lens_attention_backward(io->q + r * QK, io->k + r * QK, io->v + r * VO, a->dprobs, a->tmax2, a->dscores,
                                 io->ctx + r * VO, k->q + r * QK, k->k + r * QK, k->v + r * VO,
                                 probs + a->attn_start[s], ba->A, ba->b->lengths[s], NH, DK, DV, &f);
+        for (int h = 0; dsinks && h < NH; h++) /* the dP of each head the call left in dprobs */
+            dsinks[h] += lens_scores_sink_backward(probs + a->attn_start[s] + h * ba->A, a->dprobs + h * a->tmax2,
+                                                   ba->b->lengths[s], &f);
     }
     return 0;
 }
@@ -857,7 +865,8 @@ static int write_tensors(const lens_trainer *t, const char *path, int n_sets, co
         const float *data = file_data(t, ti, bases[i / t->n_tensors], next);
         if (ti->summed) next += file_count(ti);
         snprintf(names[i], sizeof names[i], "%s%s", prefixes[i / t->n_tensors], ti->name);
-        out[i] = (lens_st_out){.name = names[i], .ndim = ti->ndim, .shape = {ti->shape[0], ti->shape[1]},
+        out[i] = (lens_st_out){.name = names[i], .ndim = ti->ndim,
+                               .shape = {ti->shape[0], ti->shape[1], ti->shape[2]},
                                .data = data};
     }
     int rc = lens_st_write(path, out, n, err);

@@ -1,12 +1,13 @@
 #!/usr/bin/python3
 """decoders_reference.py - an independent float64 PyTorch reference for the
 modern decoder families lensd reads (llama, mistral, qwen2, qwen3, gemma,
-gemma2, gemma3_text, gpt_neox, phi3, olmo2, mixtral, qwen3_moe, olmoe),
+gemma2, gemma3_text, gpt_neox, phi3, olmo2, mixtral, qwen3_moe, olmoe, gpt_oss),
 written from the math of Hugging Face's modeling files (modeling_llama.py,
 modeling_mistral.py, modeling_qwen2.py, modeling_qwen3.py, modeling_gemma.py,
 modeling_gemma2.py, modeling_gemma3.py, modeling_gpt_neox.py,
 modeling_phi3.py, modeling_olmo2.py, modeling_mixtral.py,
-modeling_qwen3_moe.py, modeling_olmoe.py) and nothing of lensd; the
+modeling_qwen3_moe.py, modeling_olmoe.py, modeling_gpt_oss.py with
+modeling_rope_utils.py's yarn) and nothing of lensd; the
 transformers package is not imported.
 
   Llama-style  x0 = E[id] (Gemma: times sqrt(C));  per layer
@@ -35,6 +36,15 @@ transformers package is not imported.
                (Mixtral's experts: w1 gate, w3 up, w2 down); OLMoE's q_norm / k_norm over the whole
                projections as OLMo-2's, before RoPE; the routes go to the output ("router": per
                layer, null for a dense one, per token the chosen experts and their weights)
+  gpt-oss      Llama-style with q/k/v/o biases; RoPE inv_freq by YaRN (channels below
+               d(beta_fast) kept, above d(beta_slow) divided by factor, a linear ramp between,
+               d(n) = R ln(O / (2 pi n)) / (2 ln theta); ends floored / ceiled when truncate) and
+               cos, sin times 0.1 ln(factor) + 1; attention sinks: the logits [s_i, z_h] of a row
+               softmaxed together and the sink's column dropped; layer_types (default: odd layers
+               full, even ones the sliding window); MLP: router logits h W_r^T + b, the top
+               num_experts_per_tok logits softmaxed, per chosen expert gate_up = h G_e + g_e
+               (G_e [C][2F]), gate = gate_up[::2] clamped above at 7, up = gate_up[1::2] clamped to
+               [-7, 7], (up + 1) * gate * sigmoid(1.702 gate) D_e + d_e
   GPT-NeoX     h = LN1(x); qkv per head [q_h | k_h | v_h]; RoPE on the first rotary_pct of
                each head;  parallel: x + Attn(LN1 x) + MLP(LN2 x), else sequential;
                final_layer_norm;  logits = hidden[L] embed_out^T
@@ -60,7 +70,7 @@ from families_reference import answer, read_safetensors  # noqa: E402  (the shar
 
 torch.set_num_threads(1)
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "gpt_neox", "phi3", "olmo2",
-            "mixtral", "qwen3_moe", "olmoe")
+            "mixtral", "qwen3_moe", "olmoe", "gpt_oss")
 
 
 def gelu_tanh(x):
@@ -95,15 +105,32 @@ def inv_freq(dim, base, scaling):
         smoothed = (1 - smooth) * out / factor + smooth * out
         medium = ~(wavelen < old / high) & ~(wavelen > old / low)
         return torch.where(medium, smoothed, out)
+    if kind == "yarn":  # _compute_yarn_parameters: interpolate the slow channels, extrapolate the fast
+        factor, old = scaling["factor"], scaling["original_max_position_embeddings"]
+        edge = lambda n: dim * math.log(old / (n * 2 * math.pi)) / (2 * math.log(base))
+        lo, hi = edge(scaling.get("beta_fast", 32)), edge(scaling.get("beta_slow", 1))
+        if scaling.get("truncate", True):
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, dim - 1)
+        hi = hi + 0.001 if lo == hi else hi
+        ramp = ((torch.arange(dim // 2, dtype=torch.float64) - lo) / (hi - lo)).clamp(0, 1)
+        return f / factor * ramp + f * (1 - ramp)
     return f
 
 
-def rope(x, pos, freqs):
+def rope_scale(scaling):
+    """cos and sin times yarn's attention factor (HF attention_scaling), else 1"""
+    if not scaling or scaling.get("rope_type", scaling.get("type")) != "yarn":
+        return 1.0
+    return scaling.get("attention_factor") or (0.1 * math.log(scaling["factor"]) + 1.0)
+
+
+def rope(x, pos, freqs, mscale=1.0):
     """x [T][H][D]: the first R = 2 len(freqs) channels rotate (rotate_half), the rest pass."""
     R = 2 * freqs.shape[0]
     ang = pos[:, None].double() * freqs[None, :]  # [T][R/2]
     emb = torch.cat([ang, ang], -1)[:, None, :]  # [T][1][R]
-    cos, sin = emb.cos(), emb.sin()
+    cos, sin = emb.cos() * mscale, emb.sin() * mscale
     xr, xp = x[..., :R], x[..., R:]
     rot = torch.cat([-xr[..., R // 2:], xr[..., :R // 2]], -1)
     return torch.cat([xr * cos + rot * sin, xp], -1)
@@ -126,14 +153,20 @@ class Decoder:
         self.NKV = c.get("num_key_value_heads", self.NH)
         self.D = c.get("head_dim") or self.C // self.NH
         rotary = int(self.D * c.get("partial_rotary_factor", 1.0)) if self.type == "phi3" else self.D
-        self.freqs = inv_freq(rotary, c.get("rope_theta", 10000.0), c.get("rope_scaling"))
+        scaling = c.get("rope_scaling")
+        if self.type == "gpt_oss" and "rope_scaling" not in c:  # GptOssConfig's default
+            scaling = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                       "original_max_position_embeddings": 4096}
+        self.freqs = inv_freq(rotary, c.get("rope_theta", 10000.0), scaling)
+        self.mscale = rope_scale(scaling)
         self.eps = c["rms_norm_eps"]
         self.gemma = self.type in ("gemma", "gemma2", "gemma3_text")
         self.sandwich = self.type in ("gemma2", "gemma3_text")  # post-attention / pre- and post-feedforward norms
         self.act = ACTS[c.get("hidden_activation") or c.get("hidden_act", "silu")] if self.gemma else ACTS[c["hidden_act"]]
         q = c.get("query_pre_attn_scalar") if self.sandwich else None
         self.scale = (q if q else self.D) ** -0.5
-        self.window = c.get("sliding_window") if self.type in ("mistral", "gemma2", "gemma3_text", "phi3", "mixtral") else None
+        self.window = c.get("sliding_window") if self.type in ("mistral", "gemma2", "gemma3_text", "phi3", "mixtral",
+                                                               "gpt_oss") else None
         self.attn_cap = c.get("attn_logit_softcapping") if self.sandwich else None
         self.final_cap = c.get("final_logit_softcapping") if self.sandwich else None
         self.tied = c.get("tie_word_embeddings", self.gemma)
@@ -142,8 +175,11 @@ class Decoder:
             self.layer_types = c.get("layer_types") or [
                 "sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(self.L)]
             self.local_freqs = inv_freq(self.D, c.get("rope_local_base_freq", 10000.0), None)
-        self.experts = c.get("num_local_experts" if self.type == "mixtral" else "num_experts", 0) \
-            if self.type in ("mixtral", "qwen3_moe", "olmoe") else 0
+        if self.type == "gpt_oss":  # GptOssConfig: layer_types, sliding on even layers by default
+            self.layer_types = c.get("layer_types") or [
+                "sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(self.L)]
+        self.experts = c.get("num_local_experts" if self.type in ("mixtral", "gpt_oss") else "num_experts", 0) \
+            if self.type in ("mixtral", "qwen3_moe", "olmoe", "gpt_oss") else 0
         self.routes = []
 
     def sparse(self, l):
@@ -154,9 +190,29 @@ class Decoder:
             return True
         return l not in (self.cfg.get("mlp_only_layers") or []) and (l + 1) % self.cfg.get("decoder_sparse_step", 1) == 0
 
+    def gpt_oss_moe(self, l, h):
+        """GptOssMLP: top-k of the router logits softmaxed, stacked experts with interleaved gate / up"""
+        b = f"model.layers.{l}.mlp."
+        z = self.lin(h, b + "router")
+        top, idx = torch.topk(z, self.cfg["num_experts_per_tok"], dim=-1)
+        w = torch.softmax(top, -1)
+        G, g = self.p(b + "experts.gate_up_proj"), self.p(b + "experts.gate_up_proj_bias")
+        D, d = self.p(b + "experts.down_proj"), self.p(b + "experts.down_proj_bias")
+        out = torch.zeros_like(h)
+        for t in range(h.shape[0]):
+            for j in range(idx.shape[1]):
+                e = int(idx[t, j])
+                gate_up = h[t] @ G[e] + g[e]
+                gate, up = gate_up[::2].clamp(max=7.0), gate_up[1::2].clamp(-7.0, 7.0)
+                out[t] += w[t, j] * (((up + 1) * gate * torch.sigmoid(1.702 * gate)) @ D[e] + d[e])
+        self.routes.append({"experts": idx.tolist(), "weights": w.tolist(), "probs": torch.softmax(z, -1).tolist()})
+        return out
+
     def moe(self, l, h):
         """the sparse MoE block: softmax router, top-k, optional renormalisation, experts token by token"""
         c = self.cfg
+        if self.type == "gpt_oss":
+            return self.gpt_oss_moe(l, h)
         b = f"model.layers.{l}." + ("block_sparse_moe." if self.type == "mixtral" else "mlp.")
         names = ("w1", "w3", "w2") if self.type == "mixtral" else ("gate_proj", "up_proj", "down_proj")
         p = torch.softmax(self.lin(h, b + "gate"), -1)
@@ -184,7 +240,7 @@ class Decoder:
         """the sliding window of a layer (HF: every Mistral layer, Gemma 2's even ones, Gemma 3's
         sliding_attention ones) or None"""
         window = getattr(self, "window", None)
-        if self.type == "gemma3_text":
+        if self.type in ("gemma3_text", "gpt_oss"):
             return window if window and self.layer_types[layer] == "sliding_attention" else None
         return window if window and (self.type != "gemma2" or layer % 2 == 0) else None
 
@@ -209,7 +265,11 @@ class Decoder:
         if window:
             masked = masked | (i - j >= window)
         s = s.masked_fill(masked, float("-inf"))
-        P = torch.softmax(s, -1)
+        if self.type == "gpt_oss":  # eager_attention_forward: the sink logit joins each row, then is dropped
+            z = self.p(f"model.layers.{layer}.self_attn.sinks").view(-1, 1, 1).expand(-1, T, 1)
+            P = torch.softmax(torch.cat([s, z], -1), -1)[..., :-1]
+        else:
+            P = torch.softmax(s, -1)
         Pu = P if scale is None else P * scale  # attribution: alpha A
         return (Pu @ vh).transpose(0, 1).reshape(T, -1), P, vh
 
@@ -236,7 +296,7 @@ class Decoder:
             q = rms(q.reshape(T, -1), self.p(b + "self_attn.q_norm.weight"), self.eps, False).view(T, self.NH, self.D)
             k = rms(k.reshape(T, -1), self.p(b + "self_attn.k_norm.weight"), self.eps, False).view(T, self.NKV, self.D)
         freqs = self.layer_freqs(l)
-        q, k = rope(q, pos, freqs), rope(k, pos, freqs)
+        q, k = rope(q, pos, freqs, self.mscale), rope(k, pos, freqs, self.mscale)
         ctx, P, V = self.attend(q, k, v, l, scale)
         o = self.lin(ctx, b + "self_attn.o_proj")
         if self.sandwich:
