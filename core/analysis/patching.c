@@ -252,7 +252,7 @@ static void grad_attend(lens_block_io *io, int l)
     const patcher *pt = g->pt;
     const lens_config *c = &pt->m->cfg;
     const size_t TT = (size_t)pt->T * pt->T;
-    const lens_score_fn f = lens_layer_scores(c, l, lens_has_cap(c, LENS_CAP_CAUSAL));
+    const lens_score_fn f = lens_model_scores(pt->m, l, lens_has_cap(c, LENS_CAP_CAUSAL));
     lens_attention_forward(io->ctx, g->probs + (size_t)l * pt->NH * TT, TT, io->q, io->k, io->v, pt->T, pt->NH,
                            c->d_head_k, c->d_head_v, &f);
 }
@@ -264,7 +264,7 @@ static int grad_attend_backward(lens_block_io *io, int l)
     const patcher *pt = g->pt;
     const lens_config *c = &pt->m->cfg;
     const size_t T = (size_t)pt->T, TT = T * T, QK = (size_t)c->n_heads * c->d_head_k;
-    const lens_score_fn f = lens_layer_scores(c, l, lens_has_cap(c, LENS_CAP_CAUSAL));
+    const lens_score_fn f = lens_model_scores(pt->m, l, lens_has_cap(c, LENS_CAP_CAUSAL));
     memcpy(g->dctx + (size_t)l * T * pt->VO, io->ctx, sizeof(float) * T * pt->VO);
     memset(io->q, 0, sizeof(float) * T * QK);
     memset(io->k, 0, sizeof(float) * T * QK);
