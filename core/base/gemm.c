@@ -31,6 +31,17 @@
 #define KC 768
 #endif
 #define MC 240 /* rows per task: MC x KC floats = 720 KiB of L2 */
+/* Prepacked BF16/F16 W: a task of at most WIDEN_ROWS rows (two row tiles:
+ * decoding, short prompts) lets the kernel widen each panel row as it loads
+ * it; a taller one widens each sub-panel once into the F32 buffer and runs
+ * the F32 kernel over it, because the in-register widening is repeated for
+ * every row tile: BERT-base BF16 at T = 512, one thread, was 1.08-1.20x the
+ * F32 forward's CPU time with the kernel widening (5% more kernel cycles
+ * under perf), 0.96-1.00x with the buffer (bench/README.md, issue 34). Both
+ * widen exactly: the same product. */
+#ifndef WIDEN_ROWS
+#define WIDEN_ROWS 24
+#endif
 #define BLAS_NC 256 /* columns per OpenBLAS task: fixed, so the pool never changes the arithmetic */
 
 size_t lens_gemm_packed_size(int K, int N)
@@ -308,13 +319,14 @@ static void gemm_task(void *ctx, int task)
     const int m0 = task / j->n_panel_groups * MC, m1 = m0 + MC < g->M ? m0 + MC : g->M;
     const int p0 = task % j->n_panel_groups * j->panels_per_task;
     const int p1 = p0 + j->panels_per_task < j->n_panels ? p0 + j->panels_per_task : j->n_panels;
+    const int half_loads = j->half_loads && m1 - m0 <= WIDEN_ROWS;
     _Alignas(64) float panel[KC * NR]; /* W panel packed during the call when not prepacked */
     for (int k0 = 0; k0 < g->K; k0 += KC) {
         const int kc = g->K - k0 < KC ? g->K - k0 : KC;
         for (int p = p0; p < p1; p++) {
             const int n0 = p * NR, nr = g->N - n0 < NR ? g->N - n0 : NR;
             lens_dtype bdt;
-            const void *b = sub_panel(g, p, k0, kc, panel, j->half_loads, &bdt);
+            const void *b = sub_panel(g, p, k0, kc, panel, half_loads, &bdt);
             const char *next = NULL;
             /* 64-byte lines of the next sub-panel, spread over the row blocks: 2 (F32) or 1 per row */
             const int lines_per_row = (int)lens_dtype_size(g->w_dtype) / 2;

@@ -11,7 +11,9 @@
  * reads them; a W that is not packed is packed panel by panel during the call.
  * BF16/F16 weights are packed at load too, as 16-bit panels
  * (lens_gemm_pack_half), and the AVX-512 and AVX2 kernels widen each panel
- * row in registers as they load it; a half-precision W that is not packed
+ * row in registers as they load it when a task has few rows (<= 24), else
+ * each sub-panel [KC][32] is widened once per task into an F32 buffer that
+ * all its row tiles read; a half-precision W that is not packed
  * (or under the other kernels) is widened to float32 while its sub-panel
  * [KC][32] is packed during the call. Widening is exact either way, so the
  * product equals the one with W widened beforehand.

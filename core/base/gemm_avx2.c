@@ -8,6 +8,17 @@
  * is four such tiles, rows outer, so each 6-row strip of A (6 x KC floats,
  * 18 KiB) is read from L1 for both halves of the panel row.
  *
+ * Measured against the alternatives on Zen 4 forced to this kernel
+ * (x86-64-v3 build, one thread, CPU time, `forward --kernels` runs
+ * alternating the builds, OpenBLAS's Haswell sgemm as the yardstick,
+ * 2026-11-28, bench/README.md): a 4 x 24 tile (12 accumulators, three W
+ * vectors) with the panel's last 8 columns in a 12 x 8 tile reached
+ * 0.62-0.90 of sgemm's rate on BERT-base's three products where this one
+ * reached 0.94-1.34 (each W vector serves 4 rows instead of 6, and the
+ * 12 x 8 tile is load-bound); KC below 768 (384, 256, 192, 128) was slower
+ * too (W streams from L2 fast enough; the output tile is reloaded per KC
+ * block).
+ *
  * The Makefile builds this file with -mno-avx512f: the target attributes
  * below only add instructions to the command line's, so under -march=native
  * on an AVX-512 CPU the compiler could otherwise emit EVEX (AVX-512VL) forms

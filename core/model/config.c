@@ -310,6 +310,7 @@ int lens_config_load(const char *path, lens_config *cfg, lens_err *err)
     json_t *keys = text_tower(root, cfg);
     if (!cfg->family) {
         lens_fail(err, LENS_EFORMAT, "%s: unsupported model_type \"%s\" (%s)", path, type, lens_family_names());
+        json_decref(keys); /* text_tower's reference to root */
         goto out;
     }
     if (!keys) {
