@@ -14,6 +14,8 @@
  *   backward vs JVP: <J^T u, t> == <u, J t>                      relative 1e-4
  *   backward with weight gradients: the same J^T u               |diff| <= 1e-6 max,
  *       and a non-zero gradient for every parameter tensor the block reads
+ *   forward from ATTEND on (lens_block_forward_from_attend) with every
+ *       register but X, Q, K and V poisoned (NaN) == the whole block  exact
  * and the same for the final norm of the families that have one. A new
  * family gets all of it by adding its row to the table. */
 #include <stdlib.h>
@@ -211,6 +213,27 @@ static int same_experts(const bench *b, const float *at_x)
     return 0;
 }
 
+/* Starting at ATTEND reads nothing the skipped ops wrote but Q, K, V: with
+ * the other registers NaN the block gives what it gives whole. */
+static void check_from_attend(bench *b, const char *name, int l, int *skipped)
+{
+    const lens_config *c = &b->m->cfg;
+    const size_t n = (size_t)T * c->d_model, R = 2 * (size_t)T;
+    float *x = floats(n), *y = floats(n);
+    for (size_t i = 0; i < n; i++) x[i] = uniform();
+    run_forward(b, l, 0, x, y, 0);
+    const float nan = 0.0f / 0.0f;
+    for (size_t i = 0; i < R * c->d_model; i++) b->h[i] = b->n[i] = nan;
+    for (size_t i = 0; i < R * (size_t)lens_ff_cols(b->m); i++) b->ff[i] = nan;
+    for (size_t i = 0; i < R * c->n_heads * c->d_head_v; i++) b->ctx[i] = nan;
+    memcpy(b->x, x, sizeof(float) * n);
+    lens_block_io io = io_of(b, T, 0);
+    io.route = b->route, io.cache = NULL;
+    *skipped += lens_block_forward_from_attend(b->m, &io, l);
+    CHECK(!memcmp(b->x, y, sizeof(float) * n), "%s block %d: the forward from ATTEND on equals the whole block", name, l);
+    free(x), free(y);
+}
+
 /* Every check of one block (final = 0) or the final norm (final = 1). */
 static void check_block(bench *b, const char *name, int l, int final)
 {
@@ -318,7 +341,10 @@ int main(void)
         bench b;
         if (m && !bench_init(&b, m)) {
             const char *name = m->cfg.family->model_type;
-            for (int l = 0; l < m->cfg.n_layers; l++) check_block(&b, name, l, 0);
+            int skipped = 0;
+            for (int l = 0; l < m->cfg.n_layers; l++) check_block(&b, name, l, 0), check_from_attend(&b, name, l, &skipped);
+            printf("  %s: the forward from ATTEND on skips the projections in %d of %d layers\n", name, skipped,
+                   m->cfg.n_layers);
             if (lens_block_cache_floats(m, m->cfg.n_layers, 0)) check_block(&b, name, 0, 1); /* a final norm */
             families++;
         }

@@ -444,7 +444,7 @@ static int value_zeroing(const lens_model *m, const lens_cm_opts *o, const lens_
         const int n = T + 1 - z.first < copies ? T + 1 - z.first : copies;
         for (int k = 0; k < n; k++) memcpy(io->x + (size_t)k * T * C, x, sizeof(float) * T * C);
         io->N = n * T;
-        lens_block_forward(m, io, l);
+        lens_block_forward_from_attend(m, io, l); /* q, k, v unread: vz_attend makes ctx from ctx0 */
         for (int k = 0; k < n; k++) {
             const float *out = io->x + (size_t)k * T * C;
             const int j = z.first + k - 1;

@@ -506,6 +506,43 @@ void lens_block_forward(const lens_model *m, lens_block_io *io, int l)
     forward_ops(m, io, l, &p, &pl, 0, p.n);
 }
 
+/* The index of p's ATTEND when the ops after it read no register the ops
+ * before it wrote, X aside (the residual they leave alone), else -1. An
+ * in-place op (ADD, GELU, GLU, QK_NORM, ROPE, REPEAT_KV, MOE) also reads
+ * its output. */
+static int attend_start(const lens_block_prog *p)
+{
+    int at = -1;
+    for (int i = 0; i < p->n && at < 0; i++)
+        if (p->op[i].kind == LENS_OP_ATTEND) at = i;
+    if (at < 0) return -1;
+    unsigned before = 0, after = 0;
+    for (int i = 0; i < at; i++) before |= 1u << p->op[i].out;
+    if (before & (1u << LENS_R_X)) return -1;
+    for (int i = at + 1; i < p->n; i++) {
+        const lens_op *o = &p->op[i];
+        if (o->kind == LENS_OP_TAIL) continue;
+        const int reads_out = o->kind != LENS_OP_LINEAR && o->kind != LENS_OP_NORM && o->kind != LENS_OP_COPY &&
+                              o->kind != LENS_OP_SPLIT_QKV;
+        unsigned reads = 1u << o->in;
+        if (reads_out) reads |= 1u << o->out;
+        if (reads & before & ~after & ~(1u << LENS_R_CTX)) return -1;
+        after |= 1u << o->out;
+    }
+    return at;
+}
+
+int lens_block_forward_from_attend(const lens_model *m, lens_block_io *io, int l)
+{
+    lens_block_prog p;
+    plan pl;
+    build(m, l, &p);
+    make_plan(m, &p, io->cache && io->cache->for_weights, &pl);
+    const int at = attend_start(&p);
+    forward_ops(m, io, l, &p, &pl, at < 0 ? 0 : at, p.n);
+    return at >= 0;
+}
+
 /* ------------------------------------------------------------ backward */
 
 void lens_block_backward(const lens_model *m, lens_block_io *io, int l)

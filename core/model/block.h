@@ -180,6 +180,11 @@ typedef struct lens_block_io {
 /* Layer l of m, 0 <= l < L; l == L is the final norm (nothing for post-norm
  * families, whose io->x passes unchanged). */
 void lens_block_forward(const lens_model *m, lens_block_io *io, int l);
+/* The same from layer l's ATTEND op on, when nothing after it reads what the
+ * ops before it computed but the residual X (1; an attend hook that makes
+ * CTX without Q, K and V then skips their projections: value zeroing), else
+ * the whole block (0). */
+int lens_block_forward_from_attend(const lens_model *m, lens_block_io *io, int l);
 void lens_block_backward(const lens_model *m, lens_block_io *io, int l);
 void lens_block_jvp(const lens_model *m, lens_block_io *io, int l);
 
