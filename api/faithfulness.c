@@ -251,9 +251,10 @@ static int run_row(api_call *c, const faith_req *r, int e, double *values)
         return api_fail(c, 422, "invalid_request", "objective.position", "objective.position %d is outside row %d's %d tokens",
                         r->objective.position, e, T);
     }
-    const lens_faith_opts o = {.fractions = r->fractions, .n_fractions = r->n_fractions, .unit = r->unit, .target = r->target,
-                               .objective = &obj, .steps = r->steps, .seed = (unsigned long long)r->seed, .row = e,
-                               .random_orderings = r->orderings, .cancel = c->cancel, .pool = c->threads};
+    const lens_faith_opts o = {.fractions = r->fractions, .n_fractions = r->n_fractions, .unit = r->unit,
+                               .target = r->target, .objective = &obj, .steps = r->steps,
+                               .seed = (unsigned long long)r->seed, .row = e, .random_orderings = r->orderings,
+                               .cancel = c->cancel, .pool = c->threads};
     const int nf = r->n_fractions, W = row_width(r);
     int rc = 0;
     for (int k = 0; k < r->n_methods && !rc; k++) {

@@ -228,7 +228,8 @@ static void test_heads(const lens_model *m, const char *name, const int *ids, in
                     }
                     const double mean = sum / count, var = fmax(0, sum2 / count - mean * mean);
                     const double got = keep_set ? r.insertion[q] : r.deletion[q], bound = 4 * sqrt(var / R) + 1e-6;
-                    CHECK(fabs(got - mean) <= bound, "%s heads random %s at f = %.2f (k = %d of %d): %.6f, expected %.6f +- %.6f",
+                    CHECK(fabs(got - mean) <= bound,
+                          "%s heads random %s at f = %.2f (k = %d of %d): %.6f, expected %.6f +- %.6f",
                           name, keep_set ? "insertion" : "deletion", FRACTIONS[q], kq, H, got, mean, bound);
                 }
         } else { /* D(k = 1): the top-scored head masked */
@@ -251,7 +252,8 @@ static void test_heads(const lens_model *m, const char *name, const int *ids, in
             head_keep(1u << top, H, 0, keep);
             const double want = objective_masked(m, ids, T, r.target, keep);
             const double one[] = {1e-6};
-            const lens_faith_opts o1 = {.fractions = one, .n_fractions = 1, .unit = LENS_FAITH_HEADS, .target = r.target};
+            const lens_faith_opts o1 = {.fractions = one, .n_fractions = 1, .unit = LENS_FAITH_HEADS,
+                                        .target = r.target};
             lens_faith_row r1;
             CHECK(!lens_faith_run(m, ids, NULL, T, method, &o1, &r1, &err) && fabs(r1.deletion[0] - want) < tol,
                   "%s heads %s: D(k=1) %.7f, F with head %d masked %.7f", name, lens_faith_method_name(method),

@@ -4,7 +4,9 @@
  *
  * One sequence costs: the clean pass (prediction, F(x)), the method's scores
  * (its own analysis, or T - n + 1 passes for leave-one-out), and one batched
- * forward of the 2 (n_fractions + 5) + 1 perturbed sequences per ordering. */
+ * forward of the 2 (n_fractions + 5) + 1 perturbed sequences per ordering.
+ * With unit heads: the scores, and 2 (n_fractions + 5) + 1 forwards of the
+ * sequence with heads masked per ordering (a head mask holds for a batch). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,7 +94,8 @@ typedef struct {
 } row_ctx;
 
 /* F of each of S sequences (packed ids and types, lengths [S]) into f [S],
- * the heads head_mask ([L][NH], NULL = none) zeroes masked: one forward; the objective's row is each sequence's last on a causal LM. */
+ * the heads head_mask ([L][NH], NULL = none) zeroes masked: one forward;
+ * the objective's row is each sequence's last on a causal LM. */
 static int objective_of(const row_ctx *r, const int *ids, const int *types, const int *lengths, int S,
                         const unsigned char *head_mask, double *f, lens_err *err)
 {
@@ -154,7 +157,8 @@ static int attribution_scores(const row_ctx *r, float *score, lens_err *err)
     lens_attribution a;
     if (lens_attribution_run(r->m, r->ids, r->types, T, &ao, &a, err)) return -1;
     if (r->o->unit == LENS_FAITH_HEADS) {
-        for (int l = 0; l < a.n_layers; l++) memcpy(score + l * a.n_heads, a.layers[l].importance, sizeof(float) * a.n_heads);
+        for (int l = 0; l < a.n_layers; l++)
+            memcpy(score + l * a.n_heads, a.layers[l].importance, sizeof(float) * a.n_heads);
         lens_attribution_free(&a);
         return 0;
     }
