@@ -6,7 +6,8 @@
  * Params {model?, texts?: [text..] | data?: "PATH" (a TSV with a header
  * naming a "sentence" or "text" column, as SST-2's dev.tsv, inside
  * --data-dir), max_rows? = 1000 (first rows of data), methods? = every
- * method defined on the model but hidden-attribution, fractions? = [0, 0.1, .., 1], objective? (as
+ * method defined on the model but hidden-attribution, unit? = "tokens" |
+ * "heads" (zero-ablated heads instead of deleted tokens), fractions? = [0, 0.1, .., 1], objective? (as
  * /v1/attribution's; a negative position counts from each row's end),
  * steps? = 20 (attention attribution's m), seed? = 1, random_orderings? =
  * 10}. Sharded by row (r % N == I): a shard's partial holds, per row and
@@ -31,6 +32,7 @@ typedef struct {
     char **texts; /* [n], owned */
     int n, from_data;
     char *source; /* "texts" or the data path as given */
+    lens_faith_unit unit;
     lens_faith_method methods[LENS_FAITH_COUNT];
     int n_methods;
     double fractions[MAX_FRACTIONS];
@@ -126,7 +128,7 @@ static int decode_methods(api_call *c, faith_req *r)
     const json_t *v = json_object_get(c->body, "methods");
     if (!v || json_is_null(v)) {
         for (int k = 0; k < LENS_FAITH_COUNT; k++)
-            if (k != LENS_FAITH_HIDDEN && !lens_faith_undefined(m, (lens_faith_method)k))
+            if (k != LENS_FAITH_HIDDEN && !lens_faith_undefined(m, (lens_faith_method)k, r->unit))
                 r->methods[r->n_methods++] = (lens_faith_method)k;
         return 0;
     }
@@ -141,15 +143,29 @@ static int decode_methods(api_call *c, faith_req *r)
             return api_fail(c, 422, "invalid_request", "methods",
                             "methods[%zu] is not a method (random, attention, effective-attention, "
                             "attention-attribution, hidden-attribution, rollout, alti, globenc, value-zeroing, "
-                            "leave-one-out)", i);
+                            "leave-one-out, logit-attribution)", i);
         for (int j = 0; j < r->n_methods; j++)
             if (r->methods[j] == k)
                 return api_fail(c, 422, "invalid_request", "methods", "methods[%zu]: %s is given twice", i,
                                 lens_faith_method_name(k));
-        const char *why = lens_faith_undefined(m, k);
-        if (why) return api_fail(c, 422, "invalid_request", "methods", "methods[%zu]: %s: %s", i, lens_faith_method_name(k), why);
+        const char *why = lens_faith_undefined(m, k, r->unit);
+        if (why)
+            return api_fail(c, 422, "invalid_request", "methods", "methods[%zu]: %s with unit %s: %s", i,
+                            lens_faith_method_name(k), lens_faith_unit_name(r->unit), why);
         r->methods[r->n_methods++] = k;
     }
+    return 0;
+}
+
+/* unit: "tokens" (default) or "heads" */
+static int decode_unit(api_call *c, faith_req *r)
+{
+    const char *unit = NULL;
+    const int has = api_get_string(c, "unit", &unit, NULL);
+    if (has < 0) return -1;
+    if (!has || !strcmp(unit, "tokens")) r->unit = LENS_FAITH_TOKENS;
+    else if (!strcmp(unit, "heads")) r->unit = LENS_FAITH_HEADS;
+    else return api_fail(c, 422, "invalid_request", "unit", "unit must be tokens or heads");
     return 0;
 }
 
@@ -186,7 +202,7 @@ int api_faithfulness_prepare(api_call *c)
     if (!r->model->model->tok)
         return api_fail(c, 422, "invalid_request", "model", "faithfulness needs the model's tokenizer (texts)");
     r->target = -1, r->steps = 20, r->seed = 1, r->orderings = 10;
-    if (decode_dataset(c, r) || decode_methods(c, r) || decode_fractions(c, r) ||
+    if (decode_dataset(c, r) || decode_unit(c, r) || decode_methods(c, r) || decode_fractions(c, r) ||
         api_decode_objective(c, r->model->model, &r->target, &r->objective, NULL) ||
         api_get_int(c, "steps", 1, 1000, &r->steps) < 0 || api_get_int(c, "seed", 0, INT_MAX, &r->seed) < 0 ||
         api_get_int(c, "random_orderings", 1, 1000, &r->orderings) < 0)
@@ -235,9 +251,10 @@ static int run_row(api_call *c, const faith_req *r, int e, double *values)
         return api_fail(c, 422, "invalid_request", "objective.position", "objective.position %d is outside row %d's %d tokens",
                         r->objective.position, e, T);
     }
-    const lens_faith_opts o = {.fractions = r->fractions, .n_fractions = r->n_fractions, .target = r->target,
-                               .objective = &obj, .steps = r->steps, .seed = (unsigned long long)r->seed, .row = e,
-                               .random_orderings = r->orderings, .cancel = c->cancel, .pool = c->threads};
+    const lens_faith_opts o = {.fractions = r->fractions, .n_fractions = r->n_fractions, .unit = r->unit,
+                               .target = r->target, .objective = &obj, .steps = r->steps,
+                               .seed = (unsigned long long)r->seed, .row = e, .random_orderings = r->orderings,
+                               .cancel = c->cancel, .pool = c->threads};
     const int nf = r->n_fractions, W = row_width(r);
     int rc = 0;
     for (int k = 0; k < r->n_methods && !rc; k++) {
@@ -373,8 +390,10 @@ void api_faithfulness_merge(api_call *c, lens_partial *const *parts, int n_parts
     } else {
         api_write_output(w, m, "target", r->target);
     }
+    jw_key(w, "unit");
+    jw_str(w, lens_faith_unit_name(r->unit));
     jw_key(w, "removal");
-    jw_str(w, "delete");
+    jw_str(w, r->unit == LENS_FAITH_HEADS ? "zero-ablate" : "delete");
     write_curve(w, "fractions", r->fractions, nf, 6);
     write_curve(w, "eraser_bins", lens_faith_eraser_bins, LENS_FAITH_BINS, 6);
     jw_key(w, "seed");

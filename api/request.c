@@ -175,7 +175,7 @@ static const api_field_set field_sets[] = {
     {"head-importance", {DATASET_FIELDS, "seeds", "seed", "definition", "target", "prune_count"}},
     {"adversarial-triggers", {DATASET_FIELDS, "sources", "top_k", "definition", "rule"}},
     {"faithfulness",
-     {"model", "texts", "data", "max_rows", "methods", "fractions", "objective", "steps", "seed", "random_orderings"}},
+     {"model", "texts", "data", "max_rows", "methods", "unit", "fractions", "objective", "steps", "seed", "random_orderings"}},
     {"token-identity-map", {"model", "texts", "data", "max_texts", "metric", "save", "ridge", "heldout_fraction"}},
     {"context-mixing", {"model", "texts", "data", "max_texts", "methods", "definition"}},
 };

@@ -12,10 +12,10 @@
  * Then, when ../shared exists, both kinds on bert-tiny-sst2 over the first
  * 40 rows of SST-2 dev (accuracy > 0.7: the model's dev accuracy is ~0.83;
  * SKIP otherwise). Numbers go through JSON at 6 decimals. The faithfulness
- * job (docs/faithfulness.md) runs from the TSV and on 8 SST-2 dev rows: its
+ * job (docs/faithfulness.md) runs from the TSV (unit tokens and heads) and on 8 SST-2 dev rows: its
  * result is a FaithfulnessResult whose curves start and end where they must
  * (D(0) = I(1) = full, D(1) = I(0) = empty), cancelled, and refused with
- * params.methods / params.fractions. */
+ * params.methods / params.fractions / params.unit. */
 #include <math.h>
 
 #include "core/analysis/attribution.h"
@@ -294,6 +294,14 @@ static void test_tiny(void)
                   30000);
     check_faithfulness(job, 4, 4, 3, "tiny, small.tsv");
     json_decref(job);
+    job = run_job(&s, "{\"kind\": \"faithfulness\", \"params\": {\"data\": \"small.tsv\", \"unit\": \"heads\", "
+                      "\"fractions\": [0, 0.5, 1]}}",
+                  30000);
+    check_faithfulness(job, 4, 2, 3, "tiny, small.tsv, unit heads"); /* random, attention-attribution */
+    CHECK(!strcmp(json_string_value(get(get(job, "result"), "unit")) ?: "", "heads") &&
+              !strcmp(json_string_value(get(get(job, "result"), "removal")) ?: "", "zero-ablate"),
+          "unit heads: the result says unit heads, removal zero-ablate");
+    json_decref(job);
 
     /* cancel a long job */
     snprintf(body, sizeof body, "{\"kind\": \"head-importance\", \"params\": {%s, \"steps\": 1000, \"seeds\": 20}}", rows6);
@@ -335,6 +343,8 @@ static void test_tiny(void)
         {"/v1/jobs", "{\"kind\": \"faithfulness\", \"params\": {\"data\": \"small.tsv\", \"methods\": [\"saliency\"]}}", 422, "invalid_request", "params.methods"},
         {"/v1/jobs", "{\"kind\": \"faithfulness\", \"params\": {\"data\": \"small.tsv\", \"methods\": [\"random\", \"random\"]}}", 422, "invalid_request", "params.methods"},
         {"/v1/jobs", "{\"kind\": \"faithfulness\", \"params\": {\"data\": \"small.tsv\", \"fractions\": [0.5, 0.2]}}", 422, "invalid_request", "params.fractions"},
+        {"/v1/jobs", "{\"kind\": \"faithfulness\", \"params\": {\"data\": \"small.tsv\", \"unit\": \"heads\", \"methods\": [\"alti\"]}}", 422, "invalid_request", "params.methods"},
+        {"/v1/jobs", "{\"kind\": \"faithfulness\", \"params\": {\"data\": \"small.tsv\", \"unit\": \"layers\"}}", 422, "invalid_request", "params.unit"},
         {"/v1/jobs", "{\"kind\": \"faithfulness\", \"params\": {\"texts\": []}}", 422, "invalid_request", "params.texts"},
         {"/v1/jobs", "{\"kind\": \"faithfulness\", \"params\": {}}", 422, "invalid_request", "params.texts"},
         {"/v1/jobs", "{\"kind\": \"faithfulness\", \"params\": {\"data\": \"small.tsv\", \"random_orderings\": 0}}", 422, "invalid_request", "params.random_orderings"},

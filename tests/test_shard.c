@@ -13,7 +13,7 @@
  *    args with its $(VAR)s filled) run as separate processes with
  *    JOB_COMPLETION_INDEX set as Kubernetes sets it, N = 1, 3, 7, for
  *    head-importance, adversarial-triggers, decomposition, token-identity-map,
- *    attribution over texts, faithfulness (every method, on the first 7
+ *    attribution over texts, faithfulness (every method, and unit heads; on the first 7
  *    SST-2 dev rows when ../shared is there) and context-mixing (every
  *    method): the merged result equals the 1-shard result (timing aside);
  *    more shards than texts is a 422 naming texts;
@@ -430,14 +430,19 @@ static void test_processes(const char *dir)
     char fp[600];
     snprintf(fp, sizeof fp, "%s/faithfulness.json", dir);
     write_params(fp, json_pack("{s:s, s:o, s:i}", "model", "demo-sst2", "texts", sst2_dev_texts(7), "steps", 2));
+    char fhp[600]; /* unit heads: the heads zero-ablated, random and attention-attribution */
+    snprintf(fhp, sizeof fhp, "%s/faithfulness-heads.json", dir);
+    write_params(fhp, json_pack("{s:s, s:o, s:i, s:s}", "model", "demo-sst2", "texts", sst2_dev_texts(7), "steps", 2,
+                                "unit", "heads"));
     char cp[600];
     snprintf(cp, sizeof cp, "%s/context-mixing.json", dir);
     write_params(cp, json_pack("{s:s, s:o, s:[s,s,s,s]}", "model", "demo-sst2", "texts", cm_texts, "methods", "rollout",
                                "alti", "globenc", "value-zeroing"));
     const struct {
-        const char *kind, *params;
-    } kinds[] = {{"head-importance", hp}, {"adversarial-triggers", tp}, {"decomposition", dp},
-                 {"token-identity-map", ip}, {"attribution", ap}, {"faithfulness", fp}, {"context-mixing", cp}};
+        const char *kind, *params, *tag; /* tag: a second params set of a kind (its partials' folder) */
+    } kinds[] = {{"head-importance", hp, ""}, {"adversarial-triggers", tp, ""}, {"decomposition", dp, ""},
+                 {"token-identity-map", ip, ""}, {"attribution", ap, ""}, {"faithfulness", fp, ""},
+                 {"context-mixing", cp, ""}, {"faithfulness", fhp, "-heads"}};
     int n_kinds = 0;
     for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++, n_kinds++) {
         json_t *one = NULL;
@@ -445,7 +450,7 @@ static void test_processes(const char *dir)
         for (size_t s = 0; s < 3; s++) {
             const int N = shard_counts[s];
             char parts_dir[700], glob[800], out[800], why[1024];
-            snprintf(parts_dir, sizeof parts_dir, "%s/%s-%d", dir, kinds[k].kind, N);
+            snprintf(parts_dir, sizeof parts_dir, "%s/%s%s-%d", dir, kinds[k].kind, kinds[k].tag, N);
             mkdir(parts_dir, 0700);
             int failed = 0;
             for (int i = 0; i < N; i++)
@@ -476,7 +481,7 @@ static void test_processes(const char *dir)
         }
         json_decref(one);
     }
-    CHECK(n_kinds == 7, "kinds run: %d", n_kinds);
+    CHECK(n_kinds == 8, "kinds run: %d", n_kinds);
 
     /* more shards than texts: a 422 naming texts, before any work */
     char cmd[4096], why[1024], out[700];

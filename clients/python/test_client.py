@@ -200,6 +200,17 @@ def test_jobs(c: Client):
           all(len(m["deletion_curve"]) == 3 and abs(m["deletion_curve"][0] - table["full"]) < 1e-5 and
               abs(m["deletion_curve"][2] - table["empty"]) < 1e-5 for m in rows.values()),
           f"faithfulness: a table of 3 methods whose curves run from full to empty: {table}")
+    heads = c.faithfulness(["a charming film", "dull and far too long"], model="demo-sst2", unit="heads",
+                           fractions=[0, 1])
+    check(heads["unit"] == "heads" and heads["removal"] == "zero-ablate" and
+          [m["method"] for m in heads["methods"]] == ["random", "attention-attribution"] and
+          all(abs(m["deletion_curve"][0] - heads["full"]) < 1e-5 and abs(m["deletion_curve"][1] - heads["empty"]) < 1e-5
+              for m in heads["methods"]), f"faithfulness unit heads: {heads}")
+    try:
+        c.faithfulness(["a charming film"], model="demo-sst2", unit="heads", methods=["rollout"])
+        check(False, "a token method with unit heads raises")
+    except LensdError as e:
+        check(e.status == 422 and e.field == "params.methods", f"rollout with unit heads: {e}")
     try:
         c.faithfulness(["a charming film"], model="demo-sst2", methods=["saliency"])
         check(False, "an unknown faithfulness method raises")

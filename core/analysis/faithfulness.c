@@ -4,7 +4,9 @@
  *
  * One sequence costs: the clean pass (prediction, F(x)), the method's scores
  * (its own analysis, or T - n + 1 passes for leave-one-out), and one batched
- * forward of the 2 (n_fractions + 5) + 1 perturbed sequences per ordering. */
+ * forward of the 2 (n_fractions + 5) + 1 perturbed sequences per ordering.
+ * With unit heads: the scores, and 2 (n_fractions + 5) + 1 forwards of the
+ * sequence with heads masked per ordering (a head mask holds for a batch). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,7 @@
 #include "core/analysis/context_mixing.h"
 #include "core/analysis/faithfulness.h"
 #include "core/analysis/hidden_attribution.h"
+#include "core/analysis/logit_attribution.h"
 #include "core/io/tokenizer.h"
 #include "core/model/arch.h"
 
@@ -20,7 +23,7 @@ const double lens_faith_eraser_bins[LENS_FAITH_BINS] = {0.01, 0.05, 0.1, 0.2, 0.
 
 static const char *const method_names[LENS_FAITH_COUNT] = {
     "random", "attention", "effective-attention", "attention-attribution", "hidden-attribution",
-    "rollout", "alti", "globenc", "value-zeroing", "leave-one-out"};
+    "rollout", "alti", "globenc", "value-zeroing", "leave-one-out", "logit-attribution"};
 
 const char *lens_faith_method_name(lens_faith_method m)
 {
@@ -37,18 +40,30 @@ int lens_faith_method_parse(const char *name, lens_faith_method *m)
     return -1;
 }
 
+const char *lens_faith_unit_name(lens_faith_unit u) { return u == LENS_FAITH_HEADS ? "heads" : "tokens"; }
+
 static const lens_cm_method cm_of[LENS_FAITH_COUNT] = {
     [LENS_FAITH_ROLLOUT] = LENS_CM_ROLLOUT, [LENS_FAITH_ALTI] = LENS_CM_ALTI,
     [LENS_FAITH_GLOBENC] = LENS_CM_GLOBENC, [LENS_FAITH_VALUE_ZEROING] = LENS_CM_VALUE_ZEROING};
 
 static int is_cm(lens_faith_method m) { return m >= LENS_FAITH_ROLLOUT && m <= LENS_FAITH_VALUE_ZEROING; }
 
-const char *lens_faith_undefined(const lens_model *m, lens_faith_method method)
+const char *lens_faith_undefined(const lens_model *m, lens_faith_method method, lens_faith_unit unit)
 {
     const char *why = NULL;
     if (m->cfg.task != LENS_TASK_CLASSIFICATION && m->cfg.task != LENS_TASK_CAUSAL_LM)
         return "faithfulness needs an objective: a sequence classifier or a causal LM";
     if (!m->tok) return "faithfulness needs the model's tokenizer (which tokens are special)";
+    if (unit == LENS_FAITH_HEADS) {
+        if (method == LENS_FAITH_ATTRIBUTION)
+            return lens_model_supports(m, LENS_ANALYSIS_ATTRIBUTION, &why) ? NULL : why;
+        if (method == LENS_FAITH_LOGIT_ATTRIBUTION)
+            return lens_model_supports(m, LENS_ANALYSIS_LOGIT_ATTRIBUTION, &why) ? NULL : why;
+        return method == LENS_FAITH_RANDOM ? NULL
+                                           : "it scores tokens, not heads (unit heads takes random, "
+                                             "attention-attribution and logit-attribution)";
+    }
+    if (method == LENS_FAITH_LOGIT_ATTRIBUTION) return "it scores heads, not tokens (give unit heads)";
     if (method == LENS_FAITH_ATTENTION || method == LENS_FAITH_EFFECTIVE)
         return lens_model_supports(m, LENS_ANALYSIS_ATTENTION, &why) ? NULL : why;
     if (method == LENS_FAITH_ATTRIBUTION) return lens_model_supports(m, LENS_ANALYSIS_ATTRIBUTION, &why) ? NULL : why;
@@ -78,13 +93,15 @@ typedef struct {
     const lens_faith_opts *o;
 } row_ctx;
 
-/* F of each of S sequences (packed ids and types, lengths [S]) into f [S]:
- * one forward; the objective's row is each sequence's last on a causal LM. */
-static int objective_of(const row_ctx *r, const int *ids, const int *types, const int *lengths, int S, double *f,
-                        lens_err *err)
+/* F of each of S sequences (packed ids and types, lengths [S]) into f [S],
+ * the heads head_mask ([L][NH], NULL = none) zeroes masked: one forward;
+ * the objective's row is each sequence's last on a causal LM. */
+static int objective_of(const row_ctx *r, const int *ids, const int *types, const int *lengths, int S,
+                        const unsigned char *head_mask, double *f, lens_err *err)
 {
     const lens_batch batch = {.n_seqs = S, .lengths = lengths, .ids = ids, .type_ids = r->lm ? NULL : types};
-    const lens_forward_opts fo = {.keep = LENS_KEEP_LOGITS, .cancel = r->o->cancel, .pool = r->o->pool};
+    const lens_forward_opts fo = {.keep = LENS_KEEP_LOGITS, .cancel = r->o->cancel, .pool = r->o->pool,
+                                  .head_mask = head_mask};
     lens_activations act;
     if (lens_forward(r->m, &batch, &fo, &act, err)) return -1;
     for (int s = 0; s < S; s++) {
@@ -129,7 +146,9 @@ static int attention_scores(const row_ctx *r, int effective, float *score, lens_
     return rc;
 }
 
-/* Σ_l Σ_h Σ_i Attr_l^h[i][j]: the attribution of every attention edge into token j */
+/* Tokens: Σ_l Σ_h Σ_i Attr_l^h[i][j], the attribution of every attention
+ * edge into token j. Heads: max_ij Attr_l^h[i][j], the importance the
+ * head-importance job ranks by (head_importance.h). */
 static int attribution_scores(const row_ctx *r, float *score, lens_err *err)
 {
     const int T = r->T;
@@ -137,6 +156,12 @@ static int attribution_scores(const row_ctx *r, float *score, lens_err *err)
                                .objective = &r->obj, .cancel = r->o->cancel, .pool = r->o->pool};
     lens_attribution a;
     if (lens_attribution_run(r->m, r->ids, r->types, T, &ao, &a, err)) return -1;
+    if (r->o->unit == LENS_FAITH_HEADS) {
+        for (int l = 0; l < a.n_layers; l++)
+            memcpy(score + l * a.n_heads, a.layers[l].importance, sizeof(float) * a.n_heads);
+        lens_attribution_free(&a);
+        return 0;
+    }
     memset(score, 0, sizeof(float) * T);
     for (int l = 0; l < a.n_layers; l++)
         for (size_t e = 0; e < (size_t)a.n_heads * T * T; e++) score[e % T] += a.layers[l].attr[e];
@@ -154,6 +179,20 @@ static int hidden_scores(const row_ctx *r, float *score, lens_err *err)
     if (lens_hidden_attribution(r->m, r->ids, r->types, r->T, &ho, &h, err)) return -1;
     memcpy(score, h.layers[0].contrib + (size_t)read_row(r) * r->T, sizeof(float) * r->T);
     lens_hta_result_free(&h);
+    return 0;
+}
+
+/* heads: |direct logit attribution| of each head to the target's logit (minus
+ * the foil's on a logit difference) at the objective's position, the last */
+static int logit_head_scores(const row_ctx *r, float *score, lens_err *err)
+{
+    const lens_dla_opts o = {.position = r->T - 1, .target = r->target,
+                             .foil = r->obj.kind == LENS_OBJ_LOGIT_DIFFERENCE ? r->obj.foil : -1,
+                             .cancel = r->o->cancel, .pool = r->o->pool};
+    lens_dla_result d;
+    if (lens_logit_attribution(r->m, r->ids, r->T, &o, &d, err)) return -1;
+    for (int i = 0; i < d.n_layers * d.n_heads; i++) score[i] = (float)fabs(d.heads[i]);
+    lens_dla_result_free(&d);
     return 0;
 }
 
@@ -203,7 +242,7 @@ static int leave_one_out_scores(const row_ctx *r, const unsigned char *removable
         drop[t] = 0;
         lengths[s++] = T - 1;
     }
-    if (S) rc = objective_of(r, ids, types, lengths, S, f, err);
+    if (S) rc = objective_of(r, ids, types, lengths, S, NULL, f, err);
     memset(score, 0, sizeof(float) * T);
     for (int t = 0, k = 0; t < T && !rc; t++)
         if (removable[t]) score[t] = (float)(full - f[k++]);
@@ -221,7 +260,7 @@ static unsigned long long splitmix64(unsigned long long *x)
     return z ^ (z >> 31);
 }
 
-/* order [n]: the removable positions, best first (score NULL: a random
+/* order [n]: the removable positions (or heads), best first (score NULL: a random
  * permutation from the state *rng). */
 static void rank_tokens(const unsigned char *removable, int T, const float *score, unsigned long long *rng, int *order)
 {
@@ -269,9 +308,26 @@ static int curves_of(const row_ctx *r, const unsigned char *removable, const int
         append_kept(r, drop, ids, types, &used);
         lengths[2 * q + 1] = T - n + k;
     }
-    rc = objective_of(r, ids, types, lengths, S, f, err);
+    rc = objective_of(r, ids, types, lengths, S, NULL, f, err);
     for (int q = 0; q < n_k && !rc; q++) del[q] = f[2 * q], ins[q] = f[2 * q + 1];
     free(ids), free(types), free(lengths), free(drop), free(f);
+    return rc;
+}
+
+/* The same for heads (n = L * NH): the top k masked (deletion), all but
+ * them masked (insertion); one forward each, as a mask holds for a batch. */
+static int head_curves_of(const row_ctx *r, const int *order, int n, const int *counts, int n_k, double *del,
+                          double *ins, lens_err *err)
+{
+    unsigned char *keep = malloc((size_t)n);
+    int rc = keep ? 0 : lens_fail(err, LENS_ENOMEM, "out of memory for the head curves");
+    for (int q = 0; q < n_k && !rc; q++)
+        for (int inserting = 0; inserting < 2 && !rc; inserting++) {
+            memset(keep, inserting ? 0 : 1, (size_t)n);
+            for (int i = 0; i < counts[q]; i++) keep[order[i]] = (unsigned char)inserting;
+            rc = objective_of(r, r->ids, r->types, &r->T, 1, keep, inserting ? ins + q : del + q, err);
+        }
+    free(keep);
     return rc;
 }
 
@@ -284,6 +340,7 @@ static int method_scores(const row_ctx *r, lens_faith_method method, const unsig
     case LENS_FAITH_ATTRIBUTION: return attribution_scores(r, score, err);
     case LENS_FAITH_HIDDEN: return hidden_scores(r, score, err);
     case LENS_FAITH_LEAVE_ONE_OUT: return leave_one_out_scores(r, removable, full, score, err);
+    case LENS_FAITH_LOGIT_ATTRIBUTION: return logit_head_scores(r, score, err);
     default: return mixing_scores(r, cm_of[method], score, err);
     }
 }
@@ -293,7 +350,7 @@ int lens_faith_run(const lens_model *m, const int *ids, const int *type_ids, int
 {
     memset(out, 0, sizeof *out);
     if ((unsigned)method >= LENS_FAITH_COUNT) return lens_fail(err, LENS_EINVAL, "unknown faithfulness method");
-    const char *why = lens_faith_undefined(m, method);
+    const char *why = lens_faith_undefined(m, method, opts->unit);
     if (why) return lens_fail(err, LENS_EINVAL, "%s: %s", lens_faith_method_name(method), why);
     const int nf = opts->n_fractions;
     for (int q = 0; q < nf; q++)
@@ -320,20 +377,22 @@ int lens_faith_run(const lens_model *m, const int *ids, const int *type_ids, int
     out->target = r.target;
     if (r.lm) r.obj.position = -1; /* each perturbed sequence's last row */
 
-    unsigned char *removable = malloc((size_t)T);
-    float *score = malloc(sizeof(float) * T);
-    int *order = malloc(sizeof(int) * T), *counts = malloc(sizeof(int) * (nf + LENS_FAITH_BINS));
+    const int heads = opts->unit == LENS_FAITH_HEADS, N = heads ? m->cfg.n_layers * m->cfg.n_heads : T;
+    unsigned char *removable = malloc((size_t)N);
+    float *score = malloc(sizeof(float) * N);
+    int *order = malloc(sizeof(int) * N), *counts = malloc(sizeof(int) * (nf + LENS_FAITH_BINS));
     double *del = malloc(sizeof(double) * (nf + LENS_FAITH_BINS)), *ins = malloc(sizeof(double) * (nf + LENS_FAITH_BINS));
     out->deletion = calloc((size_t)(nf ? nf : 1), sizeof(double));
     out->insertion = calloc((size_t)(nf ? nf : 1), sizeof(double));
     rc = removable && score && order && counts && del && ins && out->deletion && out->insertion
              ? 0 : lens_fail(err, LENS_ENOMEM, "out of memory for faithfulness");
     int n = 0;
-    for (int t = 0; t < T && !rc; t++) {
+    if (heads && !rc) memset(removable, 1, (size_t)N), n = N; /* every head */
+    for (int t = 0; t < T && !rc && !heads; t++) {
         removable[t] = !lens_tokenizer_is_special(m->tok, ids[t]) && !(r.lm && t == T - 1);
         n += removable[t];
     }
-    if (!rc && n == T) /* no special token to keep: the last token stays, so no input is empty */
+    if (!rc && !heads && n == T) /* no special token to keep: the last token stays, so no input is empty */
         removable[T - 1] = 0, n--;
     out->n_removable = n;
     for (int q = 0; q < nf && !rc; q++) counts[q] = lens_faith_count(opts->fractions[q], n);
@@ -343,16 +402,18 @@ int lens_faith_run(const lens_model *m, const int *ids, const int *type_ids, int
     for (int o = 0; o < orderings && !rc; o++) {
         unsigned long long rng = opts->seed ^ ((unsigned long long)opts->row << 20) ^ (unsigned long long)o << 44;
         splitmix64(&rng);
-        rank_tokens(removable, T, method == LENS_FAITH_RANDOM ? NULL : score, &rng, order);
-        rc = curves_of(&r, removable, order, n, counts, nf + LENS_FAITH_BINS, del, ins, err);
+        rank_tokens(removable, N, method == LENS_FAITH_RANDOM ? NULL : score, &rng, order);
+        rc = heads ? head_curves_of(&r, order, n, counts, nf + LENS_FAITH_BINS, del, ins, err)
+                   : curves_of(&r, removable, order, n, counts, nf + LENS_FAITH_BINS, del, ins, err);
         for (int q = 0; q < nf && !rc; q++)
             out->deletion[q] += del[q] / orderings, out->insertion[q] += ins[q] / orderings;
         for (int b = 0; b < LENS_FAITH_BINS && !rc; b++)
             out->eraser_deletion[b] += del[nf + b] / orderings, out->eraser_insertion[b] += ins[nf + b] / orderings;
     }
-    if (!rc) { /* empty: every removable token gone */
-        counts[0] = n; /* with every token removed the order does not matter */
-        rc = curves_of(&r, removable, order, n, counts, 1, del, ins, err);
+    if (!rc) { /* empty: every removable token (or head) gone */
+        counts[0] = n; /* with every one removed the order does not matter */
+        rc = heads ? head_curves_of(&r, order, n, counts, 1, del, ins, err)
+                   : curves_of(&r, removable, order, n, counts, 1, del, ins, err);
         out->empty = del[0];
     }
     free(removable), free(score), free(order), free(counts), free(del), free(ins);

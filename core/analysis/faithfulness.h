@@ -34,20 +34,31 @@ typedef enum {
     LENS_FAITH_GLOBENC,
     LENS_FAITH_VALUE_ZEROING,
     LENS_FAITH_LEAVE_ONE_OUT,   /* occlusion: F(x) - F(x \ {j}) (gradient-free) */
+    LENS_FAITH_LOGIT_ATTRIBUTION, /* heads only: |direct logit attribution| of each head (causal LMs) */
     LENS_FAITH_COUNT
 } lens_faith_method;
 
 #define LENS_FAITH_BINS 5
 extern const double lens_faith_eraser_bins[LENS_FAITH_BINS]; /* 0.01, 0.05, 0.1, 0.2, 0.5 */
 
+/* What is removed or kept: tokens (deleted from the sequence) or attention
+ * heads (zero-ablated, lens_forward_opts.head_mask: probabilities and output
+ * zero). With heads the n = L * NH heads are ranked, all removable, r_k
+ * masked in D(f) and all but r_k in I(f); empty = F(every head masked).
+ * Head scores: attention-attribution's importance max_ij Attr_l^h[i][j] (as
+ * the head-importance job), |logit-attribution| (causal LMs), random. */
+typedef enum { LENS_FAITH_TOKENS, LENS_FAITH_HEADS } lens_faith_unit;
+
 const char *lens_faith_method_name(lens_faith_method m); /* "random", "attention", ... */
 int lens_faith_method_parse(const char *name, lens_faith_method *m); /* -1: unknown */
-/* NULL when method is defined for m, else a sentence saying why not. */
-const char *lens_faith_undefined(const lens_model *m, lens_faith_method method);
+const char *lens_faith_unit_name(lens_faith_unit u);                 /* "tokens", "heads" */
+/* NULL when method ranks unit on m, else a sentence saying why not. */
+const char *lens_faith_undefined(const lens_model *m, lens_faith_method method, lens_faith_unit unit);
 
 typedef struct {
     const double *fractions; /* [n_fractions] in [0, 1] */
     int n_fractions;
+    lens_faith_unit unit;            /* tokens (0, the default) or heads */
     int target;                      /* class or token id; -1 = the full input's prediction */
     const lens_objective *objective; /* NULL = the probability of the target (causal LM: the last position) */
     int steps;                       /* attention attribution's m; 0 = 20 */
@@ -59,7 +70,7 @@ typedef struct {
 } lens_faith_opts;
 
 typedef struct {
-    int n_removable, target;
+    int n_removable, target; /* n_removable: tokens, or L * NH heads */
     double full, empty;
     double *deletion, *insertion; /* [n_fractions] D(f), I(f) */
     double eraser_deletion[LENS_FAITH_BINS], eraser_insertion[LENS_FAITH_BINS];

@@ -173,6 +173,7 @@ int main(void)
         {"/v1/jobs", "{\"kind\": \"token-identity-map\", \"params\": {\"model\": \"bert\", \"texts\": [\"the movie\", \"was great\", \"a film\"], \"save\": false}}"},
         {"/v1/jobs", "{\"kind\": \"faithfulness\", \"params\": {\"model\": \"bert\", \"texts\": [\"good film\", \"bad\"], \"methods\": [\"random\", \"effective-attention\", \"attention-attribution\", \"alti\", \"leave-one-out\"], \"fractions\": [0, 0.5, 1], \"steps\": 2, \"random_orderings\": 2}}"},
         {"/v1/jobs", "{\"kind\": \"faithfulness\", \"params\": {\"model\": \"gpt2\", \"texts\": [\"hello world again\"], \"methods\": [\"attention\", \"hidden-attribution\"], \"fractions\": [0.5]}}"},
+        {"/v1/jobs", "{\"kind\": \"faithfulness\", \"params\": {\"model\": \"gpt2\", \"texts\": [\"hello world again\"], \"unit\": \"heads\", \"fractions\": [0.5], \"steps\": 2, \"random_orderings\": 2}}"},
     };
     int n_requests = (int)(sizeof requests / sizeof *requests);
     CHECK(n_requests > 0, "no requests in the table");

@@ -367,14 +367,19 @@ class Client:
         return self._request("POST", "/v1/patching", body)
 
     def faithfulness(self, texts: Optional[Sequence[str]] = None, model: Optional[str] = None,
-                     progress: Optional[Callable[["Job"], Any]] = None, **options) -> Dict[str, Any]:
+                     unit: Optional[str] = None, progress: Optional[Callable[["Job"], Any]] = None,
+                     **options) -> Dict[str, Any]:
         """Job faithfulness (docs/faithfulness.md) run to its end: the table of deletion /
         insertion AOPC, comprehensiveness and sufficiency per method and the curves.
-        texts, or options data (a TSV under --data-dir) and max_rows; options: methods,
-        fractions, objective, steps, seed, random_orderings."""
+        texts, or options data (a TSV under --data-dir) and max_rows; unit "tokens" (the
+        server's default) or "heads" (zero-ablate the top heads: methods random,
+        attention-attribution, logit-attribution); options: methods, fractions, objective,
+        steps, seed, random_orderings."""
         params = {**self._body(model=model), **options}
         if texts is not None:
             params["texts"] = list(texts)
+        if unit is not None:
+            params["unit"] = unit
         return self.run_job("faithfulness", params, progress=progress).result
 
     def decomposition(self, model: Optional[str] = None, **options) -> Dict[str, Any]:

@@ -95,7 +95,7 @@ function faithfulnessTable(r) {
 function faithfulnessCurve(r, key, title) {
   const series = r.methods.map((m, i) => ({ name: m.method, xs: r.fractions, ys: m[key],
     color: m.method === 'random' ? '#000000' : CATEGORICAL[i % 7], dash: m.method === 'random' || i > 7 ? '6 4' : undefined }));
-  return lineChart({ title, xLabel: 'fraction of tokens', yLabel: `objective (${r.objective.kind})`, series, widthStep: 1 });
+  return lineChart({ title, xLabel: `fraction of ${r.unit === 'heads' ? 'heads' : 'tokens'}`, yLabel: `objective (${r.objective.kind})`, series, widthStep: 1 });
 }
 
 export function resultPanels(job) {
@@ -112,11 +112,13 @@ export function resultPanels(job) {
   }
   if (job.kind === 'decomposition') return decompositionPlots(r);
   if (job.kind === 'faithfulness') {
-    return [section(`Faithfulness over ${r.n_examples} rows (full input ${fmt(r.full)}, every token removed ${fmt(r.empty)})`, faithfulnessTable(r),
-      note('Tokens are deleted from the sequence, special tokens never; AOPC and comprehensiveness: higher means the top-scored tokens matter more, sufficiency: lower means they suffice (docs/faithfulness.md).')),
+    const units = r.unit === 'heads' ? 'heads' : 'tokens';
+    const how = r.unit === 'heads' ? 'Heads are zero-ablated (attention and output zero)' : 'Tokens are deleted from the sequence, special tokens never';
+    return [section(`Faithfulness over ${r.n_examples} rows (full input ${fmt(r.full)}, every ${units.slice(0, -1)} removed ${fmt(r.empty)})`, faithfulnessTable(r),
+      note(`${how}; AOPC and comprehensiveness: higher means the top-scored ${units} matter more, sufficiency: lower means they suffice (docs/faithfulness.md).`)),
     section('Deletion and insertion curves',
-      faithfulnessCurve(r, 'deletion_curve', 'Deletion: the objective with the top tokens removed'),
-      faithfulnessCurve(r, 'insertion_curve', 'Insertion: the objective with only the top tokens kept'))];
+      faithfulnessCurve(r, 'deletion_curve', `Deletion: the objective with the top ${units} removed`),
+      faithfulnessCurve(r, 'insertion_curve', `Insertion: the objective with only the top ${units} kept`))];
   }
   return [el('pre', { class: 'json', text: JSON.stringify(r, null, 1).slice(0, 4000) })];
 }
