@@ -73,7 +73,7 @@ int api_context_mixing_prepare(api_call *c)
 /* Flops of method on T tokens up to layer top (core/analysis/context_mixing.c): the forward, then per layer
  * rollout's T x T products; ALTI the head values through W_O, the attention output, and the T² source vectors
  * of C (NH multiply-adds each) with their L1 distances; GlobEnc the head values and the Gram matrices; value
- * zeroing T + 1 passes of each layer. */
+ * zeroing T + 1 passes of each layer; DecompX carries T vectors per token through every map of the layer. */
 static double cm_flops(const lens_config *cfg, lens_cm_method method, int T, int top)
 {
     const double fwd = api_cost_forward_flops(cfg, T, top), t = T, C = cfg->d_model, NH = cfg->n_heads;
@@ -82,6 +82,7 @@ static double cm_flops(const lens_config *cfg, lens_cm_method method, int T, int
     case LENS_CM_ALTI: return fwd + top * (4 * t * VO * C + t * t * C * (2 * NH + 3));
     case LENS_CM_GLOBENC: return fwd + top * (2 * t * VO * C + t * NH * NH * (C + t));
     case LENS_CM_VALUE_ZEROING: return (t + 2) * fwd;
+    case LENS_CM_DECOMPX: return (t + 1) * fwd;
     default: return fwd + top * 2 * t * t * t;
     }
 }

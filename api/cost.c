@@ -46,6 +46,10 @@ static const cost_model models[API_COST_N] = {
     [API_COST_CONTEXT_MIXING] = {"context_mixing", 0.5,
                                  "use fewer tokens or \"layers\" up to a lower one, another \"method\" (value "
                                  "zeroing reruns each layer T + 1 times), or the job \"context-mixing\" (no deadline)"},
+    /* make bench's patching section: 1.4 TFLOP as counted below in 62.8 s at load 8-12, about half the GEMM rate */
+    [API_COST_PATCHING] = {"patching", 0.5,
+                           "use fewer tokens or \"targets\", drop \"per_position\" (T runs per head), or \"method\": "
+                           "\"attribution\" (one forward and one backward per run)"},
 };
 
 /* ------------------------------------------------------------ the rate */

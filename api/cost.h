@@ -44,6 +44,7 @@ typedef enum {
     API_COST_DECOMPOSITION,
     API_COST_TOKEN_IDENTITY,
     API_COST_CONTEXT_MIXING,
+    API_COST_PATCHING,
     API_COST_N
 } api_cost_kind;
 

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/cost.h"
 #include "api/request.h"
 #include "core/analysis/patching.h"
 
@@ -108,6 +109,7 @@ int api_patching_prepare(api_call *c)
     if (!r) return api_fail(c, 500, "internal", NULL, "out of memory");
     c->req = r;
     c->free_req = patching_req_free;
+    api_cost_hint(c, API_COST_PATCHING);
     const api_model *am;
     if (api_decode_objective_model(c, "patching", &am)) return -1;
     r->target = -1;
@@ -144,6 +146,21 @@ static void write_grids(jw *w, const lens_patching_result *res, int attribution)
     }
 }
 
+/* Flops of the grids asked for: an exact patched run recomputes the blocks from its layer on (half a forward
+ * on average: it starts from the corrupt run's cached input of that layer), attribution patching is a forward
+ * and a backward of each input (about 6 forwards), both on top of the clean and corrupt runs. */
+static double patching_flops(const lens_config *cfg, const patching_req *r, int T)
+{
+    const double fwd = api_cost_forward_flops(cfg, T, cfg->n_layers), L = cfg->n_layers, NH = cfg->n_heads;
+    const double runs[LENS_PATCH_GRIDS] = {[LENS_PATCH_RESID] = L * T, [LENS_PATCH_HEADS] = L * NH,
+                                           [LENS_PATCH_HEADS_POS] = L * NH * T, [LENS_PATCH_MLPS] = L,
+                                           [LENS_PATCH_MLPS_POS] = L * T};
+    double n = 0;
+    for (int k = 0; k < LENS_PATCH_GRIDS; k++)
+        if (r->grids & 1u << k) n += runs[k];
+    return 2 * fwd + (r->methods & LENS_PATCH_EXACT ? n * fwd / 2 : 0) + (r->methods & LENS_PATCH_ATTRIBUTION ? 6 * fwd : 0);
+}
+
 void api_patching_run(api_call *c)
 {
     patching_req *r = c->req;
@@ -164,6 +181,10 @@ void api_patching_run(api_call *c)
                  corrupt.T != T ? "clean has %d tokens and corrupt %d: patching needs equal lengths"
                                 : "objective.position is outside the %d tokens",
                  T, corrupt.T);
+        api_seq_free(&clean), api_seq_free(&corrupt);
+        return;
+    }
+    if (api_cost_check(c, API_COST_PATCHING, patching_flops(&m->cfg, r, T), "clean")) {
         api_seq_free(&clean), api_seq_free(&corrupt);
         return;
     }

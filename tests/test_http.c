@@ -825,8 +825,8 @@ static void test_cost_model(void)
     http_get(&s, &r, "/v1/info");
     json_t *cm = json_object_get(r.json, "cost_model");
     CHECK(r.status == 200 && json_number_value(json_object_get(cm, "gemm_gflops")) > 0 &&
-              json_object_size(json_object_get(cm, "efficiency")) == 6,
-          "/v1/info reports the measured rate and 6 analyses' efficiencies: %.300s", r.body);
+              json_object_size(json_object_get(cm, "efficiency")) == 7,
+          "/v1/info reports the measured rate and 7 analyses' efficiencies: %.300s", r.body);
     http_resp_free(&r);
     static char body[8192];
     /* identifiability of 125 tokens: since the Gram-matrix method (issue 20 item 2)
@@ -851,6 +851,24 @@ static void test_cost_model(void)
     text_of(body, sizeof body, 40, ", \"method\": \"alti\"");
     http_post_json(&s, &r, "/v1/context-mixing", body);
     CHECK(r.status == 200, "ALTI of the same text fits the deadline (%ld %.300s)", r.status, r.body);
+    http_resp_free(&r);
+    /* patching every head at every position of 122 tokens: 2 x 4 x 122 runs of half a forward each (~25
+     * GFLOP); the residual grid of a short text runs */
+    size_t k = (size_t)snprintf(body, sizeof body, "{\"targets\": [\"heads\"], \"per_position\": true");
+    for (int side = 0; side < 2; side++) {
+        k += (size_t)snprintf(body + k, sizeof body - k, ", \"%s\": \"", side ? "corrupt" : "clean");
+        for (int i = 0; i < 40; i++) k += (size_t)snprintf(body + k, sizeof body - k, "a charming film ");
+        k += (size_t)snprintf(body + k, sizeof body - k, "\"");
+    }
+    snprintf(body + k, sizeof body - k, "}");
+    http_post_json(&s, &r, "/v1/patching", body);
+    msg = json_string_value(json_object_get(json_object_get(r.json, "error"), "message"));
+    CHECK(r.status == 413 && msg && strstr(msg, "per_position") && strstr(msg, "\"attribution\""),
+          "patching every head at every position over the deadline: 413 naming the cheaper requests (%ld %.300s)",
+          r.status, r.body);
+    http_resp_free(&r);
+    http_post_json(&s, &r, "/v1/patching", "{\"clean\": \"a charming film\", \"corrupt\": \"a dreadful film\"}");
+    CHECK(r.status == 200, "the residual grid of a short text fits the deadline (%ld %.300s)", r.status, r.body);
     http_resp_free(&r);
     CHECK(server_terminate(&s) == 0, "server G exits 0");
 
