@@ -62,7 +62,7 @@ static int decode_methods(api_call *c, cm_job_req *r)
         lens_cm_method k;
         if (!name || lens_cm_method_parse(name, &k))
             return api_fail(c, 422, "invalid_request", "methods",
-                            "methods[%zu] must be \"rollout\", \"alti\", \"globenc\" or \"value-zeroing\"", i);
+                            "methods[%zu] must be \"rollout\", \"alti\", \"globenc\", \"value-zeroing\" or \"decompx\"", i);
         for (int j = 0; j < r->n_methods; j++)
             if (r->methods[j] == k) return api_fail(c, 422, "invalid_request", "methods", "methods names %s twice", name);
         const char *why = lens_cm_undefined(m, k);
