@@ -406,7 +406,11 @@ static int value_zeroing(const lens_model *m, const lens_cm_opts *o, const lens_
     const int T = act->n_tokens, C = c->d_model, NH = c->n_heads, DV = c->d_head_v, VO = NH * DV;
     const int QK = NH * c->d_head_k, FF = lens_ff_cols(m);
     const size_t per_row = (size_t)3 * C + 2 * QK + 2 * VO + FF + 1;
-    const size_t budget = o->max_scratch_bytes ? o->max_scratch_bytes : (size_t)256 << 20;
+    /* Chunks of 32 MiB of rows (or the request's bound when smaller): measured on BERT-base at T = 128 (AMD
+     * EPYC Zen 4, 2 threads), value zeroing took 11.5 s in chunks of 32 MiB, 12.2 s of 16 and 13.4 s of 256,
+     * whose buffers fall out of the caches between the block's ops. */
+    const size_t chunk = (size_t)32 << 20;
+    const size_t budget = o->max_scratch_bytes && o->max_scratch_bytes < chunk ? o->max_scratch_bytes : chunk;
     int copies = (int)(budget / (per_row * sizeof(float) * T));
     if (copies < 1) copies = 1;
     if (copies > T + 1) copies = T + 1;

@@ -58,7 +58,7 @@ typedef struct {
     int paper_code;             /* 1: the released code's arithmetic, 0: lensd's (docs/context-mixing.md) */
     const int *layers;          /* 1..L to report, ascending; NULL = all */
     int n_layers;
-    size_t max_scratch_bytes;   /* value zeroing's packed copies (0 = 256 MiB); DecompX's vectors, a bound
+    size_t max_scratch_bytes;   /* value zeroing's packed copies (0 = 32 MiB, also the most); DecompX's vectors, a bound
                                    (0 = 2 GiB, over it LENS_ELIMIT) */
     const volatile int *cancel; /* optional; non-zero stops with LENS_ECANCEL */
     lens_pool *pool;            /* NULL = the calling thread */
