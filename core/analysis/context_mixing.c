@@ -6,9 +6,10 @@
  * attention probabilities, the value vectors and (GlobEnc) the LayerNorm
  * statistics. Then, per layer:
  *  - rollout: R = (mean_h P^h + I) / rowsum;
- *  - ALTI / GlobEnc: the per-head value vectors through W_O^h as one GEMM
- *    of NH*T rows (U[h][j] = v^h_j W_O^h), then per output row i the T
- *    vectors t_ij = Σ_h P^h_ij U[h][j] + [i == j] x_i, one task per row;
+ *  - ALTI / GlobEnc: the per-head value vectors through W_O^h B, one GEMM
+ *    per head (B U[h][j] = v^h_j W_O^h B, B the frozen norms), then the
+ *    vectors t_ij = Σ_h P^h_ij U[h][j] + [i == j] x_i measured without
+ *    being stored: ALTI one task per source column j, GlobEnc per row i;
  *  - value zeroing: the layer's block program run once per zeroed token
  *    plus once unchanged, the copies packed as rows of one GEMM (the
  *    attend hook subtracts P^h_ij v^h_j from the context of copy j, which
@@ -89,7 +90,7 @@ typedef struct {
     const lens_model *m;
     lens_cm_method method;
     int paper_code, T;
-    const float *BU;     /* [NH][T][C] B v^h_j W_O^h */
+    const float *BU;     /* [T][BU_LD] B v^h_j W_O^h: source j's NH vectors in a row (bu()) */
     const float *BX;     /* [T][C] B x_i */
     const float *P;      /* head h's [T][T] at P + h * P_stride */
     size_t P_stride;
@@ -101,6 +102,20 @@ typedef struct {
     float *scratch;      /* [threads][T][C + NH] */
     float *M;            /* [T][T] out */
 } decomp_job;
+
+/* BU's rows: source j's NH vectors side by side, then 16 floats, so that
+ * neither the rows nor a source's vectors sit a multiple of 4 KiB apart
+ * (NH vectors T * C apart put all of one source's in the same cache sets:
+ * ALTI's columns ran at a quarter of their speed). */
+static size_t bu_ld(int NH, int C)
+{
+    return (size_t)NH * C + 16;
+}
+
+static const float *bu(const decomp_job *d, int h, int j)
+{
+    return d->BU + (size_t)j * bu_ld(d->m->cfg.n_heads, d->m->cfg.d_model) + (size_t)h * d->m->cfg.d_model;
+}
 
 /* B v in place: the post-norm path's frozen norms with scale 1 (LN1, and
  * GlobEnc's LN2 after it); nothing on a pre-norm block. */
@@ -134,24 +149,68 @@ static double dot(const float *a, const float *b, int C)
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-/* ALTI, column j: z_ij = Σ_h P^h_ij BU[h][j] for every row i as one GEMM
- * (T x NH times NH x C: source j's NH vectors read once), + BX_j at i == j,
- * then M_ij = max(0, ‖y_i‖₁ - ‖y_i - s_i z_ij‖₁). */
+/* ALTI, column j, rows i0..i0+n (n <= ROWS): z_ij = Σ_h P^h_ij BU[h][j]
+ * (+ BX_j at i == j) built 16 columns at a time in registers, the rows
+ * sharing each load of source j's NH vectors (the flops of the rank-NH
+ * products, not their loads and stores, bound it), and ‖y_i - s_i z_ij‖₁
+ * summed in 8 double lanes as the columns go. */
+enum { ROWS = 4, COLS = 16 };
+
+/* Σ_t |s z_t - y_t + eps| of COLS columns into 8 double lanes */
+static void l1_add(double *acc, const float *z, double s, const float *y, double eps)
+{
+    for (int t = 0; t < COLS; t++) acc[t % 8] += fabs(s * z[t] - y[t] + eps);
+}
+
+static void alti_rows(const decomp_job *d, int j, int i0, int n, const float *p, double *nd)
+{
+    const int C = d->m->cfg.d_model, NH = d->m->cfg.n_heads;
+    double acc[ROWS][8] = {{0}};
+    int k0 = 0;
+    for (; k0 + COLS <= C; k0 += COLS) {
+        float z0[COLS] = {0}, z1[COLS] = {0}, z2[COLS] = {0}, z3[COLS] = {0};
+        for (int h = 0; h < NH; h++) {
+            const float *u = bu(d, h, j) + k0, *a = p + h * ROWS;
+            for (int t = 0; t < COLS; t++) {
+                const float v = u[t];
+                z0[t] = fmaf(a[0], v, z0[t]), z1[t] = fmaf(a[1], v, z1[t]);
+                z2[t] = fmaf(a[2], v, z2[t]), z3[t] = fmaf(a[3], v, z3[t]);
+            }
+        }
+        float *z[ROWS] = {z0, z1, z2, z3};
+        if (j >= i0 && j < i0 + n)
+            for (int t = 0; t < COLS; t++) z[j - i0][t] += d->BX[(size_t)j * C + k0 + t];
+        for (int r = 0; r < n; r++) l1_add(acc[r], z[r], d->scale[i0 + r], d->Y + (size_t)(i0 + r) * C + k0, d->eps);
+    }
+    for (int r = 0; r < n; r++) { /* the last C % COLS columns */
+        const int i = i0 + r;
+        for (int k = k0; k < C; k++) {
+            float zk = 0;
+            for (int h = 0; h < NH; h++) zk += p[h * ROWS + r] * bu(d, h, j)[k];
+            if (i == j) zk += d->BX[(size_t)j * C + k];
+            acc[r][0] += fabs(d->scale[i] * zk - d->Y[(size_t)i * C + k] + d->eps);
+        }
+        nd[r] = ((acc[r][0] + acc[r][1]) + (acc[r][2] + acc[r][3])) + ((acc[r][4] + acc[r][5]) + (acc[r][6] + acc[r][7]));
+    }
+}
+
+/* ALTI, column j: M_ij = max(0, ‖y_i‖₁ - ‖y_i - s_i z_ij‖₁) for every row i. */
 static void alti_column(void *ctx, int j)
 {
     const decomp_job *d = ctx;
-    const int T = d->T, C = d->m->cfg.d_model, NH = d->m->cfg.n_heads;
-    float *z = d->scratch + (size_t)lens_pool_thread_index() * T * (C + NH), *a = z + (size_t)T * C;
-    for (int i = 0; i < T; i++)
-        for (int h = 0; h < NH; h++) a[(size_t)i * NH + h] = d->P[h * d->P_stride + (size_t)i * T + j];
-    const lens_gemm_args g = {.M = T, .N = C, .K = NH, .x = a, .ldx = (size_t)NH, .w = d->BU + (size_t)j * C,
-                              .w_dtype = LENS_DT_F32, .ld = (size_t)T * C, .w_kn = 1, .alpha = 1.0f, .y = z,
-                              .ldy = (size_t)C};
-    lens_gemm(&g, NULL);
-    for (int k = 0; k < C; k++) z[(size_t)j * C + k] += d->BX[(size_t)j * C + k];
-    for (int i = 0; i < T; i++) {
-        const double nd = l1_distance(z + (size_t)i * C, d->scale[i], d->Y + (size_t)i * C, d->eps, C);
-        d->M[(size_t)i * T + j] = (float)(d->ny[i] - nd > 0 ? d->ny[i] - nd : 0);
+    const int C = d->m->cfg.d_model, NH = d->m->cfg.n_heads;
+    float *p = d->scratch + (size_t)lens_pool_thread_index() * d->T * (C + NH);
+    for (int i0 = 0; i0 < d->T; i0 += ROWS) {
+        const int n = d->T - i0 < ROWS ? d->T - i0 : ROWS;
+        double nd[ROWS];
+        for (int h = 0; h < NH; h++) /* p [NH][ROWS]: rows past n weigh 0 */
+            for (int r = 0; r < ROWS; r++)
+                p[h * ROWS + r] = r < n ? d->P[h * d->P_stride + (size_t)(i0 + r) * d->T + j] : 0.0f;
+        alti_rows(d, j, i0, n, p, nd);
+        for (int r = 0; r < n; r++) {
+            const int i = i0 + r;
+            d->M[(size_t)i * d->T + j] = (float)(d->ny[i] - nd[r] > 0 ? d->ny[i] - nd[r] : 0);
+        }
     }
 }
 
@@ -167,7 +226,7 @@ static void globenc_row(void *ctx, int i)
             float *z = d->scratch + (size_t)lens_pool_thread_index() * T * (C + NH);
             memcpy(z, d->BX + (size_t)i * C, sizeof(float) * C);
             for (int h = 0; h < NH; h++) {
-                const float w = d->P[h * d->P_stride + (size_t)i * T + i], *u = d->BU + ((size_t)h * T + i) * C;
+                const float w = d->P[h * d->P_stride + (size_t)i * T + i], *u = bu(d, h, i);
                 for (int k = 0; k < C; k++) z[k] += w * u[k];
             }
             q = dot(z, z, C);
@@ -190,45 +249,65 @@ static void globenc_row(void *ctx, int i)
 static void gram_task(void *ctx, int j)
 {
     const decomp_job *d = ctx;
-    const int T = d->T, C = d->m->cfg.d_model, NH = d->m->cfg.n_heads;
+    const int C = d->m->cfg.d_model, NH = d->m->cfg.n_heads;
     double *g = (double *)d->gram + (size_t)j * NH * NH;
     for (int h = 0; h < NH; h++)
         for (int e = 0; e <= h; e++)
-            g[h * NH + e] = g[e * NH + h] = dot(d->BU + ((size_t)h * T + j) * C, d->BU + ((size_t)e * T + j) * C, C);
+            g[h * NH + e] = g[e * NH + h] = dot(bu(d, h, j), bu(d, e, j), C);
 }
 
-/* W~ [VO][C]: row k of W_O (as x W_O reads it, widened to float) times B;
- * then BU[h] = V_h W~^h, B applied to VO rows instead of NH * T. Packed per
- * head (lens_gemm_pack) when the GEMM kernel reads packed panels. */
-static float *b_weights(const lens_model *m, const lens_attn_residual *s, lens_cm_method method, float **packed)
+typedef struct {
+    const lens_model *m;
+    const lens_attn_residual *s;
+    lens_cm_method method;
+    float *w, *packed; /* packed NULL: the kernel reads w */
+} b_weights_job;
+
+/* Head h's DV rows of W~: W_O's rows k as x W_O reads them, widened, then
+ * B on each; packed when the kernel reads panels. */
+static void b_weights_head(void *ctx, int h)
+{
+    const b_weights_job *j = ctx;
+    const lens_config *c = &j->m->cfg;
+    const int C = c->d_model, DV = c->d_head_v;
+    const lens_linear *wo = j->s->out;
+    float *w = j->w + (size_t)h * DV * C;
+    if (wo->w_in_out) /* Conv1D: [in][out], rows k as they are */
+        for (int d = 0; d < DV; d++)
+            lens_widen(w + (size_t)d * C, lens_dtype_at(wo->w, wo->dtype, (size_t)(h * DV + d) * wo->ld), wo->dtype,
+                       (size_t)C);
+    else { /* Linear: [out][in], the head's DV inputs of each stored row n transposed into column n */
+        float col[DV];
+        for (int n = 0; n < C; n++) {
+            lens_widen(col, lens_dtype_at(wo->w, wo->dtype, (size_t)n * wo->ld + (size_t)h * DV), wo->dtype, (size_t)DV);
+            for (int d = 0; d < DV; d++) w[(size_t)d * C + n] = col[d];
+        }
+    }
+    for (int d = 0; d < DV; d++) apply_b(j->m, j->s, j->method, w + (size_t)d * C);
+    if (j->packed) lens_gemm_pack(j->packed + h * lens_gemm_packed_size(DV, C), w, DV, C, (size_t)C, 1);
+}
+
+/* W~ [VO][C] = W_O B, one pool task per head; then BU[h] = V_h W~^h, B
+ * applied to VO rows instead of NH * T. Packed per head (lens_gemm_pack)
+ * when the GEMM kernel reads packed panels. */
+static float *b_weights(const lens_model *m, const lens_attn_residual *s, lens_cm_method method, lens_pool *pool,
+                        float **packed)
 {
     const lens_config *c = &m->cfg;
-    const int C = c->d_model, DV = c->d_head_v, NH = c->n_heads, VO = NH * DV;
-    const lens_linear *wo = s->out;
-    float *w = malloc(sizeof(float) * (size_t)VO * C), *col = malloc(sizeof(float) * VO);
+    const int C = c->d_model, NH = c->n_heads, VO = NH * c->d_head_v;
+    b_weights_job j = {.m = m, .s = s, .method = method, .w = malloc(sizeof(float) * (size_t)VO * C)};
     *packed = NULL;
-    if (!w || !col) {
-        free(w), free(col);
-        return NULL;
-    }
-    if (wo->w_in_out) /* Conv1D: [in][out], rows k as they are */
-        for (int k = 0; k < VO; k++) lens_widen(w + (size_t)k * C, lens_dtype_at(wo->w, wo->dtype, (size_t)k * wo->ld), wo->dtype, (size_t)C);
-    else
-        for (int n = 0; n < C; n++) { /* Linear: [out][in], transposed a stored row at a time */
-            lens_widen(col, lens_dtype_at(wo->w, wo->dtype, (size_t)n * wo->ld), wo->dtype, (size_t)VO);
-            for (int k = 0; k < VO; k++) w[(size_t)k * C + n] = col[k];
+    if (lens_gemm_packs_weights() && j.w) {
+        const size_t head = lens_gemm_packed_size(c->d_head_v, C);
+        if (!(j.packed = aligned_alloc(64, ((sizeof(float) * head * NH) + 63) & ~(size_t)63))) {
+            free(j.w);
+            return NULL;
         }
-    free(col);
-    for (int k = 0; k < VO; k++) apply_b(m, s, method, w + (size_t)k * C);
-    if (!lens_gemm_packs_weights()) return w;
-    const size_t head = lens_gemm_packed_size(DV, C);
-    *packed = aligned_alloc(64, ((sizeof(float) * head * NH) + 63) & ~(size_t)63);
-    if (!*packed) {
-        free(w);
-        return NULL;
     }
-    for (int h = 0; h < NH; h++) lens_gemm_pack(*packed + h * head, w + (size_t)h * DV * C, DV, C, (size_t)C, 1);
-    return w;
+    if (!j.w) return NULL;
+    lens_pool_run(pool, NH, b_weights_head, &j);
+    *packed = j.packed;
+    return j.w;
 }
 
 typedef struct {
@@ -245,7 +324,7 @@ static void head_gemms(void *ctx, int h)
     const lens_gemm_args u = {.M = T, .N = C, .K = DV, .x = j->V + (size_t)h * DV, .ldx = (size_t)VO,
                               .packed = j->packed ? j->packed + h * lens_gemm_packed_size(DV, C) : NULL,
                               .w = j->W + (size_t)h * DV * C, .w_dtype = LENS_DT_F32, .ld = (size_t)C, .w_kn = 1,
-                              .alpha = 1.0f, .y = j->BU + (size_t)h * T * C, .ldy = (size_t)C};
+                              .alpha = 1.0f, .y = j->BU + (size_t)h * C, .ldy = bu_ld(VO / DV, C)};
     lens_gemm(&u, NULL);
     if (!j->ctx) return;
     const lens_gemm_args g = {.M = T, .N = DV, .K = T, .x = j->P + h * j->P_stride, .ldx = (size_t)T,
@@ -266,8 +345,8 @@ static int decompose(const lens_model *m, const lens_cm_opts *o, const lens_acti
     const int globenc = o->method == LENS_CM_GLOBENC, threads = lens_pool_threads(o->pool);
     /* GlobEnc reads only LN1's scale, kept by the forward; ALTI the resultant y_i itself */
     const int need_y = !globenc || (s.ln1 && s.slot1 < 0);
-    float *packed = NULL, *W = b_weights(m, &s, o->method, &packed);
-    float *BU = malloc(sizeof(float) * (size_t)NH * T * C), *BX = malloc(sizeof(float) * (size_t)T * C);
+    float *packed = NULL, *W = b_weights(m, &s, o->method, o->pool, &packed);
+    float *BU = malloc(sizeof(float) * (size_t)T * bu_ld(NH, C)), *BX = malloc(sizeof(float) * (size_t)T * C);
     float *Y = need_y ? malloc(sizeof(float) * (size_t)T * C) : NULL;
     float *ctx = need_y ? malloc(sizeof(float) * (size_t)T * VO) : NULL;
     float *scratch = malloc(sizeof(float) * (size_t)threads * T * (C + NH));

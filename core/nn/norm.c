@@ -75,9 +75,13 @@ void lens_rmsnorm_jvp(float *tout, const float *tinp, const float *inp, const fl
 void lens_norm_frozen(float *v, int C, const float *w, int unit_offset, int rms, double scale)
 {
     double mean = 0;
-    if (!rms) {
-        for (int k = 0; k < C; k++) mean += v[k];
-        mean /= C;
+    if (!rms) { /* in 8 double lanes: one sum would be a chain of C dependent additions */
+        double acc[8] = {0};
+        int k = 0;
+        for (; k + 8 <= C; k += 8)
+            for (int l = 0; l < 8; l++) acc[l] += v[k + l];
+        for (; k < C; k++) acc[0] += v[k];
+        mean = (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))) / C;
     }
     for (int k = 0; k < C; k++) v[k] = (float)((v[k] - mean) * scale) * (unit_offset ? 1.0f + w[k] : w[k]);
 }
