@@ -471,8 +471,7 @@ static void vz_free(vz_buffers *z)
 /* 1 - cos(a, b); a zero vector is at distance 1 (sklearn's cosine_distances). */
 static double cosine_distance(const float *a, const float *b, int C)
 {
-    double ab = 0, aa = 0, bb = 0;
-    for (int k = 0; k < C; k++) ab += (double)a[k] * b[k], aa += (double)a[k] * a[k], bb += (double)b[k] * b[k];
+    const double ab = dot(a, b, C), aa = dot(a, a, C), bb = dot(b, b, C);
     return aa > 0 && bb > 0 ? 1.0 - ab / sqrt(aa * bb) : 1.0;
 }
 
