@@ -149,12 +149,7 @@ static double dot(const float *a, const float *b, int C)
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-/* ALTI, column j, rows i0..i0+n (n <= ROWS): z_ij = Σ_h P^h_ij BU[h][j]
- * (+ BX_j at i == j) built 16 columns at a time in registers, the rows
- * sharing each load of source j's NH vectors (the flops of the rank-NH
- * products, not their loads and stores, bound it), and ‖y_i - s_i z_ij‖₁
- * summed in 8 double lanes as the columns go. */
-enum { ROWS = 4, COLS = 16 };
+enum { ROWS = 4, COLS = 16 }; /* alti_rows' block: z0..z3 name its rows */
 
 /* Σ_t |s z_t - y_t + eps| of COLS columns into 8 double lanes */
 static void l1_add(double *acc, const float *z, double s, const float *y, double eps)
@@ -162,6 +157,11 @@ static void l1_add(double *acc, const float *z, double s, const float *y, double
     for (int t = 0; t < COLS; t++) acc[t % 8] += fabs(s * z[t] - y[t] + eps);
 }
 
+/* ALTI, column j, rows i0..i0+n (n <= ROWS), p [NH][ROWS] their weights
+ * P^h_ij: z_ij = Σ_h P^h_ij BU[h][j] (+ BX_j at i == j) built COLS columns
+ * at a time in registers, the rows sharing each load of source j's NH
+ * vectors, and nd_i = ‖y_i - s_i z_ij‖₁ summed in 8 double lanes as the
+ * columns go: the rank-NH products' flops bound it, not loads and stores. */
 static void alti_rows(const decomp_job *d, int j, int i0, int n, const float *p, double *nd)
 {
     const int C = d->m->cfg.d_model, NH = d->m->cfg.n_heads;
