@@ -456,16 +456,18 @@ async function decompositionView(page, base) {
   noErrors(page, 'decomposition');
 }
 
+// Starts a job of kind from the jobs view; returns its id. Jobs of earlier
+// runs are listed too: this follows the row of the new job.
+async function startJob(page, kind) {
+  const before = await page.$$eval('table.jobs tbody tr', els => els.map(e => e.dataset.job));
+  await page.select('select[name=kind]', kind);
+  await page.click('form.input-form button[type=submit]');
+  await page.waitForFunction(b => [...document.querySelectorAll('table.jobs tbody tr')].some(e => !b.includes(e.dataset.job)), { timeout: 10000 }, before);
+  return page.$$eval('table.jobs tbody tr', (els, b) => els.find(e => !b.includes(e.dataset.job)).dataset.job, before);
+}
+
 async function jobsView(page, base) {
   await gotoView(page, base, 'demo-sst2', 'jobs');
-  // jobs of earlier runs are listed too: follow the row of the new job
-  const startJob = async kind => {
-    const before = await page.$$eval('table.jobs tbody tr', els => els.map(e => e.dataset.job));
-    await page.select('select[name=kind]', kind);
-    await page.click('form.input-form button[type=submit]');
-    await page.waitForFunction(b => [...document.querySelectorAll('table.jobs tbody tr')].some(e => !b.includes(e.dataset.job)), { timeout: 10000 }, before);
-    return page.$$eval('table.jobs tbody tr', (els, b) => els.find(e => !b.includes(e.dataset.job)).dataset.job, before);
-  };
   const options = await page.$$eval('select[name=data] option', els => els.map(e => e.value).filter(Boolean));
   if (modern) {
     const caps = await get(LENSD_URL, 'v1/capabilities');
@@ -473,7 +475,7 @@ async function jobsView(page, base) {
     if (!caps.data_dir) skip('dataset picker: the server has no --data-dir (../shared absent)');
     else check(tsv.length > 0 && JSON.stringify(options) === JSON.stringify(tsv), `dataset picker lists the data dir's TSV files (${options})`);
   } else check(options.length === 0, 'no dataset picker without /v1/capabilities');
-  const id = await startJob('head-importance');
+  const id = await startJob(page, 'head-importance');
   await page.waitForFunction(() => [...document.querySelectorAll('figcaption')].some(f => f.textContent.startsWith('Accuracy as heads are pruned')), { timeout: 60000 });
   const job = await get(LENSD_URL, `v1/jobs/${id}`);
   check(job.state === 'done', `job ${id} done`);
@@ -495,7 +497,7 @@ async function jobsView(page, base) {
   const kindOptions = await page.$$eval('select[name=kind] option', els => els.map(e => e.value));
   if (modern) check(kindOptions.includes('faithfulness'), `faithfulness offered on demo-sst2 (${kindOptions})`);
   for (const kind of ['adversarial-triggers', 'decomposition', 'faithfulness'].filter(k => kindOptions.includes(k))) {
-    const jid = await startJob(kind);
+    const jid = await startJob(page, kind);
     await page.waitForFunction(j => document.querySelector(`tr[data-job="${j}"] .state`).textContent === 'done', { timeout: 60000 }, jid);
     const r = (await get(LENSD_URL, `v1/jobs/${jid}`)).result;
     if (kind === 'adversarial-triggers') {
@@ -614,6 +616,100 @@ async function mixingView(page, base) {
     page.errors = page.errors.filter(e => !/status of 422/.test(e));
   }
   noErrors(page, 'context mixing');
+}
+
+// Issue 31 items 4-5: a context-mixing job started from the jobs view and its
+// per-layer chart: one line per method, and for each statistic and matrix the
+// controls pick, every point at the job result's value (read back through the
+// drawn y axis) and naming it on hover.
+async function mixingJobView(page, base) {
+  const model = 'demo-sst2';
+  await gotoView(page, base, model, 'jobs');
+  const kinds = await page.$$eval('select[name=kind] option', els => els.map(e => e.value));
+  if (!specText.includes('ContextMixingJobParams') || !modelInfo(model).analyses.includes('context_mixing')) {
+    check(!kinds.includes('context-mixing'), `no context-mixing job offered where the server has none (${kinds})`);
+    skip('context-mixing job: this server\'s spec has no ContextMixingJobParams');
+    return;
+  }
+  check(kinds.includes('context-mixing'), `context-mixing offered on ${model} (${kinds})`);
+  const shown = () => page.$$eval('textarea[name=texts], input[name=method]', els => els.map(e => e.offsetParent !== null));
+  await page.select('select[name=kind]', 'head-importance');
+  check((await shown()).every(v => !v), 'texts and methods fields hidden for another kind');
+  await page.select('select[name=kind]', 'context-mixing');
+  const fields = await shown();
+  check(fields.length === 6 && fields.every(Boolean), `texts and five method boxes shown for context-mixing (${fields})`);
+  const texts = await page.$eval('textarea[name=texts]', e => e.value.split('\n'));
+  const started = await sent(page, 'v1/jobs', () => page.click('form.input-form button[type=submit]'));
+  check(JSON.stringify(started.body) === JSON.stringify({ kind: 'context-mixing', params: { model, texts } }),
+    `default job: the texts, no methods (the server's default) (${JSON.stringify(started.body).slice(0, 160)})`);
+  const done = async id => {
+    await page.waitForFunction(j => document.querySelector(`tr[data-job="${j}"] .state`)?.textContent === 'done', { timeout: 120000 }, id);
+    const job = await get(LENSD_URL, `v1/jobs/${id}`);
+    await page.waitForFunction(n => document.querySelector('.mixing-job-chart svg.chart') &&
+      [...document.querySelectorAll('section.panel h2')].some(h => h.textContent.startsWith(`Context mixing over ${n} text`)), { timeout: 20000 }, job.result.n_texts);
+    return job.result;
+  };
+  const r = await done(started.json.id);
+  const heading = await page.$$eval('section.panel h2', els => els.map(e => e.textContent).find(t => t.startsWith('Context mixing over')));
+  check(r.n_texts === texts.length && heading === `Context mixing over ${r.n_texts} texts (${r.n_tokens} tokens, ${r.definition})`,
+    `the number of texts shown: "${heading}"`);
+  const L = modelInfo(model).num_layers, names = r.methods.map(m => m.method);
+  check(names.length >= 3 && !names.includes('value-zeroing') && r.methods.every(m => m.layers.length === L),
+    `the default job has every method but value zeroing, each with ${L} layers (${names})`);
+  // the drawn chart: each point's value read back from its y position through two labelled grid lines
+  const read = () => page.evaluate(() => {
+    const box = document.querySelector('.mixing-job-chart'), svg = box.querySelector('svg.chart');
+    const grid = [...svg.querySelectorAll('line.grid')].map(g => Number(g.getAttribute('y1')));
+    const ticks = [...svg.querySelectorAll('text.tick[text-anchor=end]')].map(t => Number(t.textContent));
+    const n = grid.length - 1, at = y => ticks[0] + (y - grid[0]) * (ticks[n] - ticks[0]) / (grid[n] - grid[0]);
+    return { key: box.dataset.key, caption: box.querySelector('figcaption').textContent, lines: svg.querySelectorAll('polyline.series').length,
+      legend: [...box.querySelectorAll('.legend-item')].map(e => e.textContent),
+      points: [...svg.querySelectorAll('circle')].map(c => ({ tip: c.dataset.tip, value: at(Number(c.getAttribute('cy'))) })) };
+  });
+  const fmts = vals => page.evaluate(async v => v.map((await import(new URL('web/js/plot.js', document.baseURI).href)).fmt), vals);
+  const combos = [['self', ''], ['first', ''], ['first', '_rollout'], ['self', '_rollout']];
+  const series = k => JSON.stringify(r.methods.map(m => m.layers.map(l => l[k])));
+  check(new Set(combos.map(([s, m]) => series(s + m))).size === 4, 'the four statistics of the result differ (so each check below can fail)');
+  for (const [stat, matrix] of combos) {
+    await page.select('select[name=cm-stat]', stat);
+    await page.select('select[name=cm-matrix]', matrix);
+    const key = stat + matrix, d = await read();
+    const want = r.methods.flatMap(m => m.layers.map(l => ({ method: m.method, layer: l.layer, value: l[key] })));
+    const shownValues = await fmts(want.map(w => w.value));
+    const bad = want.filter((w, i) => {
+      const tip = `${w.method}: layer ${w.layer} → ${shownValues[i]}`;
+      const p = d.points.filter(q => q.tip === tip);
+      return p.length !== 1 || Math.abs(p[0].value - w.value) > 1e-6;
+    });
+    check(d.key === key && d.points.length === want.length && bad.length === 0,
+      `${key}: ${want.length} points = every method x layer of the result, each at its value and naming it (${bad.slice(0, 3).map(b => `${b.method} ${b.layer}`)})`);
+    check(d.lines === names.length && JSON.stringify(d.legend.map(t => t.trim())) === JSON.stringify(names),
+      `${key}: one line per method, the legend naming them (${d.legend})`);
+    check(d.caption.includes(stat === 'self' ? 'self share' : 'first-token share') && d.caption.includes(matrix ? 'rollout' : "layer's own"),
+      `${key}: the title names the statistic and the matrix ("${d.caption}")`);
+  }
+  // hover on a point shows its method, layer and value
+  const point = await page.$('.mixing-job-chart svg.chart circle');
+  await point.evaluate(e => e.scrollIntoView({ block: 'center', inline: 'center' }));
+  const pb = await point.boundingBox();
+  await page.mouse.move(pb.x + pb.width / 2, pb.y + pb.height / 2);
+  const tip = await page.$eval('.tooltip', e => e.textContent);
+  // points of equal value overlap: the one under the mouse is the one named
+  const under = await page.evaluate((x, y) => document.elementFromPoint(x, y).closest('[data-tip]')?.dataset.tip, pb.x + pb.width / 2, pb.y + pb.height / 2);
+  check(tip === under && names.some(n => tip.startsWith(`${n}: layer 1 → `)), `hover shows the point's method, layer and value ("${tip}")`);
+  await shotOf(page, await page.evaluateHandle(() => document.querySelector('.mixing-job-chart').closest('section.panel')), 'jobs-context-mixing');
+
+  // the methods ticked and the texts typed are the job's params
+  await page.$eval('textarea[name=texts]', e => { e.value = 'a fine film .\nboring .\n  \nthe plot is thin .'; });
+  await page.click('input[name=method][value=rollout]');
+  await page.click('input[name=method][value=globenc]');
+  const two = await sent(page, 'v1/jobs', () => page.click('form.input-form button[type=submit]'));
+  check(JSON.stringify(two.body.params) === JSON.stringify({ model, texts: ['a fine film .', 'boring .', 'the plot is thin .'], methods: ['rollout', 'globenc'] }),
+    `ticked methods and typed texts sent (${JSON.stringify(two.body.params)})`);
+  const r2 = await done(two.json.id);
+  const legend = await page.$$eval('.mixing-job-chart .legend-item', els => els.map(e => e.textContent.trim()));
+  check(r2.n_texts === 3 && JSON.stringify(legend) === '["rollout","globenc"]', `the second job draws its 2 methods over 3 texts (${legend})`);
+  noErrors(page, 'context-mixing job');
 }
 
 // Issue 31 item 5: the objective controls change the attribution request.
@@ -760,7 +856,7 @@ async function patchingView(page, base) {
 // ------------------------------------------------------------------- runs
 
 const views = [textView, attentionView, attentionLong, attributionView, readableLabels, identityView, decompositionView, jobsView,
-  longSequence, canvasHeatmap, routerView, mixingView, attributionObjective, logitView, ablationToggle, patchingView]
+  longSequence, canvasHeatmap, routerView, mixingView, mixingJobView, attributionObjective, logitView, ablationToggle, patchingView]
   .filter(v => !process.env.ONLY || process.env.ONLY.split(',').includes(v.name));
 for (const vp of VIEWPORTS) {
   const page = await openPage(vp);

@@ -2,11 +2,13 @@
 // with live progress bars (Server-Sent Events where the server has them,
 // else polling), cancel them, and draw their results: the head pruning
 // curve, the adversarial trigger table, decomposition plots, the
-// faithfulness table and its deletion / insertion curves.
+// faithfulness table and its deletion / insertion curves, the context-mixing
+// shares per layer.
 import { el, lineChart, barChart, fmt, CATEGORICAL } from '../plot.js';
 import { sse } from '../api.js';
 import { section, note, into } from './common.js';
 import { decompositionPlots } from './decomposition.js';
+import { jobPlots as mixingJobPlots, METHODS as MIXING_METHODS } from './mixing.js';
 
 export const id = 'jobs';
 export const title = 'Jobs';
@@ -23,12 +25,16 @@ const ROWS = [
   ['smart , sharp and full of life .', 1], ['a tedious film with no heart .', 0],
 ].map(([text, label]) => ({ text, label }));
 
-// data: '' for the built-in rows, else a TSV path under the server's --data-dir.
-function paramsFor(kind, model, data) {
+// data: '' for the built-in rows, else a TSV path under the server's --data-dir;
+// mixing: {texts, methods} of the context-mixing fields (no methods: the server's default).
+function paramsFor(kind, model, data, mixing) {
   const source = data ? { data, max_rows: 200 } : { rows: ROWS };
   if (kind === 'head-importance') return { model, ...source, seeds: 2, steps: 8 };
   if (kind === 'adversarial-triggers') return { model, ...source, steps: 8, top_k: 3 };
   if (kind === 'faithfulness') return { model, ...(data ? { data, max_rows: 40 } : { texts: ROWS.map(r => r.text) }), steps: 8 };
+  if (kind === 'context-mixing') {
+    return { model, ...(data ? { data, max_texts: 200 } : { texts: mixing.texts }), ...(mixing.methods.length ? { methods: mixing.methods } : {}) };
+  }
   return { model, texts: ROWS.map(r => r.text), labels: ROWS.map(r => (r.label ? 'positive' : 'negative')), length: 8 };
 }
 
@@ -111,6 +117,7 @@ export function resultPanels(job) {
       section(`Attack: accuracy ${fmt(r.accuracy_before)} → ${fmt(r.accuracy_after)} on ${r.victims} victims`, attackTable(r))];
   }
   if (job.kind === 'decomposition') return decompositionPlots(r);
+  if (job.kind === 'context-mixing') return mixingJobPlots(r);
   if (job.kind === 'faithfulness') {
     const units = r.unit === 'heads' ? 'heads' : 'tokens';
     const how = r.unit === 'heads' ? 'Heads are zero-ablated (attention and output zero)' : 'Tokens are deleted from the sequence, special tokens never';
@@ -180,11 +187,28 @@ export async function render(root, ctx) {
   const kinds = ['head-importance', 'adversarial-triggers', 'decomposition'].filter(k => ctx.supports(k.replace(/-/g, '_')));
   // faithfulness is no analysis of its own: any model with an objective, on servers whose spec has the kind
   if (['classification', 'causal-lm'].includes(m.task) && await ctx.specHas('FaithfulnessParams')) kinds.push('faithfulness');
+  if (ctx.supports('context_mixing') && await ctx.specHas('ContextMixingJobParams')) kinds.push('context-mixing');
   const kindSel = el('select', { name: 'kind', 'aria-label': 'job kind' }, kinds.map(k => el('option', { value: k, text: k })));
   // TSV files the server offers under --data-dir (GET /v1/capabilities), for the dataset kinds
   const files = ((ctx.state.capabilities || {}).data_files || []).filter(f => f.path.endsWith('.tsv'));
   const dataSel = el('select', { name: 'data', 'aria-label': 'dataset' }, el('option', { value: '', text: `${ROWS.length} built-in labelled sentences` }),
     files.map(f => el('option', { value: f.path, text: `${f.path} (first 200 rows)` })));
+  // context-mixing: the methods (none ticked: the server's default) and the texts, when no dataset is picked
+  const methods = MIXING_METHODS.map(k => el('label', {}, el('input', { type: 'checkbox', name: 'method', value: k }), ` ${k} `));
+  const texts = el('textarea', { name: 'texts', rows: 4, 'aria-label': 'texts, one per line' });
+  texts.value = ROWS.map(r => r.text).join('\n');
+  const methodsBox = el('span', { title: 'none ticked: every method the model defines but value zeroing' }, 'methods ', methods);
+  const textsBox = el('label', { class: 'grow' }, 'texts (one per line) ', texts);
+  const mixingFields = () => ({ texts: texts.value.split('\n').map(t => t.trim()).filter(Boolean),
+    methods: methods.map(l => l.querySelector('input')).filter(i => i.checked).map(i => i.value) });
+  const showFields = () => {
+    const mixing = kindSel.value === 'context-mixing';
+    methodsBox.hidden = !mixing;
+    textsBox.hidden = !mixing || dataSel.value !== '';
+    dataSel.options[0].text = mixing ? 'the texts below' : `${ROWS.length} built-in labelled sentences`;
+  };
+  kindSel.addEventListener('change', showFields);
+  dataSel.addEventListener('change', showFields);
   const body = el('tbody', {});
   const result = el('div', { class: 'output' });
   const alive = () => root.isConnected;
@@ -196,11 +220,13 @@ export async function render(root, ctx) {
     return row;
   };
   const form = el('form', { class: 'input-form' }, el('label', {}, 'job ', kindSel), el('label', {}, `on ${m.id} with `, dataSel),
-    el('button', { type: 'submit', text: 'Start job' }));
+    methodsBox, textsBox, el('button', { type: 'submit', text: 'Start job' }));
+  showFields();
   form.addEventListener('submit', async ev => {
     ev.preventDefault();
     try {
-      const job = await ctx.api('v1/jobs', { kind: kindSel.value, params: paramsFor(kindSel.value, m.id, kindSel.value === 'decomposition' ? '' : dataSel.value) });
+      const data = kindSel.value === 'decomposition' ? '' : dataSel.value;
+      const job = await ctx.api('v1/jobs', { kind: kindSel.value, params: paramsFor(kindSel.value, m.id, data, mixingFields()) });
       remember(job.id);
       root.dataset.autoshow = job.id;
       add(job);

@@ -1,14 +1,15 @@
 // mixing.js - Context mixing (docs/context-mixing.md): per layer, how much
 // of input token j is in position i by one method (rollout, ALTI, GlobEnc,
 // value zeroing, DecompX), the layer's own matrix and the rollout up to it
-// on one colour scale, with the raw attention (averaged over heads) beside.
-import { el, heatmap } from '../plot.js';
-import { textForm, into, labels, section, note, unsupported } from './common.js';
+// on one colour scale, with the raw attention (averaged over heads) beside;
+// and the jobs view's chart of the context-mixing job's per-layer shares.
+import { el, heatmap, lineChart, CATEGORICAL } from '../plot.js';
+import { textForm, into, labels, section, note, unsupported, plural } from './common.js';
 
 export const id = 'context-mixing';
 export const title = 'Context mixing';
 
-const METHODS = ['rollout', 'alti', 'globenc', 'value-zeroing', 'decompx'];
+export const METHODS = ['rollout', 'alti', 'globenc', 'value-zeroing', 'decompx'];
 
 // [layer] -> T x T mean over heads of /v1/forward's attentions
 function headMeans(attentions) {
@@ -64,4 +65,36 @@ export async function render(root, ctx) {
   }), [el('label', {}, 'method ', method), el('label', {}, 'definition ', definition)]);
   root.append(form, out);
   await form.run();
+}
+
+// The context-mixing job's result (docs/context-mixing.md "Over a dataset"),
+// the ALTI paper's per-layer plot: x = layer, y = a mean row share, one line
+// per method; the controls pick the share (own token, first token) and the
+// matrix (the layer's own, the rollout up to it): the field `${stat}${matrix}`.
+const STATS = [['self', 'self share'], ['first', 'first-token share']];
+const MATRICES = [['', "layer's own matrix"], ['_rollout', 'rollout up to the layer']];
+
+export function jobPlots(r) {
+  const pick = (name, label, options) => el('select', { name, 'aria-label': label }, options.map(([v, t]) => el('option', { value: v, text: t })));
+  const stat = pick('cm-stat', 'statistic', STATS), matrix = pick('cm-matrix', 'matrix', MATRICES);
+  const box = el('div', { class: 'mixing-job-chart' });
+  const draw = () => {
+    const key = stat.value + matrix.value, what = STATS.find(([v]) => v === stat.value)[1];
+    const ys = r.methods.flatMap(m => m.layers.map(l => l[key])).filter(Number.isFinite);
+    // shares: 0 to 1, wider only when a method's signed rows (DecompX) leave it
+    const yDomain = [Math.min(0, ...ys), Math.max(1, ...ys)];
+    const series = r.methods.map((m, i) => ({ name: m.method, xs: m.layers.map(l => l.layer), ys: m.layers.map(l => l[key]),
+      color: CATEGORICAL[(METHODS.includes(m.method) ? METHODS.indexOf(m.method) : i) % CATEGORICAL.length] }));
+    box.dataset.key = key;
+    box.replaceChildren(lineChart({ title: `Mean ${what} per layer, of the ${MATRICES.find(([v]) => v === matrix.value)[1]}`,
+      xLabel: 'layer', yLabel: what, yDomain, series, widthStep: 1.5 }));
+  };
+  stat.addEventListener('change', draw);
+  matrix.addEventListener('change', draw);
+  draw();
+  return [section(`Context mixing over ${plural(r.n_texts, 'text')} (${plural(r.n_tokens, 'token')}, ${r.definition})`,
+    el('div', { class: 'input-form chart-controls' }, el('label', {}, 'statistic ', stat), el('label', {}, 'of the ', matrix)), box,
+    note('Each point: over every token i of every text, the mean share of row i (divided by its sum) on token i itself ' +
+      '(self: M_ii) or on the first token (first: M_i0, [CLS] on BERT, the attention sink of decoders), in the layer\'s ' +
+      'own matrix or in the rollout up to the layer (docs/context-mixing.md "Over a dataset").'))];
 }
