@@ -22,6 +22,7 @@
 #include "api/cost.h"
 #include "api/request.h"
 #include "core/analysis/context_mixing.h"
+#include "core/analysis/decompx.h"
 
 typedef struct {
     api_input in;
@@ -70,19 +71,22 @@ int api_context_mixing_prepare(api_call *c)
                : 0;
 }
 
-/* Flops of method on T tokens up to layer top (core/analysis/context_mixing.c): the forward, then per layer
- * rollout's T x T products; ALTI the head values through W_O, the attention output, and the T² source vectors
- * of C (NH multiply-adds each) with their L1 distances; GlobEnc the head values and the Gram matrices; value
- * zeroing T + 1 passes of each layer; DecompX carries T vectors per token through every map of the layer. */
-static double cm_flops(const lens_config *cfg, lens_cm_method method, int T, int top)
+/* Flops of method on T tokens for layers [n] (ascending; top the last) (core/analysis/context_mixing.c): the
+ * forward, then per layer rollout's T x T products; ALTI the head values through W_O, the attention output, and
+ * the T² source vectors of C (NH multiply-adds each) with their L1 distances; GlobEnc the head values and the
+ * Gram matrices; value zeroing T + 1 passes of each layer; DecompX T vectors per token through every map of
+ * each layer up to top, twice for the layers asked (lens_decompx_flops). */
+static double cm_flops(const lens_model *m, lens_cm_method method, int T, const int *layers, int n)
 {
+    const lens_config *cfg = &m->cfg;
+    const int top = n ? layers[n - 1] : cfg->n_layers;
     const double fwd = api_cost_forward_flops(cfg, T, top), t = T, C = cfg->d_model, NH = cfg->n_heads;
     const double VO = NH * cfg->d_head_v;
     switch (method) {
     case LENS_CM_ALTI: return fwd + top * (4 * t * VO * C + t * t * C * (2 * NH + 3));
     case LENS_CM_GLOBENC: return fwd + top * (2 * t * VO * C + t * NH * NH * (C + t));
     case LENS_CM_VALUE_ZEROING: return (t + 2) * fwd;
-    case LENS_CM_DECOMPX: return (t + 1) * fwd;
+    case LENS_CM_DECOMPX: return fwd + lens_decompx_flops(m, T, n ? layers : NULL, n);
     default: return fwd + top * 2 * t * t * t;
     }
 }
@@ -95,8 +99,7 @@ void api_context_mixing_run(api_call *c)
     api_seq seq;
     if (api_seq_begin(c, &r->in, &seq)) return;
     const int T = seq.T;
-    const int top = r->layers.n ? r->layers.v[r->layers.n - 1] : m->cfg.n_layers;
-    if (api_cost_check(c, API_COST_CONTEXT_MIXING, cm_flops(&m->cfg, r->method, T, top), "text")) {
+    if (api_cost_check(c, API_COST_CONTEXT_MIXING, cm_flops(m, r->method, T, r->layers.v, r->layers.n), "text")) {
         api_seq_free(&seq);
         return;
     }

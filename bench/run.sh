@@ -10,8 +10,9 @@
 #   hta            hidden token attribution: exact (bert-tiny, T=32) vs PyTorch Jacobians,
 #                  estimate (BERT-base, T=64, 16 probes)
 #   token_identity token identity rankings vs the bare forward (BERT-base, T=128)
-#   context_mixing rollout, ALTI, GlobEnc, value zeroing (BERT-base, T=128, 2 threads) vs the released
-#                  code's arithmetic in PyTorch (bench/peer/context_mixing_torch.py) (issue 31)
+#   context_mixing rollout, ALTI, GlobEnc, value zeroing (BERT-base, T=128, 2 threads), DecompX (a BERT-base
+#                  classifier, T=128, 1 run) vs the released code's arithmetic in PyTorch
+#                  (bench/peer/context_mixing_torch.py) (issue 31)
 #   tokenize       tokens/s on 1 MB of mixed text, Llama 3 / Gemma 3 / DeepSeek-V3 tokenizer.json,
 #                  lensd vs HF's Rust tokenizers via Node (issue 30; bench/tokenize.sh)
 #   llama1b        Llama-3.2-1B-shaped BF16 checkpoint, T=128, 2 threads: lensd vs PyTorch float32
@@ -26,7 +27,8 @@
 #
 #   bench/run.sh [BUILD/lensd]     (make bench)
 #   BENCH_QUICK=1      forward: only T=128 batch 1, where its targets are; hta: 2 threads only,
-#                      estimate at T=32; token_identity: fewer reps; context_mixing: no value zeroing
+#                      estimate at T=32; token_identity: fewer reps; context_mixing: no value zeroing,
+#                      DecompX at T=32
 #   BENCH_SKIP=a,b     skip sections (forward, attention, attribution, decomposition, hta, token_identity,
 #                      context_mixing, tokenize, llama1b, olmoe, patching)
 #   BENCH_LONG=1       also: PyTorch attribution at T=128, decomposition at 2048 windows,
@@ -706,9 +708,13 @@ EOF
 # forward (interleaved reps), then the PyTorch peer running the released
 # code's arithmetic (the [NH][T][T][C] weighted vectors, value zeroing one
 # zeroed token at a time) on the same checkpoint and ids, one after the other.
+# DecompX on a random BERT-base classifier (`lensd mkmodel --task
+# classification`, written once), T=128 (BENCH_QUICK: 32), every layer and the
+# classifier, one run each, both outputs dumped and compared.
 context_mixing_section() {
   local res=$OUT/context_mixing-results.jsonl reps=5 vz_reps=1 peer_reps=1
-  [ -n "${BENCH_QUICK:-}" ] && reps=3 vz_reps=0
+  local cls=$MODELS/bert-base-cls dx=$OUT/decompx dx_T=128
+  [ -n "${BENCH_QUICK:-}" ] && reps=3 vz_reps=0 dx_T=32
   make -s BUILD="$BUILD" "$BUILD/bench/context_mixing" || return 1
   log "context_mixing: lensd, BERT-base T=128, 2 threads"
   "$BUILD/bench/context_mixing" --model "$MODEL" --T 128 --threads 2 --reps "$reps" --vz-reps "$vz_reps" \
@@ -717,8 +723,22 @@ context_mixing_section() {
   OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE \
     "$PY" bench/peer/context_mixing_torch.py --model "$MODEL" --T 128 --threads 2 --reps "$peer_reps" \
     --vz-reps "$vz_reps" --warmup 0 --seed "$SEED" >>"$res" || return 1
-  "$PY" - "$res" "$TARGETS" <<'EOF' | tee "$OUT/context_mixing-table.txt"
+  if [ ! -s "$cls/model.safetensors" ]; then
+    log "context_mixing: writing a random BERT-base classifier to $cls"
+    make -s BUILD="$BUILD" "$LENSD" && rm -rf "$cls" &&
+      "$LENSD" mkmodel --arch bert --preset base --task classification --seed "$SEED" --out "$cls" >/dev/null ||
+      return 1
+  fi
+  log "context_mixing: DecompX, lensd, BERT-base classifier T=$dx_T, 2 threads, 1 run"
+  "$BUILD/bench/context_mixing" --decompx "$dx-lensd.f32" --model "$cls" --T "$dx_T" --threads 2 --reps 1 \
+    --seed "$SEED" >"$dx-results.jsonl" || return 1
+  log "context_mixing: DecompX, pytorch (released code's arithmetic), 2 threads, 1 run"
+  OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE \
+    "$PY" bench/peer/context_mixing_torch.py --decompx "$dx-torch.f32" --model "$cls" --T "$dx_T" --threads 2 \
+    --reps 1 --seed "$SEED" >>"$dx-results.jsonl" || return 1
+  "$PY" - "$res" "$TARGETS" "$dx" <<'EOF' | tee "$OUT/context_mixing-table.txt"
 import json, sys
+import numpy as np
 lensd, torch = [json.loads(l) for l in open(sys.argv[1])]
 targets = open(sys.argv[2], "a")
 print(f"\n== context mixing: BERT-base (L{lensd['L']} C{lensd['C']}), T={lensd['T']}, every layer, paper-code, "
@@ -741,6 +761,25 @@ if lensd["value_zeroing_ms"] > 0 and torch["value_zeroing_ms"] > 0:
             f"{torch['value_zeroing_ms'] / 1e3:.1f} s, {x:.2f}x)")
     targets.write(f"context_mixing\t{text}\t{'PASS' if x <= 0.5 else 'MISS'}\n")
     print(f"  {text:<90} {'PASS' if x <= 0.5 else 'MISS'}")
+dl, dt = [json.loads(l) for l in open(sys.argv[3] + "-results.jsonl")]
+got, want = np.fromfile(sys.argv[3] + "-lensd.f32", np.float32), np.fromfile(sys.argv[3] + "-torch.f32", np.float32)
+n = dl["L"] * dl["T"] ** 2
+print(f"\n  DecompX: BERT-base classifier (L{dl['L']} C{dl['C']} K{dl['K']}), T={dl['T']}, every layer and the "
+      f"classifier, paper-code, {dl['threads']} threads, 1 run each")
+print(f"  {'':<16} {'lensd s':>10} {'x forward':>10} {'PyTorch s':>11} {'x its fwd':>10} {'lensd/PyTorch':>14}")
+r = dl["decompx_ms"] / dt["decompx_ms"]
+print(f"  {'decompx':<16} {dl['decompx_ms'] / 1e3:10.1f} {dl['decompx_x_forward']:10.0f} "
+      f"{dt['decompx_ms'] / 1e3:11.1f} {dt['decompx_x_forward']:10.0f} {r:14.3f}")
+if got.size != want.size or got.size != 2 * n + dl["T"] * dl["K"]:
+    print(f"  outputs: {got.size} (lensd) and {want.size} (PyTorch) floats, expected {2 * n + dl['T'] * dl['K']}")
+else:
+    for name, part in (("contributions", slice(0, n)), ("rollout", slice(n, 2 * n)), ("classifier", slice(2 * n, None))):
+        rel = float(np.abs(got[part] - want[part]).max() / np.abs(want[part]).max())
+        print(f"  {name:<14} lensd vs PyTorch: max |diff| {rel:.2g} of the largest")
+text = (f"DecompX <= 1.0x the released code's arithmetic in PyTorch (T={dl['T']}: {dl['decompx_ms'] / 1e3:.1f} vs "
+        f"{dt['decompx_ms'] / 1e3:.1f} s, {r:.2f}x)")
+targets.write(f"context_mixing\t{text}\t{'PASS' if r <= 1 else 'MISS'}\n")
+print(f"  {text:<90} {'PASS' if r <= 1 else 'MISS'}")
 EOF
 }
 

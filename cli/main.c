@@ -60,7 +60,7 @@ static void usage(FILE *f)
             "  hidden-attribution --model DIR TEXT [--layers 0,..] [--method exact|estimate]\n"
             "            [--probes 16] [--seed 1] [--norms]\n"
             "            print what POST /v1/hidden-attribution returns (Jacobian norms)\n"
-            "  context-mixing --model DIR TEXT --method rollout|alti|globenc|value-zeroing [--layers 1,..]\n"
+            "  context-mixing --model DIR TEXT --method rollout|alti|globenc|value-zeroing|decompx [--layers 1,..]\n"
             "            [--definition paper-code|lensd]\n"
             "            print what POST /v1/context-mixing returns (per-layer and rolled-out mixing)\n"
             "  logit-attribution --model DIR TEXT --target ID|TEXT [--foil ID|TEXT] [--position P]\n"

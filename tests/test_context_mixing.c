@@ -31,7 +31,9 @@
  * run rollout and value zeroing; DecompX is refused on every pre-norm block.
  * DecompX's decomposition is exact: every layer's propagated vectors sum to
  * its hidden states and the classifier contributions to the logits (1e-5 of
- * the largest |value|: float32 sums of T vectors). */
+ * the largest |value|: float32 sums of T vectors). DecompX asked for some
+ * layers runs only their own passes and gives exactly those layers' matrices
+ * of the full request. */
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -262,19 +264,25 @@ static void run_micro(const char *arch, const char *task, int with_reference, in
     remove_dir(dir);
 }
 
+/* A random BERT classifier of preset written to dir (a mkdtemp template)
+ * and loaded; NULL, and a failed check, when that fails. */
+static lens_model *temp_bert(const char *preset, char *dir)
+{
+    lens_err err = {0};
+    lens_model *m = NULL;
+    if (!mkdtemp(dir)) snprintf(err.msg, sizeof err.msg, "mkdtemp %s failed", dir);
+    else if (lens_mkmodel("bert", preset, "classification", 3, dir, &err) == 0) m = lens_model_load(dir, &err);
+    CHECK(m != NULL, "bert %s: %s", preset, err.msg);
+    return m;
+}
+
 /* layers picks, value zeroing in chunks equals one pass, bad layers refused,
  * DecompX's classifier only with layer L, its memory bound and cancellation */
 static void check_options(void)
 {
     char dir[] = "/tmp/lensd-cm-opt-XXXXXX";
-    if (!mkdtemp(dir)) {
-        CHECK(0, "mkdtemp");
-        return;
-    }
     lens_err err = {0};
-    lens_model *m = NULL;
-    if (lens_mkmodel("bert", "micro", "classification", 3, dir, &err) == 0) m = lens_model_load(dir, &err);
-    CHECK(m != NULL, "bert micro: %s", err.msg);
+    lens_model *m = temp_bert("micro", dir);
     const int T = (int)(sizeof IDS_MICRO / sizeof *IDS_MICRO), L = m ? m->cfg.n_layers : 0;
     if (m) {
         lens_cm_result all, one, chunked;
@@ -317,6 +325,67 @@ static void check_options(void)
     remove_dir(dir);
 }
 
+/* DecompX skips what is not asked: a layer's own pass runs only for the layers
+ * asked, so a request for some layers must give exactly (0 tolerance: the same
+ * arithmetic in the same order) the matrices of those layers in the full
+ * request, and the classifier when the layers reach L. On BERT small (4
+ * layers): [2, 4] skips layers 1 and 3's own passes, [3] also stops before
+ * layer 4. The cost model counts the passes: one own pass per asked layer
+ * after the first, none for layer 1 (its own pass is its propagated one). */
+static void check_decompx_layers(void)
+{
+    char dir[] = "/tmp/lensd-cm-dx-XXXXXX";
+    lens_err err = {0};
+    lens_model *m = temp_bert("small", dir);
+    CHECK(!m || m->cfg.n_layers == 4, "bert small: 4 layers (%d)", m ? m->cfg.n_layers : 0);
+    const int T = (int)(sizeof IDS_BERT / sizeof *IDS_BERT);
+    const size_t TT = (size_t)T * T;
+    for (int paper_code = 1; m && paper_code >= 0; paper_code--) {
+        lens_cm_opts o = {.method = LENS_CM_DECOMPX, .paper_code = paper_code};
+        lens_cm_result all, some;
+        if (lens_context_mixing(m, IDS_BERT, NULL, T, &o, &all, &err)) {
+            CHECK(0, "decompx all layers: %s", err.msg);
+            break;
+        }
+        static const int pick[][2] = {{2, 4}, {3, 0}};
+        for (int p = 0; p < 2; p++) {
+            o.layers = pick[p], o.n_layers = pick[p][1] ? 2 : 1;
+            if (lens_context_mixing(m, IDS_BERT, NULL, T, &o, &some, &err)) {
+                CHECK(0, "decompx layers %d: %s", pick[p][0], err.msg);
+                continue;
+            }
+            for (int k = 0; k < o.n_layers; k++) {
+                const int l = o.layers[k];
+                char what[160];
+                snprintf(what, sizeof what, "decompx %s, %d of the layers asked: layer %d's contributions as asked "
+                         "with all", paper_code ? "paper-code" : "lensd", o.n_layers, l);
+                CHECK(some.layers[k] == l, "%s (layer %d reported)", what, some.layers[k]);
+                check_close(what, some.contrib + k * TT, all.contrib + (l - 1) * TT, TT, 0, 0);
+                snprintf(what, sizeof what, "decompx %s, %d of the layers asked: layer %d's rollout as asked with "
+                         "all", paper_code ? "paper-code" : "lensd", o.n_layers, l);
+                check_close(what, some.rollout + k * TT, all.rollout + (l - 1) * TT, TT, 0, 0);
+            }
+            const int reaches_L = o.layers[o.n_layers - 1] == 4;
+            CHECK((some.classifier != NULL) == reaches_L && all.classifier, "decompx: a classifier with layer L only");
+            if (reaches_L && some.classifier && all.classifier)
+                check_close("decompx: the classifier of layers [2, 4] as that of all", some.classifier, all.classifier,
+                            (size_t)T * all.n_classes, 0, 0);
+            lens_cm_result_free(&some);
+        }
+        lens_cm_result_free(&all);
+    }
+    if (m) {
+        const int last[] = {4}, two[] = {2, 4}, one[] = {1, 4};
+        const double f_all = lens_decompx_flops(m, T, NULL, 0), f_last = lens_decompx_flops(m, T, last, 1);
+        const double own = lens_decompx_flops(m, T, two, 2) - f_last;
+        CHECK(own > 0 && fabs(f_all - f_last - 2 * own) <= 1e-12 * f_all,
+              "decompx flops: all layers = [L] + 2 own passes (layers 2, 3; %g, %g, %g)", f_all, f_last, own);
+        CHECK(lens_decompx_flops(m, T, one, 2) == f_last, "decompx flops: layer 1's own pass is its propagated one");
+    }
+    lens_model_free(m);
+    remove_dir(dir);
+}
+
 int main(void)
 {
     const int with_reference = reference_available();
@@ -339,5 +408,6 @@ int main(void)
     run_micro("gemma2", "causal-lm", 0, 1);
     run_micro("gpt_neox", "causal-lm", 0, 1);
     check_options();
+    check_decompx_layers();
     return check_done("test_context_mixing");
 }

@@ -632,17 +632,20 @@ int lens_context_mixing(const lens_model *m, const int *ids, const int *type_ids
             rc = lens_fail(err, LENS_ECANCEL, "cancelled at layer %d of %d", l + 1, top);
             break;
         }
+        const int asked = k < n && (o->layers ? o->layers[k] : k + 1) == l + 1;
         switch (o->method) {
         case LENS_CM_ROLLOUT: rollout_layer(m, &act, l, M); break;
         case LENS_CM_VALUE_ZEROING: rc = value_zeroing(m, o, &act, l, M, err); break;
-        case LENS_CM_DECOMPX: rc = lens_decompx_layer(dx, m, &act, l, o->paper_code, o->pool, o->cancel, M, joint, err); break;
+        case LENS_CM_DECOMPX: /* its own matrix only for the layers asked (the other pass runs for the rollout) */
+            rc = lens_decompx_layer(dx, m, &act, l, o->paper_code, o->pool, o->cancel, asked ? M : NULL, joint, err);
+            break;
         default: rc = decompose(m, o, &act, l, M, err);
         }
         if (rc) break;
         if (dx) {} /* joint: the norms of the vectors DecompX propagates, not a product */
         else if (l == 0) memcpy(joint, M, sizeof(float) * TT);
         else if (roll(joint, M, T)) rc = lens_fail(err, LENS_ENOMEM, "out of memory for the rollout");
-        if (!rc && k < n && (o->layers ? o->layers[k] : k + 1) == l + 1) {
+        if (!rc && asked) {
             out->layers[k] = l + 1;
             memcpy(out->contrib + k * TT, M, sizeof(float) * TT);
             memcpy(out->rollout + k * TT, joint, sizeof(float) * TT);

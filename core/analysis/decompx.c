@@ -7,8 +7,10 @@
  * then the T x T vectors: the values of each source as one GEMM of T*T rows
  * (A W_V), the attention mixing per head, W_O as one GEMM of T*T rows, and
  * per output row i one task for the rest (biases, LayerNorms, the FFN as
- * two GEMMs of T rows). Shapes: T tokens, C channels, NH heads of DV value
- * channels (VO = NH*DV), FF the FFN's width, K labels. */
+ * two GEMMs of T rows). Such a pass runs once for the propagated vectors
+ * and, only when the caller asks for the layer's own matrix, once from the
+ * diagonal (layer 1: one pass is both). Shapes: T tokens, C channels, NH
+ * heads of DV value channels (VO = NH*DV), FF the FFN's width, K labels. */
 #include "core/analysis/decompx.h"
 
 #include <math.h>
@@ -78,8 +80,9 @@ const char *lens_decompx_undefined(const lens_model *m)
 
 struct lens_decompx {
     int T, C, VO, FF, layers_done;
-    float *agg, *next;  /* [T][T][C] the propagated vectors (aggregation "vector"), the layer's new ones */
-    float *local;       /* [T][T][C] the layer's own decomposition (aggregation None) */
+    float *agg;         /* [T][T][C] the propagated vectors (aggregation "vector") */
+    float *next;        /* [T][T][C] the layer's own decomposition (aggregation None; only its norms are kept),
+                           then the layer's propagated vectors, swapped into agg */
     float *values;      /* [T][T][VO] A W_V, then the attention's mixing of them */
     float *ctx;         /* [T][T][VO] */
     float *ctx0, *pre1, *pre2, *act_in, *slope; /* [T][VO], [T][C], [T][C], [T][FF], [T][FF] */
@@ -89,7 +92,7 @@ struct lens_decompx {
 size_t lens_decompx_bytes(const lens_model *m, int T)
 {
     const lens_config *c = &m->cfg;
-    return sizeof(float) * (size_t)T * T * (3 * (size_t)c->d_model + 2 * (size_t)c->n_heads * c->d_head_v);
+    return sizeof(float) * (size_t)T * T * (2 * (size_t)c->d_model + 2 * (size_t)c->n_heads * c->d_head_v);
 }
 
 lens_decompx *lens_decompx_new(const lens_model *m, int T, size_t max_bytes, lens_err *err)
@@ -111,13 +114,12 @@ lens_decompx *lens_decompx_new(const lens_model *m, int T, size_t max_bytes, len
     const size_t TT = (size_t)T * T;
     d->T = T, d->C = c->d_model, d->VO = c->n_heads * c->d_head_v, d->FF = c->d_ff;
     d->agg = malloc(sizeof(float) * TT * d->C), d->next = malloc(sizeof(float) * TT * d->C);
-    d->local = malloc(sizeof(float) * TT * d->C);
     d->values = malloc(sizeof(float) * TT * d->VO), d->ctx = malloc(sizeof(float) * TT * d->VO);
     d->ctx0 = malloc(sizeof(float) * T * d->VO);
     d->pre1 = malloc(sizeof(float) * T * d->C), d->pre2 = malloc(sizeof(float) * T * d->C);
     d->act_in = malloc(sizeof(float) * T * d->FF), d->slope = malloc(sizeof(float) * T * d->FF);
     d->rstd1 = malloc(sizeof(double) * T), d->rstd2 = malloc(sizeof(double) * T);
-    if (!d->agg || !d->next || !d->local || !d->values || !d->ctx || !d->ctx0 || !d->pre1 || !d->pre2 ||
+    if (!d->agg || !d->next || !d->values || !d->ctx || !d->ctx0 || !d->pre1 || !d->pre2 ||
         !d->act_in || !d->slope || !d->rstd1 || !d->rstd2) {
         lens_decompx_free(d);
         lens_fail(err, LENS_ENOMEM, "out of memory for DecompX's %.2f GiB of vectors", need / 1073741824.0);
@@ -129,7 +131,7 @@ lens_decompx *lens_decompx_new(const lens_model *m, int T, size_t max_bytes, len
 void lens_decompx_free(lens_decompx *d)
 {
     if (!d) return;
-    free(d->agg), free(d->next), free(d->local), free(d->values), free(d->ctx), free(d->ctx0);
+    free(d->agg), free(d->next), free(d->values), free(d->ctx), free(d->ctx0);
     free(d->pre1), free(d->pre2), free(d->act_in), free(d->slope), free(d->rstd1), free(d->rstd2);
     free(d);
 }
@@ -351,19 +353,33 @@ int lens_decompx_layer(lens_decompx *d, const lens_model *m, const lens_activati
     const char *why = block_of(m, l, &b);
     if (why) return lens_fail(err, LENS_EINVAL, "%s", why);
     real_states(d, m, act, l, &b, paper_code, pool);
-    int rc = pass(d, m, act, l, &b, NULL, d->local, M, paper_code, pool, cancel, err);
-    if (rc) return rc;
-    const size_t TTC = (size_t)d->T * d->T * d->C;
-    if (l == 0) { /* the first layer's input decomposes as the diagonal: both are the same pass */
-        memcpy(d->agg, d->local, sizeof(float) * TTC);
-        memcpy(agg, M, sizeof(float) * d->T * d->T);
+    int rc;
+    if (l == 0) { /* the first layer's input decomposes as the diagonal: its own and its propagated pass are one */
+        if ((rc = pass(d, m, act, l, &b, NULL, d->agg, agg, paper_code, pool, cancel, err))) return rc;
+        if (M) memcpy(M, agg, sizeof(float) * d->T * d->T);
     } else {
+        /* the layer's own vectors go to next, which the propagated pass then overwrites: only their norms stay */
+        if (M && (rc = pass(d, m, act, l, &b, NULL, d->next, M, paper_code, pool, cancel, err))) return rc;
         if ((rc = pass(d, m, act, l, &b, d->agg, d->next, agg, paper_code, pool, cancel, err))) return rc;
         float *swap = d->agg;
         d->agg = d->next, d->next = swap;
     }
     d->layers_done = l + 1;
     return 0;
+}
+
+double lens_decompx_flops(const lens_model *m, int T, const int *layers, int n_layers)
+{
+    const lens_config *c = &m->cfg;
+    const double t = T, C = c->d_model, VO = (double)c->n_heads * c->d_head_v, FF = c->d_ff;
+    const int top = layers ? (n_layers > 0 ? layers[n_layers - 1] : 0) : c->n_layers;
+    /* the layer's own matrix for every asked layer after the first (layer 1's is its propagated pass) */
+    const int own = layers ? n_layers - (n_layers > 0 && layers[0] == 1) : c->n_layers - 1;
+    /* real_states: W_O, W_1 and W_2 over T rows; a pass: T² rows through W_O, W_1 and W_2, the propagated one
+     * also through W_V and the attention's mixing of T sources for each of them */
+    const double states = 2 * t * (VO * C + 2 * C * FF), own_pass = 2 * t * t * (VO * C + 2 * C * FF);
+    const double propagated = own_pass + 2 * t * t * C * VO + 2 * t * t * t * VO;
+    return top < 1 ? 0 : top * states + own * own_pass + top * propagated;
 }
 
 int lens_decompx_classifier(lens_decompx *d, const lens_model *m, const lens_activations *act, int paper_code,

@@ -30,10 +30,11 @@ typedef struct lens_decompx lens_decompx;
  * else a sentence saying why not. */
 const char *lens_decompx_undefined(const lens_model *m);
 
-/* State for one sequence of T tokens: T² · (3C + 2 NH·DV) floats (the layer's
- * own vectors, the propagated ones before and after, the values and their
- * attention mixing). NULL with LENS_ELIMIT when that exceeds max_bytes (0:
- * 2 GiB), LENS_ENOMEM out of memory. */
+/* State for one sequence of T tokens: T² · (2C + 2 NH·DV) floats (the
+ * propagated vectors before and after a layer, the latter first holding the
+ * layer's own ones; the values and their attention mixing). NULL with
+ * LENS_ELIMIT when that exceeds max_bytes (0: 2 GiB), LENS_ENOMEM out of
+ * memory. */
 lens_decompx *lens_decompx_new(const lens_model *m, int T, size_t max_bytes, lens_err *err);
 /* Bytes lens_decompx_new keeps for T tokens. */
 size_t lens_decompx_bytes(const lens_model *m, int T);
@@ -41,10 +42,18 @@ void lens_decompx_free(lens_decompx *d);
 
 /* Layer l (0-based block; called for l = 0, 1, ... in order) from act
  * (hidden states, attention, values of one sequence): M [T][T] the layer's
- * own matrix, agg [T][T] the propagated vectors' norms (paper_code: raw
- * norms; else rows normalised to sum to one). LENS_ECANCEL on cancel. */
+ * own matrix, or NULL when it is not wanted (after layer 1 that skips one
+ * of the layer's two passes), agg [T][T] the propagated vectors' norms
+ * (paper_code: raw norms; else rows normalised to sum to one). LENS_ECANCEL
+ * on cancel. */
 int lens_decompx_layer(lens_decompx *d, const lens_model *m, const lens_activations *act, int l, int paper_code,
                        lens_pool *pool, const volatile int *cancel, float *M, float *agg, lens_err *err);
+
+/* Floating-point operations of lens_decompx_layer for layers 1..top, top
+ * the last of layers [n_layers] (1-based, ascending; NULL: all L), with the
+ * own matrix of those layers only (the API's cost model; the forward and
+ * the classifier not included). */
+double lens_decompx_flops(const lens_model *m, int T, const int *layers, int n_layers);
 
 /* The propagated vectors [T][T][C] after the last layer run: row i, token k. */
 const float *lens_decompx_vectors(const lens_decompx *d);
