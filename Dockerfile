@@ -13,21 +13,22 @@
 # Build arguments:
 #   DEBIAN_IMAGE  base of both stages (default debian:12-slim)
 #   OPT           compiler optimisation flags for the Makefile's OPT; empty
-#                 (the default) picks them per TARGETARCH. The Makefile's own
+#                 (the default) picks them per architecture of the image being
+#                 built (dpkg's, in the build stage). The Makefile's own
 #                 default, -march=native, would tie the image to the build
 #                 machine's CPU. amd64: -march=x86-64-v3 (AVX2/FMA, Haswell or
 #                 later) keeps the vectorised GELU/softmax and runs on any
 #                 server of the last decade; use "-O3 -march=x86-64-v2" for
 #                 older hosts. arm64: -march=armv8-a (every arm64 CPU; NEON is
 #                 part of it). OpenBLAS picks its own kernels at run time
-#                 either way.
-#   TARGETARCH    set by buildah/docker from --platform or --arch (amd64, arm64)
+#                 either way. Not TARGETARCH: `buildah bud --arch arm64` of
+#                 Debian 12's buildah (1.28) and docker's classic builder
+#                 leave it empty, which picked x86-64-v3 for an arm64 build.
 ARG DEBIAN_IMAGE=debian:12-slim
 
 # ----------------------------------------------------------------- build
 FROM ${DEBIAN_IMAGE} AS build
 ARG OPT=""
-ARG TARGETARCH
 WORKDIR /src
 # The build packages come from the same list `make deps` uses; this layer is
 # cached until scripts/deps.sh changes.
@@ -38,7 +39,7 @@ COPY . .
 # committed in models/ (models/README.md). `lensd info` runs OpenBLAS on one
 # thread: under qemu-user (an arm64 image built on x86) its spinning threads
 # make the cost-model calibration take many minutes.
-RUN if [ -z "$OPT" ]; then case "$TARGETARCH" in \
+RUN if [ -z "$OPT" ]; then case "$(dpkg --print-architecture)" in \
       arm64) OPT="-O3 -march=armv8-a" ;; \
       *) OPT="-O3 -march=x86-64-v3" ;; \
     esac; fi \

@@ -231,8 +231,15 @@ bench-serve-lanes: deps all
 .PHONY: bench-serve bench-serve-lanes
 
 # Builds the Dockerfile with buildah (no Docker engine), starts the image, checks it (slow; not in `make test`).
-image-test:
-	deploy/image-test.sh
+# Its forward passes are compared with this build's lensd.
+image-test: all
+	IMAGE_TEST_LENSD=$(BUILD)/lensd deploy/image-test.sh
+
+# The same for linux/arm64 on an x86-64 machine, every arm64 binary run by
+# qemu-user-static through binfmt_misc (docs/operations.md "arm64"); the
+# emulated build takes tens of minutes.
+image-test-arm64: all
+	IMAGE_TEST_ARCH=arm64 IMAGE_TEST_LENSD=$(BUILD)/lensd deploy/image-test.sh
 
 # The core unit tests built for linux/arm64 (cross compiler) and run under
 # qemu-user, correctness only (scripts/test-arm64.sh; docs/operations.md
@@ -244,7 +251,7 @@ test-arm64:
 validate-deploy:
 	deploy/validate.sh
 
-.PHONY: image-test test-arm64 validate-deploy
+.PHONY: image-test image-test-arm64 test-arm64 validate-deploy
 
 # Training throughput of the demo BERT classifier: lensd (bench/train.c) vs
 # PyTorch (bench/peer/train_torch.py), tokens/s and peak RSS (bench/README.md).
