@@ -16,6 +16,8 @@
  *       and a non-zero gradient for every parameter tensor the block reads
  *   forward from ATTEND on (lens_block_forward_from_attend) with every
  *       register but X, Q, K and V poisoned (NaN) == the whole block  exact
+ *   forward after the attention output map (lens_block_forward_after_attn_out)
+ *       with every register but X and the map's output poisoned == the whole block  exact
  * and the same for the final norm of the families that have one. A new
  * family gets all of it by adding its row to the table. */
 #include <stdlib.h>
@@ -234,6 +236,37 @@ static void check_from_attend(bench *b, const char *name, int l, int *skipped)
     free(x), free(y);
 }
 
+/* Starting after the attention output map reads nothing the skipped ops
+ * wrote: with every register but X and the map's output NaN, the map's
+ * output computed here from the whole block's CTX gives what the block
+ * gives whole. */
+static void check_after_attn_out(bench *b, const char *name, int l, int *started)
+{
+    const lens_config *c = &b->m->cfg;
+    const size_t n = (size_t)T * c->d_model, R = 2 * (size_t)T, QK = (size_t)c->n_heads * c->d_head_k;
+    const lens_linear *map = NULL;
+    const int r = lens_block_attn_out(b->m, l, &map);
+    if (r < 0) return;
+    float *x = floats(n), *y = floats(n), *out = floats(n);
+    for (size_t i = 0; i < n; i++) x[i] = uniform();
+    run_forward(b, l, 0, x, y, 0);
+    lens_gemm_linear(out, b->ctx, map, T, NULL);
+    const float nan = 0.0f / 0.0f;
+    for (size_t i = 0; i < R * c->d_model; i++) b->h[i] = b->n[i] = nan;
+    for (size_t i = 0; i < R * (size_t)lens_ff_cols(b->m); i++) b->ff[i] = nan;
+    for (size_t i = 0; i < R * c->n_heads * c->d_head_v; i++) b->ctx[i] = b->v[i] = nan;
+    for (size_t i = 0; i < R * QK; i++) b->q[i] = b->k[i] = nan;
+    memcpy(b->x, x, sizeof(float) * n);
+    lens_block_io io = io_of(b, T, 0);
+    io.route = b->route, io.cache = NULL;
+    memcpy(lens_block_register(&io, r), out, sizeof(float) * n);
+    lens_block_forward_after_attn_out(b->m, &io, l);
+    CHECK(!memcmp(b->x, y, sizeof(float) * n), "%s block %d: the forward after the attention output map equals the "
+          "whole block", name, l);
+    ++*started;
+    free(x), free(y), free(out);
+}
+
 /* Every check of one block (final = 0) or the final norm (final = 1). */
 static void check_block(bench *b, const char *name, int l, int final)
 {
@@ -341,10 +374,11 @@ int main(void)
         bench b;
         if (m && !bench_init(&b, m)) {
             const char *name = m->cfg.family->model_type;
-            int skipped = 0;
-            for (int l = 0; l < m->cfg.n_layers; l++) check_block(&b, name, l, 0), check_from_attend(&b, name, l, &skipped);
-            printf("  %s: the forward from ATTEND on skips the projections in %d of %d layers\n", name, skipped,
-                   m->cfg.n_layers);
+            int skipped = 0, after = 0;
+            for (int l = 0; l < m->cfg.n_layers; l++)
+                check_block(&b, name, l, 0), check_from_attend(&b, name, l, &skipped), check_after_attn_out(&b, name, l, &after);
+            printf("  %s: the forward from ATTEND on skips the projections in %d of %d layers, and can start after "
+                   "W_O in %d\n", name, skipped, m->cfg.n_layers, after);
             if (lens_block_cache_floats(m, m->cfg.n_layers, 0)) check_block(&b, name, 0, 1); /* a final norm */
             families++;
         }

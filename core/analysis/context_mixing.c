@@ -11,10 +11,11 @@
  *    vectors t_ij = Σ_h P^h_ij U[h][j] + [i == j] x_i measured without
  *    being stored: ALTI one task per source column j, GlobEnc per row i;
  *  - value zeroing: the layer's block program run once per zeroed token
- *    plus once unchanged, the copies packed as rows of one GEMM (the
- *    attend hook subtracts P^h_ij v^h_j from the context of copy j, which
- *    is the attention with token j's values zeroed: the probabilities do
- *    not read the values);
+ *    plus once unchanged, the copies packed as rows of one GEMM, from after
+ *    W_O: copy j's attention output is the unchanged one less
+ *    Σ_h P^h_ij v^h_j W_O^h, the attention with token j's values zeroed
+ *    (the probabilities do not read the values); a block that cannot start
+ *    there starts at ATTEND, whose hook subtracts P^h_ij v^h_j from ctx;
  * and the rolled-out matrix is the product of the layers' matrices.
  * DecompX is decompx.c's, called layer by layer from the driver below. */
 #include "core/analysis/context_mixing.h"
@@ -431,11 +432,15 @@ done:
  * released code zeroes value_layer[:, :, j]). */
 typedef struct {
     lens_block_io io;
-    int T, NH, DV, first; /* first: the chunk's first copy */
+    int T, NH, DV, C, first; /* first: the chunk's first copy */
     const float *ctx0;    /* [T][NH*DV] P v, the unchanged attention output */
     const float *P;       /* head h's [T][T] at P + h * P_stride */
     size_t P_stride;
     const float *V;       /* [T][NH*DV] */
+    /* after W_O (lens_block_attn_out): */
+    const float *out0;    /* [T][C] the unchanged attention output ctx0 W_O + b_O */
+    const float *U;       /* [T][NH][C] v^h_j W_O^h: source j's rows, copy j's output out0 - P^h_ij U[j][h] */
+    float *out;           /* the register the copies' outputs go in */
 } vz_buffers;
 
 /* ctx of copy 1 + j = ctx0 - P^h_ij v^h_j: the probabilities do not read the values. */
@@ -460,12 +465,40 @@ static void vz_attend(lens_block_io *io, int l)
     }
 }
 
+/* copy c of the chunk's attention output: out0 less token j's rank-NH part */
+static void vz_out(void *ctx, int c)
+{
+    const vz_buffers *z = ctx;
+    const int T = z->T, NH = z->NH, C = z->C, j = z->first + c - 1;
+    float *out = z->out + (size_t)c * T * C;
+    memcpy(out, z->out0, sizeof(float) * T * C);
+    for (int i = 0; j >= 0 && i < T; i++)
+        for (int h = 0; h < NH; h++) {
+            const float a = z->P[h * z->P_stride + (size_t)i * T + j], *u = z->U + ((size_t)j * NH + h) * C;
+            if (a == 0.0f) continue;
+            for (int k = 0; k < C; k++) out[(size_t)i * C + k] -= a * u[k];
+        }
+}
+
+/* U [T][NH][C]: head h's values through its DV rows of W_O (as x W_O reads them), one GEMM per head. */
+static void vz_values_out(const lens_model *m, const lens_linear *wo, const float *V, int T, float *U, lens_pool *pool)
+{
+    const int C = m->cfg.d_model, NH = m->cfg.n_heads, DV = m->cfg.d_head_v;
+    for (int h = 0; h < NH; h++) {
+        const size_t at = wo->w_in_out ? (size_t)h * DV * wo->ld : (size_t)h * DV;
+        const lens_gemm_args g = {.M = T, .N = C, .K = DV, .x = V + (size_t)h * DV, .ldx = (size_t)NH * DV,
+                                  .w = lens_dtype_at(wo->w, wo->dtype, at), .w_dtype = wo->dtype, .ld = (size_t)wo->ld,
+                                  .w_kn = wo->w_in_out, .alpha = 1.0f, .y = U + (size_t)h * C, .ldy = (size_t)NH * C};
+        lens_gemm(&g, pool);
+    }
+}
+
 static void vz_free(vz_buffers *z)
 {
     lens_block_io *io = &z->io;
     free(io->x), free(io->h), free(io->n), free(io->q), free(io->k), free(io->v), free(io->ctx), free(io->ff);
     free((int *)io->pos);
-    free((float *)z->ctx0);
+    free((float *)z->ctx0), free((float *)z->U), free((float *)z->out0);
 }
 
 /* 1 - cos(a, b); a zero vector is at distance 1 (sklearn's cosine_distances). */
@@ -493,7 +526,7 @@ static int value_zeroing(const lens_model *m, const lens_cm_opts *o, const lens_
     if (copies < 1) copies = 1;
     if (copies > T + 1) copies = T + 1;
     const size_t R = (size_t)copies * T;
-    vz_buffers z = {.T = T, .NH = NH, .DV = DV, .P = lens_act_attn(m, act, l + 1, 0, 0),
+    vz_buffers z = {.T = T, .NH = NH, .DV = DV, .C = C, .P = lens_act_attn(m, act, l + 1, 0, 0),
                     .P_stride = act->attn_layer_size, .V = lens_act_values(m, act, l + 1, 0)};
     lens_block_io *io = &z.io;
     io->x = malloc(sizeof(float) * R * C), io->h = malloc(sizeof(float) * R * C), io->n = malloc(sizeof(float) * R * C);
@@ -502,8 +535,14 @@ static int value_zeroing(const lens_model *m, const lens_cm_opts *o, const lens_
     io->ff = malloc(sizeof(float) * R * FF);
     int *pos = malloc(sizeof(int) * R);
     float *ctx0 = calloc((size_t)T * VO, sizeof(float)), *ref = malloc(sizeof(float) * (size_t)T * C);
-    io->pos = pos, z.ctx0 = ctx0;
-    if (!io->x || !io->h || !io->n || !io->q || !io->k || !io->v || !io->ctx || !io->ff || !pos || !ctx0 || !ref) {
+    /* each copy from after W_O when the block allows it: W_O once for the values, not per copy */
+    const lens_linear *wo = NULL;
+    const int out_reg = lens_block_attn_out(m, l, &wo);
+    float *U = out_reg >= 0 ? malloc(sizeof(float) * (size_t)T * NH * C) : NULL;
+    float *out0 = out_reg >= 0 ? malloc(sizeof(float) * (size_t)T * C) : NULL;
+    io->pos = pos, z.ctx0 = ctx0, z.U = U, z.out0 = out0;
+    if (!io->x || !io->h || !io->n || !io->q || !io->k || !io->v || !io->ctx || !io->ff || !pos || !ctx0 || !ref ||
+        (out_reg >= 0 && (!U || !out0))) {
         vz_free(&z), free(ref);
         return lens_fail(err, LENS_ENOMEM, "out of memory for %d copies of %d tokens", copies, T);
     }
@@ -515,6 +554,10 @@ static int value_zeroing(const lens_model *m, const lens_cm_opts *o, const lens_
                 if (a == 0.0f) continue;
                 for (int d = 0; d < DV; d++) ctx0[(size_t)i * VO + h * DV + d] += a * z.V[(size_t)j * VO + h * DV + d];
             }
+    if (out_reg >= 0) {
+        vz_values_out(m, wo, z.V, T, U, o->pool);
+        lens_gemm_linear(out0, ctx0, wo, T, o->pool);
+    }
     io->pool = o->pool, io->attend = vz_attend, io->attend_ctx = &z, io->jvp_row = -1;
     const float *x = lens_act_hidden(m, act, l, 0);
     int rc = 0;
@@ -526,7 +569,13 @@ static int value_zeroing(const lens_model *m, const lens_cm_opts *o, const lens_
         const int n = T + 1 - z.first < copies ? T + 1 - z.first : copies;
         for (int k = 0; k < n; k++) memcpy(io->x + (size_t)k * T * C, x, sizeof(float) * T * C);
         io->N = n * T;
-        lens_block_forward_from_attend(m, io, l); /* q, k, v unread: vz_attend makes ctx from ctx0 */
+        if (out_reg >= 0) {
+            z.out = lens_block_register(io, out_reg);
+            lens_pool_run(o->pool, n, vz_out, &z);
+            lens_block_forward_after_attn_out(m, io, l);
+        } else {
+            lens_block_forward_from_attend(m, io, l); /* q, k, v unread: vz_attend makes ctx from ctx0 */
+        }
         for (int k = 0; k < n; k++) {
             const float *out = io->x + (size_t)k * T * C;
             const int j = z.first + k - 1;

@@ -543,6 +543,45 @@ int lens_block_forward_from_attend(const lens_model *m, lens_block_io *io, int l
     return at >= 0;
 }
 
+/* The index of p's attention output map, the LINEAR right after ATTEND that
+ * reads its CTX, when a run may start after it: attend_start holds and no
+ * later op reads CTX; else -1. */
+static int attn_out_start(const lens_block_prog *p)
+{
+    const int at = attend_start(p);
+    if (at < 0 || at + 1 >= p->n || p->op[at + 1].kind != LENS_OP_LINEAR || p->op[at + 1].in != LENS_R_CTX) return -1;
+    for (int i = at + 2; i < p->n; i++) {
+        const lens_op *o = &p->op[i];
+        if (o->kind != LENS_OP_TAIL && (o->in == LENS_R_CTX || o->out == LENS_R_CTX)) return -1;
+    }
+    return at + 1;
+}
+
+int lens_block_attn_out(const lens_model *m, int l, const lens_linear **map)
+{
+    lens_block_prog p;
+    build(m, l, &p);
+    const int at = attn_out_start(&p);
+    if (at < 0) return -1;
+    *map = p.op[at].lin;
+    return p.op[at].out;
+}
+
+void lens_block_forward_after_attn_out(const lens_model *m, lens_block_io *io, int l)
+{
+    lens_block_prog p;
+    plan pl;
+    build(m, l, &p);
+    make_plan(m, &p, io->cache && io->cache->for_weights, &pl);
+    const int at = attn_out_start(&p);
+    forward_ops(m, io, l, &p, &pl, at < 0 ? 0 : at + 1, p.n);
+}
+
+float *lens_block_register(const lens_block_io *io, int r)
+{
+    return r == LENS_R_UP ? NULL : reg(io, (lens_reg)r, io->N, 1, 0);
+}
+
 /* ------------------------------------------------------------ backward */
 
 void lens_block_backward(const lens_model *m, lens_block_io *io, int l)

@@ -185,6 +185,17 @@ void lens_block_forward(const lens_model *m, lens_block_io *io, int l);
  * CTX without Q, K and V then skips their projections: value zeroing), else
  * the whole block (0). */
 int lens_block_forward_from_attend(const lens_model *m, lens_block_io *io, int l);
+/* Starting later, after layer l's attention output map (the linear map of
+ * ATTEND's CTX): the register (LENS_R_*) that map writes, whose io->N rows
+ * of width C the caller fills (lens_block_register) before
+ * lens_block_forward_after_attn_out runs the rest, and the map itself
+ * (*map: W_O and its bias); -1 when a later op reads what the skipped ops
+ * wrote but X (lens_block_forward_from_attend's rule, and CTX too). Value
+ * zeroing's copies differ there by a few rows of rank NH: no W_O each. */
+int lens_block_attn_out(const lens_model *m, int l, const lens_linear **map);
+void lens_block_forward_after_attn_out(const lens_model *m, lens_block_io *io, int l);
+/* io's buffer of register r (LENS_R_*; not LENS_R_UP). */
+float *lens_block_register(const lens_block_io *io, int r);
 void lens_block_backward(const lens_model *m, lens_block_io *io, int l);
 void lens_block_jvp(const lens_model *m, lens_block_io *io, int l);
 
