@@ -78,8 +78,7 @@ int main(int argc, char **argv)
     lens_pool *pool = threads > 1 ? lens_pool_create(threads) : NULL;
 
     int *ids = malloc(sizeof(int) * T);
-    uint32_t state = seed ? seed : 1;
-    for (int t = 0; t < T; t++) ids[t] = (int)(xorshift32(&state) % (uint32_t)m->cfg.vocab_size);
+    bench_random_ids(ids, (size_t)T, m, seed);
     double *times = malloc(sizeof(double) * reps);
     lens_attr_opts o = {.steps = steps, .riemann = riemann, .quadrature = quad, .target = -1, .pool = pool};
     lens_attribution at = {0};

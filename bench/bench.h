@@ -41,6 +41,14 @@ static inline uint32_t xorshift32(uint32_t *state)
     return *state = x;
 }
 
+/* n token ids as every driver and its PyTorch peer draw them: xorshift32
+ * seeded with seed (0: 1), id = x mod V */
+static inline void bench_random_ids(int *ids, size_t n, const lens_model *m, uint32_t seed)
+{
+    uint32_t state = seed ? seed : 1;
+    for (size_t i = 0; i < n; i++) ids[i] = (int)(xorshift32(&state) % (uint32_t)m->cfg.vocab_size);
+}
+
 static inline int cmp_double(const void *a, const void *b)
 {
     const double x = *(const double *)a, y = *(const double *)b;

@@ -84,8 +84,7 @@ int main(int argc, char **argv)
     long rss_loaded = maxrss_kib();
     lens_pool *pool = threads > 1 ? lens_pool_create(threads) : NULL;
     int *ids = malloc((size_t)W * T * sizeof(int)), *labels = malloc((size_t)W * sizeof(int));
-    uint32_t state = seed ? seed : 1;
-    for (size_t i = 0; i < (size_t)W * T; i++) ids[i] = (int)(xorshift32(&state) % (uint32_t)m->cfg.vocab_size);
+    bench_random_ids(ids, (size_t)W * T, m, seed);
     for (int w = 0; w < W; w++) labels[w] = w % 4;
 
     lens_decomp_opts o = {.pool = pool, .batch_tokens = batch_tokens};

@@ -82,8 +82,7 @@ int main(int argc, char **argv)
     lens_pool *pool = threads > 1 ? lens_pool_create(threads) : NULL;
     int *ids = malloc(sizeof(int) * T);
     double *times = malloc(sizeof(double) * reps);
-    uint32_t state = seed ? seed : 1;
-    for (int t = 0; t < T; t++) ids[t] = (int)(xorshift32(&state) % (uint32_t)m->cfg.vocab_size);
+    bench_random_ids(ids, (size_t)T, m, seed);
     const lens_hta_opts o = {.method = method, .probes = probes, .pool = pool};
     lens_hta_result res = {0};
     for (int r = -warmup; r < reps; r++) {

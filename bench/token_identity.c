@@ -99,8 +99,7 @@ int main(int argc, char **argv)
     lens_blas_set_threads(1);
     lens_pool *pool = threads > 1 ? lens_pool_create(threads) : NULL;
     int *ids = malloc(sizeof(int) * T);
-    uint32_t state = seed ? seed : 1;
-    for (int t = 0; t < T; t++) ids[t] = (int)(xorshift32(&state) % (uint32_t)m->cfg.vocab_size);
+    bench_random_ids(ids, (size_t)T, m, seed);
     const lens_batch b = {.n_seqs = 1, .lengths = &T, .ids = ids};
     lens_ti_opts o = {.metric = metric, .top_k = top_k, .pool = pool};
     lens_ti_result res = {0};
