@@ -4,8 +4,8 @@
  *       writes a random BERT-base checkpoint (lens_mkmodel) into DIR.
  *   forward --sgemm [--size 2048] [--threads n] [--reps R]
  *       times cblas_sgemm on size x size matrices: the machine's ceiling.
- *   forward --gemm M,K,N [--threads n] [--reps R]
- *       times lens_gemm (prepacked random W, bias) on x[M][K] -> y[M][N]
+ *   forward --gemm M,K,N [--dtype f32|bf16|f16] [--threads n] [--reps R]
+ *       times lens_gemm (prepacked random W of that dtype, bias) on x[M][K] -> y[M][N]
  *       four times: rows of x and y stored at their width (ldx = K, ldy = N)
  *       or padded by 16 floats, each alone and both, one JSON line each:
  *       what the 4 KiB aliasing of a stride of 1024 floats (or a multiple)
@@ -51,6 +51,7 @@
 typedef struct {
     const char *model_dir, *mkmodel_dir, *task, *dump, *dump_logits, *gemm, *kernels;
     int sgemm, size, T, batch, threads, reps, warmup;
+    lens_dtype gemm_dtype; /* --gemm's W: F32 (lens_gemm_pack) or BF16/F16 (lens_gemm_pack_half) */
     unsigned seed;
 } options;
 
@@ -111,7 +112,7 @@ static int run_sgemm(const options *o)
 /* lens_gemm on x[M][K] (row stride ldx) and prepacked W[K][N] into y (row
  * stride ldy), with the forward's pool; median ms of o->reps after warm-up. */
 static double time_gemm(const options *o, lens_pool *pool, int M, int K, int N, size_t ldx, size_t ldy,
-                        const float *packed, const float *bias, double *cpu_med)
+                        const void *packed, const float *bias, double *cpu_med)
 {
     float *x = malloc(sizeof(float) * (size_t)M * ldx), *y = malloc(sizeof(float) * (size_t)M * ldy);
     double *times = malloc(sizeof(double) * (size_t)o->reps), *cpu = malloc(sizeof(double) * (size_t)o->reps);
@@ -119,8 +120,8 @@ static double time_gemm(const options *o, lens_pool *pool, int M, int K, int N, 
     if (x && y && times && cpu) {
         uint32_t state = o->seed;
         for (size_t i = 0; i < (size_t)M * ldx; i++) x[i] = (float)xorshift32(&state) / 4294967296.0f - 0.5f;
-        const lens_gemm_args g = {.M = M, .N = N, .K = K, .x = x, .ldx = ldx, .packed = packed, .alpha = 1.0f,
-                                  .bias = bias, .y = y, .ldy = ldy};
+        const lens_gemm_args g = {.M = M, .N = N, .K = K, .x = x, .ldx = ldx, .packed = packed,
+                                  .w_dtype = o->gemm_dtype, .alpha = 1.0f, .bias = bias, .y = y, .ldy = ldy};
         for (int r = -o->warmup; r < o->reps; r++) {
             double t0 = now_ms(), c0 = cpu_ms();
             lens_gemm(&g, pool);
@@ -141,17 +142,29 @@ static int run_gemm(const options *o)
         return 2;
     }
     float *w = malloc(sizeof(float) * (size_t)K * N), *bias = malloc(sizeof(float) * (size_t)N);
-    float *packed = aligned_alloc(64, (lens_gemm_packed_size(K, N) * sizeof(float) + 63) & ~(size_t)63);
+    void *half = o->gemm_dtype == LENS_DT_F32 ? NULL : malloc(sizeof(uint16_t) * (size_t)K * N);
+    void *packed = aligned_alloc(64, (lens_gemm_packed_size(K, N) * lens_dtype_size(o->gemm_dtype) + 63) & ~(size_t)63);
     lens_pool *pool = o->threads > 1 ? lens_pool_create(o->threads) : NULL;
-    if (!w || !bias || !packed || (o->threads > 1 && !pool)) {
+    if (!w || !bias || !packed || (o->gemm_dtype != LENS_DT_F32 && !half) || (o->threads > 1 && !pool)) {
         fprintf(stderr, "forward: out of memory for gemm %d x %d x %d\n", M, K, N);
         return 1;
     }
     uint32_t state = o->seed + 1;
     for (size_t i = 0; i < (size_t)K * N; i++) w[i] = (float)xorshift32(&state) / 4294967296.0f - 0.5f;
     for (int i = 0; i < N; i++) bias[i] = (float)xorshift32(&state) / 4294967296.0f - 0.5f;
-    lens_gemm_pack(packed, w, K, N, (size_t)N, 1);
+    if (half) {
+        lens_narrow(half, w, o->gemm_dtype, (size_t)K * N);
+        lens_gemm_pack_half(packed, half, K, N, (size_t)N, 1);
+    } else {
+        lens_gemm_pack(packed, w, K, N, (size_t)N, 1);
+    }
     const double gflop = 2.0 * M * K * N * 1e-9;
+    /* An untimed pass first: Linux starts the pool's new worker on the
+     * caller's core and moves it only after tens of ms, so the first
+     * variant timed at two threads measured one core's rate (79 against
+     * 190 GFLOP/s at 128 x 2048 x 512, whichever variant came first). */
+    double cpu_warm = 0;
+    time_gemm(o, pool, M, K, N, (size_t)K, (size_t)N, packed, bias, &cpu_warm);
     for (int v = 0; v < 4; v++) {
         const int pad_x = v & 1 ? 16 : 0, pad_y = v & 2 ? 16 : 0;
         double cpu = 0;
@@ -160,12 +173,13 @@ static int run_gemm(const options *o)
             fprintf(stderr, "forward: out of memory for gemm %d x %d x %d\n", M, K, N);
             return 1;
         }
-        printf("{\"impl\":\"gemm\",\"M\":%d,\"K\":%d,\"N\":%d,\"ldx\":%d,\"ldy\":%d,\"threads\":%d,\"reps\":%d,"
-               "\"ms_median\":%.4f,\"gflops\":%.2f,\"cpu_ms_median\":%.4f}\n",
-               M, K, N, K + pad_x, N + pad_y, o->threads, o->reps, ms, gflop / (ms * 1e-3), cpu);
+        printf("{\"impl\":\"gemm\",\"M\":%d,\"K\":%d,\"N\":%d,\"dtype\":\"%s\",\"ldx\":%d,\"ldy\":%d,\"threads\":%d,"
+               "\"reps\":%d,\"ms_median\":%.4f,\"gflops\":%.2f,\"cpu_ms_median\":%.4f}\n",
+               M, K, N, lens_dtype_name(o->gemm_dtype), K + pad_x, N + pad_y, o->threads, o->reps, ms,
+               gflop / (ms * 1e-3), cpu);
     }
     lens_pool_free(pool);
-    free(w), free(bias), free(packed);
+    free(w), free(bias), free(half), free(packed);
     return 0;
 }
 
@@ -336,7 +350,7 @@ static void usage(void)
             "usage: forward --model DIR [--T 128] [--batch 1] [--threads 1] [--reps 5] [--warmup 1]\n"
             "               [--seed 42] [--dump FILE] [--dump-logits FILE]\n"
             "       forward --sgemm [--size 2048] [--threads 1] [--reps 5]\n"
-            "       forward --gemm M,K,N [--threads 1] [--reps 5]\n"
+            "       forward --gemm M,K,N [--dtype f32|bf16|f16] [--threads 1] [--reps 5]\n"
             "       forward --kernels M,K,N [--threads 1] [--reps 5]\n"
             "       forward --mkmodel DIR [--task encoder] [--seed 42]\n");
 }
@@ -363,6 +377,12 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--dump")) o.dump = v;
         else if (!strcmp(a, "--gemm")) o.gemm = v;
         else if (!strcmp(a, "--kernels")) o.kernels = v;
+        else if (!strcmp(a, "--dtype")) {
+            if (lens_dtype_parse(v, &o.gemm_dtype)) {
+                usage();
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--dump-logits")) o.dump_logits = v;
         else if (!strcmp(a, "--size")) o.size = atoi(v);
         else if (!strcmp(a, "--T")) o.T = atoi(v);

@@ -336,12 +336,12 @@ static void test_post(void)
 }
 
 /* y rows 1024 floats (4 KiB) apart or a multiple: lens_gemm computes into a
- * padded copy and copies it out (gemm.c product_padded). y must be bitwise
- * the product written at an unaliased stride, for y = and y += (accumulate,
- * the copy starts from y), with post, across KC and MC blocks, K below the
+ * padded copy and copies it out (gemm.c padded). y must be bitwise the
+ * product written at an unaliased stride, for y = and y += (accumulate, the
+ * copy starts from y), with post, across KC and MC blocks, K below the
  * copy's threshold (256) and M = 1, NULL and 2-thread pool; the columns past
- * N stay untouched. x rows 1024 floats apart (each task copies its blocks of
- * x, gemm_task): the same bits as x rows K apart. */
+ * N stay untouched. x rows 1024 floats apart (read from a padded copy), alone
+ * and with such y: the same bits as x rows K apart. */
 static void test_aliased_rows(void)
 {
     static const int shapes[][3] = {{250, 70, 800}, {13, 1008, 385}, {1, 33, 300}, {40, 64, 64}, {128, 2048, 256}};
@@ -357,10 +357,12 @@ static void test_aliased_rows(void)
             float *xa = malloc(sizeof(float) * M * aliased_x), *yx = malloc(sizeof(float) * M * plain);
             for (int m = 0; m < M; m++) memcpy(xa + (size_t)m * aliased_x, x + (size_t)m * K, sizeof(float) * K);
             float *ya = malloc(sizeof(float) * M * aliased), *yp = malloc(sizeof(float) * M * plain);
-            for (size_t i = 0; i < M * aliased; i++) ya[i] = 1234.5f;
+            float *yxa = malloc(sizeof(float) * M * aliased); /* x and y aliased */
+            for (size_t i = 0; i < M * aliased; i++) ya[i] = yxa[i] = 1234.5f;
             for (int m = 0; m < M; m++)
                 for (int n = 0; n < N; n++)
-                    ya[(size_t)m * aliased + n] = yp[(size_t)m * plain + n] = yx[(size_t)m * plain + n] = uniform();
+                    ya[(size_t)m * aliased + n] = yp[(size_t)m * plain + n] = yx[(size_t)m * plain + n] =
+                        yxa[(size_t)m * aliased + n] = uniform();
             lens_gemm_args g = {.M = M, .N = N, .K = K, .x = x, .ldx = (size_t)K, .w = w, .ld = (size_t)N, .w_kn = 1,
                                 .alpha = 1.0f, .bias = b, .y = ya, .ldy = aliased, .accumulate = acc,
                                 .post = variant & 2 ? lens_gelu_forward : NULL};
@@ -369,11 +371,15 @@ static void test_aliased_rows(void)
             lens_gemm(&g, variant & 2 ? two : NULL);
             g.x = xa, g.ldx = aliased_x, g.y = yx;
             lens_gemm(&g, variant & 2 ? two : NULL);
+            g.y = yxa, g.ldy = aliased;
+            lens_gemm(&g, variant & 2 ? two : NULL);
             int same_rows = 1, untouched = 1, same_x = 1;
             for (int m = 0; m < M; m++) {
                 same_rows &= !memcmp(ya + (size_t)m * aliased, yp + (size_t)m * plain, sizeof(float) * N);
                 same_x &= !memcmp(yx + (size_t)m * plain, yp + (size_t)m * plain, sizeof(float) * N);
-                for (size_t n = (size_t)N; n < aliased; n++) untouched &= ya[(size_t)m * aliased + n] == 1234.5f;
+                same_x &= !memcmp(yxa + (size_t)m * aliased, yp + (size_t)m * plain, sizeof(float) * N);
+                for (size_t n = (size_t)N; n < aliased; n++)
+                    untouched &= ya[(size_t)m * aliased + n] == 1234.5f && yxa[(size_t)m * aliased + n] == 1234.5f;
             }
             CHECK(same_rows && untouched, "M=%d N=%d K=%d %s%s: y stride %zu %s", M, N, K, acc ? "y +=" : "y =",
                   variant & 2 ? " post, 2 threads" : "", aliased,
@@ -381,7 +387,7 @@ static void test_aliased_rows(void)
             CHECK(same_x, "M=%d N=%d K=%d %s%s: x stride %zu gives another product than stride K", M, N, K,
                   acc ? "y +=" : "y =", variant & 2 ? " post, 2 threads" : "", aliased_x);
             n_cases++;
-            free(x), free(xa), free(w), free(b), free(ya), free(yp), free(yx);
+            free(x), free(xa), free(w), free(b), free(ya), free(yp), free(yx), free(yxa);
         }
     CHECK(n_cases == 20, "%d aliased-stride cases", n_cases);
     lens_pool_free(two);

@@ -31,14 +31,8 @@
 #define KC 768
 #endif
 #define MC 240 /* rows per task: MC x KC floats = 720 KiB of L2 */
-/* x rows a multiple of 1024 floats (4 KiB) apart put the 12 rows the
- * micro-kernel broadcasts from in the same L1 sets. Measured with forward
- * --gemm at M = 128, one thread (AMD EPYC Zen 4, avx512): K = 3072, N = 768
- * 75 GFLOP/s against 110 with rows 16 floats further apart; K = N = 2048 (q,
- * k, v, o and the MLP's first maps of C = 2048 models) 69 against 95. A task
- * then copies its rows of each KC block of x X_LD floats apart first: one
- * copy per 2 NR flops at least, and bitwise the same y. */
-#define X_LD (KC + 16)
+/* Padding of a row stride that is a multiple of 1024 floats (see padded). */
+#define PAD 16
 /* Prepacked BF16/F16 W: a task of at most WIDEN_ROWS rows (two row tiles:
  * decoding, short prompts) lets the kernel widen each panel row as it loads
  * it; a taller one widens each sub-panel once into the F32 buffer and runs
@@ -292,7 +286,6 @@ typedef struct {
     const lens_gemm_args *g;
     lens_gemm_kernel_fn *kernel;
     int half_loads; /* the kernel widens BF16/F16 panels itself */
-    int copy_x;     /* x's rows 4 KiB-aliased: each task reads a copy (x_block) */
     int n_panels, panels_per_task, n_panel_groups; /* OpenBLAS path: n_panel_groups column blocks of BLAS_NC */
 } gemm_job;
 
@@ -330,11 +323,8 @@ static void gemm_task(void *ctx, int task)
     const int p1 = p0 + j->panels_per_task < j->n_panels ? p0 + j->panels_per_task : j->n_panels;
     const int half_loads = j->half_loads && m1 - m0 <= WIDEN_ROWS;
     _Alignas(64) float panel[KC * NR]; /* W panel packed during the call when not prepacked */
-    float *xb = j->copy_x ? malloc(sizeof(float) * (size_t)(m1 - m0) * X_LD) : NULL;
     for (int k0 = 0; k0 < g->K; k0 += KC) {
         const int kc = g->K - k0 < KC ? g->K - k0 : KC;
-        for (int m = m0; xb && m < m1; m++)
-            memcpy(xb + (size_t)(m - m0) * X_LD, g->x + (size_t)m * g->ldx + k0, sizeof(float) * kc);
         for (int p = p0; p < p1; p++) {
             const int n0 = p * NR, nr = g->N - n0 < NR ? g->N - n0 : NR;
             lens_dtype bdt;
@@ -356,15 +346,13 @@ static void gemm_task(void *ctx, int task)
                 const int pf_lines = next_lines - pf_first < per_block ? next_lines - pf_first : per_block;
                 const int mr = m1 - m < MR ? m1 - m : MR;
                 float *y = g->y + (size_t)m * g->ldy + n0;
-                const float *x = xb ? xb + (size_t)(m - m0) * X_LD : g->x + (size_t)m * g->ldx + k0;
-                j->kernel(mr, kc, x, xb ? X_LD : g->ldx, b, bdt, y, g->ldy, nr,
+                j->kernel(mr, kc, g->x + (size_t)m * g->ldx + k0, g->ldx, b, bdt, y, g->ldy, nr,
                           g->bias ? g->bias + n0 : NULL, k0 == 0 && !g->accumulate,
                           next ? next + (size_t)pf_first * 64 : NULL, pf_lines);
                 for (int i = 0; g->post && k0 + kc == g->K && i < mr; i++) g->post(y + (size_t)i * g->ldy, (size_t)nr);
             }
         }
     }
-    free(xb);
 }
 
 /* The OpenBLAS path (CPUs without a lensd kernel, LENS_GEMM_KERNEL=blas):
@@ -426,29 +414,71 @@ static void blas_task(void *ctx, int task)
     for (int m = 0; g->post && m < m1 - m0; m++) g->post(y + (size_t)m * g->ldy + n0, (size_t)(n1 - n0));
 }
 
-/* y rows a multiple of 1024 floats (4 KiB) apart: an output tile's 12 rows
- * fall in the same L1 sets, so its stores (and reloads at every KC block of
- * K) evict each other. Measured with forward --gemm at M = 128, one thread:
- * N = 3072 with K = 384 and K = 768 10-20% slower than rows padded by 16
- * floats. Such a product (q, k, v and the residual branch of C = 1024, 2048
- * models) is computed into rows of N + 16 floats and copied out: bitwise the
- * same y, for one pass over it, which the 2K flops per element pay for from
- * K = 256 on (attention's scores, K = DK, stay in place). 0 when not needed
- * (or out of memory: then computed in place, only slower). Aliased x rows,
- * as costly, are copied a block at a time by the tasks (gemm_task). */
-static int product_padded(const lens_gemm_args *g, lens_pool *pool)
+/* Rows a multiple of 1024 floats (4 KiB) apart put the rows of a register
+ * tile in the same L1 sets.
+ * - x: the 12 rows the micro-kernel broadcasts from. Measured with forward
+ *   --gemm at M = 128, one thread (AMD EPYC Zen 4, avx512): K = 3072, N = 768
+ *   75 GFLOP/s against 110 with rows 16 floats further apart; K = N = 2048
+ *   (q, k, v, o and the MLP's first maps of C = 2048 models) 69 against 95.
+ * - y: an output tile's 12 rows, whose stores (and reloads at every KC block
+ *   of K) evict each other: N = 3072 with K = 384 and K = 768 10-20% slower.
+ * Such a product (the hidden states, heads and MLP rows of C = 1024, 2048
+ * models) reads a copy of x and computes into a copy of y with rows PAD (or
+ * 2 PAD) floats longer, copied out: bitwise the same y, for one pass over
+ * each, which the 2K flops per element pay for from K = 256 on (attention's
+ * scores, K = DK, stay in place). The pool makes each copy once per product:
+ * a copy of x per task (a task per column group) copied a 1 MB x 8 times at
+ * two threads and cost k and v (N = 512) a third of their rate. 0 when not
+ * needed (or out of memory: then computed in place, only slower). */
+typedef struct {
+    const float *src;
+    float *dst;
+    size_t ld_src, ld_dst, cols;
+    int rows, n_tasks;
+} copy_job;
+
+static void copy_task(void *ctx, int task)
 {
-    if (g->ldy % 1024 || g->M < 2 || g->K < 256) return 0;
-    const size_t ld = (size_t)g->N + ((g->N + 16) % 1024 ? 16 : 32); /* itself not 1024-aligned */
-    float *tmp = malloc(sizeof(float) * ld * (size_t)g->M);
-    if (!tmp) return 0;
-    lens_gemm_args padded = *g;
-    padded.y = tmp, padded.ldy = ld;
-    for (int m = 0; g->accumulate && m < g->M; m++)
-        memcpy(tmp + (size_t)m * ld, g->y + (size_t)m * g->ldy, sizeof(float) * g->N);
-    lens_gemm(&padded, pool);
-    for (int m = 0; m < g->M; m++) memcpy(g->y + (size_t)m * g->ldy, tmp + (size_t)m * ld, sizeof(float) * g->N);
-    free(tmp);
+    const copy_job *c = ctx;
+    const int r0 = (int)((long long)c->rows * task / c->n_tasks);
+    const int r1 = (int)((long long)c->rows * (task + 1) / c->n_tasks);
+    for (int r = r0; r < r1; r++)
+        memcpy(c->dst + (size_t)r * c->ld_dst, c->src + (size_t)r * c->ld_src, sizeof(float) * c->cols);
+}
+
+static void copy_rows(float *dst, size_t ld_dst, const float *src, size_t ld_src, int rows, size_t cols,
+                      lens_pool *pool)
+{
+    copy_job c = {.src = src, .dst = dst, .ld_src = ld_src, .ld_dst = ld_dst, .cols = cols, .rows = rows};
+    c.n_tasks = lens_pool_threads(pool) < rows ? lens_pool_threads(pool) : rows;
+    lens_pool_run(pool, c.n_tasks, copy_task, &c);
+}
+
+/* A row stride of at least n floats that is not a multiple of 1024. */
+static size_t unaliased(size_t n)
+{
+    return n + ((n + PAD) % 1024 ? PAD : 2 * PAD);
+}
+
+static int padded(const lens_gemm_args *g, lens_pool *pool)
+{
+    if (g->M < 2 || g->K < 256) return 0;
+    /* OpenBLAS packs x itself: only lensd's kernels read its rows in place */
+    const int pad_x = g->ldx % 1024 == 0 && micro_kernel(lens_gemm_kernel_in_use()), pad_y = g->ldy % 1024 == 0;
+    if (!pad_x && !pad_y) return 0;
+    lens_gemm_args p = *g;
+    float *x = NULL, *y = NULL;
+    if (pad_x) p.ldx = unaliased((size_t)g->K), p.x = x = malloc(sizeof(float) * p.ldx * (size_t)g->M);
+    if (pad_y) p.ldy = unaliased((size_t)g->N), p.y = y = malloc(sizeof(float) * p.ldy * (size_t)g->M);
+    if ((pad_x && !x) || (pad_y && !y)) {
+        free(x), free(y);
+        return 0;
+    }
+    if (x) copy_rows(x, p.ldx, g->x, g->ldx, g->M, (size_t)g->K, pool);
+    if (y && g->accumulate) copy_rows(y, p.ldy, g->y, g->ldy, g->M, (size_t)g->N, pool);
+    lens_gemm(&p, pool);
+    if (y) copy_rows(g->y, g->ldy, y, p.ldy, g->M, (size_t)g->N, pool);
+    free(x), free(y);
     return 1;
 }
 
@@ -466,10 +496,9 @@ void lens_gemm(const lens_gemm_args *g, lens_pool *pool)
         }
         return;
     }
-    if (product_padded(g, pool)) return;
+    if (padded(g, pool)) return;
     const lens_gemm_kernel k = lens_gemm_kernel_in_use();
-    gemm_job j = {.g = g, .kernel = micro_kernel(k), .half_loads = k == LENS_GEMM_AVX512 || k == LENS_GEMM_AVX2,
-                  .copy_x = g->ldx % 1024 == 0 && g->K >= 256 && g->M > 1};
+    gemm_job j = {.g = g, .kernel = micro_kernel(k), .half_loads = k == LENS_GEMM_AVX512 || k == LENS_GEMM_AVX2};
     const int n_mblocks = (g->M + MC - 1) / MC, threads = lens_pool_threads(pool);
     if (!j.kernel) {
         j.n_panel_groups = (g->N + BLAS_NC - 1) / BLAS_NC;

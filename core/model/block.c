@@ -462,7 +462,7 @@ static void forward_ops(const lens_model *m, lens_block_io *io, int l, const len
             const size_t ld = ld_of(io, LENS_R_FF, (size_t)F, 1);
             save(io, pl->in[i], out, ld, N, (size_t)F);
             save(io, pl->up[i], in, ld, N, (size_t)F);
-            lens_glu_forward(out, out, in, N, F, ld, (lens_glu)c->glu);
+            lens_glu_rows(io->pool, out, in, ld, N, F, (lens_glu)c->glu);
             break;
         }
         case LENS_OP_QK_NORM: {

@@ -406,8 +406,9 @@ typedef struct {
     const float *dout, *cmean, *crstd; /* backward: gradient in, the forward's statistics */
     const float *inp, *residual; /* residual may be NULL */
     float *residual_out;         /* when set, inp + residual is also stored here (GPT-2 stream) */
+    const float *up;             /* glu: the up map's rows (out holds the gate's) */
     const lens_layernorm *ln;
-    int N, C, n_tasks, gelu_tanh;
+    int N, C, n_tasks, gelu_tanh, glu;
     float eps;
 } rows_job;
 
@@ -447,6 +448,15 @@ static void gelu_task(void *ctx, int task)
         (j->gelu_tanh ? lens_gelu_tanh_forward : lens_gelu_forward)(j->out + (size_t)r * j->ld, (size_t)j->C);
 }
 
+static void glu_task(void *ctx, int task)
+{
+    const rows_job *j = ctx;
+    int r0, r1;
+    task_rows(task, j->n_tasks, j->N, &r0, &r1);
+    const size_t off = (size_t)r0 * j->ld;
+    lens_glu_forward(j->out + off, j->out + off, j->up + off, r1 - r0, j->C, j->ld, (lens_glu)j->glu);
+}
+
 void lens_add_layernorm(lens_pool *pool, float *out, float *mean, float *rstd, float *inp, const float *residual,
                           const lens_layernorm *ln, int N, int C, float eps)
 {
@@ -467,6 +477,12 @@ void lens_gelu_rows(lens_pool *pool, float *x, size_t ld, int N, int C, int tanh
 {
     rows_job j = {.out = x, .ld = ld, .N = N, .C = C, .gelu_tanh = tanh_approx, .n_tasks = row_tasks(pool, N)};
     lens_pool_run(pool, j.n_tasks, gelu_task, &j);
+}
+
+void lens_glu_rows(lens_pool *pool, float *gate, const float *up, size_t ld, int N, int F, lens_glu act)
+{
+    rows_job j = {.out = gate, .up = up, .ld = ld, .N = N, .C = F, .glu = (int)act, .n_tasks = row_tasks(pool, N)};
+    lens_pool_run(pool, j.n_tasks, glu_task, &j);
 }
 
 /* dinp += LN backward of dout on rows r0..r1 */

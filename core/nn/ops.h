@@ -17,6 +17,7 @@
 
 #include "core/base/dtype.h"
 #include "core/base/pool.h"
+#include "core/nn/glu.h"
 #include "core/nn/linear.h"
 #include "core/nn/scores.h"
 
@@ -146,12 +147,14 @@ void lens_attention_jvp(float *dout, const float *dq, const float *dk, const flo
  * lens_add_layernorm: out[N][C] = LN(inp (+ residual)); inp += residual in
  *   place first when residual is given; out may alias inp; mean, rstd may be NULL.
  * lens_residual_layernorm: x[N][C] += h, then out = LN(x) when ln is not NULL.
- * lens_gelu_rows: x[N][C] (row stride ld) = GELU(x). */
+ * lens_gelu_rows: x[N][C] (row stride ld) = GELU(x).
+ * lens_glu_rows: gate[N][F] (row stride ld, as up's) = act(gate) up (lens_glu_forward). */
 void lens_add_layernorm(lens_pool *pool, float *out, float *mean, float *rstd, float *inp, const float *residual,
                         const lens_layernorm *ln, int N, int C, float eps);
 void lens_residual_layernorm(lens_pool *pool, float *x, const float *h, float *out, float *mean, float *rstd,
                              const lens_layernorm *ln, int N, int C, float eps);
 void lens_gelu_rows(lens_pool *pool, float *x, size_t ld, int N, int C, int tanh_approx);
+void lens_glu_rows(lens_pool *pool, float *gate, const float *up, size_t ld, int N, int F, lens_glu act);
 /* Backward forms, activation gradients only:
  * lens_layernorm_backward_rows: dinp[N][C] += LN backward of dout (as lens_layernorm_backward);
  * lens_gelu_backward_rows: d[N][C] (row stride ld) *= GELU'(inp) (same stride). */
