@@ -207,8 +207,8 @@ demo-models: all
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libcore.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-# json_encode needs the JSON writer from libapp
-$(BUILD)/bench/json_encode: $(BUILD)/bench/json_encode.o $(BUILD)/libapp.a $(BUILD)/libcore.a
+# json_encode needs the JSON writer from libapp, forward the cost model's flop count
+$(BUILD)/bench/json_encode $(BUILD)/bench/forward: $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libapp.a $(BUILD)/libcore.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # wrk against /v1/forward at concurrency 1, 8, 32 (DURATION, WORKERS, TEXT from the environment)

@@ -153,12 +153,15 @@ void api_cost_write_info(jw *w)
 
 double api_cost_forward_flops(const lens_config *cfg, int T, int n_layers)
 {
-    const double C = cfg->d_model, QK = (double)cfg->n_heads * cfg->d_head_k,
-                 VO = (double)cfg->n_heads * cfg->d_head_v;
-    /* a mixture of experts runs K experts of its width per token, and the router (counted as every layer's) */
-    const double F = cfg->n_experts ? (double)cfg->top_k * cfg->d_ff_expert + 0.5 * cfg->n_experts : cfg->d_ff;
+    const double C = cfg->d_model, KV = lens_kv_heads(cfg);
+    const double Q = (double)cfg->n_heads * cfg->d_head_k, O = (double)cfg->n_heads * cfg->d_head_v;
+    const double K = KV * cfg->d_head_k, V = KV * cfg->d_head_v; /* grouped-query attention: fewer k, v heads */
+    const double maps = cfg->glu ? 3 : 2; /* gate, up and down, or the two maps */
+    /* a mixture of experts runs K experts of its width per token, plus its router */
+    const double F = cfg->n_experts ? (double)cfg->top_k * cfg->d_ff_expert : cfg->d_ff;
+    const double router = cfg->n_experts ? C * cfg->n_experts : 0;
     /* projections q, k, v, o and the MLP, then the T x T scores and mixing */
-    const double per_layer = 2.0 * T * (C * (2 * QK + VO) + VO * C + 2 * C * F) + 2.0 * T * T * (QK + VO);
+    const double per_layer = 2.0 * T * (C * (Q + K + V) + O * C + maps * C * F + router) + 2.0 * T * T * (Q + O);
     return per_layer * n_layers;
 }
 

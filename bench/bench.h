@@ -69,6 +69,20 @@ static inline long maxrss_kib(void)
     return ru.ru_maxrss; /* Linux: KiB */
 }
 
+/* This process' anonymous memory in transparent huge pages, KiB (-1 when
+ * /proc/self/smaps_rollup is not readable): lensd asks for them for its
+ * packed weights, and the kernel may not have them to give. */
+static inline long anon_huge_kib(void)
+{
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    char line[256];
+    long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "AnonHugePages: %ld kB", &kib) == 1) break;
+    if (f) fclose(f);
+    return kib;
+}
+
 /* The checkpoint in dir, written first with lens_mkmodel(arch, preset,
  * task, seed 42) when dir has no config.json; NULL with a message on
  * stderr prefixed by who. *model_mib (may be NULL): model.safetensors' size. */

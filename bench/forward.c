@@ -31,9 +31,10 @@
  * bench/peer/torch_forward.py and ort_forward.mjs draw the same sequence, so
  * all three implementations see identical inputs.
  *
- * FLOPs of one forward (matmuls only): 2 N P_lin + 4 T^2 C L S, with P_lin the
- * weights of the linear maps (L (4 C^2 + 2 C d_ff)); the attention term is
- * q k^T and P v, 2 T^2 C each, per layer and sequence. */
+ * FLOPs of one forward (matmuls only): S times the cost model's count for
+ * T tokens (api/cost.c: q, k and v at their head counts, o, the MLP's two or
+ * three maps, q k^T and P v), so "gflops" is on the scale of /v1/info's
+ * calibrated rate. */
 #include <cblas.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -42,6 +43,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "api/cost.h"
 #include "bench/bench.h"
 #include "core/base/blas.h"
 #include "core/base/gemm.h"
@@ -325,20 +327,19 @@ static int run_forward(const options *o)
         lens_activations_free(&act);
         if (r >= 0) times[r] = ms, cpu[r] = cpu_ms() - cpu_start;
     }
-    const long rss = maxrss_kib(); /* before the dump, which keeps all L+1 hidden states */
+    const long rss = maxrss_kib(), huge = anon_huge_kib(); /* before the dump, which keeps all L+1 hidden states */
     double med, min, max;
     summarize(times, o->reps, &med, &min, &max);
-    const double C = c->d_model, L = c->n_layers;
-    const double p_lin = L * (4.0 * C * C + 2.0 * C * c->d_ff);
-    const double gflop = (2.0 * N * p_lin + 4.0 * (double)o->T * o->T * C * L * S) * 1e-9;
+    const double gflop = S * api_cost_forward_flops(c, o->T, c->n_layers) * 1e-9; /* what /v1/info's rate is set against */
     if (o->dump && dump_forward(m, &batch, pool, LENS_KEEP_HIDDEN, o->dump)) return 1;
     if (o->dump_logits && dump_forward(m, &batch, pool, LENS_KEEP_LOGITS, o->dump_logits)) return 1;
     lens_pool_free(pool);
     printf("{\"impl\":\"lensd\",\"T\":%d,\"batch\":%d,\"threads\":%d,\"reps\":%d,\"warmup\":%d,"
            "\"ms_median\":%.3f,\"ms_min\":%.3f,\"ms_max\":%.3f,\"gflop\":%.4f,\"gflops\":%.2f,"
-           "\"cpu_ms_median\":%.3f,\"load_ms\":%.1f,\"maxrss_kib\":%ld,\"blas_core\":\"%s\",\"kernel\":\"%s\"}\n",
+           "\"cpu_ms_median\":%.3f,\"load_ms\":%.1f,\"maxrss_kib\":%ld,\"anon_huge_kib\":%ld,\"blas_core\":\"%s\","
+           "\"kernel\":\"%s\"}\n",
            o->T, o->batch, o->threads, o->reps, o->warmup, med, min, max, gflop, gflop / (med * 1e-3),
-           median(cpu, o->reps), load_ms, rss, lens_blas_core(), lens_gemm_kernel_name(lens_gemm_kernel_in_use()));
+           median(cpu, o->reps), load_ms, rss, huge, lens_blas_core(), lens_gemm_kernel_name(lens_gemm_kernel_in_use()));
     free(ids), free(lengths), free(times), free(cpu);
     lens_model_free(m);
     return 0;

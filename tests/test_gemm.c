@@ -239,9 +239,10 @@ static void test_gemm(void)
  * gather path), row strides past the row, K across KC blocks (k0 > 0),
  * N not a multiple of the 32-column panel, alpha != 1; and prepacked as the
  * loader packs them (lens_gemm_pack_half: 16-bit panels the AVX-512 and AVX2
- * kernels widen as they load them in tasks of <= 24 rows, M = 1, 5, 13 and
- * the 10 rows past MC = 240 of M = 250, and widen into an F32 buffer per
- * sub-panel in taller ones, M = 64 and 240 of 250) against F32 panels. */
+ * kernels widen as they load them, the first row tile of a task storing them
+ * widened for the task's other tiles: one tile at M = 1 and 5, and the 10
+ * rows past MC = 240 of M = 250; two at 13; six at 64; twenty at 240 of 250)
+ * against F32 panels. */
 static void test_half_weights(void)
 {
     static const int shapes[][3] = {{1, 1, 1}, {5, 17, 9}, {13, 33, 385}, {250, 70, 800}, {64, 96, 768}};

@@ -33,17 +33,12 @@
 #define MC 240 /* rows per task: MC x KC floats = 720 KiB of L2 */
 /* Padding of a row stride that is a multiple of 1024 floats (see padded). */
 #define PAD 16
-/* Prepacked BF16/F16 W: a task of at most WIDEN_ROWS rows (two row tiles:
- * decoding, short prompts) lets the kernel widen each panel row as it loads
- * it; a taller one widens each sub-panel once into the F32 buffer and runs
- * the F32 kernel over it, because the in-register widening is repeated for
- * every row tile: BERT-base BF16 at T = 512, one thread, was 1.08-1.20x the
- * F32 forward's CPU time with the kernel widening (5% more kernel cycles
- * under perf), 0.96-1.00x with the buffer (bench/README.md, issue 34). Both
- * widen exactly: the same product. */
-#ifndef WIDEN_ROWS
-#define WIDEN_ROWS 24
-#endif
+/* Prepacked BF16/F16 W is widened by the kernel as it loads each panel row,
+ * exactly, and the first row tile of a task stores the widened rows for the
+ * task's other row tiles, which read them as F32: no separate widening pass
+ * (3.3% of the Llama-1B BF16 forward's samples at T = 128, perf) and no
+ * widening repeated per row tile (5% more kernel cycles on BERT-base BF16 at
+ * T = 512). Bitwise the product with W widened beforehand. */
 #define BLAS_NC 256 /* columns per OpenBLAS task: fixed, so the pool never changes the arithmetic */
 
 size_t lens_gemm_packed_size(int K, int N)
@@ -161,9 +156,9 @@ void lens_gemm_pack(float *packed, const float *w, int K, int N, size_t ld, int 
 /* Portable: 4-row strips, the 32-wide inner loop left to the vectoriser.
  * F32 panels only (sub_panel widens half-precision ones for it). */
 static void kernel_c(int mr, int kc, const float *a, size_t lda, const void *bv, lens_dtype bdt, float *c, size_t ldc,
-                     int nr, const float *bias, int init, const char *pf, int pf_lines)
+                     int nr, const float *bias, int init, const char *pf, int pf_lines, float *wide)
 {
-    (void)bdt, (void)pf, (void)pf_lines;
+    (void)bdt, (void)pf, (void)pf_lines, (void)wide;
     const float *b = bv;
     for (int i0 = 0; i0 < mr; i0 += 4) {
         const int rows = mr - i0 < 4 ? mr - i0 : 4;
@@ -321,14 +316,13 @@ static void gemm_task(void *ctx, int task)
     const int m0 = task / j->n_panel_groups * MC, m1 = m0 + MC < g->M ? m0 + MC : g->M;
     const int p0 = task % j->n_panel_groups * j->panels_per_task;
     const int p1 = p0 + j->panels_per_task < j->n_panels ? p0 + j->panels_per_task : j->n_panels;
-    const int half_loads = j->half_loads && m1 - m0 <= WIDEN_ROWS;
-    _Alignas(64) float panel[KC * NR]; /* W panel packed during the call when not prepacked */
+    _Alignas(64) float panel[KC * NR]; /* W panel packed during the call when not prepacked, or widened */
     for (int k0 = 0; k0 < g->K; k0 += KC) {
         const int kc = g->K - k0 < KC ? g->K - k0 : KC;
         for (int p = p0; p < p1; p++) {
             const int n0 = p * NR, nr = g->N - n0 < NR ? g->N - n0 : NR;
             lens_dtype bdt;
-            const void *b = sub_panel(g, p, k0, kc, panel, half_loads, &bdt);
+            const void *b = sub_panel(g, p, k0, kc, panel, j->half_loads, &bdt);
             const char *next = NULL;
             /* 64-byte lines of the next sub-panel, spread over the row blocks: 2 (F32) or 1 per row */
             const int lines_per_row = (int)lens_dtype_size(g->w_dtype) / 2;
@@ -346,9 +340,12 @@ static void gemm_task(void *ctx, int task)
                 const int pf_lines = next_lines - pf_first < per_block ? next_lines - pf_first : per_block;
                 const int mr = m1 - m < MR ? m1 - m : MR;
                 float *y = g->y + (size_t)m * g->ldy + n0;
-                j->kernel(mr, kc, g->x + (size_t)m * g->ldx + k0, g->ldx, b, bdt, y, g->ldy, nr,
-                          g->bias ? g->bias + n0 : NULL, k0 == 0 && !g->accumulate,
-                          next ? next + (size_t)pf_first * 64 : NULL, pf_lines);
+                /* half-precision b: the first tile widens it into panel, the others read that */
+                const int widened = bdt != LENS_DT_F32 && m > m0;
+                j->kernel(mr, kc, g->x + (size_t)m * g->ldx + k0, g->ldx, widened ? panel : b,
+                          widened ? LENS_DT_F32 : bdt, y, g->ldy, nr, g->bias ? g->bias + n0 : NULL,
+                          k0 == 0 && !g->accumulate, next ? next + (size_t)pf_first * 64 : NULL, pf_lines,
+                          bdt != LENS_DT_F32 && m == m0 && m + MR < m1 ? panel : NULL);
                 for (int i = 0; g->post && k0 + kc == g->K && i < mr; i++) g->post(y + (size_t)i * g->ldy, (size_t)nr);
             }
         }

@@ -55,7 +55,7 @@ __attribute__((target(AVX2), always_inline)) static inline void tile_avx2(const 
                                                                            size_t lda, const void *b,
                                                                            const lens_dtype dt, float *c, size_t ldc,
                                                                            int cols, const float *bias, int init,
-                                                                           const char *pf, int pf_lines)
+                                                                           const char *pf, int pf_lines, float *wide)
 {
     const size_t row = NR * lens_dtype_size(dt), step8 = row / 4; /* bytes per panel row, per 8 elements */
     const int full = cols >= 16;
@@ -78,6 +78,10 @@ __attribute__((target(AVX2), always_inline)) static inline void tile_avx2(const 
         if (k < pf_lines) _mm_prefetch(pf + (size_t)k * 64, _MM_HINT_T1);
         const unsigned char *bk = (const unsigned char *)b + (size_t)k * row;
         const __m256 b0 = load8(bk, dt), b1 = load8(bk + step8, dt);
+        if (dt != LENS_DT_F32 && wide) {
+            _mm256_store_ps(wide + (size_t)k * NR, b0);
+            _mm256_store_ps(wide + (size_t)k * NR + 8, b1);
+        }
         for (int i = 0; i < r; i++) {
             const __m256 ai = _mm256_broadcast_ss(a + (size_t)i * lda + k);
             c0[i] = _mm256_fmadd_ps(ai, b0, c0[i]);
@@ -97,13 +101,14 @@ __attribute__((target(AVX2), always_inline)) static inline void tile_avx2(const 
 }
 
 #define CASE(R, DT) \
-    case R: tile_avx2(R, kc, ai, lda, bh, DT, ch, ldc, cols, bias_h, init, pf, lines); break;
+    case R: tile_avx2(R, kc, ai, lda, bh, DT, ch, ldc, cols, bias_h, init, pf, lines, wide_h); break;
 #define ROWS_AVX2(DT) \
     switch (r) { CASE(6, DT) CASE(5, DT) CASE(4, DT) CASE(3, DT) CASE(2, DT) CASE(1, DT) }
 
 __attribute__((target(AVX2))) void lens_gemm_kernel_avx2(int mr, int kc, const float *a, size_t lda, const void *b,
                                                          lens_dtype bdt, float *c, size_t ldc, int nr,
-                                                         const float *bias, int init, const char *pf, int pf_lines)
+                                                         const float *bias, int init, const char *pf, int pf_lines,
+                                                         float *wide)
 {
     for (int i0 = 0; i0 < mr; i0 += RA) {
         const int r = mr - i0 < RA ? mr - i0 : RA;
@@ -112,6 +117,7 @@ __attribute__((target(AVX2))) void lens_gemm_kernel_avx2(int mr, int kc, const f
             const float *ai = a + (size_t)i0 * lda, *bias_h = bias ? bias + 16 * h : NULL;
             const void *bh = (const unsigned char *)b + (size_t)16 * h * lens_dtype_size(bdt);
             float *ch = c + (size_t)i0 * ldc + 16 * h;
+            float *wide_h = wide && i0 == 0 ? wide + 16 * h : NULL; /* the first strip widens each half */
             if (bdt == LENS_DT_BF16) ROWS_AVX2(LENS_DT_BF16)
             else if (bdt == LENS_DT_F16) ROWS_AVX2(LENS_DT_F16)
             else ROWS_AVX2(LENS_DT_F32)

@@ -26,7 +26,8 @@ __attribute__((target(AVX512), always_inline)) static inline void tile_avx512(co
                                                                                size_t lda, const void *b,
                                                                                const lens_dtype dt, float *c,
                                                                                size_t ldc, int nr, const float *bias,
-                                                                               int init, const char *pf, int pf_lines)
+                                                                               int init, const char *pf, int pf_lines,
+                                                                               float *wide)
 {
     const size_t row = LENS_GEMM_NR * lens_dtype_size(dt); /* bytes per panel row */
     const __mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
@@ -46,6 +47,10 @@ __attribute__((target(AVX512), always_inline)) static inline void tile_avx512(co
         if (k < pf_lines) _mm_prefetch(pf + (size_t)k * 64, _MM_HINT_T1);
         const unsigned char *bk = (const unsigned char *)b + (size_t)k * row;
         const __m512 b0 = load16(bk, dt), b1 = load16(bk + row / 2, dt);
+        if (dt != LENS_DT_F32 && wide) {
+            _mm512_store_ps(wide + (size_t)k * LENS_GEMM_NR, b0);
+            _mm512_store_ps(wide + (size_t)k * LENS_GEMM_NR + 16, b1);
+        }
         for (int i = 0; i < mr; i++) {
             const __m512 ai = _mm512_set1_ps(a[(size_t)i * lda + k]);
             c0[i] = _mm512_fmadd_ps(ai, b0, c0[i]);
@@ -99,11 +104,12 @@ __attribute__((target(AVX512))) void lens_gemm_pack_half_avx512(float *dst, cons
         CASE(4, DT) CASE(3, DT) CASE(2, DT) CASE(1, DT)                                                            \
     }
 #define CASE(R, DT) \
-    case R: tile_avx512(R, kc, a, lda, b, DT, c, ldc, nr, bias, init, pf, pf_lines); break;
+    case R: tile_avx512(R, kc, a, lda, b, DT, c, ldc, nr, bias, init, pf, pf_lines, wide); break;
 
 __attribute__((target(AVX512))) void lens_gemm_kernel_avx512(int mr, int kc, const float *a, size_t lda, const void *b,
                                                              lens_dtype bdt, float *c, size_t ldc, int nr,
-                                                             const float *bias, int init, const char *pf, int pf_lines)
+                                                             const float *bias, int init, const char *pf, int pf_lines,
+                                                             float *wide)
 {
     if (bdt == LENS_DT_BF16) ROWS_AVX512(LENS_DT_BF16)
     else if (bdt == LENS_DT_F16) ROWS_AVX512(LENS_DT_F16)

@@ -12,6 +12,9 @@
  * so the product is bitwise the one with b widened beforehand (the portable
  * kernel takes F32 only). Columns of c past nr are neither read nor written;
  * bias [nr] may be NULL.
+ * wide: NULL, or (half-precision b only) a 64-byte aligned [kc][32] where the
+ * kernel also stores the rows it widened, so the row tiles after it read F32
+ * (gemm.c gemm_task).
  * pf[0 .. pf_lines * 64): 64-byte lines of the next W sub-panel to pull into
  * L2 while this tile computes (prepacked W comes from DRAM or L3 once per
  * panel; without prefetch the first row block of each panel stalls on it). */
@@ -25,7 +28,8 @@
 #define LENS_GEMM_MR 12 /* rows per kernel call: AVX-512 12 x 32 (24 of 32 zmm), AVX2 2 x (6 x 16) */
 
 typedef void lens_gemm_kernel_fn(int mr, int kc, const float *a, size_t lda, const void *b, lens_dtype bdt, float *c,
-                                 size_t ldc, int nr, const float *bias, int init, const char *pf, int pf_lines);
+                                 size_t ldc, int nr, const float *bias, int init, const char *pf, int pf_lines,
+                                 float *wide);
 
 /* dst[kc][32] = scale * W[k0 + k][n0 + j] for n-major BF16/F16 W (w[n*ld + k]),
  * zero for j >= nr: gathers, a dst row at a time (3x faster than the scalar
