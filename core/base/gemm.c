@@ -36,9 +36,10 @@
 /* Prepacked BF16/F16 W is widened by the kernel as it loads each panel row,
  * exactly, and the first row tile of a task stores the widened rows for the
  * task's other row tiles, which read them as F32: no separate widening pass
- * (3.3% of the Llama-1B BF16 forward's samples at T = 128, perf) and no
- * widening repeated per row tile (5% more kernel cycles on BERT-base BF16 at
- * T = 512). Bitwise the product with W widened beforehand. */
+ * (3.3% of the Llama-1B BF16 forward's samples at T = 128, perf; the first
+ * tile's stores cost about as much) and no widening repeated per row tile
+ * (5% more kernel cycles on BERT-base BF16 at T = 512). Bitwise the product
+ * with W widened beforehand. */
 #define BLAS_NC 256 /* columns per OpenBLAS task: fixed, so the pool never changes the arithmetic */
 
 size_t lens_gemm_packed_size(int K, int N)
@@ -423,10 +424,10 @@ static void blas_task(void *ctx, int task)
  * models) reads a copy of x and computes into a copy of y with rows PAD (or
  * 2 PAD) floats longer, copied out: bitwise the same y, for one pass over
  * each, which the 2K flops per element pay for from K = 256 on (attention's
- * scores, K = DK, stay in place). The pool makes each copy once per product:
- * a copy of x per task (a task per column group) copied a 1 MB x 8 times at
- * two threads and cost k and v (N = 512) a third of their rate. 0 when not
- * needed (or out of memory: then computed in place, only slower). */
+ * scores, K = DK, stay in place). The pool makes each copy once per product
+ * (a copy of x per task, one task per column group, copied a 1 MB x eight
+ * times at two threads). 0 when not needed (or out of memory: then computed
+ * in place, only slower). */
 typedef struct {
     const float *src;
     float *dst;
