@@ -118,6 +118,10 @@ struct lens_tokenizer {
     lens_added *added;
     int n_added, cap_added;
     uint8_t added_first[256]; /* 1 for bytes that start some added token */
+    uint32_t *added_slots;    /* open addressing over added by text: index + 1, 0 = empty */
+    uint32_t added_mask;
+    int *added_lens;          /* the distinct byte lengths of added tokens, longest first */
+    int n_added_lens;
 
     lens_norm norm[LENS_TOK_MAX_STEPS];
     int n_norm;
