@@ -473,6 +473,46 @@ static void check_decoders(void)
     }
 }
 
+/* Added tokens: the longest at a place wins, and a single_word one next to
+ * a word character is not matched but still takes its span, so neither a
+ * shorter token at its start ("<x") nor one inside it matches there, and
+ * one right after it does ("x>"). Expected ids from HF tokenizers 0.23.2
+ * (its Node binding) on this tokenizer.json. */
+static void check_added_matching(void)
+{
+    static const char json[] =
+        "{\"added_tokens\": ["
+        "{\"id\": 5, \"content\": \"<x>\", \"single_word\": true, \"lstrip\": false, \"rstrip\": false, "
+        "\"normalized\": false, \"special\": true},"
+        "{\"id\": 6, \"content\": \"<x\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, "
+        "\"normalized\": false, \"special\": true},"
+        "{\"id\": 8, \"content\": \"x>\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, "
+        "\"normalized\": false, \"special\": true}],"
+        "\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"<\": 2, \">\": 3, \"x\": 4, "
+        "\"<x>\": 5, \"<x\": 6, \" \": 7, \"x>\": 8}, \"merges\": []}}";
+    static const struct { const char *text; int n, ids[6]; } cases[] = {
+        { "b<x>a", 5, { 1, 2, 4, 3, 0 } }, { "<x>", 1, { 5 } },          { " <x> ", 3, { 7, 5, 7 } },
+        { "b<x> ", 5, { 1, 2, 4, 3, 7 } }, { "<x>a", 4, { 2, 4, 3, 0 } }, { "<xa", 2, { 6, 0 } },
+        { "b<x>x>", 5, { 1, 2, 4, 3, 8 } },
+    };
+    lens_err err = { 0 };
+    lens_tokenizer *tok = lens_tokenizer_from_json(json, strlen(json), &err);
+    CHECK(tok != NULL, "added-token tokenizer.json: %s", err.msg);
+    for (size_t c = 0; tok && c < sizeof cases / sizeof *cases; c++) {
+        lens_token *t = NULL;
+        int n = 0, same = lens_tokenize(tok, cases[c].text, strlen(cases[c].text), NULL, 0, &t, &n, &err) == 0 &&
+                          n == cases[c].n;
+        for (int k = 0; same && k < n; k++) same = t[k].id == cases[c].ids[k];
+        char got[64] = "";
+        for (int k = 0; k < n && strlen(got) < 50; k++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%d", k ? " " : "", t[k].id);
+        CHECK(same, "added tokens in \"%s\": ids %s, HF %d ids starting %d", cases[c].text, got, cases[c].n,
+              cases[c].ids[0]);
+        free(t);
+    }
+    lens_tokenizer_free(tok);
+}
+
 /* A checkpoint folder without tokenizer files, and tokenizer files without
  * a checkpoint. */
 static void check_folders(const char *shared)
@@ -531,6 +571,7 @@ int main(void)
 {
     check_malformed();
     check_decoders();
+    check_added_matching();
     const char *shared = check_shared_dir();
     if (!shared) {
         SKIP("../shared (or $LENS_SHARED) absent: no BERT, GPT-2 or RoBERTa tokenizer.json comparisons");

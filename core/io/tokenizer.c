@@ -370,9 +370,7 @@ static int word_char(uint32_t cp)
     return cp == '_' || lens_uni_letter(cp) || lens_uni_number(cp);
 }
 
-/* Longest added token at code point i of t, or NULL; *end is its end. A
- * single_word token next to a word character does not match there, and a
- * shorter one may. */
+/* Longest added token at code point i of t, or NULL; *end is its end. */
 static const lens_added *added_match(const lens_tokenizer *tok, const lens_text *t, int i, int *end)
 {
     const size_t p = (size_t)t->byte_off[i];
@@ -381,12 +379,10 @@ static const lens_added *added_match(const lens_tokenizer *tok, const lens_text 
         if ((size_t)len > t->len - p) continue;
         const uint32_t slot = *added_slot(tok, t->bytes + p, len);
         if (!slot) continue;
-        const lens_added *a = &tok->added[slot - 1];
         int j = i;
-        while (t->byte_off[j] < (int)p + a->len) j++;
-        if (a->single_word && ((i > 0 && word_char(t->cp[i - 1])) || (j < t->n && word_char(t->cp[j])))) continue;
+        while (t->byte_off[j] < (int)p + len) j++;
         *end = j;
-        return a;
+        return &tok->added[slot - 1];
     }
     return NULL;
 }
@@ -549,11 +545,19 @@ static int encode_text(enc_ctx *c, const lens_text *t)
     const lens_tokenizer *tok = c->tok;
     int first = c->out->n;
     if (!tok->bert_fast && tok->kind == LENS_TOK_BPE && !changes_text(tok) && lens_bpe_begin(c->bpe, t) < 0) return -1;
-    int a = 0;
+    int a = 0, free_from = 0; /* no added token starts before free_from */
     for (int i = 0; i <= t->n; i++) {
         const lens_added *m = NULL;
         int j = i;
-        if (i < t->n && tok->added_first[(unsigned char)t->bytes[t->byte_off[i]]]) m = added_match(tok, t, i, &j);
+        if (i < t->n && i >= free_from && tok->added_first[(unsigned char)t->bytes[t->byte_off[i]]])
+            m = added_match(tok, t, i, &j);
+        /* a single_word token next to a word character is not matched, but
+         * its span is taken, as by HF's leftmost-longest automaton: no added
+         * token starts inside it, nor a shorter one at its start */
+        if (m && m->single_word && ((i > 0 && word_char(t->cp[i - 1])) || (j < t->n && word_char(t->cp[j])))) {
+            free_from = j;
+            m = NULL;
+        }
         if (i < t->n && !m) continue;
         int s = i;
         if (m && m->lstrip)
