@@ -497,13 +497,22 @@ static void forward_ops(const lens_model *m, lens_block_io *io, int l, const len
     }
 }
 
-void lens_block_forward(const lens_model *m, lens_block_io *io, int l)
+/* Layer l forward from the op start (NULL: the first) names for its
+ * program, or from the first op when it names none (-1); returns that index. */
+static int forward_from(const lens_model *m, lens_block_io *io, int l, int (*start)(const lens_block_prog *p))
 {
     lens_block_prog p;
     plan pl;
     build(m, l, &p);
     make_plan(m, &p, io->cache && io->cache->for_weights, &pl);
-    forward_ops(m, io, l, &p, &pl, 0, p.n);
+    const int at = start ? start(&p) : -1;
+    forward_ops(m, io, l, &p, &pl, at < 0 ? 0 : at, p.n);
+    return at;
+}
+
+void lens_block_forward(const lens_model *m, lens_block_io *io, int l)
+{
+    forward_from(m, io, l, NULL);
 }
 
 /* The index of p's ATTEND when the ops after it read no register the ops
@@ -534,13 +543,7 @@ static int attend_start(const lens_block_prog *p)
 
 int lens_block_forward_from_attend(const lens_model *m, lens_block_io *io, int l)
 {
-    lens_block_prog p;
-    plan pl;
-    build(m, l, &p);
-    make_plan(m, &p, io->cache && io->cache->for_weights, &pl);
-    const int at = attend_start(&p);
-    forward_ops(m, io, l, &p, &pl, at < 0 ? 0 : at, p.n);
-    return at >= 0;
+    return forward_from(m, io, l, attend_start) >= 0;
 }
 
 /* The index of p's attention output map, the LINEAR right after ATTEND that
@@ -567,14 +570,16 @@ int lens_block_attn_out(const lens_model *m, int l, const lens_linear **map)
     return p.op[at].out;
 }
 
+/* The op after the attention output map, or -1. */
+static int after_attn_out(const lens_block_prog *p)
+{
+    const int at = attn_out_start(p);
+    return at < 0 ? -1 : at + 1;
+}
+
 void lens_block_forward_after_attn_out(const lens_model *m, lens_block_io *io, int l)
 {
-    lens_block_prog p;
-    plan pl;
-    build(m, l, &p);
-    make_plan(m, &p, io->cache && io->cache->for_weights, &pl);
-    const int at = attn_out_start(&p);
-    forward_ops(m, io, l, &p, &pl, at < 0 ? 0 : at + 1, p.n);
+    forward_from(m, io, l, after_attn_out);
 }
 
 float *lens_block_register(const lens_block_io *io, int r)
