@@ -155,14 +155,19 @@ forward_section() {
       node bench/peer/ort_forward.mjs --model "$ONNX" "${common[@]}" | sed "s/^{/{\"round\":$round,/" >>"$RESULTS"
     done
   done
+  # The products below run at one thread, timed in CPU ms from just after
+  # the driver starts: OPENBLAS_NUM_THREADS=1 so OpenBLAS starts no worker,
+  # whose spin-wait after start-up (~0.1 s) counted as the products' CPU time
+  # (128 x 768 x 768: 1.47 CPU ms against 0.73 wall for every kernel alike,
+  # AMD EPYC Zen 5).
   # 4 KiB aliasing: lens_gemm with x or y rows at 3072 floats vs padded by 16
   for shape in 128,3072,768 128,768,3072; do
-    "$DRIVER" --gemm "$shape" --threads 1 --reps 30 --warmup 3 >>"$RESULTS"
+    OPENBLAS_NUM_THREADS=1 "$DRIVER" --gemm "$shape" --threads 1 --reps 30 --warmup 3 >>"$RESULTS"
   done
   # every GEMM kernel this CPU runs vs OpenBLAS sgemm on BERT-base's products at T=128
   for shape in 128,768,768 128,3072,768 128,768,3072; do
     log "GEMM kernels vs sgemm, M,K,N = $shape, 1 thread"
-    "$DRIVER" --kernels "$shape" --threads 1 --reps 30 --warmup 3 >>"$RESULTS"
+    OPENBLAS_NUM_THREADS=1 "$DRIVER" --kernels "$shape" --threads 1 --reps 30 --warmup 3 >>"$RESULTS"
   done
 "$PY" - "$RESULTS" "$MODEL" "$OUT" "$TARGETS" <<'EOF' | tee "$OUT/forward-table.txt"
 import json, os, platform, sys
