@@ -34,6 +34,7 @@
 #include "core/model/arch.h"
 #include "core/analysis/attention.h"
 #include "core/base/blas.h"
+#include "core/base/heap.h"
 #include "core/model/mkmodel.h"
 #include "core/model/model.h"
 #include "core/base/pool.h"
@@ -185,6 +186,7 @@ out:
 int main(int argc, char **argv)
 {
     lens_blas_setup(argv);
+    lens_heap_setup();
     const char *model_dir = NULL, *Ts = "128,512", *ka_model = NULL;
     int ka_T = 125;
     int threads = 1, reps = 3;

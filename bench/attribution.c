@@ -30,6 +30,7 @@
 #include "bench/bench.h"
 #include "core/analysis/attribution.h"
 #include "core/base/blas.h"
+#include "core/base/heap.h"
 #include "core/model/mkmodel.h"
 #include "core/model/model.h"
 #include "core/base/pool.h"
@@ -37,6 +38,7 @@
 int main(int argc, char **argv)
 {
     lens_blas_setup(argv);
+    lens_heap_setup();
     const char *dir = "build/bench-models/bert-base-cls";
     int T = 64, steps = 20, threads = 2, reps = 1, warmup = 0;
     unsigned seed = 42;

@@ -28,6 +28,7 @@
 #include "bench/bench.h"
 #include "core/analysis/context_mixing.h"
 #include "core/base/blas.h"
+#include "core/base/heap.h"
 #include "core/base/pool.h"
 #include "core/model/model.h"
 
@@ -103,6 +104,7 @@ static int bench_decompx(const lens_model *m, const int *ids, int T, lens_pool *
 int main(int argc, char **argv)
 {
     lens_blas_setup(argv);
+    lens_heap_setup();
     const char *dir = NULL, *decompx = NULL;
     int T = 128, threads = 2, reps = 5, vz_reps = 1, warmup = 1;
     unsigned seed = 42;

@@ -46,6 +46,7 @@
 #include "api/cost.h"
 #include "bench/bench.h"
 #include "core/base/blas.h"
+#include "core/base/heap.h"
 #include "core/base/gemm.h"
 #include "core/model/mkmodel.h"
 #include "core/model/model.h"
@@ -359,6 +360,7 @@ static void usage(void)
 int main(int argc, char **argv)
 {
     lens_blas_setup(argv);
+    lens_heap_setup();
     options o = {.task = "encoder", .size = 2048, .T = 128, .batch = 1, .threads = 1, .reps = 5, .warmup = 1,
                  .seed = 42};
     for (int i = 1; i < argc; i++) {

@@ -24,6 +24,7 @@
 
 #include "bench/bench.h"
 #include "core/base/blas.h"
+#include "core/base/heap.h"
 #include "core/analysis/hidden_attribution.h"
 #include "core/model/model.h"
 #include "core/base/pool.h"
@@ -41,6 +42,7 @@ static int dump_contrib(const char *path, const lens_hta_result *r)
 int main(int argc, char **argv)
 {
     lens_blas_setup(argv);
+    lens_heap_setup();
     const char *dir = NULL, *dump = NULL;
     int T = 32, threads = 1, reps = 5, warmup = 1, probes = 16;
     unsigned seed = 42;

@@ -25,11 +25,13 @@
 #include "bench/bench.h"
 #include "core/analysis/patching.h"
 #include "core/base/blas.h"
+#include "core/base/heap.h"
 #include "core/base/pool.h"
 
 int main(int argc, char **argv)
 {
     lens_blas_setup(argv);
+    lens_heap_setup();
     const char *dir = "build/bench-models/gpt2-small", *dump = NULL, *method = "exact";
     int T = 32, threads = 2, reps = 1;
     unsigned seed = 42;

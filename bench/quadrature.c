@@ -29,6 +29,7 @@
 #include "bench/bench.h"
 #include "core/analysis/attribution.h"
 #include "core/base/blas.h"
+#include "core/base/heap.h"
 #include "core/base/pool.h"
 #include "core/io/tokenizer.h"
 #include "core/model/model.h"
@@ -119,6 +120,7 @@ static void compare(const lens_attribution *a, const lens_attribution *ref, rule
 int main(int argc, char **argv)
 {
     lens_blas_setup(argv);
+    lens_heap_setup();
     const char *dir = NULL, *texts = NULL, *riemann = "5,10,20,50", *gauss = "2,3,4,6,8";
     int n = 8, max_T = 64, random_T = 0, ref_nodes = 64, check = 1000, threads = 2;
     for (int i = 1; i + 1 < argc; i += 2) {

@@ -26,6 +26,7 @@
 
 #include "bench/bench.h"
 #include "core/base/blas.h"
+#include "core/base/heap.h"
 #include "core/model/model.h"
 #include "core/base/pool.h"
 #include "core/analysis/token_identity.h"
@@ -59,6 +60,7 @@ static double time_identity(const lens_model *m, const int *ids, int T, const le
 int main(int argc, char **argv)
 {
     lens_blas_setup(argv);
+    lens_heap_setup();
     const char *dir = NULL;
     int T = 128, threads = 2, reps = 10, vocab_reps = 3, warmup = 2, top_k = 5;
     unsigned seed = 42;

@@ -31,6 +31,7 @@
 
 #include "core/model/arch.h"
 #include "core/base/blas.h"
+#include "core/base/heap.h"
 #include "core/model/model.h"
 #include "core/io/tokenizer.h"
 #include "core/train/train.h"
@@ -135,6 +136,7 @@ static int dump_batches(const char *path, const examples *d, const int *order, i
 int main(int argc, char **argv)
 {
     lens_blas_setup(argv);
+    lens_heap_setup();
     const char *data = NULL, *vocab = NULL, *dump = NULL;
     int steps = 300, warmup = 10, batch = 32, max_len = 128, threads = 2;
     int layers = 2, hidden = 128, heads = 2, ff = 512;

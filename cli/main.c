@@ -15,6 +15,7 @@
 
 #include "api/api.h"
 #include "core/base/blas.h"
+#include "core/base/heap.h"
 #include "core/model/mkmodel.h"
 #include "cli/job_cli.h"
 #include "cli/train_cli.h"
@@ -505,6 +506,7 @@ static int cmd_mkmodel(int argc, char **argv)
 int main(int argc, char **argv)
 {
     lens_blas_setup(argv);
+    lens_heap_setup();
     if (argc < 2) {
         usage(stderr);
         return 2;
