@@ -69,7 +69,11 @@ mkdir -p "$MODELS" "$OUT"
   echo "load before start:$(uptime | sed 's/.*load average/ load average/')  (other processes share the CPU when it is not ~0)"
   echo "settings: BENCH_QUICK=${BENCH_QUICK:-} BENCH_SKIP=${BENCH_SKIP:-} BENCH_LONG=${BENCH_LONG:-}" \
     "LENS_GEMM_KERNEL=${LENS_GEMM_KERNEL:-}"
-  echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
+  # family and model too: a VM's model name is often just "AMD EPYC" (AMD
+  # family 23 is Zen 1-2, 25 Zen 3 or 4 by model, e.g. 17 Zen 4 Genoa, 26 Zen 5)
+  echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)" \
+    "(family $(sed -n 's/^cpu family[[:space:]]*: //p' /proc/cpuinfo | head -n 1)," \
+    "model $(sed -n 's/^model[[:space:]]*: //p' /proc/cpuinfo | head -n 1))"
   echo "cpu flags: $(sed -n 's/^flags[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
   # the GEMM kernel every lensd run below uses (LENS_GEMM_KERNEL forces one, gemm.h)
   echo "lensd GEMM kernel: $("$LENSD" info | "$PY" -c 'import json, sys; g = json.load(sys.stdin)["gemm"]
