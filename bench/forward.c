@@ -46,8 +46,8 @@
 #include "api/cost.h"
 #include "bench/bench.h"
 #include "core/base/blas.h"
-#include "core/base/heap.h"
 #include "core/base/gemm.h"
+#include "core/base/heap.h"
 #include "core/model/mkmodel.h"
 #include "core/model/model.h"
 

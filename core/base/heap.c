@@ -4,9 +4,9 @@
  * mmapped (above the mmap threshold: 128 KiB until a larger mmapped chunk
  * has been freed) or lies at the top of a heap past the trim threshold, so
  * each forward faulted its activations in again and the kernel zeroed
- * them: 947 page faults per BERT-base forward at T = 128, clear_page 3.5%
- * of the samples, about 5-10% of the forward's time at one thread (AMD
- * EPYC Zen 5). With chunks up to 32 MiB (the largest mmap threshold glibc
+ * them: 947 page faults per BERT-base forward at T = 128, which then took
+ * 10% longer at one thread and 16% at two (docs/operations.md, AMD EPYC
+ * Zen 5). With chunks up to 32 MiB (the largest mmap threshold glibc
  * accepts on 64-bit) taken from the heap and freed memory kept there, a
  * repeated forward faults no page. The server gives the memory back once
  * its workers are idle (server/pool.c, malloc_trim), so RSS after a burst
