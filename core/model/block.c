@@ -497,8 +497,8 @@ static void forward_ops(const lens_model *m, lens_block_io *io, int l, const len
     }
 }
 
-/* Layer l forward from the op start (NULL: the first) names for its
- * program, or from the first op when it names none (-1); returns that index. */
+/* Layer l's ops from start(p) to the end: from the first op when start is
+ * NULL or answers -1. Returns start's answer (-1 without start). */
 static int forward_from(const lens_model *m, lens_block_io *io, int l, int (*start)(const lens_block_prog *p))
 {
     lens_block_prog p;
